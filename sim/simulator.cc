@@ -1,0 +1,130 @@
+#include "sim/simulator.h"
+
+#include <stdexcept>
+
+namespace shardsim {
+
+uint32_t Simulator::AllocateSlot() {
+  if (!free_slots_.empty()) {
+    uint32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    return s;
+  }
+  if (slots_.size() > kSlotMask) {
+    throw std::length_error("more than 16M events pending at once");
+  }
+  slots_.emplace_back();
+  return static_cast<uint32_t>(slots_.size() - 1);
+}
+
+EventId Simulator::ScheduleAt(Time at, Callback cb) {
+  assert(at >= now_ && "cannot schedule an event in the past");
+  uint32_t slot = AllocateSlot();
+  Slot& s = slots_[slot];
+  s.callback = std::move(cb);
+  s.live = true;
+  ++live_;
+  HeapPush(Key{at.picoseconds(), (sequence_++ << kSlotBits) | slot});
+  return EventId{(uint64_t{s.generation} << 32) | slot};
+}
+
+bool Simulator::Cancel(EventId id) {
+  uint32_t slot = static_cast<uint32_t>(id.value & 0xffffffffu);
+  uint32_t gen = static_cast<uint32_t>(id.value >> 32);
+  if (!id || slot >= slots_.size()) return false;
+  Slot& s = slots_[slot];
+  if (!s.live || s.generation != gen) return false;
+  s.live = false;
+  s.callback.Reset();
+  --live_;
+  return true;  // The heap key stays until it surfaces; the slot is freed then.
+}
+
+// The heap is 4-ary: half the depth of a binary heap, and the four children of a node share
+// one 64-byte cache line, which matters once the pending set outgrows the caches.
+void Simulator::HeapPush(Key k) {
+  size_t i = heap_.size();
+  heap_.push_back(k);
+  while (i > 0) {
+    size_t parent = (i - 1) / 4;
+    if (!Before(k, heap_[parent])) break;
+    heap_[i] = heap_[parent];
+    i = parent;
+  }
+  heap_[i] = k;
+}
+
+Simulator::Key Simulator::HeapPop() {
+  Key top = heap_.front();
+  Key last = heap_.back();
+  heap_.pop_back();
+  size_t n = heap_.size();
+  if (n > 0) {
+    size_t i = 0;
+    while (true) {
+      size_t first = 4 * i + 1;
+      if (first >= n) break;
+      size_t best = first;
+      size_t end = first + 4 < n ? first + 4 : n;
+      for (size_t c = first + 1; c < end; ++c) {
+        if (Before(heap_[c], heap_[best])) best = c;
+      }
+      if (!Before(heap_[best], last)) break;
+      heap_[i] = heap_[best];
+      i = best;
+    }
+    heap_[i] = last;
+  }
+  return top;
+}
+
+void Simulator::RunUntil(Time limit) {
+  stopped_ = false;
+  while (!heap_.empty() && !stopped_) {
+    if (heap_.front().time > limit.picoseconds()) break;
+    Key k = HeapPop();
+    uint32_t slot = static_cast<uint32_t>(k.order & kSlotMask);
+    Slot& s = slots_[slot];
+    if (!s.live) {  // Cancelled: recycle the slot now that no key refers to it.
+      ++s.generation;
+      free_slots_.push_back(slot);
+      continue;
+    }
+    now_ = Time::Picoseconds(k.time);
+    Callback cb = std::move(s.callback);
+    s.live = false;
+    ++s.generation;
+    free_slots_.push_back(slot);
+    --live_;
+    ++dispatched_;
+    cb();
+    for (Observer* o : event_observers_) o->OnEvent(now_);
+  }
+  if (heap_.empty() || stopped_) {
+    for (Observer* o : observers_) o->OnRunEnd(now_);
+  }
+}
+
+void Simulator::AddObserver(Observer* observer) {
+  observers_.push_back(observer);
+  if (observer->WantsEvents()) event_observers_.push_back(observer);
+}
+
+void Simulator::DeclareProcess(int32_t pid, const std::string& name, int32_t sort_index) {
+  for (Observer* o : observers_) o->OnProcess(pid, name, sort_index);
+}
+
+void Simulator::DeclareThread(int32_t pid, int32_t tid, const std::string& name,
+                              int32_t sort_index) {
+  for (Observer* o : observers_) o->OnThread(pid, tid, name, sort_index);
+}
+
+void Simulator::ReportSlice(const SliceRecord& slice) {
+  for (Observer* o : observers_) o->OnSlice(slice);
+}
+
+void Simulator::ReportCounter(const CounterRecord& counter) {
+  for (Observer* o : observers_) o->OnCounter(counter);
+}
+
+}  // namespace shardsim

@@ -1,0 +1,106 @@
+// The discrete-event engine: runs callbacks in (time, insertion sequence) order.
+#pragma once
+
+#include <cassert>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/callback.h"
+#include "sim/observer.h"
+#include "sim/time.h"
+
+namespace shardsim {
+
+// Identifies a scheduled event so it can be cancelled. Zero is "no event".
+struct EventId {
+  uint64_t value = 0;  // Slot in the low 32 bits, slot generation in the high 32 bits.
+  // True if this names an event (it may since have run or been cancelled).
+  explicit operator bool() const { return value != 0; }
+  bool operator==(const EventId&) const = default;
+};
+
+// A discrete-event simulator. Events scheduled for the same time run in the order they were
+// scheduled (FIFO), so a run is deterministic. There is no global instance: models take a
+// `Simulator&`.
+//
+// The pending set is a 4-ary min-heap of 16-byte keys (time, sequence|slot) over a slab of
+// callbacks; cancellation marks the slab slot dead and the heap drops it when it surfaces
+// (lazy deletion, as in ns-3's schedulers).
+class Simulator {
+ public:
+  Simulator() = default;
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // The current simulated time.
+  Time Now() const { return now_; }
+
+  // Schedules `cb` at absolute time `at` (>= Now()).
+  EventId ScheduleAt(Time at, Callback cb);
+  // Schedules `cb` after `delay` (>= 0) from now.
+  EventId Schedule(Time delay, Callback cb) { return ScheduleAt(now_ + delay, std::move(cb)); }
+  // Cancels a pending event. Returns false if it already ran, was cancelled, or is unknown.
+  bool Cancel(EventId id);
+
+  // Runs events until none is left or Stop() is called.
+  void Run() { RunUntil(Time::Max()); }
+  // Runs events with time <= `limit`; leaves later ones pending.
+  void RunUntil(Time limit);
+  // Makes the running Run() return after the current event.
+  void Stop() { stopped_ = true; }
+
+  // Number of events dispatched so far (cancelled events are not counted).
+  uint64_t events_dispatched() const { return dispatched_; }
+  // Number of live pending events.
+  uint64_t pending() const { return live_; }
+
+  // Adds an observer (not owned; must outlive the simulator's use of it).
+  void AddObserver(Observer* observer);
+  // True if any observer is attached: models skip building trace records otherwise.
+  bool tracing() const { return !observers_.empty(); }
+  // Declares a process (device or switch) to observers.
+  void DeclareProcess(int32_t pid, const std::string& name, int32_t sort_index);
+  // Declares a thread (track) to observers.
+  void DeclareThread(int32_t pid, int32_t tid, const std::string& name, int32_t sort_index);
+  // Reports a completed slice to observers.
+  void ReportSlice(const SliceRecord& slice);
+  // Reports a counter sample to observers.
+  void ReportCounter(const CounterRecord& counter);
+
+ private:
+  // Heap key: ordered by time, then by insertion sequence. The low kSlotBits of `order` hold
+  // the slab slot, the high bits the sequence, so one comparison orders ties FIFO.
+  struct Key {
+    int64_t time;
+    uint64_t order;
+  };
+  static constexpr int kSlotBits = 24;
+  static constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
+
+  struct Slot {
+    Callback callback;
+    uint32_t generation = 1;
+    bool live = false;
+  };
+
+  static bool Before(const Key& a, const Key& b) {
+    return a.time < b.time || (a.time == b.time && a.order < b.order);
+  }
+  void HeapPush(Key k);
+  Key HeapPop();
+  uint32_t AllocateSlot();
+
+  Time now_;
+  uint64_t sequence_ = 0;
+  uint64_t dispatched_ = 0;
+  uint64_t live_ = 0;
+  bool stopped_ = false;
+  std::vector<Key> heap_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<Observer*> observers_;
+  std::vector<Observer*> event_observers_;
+};
+
+}  // namespace shardsim
