@@ -163,6 +163,11 @@ std::string FormatBytes(Bytes b) {
   return FormatScaled(static_cast<double>(b.count()), kNames, 5, 1024.0);
 }
 
+std::string FormatBytesDecimal(Bytes b) {
+  static const char* const kNames[] = {"B", "kB", "MB", "GB", "TB"};
+  return FormatScaled(static_cast<double>(b.count()), kNames, 5, 1000.0);
+}
+
 std::string FormatBandwidth(Bandwidth bw) {
   static const char* const kNames[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s"};
   return FormatScaled(bw.bytes_per_second(), kNames, 6, 1000.0);

@@ -96,6 +96,8 @@ FlopRate ParseFlopRate(std::string_view text);
 
 // "64 MiB", "1.5 GiB", "512 B": binary prefixes, up to three significant decimals.
 std::string FormatBytes(Bytes b);
+// "96 GB", "16 GB": decimal prefixes, as memory capacities are published.
+std::string FormatBytesDecimal(Bytes b);
 // "45 GB/s", "3.6 TB/s": decimal prefixes.
 std::string FormatBandwidth(Bandwidth bw);
 // "197 TFLOP/s".

@@ -1,0 +1,23 @@
+// `shardsim run`: simulate a run file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shardsim {
+
+// What `shardsim run` was asked.
+struct RunCommandOptions {
+  std::string file;                    // The run file.
+  std::string trace_path;              // --trace, or empty.
+  std::string json_path;               // --json, or empty.
+  std::string dump_dir;                // --dump, or empty.
+  std::string numerics;                // --numerics auto|on|off, or empty (the file's option).
+  std::vector<std::string> overrides;  // --set KEY=VALUE.
+};
+
+// Loads, simulates, prints the summary and writes the requested files. Returns the exit
+// code (0 ok, 1 numerics check failed). Throws InputError for bad input.
+int RunRunCommand(const RunCommandOptions& options);
+
+}  // namespace shardsim

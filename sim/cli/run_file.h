@@ -1,0 +1,68 @@
+// The run file: YAML parsed at the edge into plain validated structs.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sim/spec_error.h"
+#include "sim/time.h"
+#include "sim/units.h"
+#include "topology/topology_spec.h"
+
+namespace shardsim {
+
+// Bad user input, with a message already located: "FILE:LINE:COL: what is wrong (key K)".
+// The CLI prints it as "error: <message>" and exits 2.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where a key of the run file was written (1-based line and column).
+struct KeyLocation {
+  int line = 0;           // 1-based line, 0 if unknown.
+  int column = 0;         // 1-based column, 0 if unknown.
+  bool from_set = false;  // The value came from a --set override.
+  std::string set_key;    // The key of that --set override (e.g. "hardware.link").
+};
+
+// One raw point-to-point transfer of a `transfers:` run file.
+struct TransferSpec {
+  std::string name;  // Optional label (default "transfer N").
+  int src = 0;       // Source device index.
+  int dst = 0;       // Destination device index.
+  Bytes bytes;       // Size.
+  Time at;           // Start time.
+};
+
+// Run options (`options:`).
+struct RunOptions {
+  std::string numerics = "auto";                  // auto | on | off
+  std::map<std::string, std::string> algorithms;  // Collective -> default algorithm.
+};
+
+// A parsed, validated run file.
+struct RunFile {
+  std::string path;                              // The file it came from.
+  HardwareSpec hardware;                         // `hardware:`
+  std::vector<TransferSpec> transfers;           // `transfers:` (a raw network study).
+  RunOptions options;                            // `options:`
+  std::map<std::string, KeyLocation> locations;  // Dotted key path -> where it was written.
+
+  // Formats a model's SpecError with the location of its key (or of the nearest enclosing
+  // key that has one): "FILE:LINE:COL: message (key hardware.shape)".
+  std::string Locate(const SpecError& e) const;
+};
+
+// Reads and validates a run file. `overrides` are --set "a.b=VALUE" strings applied before
+// validation (VALUE is parsed as YAML). Throws InputError for any bad input: missing file,
+// YAML syntax, unknown key (with a "did you mean"), wrong type, bad unit, missing field.
+RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Reads a topology description for `shardsim topo FILE.yaml`: a run file's `hardware:`
+// section, or a file whose top level is that section. Throws InputError.
+RunFile LoadHardwareFile(const std::string& path);
+
+}  // namespace shardsim

@@ -1,0 +1,300 @@
+#include "topology/network.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace shardsim {
+namespace {
+
+// Bandwidth in bytes per picosecond, the unit of flow rates.
+double BytesPerPs(Bandwidth bw) { return bw.bytes_per_second() * 1e-12; }
+
+std::string FormatUtilName(const std::string& track) { return "util " + track; }
+
+}  // namespace
+
+Network::Network(Simulator& sim, const Topology& topo, Router& router)
+    : sim_(sim), topo_(topo), router_(router) {
+  links_.resize(topo.links().size());
+  for (size_t i = 0; i < links_.size(); ++i) {
+    links_[i].capacity = BytesPerPs(topo.links()[i].bandwidth);
+  }
+  link_bytes_.assign(topo.links().size(), 0.0);
+  vertex_pid_.assign(topo.num_vertices(), 0);
+  int32_t next_switch = topo.num_devices();
+  for (VertexId v = 0; v < topo.num_vertices(); ++v) {
+    const Node& n = topo.node(v);
+    vertex_pid_[v] = n.kind == NodeKind::kDevice ? n.device : next_switch++;
+  }
+  declared_tracks_.assign(2 * topo.links().size(), 0);
+  if (sim_.tracing()) DeclareTraceProcesses();
+}
+
+void Network::DeclareTraceProcesses() {
+  const std::string& platform =
+      topo_.device_spec().platform.empty() ? std::string("DEV") : topo_.device_spec().platform;
+  for (VertexId v = 0; v < topo_.num_vertices(); ++v) {
+    const Node& n = topo_.node(v);
+    // JAX's profiler names device processes "/device:TPU:0"; switches follow the devices.
+    std::string name = n.kind == NodeKind::kDevice
+                           ? "/device:" + platform + ":" + std::to_string(n.device)
+                           : "/switch:" + n.name;
+    sim_.DeclareProcess(vertex_pid_[v], name, vertex_pid_[v]);
+  }
+}
+
+int32_t Network::TrackOf(LinkId link, bool receive_side) {
+  // Send tracks: tid 1 + link id on the sending vertex; receive tracks: after all send tracks,
+  // on the receiving vertex. tid 0 is left for a device's compute stream.
+  int32_t tid = 1 + link + (receive_side ? static_cast<int32_t>(links_.size()) : 0);
+  int32_t& declared = declared_tracks_[2 * link + (receive_side ? 1 : 0)];
+  if (!declared) {
+    const Link& l = topo_.link(link);
+    std::string name =
+        receive_side
+            ? std::string(LinkKindName(l.kind)) + " recv \xE2\x86\x90 " + topo_.node(l.src).name
+            : std::string(LinkKindName(l.kind)) + " \xE2\x86\x92 " + topo_.node(l.dst).name;
+    sim_.DeclareThread(vertex_pid_[receive_side ? l.dst : l.src], tid, name, tid);
+    declared = tid;
+  }
+  return tid;
+}
+
+int32_t Network::AllocateFlow() {
+  if (!free_flows_.empty()) {
+    int32_t f = free_flows_.back();
+    free_flows_.pop_back();
+    return f;
+  }
+  flows_.emplace_back();
+  return static_cast<int32_t>(flows_.size() - 1);
+}
+
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                          Callback on_delivered) {
+  TransferId id = static_cast<TransferId>(timings_.size());
+  timings_.push_back(TransferTiming{sim_.Now(), sim_.Now(), sim_.Now(), 0});
+  if (src == dst || bytes.count() == 0) {
+    sim_.Schedule(Time(), std::move(on_delivered));
+    return id;
+  }
+  int32_t f = AllocateFlow();
+  Flow& flow = flows_[f];
+  const std::vector<LinkId>& route = router_.Route(src, dst);
+  assert(!route.empty() && "no route between two vertices");
+  flow.path.assign(route.begin(), route.end());
+  flow.total = static_cast<double>(bytes.count());
+  flow.remaining = flow.total;
+  flow.rate = 0;
+  flow.updated_ps = sim_.Now().picoseconds();
+  flow.latency = Time();
+  for (LinkId l : flow.path) flow.latency += topo_.link(l).latency;
+  flow.id = id;
+  flow.on_delivered = std::move(on_delivered);
+  flow.label = std::move(label);
+  flow.active = true;
+  timings_[id].hops = static_cast<int>(flow.path.size());
+  ++active_;
+  Admit(f);
+  return id;
+}
+
+void Network::Admit(int32_t f) {
+  Flow& flow = flows_[f];
+  bool alone = true;
+  double bottleneck = std::numeric_limits<double>::infinity();
+  for (LinkId l : flow.path) {
+    alone = alone && links_[l].flows.empty();
+    bottleneck = std::min(bottleneck, links_[l].capacity);
+    links_[l].flows.push_back(f);
+  }
+  if (alone) {
+    // The flow's component is itself: max-min fair rate is its bottleneck capacity.
+    SetRate(f, bottleneck);
+    if (sim_.tracing()) {
+      for (LinkId l : flow.path) TraceUtilization(l);
+    }
+    return;
+  }
+  MarkDirty(flow.path);
+}
+
+void Network::MarkDirty(const std::vector<LinkId>& links) {
+  // Many transfers start (or drain) at the same instant in a collective step. Rebalancing once
+  // after all of them, in an event at the current time, costs one progressive filling instead
+  // of one per transfer; no time passes in between, so no rate is wrong for any duration.
+  dirty_links_.insert(dirty_links_.end(), links.begin(), links.end());
+  if (rebalance_pending_) return;
+  rebalance_pending_ = true;
+  sim_.Schedule(Time(), [this] {
+    rebalance_pending_ = false;
+    std::vector<LinkId> seeds;
+    seeds.swap(dirty_links_);
+    Rebalance(seeds);
+    seeds.clear();
+    if (dirty_links_.empty()) dirty_links_.swap(seeds);  // Keep the capacity.
+  });
+}
+
+void Network::SetRate(int32_t f, double rate) {
+  Flow& flow = flows_[f];
+  if (rate == flow.rate && flow.drain_event) return;
+  int64_t now = sim_.Now().picoseconds();
+  flow.remaining -= flow.rate * static_cast<double>(now - flow.updated_ps);
+  if (flow.remaining < 0) flow.remaining = 0;
+  flow.updated_ps = now;
+  flow.rate = rate;
+  if (flow.drain_event) sim_.Cancel(flow.drain_event);
+  ScheduleDrain(f);
+}
+
+void Network::ScheduleDrain(int32_t f) {
+  Flow& flow = flows_[f];
+  // Round the drain up to a whole picosecond so no byte is delivered early.
+  double ps = std::ceil(flow.remaining / flow.rate);
+  flow.drain_event =
+      sim_.Schedule(Time::Picoseconds(static_cast<int64_t>(ps)), [this, f] { Drain(f); });
+}
+
+void Network::Drain(int32_t f) {
+  Flow& flow = flows_[f];
+  Time now = sim_.Now();
+  flow.drain_event = EventId{};
+  flow.active = false;
+  --active_;
+  TransferTiming& t = timings_[flow.id];
+  t.drained = now;
+  t.delivered = now + flow.latency;
+  scratch_links_.clear();
+  for (LinkId l : flow.path) {
+    link_bytes_[l] += flow.total;
+    std::vector<int32_t>& on_link = links_[l].flows;
+    auto it = std::find(on_link.begin(), on_link.end(), f);
+    assert(it != on_link.end());
+    *it = on_link.back();
+    on_link.pop_back();
+    if (!on_link.empty()) scratch_links_.push_back(l);
+  }
+  if (sim_.tracing()) {
+    uint64_t flow_id = static_cast<uint64_t>(flow.id) + 1;
+    for (size_t i = 0; i < flow.path.size(); ++i) {
+      LinkId l = flow.path[i];
+      SliceRecord s;
+      s.pid = vertex_pid_[topo_.link(l).src];
+      s.tid = TrackOf(l, /*receive_side=*/false);
+      s.name = flow.label;
+      s.category = "transfer";
+      s.start = t.start;
+      s.end = now;
+      s.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))},
+                {"hop", std::to_string(i + 1) + "/" + std::to_string(flow.path.size())}};
+      if (i == 0) s.flow_out = flow_id;
+      sim_.ReportSlice(s);
+      // Links still shared are re-traced by Rebalance below with their new rates.
+      if (links_[l].flows.empty()) TraceUtilization(l);
+    }
+    LinkId last = flow.path.back();
+    SliceRecord r;
+    r.pid = vertex_pid_[topo_.link(last).dst];
+    r.tid = TrackOf(last, /*receive_side=*/true);
+    r.name = flow.label;
+    r.category = "receive";
+    r.start = t.start + flow.latency;
+    r.end = t.delivered;
+    r.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))}};
+    r.flow_in = flow_id;
+    sim_.ReportSlice(r);
+  }
+  sim_.Schedule(flow.latency, std::move(flow.on_delivered));
+  free_flows_.push_back(f);
+  if (!scratch_links_.empty()) MarkDirty(scratch_links_);
+}
+
+void Network::Rebalance(const std::vector<LinkId>& seed_links) {
+  // 1. The connected component: links reachable from the seeds through shared flows.
+  ++epoch_;
+  std::vector<LinkId> comp_links;
+  scratch_flows_.clear();
+  for (LinkId l : seed_links) {
+    if (links_[l].mark != epoch_) {
+      links_[l].mark = epoch_;
+      comp_links.push_back(l);
+    }
+  }
+  for (size_t i = 0; i < comp_links.size(); ++i) {
+    for (int32_t f : links_[comp_links[i]].flows) {
+      Flow& flow = flows_[f];
+      if (flow.mark == epoch_) continue;
+      flow.mark = epoch_;
+      flow.frozen = false;
+      scratch_flows_.push_back(f);
+      for (LinkId m : flow.path) {
+        if (links_[m].mark != epoch_) {
+          links_[m].mark = epoch_;
+          comp_links.push_back(m);
+        }
+      }
+    }
+  }
+  // 2. Progressive filling: repeatedly find the link whose residual capacity split among its
+  // unfrozen flows is smallest; that share is the max-min fair rate of those flows (no flow
+  // through that link can get more without another getting less). Freeze them and charge
+  // their share to every link they cross.
+  for (LinkId l : comp_links) {
+    links_[l].residual = links_[l].capacity;
+    links_[l].unfrozen = static_cast<int32_t>(links_[l].flows.size());
+  }
+  size_t left = scratch_flows_.size();
+  while (left > 0) {
+    LinkId best = -1;
+    double best_share = std::numeric_limits<double>::infinity();
+    for (LinkId l : comp_links) {
+      const LinkState& s = links_[l];
+      if (s.unfrozen == 0) continue;
+      double share = s.residual / s.unfrozen;
+      if (share < best_share) {
+        best_share = share;
+        best = l;
+      }
+    }
+    assert(best >= 0);
+    for (int32_t f : links_[best].flows) {
+      Flow& flow = flows_[f];
+      if (flow.frozen) continue;
+      flow.frozen = true;
+      --left;
+      for (LinkId m : flow.path) {
+        links_[m].residual = std::max(0.0, links_[m].residual - best_share);
+        --links_[m].unfrozen;
+      }
+      SetRate(f, best_share);
+    }
+  }
+  if (sim_.tracing()) {
+    for (LinkId l : comp_links) TraceUtilization(l);
+  }
+}
+
+void Network::TraceUtilization(LinkId link) {
+  const LinkState& s = links_[link];
+  double used = 0;
+  for (int32_t f : s.flows) used += flows_[f].rate;
+  double util = std::min(1.0, used / s.capacity);
+  // Round to 1e-6 so float noise does not emit spurious samples.
+  util = std::round(util * 1e6) / 1e6;
+  if (util == links_[link].traced_util) return;
+  links_[link].traced_util = util;
+  const Link& l = topo_.link(link);
+  CounterRecord c;
+  c.pid = vertex_pid_[l.src];
+  c.name =
+      FormatUtilName(std::string(LinkKindName(l.kind)) + " \xE2\x86\x92 " + topo_.node(l.dst).name);
+  c.time = sim_.Now();
+  c.value = util;
+  sim_.ReportCounter(c);
+}
+
+}  // namespace shardsim

@@ -1,0 +1,127 @@
+// Transfers between devices over a topology, with links shared by concurrent transfers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/callback.h"
+#include "sim/simulator.h"
+#include "sim/time.h"
+#include "sim/units.h"
+#include "topology/routing.h"
+#include "topology/topology.h"
+
+namespace shardsim {
+
+// Identifies a transfer started on a Network.
+using TransferId = int64_t;
+
+// When one transfer ran, as the Network saw it.
+struct TransferTiming {
+  Time start;      // When it was started.
+  Time drained;    // When its last byte left the source (its links were released).
+  Time delivered;  // When its last byte reached the destination: drained + route latency.
+  int hops = 0;    // Links on its route.
+};
+
+// Moves bytes between vertices of a Topology as a fluid flow model with max-min fair sharing.
+//
+// Model (chosen over chunked FIFO links; see README "Transfer model"):
+// - A transfer occupies every link of its route at once, at one rate. Concurrent transfers
+//   share each link's bandwidth max-min fairly (progressive filling): no link carries more
+//   than its bandwidth, and a transfer bottlenecked elsewhere leaves its unused share to
+//   others. Rates are recomputed, and completion events moved, only for the transfers
+//   connected to a changed link through shared links, so disjoint traffic costs nothing.
+// - Latency is added once per hop after the last byte leaves the source: cut-through
+//   pipelining with vanishing chunk size. A lone transfer of S bytes over h hops of bandwidth
+//   B and latency a takes exactly h*a + S/B (zero store-and-forward term), and k transfers
+//   sharing one link each take k*S/B + a.
+// Why fluid rather than chunks: collectives on thousands of devices move millions of
+// messages; a flow costs two events however large it is, while chunks cost one event per
+// chunk per hop, and the fair-share rates reproduce the bandwidth split that chunked
+// round-robin FIFOs converge to for long messages.
+class Network {
+ public:
+  // `sim`, `topo` and `router` must outlive the network.
+  Network(Simulator& sim, const Topology& topo, Router& router);
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // Starts moving `bytes` from vertex `src` to vertex `dst` now; `on_delivered` runs when the
+  // last byte arrives. `label` names the transfer in traces. src == dst or zero bytes
+  // completes at once (next event at the current time).
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                   Callback on_delivered);
+
+  // Timing of a transfer (valid once it was delivered, else partially filled).
+  const TransferTiming& timing(TransferId id) const { return timings_[id]; }
+  // Number of transfers started.
+  int64_t transfers_started() const { return static_cast<int64_t>(timings_.size()); }
+  // Number of transfers in flight (started, not yet drained).
+  int64_t active_transfers() const { return active_; }
+  // Total bytes that crossed each directed link (index LinkId).
+  const std::vector<double>& link_bytes() const { return link_bytes_; }
+  // The topology.
+  const Topology& topology() const { return topo_; }
+
+  // Trace process id of a vertex: devices first (pid = device index), then switches.
+  int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
+
+ private:
+  struct Flow {
+    std::vector<LinkId> path;
+    double total = 0;        // Bytes of the whole transfer.
+    double remaining = 0;    // Bytes still to leave the source.
+    double rate = 0;         // Bytes per picosecond.
+    int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
+    EventId drain_event;
+    Time latency;
+    TransferId id = 0;
+    Callback on_delivered;
+    std::string label;
+    uint32_t mark = 0;    // Scratch: component search epoch.
+    bool frozen = false;  // Scratch for progressive filling.
+    bool active = false;
+  };
+  struct LinkState {
+    double capacity = 0;         // Bytes per picosecond.
+    std::vector<int32_t> flows;  // Active flow slots on this link.
+    double residual = 0;         // Scratch for progressive filling.
+    int32_t unfrozen = 0;        // Scratch for progressive filling.
+    uint32_t mark = 0;           // Scratch: component search epoch.
+    double traced_util = -1;     // Last utilization reported to the trace.
+  };
+
+  int32_t AllocateFlow();
+  void Admit(int32_t f);
+  void Drain(int32_t f);
+  // Queues links whose flows changed; one rebalance runs at the current time for all of them.
+  void MarkDirty(const std::vector<LinkId>& links);
+  // Recomputes max-min fair rates of all flows connected to `seed_links`.
+  void Rebalance(const std::vector<LinkId>& seed_links);
+  void SetRate(int32_t f, double rate);
+  void ScheduleDrain(int32_t f);
+  void DeclareTraceProcesses();
+  int32_t TrackOf(LinkId link, bool receive_side);
+  void TraceUtilization(LinkId link);
+
+  Simulator& sim_;
+  const Topology& topo_;
+  Router& router_;
+  std::vector<Flow> flows_;
+  std::vector<int32_t> free_flows_;
+  std::vector<LinkState> links_;
+  std::vector<TransferTiming> timings_;
+  std::vector<double> link_bytes_;
+  std::vector<int32_t> vertex_pid_;
+  std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
+  int64_t active_ = 0;
+  uint32_t epoch_ = 0;
+  std::vector<LinkId> scratch_links_;
+  std::vector<LinkId> dirty_links_;
+  bool rebalance_pending_ = false;
+  std::vector<int32_t> scratch_flows_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,27 @@
+// Validating and applying the run file's `hardware.link` and `hardware.device` overrides.
+#pragma once
+
+#include "sim/time.h"
+#include "sim/units.h"
+#include "topology/device_spec.h"
+#include "topology/topology_spec.h"
+
+namespace shardsim {
+
+// Throws SpecError unless the override's bandwidth is positive ("hardware.link.bandwidth")
+// and its latency non-negative ("hardware.link.latency").
+void ValidateLinkOverride(const LinkOverride& link);
+
+// `bandwidth` replaced by the override's when given (validate first).
+Bandwidth OverrideBandwidth(const LinkOverride& link, Bandwidth bandwidth);
+
+// `latency` replaced by the override's when given (validate first).
+Time OverrideLatency(const LinkOverride& link, Time latency);
+
+// `device` with the override applied: each given dtype's rate replaces (or adds) that entry
+// of `flops`; HBM bandwidth and capacity replace the preset's. Throws SpecError for a
+// non-positive value ("hardware.device.flops.<dtype>", "hardware.device.hbm_bandwidth",
+// "hardware.device.hbm_capacity") or an empty dtype name ("hardware.device.flops").
+DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override_spec);
+
+}  // namespace shardsim

@@ -1,0 +1,325 @@
+#include "topology/presets.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "sim/closest_name.h"
+#include "sim/spec_error.h"
+#include "topology/build.h"
+#include "topology/hierarchical.h"
+#include "topology/overrides.h"
+#include "topology/switch.h"
+#include "topology/torus.h"
+
+namespace shardsim {
+namespace {
+
+// Decimal gigabytes, as HBM capacities are published (1 GB = 1e9 bytes).
+constexpr Bytes Gigabytes(int64_t gb) { return Bytes(gb * 1000 * 1000 * 1000); }
+
+// How a TPU preset decides which torus axes wrap around.
+enum class WrapRule {
+  kFullCubes,  // v4, v5p: axes that are multiples of 4, in slices of full 4x4x4 cubes.
+  kLength16,   // v5e, v6e: only an axis of length 16.
+};
+
+struct TpuPreset {
+  std::string name;
+  std::vector<int> default_shape;
+  WrapRule wrap_rule;
+  Bandwidth ici;  // One way per link.
+  DeviceSpec device;
+};
+
+struct GpuPreset {
+  std::string name;
+  int gpus_per_node;
+  Bandwidth nvlink;  // Per GPU, one way.
+  DeviceSpec device;
+};
+
+// f32 matmuls on a TPU MXU run as several bf16 passes. ASSUMPTION (hardware.md: "f32 matmul
+// throughput is not in the table; a preset may take it as a documented fraction of bf16"):
+// f32 = bf16 / 3, XLA's 3-pass bf16 algorithm (Precision.HIGH, close to f32 accuracy).
+constexpr double kTpuF32Fraction = 1.0 / 3.0;
+// GPUs run f32 matmuls on TF32 tensor cores (JAX's default on Ampere and later); NVIDIA's
+// A100/H100/B200 datasheets list dense TF32 at half the dense BF16 rate: f32 = bf16 / 2.
+constexpr double kGpuF32Fraction = 1.0 / 2.0;
+
+// Fills bf16 and the derived f32 and f16 rates. f16: ASSUMPTION, the bf16 rate (GPU
+// datasheets list equal FP16 and BF16 tensor rates; TPUs take 16-bit floats on the MXU).
+DeviceSpec Chip(std::string chip, std::string platform, double bf16, double f32_fraction,
+                Bandwidth hbm_bandwidth, Bytes hbm_capacity) {
+  DeviceSpec d;
+  d.chip = std::move(chip);
+  d.platform = std::move(platform);
+  d.flops["bf16"] = FlopRate::PerSecond(bf16);
+  d.flops["f16"] = FlopRate::PerSecond(bf16);
+  d.flops["f32"] = FlopRate::PerSecond(bf16 * f32_fraction);
+  d.hbm_bandwidth = hbm_bandwidth;
+  d.hbm_capacity = hbm_capacity;
+  return d;
+}
+
+std::vector<TpuPreset> TpuPresets() {
+  std::vector<TpuPreset> out;
+  {
+    // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v4:
+    // HBM 32 GB, HBM 1.2e12 B/s, bf16 2.75e14 FLOP/s, int8 2.75e14 OP/s,
+    // ICI 4.5e10 B/s one way per link; 6 links (3D torus, largest slice 16x16x16).
+    DeviceSpec d = Chip("TPU v4", "TPU", 2.75e14, kTpuF32Fraction,
+                        Bandwidth::BytesPerSecond(1.2e12), Gigabytes(32));
+    d.flops["int8"] = FlopRate::PerSecond(2.75e14);
+    out.push_back({"tpu-v4",
+                   {4, 4, 4},
+                   WrapRule::kFullCubes,
+                   Bandwidth::BytesPerSecond(4.5e10),
+                   std::move(d)});
+  }
+  {
+    // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v5e:
+    // HBM 16 GB, HBM 8.2e11 B/s, bf16 1.97e14 FLOP/s, int8 3.94e14 OP/s,
+    // ICI 4.5e10 B/s one way per link; 4 links (2D torus, largest slice 16x16).
+    DeviceSpec d = Chip("TPU v5e", "TPU", 1.97e14, kTpuF32Fraction,
+                        Bandwidth::BytesPerSecond(8.2e11), Gigabytes(16));
+    d.flops["int8"] = FlopRate::PerSecond(3.94e14);
+    out.push_back(
+        {"tpu-v5e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(4.5e10), std::move(d)});
+  }
+  {
+    // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v5p:
+    // HBM 96 GB, HBM 2.8e12 B/s, bf16 4.59e14 FLOP/s, int8 9.18e14 OP/s,
+    // ICI 9.0e10 B/s one way per link; 6 links (3D torus, largest slice 16x20x28).
+    DeviceSpec d = Chip("TPU v5p", "TPU", 4.59e14, kTpuF32Fraction,
+                        Bandwidth::BytesPerSecond(2.8e12), Gigabytes(96));
+    d.flops["int8"] = FlopRate::PerSecond(9.18e14);
+    out.push_back({"tpu-v5p",
+                   {4, 4, 4},
+                   WrapRule::kFullCubes,
+                   Bandwidth::BytesPerSecond(9.0e10),
+                   std::move(d)});
+  }
+  {
+    // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v6e:
+    // HBM 32 GB, HBM 1.6e12 B/s, bf16 9.20e14 FLOP/s, int8 1.84e15 OP/s,
+    // ICI 9.0e10 B/s one way per link; 4 links (2D torus, largest slice 16x16).
+    DeviceSpec d = Chip("TPU v6e", "TPU", 9.20e14, kTpuF32Fraction,
+                        Bandwidth::BytesPerSecond(1.6e12), Gigabytes(32));
+    d.flops["int8"] = FlopRate::PerSecond(1.84e15);
+    out.push_back(
+        {"tpu-v6e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(9.0e10), std::move(d)});
+  }
+  return out;
+}
+
+std::vector<GpuPreset> GpuPresets() {
+  std::vector<GpuPreset> out;
+  // Node size: hardware.md, GPUs, "HGX/DGX H100 node: 8 GPUs" (DGX A100/H200/B200 are also
+  // 8-GPU NVSwitch nodes per NVIDIA's DGX datasheets); the NVSwitches are one switch vertex.
+  {
+    // hardware.md, GPUs (Scaling Book gpus.md; NVIDIA datasheets), row A100 SXM:
+    // HBM 80 GB, 2.0e12 B/s, bf16 dense 3.1e14 FLOP/s, no fp8, NVLink 300e9 B/s one way
+    // (12 links x 25 GB/s).
+    DeviceSpec d = Chip("A100 SXM", "GPU", 3.1e14, kGpuF32Fraction,
+                        Bandwidth::BytesPerSecond(2.0e12), Gigabytes(80));
+    out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d)});
+  }
+  {
+    // hardware.md, GPUs, row H100 SXM: HBM 80 GB, 3.35e12 B/s, bf16 dense 9.9e14 FLOP/s,
+    // fp8 2.0e15 FLOP/s, NVLink 450e9 B/s one way (18 links x 25 GB/s).
+    DeviceSpec d = Chip("H100 SXM", "GPU", 9.9e14, kGpuF32Fraction,
+                        Bandwidth::BytesPerSecond(3.35e12), Gigabytes(80));
+    d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
+    out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
+  }
+  {
+    // hardware.md, GPUs, row H200: HBM 141 GB, 4.8e12 B/s, bf16 dense 9.9e14 FLOP/s,
+    // fp8 2.0e15 FLOP/s, NVLink 450e9 B/s one way.
+    DeviceSpec d = Chip("H200", "GPU", 9.9e14, kGpuF32Fraction, Bandwidth::BytesPerSecond(4.8e12),
+                        Gigabytes(141));
+    d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
+    out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
+  }
+  {
+    // hardware.md, GPUs, row B200: HBM 192 GB, 8.0e12 B/s, bf16 dense 2.3e15 FLOP/s,
+    // fp8 4.5e15 FLOP/s, NVLink 900e9 B/s one way (18 links x 50 GB/s).
+    DeviceSpec d = Chip("B200", "GPU", 2.3e15, kGpuF32Fraction, Bandwidth::BytesPerSecond(8.0e12),
+                        Gigabytes(192));
+    d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
+    out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d)});
+  }
+  {
+    // hardware.md, GPUs, "GB200 NVL72: 72 GPUs in one NVLink domain, 900e9 B/s per GPU one
+    // way". ASSUMPTION: hardware.md gives no separate GB200 GPU row; its Blackwell GPUs take
+    // the B200 row (HBM 192 GB, 8.0e12 B/s, bf16 2.3e15, fp8 4.5e15).
+    DeviceSpec d = Chip("B200 (GB200 NVL72)", "GPU", 2.3e15, kGpuF32Fraction,
+                        Bandwidth::BytesPerSecond(8.0e12), Gigabytes(192));
+    d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
+    out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d)});
+  }
+  return out;
+}
+
+[[noreturn]] void ThrowUnknownPreset(std::string_view name) {
+  std::vector<std::string> names = PresetNames();
+  std::string message = "unknown preset '" + std::string(name) + "'";
+  std::string closest = ClosestName(name, names);
+  message += closest.empty() ? "." : "; did you mean '" + closest + "'?";
+  message += " Known presets: " + JoinNames(names);
+  throw SpecError("hardware.preset", message);
+}
+
+std::optional<TpuPreset> FindTpu(std::string_view name) {
+  for (TpuPreset& p : TpuPresets()) {
+    if (p.name == name) return std::move(p);
+  }
+  return std::nullopt;
+}
+
+std::optional<GpuPreset> FindGpu(std::string_view name) {
+  for (GpuPreset& p : GpuPresets()) {
+    if (p.name == name) return std::move(p);
+  }
+  return std::nullopt;
+}
+
+std::string ShapeText(const std::vector<int>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += "x";
+    out += std::to_string(shape[i]);
+  }
+  return out;
+}
+
+std::vector<bool> WrapByRule(WrapRule rule, const std::vector<int>& shape) {
+  std::vector<bool> wrap(shape.size(), false);
+  const bool full_cubes = std::all_of(shape.begin(), shape.end(), [](int k) { return k >= 4; });
+  for (size_t i = 0; i < shape.size(); ++i) {
+    switch (rule) {
+      case WrapRule::kFullCubes:
+        wrap[i] = full_cubes && shape[i] % 4 == 0;
+        break;
+      case WrapRule::kLength16:
+        wrap[i] = shape[i] == 16;
+        break;
+    }
+  }
+  return wrap;
+}
+
+Topology BuildTpu(const TpuPreset& preset, const HardwareSpec& spec) {
+  if (spec.nodes != 0) {
+    throw SpecError("hardware.nodes", preset.name +
+                                          " is a TPU preset: size the slice with `shape` "
+                                          "(e.g. shape: [" +
+                                          ShapeText(preset.default_shape) + "]), not `nodes`");
+  }
+  std::vector<int> shape = spec.shape.empty() ? preset.default_shape : spec.shape;
+  const size_t rank = preset.default_shape.size();
+  if (shape.size() != rank) {
+    throw SpecError("hardware.shape", preset.name + " is a " + std::to_string(rank) +
+                                          "D torus: shape needs " + std::to_string(rank) +
+                                          " dimensions (like " + ShapeText(preset.default_shape) +
+                                          "), got " + std::to_string(shape.size()));
+  }
+  CheckedDeviceCount(shape, "hardware.shape", preset.name);
+  std::vector<bool> wrap = WrapByRule(preset.wrap_rule, shape);
+  if (!spec.wraparound.empty()) {
+    if (spec.wraparound.size() != shape.size()) {
+      throw SpecError("hardware.wraparound",
+                      "wraparound has " + std::to_string(spec.wraparound.size()) +
+                          " entries but the shape " + ShapeText(shape) + " has " +
+                          std::to_string(shape.size()) + " dimensions");
+    }
+    wrap = spec.wraparound;
+  }
+  ValidateLinkOverride(spec.link);
+  DeviceSpec device = ApplyDeviceOverride(preset.device, spec.device);
+  return BuildTorus(shape, wrap, OverrideBandwidth(spec.link, preset.ici),
+                    OverrideLatency(spec.link, kIciLatency), LinkKind::kIci, std::move(device),
+                    preset.name + " " + ShapeText(shape));
+}
+
+Topology BuildGpu(const GpuPreset& preset, const HardwareSpec& spec) {
+  if (!spec.shape.empty()) {
+    throw SpecError("hardware.shape", preset.name +
+                                          " is a GPU preset: use `nodes: N` for more GPUs; "
+                                          "`shape` applies to TPU presets");
+  }
+  if (!spec.wraparound.empty()) {
+    throw SpecError("hardware.wraparound",
+                    preset.name + " is a GPU preset: wraparound applies to TPU tori only");
+  }
+  if (spec.nodes < 0) {
+    throw SpecError("hardware.nodes", "nodes must be >= 1, got " + std::to_string(spec.nodes));
+  }
+  const int nodes = std::max(spec.nodes, 1);
+  if (static_cast<int64_t>(nodes) * preset.gpus_per_node > kMaxDevices) {
+    throw SpecError("hardware.nodes",
+                    std::to_string(nodes) + " nodes of " + std::to_string(preset.gpus_per_node) +
+                        " GPUs exceed the limit of " + std::to_string(kMaxDevices) + " devices");
+  }
+  ValidateLinkOverride(spec.link);
+  DeviceSpec device = ApplyDeviceOverride(preset.device, spec.device);
+  const Bandwidth nvlink = OverrideBandwidth(spec.link, preset.nvlink);
+  const Time nvlink_latency = OverrideLatency(spec.link, kNvlinkLatency);
+  if (nodes == 1) {
+    return BuildSwitch(preset.gpus_per_node, nvlink, nvlink_latency, LinkKind::kNvlink,
+                       std::move(device), preset.name);
+  }
+  // Scale-out: hardware.md, GPUs, "Scale-out (H100 SuperPod): one 400 Gb/s (50 GB/s) NIC per
+  // GPU, 8 per node; fat tree ... scalable units of 32 nodes (256 GPUs) under leaf switches,
+  // spine above". The same network is assumed for every GPU preset.
+  HierarchicalParams params;
+  params.nodes = nodes;
+  params.per_node = preset.gpus_per_node;
+  params.nvlink_bandwidth = nvlink;
+  params.nvlink_latency = nvlink_latency;
+  params.nic_bandwidth = kNicBandwidth;
+  params.nic_latency = kNicLatency;
+  params.fabric_latency = kFabricLatency;
+  return BuildHierarchical(params, std::move(device),
+                           preset.name + ", " + std::to_string(nodes) + " nodes");
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  return {"tpu-v4",   "tpu-v5e",  "tpu-v5p",  "tpu-v6e",    "a100-dgx",
+          "h100-dgx", "h200-dgx", "b200-dgx", "gb200-nvl72"};
+}
+
+bool IsPreset(std::string_view name) {
+  std::vector<std::string> names = PresetNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool IsTpuPreset(std::string_view name) { return FindTpu(name).has_value(); }
+
+DeviceSpec PresetDeviceSpec(std::string_view name) {
+  if (std::optional<TpuPreset> tpu = FindTpu(name)) return tpu->device;
+  if (std::optional<GpuPreset> gpu = FindGpu(name)) return gpu->device;
+  ThrowUnknownPreset(name);
+}
+
+std::vector<int> PresetDefaultShape(std::string_view name) {
+  if (std::optional<TpuPreset> tpu = FindTpu(name)) return tpu->default_shape;
+  if (FindGpu(name)) return {};
+  ThrowUnknownPreset(name);
+}
+
+std::vector<bool> PresetWraparound(std::string_view name, const std::vector<int>& shape) {
+  std::optional<TpuPreset> tpu = FindTpu(name);
+  if (!tpu) return std::vector<bool>(shape.size(), false);
+  return WrapByRule(tpu->wrap_rule, shape);
+}
+
+Topology BuildPreset(const HardwareSpec& spec) {
+  if (std::optional<TpuPreset> tpu = FindTpu(spec.preset)) return BuildTpu(*tpu, spec);
+  if (std::optional<GpuPreset> gpu = FindGpu(spec.preset)) return BuildGpu(*gpu, spec);
+  ThrowUnknownPreset(spec.preset);
+}
+
+}  // namespace shardsim

@@ -1,0 +1,208 @@
+#include "topology/routing.h"
+
+#include <algorithm>
+#include <boost/graph/dijkstra_shortest_paths.hpp>
+#include <boost/property_map/function_property_map.hpp>
+#include <cassert>
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "topology/hierarchical.h"
+#include "topology/ring.h"
+#include "topology/torus.h"
+
+namespace shardsim {
+namespace {
+
+// Dimension-order routing on a torus, mesh or ring.
+class TorusRouter : public Router {
+ public:
+  explicit TorusRouter(const Topology& topo)
+      : topo_(topo),
+        shape_(topo.torus()->shape),
+        wrap_(topo.torus()->wraparound),
+        one_way_(IsOneWayRing(topo)) {}
+
+  const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+    route_.clear();
+    const Node& from = topo_.node(src);
+    const Node& to = topo_.node(dst);
+    assert(from.kind == NodeKind::kDevice && to.kind == NodeKind::kDevice);
+    // Coordinates from the device index (torus.h layout), not Node::coords, so a torus put
+    // together by hand without coordinates routes too.
+    std::vector<int> at = TorusCoords(shape_, from.device);
+    const std::vector<int> target = TorusCoords(shape_, to.device);
+    VertexId current = src;
+    for (size_t d = 0; d < shape_.size(); ++d) {
+      const int k = shape_[d];
+      // Signed number of unit steps along dimension d.
+      int steps = target[d] - at[d];
+      if (one_way_) {
+        steps = (steps % k + k) % k;  // Always forward, around the ring.
+      } else if (wrap_[d]) {
+        const int forward = (steps % k + k) % k;  // Steps going +.
+        const int backward = k - forward;         // Steps going - (when forward > 0).
+        steps = (forward == 0 || forward <= backward) ? forward : -backward;
+      }
+      const int unit = steps > 0 ? 1 : -1;
+      for (int i = 0; i < std::abs(steps); ++i) {
+        at[d] = (at[d] + unit + k) % k;
+        VertexId next = topo_.device_vertex(TorusIndex(shape_, at));
+        std::optional<LinkId> link = topo_.FindLink(current, next);
+        assert(link && "torus neighbours must be linked");
+        route_.push_back(*link);
+        current = next;
+      }
+    }
+    assert(current == dst);
+    return route_;
+  }
+
+ private:
+  const Topology& topo_;
+  std::vector<int> shape_;
+  std::vector<bool> wrap_;
+  bool one_way_;
+  std::vector<LinkId> route_;
+};
+
+// Dijkstra from each source on first use, cached.
+class ShortestPathRouter : public Router {
+ public:
+  explicit ShortestPathRouter(const Topology& topo)
+      : topo_(topo), trees_(topo.num_vertices()), weight_(topo.links().size()) {
+    // Weight in picoseconds: latency + the time 1 MiB takes at the link's bandwidth.
+    for (size_t i = 0; i < weight_.size(); ++i) {
+      const Link& l = topo.links()[i];
+      weight_[i] = l.latency.picoseconds() + l.bandwidth.TransferTime(Bytes::MiB(1)).picoseconds();
+    }
+  }
+
+  const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+    route_.clear();
+    if (src == dst) return route_;
+    const std::vector<LinkId>& pred = Tree(src);
+    for (VertexId v = dst; v != src;) {
+      LinkId id = pred[v];
+      assert(id >= 0 && "destination unreachable");
+      route_.push_back(id);
+      v = topo_.link(id).src;
+    }
+    std::reverse(route_.begin(), route_.end());
+    return route_;
+  }
+
+ private:
+  // Records, for every vertex, the link over which Dijkstra last improved it.
+  struct RecordLink : public boost::default_dijkstra_visitor {
+    std::vector<LinkId>* pred;
+    template <class Edge, class Graph>
+    void edge_relaxed(Edge e, const Graph& g) const {
+      (*pred)[boost::target(e, g)] = g[e];
+    }
+  };
+
+  const std::vector<LinkId>& Tree(VertexId src) {
+    std::vector<LinkId>& pred = trees_[src];
+    if (!pred.empty()) return pred;
+    const TopologyGraph& g = topo_.graph();
+    pred.assign(topo_.num_vertices(), -1);
+    std::vector<int64_t> distance(topo_.num_vertices(), std::numeric_limits<int64_t>::max());
+    const std::vector<int64_t>& weights = weight_;
+    auto weight_map = boost::make_function_property_map<TopologyGraph::edge_descriptor>(
+        [&g, &weights](TopologyGraph::edge_descriptor e) { return weights[g[e]]; });
+    RecordLink visitor;
+    visitor.pred = &pred;
+    boost::dijkstra_shortest_paths(g, static_cast<TopologyGraph::vertex_descriptor>(src),
+                                   boost::weight_map(weight_map)
+                                       .distance_map(boost::make_iterator_property_map(
+                                           distance.begin(), boost::get(boost::vertex_index, g)))
+                                       .visitor(visitor));
+    return pred;
+  }
+
+  const Topology& topo_;
+  std::vector<std::vector<LinkId>> trees_;  // Per source; empty until computed.
+  std::vector<int64_t> weight_;             // Per LinkId, picoseconds.
+  std::vector<LinkId> route_;
+};
+
+// Structural routing on a fat tree built by BuildHierarchical.
+class FatTreeRouter : public Router {
+ public:
+  FatTreeRouter(const Topology& topo, const HierarchicalParams& params)
+      : layout_(params), fallback_(topo) {
+    const int n = layout_.num_devices();
+    to_switch_.assign(n, -1);
+    from_switch_.assign(n, -1);
+    to_leaf_.assign(n, -1);
+    from_leaf_.assign(n, -1);
+    up_.assign(static_cast<size_t>(layout_.num_leaves()) * params.spines, -1);
+    down_.assign(up_.size(), -1);
+    const VertexId first_leaf = layout_.Leaf(0);
+    const VertexId first_spine = layout_.Leaf(layout_.num_leaves() - 1) + 1;
+    for (LinkId id = 0; id < static_cast<LinkId>(topo.links().size()); ++id) {
+      const Link& l = topo.link(id);
+      if (l.src < n) {
+        (l.kind == LinkKind::kNvlink ? to_switch_ : to_leaf_)[l.src] = id;
+      } else if (l.dst < n) {
+        (l.kind == LinkKind::kNvlink ? from_switch_ : from_leaf_)[l.dst] = id;
+      } else if (l.src < first_spine) {  // Leaf -> spine.
+        up_[static_cast<size_t>(l.src - first_leaf) * params.spines + (l.dst - first_spine)] = id;
+      } else {  // Spine -> leaf.
+        down_[static_cast<size_t>(l.dst - first_leaf) * params.spines + (l.src - first_spine)] = id;
+      }
+    }
+  }
+
+  const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+    const int n = layout_.num_devices();
+    if (src >= n || dst >= n) return fallback_.Route(src, dst);  // A switch endpoint.
+    route_.clear();
+    if (src == dst) return route_;
+    const int src_node = layout_.NodeOf(src);
+    const int dst_node = layout_.NodeOf(dst);
+    if (src_node == dst_node) {
+      // Inside a node: NVLink through the node's NVSwitch, never the NICs.
+      route_ = {to_switch_[src], from_switch_[dst]};
+      return route_;
+    }
+    const int src_leaf = layout_.LeafOfNode(src_node);
+    const int dst_leaf = layout_.LeafOfNode(dst_node);
+    route_.push_back(to_leaf_[src]);
+    if (src_leaf != dst_leaf) {
+      // ECMP-like: spread node pairs over the spines deterministically.
+      const int spines = layout_.params().spines;
+      const int spine = (src_node + dst_node) % spines;
+      route_.push_back(up_[static_cast<size_t>(src_leaf) * spines + spine]);
+      route_.push_back(down_[static_cast<size_t>(dst_leaf) * spines + spine]);
+    }
+    route_.push_back(from_leaf_[dst]);
+    return route_;
+  }
+
+ private:
+  FatTreeLayout layout_;
+  ShortestPathRouter fallback_;
+  std::vector<LinkId> to_switch_, from_switch_;  // Per device: NVLink up and down.
+  std::vector<LinkId> to_leaf_, from_leaf_;      // Per device: NIC up and down.
+  std::vector<LinkId> up_, down_;                // Per (leaf, spine): fabric up and down.
+  std::vector<LinkId> route_;
+};
+
+}  // namespace
+
+std::unique_ptr<Router> MakeRouter(const Topology& topo) {
+  if (topo.torus() && topo.num_switches() == 0) return std::make_unique<TorusRouter>(topo);
+  if (std::optional<HierarchicalParams> params = RecognizeHierarchical(topo)) {
+    return std::make_unique<FatTreeRouter>(topo, *params);
+  }
+  return MakeShortestPathRouter(topo);
+}
+
+std::unique_ptr<Router> MakeShortestPathRouter(const Topology& topo) {
+  return std::make_unique<ShortestPathRouter>(topo);
+}
+
+}  // namespace shardsim

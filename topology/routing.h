@@ -1,0 +1,38 @@
+// Routes: the ordered directed links a transfer takes from one vertex to another.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "topology/topology.h"
+
+namespace shardsim {
+
+// Chooses the path of every transfer. Deterministic: the same (src, dst) always gets the same
+// route. Not thread-safe. The Topology must outlive the router.
+class Router {
+ public:
+  virtual ~Router() = default;
+  // The directed links from `src` to `dst`, in order; empty when src == dst. The reference
+  // stays valid until the next call of Route on this router (copy it to keep it). `dst` must
+  // be reachable from `src` (asserted; every builder makes connected topologies).
+  virtual const std::vector<LinkId>& Route(VertexId src, VertexId dst) = 0;
+};
+
+// The router suited to `topo`:
+//  - a torus or ring (Topology::torus() set, no switches): dimension-order routing, dimension
+//    0 first; on a wrapping dimension the shorter way round (ties: the + direction), on a
+//    non-wrapping one straight; on a one-way ring always the + direction.
+//  - a fat tree from BuildHierarchical: within a node through the NVSwitch (never a NIC);
+//    between nodes under one leaf GPU -> leaf -> GPU; across leaves through spine
+//    (src_node + dst_node) % spines, an ECMP-like deterministic spread over the spines.
+//  - anything else: MakeShortestPathRouter.
+std::unique_ptr<Router> MakeRouter(const Topology& topo);
+
+// A shortest-path router for any topology: Dijkstra (Boost.Graph) with link weight
+// latency + 1 MiB / bandwidth, so that among paths of equal latency the higher-bandwidth one
+// wins; ties go to the first path found (links in insertion order), so routes are
+// deterministic. One predecessor tree per source is computed on first use and cached.
+std::unique_ptr<Router> MakeShortestPathRouter(const Topology& topo);
+
+}  // namespace shardsim

@@ -1,0 +1,64 @@
+// The validated description of a machine, as the run file's `hardware:` section gives it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/time.h"
+#include "sim/units.h"
+
+namespace shardsim {
+
+// Overrides of a preset's link figures (per direction).
+struct LinkOverride {
+  std::optional<Bandwidth> bandwidth;  // hardware.link.bandwidth
+  std::optional<Time> latency;         // hardware.link.latency
+};
+
+// Overrides of a preset's device figures.
+struct DeviceOverride {
+  std::map<std::string, FlopRate> flops;   // hardware.device.flops.{dtype}
+  std::optional<Bandwidth> hbm_bandwidth;  // hardware.device.hbm_bandwidth
+  std::optional<Bytes> hbm_capacity;       // hardware.device.hbm_capacity
+};
+
+// One link of an explicit graph (`kind: graph`).
+struct ExplicitLinkSpec {
+  int src = 0;                // Source device.
+  int dst = 0;                // Destination device.
+  Bandwidth bandwidth;        // Bandwidth per direction.
+  Time latency;               // Latency per hop.
+  bool bidirectional = true;  // Also add dst->src with the same figures.
+};
+
+// A custom topology (`hardware.topology`).
+struct CustomTopologySpec {
+  std::string kind;              // torus | ring | switch | hierarchical | fully_connected | graph
+  std::vector<int> shape;        // torus: devices per dimension.
+  std::vector<bool> wraparound;  // torus: per dimension; empty means all true.
+  int size = 0;                  // ring, switch, fully_connected: device count.
+  bool bidirectional = true;     // ring: links both ways (else one-way ring).
+  int nodes = 0;                 // hierarchical: number of nodes.
+  int per_node = 0;              // hierarchical: devices per node.
+  int nodes_per_leaf = 0;        // hierarchical: nodes under one leaf switch (0: all).
+  int spines = 0;                // hierarchical: spine switches (0: one per leaf uplink set).
+  std::optional<Bandwidth> nic_bandwidth;  // hierarchical: scale-out NIC bandwidth per device.
+  std::optional<Time> nic_latency;         // hierarchical: scale-out per-hop latency.
+  int devices = 0;                         // graph: device count.
+  std::vector<ExplicitLinkSpec> links;     // graph: links.
+};
+
+// The whole `hardware:` section. Exactly one of `preset` and `topology` is set.
+struct HardwareSpec {
+  std::string preset;                          // A preset name (SPEC "Presets"), or empty.
+  std::optional<CustomTopologySpec> topology;  // A custom machine, or empty.
+  std::vector<int> shape;                      // TPU presets: chips per torus dimension.
+  std::vector<bool> wraparound;                // Optional override of the preset's rule.
+  int nodes = 0;                               // GPU presets: number of nodes (0: one node).
+  LinkOverride link;                           // Link overrides.
+  DeviceOverride device;                       // Device overrides.
+};
+
+}  // namespace shardsim
