@@ -64,6 +64,10 @@ class Network {
   const std::vector<double>& link_bytes() const { return link_bytes_; }
   // The topology.
   const Topology& topology() const { return topo_; }
+  // Links on the route from `a` to `b` (0 when a == b).
+  int Hops(VertexId a, VertexId b) { return a == b ? 0 : static_cast<int>(router_.Route(a, b).size()); }
+  // Whether the simulation is traced (so transfer labels are worth building).
+  bool tracing() const { return sim_.tracing(); }
 
   // Trace process id of a vertex: devices first (pid = device index), then switches.
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }

@@ -5,8 +5,10 @@
 #include <iostream>
 #include <string>
 
+#include "sim/cli/collective_command.h"
 #include "sim/cli/run_command.h"
 #include "sim/cli/run_file.h"
+#include "sim/cli/show_sharding_command.h"
 #include "sim/cli/topo_command.h"
 #include "sim/spec_error.h"
 #include "sim/units.h"
@@ -51,6 +53,36 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   run_cmd->add_option("--set", run.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
 
+  shardsim::CollectiveCommandOptions coll;
+  CLI::App* coll_cmd = app.add_subcommand(
+      "collective", "Sweep one collective over message sizes (a table like nccl-tests)");
+  coll_cmd->add_option("--hardware", coll.hardware, "A preset: tpu-v5e, h100-dgx, ...")->required();
+  coll_cmd->add_option("--shape", coll.shape, "Chips per torus dimension, e.g. 4x4");
+  coll_cmd->add_option("--nodes", coll.nodes, "Nodes of a multi-node GPU preset");
+  coll_cmd->add_option("--mesh", coll.mesh, "Mesh axes, e.g. dp=4,tp=2")->required();
+  coll_cmd
+      ->add_option("--op", coll.op,
+                   "psum, pmean, pmax, pmin, psum_scatter, all_gather, "
+                   "all_to_all or ppermute")
+      ->required();
+  coll_cmd->add_option("--axis", coll.axis, "Mesh axis or axes, e.g. dp or dp,tp")->required();
+  coll_cmd->add_option("--sizes", coll.sizes, "MIN:MAX[:FACTOR] or one size (default 1KiB:1GiB)");
+  coll_cmd->add_option("--algorithm", coll.algorithm,
+                       "ring, bidirectional_ring, torus_2d, direct, halving_doubling, tree, auto");
+  coll_cmd->add_option("--csv", coll.csv_path, "Also write the table as CSV");
+  coll_cmd->add_option("--numerics", coll.numerics, "Check the data too: on or off (default)")
+      ->check(CLI::IsMember({"on", "off"}));
+
+  shardsim::ShowShardingOptions show;
+  CLI::App* show_cmd = app.add_subcommand(
+      "show-sharding", "Print an array's sharded type and which devices hold which block");
+  show_cmd->add_option("--mesh", show.mesh, "Mesh axes, e.g. dp=4,tp=2")->required();
+  show_cmd->add_option("--shape", show.shape, "Global shape, e.g. 1024x4096")->required();
+  show_cmd->add_option("--spec", show.spec, "PartitionSpec, e.g. \"P('dp', None)\"")->required();
+  show_cmd->add_option("--dtype", show.dtype, "f32, bf16, f16 or i32 (default f32)");
+  show_cmd->add_option("--hardware", show.hardware, "Place the mesh on a preset's devices");
+  show_cmd->add_option("--hw-shape", show.hw_shape, "The preset's torus shape, e.g. 4x2");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -69,6 +101,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
+    if (app.got_subcommand(coll_cmd)) {
+      shardsim::RunCollectiveCommand(coll);
+      return 0;
+    }
+    if (app.got_subcommand(show_cmd)) {
+      shardsim::RunShowShardingCommand(show);
+      return 0;
+    }
   } catch (const shardsim::InputError& e) {
     return BadInput(e.what());
   } catch (const shardsim::SpecError& e) {

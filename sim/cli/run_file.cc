@@ -1,10 +1,21 @@
 #include "sim/cli/run_file.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "collectives/algorithm.h"
+#include "collectives/dtype.h"
+#include "collectives/mesh.h"
+#include "collectives/partition_spec.h"
 #include "sim/cli/yaml_reader.h"
 #include "sim/closest_name.h"
 
@@ -16,8 +27,8 @@ std::vector<std::string> TopLevelKeys() {
   return {"hardware", "transfers", "program", "mesh", "arrays", "outputs", "options"};
 }
 
-// Top-level keys recognised but not supported by this version.
-std::vector<std::string> UnsupportedKeys() { return {"program", "mesh", "arrays", "outputs"}; }
+// Top-level keys that belong to a program (not to a `transfers:` study).
+std::vector<std::string> ProgramOnlyKeys() { return {"mesh", "arrays", "outputs"}; }
 
 // The kinds of `hardware.topology`.
 std::vector<std::string> TopologyKinds() {
@@ -51,11 +62,6 @@ std::vector<std::string> AllTopologyKeys() {
 std::vector<std::string> DtypeNames() {
   return {"f32", "bf16",    "f16",  "i32", "float32", "bfloat16", "float16", "int32",
           "f64", "float64", "tf32", "fp8", "f8",      "int8",     "i8"};
-}
-
-// Collective algorithms (SPEC "Ops").
-std::vector<std::string> AlgorithmNames() {
-  return {"ring", "bidirectional_ring", "torus_2d", "direct", "halving_doubling", "tree", "auto"};
 }
 
 bool Contains(const std::vector<std::string>& words, const std::string& word) {
@@ -200,12 +206,712 @@ std::vector<TransferSpec> ReadTransfers(const YamlValue& value) {
   return out;
 }
 
+// ---- Programs: `mesh:`, `arrays:`, `program:`, `outputs:` ----
+
+// Whether `name` is an identifier: [A-Za-z_][A-Za-z0-9_]*.
+bool IsIdentifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Fails at `at` unless `name` is an identifier; `what` is "array", "output", "mesh axis".
+void CheckIdentifier(const YamlValue& at, const std::string& name, const std::string& what,
+                     bool at_key) {
+  if (IsIdentifier(name)) return;
+  const std::string message = "'" + name + "' is not a valid " + what +
+                              " name (use letters, digits and _, not starting with a digit)";
+  if (at_key) at.FailAtKey(message);
+  at.Fail(message);
+}
+
+// "; did you mean 'x'?" for a misspelled name, or "".
+std::string DidYouMean(const std::string& typed, const std::vector<std::string>& known) {
+  const std::string suggestion = SuggestKey(typed, known);
+  return suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?";
+}
+
+// "[2, 4]" for messages.
+std::string ShapeText(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+// Of two keys that may not be given together, the one to blame: the one a --set gave, else
+// the later in the file.
+const YamlValue& Later(const YamlValue& a, const YamlValue& b) {
+  if (!b.SetKey().empty()) return b;
+  if (!a.SetKey().empty()) return a;
+  auto place = [](const YamlValue& v) {
+    return std::pair(v.key_mark().line, v.key_mark().column);
+  };
+  return place(a) > place(b) ? a : b;
+}
+
+std::vector<std::string> AxisNames(const std::vector<MeshAxis>& axes) {
+  std::vector<std::string> names;
+  for (const MeshAxis& axis : axes) names.push_back(axis.name);
+  return names;
+}
+
+// Fails at `at` unless `name` is an axis of the mesh.
+void CheckMeshAxis(const YamlValue& at, const std::string& name,
+                   const std::vector<MeshAxis>& axes) {
+  const std::vector<std::string> names = AxisNames(axes);
+  if (Contains(names, name)) return;
+  const std::string suggestion = DidYouMean(name, names);
+  at.Fail("'" + name + "' is not a mesh axis" +
+          (suggestion.empty() ? " (mesh axes: " + JoinNames(names) + ")" : suggestion));
+}
+
+// Whether a value is YAML null (or Python's None) in a sharding list.
+bool IsNone(const YamlValue& value) {
+  const YAML::Node& node = value.node();
+  return !node.IsDefined() || node.IsNull() || (node.IsScalar() && node.Scalar() == "None");
+}
+
+// A sharding: JAX's "P('dp', None)" or a YAML list [dp, null] / [[dp, tp], null]. Every axis
+// must be a mesh axis, used once.
+PartitionSpec ReadPartitionSpec(const YamlValue& value, const std::vector<MeshAxis>& axes) {
+  PartitionSpec spec;
+  if (value.IsScalar()) {
+    try {
+      spec = ParsePartitionSpec(value.String());
+    } catch (const std::invalid_argument& e) {
+      value.Fail(e.what());
+    }
+    for (const std::vector<std::string>& dim : spec.dims) {
+      for (const std::string& name : dim) CheckMeshAxis(value, name, axes);
+    }
+  } else if (value.IsList()) {
+    for (const YamlValue& entry : value.List()) {
+      std::vector<std::string> names;
+      if (IsNone(entry)) {
+        // A replicated dimension.
+      } else if (entry.IsScalar()) {
+        names.push_back(entry.String());
+        CheckMeshAxis(entry, names.back(), axes);
+      } else if (entry.IsList()) {
+        for (const YamlValue& sub : entry.List()) {
+          if (!sub.IsScalar() || IsNone(sub)) sub.Expected("a mesh axis name");
+          names.push_back(sub.String());
+          CheckMeshAxis(sub, names.back(), axes);
+        }
+      } else {
+        entry.Expected("a mesh axis name, a list of them, or null");
+      }
+      spec.dims.push_back(names);
+    }
+  } else {
+    value.Expected("a PartitionSpec like \"P('dp', None)\" or a list like [dp, null]");
+  }
+  std::map<std::string, size_t> used;  // Axis -> the dimension that uses it.
+  for (size_t d = 0; d < spec.dims.size(); ++d) {
+    for (const std::string& name : spec.dims[d]) {
+      const auto [it, inserted] = used.emplace(name, d);
+      if (!inserted) {
+        value.Fail("uses mesh axis '" + name + "' twice (dimensions " +
+                   std::to_string(it->second) + " and " + std::to_string(d) + ")");
+      }
+    }
+  }
+  return spec;
+}
+
+// `mesh:` {axes: {name: size, ...} in order, devices: [...]}.
+void ReadMesh(const YamlValue& value, ProgramSpec& program) {
+  YamlMap mesh = value.Map({"axes", "devices"});
+  YamlValue axes_value = mesh.Get("axes");
+  YamlMap axes = axes_value.Map({});
+  if (axes.entries().empty()) axes_value.Fail("expected at least one axis, like {dp: 4, tp: 2}");
+  int64_t positions = 1;
+  for (const auto& [name, size] : axes.entries()) {
+    CheckIdentifier(size, name, "mesh axis", /*at_key=*/true);
+    program.mesh_axes.push_back(MeshAxis{name, size.Int(1)});
+    positions *= program.mesh_axes.back().size;
+    if (positions > (int64_t{1} << 30)) size.Fail("the mesh has too many positions");
+  }
+  if (auto devices = mesh.Find("devices")) {
+    if (!devices->IsList()) devices->Expected("a list of device indices like [0, 1, 2, 3]");
+    std::map<int, size_t> seen;  // Device -> its first entry.
+    std::vector<YamlValue> entries = devices->List();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int device = entries[i].Int(0);
+      const auto [it, inserted] = seen.emplace(device, i);
+      if (!inserted) {
+        entries[i].Fail("device " + std::to_string(device) + " is listed twice (entries " +
+                        std::to_string(it->second) + " and " + std::to_string(i) + ")");
+      }
+      program.mesh_devices.push_back(device);
+    }
+    if (static_cast<int64_t>(entries.size()) != positions) {
+      std::string sizes;
+      for (const MeshAxis& axis : program.mesh_axes) {
+        sizes += (sizes.empty() ? "" : " x ") + axis.name + "=" + std::to_string(axis.size);
+      }
+      devices->Fail("has " + std::to_string(entries.size()) + " devices but the mesh has " +
+                    std::to_string(positions) + " positions (" + sizes + ")");
+    }
+  }
+}
+
+// An array's shape: a list of positive integers ([] for a scalar), or "1024x4096".
+Shape ReadArrayShape(const YamlValue& value) {
+  Shape shape;
+  if (value.IsList()) {
+    for (const YamlValue& entry : value.List()) shape.push_back(entry.Int64(1));
+  } else if (value.IsScalar()) {
+    for (int size : value.Shape()) shape.push_back(size);
+  } else {
+    value.Expected("a list of positive integers like [1024, 4096]");
+  }
+  int64_t count = 1;
+  for (int64_t size : shape) {
+    if (count > std::numeric_limits<int64_t>::max() / size) value.Fail("has too many elements");
+    count *= size;
+  }
+  return shape;
+}
+
+// The values of a literal nested like `shape`, from dimension `dim` on, appended row-major.
+void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vector<float>& out) {
+  if (dim == shape.size()) {
+    if (value.IsList()) value.Fail("is nested deeper than the shape " + ShapeText(shape));
+    out.push_back(static_cast<float>(value.Number()));
+    return;
+  }
+  const std::string along = " along dimension " + std::to_string(dim) + " of shape " +
+                            ShapeText(shape);
+  if (!value.IsList()) {
+    value.Fail("expected a list of " + std::to_string(shape[dim]) + " entries" + along +
+               ", got " + value.Describe());
+  }
+  std::vector<YamlValue> entries = value.List();
+  if (static_cast<int64_t>(entries.size()) != shape[dim]) {
+    value.Fail("has " + std::to_string(entries.size()) + " entries but needs " +
+               std::to_string(shape[dim]) + along);
+  }
+  for (const YamlValue& entry : entries) ReadNested(entry, shape, dim + 1, out);
+}
+
+// `init: {value: ...}`: numbers nested like the shape, or flat in row-major order.
+std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
+  std::vector<float> out;
+  if (value.IsList()) {
+    std::vector<YamlValue> entries = value.List();
+    const bool nested = std::any_of(entries.begin(), entries.end(),
+                                    [](const YamlValue& e) { return e.IsList(); });
+    if (nested) {
+      ReadNested(value, shape, 0, out);
+      return out;
+    }
+    const int64_t count = NumElements(shape);
+    if (static_cast<int64_t>(entries.size()) != count) {
+      value.Fail("has " + std::to_string(entries.size()) + " values but the shape " +
+                 ShapeText(shape) + " needs " + std::to_string(count));
+    }
+    for (const YamlValue& entry : entries) out.push_back(static_cast<float>(entry.Number()));
+    return out;
+  }
+  if (value.IsScalar() && shape.empty()) {
+    out.push_back(static_cast<float>(value.Number()));
+    return out;
+  }
+  value.Expected("a list of numbers, nested like the shape or flat");
+}
+
+// `init:` a name, {value: [...]} or {file: x.npy}.
+InitSpec ReadInit(const YamlValue& value, const Shape& shape) {
+  InitSpec init;
+  if (value.IsMap()) {
+    YamlMap map = value.Map({"value", "file"});
+    std::optional<YamlValue> literal = map.Find("value");
+    std::optional<YamlValue> file = map.Find("file");
+    if (literal && file) Later(*literal, *file).FailAtKey("give either value or file, not both");
+    if (literal) {
+      init.kind = InitSpec::Kind::kValue;
+      init.values = ReadLiteral(*literal, shape);
+    } else if (file) {
+      init.kind = InitSpec::Kind::kFile;
+      init.file = file->String();
+      if (init.file.empty()) file->Expected("a .npy file path");
+    } else {
+      value.Fail("expected {value: [...]} or {file: x.npy}, got an empty mapping");
+    }
+    return init;
+  }
+  const std::vector<std::string> kinds = {"zeros", "ones", "arange", "normal", "uniform"};
+  if (!value.IsScalar()) {
+    value.Expected("one of " + JoinNames(kinds) + ", {value: [...]} or {file: x.npy}");
+  }
+  const std::string kind = value.OneOf(kinds);
+  if (kind == "zeros") init.kind = InitSpec::Kind::kZeros;
+  if (kind == "ones") init.kind = InitSpec::Kind::kOnes;
+  if (kind == "arange") init.kind = InitSpec::Kind::kArange;
+  if (kind == "normal") init.kind = InitSpec::Kind::kNormal;
+  if (kind == "uniform") init.kind = InitSpec::Kind::kUniform;
+  return init;
+}
+
+// A Mesh over positions 0..n-1, for checking shardings against the axes.
+Mesh CheckingMesh(const std::vector<MeshAxis>& axes) {
+  int positions = 1;
+  for (const MeshAxis& axis : axes) positions *= axis.size;
+  std::vector<int> devices(positions);
+  std::iota(devices.begin(), devices.end(), 0);
+  return Mesh(axes, devices);
+}
+
+// `arrays:` name -> {shape, dtype, init, seed, sharding}.
+std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<MeshAxis>& axes) {
+  YamlMap arrays = value.Map({});
+  const Mesh mesh = CheckingMesh(axes);
+  const std::vector<std::string> dtypes = {"f32",     "bf16",     "f16",     "i32",
+                                           "float32", "bfloat16", "float16", "int32"};
+  std::vector<ArraySpec> out;
+  for (const auto& [name, entry] : arrays.entries()) {
+    CheckIdentifier(entry, name, "array", /*at_key=*/true);
+    YamlMap map = entry.Map({"shape", "dtype", "init", "seed", "sharding"});
+    ArraySpec array;
+    array.name = name;
+    array.shape = ReadArrayShape(map.Get("shape"));
+    if (auto dtype = map.Find("dtype")) array.dtype = *ParseDType(dtype->OneOf(dtypes));
+    array.init.kind = InitSpec::Kind::kNormal;
+    if (auto init = map.Find("init")) array.init = ReadInit(*init, array.shape);
+    if (auto seed = map.Find("seed")) array.init.seed = static_cast<uint64_t>(seed->Int64(0));
+    if (auto sharding = map.Find("sharding")) {
+      array.sharding = ReadPartitionSpec(*sharding, axes);
+      try {
+        ValidatePartitionSpec(array.sharding, array.shape, mesh);
+      } catch (const std::invalid_argument& e) {
+        sharding->Fail(e.what());
+      }
+    }
+    out.push_back(std::move(array));
+  }
+  return out;
+}
+
+// The keys op `kind` takes (SPEC "Ops").
+std::vector<std::string> OpKeys(OpKind kind) {
+  std::vector<std::string> keys = {"op"};
+  if (kind != OpKind::kAxisIndex) keys.push_back("in");
+  keys.insert(keys.end(), {"out", "name"});
+  if (IsCollective(kind) || kind == OpKind::kAxisIndex) keys.push_back("axis_name");
+  switch (kind) {
+    case OpKind::kPsumScatter:
+      keys.insert(keys.end(), {"scatter_dimension", "tiled"});
+      break;
+    case OpKind::kAllGather:
+      keys.insert(keys.end(), {"axis", "tiled"});
+      break;
+    case OpKind::kAllToAll:
+      keys.insert(keys.end(), {"split_axis", "concat_axis", "tiled"});
+      break;
+    case OpKind::kPpermute:
+      keys.insert(keys.end(), {"perm", "shift"});
+      break;
+    case OpKind::kEinsum:
+      keys.push_back("spec");
+      break;
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kMax:
+      keys.push_back("scalar");
+      break;
+    case OpKind::kReshape:
+      keys.push_back("shape");
+      break;
+    case OpKind::kTranspose:
+      keys.push_back("axes");
+      break;
+    case OpKind::kConcatenate:
+      keys.push_back("axis");
+      break;
+    case OpKind::kSplit:
+      keys.insert(keys.end(), {"sections", "axis"});
+      break;
+    case OpKind::kSlice:
+      keys.insert(keys.end(), {"start", "size", "axis"});
+      break;
+    case OpKind::kAllgatherMatmul:
+      keys.insert(keys.end(), {"gather", "variant"});
+      break;
+    case OpKind::kMatmulReduceScatter:
+      keys.insert(keys.end(), {"scatter_dimension", "variant"});
+      break;
+    default:
+      break;
+  }
+  if (IsCollective(kind)) keys.push_back("algorithm");
+  return keys;
+}
+
+// Every key of any op.
+std::vector<std::string> AllOpKeys() {
+  std::vector<std::string> all;
+  for (const std::string& name : OpKindNames()) {
+    for (const std::string& key : OpKeys(*ParseOpKind(name))) {
+      if (!Contains(all, key)) all.push_back(key);
+    }
+  }
+  return all;
+}
+
+bool IsBinary(OpKind kind) {
+  return kind == OpKind::kAdd || kind == OpKind::kSub || kind == OpKind::kMul ||
+         kind == OpKind::kDiv || kind == OpKind::kMax;
+}
+
+bool TakesTwoInputs(OpKind kind) {
+  return kind == OpKind::kMatmul || kind == OpKind::kEinsum || kind == OpKind::kAllgatherMatmul ||
+         kind == OpKind::kMatmulReduceScatter;
+}
+
+// A name or a list of names (at least one); the value of each.
+std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& what) {
+  if (value.IsScalar()) return {value};
+  if (!value.IsList()) value.Expected(what + " or a list of them");
+  std::vector<YamlValue> entries = value.List();
+  if (entries.empty()) value.Fail("expected at least one " + what.substr(what.find(' ') + 1) +
+                                  ", got an empty list");
+  for (const YamlValue& entry : entries) {
+    if (!entry.IsScalar()) entry.Expected(what);
+  }
+  return entries;
+}
+
+// Which names the program has defined so far, for checking each op's inputs.
+struct NameFlow {
+  std::vector<std::string> defined;        // Arrays, then op outputs, in order.
+  std::map<std::string, size_t> made_by;   // Output name -> the first op that makes it.
+
+  bool Has(const std::string& name) const { return Contains(defined, name); }
+  void Add(const std::string& name) {
+    if (!Has(name)) defined.push_back(name);
+  }
+  // " ; did you mean 'x'?" or " (defined: a, b)" for an undefined `name`.
+  std::string Hint(const std::string& name) const {
+    std::string hint = DidYouMean(name, defined);
+    if (hint.empty() && !defined.empty() && defined.size() <= 12) {
+      hint = " (defined: " + JoinNames(defined) + ")";
+    }
+    return hint;
+  }
+};
+
+// The ops' `out` names as written, before reading the ops, for "made only later" hints.
+std::map<std::string, size_t> OutputsByOp(const std::vector<YamlValue>& entries) {
+  std::map<std::string, size_t> made_by;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const YAML::Node& node = entries[i].node();
+    if (!node.IsMap()) continue;
+    const YAML::Node out = node["out"];
+    if (!out.IsDefined()) continue;
+    if (out.IsScalar()) made_by.emplace(out.Scalar(), i);
+    if (out.IsSequence()) {
+      for (const YAML::Node& name : out) {
+        if (name.IsScalar()) made_by.emplace(name.Scalar(), i);
+      }
+    }
+  }
+  return made_by;
+}
+
+// `axis_name`: one mesh axis or a list, each once.
+std::vector<std::string> ReadAxisNames(const YamlValue& value, const std::vector<MeshAxis>& axes) {
+  std::vector<std::string> names;
+  for (const YamlValue& entry : NameValues(value, "a mesh axis name")) {
+    const std::string name = entry.String();
+    CheckMeshAxis(entry, name, axes);
+    if (Contains(names, name)) entry.Fail("names mesh axis '" + name + "' twice");
+    names.push_back(name);
+  }
+  return names;
+}
+
+// `perm: [[src, dst], ...]`: linear indices in [0, group), each source and destination once.
+std::vector<std::pair<int, int>> ReadPerm(const YamlValue& value, int group,
+                                          const std::vector<std::string>& axis_name) {
+  if (!value.IsList()) value.Expected("a list of [source, destination] pairs");
+  std::vector<std::pair<int, int>> perm;
+  std::set<int> sources;
+  std::set<int> destinations;
+  for (const YamlValue& pair : value.List()) {
+    if (!pair.IsList() || pair.node().size() != 2) pair.Expected("a [source, destination] pair");
+    std::vector<YamlValue> ends = pair.List();
+    const int src = ends[0].Int(0);
+    const int dst = ends[1].Int(0);
+    for (const auto& [end, index] : {std::pair{&ends[0], src}, std::pair{&ends[1], dst}}) {
+      if (index >= group) {
+        end->Fail("index " + std::to_string(index) + " is outside the group of " +
+                  std::to_string(group) + " over " + JoinNames(axis_name) + " (0.." +
+                  std::to_string(group - 1) + ")");
+      }
+    }
+    if (!sources.insert(src).second) {
+      ends[0].Fail("source " + std::to_string(src) + " appears twice in perm");
+    }
+    if (!destinations.insert(dst).second) {
+      ends[1].Fail("destination " + std::to_string(dst) + " appears twice in perm");
+    }
+    perm.emplace_back(src, dst);
+  }
+  return perm;
+}
+
+// reshape's `shape`: positive sizes, at most one -1.
+Shape ReadReshape(const YamlValue& value) {
+  if (!value.IsList()) value.Expected("a list of sizes like [64, -1]");
+  Shape shape;
+  bool inferred = false;
+  for (const YamlValue& entry : value.List()) {
+    const int64_t size = entry.Int64();
+    if (size == -1) {
+      if (inferred) entry.Fail("only one size may be -1");
+      inferred = true;
+    } else if (size < 1) {
+      entry.Fail("must be positive (or -1 for the rest), got " + std::to_string(size));
+    }
+    shape.push_back(size);
+  }
+  return shape;
+}
+
+// One op of `program:` (the entry at `index`).
+OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
+              NameFlow& flow, std::vector<std::string>& op_names) {
+  OpSpec op;
+  op.key = value.path();
+  YamlMap any = value.Map({});
+  YamlValue kind_value = any.Get("op");
+  if (!kind_value.IsScalar()) kind_value.Expected("an op name like psum or matmul");
+  const std::string kind_name = kind_value.String();
+  const std::optional<OpKind> kind = ParseOpKind(kind_name);
+  if (!kind) {
+    const std::string hint = DidYouMean(kind_name, OpKindNames());
+    kind_value.Fail("unknown op '" + kind_name + "'" +
+                    (hint.empty() ? "; expected one of " + JoinNames(OpKindNames()) : hint));
+  }
+  op.kind = *kind;
+  const std::vector<std::string> keys = OpKeys(op.kind);
+  const std::vector<std::string> all_keys = AllOpKeys();
+  for (const auto& [name, entry] : any.entries()) {
+    if (!Contains(keys, name) && Contains(all_keys, name)) {
+      const std::string hint = DidYouMean(name, keys);
+      entry.FailAtKey("key '" + name + "' does not apply to op " + kind_name +
+                      (hint.empty() ? " (it takes " + JoinNames(keys) + ")" : hint));
+    }
+  }
+  YamlMap map = value.Map(keys);
+
+  // Inputs, each defined by an array or an earlier op.
+  std::optional<YamlValue> in;
+  if (op.kind != OpKind::kAxisIndex) {
+    in = map.Get("in");
+    for (const YamlValue& entry : NameValues(*in, "an array name")) {
+      const std::string name = entry.String();
+      if (!flow.Has(name)) {
+        auto later = flow.made_by.find(name);
+        if (later != flow.made_by.end() && later->second >= index) {
+          entry.Fail("'" + name + "' is not defined before this op (" +
+                     (later->second == index ? std::string("this op makes it")
+                                             : "program." + std::to_string(later->second) +
+                                                   " makes it") +
+                     ")");
+        }
+        entry.Fail("'" + name + "' is not defined" + flow.Hint(name));
+      }
+      op.in.push_back(name);
+    }
+  }
+
+  // Outputs.
+  YamlValue out = map.Get("out");
+  for (const YamlValue& entry : NameValues(out, "an output name")) {
+    const std::string name = entry.String();
+    CheckIdentifier(entry, name, "output", /*at_key=*/false);
+    if (Contains(op.out, name)) entry.Fail("'" + name + "' is named twice in out");
+    op.out.push_back(name);
+  }
+  if (op.kind != OpKind::kSplit && op.out.size() != 1) {
+    out.Fail(kind_name + " makes one output, got " + std::to_string(op.out.size()) + " names");
+  }
+
+  if (auto name = map.Find("name")) {
+    op.name = name->String();
+    if (op.name.empty()) name->Expected("a name");
+  } else {
+    op.name = Contains(op_names, op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+  }
+  op_names.push_back(op.name);
+
+  int group = 1;
+  if (Contains(keys, "axis_name")) {
+    op.axis_name = ReadAxisNames(map.Get("axis_name"), axes);
+    for (const std::string& name : op.axis_name) {
+      for (const MeshAxis& axis : axes) {
+        if (axis.name == name) group *= axis.size;
+      }
+    }
+  }
+
+  if (auto v = map.Find("axis")) op.axis = v->Int64();
+  if (auto v = map.Find("scatter_dimension")) op.scatter_dimension = v->Int64();
+  if (op.kind == OpKind::kAllToAll) {
+    op.split_axis = map.Get("split_axis").Int64();
+    op.concat_axis = map.Get("concat_axis").Int64();
+  }
+  if (auto v = map.Find("tiled")) op.tiled = v->Bool();
+  if (op.kind == OpKind::kPpermute) {
+    std::optional<YamlValue> perm = map.Find("perm");
+    std::optional<YamlValue> shift = map.Find("shift");
+    if (perm && shift) Later(*perm, *shift).FailAtKey("give either perm or shift, not both");
+    if (!perm && !shift) {
+      value.FailChild("perm", "ppermute needs perm: [[src, dst], ...] or shift: k");
+    }
+    if (perm) op.perm = ReadPerm(*perm, group, op.axis_name);
+    if (shift) op.shift = shift->Int(std::numeric_limits<int>::min());
+  }
+  if (auto v = map.Find("scalar")) op.scalar = v->Number();
+  if (op.kind == OpKind::kEinsum) {
+    YamlValue spec = map.Get("spec");
+    op.spec = spec.String();
+    const std::string operands = op.spec.substr(0, op.spec.find("->"));
+    const size_t count = std::count(operands.begin(), operands.end(), ',') + 1;
+    if (op.spec.empty() || count != 2) {
+      spec.Fail("expected an einsum spec with two operands like \"bd,df->bf\", got \"" +
+                op.spec + "\"");
+    }
+  }
+  if (op.kind == OpKind::kReshape) op.shape = ReadReshape(map.Get("shape"));
+  if (auto v = map.Find("axes")) {
+    if (!v->IsList()) v->Expected("a list of axes like [1, 0]");
+    for (const YamlValue& entry : v->List()) op.axes.push_back(entry.Int64());
+  }
+  if (op.kind == OpKind::kSplit) {
+    op.sections = map.Get("sections").Int64(1);
+    if (static_cast<int64_t>(op.out.size()) != op.sections) {
+      out.Fail("split makes " + std::to_string(op.sections) + " outputs (sections: " +
+               std::to_string(op.sections) + "), got " + std::to_string(op.out.size()) +
+               " names");
+    }
+  }
+  if (op.kind == OpKind::kSlice) {
+    op.start = map.Get("start").Int64(0);
+    op.size = map.Get("size").Int64(1);
+  }
+  if (auto v = map.Find("algorithm")) op.algorithm = v->OneOf(AlgorithmNames());
+  if (auto v = map.Find("gather")) op.gather = v->OneOf({"lhs", "rhs"});
+  if (auto v = map.Find("variant")) {
+    op.variant = v->OneOf({"blocking", "unidirectional", "bidirectional"});
+  }
+
+  // Input counts.
+  if (in) {
+    const size_t n = op.in.size();
+    if (IsBinary(op.kind)) {
+      if (n == 2 && op.scalar) {
+        map.Find("scalar")->FailAtKey("scalar applies only with one input (in: a, scalar: 1.0)");
+      }
+      if (n != 2 && !(n == 1 && op.scalar)) {
+        in->Fail(kind_name + " takes in: [a, b], or in: a with scalar:, got " +
+                 std::to_string(n) + " input" + (n == 1 ? "" : "s") +
+                 (op.scalar ? "" : " and no scalar"));
+      }
+    } else if (op.kind == OpKind::kConcatenate) {
+      if (n < 2) in->Fail("concatenate takes at least 2 inputs, got " + std::to_string(n));
+    } else if (TakesTwoInputs(op.kind)) {
+      if (n != 2) in->Fail(kind_name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n));
+    } else if (n != 1) {
+      in->Fail(kind_name + " takes one input, got " + std::to_string(n));
+    }
+  }
+
+  for (const std::string& name : op.out) flow.Add(name);
+  return op;
+}
+
+// `program:` a list of ops.
+std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
+                            NameFlow& flow) {
+  if (!value.IsList()) {
+    value.Expected("a list of ops like [{op: psum, in: x, out: y, axis_name: dp}]");
+  }
+  std::vector<YamlValue> entries = value.List();
+  if (entries.empty()) value.Fail("expected at least one op, got an empty list");
+  flow.made_by = OutputsByOp(entries);
+  std::vector<std::string> op_names;
+  std::vector<OpSpec> ops;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    ops.push_back(ReadOp(entries[i], i, axes, flow, op_names));
+  }
+  return ops;
+}
+
+// `outputs:` name -> out_spec; every name must be an array or an op's output.
+std::vector<OutputSpec> ReadOutputs(const YamlValue& value, const std::vector<MeshAxis>& axes,
+                                    const NameFlow& flow) {
+  YamlMap map = value.Map({});
+  if (map.entries().empty()) {
+    value.Fail("expected at least one output, like {y: \"P('dp', None)\"}");
+  }
+  std::vector<OutputSpec> outputs;
+  for (const auto& [name, entry] : map.entries()) {
+    if (!flow.Has(name)) entry.FailAtKey("'" + name + "' is never produced" + flow.Hint(name));
+    OutputSpec output;
+    output.name = name;
+    output.key = entry.path();
+    output.spec = ReadPartitionSpec(entry, axes);
+    outputs.push_back(std::move(output));
+  }
+  return outputs;
+}
+
+// A program run file's mesh/arrays/program/outputs.
+ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValue& ops) {
+  std::optional<YamlValue> mesh = map.Find("mesh");
+  if (!mesh) {
+    top.FailChild("mesh",
+                  "missing required key 'mesh' (the program's device mesh, like mesh: {axes: "
+                  "{dp: 4}})");
+  }
+  std::optional<YamlValue> outputs = map.Find("outputs");
+  if (!outputs) {
+    top.FailChild("outputs",
+                  "missing required key 'outputs' (the program's out_specs, like outputs: {y: "
+                  "\"P('dp', None)\"})");
+  }
+  ProgramSpec program;
+  ReadMesh(*mesh, program);
+  if (auto arrays = map.Find("arrays")) program.arrays = ReadArrays(*arrays, program.mesh_axes);
+  NameFlow flow;
+  for (const ArraySpec& array : program.arrays) flow.Add(array.name);
+  program.ops = ReadOps(ops, program.mesh_axes, flow);
+  program.outputs = ReadOutputs(*outputs, program.mesh_axes, flow);
+  return program;
+}
+
+// The keys of `options.algorithms`: JAX's collective names and the generic kinds.
+std::vector<std::string> AlgorithmKeys() {
+  return {"psum",       "pmean",      "pmax",       "pmin",           "psum_scatter",
+          "all_gather", "all_to_all", "ppermute",   "all_reduce",     "reduce_scatter",
+          "permute"};
+}
+
 RunOptions ReadOptions(const YamlValue& value) {
   YamlMap map = value.Map({"numerics", "algorithms"});
   RunOptions options;
   if (auto n = map.Find("numerics")) options.numerics = n->OneOf({"auto", "on", "off"});
   if (auto a = map.Find("algorithms")) {
-    YamlMap algorithms = a->Map({});
+    YamlMap algorithms = a->Map(AlgorithmKeys());
     for (const auto& [op, algorithm] : algorithms.entries()) {
       options.algorithms[op] = algorithm.OneOf(AlgorithmNames());
     }
@@ -244,19 +950,27 @@ RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& ove
   YamlValue top(&source, root, "", YAML::Mark());
   if (!root.IsMap()) top.Expected("a mapping with hardware: and transfers:");
   YamlMap map = top.Map(TopLevelKeys());
-  for (const auto& [name, value] : map.entries()) {
-    if (Contains(UnsupportedKeys(), name)) {
-      value.FailAtKey(name + ": is not supported yet; use transfers:");
-    }
-  }
   RunFile file;
   file.path = path;
   file.hardware = ReadHardware(map.Get("hardware"));
   std::optional<YamlValue> transfers = map.Find("transfers");
-  if (!transfers) {
+  std::optional<YamlValue> program = map.Find("program");
+  if (transfers && program) {
+    Later(*transfers, *program).FailAtKey("give either transfers: or program:, not both");
+  }
+  if (!transfers && !program) {
     top.FailChild("transfers", "missing required key 'transfers' (or 'program')");
   }
-  file.transfers = ReadTransfers(*transfers);
+  if (transfers) {
+    for (const std::string& key : ProgramOnlyKeys()) {
+      if (auto v = map.Find(key)) {
+        v->FailAtKey(key + ": applies only with program:, not with transfers:");
+      }
+    }
+    file.transfers = ReadTransfers(*transfers);
+  } else {
+    file.program = ReadProgram(top, map, *program);
+  }
   if (auto options = map.Find("options")) file.options = ReadOptions(*options);
   file.locations = source.locations();
   return file;

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "collectives/program.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -39,8 +41,11 @@ struct TransferSpec {
 
 // Run options (`options:`).
 struct RunOptions {
-  std::string numerics = "auto";                  // auto | on | off
-  std::map<std::string, std::string> algorithms;  // Collective -> default algorithm.
+  std::string numerics = "auto";  // auto | on | off
+  // Collective -> default algorithm (one of AlgorithmNames()). Keys are written as given:
+  // JAX op names (psum, pmean, pmax, pmin, psum_scatter, all_gather, all_to_all, ppermute)
+  // or generic kinds (all_reduce, reduce_scatter, all_gather, all_to_all, permute).
+  std::map<std::string, std::string> algorithms;
 };
 
 // A parsed, validated run file.
@@ -48,6 +53,9 @@ struct RunFile {
   std::string path;                              // The file it came from.
   HardwareSpec hardware;                         // `hardware:`
   std::vector<TransferSpec> transfers;           // `transfers:` (a raw network study).
+  // `mesh:`, `arrays:`, `program:`, `outputs:`; set exactly when `transfers` is not given.
+  // Init file paths stay as written: relative ones are relative to the folder of `path`.
+  std::optional<ProgramSpec> program;
   RunOptions options;                            // `options:`
   std::map<std::string, KeyLocation> locations;  // Dotted key path -> where it was written.
 
@@ -59,6 +67,12 @@ struct RunFile {
 // Reads and validates a run file. `overrides` are --set "a.b=VALUE" strings applied before
 // validation (VALUE is parsed as YAML). Throws InputError for any bad input: missing file,
 // YAML syntax, unknown key (with a "did you mean"), wrong type, bad unit, missing field.
+// A program is checked as far as the file alone allows: mesh axes, array shapes, literal
+// value counts, shardings against the mesh (ValidatePartitionSpec), each op's keys and
+// input count, and name flow (every input defined before it is used, every output made).
+// Shapes through the ops, and devices against the hardware, are the executor's to check.
+// An op's `name` defaults to its first output's name, or "op<i>" when an earlier op already
+// has that name. An op may rebind a name (e.g. `out: acc` again); later ops see the new one.
 RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Reads a topology description for `shardsim topo FILE.yaml`: a run file's `hardware:`

@@ -6,8 +6,11 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "sim/atomic_file.h"
+#include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
 #include "sim/json_writer.h"
 #include "topology/build.h"
@@ -15,29 +18,9 @@
 #include "topology/graphviz.h"
 
 namespace shardsim {
-namespace {
 
-// Parses "4x4x4" into {4, 4, 4}.
-std::vector<int> ParseShape(const std::string& text) {
-  std::vector<int> shape;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, 'x')) {
-    size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != part.size() || part.empty() || v <= 0) {
-      throw InputError("--shape " + text + ": expected positive sizes like 4x4x4");
-    }
-    shape.push_back(v);
-  }
-  if (shape.empty()) throw InputError("--shape: expected sizes like 4x4x4");
-  return shape;
-}
+
+namespace {
 
 bool LooksLikeFile(const std::string& target) {
   auto ends_with = [&](const char* suffix) {
@@ -173,7 +156,9 @@ void RunTopoCommand(const TopoCommandOptions& options) {
   } else {
     spec.preset = options.target;
   }
-  if (!options.shape.empty()) spec.shape = ParseShape(options.shape);
+  if (!options.shape.empty()) {
+    for (int64_t v : ParseShapeFlag("--shape", options.shape)) spec.shape.push_back(static_cast<int>(v));
+  }
   if (options.nodes > 0) spec.nodes = options.nodes;
   Topology topo;
   try {
@@ -187,12 +172,14 @@ void RunTopoCommand(const TopoCommandOptions& options) {
     throw InputError(where + ": " + e.what());
   }
   std::string description = DescribeTopology(topo);
-  if (!options.json_path.empty()) WriteFileAtomically(options.json_path, TopologyJson(topo));
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!options.json_path.empty()) outputs.emplace_back(options.json_path, TopologyJson(topo));
   if (!options.dot_path.empty()) {
     std::ostringstream dot;
     WriteGraphviz(topo, dot);
-    WriteFileAtomically(options.dot_path, dot.str());
+    outputs.emplace_back(options.dot_path, dot.str());
   }
+  WriteOutputFiles(outputs);
   std::cout << description;
 }
 

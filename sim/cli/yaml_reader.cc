@@ -225,6 +225,8 @@ YAML::Mark YamlValue::mark() const {
   return HasMark(m) ? m : key_mark_;
 }
 
+std::string YamlValue::SetKey() const { return source_->OverrideFor(path_); }
+
 std::string YamlValue::Describe() const {
   if (!node_.IsDefined() || node_.IsNull()) return "nothing (an empty value)";
   if (node_.IsMap()) return "a mapping";
@@ -272,6 +274,24 @@ int YamlValue::Int(int min) const {
     if (min == 0) Fail("must not be negative, got " + std::to_string(value));
     Fail("must be at least " + std::to_string(min) + ", got " + std::to_string(value));
   }
+  return value;
+}
+
+int64_t YamlValue::Int64(int64_t min) const {
+  if (!node_.IsScalar()) Expected("an integer");
+  int64_t value = 0;
+  if (!ParseInteger(Trim(node_.Scalar()), value)) Expected("an integer");
+  if (value < min) {
+    if (min == 1) Fail("must be positive, got " + std::to_string(value));
+    if (min == 0) Fail("must not be negative, got " + std::to_string(value));
+    Fail("must be at least " + std::to_string(min) + ", got " + std::to_string(value));
+  }
+  return value;
+}
+
+double YamlValue::Number() const {
+  double value = 0;
+  if (!node_.IsScalar() || !YAML::convert<double>::decode(node_, value)) Expected("a number");
   return value;
 }
 

@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -80,6 +81,8 @@ class YamlValue {
   YAML::Mark mark() const;
   // Where its key was written.
   const YAML::Mark& key_mark() const { return key_mark_; }
+  // The --set key that gave this value (or an enclosing one), or "" if it came from the file.
+  std::string SetKey() const;
 
   // True for a YAML mapping.
   bool IsMap() const { return node_.IsMap(); }
@@ -97,6 +100,10 @@ class YamlValue {
   std::string OneOf(const std::vector<std::string>& allowed) const;
   // An integer >= `min`.
   int Int(int min) const;
+  // A 64-bit integer >= `min` (the default accepts any, negative ones included).
+  int64_t Int64(int64_t min = INT64_MIN) const;
+  // A number (integer or floating point, also .inf and .nan).
+  double Number() const;
   // true/false (also yes/no, on/off).
   bool Bool() const;
   // A size ("64 MiB" or a bare count).

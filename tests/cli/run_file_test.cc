@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,9 @@ struct BadFileCase {
   std::string fragment;  // Text the message must contain.
 };
 
+// Prints the case's name, so test listings (and ctest) show it instead of a byte dump.
+void PrintTo(const BadFileCase& c, std::ostream* os) { *os << c.name; }
+
 class BadFileTest : public testing::TestWithParam<BadFileCase> {};
 
 TEST_P(BadFileTest, GivesLocatedOneLineError) {
@@ -221,6 +225,8 @@ struct OverrideCase {
   std::function<void(const RunFile&)> check;  // Checks the loaded file.
 };
 
+void PrintTo(const OverrideCase& c, std::ostream* os) { *os << c.name; }
+
 class OverrideTest : public testing::TestWithParam<OverrideCase> {};
 
 TEST_P(OverrideTest, Applies) {
@@ -294,6 +300,8 @@ struct BadOverrideCase {
   std::string override;  // The --set string.
   std::string message;   // The exact InputError message.
 };
+
+void PrintTo(const BadOverrideCase& c, std::ostream* os) { *os << c.name; }
 
 class BadOverrideTest : public testing::TestWithParam<BadOverrideCase> {};
 

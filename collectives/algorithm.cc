@@ -1,0 +1,119 @@
+#include "collectives/algorithm.h"
+
+#include <stdexcept>
+
+#include "collectives/algorithms/direct.h"
+#include "collectives/algorithms/halving_doubling.h"
+#include "collectives/algorithms/ring.h"
+#include "collectives/algorithms/tree.h"
+
+namespace shardsim {
+namespace {
+
+// Members of the group along `axis` (others fixed at 0), in order, closing back to the first:
+// true when every consecutive pair and the closing pair are one hop apart.
+bool RingClosesInOneHop(Network& network, const CollectiveJob& job,
+                        const std::vector<int>& axis_sizes, int axis) {
+  int stride = 1;
+  for (size_t a = axis + 1; a < axis_sizes.size(); ++a) stride *= axis_sizes[a];
+  int n = axis_sizes[axis];
+  if (n <= 2) return true;  // Two members: forward and back are the same link pair.
+  for (int v = 0; v < n; ++v) {
+    int a = v * stride, b = ((v + 1) % n) * stride;
+    if (network.Hops(job.members[a], job.members[b]) != 1) return false;
+  }
+  return true;
+}
+
+bool MeetAtOneSwitch(Network& network, const CollectiveJob& job) {
+  const Topology& topo = network.topology();
+  if (topo.num_switches() == 0) {
+    // A fully connected graph has every pair one hop apart.
+    for (int a = 0; a < job.size(); ++a) {
+      for (int b = a + 1; b < job.size(); ++b) {
+        if (network.Hops(job.members[a], job.members[b]) != 1) return false;
+      }
+    }
+    return job.size() > 2;
+  }
+  // Every member's first hop reaches the same switch, and every pair is two hops apart.
+  VertexId hub = -1;
+  for (int a = 0; a < job.size(); ++a) {
+    for (int b = 0; b < job.size(); ++b) {
+      if (a == b) continue;
+      if (network.Hops(job.members[a], job.members[b]) != 2) return false;
+    }
+    const std::vector<LinkId>& out = topo.out_links(job.members[a]);
+    bool found = false;
+    for (LinkId l : out) {
+      VertexId v = topo.link(l).dst;
+      if (topo.node(v).kind == NodeKind::kSwitch && (hub < 0 || v == hub)) {
+        hub = v;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const std::vector<std::string>& AlgorithmNames() {
+  static const std::vector<std::string> kNames = {
+      "ring", "bidirectional_ring", "torus_2d", "direct", "halving_doubling", "tree", "auto"};
+  return kNames;
+}
+
+std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
+                            const std::vector<int>& axis_sizes) {
+  if (job.kind == CollectiveKind::kAllToAll || job.kind == CollectiveKind::kPermute) {
+    return "direct";
+  }
+  int g = job.size();
+  if (g <= 1) return "ring";
+  if (MeetAtOneSwitch(network, job)) return "direct";
+  int64_t per_member = job.kind == CollectiveKind::kAllReduce ? job.total : job.block * g;
+  Bytes bytes = job.BytesOf(per_member);
+  if (bytes < Bytes::KiB(64) && g > 2 && (g & (g - 1)) == 0) return "halving_doubling";
+  int axes = 0;
+  bool closes = true;
+  for (size_t a = 0; a < axis_sizes.size(); ++a) {
+    if (axis_sizes[a] <= 1) continue;
+    ++axes;
+    closes = closes && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
+  }
+  if (axes > 1) return "torus_2d";
+  return closes ? "bidirectional_ring" : "ring";
+}
+
+std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Network& network,
+                                                   CollectiveJob& job,
+                                                   const std::vector<int>& axis_sizes,
+                                                   std::string* resolved) {
+  std::string algo =
+      name.empty() || name == "auto" ? ChooseAlgorithm(network, job, axis_sizes) : name;
+  if (resolved) *resolved = algo;
+  bool point_to_point =
+      job.kind == CollectiveKind::kAllToAll || job.kind == CollectiveKind::kPermute;
+  if (algo == "direct") return MakeDirectAlgorithm(network, job);
+  if (point_to_point) {
+    throw std::invalid_argument(algo + " does not implement " + CollectiveKindName(job.kind) +
+                                "; use direct");
+  }
+  if (algo == "ring" || algo == "bidirectional_ring" || algo == "torus_2d") {
+    bool both_ways = true;
+    for (size_t a = 0; a < axis_sizes.size(); ++a) {
+      if (axis_sizes[a] > 1) {
+        both_ways = both_ways && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
+      }
+    }
+    return MakeRingAlgorithm(network, job, MakeRingPlan(algo, axis_sizes, both_ways));
+  }
+  if (algo == "halving_doubling") return MakeHalvingDoublingAlgorithm(network, job);
+  if (algo == "tree") return MakeTreeAlgorithm(network, job, /*pipeline=*/1);
+  throw std::invalid_argument("unknown algorithm '" + algo + "'");
+}
+
+}  // namespace shardsim

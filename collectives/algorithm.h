@@ -1,0 +1,40 @@
+// Choosing and building the algorithm that runs a collective.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collective.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// The SPEC's algorithm names: ring, bidirectional_ring, torus_2d, direct, halving_doubling,
+// tree, auto.
+const std::vector<std::string>& AlgorithmNames();
+
+// Picks the algorithm `auto` means for `job` on the network, given the sizes of the group's
+// mesh axes (first major). The rule:
+// - all_to_all and ppermute: direct (every member has something different for every peer);
+// - a group whose members all meet at one switch (an NVSwitch node, a fully connected graph):
+//   direct, one hop-pair per transfer and no ring latency chain;
+// - small messages (under 64 KiB per member) on a power-of-two group of more than 2:
+//   halving_doubling, log2(G) latencies instead of G - 1;
+// - several mesh axes of size > 1: torus_2d, both directions when every axis's ring closes
+//   in one hop (a wraparound);
+// - one axis: bidirectional_ring when the ring closes in one hop, else ring (a line: the
+//   closing transfer crosses the whole line on the reverse links, so a second direction would
+//   only share those links).
+std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
+                            const std::vector<int>& axis_sizes);
+
+// Builds algorithm `name` ("auto" resolves through ChooseAlgorithm) for `job`. Throws
+// std::invalid_argument when the algorithm cannot run the job (tree for all_gather, ring for
+// all_to_all, halving_doubling on 6 devices, ...). `resolved` receives the concrete name.
+std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Network& network,
+                                                   CollectiveJob& job,
+                                                   const std::vector<int>& axis_sizes,
+                                                   std::string* resolved);
+
+}  // namespace shardsim

@@ -1,0 +1,220 @@
+#include "collectives/algorithms/ring.h"
+
+#include <cassert>
+#include <numeric>
+#include <utility>
+
+#include "collectives/ring_pass.h"
+
+namespace shardsim {
+namespace {
+
+class RingFamily : public CollectiveAlgorithm {
+ public:
+  RingFamily(Network& network, CollectiveJob& job, RingPlan plan)
+      : network_(network), job_(job), plan_(std::move(plan)) {
+    int g = job_.size();
+    int k = static_cast<int>(plan_.axis_sizes.size());
+    assert(std::accumulate(plan_.axis_sizes.begin(), plan_.axis_sizes.end(), 1,
+                           std::multiplies<int>()) == g);
+    strides_.assign(k, 1);
+    for (int a = k - 2; a >= 0; --a) strides_[a] = strides_[a + 1] * plan_.axis_sizes[a + 1];
+    lanes_ = plan_.parts * plan_.directions;
+    finished_.assign(g, 0);
+  }
+
+  void Start() override {
+    int g = job_.size();
+    if (job_.numerics) PrepareWork();
+    passes_.resize(lanes_);
+    for (int lane = 0; lane < lanes_; ++lane) BuildLane(lane);
+    for (int m = 0; m < g; ++m) {
+      for (int lane = 0; lane < lanes_; ++lane) {
+        if (passes_[lane].empty()) {
+          LaneDone(m);
+        } else {
+          passes_[lane][0]->StartMember(m);
+        }
+      }
+    }
+  }
+
+ private:
+  int Coord(int member, int axis) const {
+    return (member / strides_[axis]) % plan_.axis_sizes[axis];
+  }
+
+  // Element range of chunk `c` (owned in the end by member c) within lane `lane`'s share.
+  std::pair<int64_t, int64_t> ChunkRange(int lane, int c) const {
+    int64_t g = job_.size();
+    if (job_.kind == CollectiveKind::kAllReduce) {
+      // Lane q owns [T q / Q, T (q+1) / Q) of the buffer, split evenly into G chunks.
+      int64_t t = job_.total;
+      int64_t lo = t * lane / lanes_, hi = t * (lane + 1) / lanes_;
+      int64_t len = hi - lo;
+      return {lo + len * c / g, lo + len * (c + 1) / g};
+    }
+    // Block c of the gathered / scattered buffer, of which lane q owns the q-th share.
+    int64_t b = job_.block;
+    return {c * b + b * lane / lanes_, c * b + b * (lane + 1) / lanes_};
+  }
+
+  // The axes of part p, in its reduce-scatter order (rotated so parts start on different
+  // axes), skipping axes of size 1.
+  std::vector<int> AxisOrder(int part) const {
+    int k = static_cast<int>(plan_.axis_sizes.size());
+    std::vector<int> order;
+    for (int i = 0; i < k; ++i) {
+      int a = (part + i) % k;
+      if (plan_.axis_sizes[a] > 1) order.push_back(a);
+    }
+    return order;
+  }
+
+  // Chunks a member contributes in the phase along order[j]: those whose coordinates equal the
+  // member's on order[0..j] (axes reduced before and this one) and run over the others.
+  void ChunkSet(int lane, const std::vector<int>& order, int j, int member,
+                std::vector<Segment>* out) const {
+    out->clear();
+    int base = 0;
+    for (int i = 0; i <= j; ++i) base += Coord(member, order[i]) * strides_[order[i]];
+    std::vector<int> free(order.begin() + j + 1, order.end());
+    std::vector<int> idx(free.size(), 0);
+    while (true) {
+      int c = base;
+      for (size_t f = 0; f < free.size(); ++f) c += idx[f] * strides_[free[f]];
+      auto [lo, hi] = ChunkRange(lane, c);
+      if (hi > lo) {
+        if (!out->empty() && out->back().offset + out->back().length == lo) {
+          out->back().length += hi - lo;
+        } else {
+          out->push_back(Segment{lo, hi - lo});
+        }
+      }
+      size_t f = free.size();
+      while (f > 0) {
+        --f;
+        if (++idx[f] < plan_.axis_sizes[free[f]]) break;
+        idx[f] = 0;
+        if (f == 0) return;
+      }
+      if (free.empty()) return;
+    }
+  }
+
+  // Rings along `axis`: members that differ only there, ordered by that coordinate
+  // (reversed for the second direction).
+  std::vector<std::vector<int>> RingsAlong(int axis, bool reversed) const {
+    std::vector<std::vector<int>> rings;
+    int n = plan_.axis_sizes[axis];
+    for (int m = 0; m < job_.size(); ++m) {
+      if (Coord(m, axis) != 0) continue;
+      std::vector<int> ring(n);
+      for (int v = 0; v < n; ++v) ring[reversed ? n - 1 - v : v] = m + v * strides_[axis];
+      rings.push_back(std::move(ring));
+    }
+    return rings;
+  }
+
+  void BuildLane(int lane) {
+    int part = lane / plan_.directions;
+    bool reversed = lane % plan_.directions == 1;
+    std::vector<int> order = AxisOrder(part);
+    bool reduce = job_.kind != CollectiveKind::kAllGather;
+    bool gather = job_.kind != CollectiveKind::kReduceScatter;
+    std::vector<std::pair<RingPass::Mode, int>> phases;  // (mode, j)
+    if (reduce) {
+      for (int j = 0; j < static_cast<int>(order.size()); ++j) {
+        phases.push_back({RingPass::Mode::kReduceScatter, j});
+      }
+    }
+    if (gather) {
+      for (int j = static_cast<int>(order.size()) - 1; j >= 0; --j) {
+        phases.push_back({RingPass::Mode::kAllGather, j});
+      }
+    }
+    for (size_t p = 0; p < phases.size(); ++p) {
+      auto [mode, j] = phases[p];
+      std::vector<std::vector<int>> rings = RingsAlong(order[j], reversed);
+      // Rings are listed in member order; position r of ring i is rings[i][r].
+      std::vector<std::vector<int>> members = rings;
+      RingPass::ChunkLayout layout = [this, lane, order, j, members](int ring, int index,
+                                                                     std::vector<Segment>* out) {
+        ChunkSet(lane, order, j, members[ring][index], out);
+      };
+      size_t next = p + 1;
+      auto done = [this, lane, next](int member) {
+        if (next < passes_[lane].size()) {
+          passes_[lane][next]->StartMember(member);
+        } else {
+          LaneDone(member);
+        }
+      };
+      passes_[lane].push_back(std::make_unique<RingPass>(network_, job_, mode, std::move(rings),
+                                                         std::move(layout), &work_, done));
+    }
+  }
+
+  void PrepareWork() {
+    int g = job_.size();
+    work_.resize(g);
+    for (int m = 0; m < g; ++m) {
+      const std::vector<float>& in = (*job_.in)[m];
+      if (job_.kind == CollectiveKind::kAllGather) {
+        work_[m].assign(static_cast<size_t>(job_.block) * g, 0.0f);
+        std::copy(in.begin(), in.end(), work_[m].begin() + job_.block * m);
+      } else {
+        work_[m] = in;
+      }
+    }
+  }
+
+  void LaneDone(int member) {
+    if (++finished_[member] < lanes_) return;
+    if (job_.numerics) {
+      std::vector<float>& out = (*job_.out)[member];
+      if (job_.kind == CollectiveKind::kReduceScatter) {
+        auto first = work_[member].begin() + job_.block * member;
+        out.assign(first, first + job_.block);
+        work_[member] = {};
+      } else {
+        out = std::move(work_[member]);
+      }
+    }
+    job_.on_member_done(member);
+  }
+
+  Network& network_;
+  CollectiveJob& job_;
+  RingPlan plan_;
+  std::vector<int> strides_;
+  int lanes_ = 1;
+  std::vector<int> finished_;
+  std::vector<std::vector<float>> work_;
+  std::vector<std::vector<std::unique_ptr<RingPass>>> passes_;
+};
+
+}  // namespace
+
+RingPlan MakeRingPlan(const std::string& algorithm, const std::vector<int>& axis_sizes,
+                      bool bidirectional_axes) {
+  int g = std::accumulate(axis_sizes.begin(), axis_sizes.end(), 1, std::multiplies<int>());
+  if (algorithm == "torus_2d") {
+    RingPlan plan;
+    for (int n : axis_sizes) {
+      if (n > 1) plan.axis_sizes.push_back(n);
+    }
+    if (plan.axis_sizes.empty()) plan.axis_sizes = {1};
+    plan.parts = static_cast<int>(plan.axis_sizes.size());
+    plan.directions = bidirectional_axes ? 2 : 1;
+    return plan;
+  }
+  return RingPlan{{g}, 1, algorithm == "bidirectional_ring" ? 2 : 1};
+}
+
+std::unique_ptr<CollectiveAlgorithm> MakeRingAlgorithm(Network& network, CollectiveJob& job,
+                                                       RingPlan plan) {
+  return std::make_unique<RingFamily>(network, job, std::move(plan));
+}
+
+}  // namespace shardsim

@@ -1,0 +1,42 @@
+// The ring family: ring, bidirectional_ring and torus_2d (multi-dimensional rings).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collective.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// Shape of a ring-family run.
+struct RingPlan {
+  // Sizes of the group's axes (first major; product = group size). One entry for a plain
+  // ring over the whole group.
+  std::vector<int> axis_sizes;
+  // Parts the data is split into, each taking the axes in a rotated order (torus_2d: one per
+  // axis, so every axis's links are busy in every phase; ring: 1).
+  int parts = 1;
+  // 1: every ring sends forward only. 2: each part is halved and the halves go around the
+  // rings in opposite directions, using both directions of every link (bidirectional_ring).
+  int directions = 1;
+};
+
+// Builds the plan of the `ring`, `bidirectional_ring` or `torus_2d` algorithm for a group of
+// `axis_sizes` (torus_2d uses every axis of size > 1, with rings both ways when
+// `bidirectional_axes` is true; the others treat the group as one ring).
+RingPlan MakeRingPlan(const std::string& algorithm, const std::vector<int>& axis_sizes,
+                      bool bidirectional_axes);
+
+// Runs all-gather, reduce-scatter or all-reduce (reduce-scatter then all-gather, chained per
+// member) with the plan. Derivation for one ring of n members, chunk C = V/n bytes, link
+// bandwidth B, hop latency a: each of the n - 1 steps moves one chunk over every ring link
+// at once, so a pass takes (n - 1)(a + V/(nB)) and all-reduce twice that. Two directions
+// halve the chunk; k parts over k axes put 1/k of the data on each axis's links in every
+// phase, so the bandwidth term of a k-axis all-gather of V bytes over N devices is
+// (N - 1)/N * V / (k B) (Scaling Book, sharding.md).
+std::unique_ptr<CollectiveAlgorithm> MakeRingAlgorithm(Network& network, CollectiveJob& job,
+                                                       RingPlan plan);
+
+}  // namespace shardsim

@@ -1,0 +1,116 @@
+#include "collectives/algorithms/tree.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardsim {
+namespace {
+
+class Tree : public CollectiveAlgorithm {
+ public:
+  Tree(Network& network, CollectiveJob& job, int pipeline)
+      : network_(network), job_(job), segments_(std::max(1, pipeline)) {
+    if (job_.kind != CollectiveKind::kAllReduce) {
+      throw std::invalid_argument(std::string("tree implements all-reduce only (psum, pmean, "
+                                              "pmax, pmin), not ") +
+                                  CollectiveKindName(job_.kind));
+    }
+  }
+
+  void Start() override {
+    int g = job_.size();
+    for (int s = 0; s <= segments_; ++s) bounds_.push_back(job_.total * s / segments_);
+    up_.assign(static_cast<size_t>(g) * segments_, 0);
+    down_done_.assign(g, 0);
+    done_.assign(g, false);
+    if (job_.numerics) {
+      for (int m = 0; m < g; ++m) (*job_.out)[m] = (*job_.in)[m];
+    }
+    for (int m = 0; m < g; ++m) {
+      for (int s = 0; s < segments_; ++s) {
+        if (Children(m) == 0) ReducedUp(m, s);
+      }
+    }
+    if (g == 1) {
+      done_[0] = true;
+      job_.on_member_done(0);
+    }
+  }
+
+ private:
+  int Children(int m) const {
+    int g = job_.size();
+    return (2 * m + 1 < g) + (2 * m + 2 < g);
+  }
+
+  // Segment s of member m now holds the reduction over m's subtree.
+  void ReducedUp(int m, int s) {
+    if (m == 0) {
+      SendDown(0, s);
+      return;
+    }
+    int parent = (m - 1) / 2;
+    Send(m, parent, s, /*up=*/true);
+  }
+
+  void SendDown(int m, int s) {
+    for (int child : {2 * m + 1, 2 * m + 2}) {
+      if (child < job_.size()) Send(m, child, s, /*up=*/false);
+    }
+    if (++down_done_[m] == segments_ && !done_[m]) {
+      done_[m] = true;
+      job_.on_member_done(m);
+    }
+  }
+
+  void Send(int from, int to, int s, bool up) {
+    int64_t lo = bounds_[s], hi = bounds_[s + 1];
+    std::vector<float> payload;
+    if (job_.numerics) {
+      const std::vector<float>& src = (*job_.out)[from];
+      payload.assign(src.begin() + lo, src.begin() + hi);
+    }
+    std::string label;
+    if (network_.tracing()) {
+      label = job_.label + (up ? " reduce" : " broadcast") + " seg " + std::to_string(s + 1) + "/" +
+              std::to_string(segments_);
+    }
+    network_.Start(job_.members[from], job_.members[to], job_.BytesOf(hi - lo), std::move(label),
+                   [this, to, s, up, lo, payload = std::move(payload)]() {
+                     if (up) {
+                       if (job_.numerics) {
+                         Combine(job_.reduce, (*job_.out)[to].data() + lo, payload.data(),
+                                 static_cast<int64_t>(payload.size()));
+                       }
+                       if (++up_[static_cast<size_t>(to) * segments_ + s] == Children(to)) {
+                         ReducedUp(to, s);
+                       }
+                     } else {
+                       if (job_.numerics) {
+                         std::copy(payload.begin(), payload.end(), (*job_.out)[to].begin() + lo);
+                       }
+                       SendDown(to, s);
+                     }
+                   });
+  }
+
+  Network& network_;
+  CollectiveJob& job_;
+  int segments_;
+  std::vector<int64_t> bounds_;
+  std::vector<int> up_;         // Per (member, segment): children combined.
+  std::vector<int> down_done_;  // Per member: segments received from above.
+  std::vector<bool> done_;
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, CollectiveJob& job,
+                                                       int pipeline) {
+  return std::make_unique<Tree>(network, job, pipeline);
+}
+
+}  // namespace shardsim

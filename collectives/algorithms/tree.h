@@ -1,0 +1,22 @@
+// The tree algorithm for all-reduce: reduce up a binary tree, broadcast back down.
+#pragma once
+
+#include <memory>
+
+#include "collectives/collective.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// Members form a binary heap by group index (parent of m is (m - 1) / 2). The buffer is cut
+// into `pipeline` segments that flow independently: a member combines a segment from both
+// children and passes it up; the root sends each finished segment down, and every member
+// forwards it to its children. Derivation, one segment of V bytes (no pipelining), each
+// tree edge its own path of bandwidth B and latency a: 2 * depth * (a + V / B), depth =
+// floor(log2 G); with P segments the bandwidth term approaches 2 V / B plus
+// 2 * depth * V / (P B) of pipeline fill. Throws std::invalid_argument for anything but
+// all-reduce.
+std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, CollectiveJob& job,
+                                                       int pipeline);
+
+}  // namespace shardsim

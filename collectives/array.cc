@@ -1,0 +1,77 @@
+#include "collectives/array.h"
+
+#include <cassert>
+#include <stdexcept>
+#include <utility>
+
+namespace shardsim {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string FormatShape(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(shape[i]);
+  }
+  out += ']';
+  return out;
+}
+
+namespace {
+
+// Throws if a dimension is negative: shapes come from users.
+void CheckShape(const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + FormatShape(shape));
+  }
+}
+
+}  // namespace
+
+Array::Array(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  CheckShape(shape_);
+  values_.assign(static_cast<size_t>(NumElements(shape_)), 0.0f);
+  has_data_ = true;
+}
+
+Array Array::FromValues(DType dtype, Shape shape, std::vector<float> values) {
+  CheckShape(shape);
+  int64_t n = NumElements(shape);
+  if (static_cast<int64_t>(values.size()) != n) {
+    throw std::invalid_argument(std::to_string(values.size()) + " values for shape " +
+                                FormatShape(shape) + ", which has " + std::to_string(n) +
+                                " elements");
+  }
+  Array a;
+  a.dtype_ = dtype;
+  a.shape_ = std::move(shape);
+  a.values_ = std::move(values);
+  a.has_data_ = true;
+  a.Round();
+  return a;
+}
+
+Array Array::ShapeOnly(DType dtype, Shape shape) {
+  CheckShape(shape);
+  Array a;
+  a.dtype_ = dtype;
+  a.shape_ = std::move(shape);
+  return a;
+}
+
+void Array::Round() {
+  if (!has_data_) return;
+  assert(static_cast<int64_t>(values_.size()) == size());
+  RoundToDType(dtype_, values_.data(), static_cast<int64_t>(values_.size()));
+}
+
+std::string Array::TypeString() const {
+  return std::string(DTypeName(dtype_)) + FormatShape(shape_);
+}
+
+}  // namespace shardsim

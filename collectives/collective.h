@@ -1,0 +1,76 @@
+// One collective on one group of devices, in the flat form the algorithms work on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "sim/simulator.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// The collectives algorithms implement. The executor maps JAX's ops onto them: psum/pmean/
+// pmax/pmin -> kAllReduce, psum_scatter -> kReduceScatter, all_gather -> kAllGather,
+// all_to_all -> kAllToAll, ppermute -> kPermute.
+enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kPermute };
+
+// "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "permute".
+const char* CollectiveKindName(CollectiveKind kind);
+
+// How partial values combine.
+enum class ReduceOp { kSum, kMax, kMin };
+
+// A contiguous run of elements in a member's flat buffer.
+struct Segment {
+  int64_t offset = 0;  // First element.
+  int64_t length = 0;  // Number of elements.
+};
+
+// Combines `n` received values into `dst` with `op`.
+void Combine(ReduceOp op, float* dst, const float* src, int64_t n);
+
+// One collective over a group, in flat form. Member m is the m-th device of the group in the
+// op's logical order (JAX's axis_index over the named axes). Buffers are flat row-major:
+// - kAllGather: in = one block of `block` elements; out = G blocks, member j's at j*block.
+// - kReduceScatter: in = G chunks of `block` elements (chunk j contiguous at j*block); out =
+//   the reduction of chunk m over all members.
+// - kAllReduce: in = out = `total` elements, reduced elementwise over all members.
+// - kAllToAll: in = G chunks of `block` (chunk j is for member j); out = G chunks, the one
+//   from member j at j*block.
+// - kPermute: in = out = `block` elements; member m's block goes to destination[m] (-1: none);
+//   members no one sends to get zeros.
+struct CollectiveJob {
+  CollectiveKind kind = CollectiveKind::kAllReduce;  // What to compute.
+  ReduceOp reduce = ReduceOp::kSum;                  // For reductions.
+  DType dtype = DType::kF32;                         // Element type: bytes and rounding.
+  std::vector<VertexId> members;                     // Device vertex of each member.
+  int64_t block = 0;                                 // Elements per block / chunk.
+  int64_t total = 0;                                 // kAllReduce: elements per member.
+  std::vector<int> destination;                      // kPermute: per member, or -1.
+  bool numerics = true;                              // Move and combine real data.
+  std::vector<std::vector<float>>* in = nullptr;     // Per member input (numerics only).
+  std::vector<std::vector<float>>* out = nullptr;    // Per member output (filled).
+  std::string label;                                 // Names transfers in the trace.
+  // Called once per member when its output is complete.
+  std::function<void(int member)> on_member_done;
+
+  // Number of members.
+  int size() const { return static_cast<int>(members.size()); }
+  // Bytes of `elements` elements of this dtype.
+  Bytes BytesOf(int64_t elements) const { return Bytes(elements * DTypeSize(dtype)); }
+};
+
+// Runs one collective job. Implementations schedule point-to-point transfers on the Network
+// and local combines of the real chunks they carry; one per algorithm file in algorithms/.
+class CollectiveAlgorithm {
+ public:
+  virtual ~CollectiveAlgorithm() = default;
+  // Starts the collective now; every member's input is ready. The job, simulator and
+  // network must outlive the run.
+  virtual void Start() = 0;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,98 @@
+#include "collectives/dtype.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace shardsim {
+namespace {
+
+// Rounds float32 bits to the nearest bfloat16 (the top 16 bits), ties to even; NaN stays NaN.
+float RoundBf16(float v) {
+  if (std::isnan(v)) return v;
+  uint32_t bits = std::bit_cast<uint32_t>(v);
+  uint32_t lsb = (bits >> 16) & 1u;
+  bits += 0x7fffu + lsb;
+  bits &= 0xffff0000u;
+  return std::bit_cast<float>(bits);
+}
+
+// Rounds to the nearest IEEE half-precision value (11-bit significand, exponent -14..15),
+// ties to even, overflowing to infinity and flushing through subnormals exactly.
+float RoundF16(float v) {
+  if (!std::isfinite(v) || v == 0.0f) return v;
+  constexpr float kMax = 65504.0f;
+  float a = std::fabs(v);
+  // Smallest normal exponent is -14; below it the spacing is fixed at 2^-24.
+  int exp;
+  std::frexp(a, &exp);  // a = m * 2^exp, m in [0.5, 1).
+  int e = std::max(exp - 1, -14);
+  float ulp = std::ldexp(1.0f, e - 10);
+  float r = std::nearbyint(a / ulp) * ulp;  // Default rounding mode: to nearest even.
+  if (r > kMax) {
+    // Values at or above the midpoint to the next binade step overflow.
+    r = std::numeric_limits<float>::infinity();
+  }
+  return std::copysign(r, v);
+}
+
+}  // namespace
+
+int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+  }
+  return 4;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+  }
+  return "f32";
+}
+
+std::optional<DType> ParseDType(std::string_view name) {
+  if (name == "f32" || name == "float32") return DType::kF32;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "f16" || name == "float16") return DType::kF16;
+  if (name == "i32" || name == "int32") return DType::kI32;
+  return std::nullopt;
+}
+
+float RoundToDType(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kF32:
+      return value;
+    case DType::kBF16:
+      return RoundBf16(value);
+    case DType::kF16:
+      return RoundF16(value);
+    case DType::kI32: {
+      if (std::isnan(value)) return 0.0f;
+      constexpr float kLimit = 2147483520.0f;  // Largest float below 2^31.
+      return std::nearbyint(std::clamp(value, -kLimit - 128.0f, kLimit));
+    }
+  }
+  return value;
+}
+
+void RoundToDType(DType dtype, float* data, int64_t n) {
+  if (dtype == DType::kF32) return;
+  for (int64_t i = 0; i < n; ++i) data[i] = RoundToDType(dtype, data[i]);
+}
+
+}  // namespace shardsim

@@ -1,0 +1,126 @@
+// Runs a shard_map program on the simulated machine: local ops on each device's real blocks,
+// collectives as algorithms scheduled on the network.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/collective.h"
+#include "collectives/mesh.h"
+#include "collectives/program.h"
+#include "sim/simulator.h"
+#include "sim/time.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// How a program runs.
+struct ExecutorConfig {
+  bool numerics = true;  // Carry real data (else shapes only: timing runs).
+  // Default algorithm per collective: keys are JAX op names (psum, all_gather, ...) or
+  // generic kinds (all_reduce, reduce_scatter, all_gather, all_to_all, permute).
+  std::map<std::string, std::string> algorithms;
+  std::string base_dir;  // Folder that relative `init: {file: ...}` paths start from.
+};
+
+// When one op of the program ran, over all devices.
+struct OpTiming {
+  std::string name;       // The op's name.
+  std::string op;         // Its SPEC op name.
+  Bytes bytes;            // Bytes of its (first) input on one device.
+  Time start;             // First device started it.
+  Time end;               // Last device finished it.
+  std::string algorithm;  // Collective algorithm used ("" for local ops).
+};
+
+// Per-device time accounting of a run.
+struct DeviceTiming {
+  int device = 0;     // Physical device.
+  Time compute;       // Busy computing.
+  Time comm;          // Inside collectives (union of intervals).
+  Time exposed_comm;  // Communication not hidden under compute.
+  Time idle;          // Neither.
+};
+
+// Evaluates every array of a program on every mesh position, event by event. Shape errors
+// surface before anything runs, through CheckProgram.
+class Executor {
+ public:
+  // `sim`, `network` and `mesh` must outlive the executor.
+  Executor(Simulator& sim, Network& network, const Mesh& mesh, const ProgramSpec& program,
+           ExecutorConfig config);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Makes the inputs and schedules the program's start at the current time.
+  void Start();
+  // True once every device ran every op (after the simulator drained).
+  bool finished() const;
+  // When the last device finished.
+  Time end_time() const { return end_; }
+  // Per-op timing, in program order.
+  const std::vector<OpTiming>& op_timings() const { return op_timings_; }
+  // Per-device accounting (call after the run), ordered by mesh position.
+  std::vector<DeviceTiming> DeviceTimings() const;
+  // The outputs as global arrays (assembled by their out specs). Throws SpecError
+  // ("outputs.NAME") when replicas of an output differ along an axis its spec does not name.
+  std::map<std::string, Array> Outputs() const;
+
+ private:
+  struct GroupRun;
+  void Advance(int position);
+  void RunLocal(int position, const OpSpec& op);
+  void Arrive(int position, size_t op_index);
+  void LaunchGroup(size_t op_index, int group);
+  void MemberDone(size_t op_index, int group, int member);
+
+  Simulator& sim_;
+  Network& network_;
+  const Mesh& mesh_;
+  const ProgramSpec& program_;
+  ExecutorConfig config_;
+  std::vector<std::map<std::string, Array>> env_;               // Per position.
+  std::vector<size_t> pc_;                                      // Per position: next op.
+  std::vector<std::vector<std::pair<Time, Time>>> comm_spans_;  // Per position.
+  std::vector<OpTiming> op_timings_;
+  std::vector<bool> op_started_;
+  std::map<std::pair<size_t, int>, std::unique_ptr<GroupRun>> groups_;
+  // Per op: group of each position and the position's index in it.
+  std::vector<std::vector<std::pair<int, int>>> membership_;
+  std::vector<std::vector<std::vector<int>>> group_lists_;
+  int finished_positions_ = 0;
+  Time end_;
+};
+
+// Checks a program before it runs: names, shapes, dtypes and parameters of every op, on the
+// local shapes of the mesh. Throws SpecError naming the op's key ("program.3") or the array's
+// ("arrays.x.sharding", "outputs.y").
+void CheckProgram(const Mesh& mesh, const ProgramSpec& program);
+
+// Evaluates the program directly from the ops' definitions (collectives computed from all
+// positions' blocks at once, no network), returning the global outputs. The reference that
+// every run's numerics are checked against.
+std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
+                                              const std::string& base_dir);
+
+// The numerics check of a run: simulated outputs against the reference.
+struct NumericsReport {
+  bool checked = false;      // Whether real data was compared.
+  double max_abs_error = 0;  // Over all outputs and elements.
+  double tolerance = 0;      // The largest error allowed for the worst output.
+  bool passed = true;        // Every output within its tolerance.
+  std::string worst_output;  // The output with the largest error relative to its tolerance.
+};
+
+// Compares outputs. Tolerance per output: (2 eps(dtype) + (mesh size + 1) 2^-24) *
+// max(1, max|ref|): the simulated collectives add in float32 in their algorithm's order and
+// round to the dtype once, the reference adds in double in member order and rounds once; local
+// ops are the same code on both sides. i32 outputs must match exactly (tolerance 0.5).
+NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
+                              const std::map<std::string, Array>& reference, int mesh_size);
+
+}  // namespace shardsim

@@ -1,0 +1,89 @@
+// The local (per-device) ops of SPEC's "Ops" table, with NumPy/JAX semantics, and their
+// FLOP/byte counts for the cost model.
+//
+// Every op works on arrays with data (computing values in float32 with float32 accumulation,
+// then rounding to the output dtype) and on shape-only arrays (computing only the output's
+// shape and dtype); if any input lacks data the result is shape-only. Bad shapes or
+// parameters throw std::invalid_argument with a message that starts with the op's name, e.g.
+// "matmul: inner dimensions differ: f32[256,4096] @ f32[2048,256]". Negative axes count from
+// the end, as in NumPy.
+//
+// Output dtypes follow JAX: equal dtypes keep theirs; i32 with a float dtype gives the float
+// dtype; two different float dtypes give f32. div, exp, tanh and gelu of i32 give f32. An op
+// with a Python-like scalar keeps the array's dtype (JAX's weak typing).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/dtype.h"
+#include "collectives/program.h"
+
+namespace shardsim {
+
+// Elementwise ops of two operands.
+enum class BinaryKind { kAdd, kSub, kMul, kDiv, kMax };
+// Elementwise ops of one operand.
+enum class UnaryKind { kRelu, kGelu, kExp, kTanh, kNeg };
+
+// The BinaryKind of add/sub/mul/div/max; nullopt for other ops.
+std::optional<BinaryKind> BinaryKindOf(OpKind kind);
+// The UnaryKind of relu/gelu/exp/tanh/neg; nullopt for other ops.
+std::optional<UnaryKind> UnaryKindOf(OpKind kind);
+// The dtype of an op on `a` and `b` (see the rules above).
+DType PromoteTypes(DType a, DType b);
+
+// a @ b as NumPy's matmul: 2-D @ 2-D, 1-D operands as vectors, and for rank > 2 a stack of
+// matrices with broadcast batch dimensions ([..., M, K] @ [..., K, N]). Uses OpenBLAS sgemm.
+Array Matmul(const Array& a, const Array& b);
+
+// jnp.einsum of two operands, e.g. "bd,df->bf", "bij,bjk->bik", "ij,kj->ik"; without "->"
+// the output is the letters seen once, sorted (NumPy's implicit mode). Letters that appear
+// in one operand only and not in the output are summed first; the rest becomes a batched
+// sgemm. Repeated letters within an operand (diagonals) and "..." are rejected.
+Array Einsum(const std::string& spec, const Array& a, const Array& b);
+
+// a (op) b with NumPy broadcasting.
+Array Binary(BinaryKind kind, const Array& a, const Array& b);
+// a (op) scalar, elementwise.
+Array BinaryScalar(BinaryKind kind, const Array& a, double scalar);
+// relu, gelu (tanh approximation, jax.nn.gelu's default), exp, tanh, neg.
+Array Unary(UnaryKind kind, const Array& a);
+
+// jnp.reshape: same elements in row-major order; one dimension may be -1 (inferred).
+Array Reshape(const Array& a, const Shape& shape);
+// jnp.transpose: output dimension i is input dimension axes[i]; empty axes reverse them.
+Array Transpose(const Array& a, const std::vector<int64_t>& axes);
+// jnp.concatenate of one or more arrays of equal rank whose shapes agree except along `axis`.
+Array Concatenate(const std::vector<const Array*>& arrays, int64_t axis);
+// jnp.split into `sections` equal parts along `axis` (which must divide evenly).
+std::vector<Array> Split(const Array& a, int64_t sections, int64_t axis);
+// The `size` elements from `start` along `axis` (lax.slice_in_dim); must lie within it.
+Array Slice(const Array& a, int64_t start, int64_t size, int64_t axis);
+
+// Helpers for collectives (same checks and semantics as the ops above).
+// Slice with the axis first: the block [start, start + size) along `axis`.
+Array SliceAlong(const Array& a, int axis, int64_t start, int64_t size);
+// Concatenate of a list of arrays held by value.
+Array ConcatAlong(const std::vector<Array>& arrays, int axis);
+// jnp.stack: equal-shaped arrays along a new dimension `axis` (in [-(rank+1), rank]).
+Array Stack(const std::vector<Array>& arrays, int axis);
+
+// Work an op does on one device.
+struct OpCost {
+  double flops = 0;  // Floating-point operations.
+  double bytes = 0;  // Memory traffic (bytes read plus written).
+};
+
+// The cost of a local op: matmul/einsum 2*M*N*K per batch element (einsum: 2 * product of
+// the sizes of its letters, plus one FLOP per element summed away first); elementwise ops
+// one FLOP per output element; every op reads its inputs and writes its outputs, except
+// reshape (free: a relabeling) and slice (reads only the slice). `einsum_spec` is needed
+// for einsum only. Collective kinds are not local ops (assert).
+OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
+                   const std::vector<const Array*>& outputs, const std::string& einsum_spec = "");
+
+}  // namespace shardsim

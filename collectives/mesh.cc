@@ -1,0 +1,158 @@
+#include "collectives/mesh.h"
+
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardsim {
+namespace {
+
+// "dp=4, tp=2" for messages.
+std::string DescribeAxes(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const MeshAxis& axis : axes) {
+    if (!text.empty()) text += ", ";
+    text += axis.name + "=" + std::to_string(axis.size);
+  }
+  return text;
+}
+
+}  // namespace
+
+Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
+    : axes_(std::move(axes)), devices_(std::move(devices)) {
+  std::set<std::string> names;
+  int64_t product = 1;
+  for (const MeshAxis& axis : axes_) {
+    if (axis.name.empty()) throw std::invalid_argument("a mesh axis has an empty name");
+    if (!names.insert(axis.name).second) {
+      throw std::invalid_argument("mesh axis '" + axis.name + "' is named twice");
+    }
+    if (axis.size < 1) {
+      throw std::invalid_argument("mesh axis '" + axis.name + "' has size " +
+                                  std::to_string(axis.size) + "; sizes must be at least 1");
+    }
+    product *= axis.size;
+    if (product > (int64_t{1} << 30)) {
+      throw std::invalid_argument("mesh " + DescribeAxes(axes_) + " has too many positions");
+    }
+  }
+  if (static_cast<int64_t>(devices_.size()) != product) {
+    throw std::invalid_argument("mesh " + DescribeAxes(axes_) + " has " + std::to_string(product) +
+                                " positions but " + std::to_string(devices_.size()) +
+                                " devices are given");
+  }
+  std::set<int> seen;
+  for (size_t p = 0; p < devices_.size(); ++p) {
+    if (devices_[p] < 0) {
+      throw std::invalid_argument("mesh device " + std::to_string(devices_[p]) + " at position " +
+                                  std::to_string(p) + " is negative");
+    }
+    if (!seen.insert(devices_[p]).second) {
+      throw std::invalid_argument("mesh device " + std::to_string(devices_[p]) +
+                                  " appears twice (again at position " + std::to_string(p) + ")");
+    }
+  }
+  strides_.assign(axes_.size(), 1);
+  for (int i = static_cast<int>(axes_.size()) - 2; i >= 0; --i) {
+    strides_[i] = strides_[i + 1] * axes_[i + 1].size;
+  }
+}
+
+int Mesh::AxisIndex(const std::string& name) const {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (axes_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<int> Mesh::Coords(int position) const {
+  if (position < 0 || position >= size()) {
+    throw std::invalid_argument("mesh position " + std::to_string(position) +
+                                " is out of range [0, " + std::to_string(size()) + ")");
+  }
+  std::vector<int> coords(axes_.size());
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    coords[i] = position / strides_[i] % axes_[i].size;
+  }
+  return coords;
+}
+
+int Mesh::Position(const std::vector<int>& coords) const {
+  if (coords.size() != axes_.size()) {
+    throw std::invalid_argument("mesh coordinates have " + std::to_string(coords.size()) +
+                                " entries; the mesh has " + std::to_string(axes_.size()) + " axes");
+  }
+  int position = 0;
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (coords[i] < 0 || coords[i] >= axes_[i].size) {
+      throw std::invalid_argument("coordinate " + std::to_string(coords[i]) +
+                                  " is out of range for mesh axis '" + axes_[i].name +
+                                  "' of size " + std::to_string(axes_[i].size));
+    }
+    position += coords[i] * strides_[i];
+  }
+  return position;
+}
+
+int Mesh::GroupSize(const std::vector<int>& axes) const {
+  int product = 1;
+  for (int a : axes) {
+    if (a < 0 || a >= static_cast<int>(axes_.size())) {
+      throw std::invalid_argument("mesh axis index " + std::to_string(a) + " is out of range");
+    }
+    product *= axes_[a].size;
+  }
+  return product;
+}
+
+std::vector<std::vector<int>> Mesh::Groups(const std::vector<int>& axes) const {
+  const int group_size = GroupSize(axes);
+  std::vector<bool> in_group(axes_.size(), false);
+  for (int a : axes) {
+    if (in_group[a]) {
+      throw std::invalid_argument("mesh axis '" + axes_[a].name + "' is named twice");
+    }
+    in_group[a] = true;
+  }
+  // Offset of each group member from the group's first member, in group order: the linear
+  // index over `axes` (first major) decomposed into coordinates.
+  std::vector<int> offsets(group_size, 0);
+  for (int k = 0; k < group_size; ++k) {
+    int rest = k;
+    for (int i = static_cast<int>(axes.size()) - 1; i >= 0; --i) {
+      const int a = axes[i];
+      offsets[k] += rest % axes_[a].size * strides_[a];
+      rest /= axes_[a].size;
+    }
+  }
+  // A group's first member has coordinate 0 along every axis of `axes`; it is also the
+  // group's smallest position, so scanning positions in order lists groups in that order.
+  std::vector<std::vector<int>> groups;
+  for (int p = 0; p < size(); ++p) {
+    bool first = true;
+    for (int a : axes) {
+      if (p / strides_[a] % axes_[a].size != 0) {
+        first = false;
+        break;
+      }
+    }
+    if (!first) continue;
+    std::vector<int> group(group_size);
+    for (int k = 0; k < group_size; ++k) group[k] = p + offsets[k];
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+int Mesh::IndexInGroup(int position, const std::vector<int>& axes) const {
+  const std::vector<int> coords = Coords(position);
+  GroupSize(axes);  // Checks the axis indices.
+  int index = 0;
+  for (int a : axes) index = index * axes_[a].size + coords[a];
+  return index;
+}
+
+}  // namespace shardsim

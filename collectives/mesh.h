@@ -1,0 +1,54 @@
+// A logical device mesh: named axes over physical devices, and the groups collectives use.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shardsim {
+
+// One named mesh axis.
+struct MeshAxis {
+  std::string name;  // "dp", "tp", ...
+  int size = 1;      // Devices along it.
+};
+
+// Named axes (first major) and the physical device at each mesh position. A position is the
+// row-major linear index of a coordinate over the axes, as in JAX's mesh.devices.flat.
+class Mesh {
+ public:
+  // `devices[p]` is the physical device of position p; devices.size() must be the product
+  // of the axis sizes, with distinct entries.
+  Mesh(std::vector<MeshAxis> axes, std::vector<int> devices);
+
+  // The axes, in order.
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  // Number of positions (devices in the mesh).
+  int size() const { return static_cast<int>(devices_.size()); }
+  // Index of the axis called `name`, or -1.
+  int AxisIndex(const std::string& name) const;
+  // Coordinates of a position, one per axis.
+  std::vector<int> Coords(int position) const;
+  // Position of coordinates.
+  int Position(const std::vector<int>& coords) const;
+  // Physical device at a position.
+  int device(int position) const { return devices_[position]; }
+  // All physical devices by position.
+  const std::vector<int>& devices() const { return devices_; }
+
+  // The collective groups over `axes` (axis indices, in the order the op names them): every
+  // group holds the positions that differ only along those axes, ordered by the linear index
+  // over `axes` in that order (first major), which is JAX's axis_index over the tuple.
+  // Groups are listed in order of their first member's position.
+  std::vector<std::vector<int>> Groups(const std::vector<int>& axes) const;
+  // The index of `position` within its group over `axes` (JAX's axis_index).
+  int IndexInGroup(int position, const std::vector<int>& axes) const;
+  // Product of the sizes of `axes`.
+  int GroupSize(const std::vector<int>& axes) const;
+
+ private:
+  std::vector<MeshAxis> axes_;
+  std::vector<int> devices_;
+  std::vector<int> strides_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,324 @@
+#include "collectives/placement.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "topology/hierarchical.h"
+#include "topology/ring.h"
+#include "topology/torus.h"
+
+namespace shardsim {
+namespace {
+
+// A factor of one torus dimension given to a mesh axis: coordinate c along the piece adds
+// c * stride to the physical coordinate along `dim`.
+struct Piece {
+  int dim = 0;     // Torus dimension.
+  int size = 1;    // Factor of the dimension's length.
+  int stride = 1;  // Stride of the factor within the dimension's coordinate.
+};
+
+// The pieces of each mesh axis, major first; empty pieces for a size-1 axis.
+using TorusPlan = std::vector<std::vector<Piece>>;
+
+// "dp=4, tp=2".
+std::string DescribeAxes(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const MeshAxis& axis : axes) {
+    if (!text.empty()) text += ", ";
+    text += axis.name + "=" + std::to_string(axis.size);
+  }
+  return text;
+}
+
+// "4x4x4".
+std::string DescribeShape(const std::vector<int>& shape) {
+  std::string text;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += "x";
+    text += std::to_string(shape[i]);
+  }
+  return text;
+}
+
+// The greedy assignment of torus dimensions to mesh axes (see placement.h), or nullopt when
+// the sizes do not factor exactly.
+std::optional<TorusPlan> PlanTorus(const std::vector<MeshAxis>& axes,
+                                   const std::vector<int>& shape) {
+  std::vector<int> remaining = shape;       // Unassigned high factor of each dim.
+  std::vector<int> taken(shape.size(), 1);  // Product of the factors already taken.
+  TorusPlan plan(axes.size());
+  int dim = static_cast<int>(shape.size()) - 1;
+  for (int a = static_cast<int>(axes.size()) - 1; a >= 0; --a) {
+    int need = axes[a].size;
+    std::vector<Piece> pieces;  // Collected minor first.
+    while (need > 1) {
+      while (dim >= 0 && remaining[dim] == 1) --dim;
+      if (dim < 0) return std::nullopt;
+      const int r = remaining[dim];
+      int factor = 0;
+      if (need % r == 0) {
+        factor = r;
+      } else if (r % need == 0) {
+        factor = need;
+      } else {
+        return std::nullopt;
+      }
+      pieces.push_back(Piece{dim, factor, taken[dim]});
+      taken[dim] *= factor;
+      remaining[dim] /= factor;
+      need /= factor;
+    }
+    // Major first: physical order, except that strided factors (high parts of a dimension,
+    // whose steps are several hops) go outermost so most steps are single hops.
+    std::reverse(pieces.begin(), pieces.end());
+    std::stable_partition(pieces.begin(), pieces.end(),
+                          [](const Piece& piece) { return piece.stride > 1; });
+    plan[a] = std::move(pieces);
+  }
+  return plan;
+}
+
+// Coordinates along `sizes` (major first) of step t of a snake (boustrophedon) walk: every
+// step changes one coordinate by one.
+std::vector<int> SnakeCoords(int t, const std::vector<int>& sizes) {
+  std::vector<int> coords(sizes.size());
+  int inner = 1;
+  for (int s : sizes) inner *= s;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    inner /= sizes[i];
+    coords[i] = t / inner;
+    t %= inner;
+    if (coords[i] % 2 == 1) t = inner - 1 - t;
+  }
+  return coords;
+}
+
+// The devices of a torus plan, by mesh position.
+std::vector<int> PlaceOnTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape,
+                              const TorusPlan& plan) {
+  int total = 1;
+  for (const MeshAxis& axis : axes) total *= axis.size;
+  std::vector<int> devices(total);
+  std::vector<int> mesh_coords(axes.size());
+  for (int p = 0; p < total; ++p) {
+    int rest = p;
+    for (int a = static_cast<int>(axes.size()) - 1; a >= 0; --a) {
+      mesh_coords[a] = rest % axes[a].size;
+      rest /= axes[a].size;
+    }
+    std::vector<int> phys(shape.size(), 0);
+    for (size_t a = 0; a < axes.size(); ++a) {
+      std::vector<int> sizes;
+      for (const Piece& piece : plan[a]) sizes.push_back(piece.size);
+      const std::vector<int> coords = SnakeCoords(mesh_coords[a], sizes);
+      for (size_t j = 0; j < plan[a].size(); ++j) {
+        phys[plan[a][j].dim] += coords[j] * plan[a][j].stride;
+      }
+    }
+    devices[p] = TorusIndex(shape, phys);
+  }
+  return devices;
+}
+
+// Whether the row-major device order is in use.
+bool IsIdentity(const std::vector<int>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] != static_cast<int>(i)) return false;
+  }
+  return true;
+}
+
+// Hops between two devices on a torus (shortest way round on wrapping dimensions; forward
+// only on a one-way ring).
+int TorusHops(const TorusShape& torus, bool one_way, int a, int b) {
+  const std::vector<int> ca = TorusCoords(torus.shape, a);
+  const std::vector<int> cb = TorusCoords(torus.shape, b);
+  int hops = 0;
+  for (size_t d = 0; d < torus.shape.size(); ++d) {
+    const int k = torus.shape[d];
+    const int diff = std::abs(ca[d] - cb[d]);
+    if (one_way) {
+      hops += ((cb[d] - ca[d]) % k + k) % k;
+    } else if (torus.wraparound[d]) {
+      hops += std::min(diff, k - diff);
+    } else {
+      hops += diff;
+    }
+  }
+  return hops;
+}
+
+// The most hops between consecutive members of any group along mesh axis `a`.
+int MaxConsecutiveHops(const Mesh& mesh, const Topology& topo, int a) {
+  const bool one_way = IsOneWayRing(topo);
+  int most = 0;
+  for (const std::vector<int>& group : mesh.Groups({a})) {
+    for (size_t i = 1; i < group.size(); ++i) {
+      most = std::max(most, TorusHops(*topo.torus(), one_way, mesh.device(group[i - 1]),
+                                      mesh.device(group[i])));
+    }
+  }
+  return most;
+}
+
+// "dp: neighbours 1 hop apart, tp: up to 3 hops apart" from the actual devices.
+std::string DescribeTorusHops(const Mesh& mesh, const Topology& topo) {
+  std::string text;
+  for (size_t a = 0; a < mesh.axes().size(); ++a) {
+    if (!text.empty()) text += ", ";
+    const MeshAxis& axis = mesh.axes()[a];
+    text += axis.name + ": ";
+    if (axis.size == 1) {
+      text += "size 1";
+      continue;
+    }
+    const int hops = MaxConsecutiveHops(mesh, topo, static_cast<int>(a));
+    text += hops == 1 ? "consecutive members 1 hop apart"
+                      : "consecutive members up to " + std::to_string(hops) + " hops apart";
+  }
+  return text;
+}
+
+// "dim 1 (4, wraps)" or "dim 0 (factor 2 of 4)".
+std::string DescribePiece(const Piece& piece, const TorusShape& torus) {
+  const int length = torus.shape[piece.dim];
+  std::string text = std::to_string(piece.dim) + " (";
+  if (piece.size == length) {
+    text += std::to_string(length) + (torus.wraparound[piece.dim] ? ", wraps" : ", line");
+  } else {
+    text += "factor " + std::to_string(piece.size) + " of " + std::to_string(length);
+    if (piece.stride > 1) text += ", stride " + std::to_string(piece.stride);
+  }
+  return text + ")";
+}
+
+std::string DescribeTorusPlan(const std::vector<MeshAxis>& axes, const TorusPlan& plan,
+                              const TorusShape& torus) {
+  std::string text;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    if (!text.empty()) text += ", ";
+    text += axes[a].name + " -> ";
+    const std::vector<Piece>& pieces = plan[a];
+    if (pieces.empty()) {
+      text += "(size 1)";
+    } else if (pieces.size() == 1) {
+      text += "torus dim " + DescribePiece(pieces[0], torus);
+    } else {
+      text += "torus dims ";
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        if (j > 0) text += " x ";
+        text += DescribePiece(pieces[j], torus);
+      }
+      text += " in snake order";
+    }
+  }
+  return text;
+}
+
+// "dp across nodes, tp inside nodes (NVLink)" from the actual devices.
+std::string DescribeNodes(const Mesh& mesh, int per_node) {
+  std::string text;
+  for (size_t a = 0; a < mesh.axes().size(); ++a) {
+    if (!text.empty()) text += ", ";
+    const MeshAxis& axis = mesh.axes()[a];
+    if (axis.size == 1) {
+      text += axis.name + " (size 1)";
+      continue;
+    }
+    bool inside = true;
+    bool across = true;
+    int most_per_node = 1;
+    for (const std::vector<int>& group : mesh.Groups({static_cast<int>(a)})) {
+      std::vector<int> nodes;
+      for (int p : group) nodes.push_back(mesh.device(p) / per_node);
+      std::sort(nodes.begin(), nodes.end());
+      if (nodes.front() != nodes.back()) inside = false;
+      int run = 1;
+      for (size_t i = 1; i < nodes.size(); ++i) {
+        run = nodes[i] == nodes[i - 1] ? run + 1 : 1;
+        most_per_node = std::max(most_per_node, run);
+      }
+    }
+    across = most_per_node == 1;
+    if (inside) {
+      text += axis.name + " inside nodes (NVLink)";
+    } else if (across) {
+      text += axis.name + " across nodes";
+    } else {
+      text +=
+          axis.name + " spans nodes (up to " + std::to_string(most_per_node) + " members per node)";
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo) {
+  int64_t total = 1;
+  for (const MeshAxis& axis : axes) {
+    if (axis.size < 1) {
+      throw std::invalid_argument("mesh axis '" + axis.name + "' has size " +
+                                  std::to_string(axis.size) + "; sizes must be at least 1");
+    }
+    total *= axis.size;
+    if (total > topo.num_devices()) break;
+  }
+  if (total != topo.num_devices()) {
+    throw std::invalid_argument(
+        "mesh " + DescribeAxes(axes) + " has " + (total > topo.num_devices() ? "more" : "fewer") +
+        " positions than the hardware's " + std::to_string(topo.num_devices()) +
+        " devices; the default placement uses every device (give mesh.devices to use a "
+        "subset)");
+  }
+  if (topo.torus().has_value()) {
+    const std::optional<TorusPlan> plan = PlanTorus(axes, topo.torus()->shape);
+    if (plan.has_value()) return PlaceOnTorus(axes, topo.torus()->shape, *plan);
+  }
+  std::vector<int> devices(topo.num_devices());
+  std::iota(devices.begin(), devices.end(), 0);
+  return devices;
+}
+
+void ValidateMeshDevices(const Mesh& mesh, const Topology& topo) {
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (mesh.device(p) >= topo.num_devices()) {
+      throw std::invalid_argument("mesh device " + std::to_string(mesh.device(p)) + " (position " +
+                                  std::to_string(p) +
+                                  ") does not exist: the hardware has devices 0.." +
+                                  std::to_string(topo.num_devices() - 1));
+    }
+  }
+}
+
+std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
+  ValidateMeshDevices(mesh, topo);
+  const bool whole_machine = mesh.size() == topo.num_devices();
+  const bool is_default = whole_machine && mesh.devices() == DefaultPlacement(mesh.axes(), topo);
+  if (topo.torus().has_value()) {
+    const TorusShape& torus = *topo.torus();
+    const std::optional<TorusPlan> plan = PlanTorus(mesh.axes(), torus.shape);
+    if (is_default && plan.has_value()) return DescribeTorusPlan(mesh.axes(), *plan, torus);
+    const std::string how = is_default ? "mesh " + DescribeAxes(mesh.axes()) +
+                                             " does not factor onto torus " +
+                                             DescribeShape(torus.shape) + ": row-major device order"
+                                       : "devices as given by mesh.devices";
+    return how + " (" + DescribeTorusHops(mesh, topo) + ")";
+  }
+  const std::string order =
+      IsIdentity(mesh.devices()) ? "row-major device order" : "devices as given by mesh.devices";
+  if (const std::optional<HierarchicalParams> params = RecognizeHierarchical(topo)) {
+    return DescribeNodes(mesh, params->per_node) + " (" + order + ")";
+  }
+  if (topo.num_switches() == 1) return order + ", all devices behind one switch";
+  return order;
+}
+
+}  // namespace shardsim

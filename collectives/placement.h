@@ -1,0 +1,47 @@
+// The default placement of a logical mesh onto physical devices, topology-aware like
+// jax.experimental.mesh_utils.create_device_mesh, and a readable account of a placement.
+//
+// The rule (DefaultPlacement):
+//  - The mesh must use the whole machine: the product of the axis sizes equals the device
+//    count (as create_device_mesh requires); anything else is an error. To use part of a
+//    machine, list the devices in `mesh.devices`.
+//  - Torus (and ring) topologies: physical dimensions are handed to mesh axes greedily, from
+//    the LAST (innermost) mesh axis to the first and from the last (innermost, row-major
+//    minor) torus dimension to the first. Each axis takes a contiguous run of torus
+//    dimensions whose sizes multiply to its own; a dimension may be split into factors, the
+//    inner axis taking the low (stride-1) factor so its members stay neighbours. Example:
+//    mesh {dp: 2, tp: 8} on a 4x4 torus: tp takes dim 1 (4) and the low factor 2 of dim 0,
+//    dp the high factor 2 of dim 0. An axis over several pieces walks them in snake
+//    (boustrophedon) order, major to minor: strided (high) factors first, then the others
+//    in torus-dimension order, so consecutive members along every axis are physical
+//    neighbours wherever the pieces allow. When no exact factorization exists (e.g. {a: 3, b: 4} on
+//    4x3), the placement falls back to row-major device order.
+//  - Every other topology (switch, hierarchical fat tree, fully connected, ring-less graph):
+//    row-major device order, position p on device p. On hierarchical GPU machines devices
+//    are numbered node * per_node + local, so the innermost axes whose sizes multiply to a
+//    divisor of per_node stay inside a node (NVLink) and the outer axes go across nodes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "topology/topology.h"
+
+namespace shardsim {
+
+// The physical device of each mesh position (row-major over `axes`) under the rule above.
+// Throws std::invalid_argument when the mesh size differs from topo.num_devices().
+std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo);
+
+// Checks that every device of `mesh` exists on `topo` (0 <= device < num_devices()); throws
+// std::invalid_argument naming the first one that does not.
+void ValidateMeshDevices(const Mesh& mesh, const Topology& topo);
+
+// A one-line account of how `mesh` sits on `topo`, e.g. "dp -> torus dim 0 (4, wraps),
+// tp -> torus dim 1 (2, line)" or "dp across nodes, tp inside nodes (NVLink)"; it says when
+// the default placement fell back to row-major order or when mesh.devices gave the order.
+// Throws like ValidateMeshDevices.
+std::string DescribePlacement(const Mesh& mesh, const Topology& topo);
+
+}  // namespace shardsim

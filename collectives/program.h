@@ -1,0 +1,122 @@
+// A shard_map program: the validated structs the run file's mesh/arrays/program/outputs
+// sections become. Models take these, never YAML.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/dtype.h"
+#include "collectives/mesh.h"
+#include "collectives/partition_spec.h"
+
+namespace shardsim {
+
+// How a global array's values are made (SPEC "init").
+struct InitSpec {
+  enum class Kind { kZeros, kOnes, kArange, kNormal, kUniform, kValue, kFile };
+  Kind kind = Kind::kZeros;   // Which init.
+  uint64_t seed = 0;          // normal / uniform.
+  std::vector<float> values;  // value: flat, row-major.
+  std::string file;           // file: a .npy path (resolved against the run file's folder).
+};
+
+// One global array given to the shard_map (`arrays:`).
+struct ArraySpec {
+  std::string name;           // Its name in the program.
+  Shape shape;                // Global shape.
+  DType dtype = DType::kF32;  // Element type.
+  InitSpec init;              // How values are made.
+  PartitionSpec sharding;     // in_spec.
+};
+
+// The ops of SPEC's "Ops" table.
+enum class OpKind {
+  kPsum,
+  kPmean,
+  kPmax,
+  kPmin,
+  kPsumScatter,
+  kAllGather,
+  kAllToAll,
+  kPpermute,
+  kAxisIndex,
+  kMatmul,
+  kEinsum,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMax,
+  kRelu,
+  kGelu,
+  kExp,
+  kTanh,
+  kNeg,
+  kReshape,
+  kTranspose,
+  kConcatenate,
+  kSplit,
+  kSlice,
+  kAllgatherMatmul,
+  kMatmulReduceScatter,
+};
+
+// The SPEC name of an op ("psum", "all_gather", ...).
+const char* OpKindName(OpKind kind);
+// Parses an op name; nullopt if unknown.
+std::optional<OpKind> ParseOpKind(const std::string& name);
+// All op names, for "did you mean" suggestions.
+std::vector<std::string> OpKindNames();
+// Whether the op communicates between devices.
+bool IsCollective(OpKind kind);
+
+// One op of the program, with JAX's parameter names. Fields an op does not use keep their
+// defaults.
+struct OpSpec {
+  OpKind kind = OpKind::kAdd;             // Which op.
+  std::string name;                       // Shown in the trace and summary ("op3" by default).
+  std::string key;                        // Run-file key for errors: "program.3".
+  std::vector<std::string> in;            // Input array names.
+  std::vector<std::string> out;           // Output array names (split: several).
+  std::vector<std::string> axis_name;     // Collectives: mesh axes, in the op's order.
+  int64_t axis = 0;                       // all_gather axis; concatenate/split/slice axis.
+  int64_t scatter_dimension = 0;          // psum_scatter, matmul_reduce_scatter.
+  int64_t split_axis = 0;                 // all_to_all.
+  int64_t concat_axis = 0;                // all_to_all.
+  bool tiled = false;                     // psum_scatter, all_gather, all_to_all.
+  std::vector<std::pair<int, int>> perm;  // ppermute: (source, destination) linear indices.
+  std::optional<int> shift;               // ppermute: ring shift along the named tuple.
+  std::optional<double> scalar;           // Binary ops with one array input.
+  std::string spec;                       // einsum: "bd,df->bf".
+  Shape shape;                            // reshape.
+  std::vector<int64_t> axes;              // transpose (empty: reverse).
+  int64_t sections = 0;                   // split.
+  int64_t start = 0;                      // slice.
+  int64_t size = 0;                       // slice.
+  std::string algorithm;                  // Collective algorithm, "" for the run's default.
+  std::string gather = "rhs";             // allgather_matmul: lhs | rhs.
+  std::string variant =
+      "blocking";  // Collective matmuls: blocking | unidirectional | bidirectional.
+};
+
+// One output (`outputs:`): an out_spec.
+struct OutputSpec {
+  std::string name;    // Array name.
+  PartitionSpec spec;  // How local blocks form the global array.
+  std::string key;     // Run-file key for errors: "outputs.y".
+};
+
+// A whole shard_map program on a mesh.
+struct ProgramSpec {
+  std::vector<MeshAxis> mesh_axes;  // `mesh.axes`, in order.
+  std::vector<int> mesh_devices;    // `mesh.devices`, or empty for the default placement.
+  std::vector<ArraySpec> arrays;    // `arrays:`
+  std::vector<OpSpec> ops;          // `program:`
+  std::vector<OutputSpec> outputs;  // `outputs:`
+};
+
+}  // namespace shardsim

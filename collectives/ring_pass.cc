@@ -1,0 +1,121 @@
+#include "collectives/ring_pass.h"
+
+#include <cassert>
+#include <utility>
+
+namespace shardsim {
+
+RingPass::RingPass(Network& network, const CollectiveJob& job, Mode mode,
+                   std::vector<std::vector<int>> rings, ChunkLayout layout,
+                   std::vector<std::vector<float>>* work,
+                   std::function<void(int member)> on_member_done)
+    : network_(network),
+      job_(job),
+      mode_(mode),
+      rings_(std::move(rings)),
+      layout_(std::move(layout)),
+      work_(work),
+      on_member_done_(std::move(on_member_done)),
+      positions_(job.size()) {
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    ring_offset_.push_back(static_cast<int>(chunk_elements_.size()));
+    for (size_t r = 0; r < rings_[i].size(); ++r) {
+      Position& p = positions_[rings_[i][r]];
+      p.ring = static_cast<int>(i);
+      p.index = static_cast<int>(r);
+      layout_(static_cast<int>(i), static_cast<int>(r), &scratch_);
+      int64_t n = 0;
+      for (const Segment& s : scratch_) n += s.length;
+      chunk_elements_.push_back(n);
+    }
+  }
+}
+
+int64_t RingPass::ChunkElements(int ring, int index) const {
+  return chunk_elements_[ring_offset_[ring] + index];
+}
+
+void RingPass::StartAll() {
+  for (const std::vector<int>& ring : rings_) {
+    for (int member : ring) StartMember(member);
+  }
+}
+
+void RingPass::StartMember(int member) {
+  Position& p = positions_[member];
+  assert(!p.started);
+  p.started = true;
+  int n = static_cast<int>(rings_[p.ring].size());
+  if (n == 1) {
+    on_member_done_(member);
+    return;
+  }
+  Send(member, 0);
+  // Arrivals that came early, in step order (a ring delivers steps in order).
+  std::vector<std::pair<int, std::vector<float>>> held;
+  held.swap(p.held);
+  for (auto& [step, payload] : held) Handle(member, step, payload);
+}
+
+void RingPass::Send(int member, int step) {
+  const Position& p = positions_[member];
+  const std::vector<int>& ring = rings_[p.ring];
+  int n = static_cast<int>(ring.size());
+  // Reduce-scatter forwards the partial of chunk (r - s - 1); all-gather the chunk (r - s).
+  int back = mode_ == Mode::kReduceScatter ? step + 1 : step;
+  int chunk = ((p.index - back) % n + n) % n;
+  int next = ring[(p.index + 1) % n];
+  std::vector<float> payload;
+  if (job_.numerics && work_) {
+    const std::vector<float>& buf = (*work_)[member];
+    payload.reserve(static_cast<size_t>(ChunkElements(p.ring, chunk)));
+    layout_(p.ring, chunk, &scratch_);
+    for (const Segment& s : scratch_) {
+      payload.insert(payload.end(), buf.begin() + s.offset, buf.begin() + s.offset + s.length);
+    }
+  }
+  std::string label;
+  if (network_.tracing()) {
+    label = job_.label + " step " + std::to_string(step + 1) + "/" + std::to_string(n - 1);
+  }
+  network_.Start(job_.members[member], job_.members[next],
+                 job_.BytesOf(ChunkElements(p.ring, chunk)), std::move(label),
+                 [this, next, step, payload = std::move(payload)]() mutable {
+                   Arrive(next, step, std::move(payload));
+                 });
+}
+
+void RingPass::Arrive(int member, int step, std::vector<float> payload) {
+  Position& p = positions_[member];
+  if (!p.started) {
+    p.held.emplace_back(step, std::move(payload));
+    return;
+  }
+  Handle(member, step, payload);
+}
+
+void RingPass::Handle(int member, int step, const std::vector<float>& payload) {
+  Position& p = positions_[member];
+  int n = static_cast<int>(rings_[p.ring].size());
+  // The chunk the predecessor sent at `step`, seen from this position: (r - 1 - back).
+  int back = mode_ == Mode::kReduceScatter ? step + 1 : step;
+  int chunk = ((p.index - 1 - back) % n + 2 * n) % n;
+  if (job_.numerics && work_) {
+    std::vector<float>& buf = (*work_)[member];
+    const float* src = payload.data();
+    layout_(p.ring, chunk, &scratch_);
+    for (const Segment& s : scratch_) {
+      if (mode_ == Mode::kReduceScatter) {
+        Combine(job_.reduce, buf.data() + s.offset, src, s.length);
+      } else {
+        std::copy(src, src + s.length, buf.begin() + s.offset);
+      }
+      src += s.length;
+    }
+  }
+  ++p.processed;
+  if (step + 1 < n - 1) Send(member, step + 1);
+  if (p.processed == n - 1) on_member_done_(member);
+}
+
+}  // namespace shardsim

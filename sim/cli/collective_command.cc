@@ -1,0 +1,179 @@
+#include "sim/cli/collective_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "collectives/executor.h"
+#include "collectives/placement.h"
+#include "sim/atomic_file.h"
+#include "sim/cli/flags.h"
+#include "sim/cli/run_file.h"
+#include "sim/simulator.h"
+#include "topology/build.h"
+#include "topology/network.h"
+#include "topology/routing.h"
+
+namespace shardsim {
+namespace {
+
+struct Row {
+  Bytes size;
+  int64_t count = 0;
+  Time time;
+  std::string algorithm;
+  double max_abs_error = 0;
+};
+
+// The one-op program measuring `op` on S bytes, in nccl-tests' convention: S is the size of
+// the whole operation (all-reduce: each rank's buffer; all-gather: the gathered output;
+// reduce-scatter: each rank's input; all-to-all: each rank's buffer; permute: each buffer).
+ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<MeshAxis>& axes,
+                         const std::vector<std::string>& group_axes, OpKind kind,
+                         int64_t elements) {
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  ArraySpec x;
+  x.name = "x";
+  x.shape = {elements};
+  x.dtype = DType::kF32;
+  x.init.kind = InitSpec::Kind::kArange;
+  if (kind == OpKind::kAllGather) x.sharding.dims = {group_axes};  // Each holds S / n.
+  p.arrays.push_back(x);
+  OpSpec op;
+  op.kind = kind;
+  op.name = OpKindName(kind);
+  op.key = "--op";
+  op.in = {"x"};
+  op.out = {"y"};
+  op.axis_name = group_axes;
+  op.tiled = true;
+  if (kind == OpKind::kPpermute) op.shift = 1;
+  op.algorithm = o.algorithm == "auto" ? "" : o.algorithm;
+  p.ops.push_back(op);
+  OutputSpec out;
+  out.name = "y";
+  out.key = "--op";
+  // Outputs that differ per device are sharded over the group's axes.
+  if (kind != OpKind::kAllGather && kind != OpKind::kPsum && kind != OpKind::kPmean &&
+      kind != OpKind::kPmax && kind != OpKind::kPmin) {
+    out.spec.dims = {group_axes};
+  }
+  // Axes outside the group hold different data too when the input is arange on each device:
+  // they do not here (the input is replicated or sharded over the group only).
+  p.outputs.push_back(out);
+  return p;
+}
+
+}  // namespace
+
+double BusBandwidthFactor(const std::string& op, int n) {
+  if (n <= 1) return 0;
+  double f = static_cast<double>(n - 1) / n;
+  if (op == "psum" || op == "pmean" || op == "pmax" || op == "pmin") return 2 * f;
+  if (op == "ppermute") return 1;
+  return f;
+}
+
+void RunCollectiveCommand(const CollectiveCommandOptions& o) {
+  HardwareSpec hw;
+  hw.preset = o.hardware;
+  if (!o.shape.empty()) {
+    for (int64_t v : ParseShapeFlag("--shape", o.shape)) hw.shape.push_back(static_cast<int>(v));
+  }
+  hw.nodes = o.nodes;
+  Topology topo;
+  try {
+    topo = BuildHardware(hw);
+  } catch (const SpecError& e) {
+    std::string flag = e.key() == "hardware.shape"   ? "--shape"
+                       : e.key() == "hardware.nodes" ? "--nodes"
+                                                     : "--hardware";
+    throw InputError(flag + ": " + e.what());
+  }
+  std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
+  std::vector<std::string> group_axes = ParseListFlag("--axis", o.axis);
+  std::optional<OpKind> kind = ParseOpKind(o.op);
+  if (!kind || !IsCollective(*kind) || *kind == OpKind::kAllgatherMatmul ||
+      *kind == OpKind::kMatmulReduceScatter) {
+    throw InputError("--op " + o.op +
+                     ": expected psum, pmean, pmax, pmin, psum_scatter, all_gather, all_to_all "
+                     "or ppermute");
+  }
+  std::vector<Bytes> sizes = ParseSizesFlag("--sizes", o.sizes);
+  std::vector<int> devices;
+  try {
+    devices = DefaultPlacement(axes, topo);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("--mesh " + o.mesh + ": " + e.what());
+  }
+  Mesh mesh(axes, devices);
+  int n = 1;
+  for (const std::string& a : group_axes) {
+    int i = mesh.AxisIndex(a);
+    if (i < 0) throw InputError("--axis " + o.axis + ": '" + a + "' is not an axis of --mesh");
+    n *= axes[i].size;
+  }
+  double factor = BusBandwidthFactor(o.op, n);
+  std::vector<Row> rows;
+  for (Bytes size : sizes) {
+    // Whole f32 elements, a multiple of the group size (nccl-tests rounds counts down).
+    int64_t elements = size.count() / 4 / n * n;
+    if (elements == 0) continue;
+    ProgramSpec program = SweepProgram(o, axes, group_axes, *kind, elements);
+    try {
+      CheckProgram(mesh, program);
+    } catch (const SpecError& e) {
+      throw InputError(std::string(e.key() == "--op" ? "--op " + o.op : e.key()) + ": " + e.what());
+    }
+    Simulator sim;
+    std::unique_ptr<Router> router = MakeRouter(topo);
+    Network network(sim, topo, *router);
+    ExecutorConfig config;
+    config.numerics = o.numerics == "on";
+    Executor executor(sim, network, mesh, program, config);
+    try {
+      executor.Start();
+      sim.Run();
+    } catch (const SpecError& e) {
+      throw InputError("--algorithm " + o.algorithm + ": " + e.what());
+    }
+    Row row{Bytes(elements * 4), elements, executor.end_time(), executor.op_timings()[0].algorithm,
+            0};
+    if (config.numerics) {
+      NumericsReport r =
+          CompareOutputs(executor.Outputs(), ReferenceOutputs(mesh, program, ""), mesh.size());
+      row.max_abs_error = r.max_abs_error;
+      if (!r.passed) {
+        throw std::runtime_error("numerics check failed at " + FormatBytes(row.size) +
+                                 ": max_abs_error " + std::to_string(r.max_abs_error));
+      }
+    }
+    rows.push_back(row);
+  }
+  std::ostringstream out, csv;
+  out << "# " << o.op << " over " << o.axis << " (" << n << " devices) on " << topo.name()
+      << ", float32, nccl-tests busbw factor " << factor << "\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%14s %12s %20s %13s %12s %12s\n", "size(B)", "count",
+                "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+  out << line;
+  csv << "size_bytes,count,algorithm,time_us,algbw_gbps,busbw_gbps\n";
+  for (const Row& r : rows) {
+    double algbw = static_cast<double>(r.size.count()) / r.time.seconds() / 1e9;
+    std::snprintf(line, sizeof(line), "%14lld %12lld %20s %13.3f %12.3f %12.3f\n",
+                  static_cast<long long>(r.size.count()), static_cast<long long>(r.count),
+                  r.algorithm.c_str(), r.time.microseconds(), algbw, algbw * factor);
+    out << line;
+    std::snprintf(line, sizeof(line), "%lld,%lld,%s,%.6f,%.6f,%.6f\n",
+                  static_cast<long long>(r.size.count()), static_cast<long long>(r.count),
+                  r.algorithm.c_str(), r.time.microseconds(), algbw, algbw * factor);
+    csv << line;
+  }
+  if (!o.csv_path.empty()) WriteFileAtomically(o.csv_path, csv.str());
+  std::cout << out.str();
+}
+
+}  // namespace shardsim

@@ -1,0 +1,31 @@
+// `shardsim collective`: sweep one collective over message sizes, like nccl-tests.
+#pragma once
+
+#include <string>
+
+namespace shardsim {
+
+// What `shardsim collective` was asked.
+struct CollectiveCommandOptions {
+  std::string hardware;  // --hardware PRESET
+  std::string shape;     // --shape 4x4, or empty
+  int nodes = 0;         // --nodes
+  std::string mesh;      // --mesh dp=4,tp=2
+  std::string
+      op;  // --op psum | all_gather | psum_scatter | all_to_all | ppermute | pmax | pmin | pmean
+  std::string axis;                 // --axis dp[,tp]
+  std::string sizes = "1KiB:1GiB";  // --sizes
+  std::string algorithm = "auto";   // --algorithm
+  std::string csv_path;             // --csv
+  std::string numerics = "off";     // --numerics on|off
+};
+
+// Runs the sweep and prints one row per size: size, count, time, algbw, busbw (nccl-tests'
+// bus bandwidth factors). Throws InputError for bad input.
+void RunCollectiveCommand(const CollectiveCommandOptions& options);
+
+// nccl-tests' busbw factor for an op over n devices: 2(n-1)/n for all-reduce, (n-1)/n for
+// all-gather, reduce-scatter and all-to-all, 1 for a permute.
+double BusBandwidthFactor(const std::string& op, int n);
+
+}  // namespace shardsim

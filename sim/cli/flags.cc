@@ -1,0 +1,94 @@
+#include "sim/cli/flags.h"
+
+#include <set>
+#include <sstream>
+
+#include "sim/cli/run_file.h"
+
+namespace shardsim {
+namespace {
+
+std::vector<std::string> SplitOn(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::stringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  if (!text.empty() && text.back() == sep) parts.push_back("");
+  return parts;
+}
+
+bool ParsePositive(const std::string& text, int64_t* out) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  try {
+    *out = std::stoll(text);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return *out > 0;
+}
+
+}  // namespace
+
+std::vector<int64_t> ParseShapeFlag(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> shape;
+  for (const std::string& part : SplitOn(text, 'x')) {
+    int64_t v = 0;
+    if (!ParsePositive(part, &v)) {
+      throw InputError(flag + " " + text + ": expected positive sizes like 4x4x4");
+    }
+    shape.push_back(v);
+  }
+  if (shape.empty()) throw InputError(flag + ": expected sizes like 4x4x4");
+  return shape;
+}
+
+std::vector<MeshAxis> ParseMeshFlag(const std::string& flag, const std::string& text) {
+  std::vector<MeshAxis> axes;
+  std::set<std::string> seen;
+  for (const std::string& part : SplitOn(text, ',')) {
+    size_t eq = part.find('=');
+    int64_t size = 0;
+    if (eq == std::string::npos || eq == 0 || !ParsePositive(part.substr(eq + 1), &size)) {
+      throw InputError(flag + " " + text + ": expected axes like dp=4,tp=2");
+    }
+    std::string name = part.substr(0, eq);
+    if (!seen.insert(name).second) {
+      throw InputError(flag + " " + text + ": axis '" + name + "' is named twice");
+    }
+    axes.push_back(MeshAxis{name, static_cast<int>(size)});
+  }
+  return axes;
+}
+
+std::vector<std::string> ParseListFlag(const std::string& flag, const std::string& text) {
+  std::vector<std::string> names = SplitOn(text, ',');
+  for (const std::string& n : names) {
+    if (n.empty()) throw InputError(flag + " " + text + ": expected names like dp,tp");
+  }
+  return names;
+}
+
+std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& text) {
+  std::vector<std::string> parts = SplitOn(text, ':');
+  try {
+    if (parts.size() == 1) return {ParseBytes(parts[0])};
+    if (parts.size() == 2 || parts.size() == 3) {
+      Bytes lo = ParseBytes(parts[0]), hi = ParseBytes(parts[1]);
+      int64_t factor = 2;
+      if (parts.size() == 3 && (!ParsePositive(parts[2], &factor) || factor < 2)) {
+        throw InputError(flag + " " + text + ": the step factor must be an integer >= 2");
+      }
+      if (lo.count() <= 0 || hi < lo) {
+        throw InputError(flag + " " + text + ": expected MIN:MAX with 0 < MIN <= MAX");
+      }
+      std::vector<Bytes> sizes;
+      for (int64_t s = lo.count(); s <= hi.count(); s *= factor) sizes.push_back(Bytes(s));
+      return sizes;
+    }
+  } catch (const UnitError& e) {
+    throw InputError(flag + " " + text + ": " + e.what());
+  }
+  throw InputError(flag + " " + text + ": expected a size or MIN:MAX like 1KiB:1GiB");
+}
+
+}  // namespace shardsim

@@ -1,0 +1,23 @@
+// Parsing the compact values of command-line flags: shapes, meshes, axis lists, size ranges.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "sim/units.h"
+
+namespace shardsim {
+
+// Parses "4x4x4" (also a trailing "x" is an error) into positive sizes. Throws InputError
+// naming `flag`.
+std::vector<int64_t> ParseShapeFlag(const std::string& flag, const std::string& text);
+// Parses "dp=4,tp=2" into mesh axes in order. Throws InputError naming `flag`.
+std::vector<MeshAxis> ParseMeshFlag(const std::string& flag, const std::string& text);
+// Parses "dp" or "dp,tp" into axis names. Throws InputError naming `flag`.
+std::vector<std::string> ParseListFlag(const std::string& flag, const std::string& text);
+// Parses "1KiB:1GiB" (powers of two from the first to the last, like nccl-tests -b/-e -f 2),
+// "1KiB:1GiB:4" (factor 4), or one size "64MiB". Throws InputError naming `flag`.
+std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& text);
+
+}  // namespace shardsim

@@ -1,0 +1,663 @@
+// End-to-end tests of the shardsim command: the real binary run as a subprocess, its exit
+// code, stdout, stderr and output files checked against the contract in SPEC.md.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The shardsim binary: $SHARDSIM_BINARY, else build/shardsim beside this test's folder
+// (cli_tests is built in build/tests/, shardsim at the top of the build tree).
+std::string Binary() {
+  if (const char* b = std::getenv("SHARDSIM_BINARY"); b && *b) return b;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return (self.parent_path().parent_path() / "shardsim").string();
+}
+
+std::string SourceDir() {
+  if (const char* root = std::getenv("SHARDSIM_SOURCE_DIR")) return root;
+  return fs::path(__FILE__).parent_path().parent_path().parent_path().string();
+}
+
+std::string Quickstart() { return SourceDir() + "/configs/quickstart.yaml"; }
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+// The result of one run of the binary.
+struct Result {
+  int exit_code = -1;  // The exit status; -1 if it did not exit normally (a signal).
+  std::string out;     // Everything written to stdout.
+  std::string err;     // Everything written to stderr.
+};
+
+std::ostream& operator<<(std::ostream& os, const Result& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout ---\n"
+            << r.out << "--- stderr ---\n"
+            << r.err << "--------------";
+}
+
+// Runs `shardsim ARGS...` with stdout and stderr redirected to files under `capture_dir`
+// (files rather than pipes: nothing can deadlock on a full pipe), and waits for it.
+Result RunShardsim(const std::vector<std::string>& args, const fs::path& capture_dir) {
+  Result r;
+  const std::string out_path = (capture_dir / "stdout.txt").string();
+  const std::string err_path = (capture_dir / "stderr.txt").string();
+  const std::string binary = Binary();
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot start " << binary << ": " << std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  return r;
+}
+
+// True when `text` is exactly one line that starts with "error: ".
+bool IsOneErrorLine(const std::string& text) {
+  return text.starts_with("error: ") && !text.empty() && text.back() == '\n' &&
+         std::count(text.begin(), text.end(), '\n') == 1;
+}
+
+// Names of everything in a folder.
+std::set<std::string> Listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Relative difference check: |actual - expected| <= 1% of expected.
+void ExpectWithinOnePercent(double actual, double expected, const std::string& what) {
+  EXPECT_NEAR(actual, expected, 0.01 * std::abs(expected)) << what;
+}
+
+// Every test gets a fresh folder: `in/` for run files it writes, `out/` for output files the
+// binary is asked to write (so a test can check nothing else appeared there), and the
+// captured stdout/stderr at the top.
+class CliTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(Binary())) << "no shardsim binary at '" << Binary()
+                                      << "'; set SHARDSIM_BINARY";
+    std::string pattern = (fs::temp_directory_path() / "shardsim_cli_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
+    root_ = pattern;
+    fs::create_directory(in());
+    fs::create_directory(out());
+  }
+
+  void TearDown() override {
+    std::error_code ec;
+    if (!root_.empty()) fs::remove_all(root_, ec);
+  }
+
+  fs::path in() const { return root_ / "in"; }
+  fs::path out() const { return root_ / "out"; }
+
+  Result Run(const std::vector<std::string>& args) const { return RunShardsim(args, root_); }
+
+  // Writes a file under in/ and returns its path.
+  std::string WriteInput(const std::string& name, const std::string& text) const {
+    fs::path p = in() / name;
+    WriteFile(p, text);
+    return p.string();
+  }
+
+  // Runs and expects success with nothing on stderr.
+  Result RunOk(const std::vector<std::string>& args) const {
+    Result r = Run(args);
+    EXPECT_EQ(r.exit_code, 0) << r;
+    EXPECT_EQ(r.err, "") << r;
+    return r;
+  }
+
+  json ReadJson(const fs::path& path) const {
+    EXPECT_TRUE(fs::exists(path)) << path;
+    return json::parse(ReadFile(path));
+  }
+
+  fs::path root_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// shardsim topo
+
+TEST_F(CliTest, TopoTpuV5pCubeIsAWrappedTorus) {
+  fs::path j = out() / "v5p.json";
+  Result r = RunOk({"topo", "tpu-v5p", "--shape", "4x4x4", "--json", j.string()});
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(devices:\s+64\b)"))) << r;
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 64);
+  EXPECT_EQ(t["switches"], 0);
+  EXPECT_EQ(t["links"], 192);  // 64 chips x 3 dimensions, each link counted once.
+  EXPECT_EQ(t["diameter"], 6);  // 2 hops per wrapped dimension of 4.
+  EXPECT_EQ(t["wraparound"], json::parse("[true, true, true]"));
+  EXPECT_EQ(t["shape"], json::parse("[4, 4, 4]"));
+  EXPECT_GT(t["bisection_bandwidth"].get<double>(), 0.0);
+  EXPECT_EQ(Listing(out()), std::set<std::string>{"v5p.json"});
+}
+
+TEST_F(CliTest, TopoTpuV5eSmallSliceDoesNotWrap) {
+  fs::path j = out() / "v5e.json";
+  RunOk({"topo", "tpu-v5e", "--shape", "4x4", "--json", j.string()});
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 16);
+  EXPECT_EQ(t["wraparound"], json::parse("[false, false]"));
+  EXPECT_EQ(t["diameter"], 6);  // 3 + 3 hops across an unwrapped 4x4 mesh.
+}
+
+TEST_F(CliTest, TopoTpuV5eFullPodWrapsBothAxes) {
+  Result r = RunOk({"topo", "tpu-v5e", "--shape", "16x16"});
+  EXPECT_NE(r.out.find("dim 0 yes, dim 1 yes"), std::string::npos) << r;
+  fs::path j = out() / "pod.json";
+  RunOk({"topo", "tpu-v5e", "--shape", "16x16", "--json", j.string()});
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 256);
+  EXPECT_EQ(t["wraparound"], json::parse("[true, true]"));
+}
+
+TEST_F(CliTest, TopoH100DgxIsEightGpusOnOneNvSwitch) {
+  fs::path j = out() / "dgx.json";
+  RunOk({"topo", "h100-dgx", "--json", j.string()});
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 8);
+  EXPECT_EQ(t["switches"], 1);
+  EXPECT_EQ(t["links"], 8);
+  ASSERT_EQ(t["link_groups"].size(), 1u) << t.dump();
+  const json& g = t["link_groups"][0];
+  EXPECT_EQ(g["kind"], "NVLink");
+  EXPECT_EQ(g["count"], 8);
+  EXPECT_DOUBLE_EQ(g["bandwidth"].get<double>(), 450e9);  // Per direction.
+}
+
+TEST_F(CliTest, TopoH100DgxFourNodes) {
+  fs::path j = out() / "dgx4.json";
+  RunOk({"topo", "h100-dgx", "--nodes", "4", "--json", j.string()});
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 32);
+  EXPECT_GT(t["switches"].get<int>(), 1);  // NVSwitches plus the scale-out network.
+}
+
+TEST_F(CliTest, TopoWritesGraphvizDot) {
+  fs::path dot = out() / "g.dot";
+  RunOk({"topo", "h100-dgx", "--dot", dot.string()});
+  std::string text = ReadFile(dot);
+  EXPECT_TRUE(text.starts_with("digraph")) << text.substr(0, 80);
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(label="[^"]*GB/s)"))) << text;
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(Listing(out()), std::set<std::string>{"g.dot"});
+}
+
+TEST_F(CliTest, TopoReadsHardwareFile) {
+  std::string file = WriteInput("ring.yaml",
+                                "hardware:\n"
+                                "  topology: {kind: ring, size: 6, bidirectional: true}\n"
+                                "  link: {bandwidth: 100 GB/s, latency: 2 us}\n");
+  fs::path j = out() / "ring.json";
+  RunOk({"topo", file, "--json", j.string()});
+  json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 6);
+  EXPECT_EQ(t["links"], 6);
+  EXPECT_EQ(t["diameter"], 3);
+  ASSERT_EQ(t["link_groups"].size(), 1u) << t.dump();
+  EXPECT_DOUBLE_EQ(t["link_groups"][0]["bandwidth"].get<double>(), 100e9);
+  EXPECT_DOUBLE_EQ(t["link_groups"][0]["latency_s"].get<double>(), 2e-6);
+}
+
+TEST_F(CliTest, TopoReadsBareHardwareMappingFile) {
+  fs::path j = out() / "t.json";
+  RunOk({"topo", SourceDir() + "/tests/cli/data/hardware_only.yaml", "--json", j.string()});
+  EXPECT_EQ(ReadJson(j)["devices"], 32);  // h100-dgx, nodes: 4.
+}
+
+TEST_F(CliTest, TopoUnknownPresetIsOneLineAndWritesNothing) {
+  fs::path j = out() / "t.json";
+  Result r = Run({"topo", "tpu-v9", "--json", j.string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find("tpu-v5p"), std::string::npos) << r;  // Lists the known presets.
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+TEST_F(CliTest, TopoBadShapeFlagNamesTheFlag) {
+  Result r = Run({"topo", "tpu-v5e", "--shape", "4x4x4"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_TRUE(r.err.starts_with("error: --shape: ")) << r;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, TopoBadHardwareFileIsLocated) {
+  std::string file = WriteInput("bad.yaml",
+                                "hardware:\n"
+                                "  preset: tpu-v5e\n"
+                                "  shape: [4, 4, 4]\n");
+  Result r = Run({"topo", file, "--json", (out() / "t.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_TRUE(r.err.starts_with("error: " + file + ":3:")) << r;
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+// Two outputs, the second unwritable: neither may be left behind.
+TEST_F(CliTest, TopoFailedSecondOutputLeavesNoFirstOutput) {
+  Result r = Run({"topo", "h100-dgx", "--json", (out() / "t.json").string(), "--dot",
+                  (out() / "missing_dir" / "g.dot").string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find("g.dot"), std::string::npos) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// shardsim run
+
+TEST_F(CliTest, RunQuickstartSummaryMatchesClosedForms) {
+  fs::path s = out() / "summary.json";
+  fs::path t = out() / "trace.json";
+  Result r = RunOk({"run", Quickstart(), "--json", s.string(), "--trace", t.string()});
+  EXPECT_NE(r.out.find("simulated time"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("lone"), std::string::npos) << r;
+  EXPECT_EQ(Listing(out()), (std::set<std::string>{"summary.json", "trace.json"}));
+
+  json j = ReadJson(s);
+  EXPECT_EQ(j["devices"], 16);
+  EXPECT_GT(j["events"].get<long>(), 0);
+  EXPECT_GE(j["wall_time_s"].get<double>(), 0.0);
+  ASSERT_TRUE(j["numerics"].is_object()) << j.dump();
+  for (const char* k : {"checked", "max_abs_error", "passed"}) {
+    EXPECT_TRUE(j["numerics"].contains(k)) << k;
+  }
+
+  const double bandwidth = 45e9, latency = 1e-6, size = 64 * kMiB;
+  ASSERT_EQ(j["ops"].size(), 4u) << j.dump();
+  std::map<std::string, json> ops;
+  double last_end = 0;
+  for (const json& op : j["ops"]) {
+    ASSERT_TRUE(op.contains("start_s") && op.contains("end_s")) << op.dump();
+    EXPECT_LT(op["start_s"].get<double>(), op["end_s"].get<double>()) << op.dump();
+    for (const char* k : {"name", "op", "bytes", "algorithm"}) EXPECT_TRUE(op.contains(k)) << k;
+    last_end = std::max(last_end, op["end_s"].get<double>());
+    ops[op["name"].get<std::string>()] = op;
+  }
+  // Alone on its link: latency + S / B.
+  ExpectWithinOnePercent(ops["lone"]["end_s"], latency + size / bandwidth, "lone");
+  // Two flows share link 5->6 for their whole life: each gets half of it.
+  ExpectWithinOnePercent(ops["shared-b"]["end_s"], latency + 2 * size / bandwidth, "shared-b");
+  ExpectWithinOnePercent(ops["shared-a"]["end_s"], 2 * latency + 2 * size / bandwidth,
+                         "shared-a");
+  // Corner to corner, 6 hops, started at 3 ms.
+  ExpectWithinOnePercent(ops["corner"]["end_s"], 3e-3 + 6 * latency + 16 * kMiB / bandwidth,
+                         "corner");
+  EXPECT_DOUBLE_EQ(ops["corner"]["start_s"].get<double>(), 3e-3);
+  EXPECT_DOUBLE_EQ(j["simulated_time_s"].get<double>(), last_end);
+
+  ASSERT_EQ(j["per_device"].size(), 16u);
+  for (int d = 0; d < 16; ++d) {
+    const json& pd = j["per_device"][d];
+    EXPECT_EQ(pd["device"], d);
+    for (const char* k : {"compute_s", "comm_s", "exposed_comm_s", "idle_s"}) {
+      EXPECT_GE(pd[k].get<double>(), 0.0) << "device " << d << " " << k;
+    }
+    EXPECT_NEAR(pd["comm_s"].get<double>() + pd["compute_s"].get<double>() +
+                    pd["idle_s"].get<double>(),
+                last_end, 1e-9)
+        << "device " << d;
+  }
+  EXPECT_DOUBLE_EQ(j["per_device"][2]["comm_s"].get<double>(), 0.0);  // Device 2 takes no part.
+
+  json trace = ReadJson(t);
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  std::set<std::string> processes;
+  int slices = 0;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+    if (e["ph"] == "X") ++slices;
+  }
+  EXPECT_EQ(processes.size(), 16u);
+  EXPECT_TRUE(processes.count("/device:TPU:0"));
+  EXPECT_GE(slices, 4);
+}
+
+TEST_F(CliTest, RunTraceIsByteIdenticalAcrossRuns) {
+  fs::path a = out() / "a.json";
+  fs::path b = out() / "b.json";
+  RunOk({"run", Quickstart(), "--trace", a.string()});
+  RunOk({"run", Quickstart(), "--trace", b.string()});
+  std::string ta = ReadFile(a);
+  EXPECT_FALSE(ta.empty());
+  EXPECT_TRUE(ta == ReadFile(b)) << "traces of two identical runs differ";
+}
+
+TEST_F(CliTest, RunSetOverridesLinkBandwidth) {
+  fs::path s = out() / "s.json";
+  RunOk({"run", Quickstart(), "--set", "hardware.link.bandwidth=\"90 GB/s\"", "--json",
+         s.string()});
+  json j = ReadJson(s);
+  double lone = -1;
+  for (const json& op : j["ops"]) {
+    if (op["name"] == "lone") lone = op["end_s"];
+  }
+  ExpectWithinOnePercent(lone, 1e-6 + 64 * kMiB / 90e9, "lone at 90 GB/s");
+}
+
+TEST_F(CliTest, RunSetCanBeRepeated) {
+  fs::path s = out() / "s.json";
+  RunOk({"run", Quickstart(), "--set", "hardware.link.bandwidth=90 GB/s", "--set",
+         "hardware.link.latency=3 us", "--json", s.string()});
+  json j = ReadJson(s);
+  ExpectWithinOnePercent(j["ops"][0]["end_s"], 3e-6 + 64 * kMiB / 90e9, "lone");
+}
+
+TEST_F(CliTest, RunFailedSecondOutputLeavesNoFirstOutput) {
+  Result r = Run({"run", Quickstart(), "--trace", (out() / "trace.json").string(), "--json",
+                  (out() / "missing_dir" / "s.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+TEST_F(CliTest, RunOutputPathIsADirectoryLeavesNoOtherOutput) {
+  fs::create_directory(out() / "taken");
+  Result r = Run({"run", Quickstart(), "--trace", (out() / "trace.json").string(), "--json",
+                  (out() / "taken").string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(Listing(out()), std::set<std::string>{"taken"});
+  EXPECT_TRUE(fs::is_empty(out() / "taken"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input through the CLI: exit 2, one line on stderr, nothing on stdout, no output files.
+
+// One bad invocation of `shardsim run`.
+struct BadRunCase {
+  std::string name;                // Test name.
+  std::optional<std::string> yaml;  // Run file text written to in/run.yaml; nullopt: none.
+  std::vector<std::string> extra;  // Extra arguments after the file.
+  int line;                        // Line of the file the error must point at; 0: none.
+  std::vector<std::string> fragments;  // Text stderr must contain.
+};
+
+void PrintTo(const BadRunCase& c, std::ostream* os) { *os << c.name; }
+
+class BadRunTest : public CliTest, public testing::WithParamInterface<BadRunCase> {};
+
+TEST_P(BadRunTest, ExitsTwoWithOneLocatedLineAndNoOutput) {
+  const BadRunCase& c = GetParam();
+  const std::string file = (in() / "run.yaml").string();
+  if (c.yaml) WriteFile(file, *c.yaml);
+  std::vector<std::string> args = {"run", file, "--json", (out() / "summary.json").string(),
+                                   "--trace", (out() / "trace.json").string()};
+  args.insert(args.end(), c.extra.begin(), c.extra.end());
+  Result r = Run(args);
+
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  if (c.line > 0) {
+    EXPECT_TRUE(r.err.starts_with("error: " + file + ":" + std::to_string(c.line) + ":")) << r;
+    EXPECT_TRUE(std::regex_search(r.err, std::regex(":[0-9]+:[0-9]+: "))) << r;  // FILE:LINE:COL
+  }
+  for (const std::string& f : c.fragments) {
+    EXPECT_NE(r.err.find(f), std::string::npos) << "missing \"" << f << "\"\n" << r;
+  }
+  EXPECT_EQ(r.out, "") << r;
+  // No output file, no temporary left behind.
+  EXPECT_EQ(Listing(out()), std::set<std::string>{}) << "files left in the output folder";
+  EXPECT_EQ(Listing(in()).size(), c.yaml ? 1u : 0u);
+}
+
+const char kTransfer[] = "transfers:\n  - {src: 0, dst: 1, bytes: 1 MiB}\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadRunTest,
+    testing::Values(
+        BadRunCase{"BadUnit",
+                   std::string("hardware:\n  preset: tpu-v5e\n  link:\n    bandwidth: 45 GX/s\n") +
+                       kTransfer,
+                   {},
+                   4,
+                   {"\"45 GX/s\"", "GB/s", "(key hardware.link.bandwidth)"}},
+        BadRunCase{"UnknownKeyDidYouMean",
+                   std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwith: 45 GB/s}\n") +
+                       kTransfer,
+                   {},
+                   3,
+                   {"unknown key 'bandwith'", "did you mean 'bandwidth'?"}},
+        BadRunCase{"UnknownTopLevelKey",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer +
+                       "optoins:\n  numerics: on\n",
+                   {},
+                   5,
+                   {"did you mean 'options'?"}},
+        BadRunCase{"MissingField",
+                   "hardware:\n  preset: tpu-v5e\ntransfers:\n  - {src: 0, dst: 1, bytes: 1 MiB}\n"
+                   "  - {src: 2, bytes: 4 KiB}\n",
+                   {},
+                   5,
+                   {"missing required key 'dst'", "(key transfers.1.dst)"}},
+        BadRunCase{"WrongType",
+                   "hardware:\n  preset: tpu-v5e\ntransfers:\n  - {src: zero, dst: 1, bytes: 1 MiB}\n",
+                   {},
+                   4,
+                   {"expected an integer, got \"zero\""}},
+        BadRunCase{"YamlSyntax",
+                   std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwidth: 45 GB/s, latency: 1 "
+                               "us\n") +
+                       kTransfer,
+                   {},
+                   4,
+                   {"invalid YAML"}},
+        BadRunCase{"UnknownPresetListsKnownOnes",
+                   std::string("hardware:\n  preset: tpu-v9\n  shape: [4, 4]\n") + kTransfer,
+                   {},
+                   2,
+                   {"unknown preset 'tpu-v9'", "Known presets:", "tpu-v5e", "h100-dgx",
+                    "(key hardware.preset)"}},
+        BadRunCase{"ShapeRankWrongForPreset",
+                   std::string("hardware:\n  preset: tpu-v5e\n  shape: [4, 4, 4]\n") + kTransfer,
+                   {},
+                   3,
+                   {"2 dimensions", "(key hardware.shape)"}},
+        BadRunCase{"TransferDstOutOfRange",
+                   "hardware:\n  preset: tpu-v5e\n  shape: [4, 4]\ntransfers:\n"
+                   "  - {src: 0, dst: 1, bytes: 1 MiB}\n  - src: 0\n    dst: 99\n    bytes: 1 MiB\n",
+                   {},
+                   7,
+                   {"dst 99 is not a device", "0..15", "(key transfers.1.dst)"}},
+        BadRunCase{"BareNumberBandwidth",
+                   std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwidth: 45, latency: 1 "
+                               "us}\n") +
+                       kTransfer,
+                   {},
+                   3,
+                   {"in \"45\""}},
+        BadRunCase{"NegativeBytes",
+                   "hardware:\n  preset: tpu-v5e\ntransfers:\n  - src: 0\n    dst: 1\n"
+                   "    bytes: -4096\n",
+                   {},
+                   6,
+                   {"non-negative"}},
+        BadRunCase{"DuplicateKey",
+                   std::string("hardware:\n  preset: tpu-v5e\n  preset: tpu-v4\n") + kTransfer,
+                   {},
+                   3,
+                   {"duplicate key 'preset'"}},
+        BadRunCase{"NumericsTypoInFile",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer +
+                       "options:\n  numerics: of\n",
+                   {},
+                   6,
+                   {"did you mean 'off'?"}},
+        BadRunCase{"EmptyFile", "", {}, 1, {"got nothing"}},
+        BadRunCase{"MissingFile", std::nullopt, {}, 0, {"run.yaml", "cannot open"}},
+        BadRunCase{"NumericsFlagBogus",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--numerics", "bogus"},
+                   0,
+                   {"--numerics", "bogus"}},
+        BadRunCase{"SetWithoutEquals",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--set", "hardware.nodes"},
+                   0,
+                   {"--set hardware.nodes", "KEY=VALUE"}},
+        BadRunCase{"SetUnknownKey",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--set", "hardware.link.bandwith=90 GB/s"},
+                   0,
+                   {"--set hardware.link.bandwith", "did you mean 'bandwidth'?"}},
+        BadRunCase{"SetBareNumberBandwidth",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--set", "hardware.link.bandwidth=90"},
+                   0,
+                   {"--set hardware.link.bandwidth", "in \"90\""}},
+        BadRunCase{"SetShapeWrongRank",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--set", "hardware.shape=[2,2,2]"},
+                   0,
+                   {"--set hardware.shape", "2 dimensions"}},
+        BadRunCase{"UnknownFlag",
+                   std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer,
+                   {"--frobnicate"},
+                   0,
+                   {"--frobnicate"}}),
+    [](const testing::TestParamInfo<BadRunCase>& info) { return info.param.name; });
+
+// The bad files kept under tests/cli/data/ fail through the CLI just as through the loader.
+struct DataFileCase {
+  std::string name;  // Test name.
+  std::string file;  // File under tests/cli/data/.
+  int line;          // Line the error points at.
+};
+
+void PrintTo(const DataFileCase& c, std::ostream* os) { *os << c.name; }
+
+class BadDataFileTest : public CliTest, public testing::WithParamInterface<DataFileCase> {};
+
+TEST_P(BadDataFileTest, ExitsTwoWithOneLocatedLineAndNoOutput) {
+  const std::string file = SourceDir() + "/tests/cli/data/" + GetParam().file;
+  Result r = Run({"run", file, "--json", (out() / "s.json").string(), "--trace",
+                  (out() / "t.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_TRUE(r.err.starts_with("error: " + file + ":" + std::to_string(GetParam().line) + ":"))
+      << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Data, BadDataFileTest,
+    testing::Values(DataFileCase{"GraphLinkOutOfRange", "bad_graph_link.yaml", 7},
+                    DataFileCase{"KeyOfAnotherKind", "bad_kind_key.yaml", 2},
+                    DataFileCase{"PresetAndTopology", "bad_preset_and_topology.yaml", 3},
+                    DataFileCase{"ProgramNotSupported", "bad_program.yaml", 3},
+                    DataFileCase{"ShapeIsMapping", "bad_shape_mapping.yaml", 3},
+                    DataFileCase{"TopLevelList", "bad_top_level_list.yaml", 1},
+                    DataFileCase{"TopologyKindTypo", "bad_topology_kind.yaml", 3},
+                    DataFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", 4},
+                    DataFileCase{"WraparoundNotBool", "bad_wraparound.yaml", 4},
+                    DataFileCase{"ZeroNodes", "bad_zero_nodes.yaml", 3}),
+    [](const testing::TestParamInfo<DataFileCase>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------------
+// Usage
+
+TEST_F(CliTest, HelpListsSubcommands) {
+  Result r = RunOk({"--help"});
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\btopo\b)"))) << r;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\brun\b)"))) << r;
+}
+
+TEST_F(CliTest, SubcommandHelpListsOptions) {
+  Result run = RunOk({"run", "--help"});
+  for (const char* flag : {"--trace", "--json", "--numerics", "--set"}) {
+    EXPECT_NE(run.out.find(flag), std::string::npos) << flag << "\n" << run;
+  }
+  Result topo = RunOk({"topo", "--help"});
+  for (const char* flag : {"--shape", "--nodes", "--dot", "--json"}) {
+    EXPECT_NE(topo.out.find(flag), std::string::npos) << flag << "\n" << topo;
+  }
+}
+
+TEST_F(CliTest, UnknownSubcommandIsOneLineExitTwo) {
+  Result r = Run({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, NoSubcommandIsOneLineExitTwo) {
+  Result r = Run({});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+}
+
+TEST_F(CliTest, RunWithoutFileIsOneLineExitTwo) {
+  Result r = Run({"run"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_EQ(r.out, "");
+}
+
+}  // namespace

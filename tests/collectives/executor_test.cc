@@ -1,0 +1,226 @@
+// Programs run end to end on the simulated network: the data the transfers carried must equal
+// the reference evaluation, op timings must follow the algorithms' closed forms, and bad
+// programs fail before running with the key of the op at fault.
+#include "collectives/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "collectives/placement.h"
+#include "sim/spec_error.h"
+#include "topology/routing.h"
+#include "topology/switch.h"
+#include "topology/torus.h"
+
+namespace shardsim {
+namespace {
+
+ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding,
+                    InitSpec::Kind init = InitSpec::Kind::kArange, uint64_t seed = 0) {
+  ArraySpec a;
+  a.name = std::move(name);
+  a.shape = std::move(shape);
+  a.sharding = std::move(sharding);
+  a.init.kind = init;
+  a.init.seed = seed;
+  return a;
+}
+
+OpSpec MakeOp(OpKind kind, std::vector<std::string> in, std::string out,
+              std::vector<std::string> axes = {}) {
+  static int counter = 0;
+  OpSpec op;
+  op.kind = kind;
+  op.in = std::move(in);
+  op.out = {std::move(out)};
+  op.axis_name = std::move(axes);
+  op.name = std::string(OpKindName(kind)) + std::to_string(counter);
+  op.key = "program." + std::to_string(counter++);
+  return op;
+}
+
+PartitionSpec P(std::vector<std::vector<std::string>> dims) {
+  return PartitionSpec{std::move(dims)};
+}
+
+struct Machine {
+  explicit Machine(Topology t)
+      : topo(std::move(t)), router(MakeRouter(topo)), net(sim, topo, *router) {}
+  Simulator sim;
+  Topology topo;
+  std::unique_ptr<Router> router;
+  Network net;
+};
+
+// Runs `program` and checks its outputs against the reference; returns the executor's end.
+Time RunAndCheck(Machine& m, const Mesh& mesh, const ProgramSpec& program, bool numerics = true) {
+  CheckProgram(mesh, program);
+  ExecutorConfig config;
+  config.numerics = numerics;
+  Executor ex(m.sim, m.net, mesh, program, config);
+  ex.Start();
+  m.sim.Run();
+  EXPECT_TRUE(ex.finished());
+  if (numerics) {
+    NumericsReport r =
+        CompareOutputs(ex.Outputs(), ReferenceOutputs(mesh, program, ""), mesh.size());
+    EXPECT_TRUE(r.passed) << "max_abs_error " << r.max_abs_error << " on " << r.worst_output;
+    // Integer-valued arange inputs keep every sum exact, whatever the order.
+    EXPECT_EQ(r.max_abs_error, 0.0);
+  }
+  return ex.end_time();
+}
+
+Topology Torus(std::vector<int> shape, std::vector<bool> wrap) {
+  DeviceSpec dev;
+  dev.platform = "TPU";
+  return BuildTorus(shape, wrap, Bandwidth::GBps(45), Time::Microseconds(1), LinkKind::kIci, dev,
+                    "torus");
+}
+
+TEST(ExecutorTest, EveryCollectiveMatchesTheReferenceOnA2DMesh) {
+  Machine m(Torus({4, 2}, {false, false}));
+  std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
+  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("a", {8, 4}, P({{"dp"}, {"tp"}})), MakeArray("b", {8, 8}, P({{}, {}}))};
+  OpSpec rs = MakeOp(OpKind::kPsumScatter, {"b"}, "b_rs", {"dp"});
+  rs.tiled = true;
+  OpSpec ag = MakeOp(OpKind::kAllGather, {"a"}, "a_ag", {"dp", "tp"});
+  ag.tiled = true;
+  OpSpec a2a = MakeOp(OpKind::kAllToAll, {"b"}, "b_a2a", {"dp"});
+  a2a.split_axis = 1;
+  a2a.concat_axis = 0;
+  a2a.tiled = true;
+  OpSpec perm = MakeOp(OpKind::kPpermute, {"a"}, "a_perm", {"tp", "dp"});
+  perm.shift = 1;
+  p.ops = {MakeOp(OpKind::kPsum, {"a"}, "a_sum", {"dp"}),
+           MakeOp(OpKind::kPmax, {"a"}, "a_max", {"dp", "tp"}),
+           rs,
+           ag,
+           a2a,
+           perm,
+           MakeOp(OpKind::kPmean, {"a"}, "a_mean", {"tp"})};
+  p.outputs = {{"a_sum", P({{}, {"tp"}}), "outputs.a_sum"},
+               {"a_max", P({}), "outputs.a_max"},
+               {"b_rs", P({{"dp"}}), "outputs.b_rs"},
+               {"a_ag", P({}), "outputs.a_ag"},
+               {"b_a2a", P({{"dp"}}), "outputs.b_a2a"},
+               {"a_perm", P({{"dp"}, {"tp"}}), "outputs.a_perm"},
+               {"a_mean", P({{"dp"}}), "outputs.a_mean"}};
+  RunAndCheck(m, mesh, p);
+}
+
+TEST(ExecutorTest, PsumOnARingTakesTheRingClosedForm) {
+  // 8 devices on a ring with wraparound, 8 MiB all-reduce with the ring algorithm:
+  // 2 (N-1) steps of (latency + V / (N B)).
+  Machine m(Torus({8}, {true}));
+  std::vector<MeshAxis> axes = {{"r", 8}};
+  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("x", {2 * 1024 * 1024}, P({}))};
+  OpSpec op = MakeOp(OpKind::kPsum, {"x"}, "y", {"r"});
+  op.algorithm = "ring";
+  p.ops = {op};
+  p.outputs = {{"y", P({}), "outputs.y"}};
+  Time end = RunAndCheck(m, mesh, p, /*numerics=*/false);
+  double v = 8.0 * 1024 * 1024;
+  double want = 2 * 7 * (1e-6 + v / 8 / 45e9);
+  EXPECT_NEAR(end.seconds(), want, want * 0.01);
+}
+
+TEST(ExecutorTest, ChainedOpsFeedEachOther) {
+  // FSDP: all-gather the weight over dp, then a local matmul; then psum over tp.
+  Machine m(Torus({4, 2}, {false, false}));
+  std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
+  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("x", {16, 8}, P({{"dp"}, {"tp"}})),
+              MakeArray("w", {8, 4}, P({{"tp", "dp"}}))};
+  OpSpec ag = MakeOp(OpKind::kAllGather, {"w"}, "w_tp", {"dp"});
+  ag.tiled = true;
+  p.ops = {ag, MakeOp(OpKind::kMatmul, {"x", "w_tp"}, "partial"),
+           MakeOp(OpKind::kPsum, {"partial"}, "y", {"tp"})};
+  p.outputs = {{"y", P({{"dp"}}), "outputs.y"}};
+  RunAndCheck(m, mesh, p);
+}
+
+TEST(ExecutorTest, BadProgramsFailBeforeRunningWithTheOpKey) {
+  std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
+  Mesh mesh(axes, {0, 1, 2, 3, 4, 5, 6, 7});
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("x", {6, 8}, P({{}, {"tp"}}))};
+  OpSpec rs = MakeOp(OpKind::kPsumScatter, {"x"}, "y", {"dp"});
+  rs.tiled = true;  // 6 rows do not split over 4 devices.
+  p.ops = {rs};
+  p.outputs = {{"y", P({{"dp"}}), "outputs.y"}};
+  try {
+    CheckProgram(mesh, p);
+    FAIL() << "expected SpecError";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), rs.key);
+    EXPECT_NE(std::string(e.what()).find("psum_scatter"), std::string::npos) << e.what();
+  }
+  p.ops = {MakeOp(OpKind::kPsum, {"x"}, "y", {"sp"})};  // Unknown axis.
+  EXPECT_THROW(CheckProgram(mesh, p), SpecError);
+  p.ops = {MakeOp(OpKind::kPsum, {"z"}, "y", {"dp"})};  // Unknown input.
+  EXPECT_THROW(CheckProgram(mesh, p), SpecError);
+}
+
+TEST(ExecutorTest, ReplicaMismatchInAnOutputIsReported) {
+  // psum over dp leaves values that differ along tp; an out spec replicating tp is wrong.
+  Machine m(Torus({4, 2}, {false, false}));
+  std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
+  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("x", {4, 8}, P({{"dp"}, {"tp"}}))};
+  p.ops = {MakeOp(OpKind::kPsum, {"x"}, "y", {"dp"})};
+  p.outputs = {{"y", P({}), "outputs.y"}};
+  ExecutorConfig config;
+  Executor ex(m.sim, m.net, mesh, p, config);
+  ex.Start();
+  m.sim.Run();
+  try {
+    ex.Outputs();
+    FAIL() << "expected SpecError";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "outputs.y");
+    EXPECT_NE(std::string(e.what()).find("'tp'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExecutorTest, SwitchGroupsUseDirectAndTheSwitchClosedForm) {
+  DeviceSpec dev;
+  dev.platform = "GPU";
+  Machine m(
+      BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"));
+  std::vector<MeshAxis> axes = {{"g", 8}};
+  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {MakeArray("x", {8 * 1024 * 1024}, P({{"g"}}))};
+  OpSpec ag = MakeOp(OpKind::kAllGather, {"x"}, "y", {"g"});
+  ag.tiled = true;
+  p.ops = {ag};
+  p.outputs = {{"y", P({}), "outputs.y"}};
+  CheckProgram(mesh, p);
+  ExecutorConfig config;
+  config.numerics = false;
+  Executor ex(m.sim, m.net, mesh, p, config);
+  ex.Start();
+  m.sim.Run();
+  EXPECT_EQ(ex.op_timings()[0].algorithm, "direct");
+  // (N-1)/N * V / W plus two hops of latency, V = 32 MiB gathered.
+  double v = 32.0 * 1024 * 1024;
+  double want = 7.0 / 8 * v / 450e9 + 1e-6;
+  EXPECT_NEAR(ex.end_time().seconds(), want, want * 0.01);
+}
+
+}  // namespace
+}  // namespace shardsim

@@ -1,0 +1,179 @@
+#include "collectives/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "topology/presets.h"
+#include "topology/ring.h"
+#include "topology/topology_spec.h"
+#include "topology/torus.h"
+
+namespace shardsim {
+namespace {
+
+Topology Tpu(const std::string& preset, std::vector<int> shape) {
+  HardwareSpec spec;
+  spec.preset = preset;
+  spec.shape = std::move(shape);
+  return BuildPreset(spec);
+}
+
+Topology Gpu(const std::string& preset, int nodes) {
+  HardwareSpec spec;
+  spec.preset = preset;
+  spec.nodes = nodes;
+  return BuildPreset(spec);
+}
+
+Mesh DefaultMesh(std::vector<MeshAxis> axes, const Topology& topo) {
+  std::vector<int> devices = DefaultPlacement(axes, topo);
+  return Mesh(std::move(axes), std::move(devices));
+}
+
+// Whether devices a and b share a direct link.
+bool Linked(const Topology& topo, int a, int b) {
+  return topo.FindLink(topo.device_vertex(a), topo.device_vertex(b)).has_value();
+}
+
+// Checks that consecutive members along mesh axis `axis` are physical neighbours.
+void ExpectNeighboursAlong(const Mesh& mesh, const Topology& topo, int axis) {
+  for (const std::vector<int>& group : mesh.Groups({axis})) {
+    for (size_t i = 1; i < group.size(); ++i) {
+      EXPECT_TRUE(Linked(topo, mesh.device(group[i - 1]), mesh.device(group[i])))
+          << "axis " << mesh.axes()[axis].name << ": devices " << mesh.device(group[i - 1])
+          << " and " << mesh.device(group[i]);
+    }
+  }
+}
+
+TEST(PlacementTest, SquareMeshOnSquareTorusKeepsNeighbours) {
+  const Topology topo = Tpu("tpu-v5e", {4, 4});
+  const Mesh mesh = DefaultMesh({{"x", 4}, {"y", 4}}, topo);
+  std::vector<int> iota(16);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(mesh.devices(), iota);
+  ExpectNeighboursAlong(mesh, topo, 0);
+  ExpectNeighboursAlong(mesh, topo, 1);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "x -> torus dim 0 (4, line), y -> torus dim 1 (4, line)");
+}
+
+TEST(PlacementTest, AxisSpanningTwoDimensionsSnakes) {
+  const Topology topo = Tpu("tpu-v5e", {4, 4});
+  const Mesh mesh = DefaultMesh({{"dp", 2}, {"tp", 8}}, topo);
+  EXPECT_EQ(mesh.devices(),
+            (std::vector<int>{0, 1, 2, 3, 7, 6, 5, 4, 8, 9, 10, 11, 15, 14, 13, 12}));
+  ExpectNeighboursAlong(mesh, topo, 1);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "dp -> torus dim 0 (factor 2 of 4, stride 2), tp -> torus dims 0 (factor 2 of 4) x "
+            "1 (4, line) in snake order");
+}
+
+TEST(PlacementTest, ThreeDimensionalSnakes) {
+  const Topology topo = Tpu("tpu-v4", {4, 4, 4});
+  const Mesh mesh = DefaultMesh({{"dp", 4}, {"tp", 16}}, topo);
+  ExpectNeighboursAlong(mesh, topo, 0);
+  ExpectNeighboursAlong(mesh, topo, 1);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "dp -> torus dim 0 (4, wraps), tp -> torus dims 1 (4, wraps) x 2 (4, wraps) in "
+            "snake order");
+  // One axis over three pieces: dim 0's low factor 2, then dims 1 and 2.
+  const Mesh wide = DefaultMesh({{"a", 2}, {"b", 32}}, topo);
+  ExpectNeighboursAlong(wide, topo, 1);
+  ExpectNeighboursAlong(DefaultMesh({{"a", 64}}, topo), topo, 0);
+}
+
+TEST(PlacementTest, StridedFactorsGoOutermost) {
+  const Topology topo = Tpu("tpu-v5p", {4, 4, 4});
+  const Mesh mesh = DefaultMesh({{"dp", 8}, {"tp", 8}}, topo);
+  ExpectNeighboursAlong(mesh, topo, 1);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "dp -> torus dims 1 (factor 2 of 4, stride 2) x 0 (4, wraps) in snake order, tp -> "
+            "torus dims 1 (factor 2 of 4) x 2 (4, wraps) in snake order");
+  // dp walks dim 0 (1 hop per step) and steps once along dim 1 by 2.
+  const std::vector<std::vector<int>> groups = mesh.Groups({0});
+  EXPECT_EQ(TorusCoords({4, 4, 4}, mesh.device(groups[0][3])), (std::vector<int>{3, 0, 0}));
+  EXPECT_EQ(TorusCoords({4, 4, 4}, mesh.device(groups[0][4])), (std::vector<int>{3, 2, 0}));
+}
+
+TEST(PlacementTest, SmallAxesShareARing) {
+  const Topology topo =
+      BuildRing(8, true, Bandwidth::GBps(45), Time::Microseconds(1), LinkKind::kIci, {});
+  const Mesh mesh = DefaultMesh({{"a", 2}, {"b", 4}}, topo);
+  EXPECT_EQ(mesh.devices(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  ExpectNeighboursAlong(mesh, topo, 1);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "a -> torus dim 0 (factor 2 of 8, stride 4), b -> torus dim 0 (factor 4 of 8)");
+}
+
+TEST(PlacementTest, SizeOneAxes) {
+  const Topology topo = Tpu("tpu-v5e", {4, 2});
+  const Mesh mesh = DefaultMesh({{"pp", 1}, {"dp", 4}, {"tp", 2}}, topo);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "pp -> (size 1), dp -> torus dim 0 (4, line), tp -> torus dim 1 (2, line)");
+}
+
+TEST(PlacementTest, FallsBackToRowMajorWhenSizesDoNotFactor) {
+  const Topology topo = Tpu("tpu-v5e", {4, 3});
+  const Mesh mesh = DefaultMesh({{"a", 3}, {"b", 4}}, topo);
+  std::vector<int> iota(12);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(mesh.devices(), iota);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "mesh a=3, b=4 does not factor onto torus 4x3: row-major device order (a: "
+            "consecutive members up to 4 hops apart, b: consecutive members up to 3 hops "
+            "apart)");
+}
+
+TEST(PlacementTest, ExplicitDevicesAreDescribedByHops) {
+  const Topology topo = Tpu("tpu-v5e", {2, 2});
+  const Mesh mesh({{"x", 2}, {"y", 2}}, {0, 3, 1, 2});
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "devices as given by mesh.devices (x: consecutive members 1 hop apart, y: "
+            "consecutive members up to 2 hops apart)");
+  const Mesh missing({{"x", 2}}, {0, 4});
+  EXPECT_THROW(DescribePlacement(missing, topo), std::invalid_argument);
+  EXPECT_THROW(ValidateMeshDevices(missing, topo), std::invalid_argument);
+  EXPECT_NO_THROW(ValidateMeshDevices(mesh, topo));
+}
+
+TEST(PlacementTest, MeshMustCoverTheMachine) {
+  const Topology topo = Tpu("tpu-v5e", {4, 4});
+  try {
+    DefaultPlacement({{"dp", 4}, {"tp", 2}}, topo);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "mesh dp=4, tp=2 has fewer positions than the hardware's 16 devices; the default "
+              "placement uses every device (give mesh.devices to use a subset)");
+  }
+  EXPECT_THROW(DefaultPlacement({{"dp", 32}}, topo), std::invalid_argument);
+}
+
+TEST(PlacementTest, GpuNodesKeepInnerAxesInside) {
+  const Topology topo = Gpu("h100-dgx", 2);
+  const Mesh mesh = DefaultMesh({{"dp", 2}, {"tp", 8}}, topo);
+  std::vector<int> iota(16);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(mesh.devices(), iota);
+  EXPECT_EQ(DescribePlacement(mesh, topo),
+            "dp across nodes, tp inside nodes (NVLink) (row-major device order)");
+  const Mesh spread = DefaultMesh({{"dp", 4}, {"tp", 4}}, topo);
+  EXPECT_EQ(DescribePlacement(spread, topo),
+            "dp spans nodes (up to 2 members per node), tp inside nodes (NVLink) (row-major "
+            "device order)");
+}
+
+TEST(PlacementTest, SingleGpuNode) {
+  const Topology topo = Gpu("h100-dgx", 1);
+  const Mesh mesh = DefaultMesh({{"dp", 2}, {"tp", 4}}, topo);
+  EXPECT_EQ(DescribePlacement(mesh, topo), "row-major device order, all devices behind one switch");
+}
+
+}  // namespace
+}  // namespace shardsim
