@@ -74,15 +74,20 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
   int g = job.size();
   if (g <= 1) return "ring";
   if (MeetAtOneSwitch(network, job)) return "direct";
-  int64_t per_member = job.kind == CollectiveKind::kAllReduce ? job.total : job.block * g;
-  Bytes bytes = job.BytesOf(per_member);
-  if (bytes < Bytes::KiB(64) && g > 2 && (g & (g - 1)) == 0) return "halving_doubling";
   int axes = 0;
   bool closes = true;
   for (size_t a = 0; a < axis_sizes.size(); ++a) {
     if (axis_sizes[a] <= 1) continue;
     ++axes;
     closes = closes && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
+  }
+  int64_t per_member = job.kind == CollectiveKind::kAllReduce ? job.total : job.block * g;
+  Bytes bytes = job.BytesOf(per_member);
+  // On a line the ring's closing transfer crosses the whole line every step; recursive
+  // halving's log2(G) exchanges cost fewer latencies. On a closed ring it does not pay: its
+  // partners 2^k apart cost as many hops as the ring's steps, on shared links.
+  if (!closes && bytes < Bytes::KiB(64) && g > 2 && (g & (g - 1)) == 0) {
+    return "halving_doubling";
   }
   if (axes > 1) return "torus_2d";
   return closes ? "bidirectional_ring" : "ring";

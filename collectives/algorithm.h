@@ -19,8 +19,9 @@ const std::vector<std::string>& AlgorithmNames();
 // - all_to_all and ppermute: direct (every member has something different for every peer);
 // - a group whose members all meet at one switch (an NVSwitch node, a fully connected graph):
 //   direct, one hop-pair per transfer and no ring latency chain;
-// - small messages (under 64 KiB per member) on a power-of-two group of more than 2:
-//   halving_doubling, log2(G) latencies instead of G - 1;
+// - small messages (under 64 KiB per member) on a power-of-two group of more than 2 whose
+//   rings do not close in one hop (lines): halving_doubling, fewer latencies than a ring whose
+//   closing transfer crosses the line (on a closed ring it pays as many hops, on shared links);
 // - several mesh axes of size > 1: torus_2d, both directions when every axis's ring closes
 //   in one hop (a wraparound);
 // - one axis: bidirectional_ring when the ring closes in one hop, else ring (a line: the

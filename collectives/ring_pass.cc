@@ -6,7 +6,7 @@
 namespace shardsim {
 
 RingPass::RingPass(Network& network, const CollectiveJob& job, Mode mode,
-                   std::vector<std::vector<int>> rings, ChunkLayout layout,
+                   std::vector<std::vector<int>> rings, ChunkLayout layout, const ChunkCount& count,
                    std::vector<std::vector<float>>* work,
                    std::function<void(int member)> on_member_done)
     : network_(network),
@@ -23,10 +23,7 @@ RingPass::RingPass(Network& network, const CollectiveJob& job, Mode mode,
       Position& p = positions_[rings_[i][r]];
       p.ring = static_cast<int>(i);
       p.index = static_cast<int>(r);
-      layout_(static_cast<int>(i), static_cast<int>(r), &scratch_);
-      int64_t n = 0;
-      for (const Segment& s : scratch_) n += s.length;
-      chunk_elements_.push_back(n);
+      chunk_elements_.push_back(count(static_cast<int>(i), static_cast<int>(r)));
     }
   }
 }

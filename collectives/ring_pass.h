@@ -27,15 +27,17 @@ class RingPass {
   enum class Mode { kReduceScatter, kAllGather };
 
   // Writes the segments of the chunk owned by position `index` of ring `ring` into `out`
-  // (cleared first). Called once per position up front to size transfers, and again per
-  // send and arrival only when the job moves real data, so no layout is stored.
+  // (cleared first). Called per send and arrival, only when the job moves real data, so no
+  // layout is stored.
   using ChunkLayout = std::function<void(int ring, int index, std::vector<Segment>* out)>;
+  // Elements of the chunk owned by position `index` of ring `ring` (called once per position).
+  using ChunkCount = std::function<int64_t(int ring, int index)>;
 
-  // `rings`: disjoint rings, each listing member ids in ring order. `layout`: the chunks.
-  // `work`: per member buffers the pass reads and writes (ignored when the job moves no
-  // data). `on_member_done(member)` runs when that member finished its part of the pass.
+  // `rings`: disjoint rings, each listing member ids in ring order. `layout` and `count`: the
+  // chunks. `work`: per member buffers the pass reads and writes (ignored when the job moves
+  // no data). `on_member_done(member)` runs when that member finished its part of the pass.
   RingPass(Network& network, const CollectiveJob& job, Mode mode,
-           std::vector<std::vector<int>> rings, ChunkLayout layout,
+           std::vector<std::vector<int>> rings, ChunkLayout layout, const ChunkCount& count,
            std::vector<std::vector<float>>* work, std::function<void(int member)> on_member_done);
 
   // Member `member` begins: it sends its first chunk, then handles held arrivals.

@@ -10,11 +10,21 @@ uint32_t Simulator::AllocateSlot() {
     free_slots_.pop_back();
     return s;
   }
-  if (slots_.size() > kSlotMask) {
-    throw std::length_error("more than 16M events pending at once");
-  }
   slots_.emplace_back();
   return static_cast<uint32_t>(slots_.size() - 1);
+}
+
+int32_t Simulator::AllocateBucket() {
+  if (!free_buckets_.empty()) {
+    int32_t b = free_buckets_.back();
+    free_buckets_.pop_back();
+    return b;
+  }
+  if (buckets_.size() > kBucketMask) {
+    throw std::length_error("more than 16M distinct event times pending at once");
+  }
+  buckets_.emplace_back();
+  return static_cast<int32_t>(buckets_.size() - 1);
 }
 
 EventId Simulator::ScheduleAt(Time at, Callback cb) {
@@ -23,8 +33,20 @@ EventId Simulator::ScheduleAt(Time at, Callback cb) {
   Slot& s = slots_[slot];
   s.callback = std::move(cb);
   s.live = true;
+  s.next = -1;
   ++live_;
-  HeapPush(Key{at.picoseconds(), (sequence_++ << kSlotBits) | slot});
+  int64_t t = at.picoseconds();
+  if (last_bucket_ >= 0 && t == last_time_) {
+    Bucket& b = buckets_[last_bucket_];
+    slots_[b.tail].next = static_cast<int32_t>(slot);
+    b.tail = static_cast<int32_t>(slot);
+  } else {
+    int32_t b = AllocateBucket();
+    buckets_[b] = Bucket{static_cast<int32_t>(slot), static_cast<int32_t>(slot)};
+    HeapPush(Key{t, (sequence_++ << kBucketBits) | static_cast<uint64_t>(b)});
+    last_bucket_ = b;
+    last_time_ = t;
+  }
   return EventId{(uint64_t{s.generation} << 32) | slot};
 }
 
@@ -54,47 +76,49 @@ void Simulator::HeapPush(Key k) {
   heap_[i] = k;
 }
 
-Simulator::Key Simulator::HeapPop() {
-  Key top = heap_.front();
+void Simulator::HeapPop() {
   Key last = heap_.back();
   heap_.pop_back();
   size_t n = heap_.size();
-  if (n > 0) {
-    size_t i = 0;
-    while (true) {
-      size_t first = 4 * i + 1;
-      if (first >= n) break;
-      size_t best = first;
-      size_t end = first + 4 < n ? first + 4 : n;
-      for (size_t c = first + 1; c < end; ++c) {
-        if (Before(heap_[c], heap_[best])) best = c;
-      }
-      if (!Before(heap_[best], last)) break;
-      heap_[i] = heap_[best];
-      i = best;
+  if (n == 0) return;
+  size_t i = 0;
+  while (true) {
+    size_t first = 4 * i + 1;
+    if (first >= n) break;
+    size_t best = first;
+    size_t end = first + 4 < n ? first + 4 : n;
+    for (size_t c = first + 1; c < end; ++c) {
+      if (Before(heap_[c], heap_[best])) best = c;
     }
-    heap_[i] = last;
+    if (!Before(heap_[best], last)) break;
+    heap_[i] = heap_[best];
+    i = best;
   }
-  return top;
+  heap_[i] = last;
 }
 
 void Simulator::RunUntil(Time limit) {
   stopped_ = false;
   while (!heap_.empty() && !stopped_) {
-    if (heap_.front().time > limit.picoseconds()) break;
-    Key k = HeapPop();
-    uint32_t slot = static_cast<uint32_t>(k.order & kSlotMask);
-    Slot& s = slots_[slot];
-    if (!s.live) {  // Cancelled: recycle the slot now that no key refers to it.
-      ++s.generation;
-      free_slots_.push_back(slot);
-      continue;
+    const Key& top = heap_.front();
+    if (top.time > limit.picoseconds()) break;
+    int64_t time = top.time;
+    int32_t bucket = static_cast<int32_t>(top.order & kBucketMask);
+    Bucket& b = buckets_[bucket];
+    uint32_t slot = static_cast<uint32_t>(b.head);
+    b.head = slots_[slot].next;
+    if (b.head < 0) {  // The bucket is spent: no event can join it any more.
+      HeapPop();
+      free_buckets_.push_back(bucket);
+      if (last_bucket_ == bucket) last_bucket_ = -1;
     }
-    now_ = Time::Picoseconds(k.time);
-    Callback cb = std::move(s.callback);
-    s.live = false;
+    Slot& s = slots_[slot];
     ++s.generation;
     free_slots_.push_back(slot);
+    if (!s.live) continue;  // Cancelled.
+    now_ = Time::Picoseconds(time);
+    Callback cb = std::move(s.callback);
+    s.live = false;
     --live_;
     ++dispatched_;
     cb();

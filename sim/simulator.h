@@ -24,9 +24,12 @@ struct EventId {
 // scheduled (FIFO), so a run is deterministic. There is no global instance: models take a
 // `Simulator&`.
 //
-// The pending set is a 4-ary min-heap of 16-byte keys (time, sequence|slot) over a slab of
-// callbacks; cancellation marks the slab slot dead and the heap drops it when it surfaces
-// (lazy deletion, as in ns-3's schedulers).
+// The pending set is a 4-ary min-heap of buckets, each a FIFO list of events at one time.
+// An event for the same time as the most recently scheduled one joins that bucket without
+// touching the heap: collectives start and finish thousands of transfers at the same instant,
+// so most schedules are O(1) appends and most dispatches O(1) list pops. Appending only to
+// the latest bucket keeps the (time, sequence) order exact. Cancellation marks the event's
+// slot dead; it is dropped when it surfaces (lazy deletion, as in ns-3's schedulers).
 class Simulator {
  public:
   Simulator() = default;
@@ -69,27 +72,33 @@ class Simulator {
   void ReportCounter(const CounterRecord& counter);
 
  private:
-  // Heap key: ordered by time, then by insertion sequence. The low kSlotBits of `order` hold
-  // the slab slot, the high bits the sequence, so one comparison orders ties FIFO.
+  // Heap key of a bucket: ordered by time, then by the sequence number of its first event.
+  // The low kBucketBits of `order` hold the bucket index, the high bits the sequence.
   struct Key {
     int64_t time;
     uint64_t order;
   };
-  static constexpr int kSlotBits = 24;
-  static constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
+  static constexpr int kBucketBits = 24;
+  static constexpr uint64_t kBucketMask = (uint64_t{1} << kBucketBits) - 1;
 
   struct Slot {
     Callback callback;
     uint32_t generation = 1;
     bool live = false;
+    int32_t next = -1;  // Next event of the same bucket.
+  };
+  struct Bucket {
+    int32_t head = -1;
+    int32_t tail = -1;
   };
 
   static bool Before(const Key& a, const Key& b) {
     return a.time < b.time || (a.time == b.time && a.order < b.order);
   }
   void HeapPush(Key k);
-  Key HeapPop();
+  void HeapPop();
   uint32_t AllocateSlot();
+  int32_t AllocateBucket();
 
   Time now_;
   uint64_t sequence_ = 0;
@@ -99,6 +108,10 @@ class Simulator {
   std::vector<Key> heap_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<int32_t> free_buckets_;
+  int32_t last_bucket_ = -1;  // The bucket the latest event joined, while it is pending.
+  int64_t last_time_ = 0;     // Its time.
   std::vector<Observer*> observers_;
   std::vector<Observer*> event_observers_;
 };

@@ -75,8 +75,7 @@ int32_t Network::AllocateFlow() {
 
 TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                           Callback on_delivered) {
-  TransferId id = static_cast<TransferId>(timings_.size());
-  timings_.push_back(TransferTiming{sim_.Now(), sim_.Now(), sim_.Now(), 0});
+  TransferId id = next_id_++;
   if (src == dst || bytes.count() == 0) {
     sim_.Schedule(Time(), std::move(on_delivered));
     return id;
@@ -93,10 +92,10 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.latency = Time();
   for (LinkId l : flow.path) flow.latency += topo_.link(l).latency;
   flow.id = id;
+  flow.start = sim_.Now();
   flow.on_delivered = std::move(on_delivered);
   flow.label = std::move(label);
   flow.active = true;
-  timings_[id].hops = static_cast<int>(flow.path.size());
   ++active_;
   Admit(f);
   return id;
@@ -165,9 +164,6 @@ void Network::Drain(int32_t f) {
   flow.drain_event = EventId{};
   flow.active = false;
   --active_;
-  TransferTiming& t = timings_[flow.id];
-  t.drained = now;
-  t.delivered = now + flow.latency;
   scratch_links_.clear();
   for (LinkId l : flow.path) {
     link_bytes_[l] += flow.total;
@@ -187,7 +183,7 @@ void Network::Drain(int32_t f) {
       s.tid = TrackOf(l, /*receive_side=*/false);
       s.name = flow.label;
       s.category = "transfer";
-      s.start = t.start;
+      s.start = flow.start;
       s.end = now;
       s.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))},
                 {"hop", std::to_string(i + 1) + "/" + std::to_string(flow.path.size())}};
@@ -202,8 +198,8 @@ void Network::Drain(int32_t f) {
     r.tid = TrackOf(last, /*receive_side=*/true);
     r.name = flow.label;
     r.category = "receive";
-    r.start = t.start + flow.latency;
-    r.end = t.delivered;
+    r.start = flow.start + flow.latency;
+    r.end = now + flow.latency;
     r.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))}};
     r.flow_in = flow_id;
     sim_.ReportSlice(r);

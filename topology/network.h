@@ -17,14 +17,6 @@ namespace shardsim {
 // Identifies a transfer started on a Network.
 using TransferId = int64_t;
 
-// When one transfer ran, as the Network saw it.
-struct TransferTiming {
-  Time start;      // When it was started.
-  Time drained;    // When its last byte left the source (its links were released).
-  Time delivered;  // When its last byte reached the destination: drained + route latency.
-  int hops = 0;    // Links on its route.
-};
-
 // Moves bytes between vertices of a Topology as a fluid flow model with max-min fair sharing.
 //
 // Model (chosen over chunked FIFO links; see README "Transfer model"):
@@ -54,10 +46,8 @@ class Network {
   TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                    Callback on_delivered);
 
-  // Timing of a transfer (valid once it was delivered, else partially filled).
-  const TransferTiming& timing(TransferId id) const { return timings_[id]; }
   // Number of transfers started.
-  int64_t transfers_started() const { return static_cast<int64_t>(timings_.size()); }
+  int64_t transfers_started() const { return next_id_; }
   // Number of transfers in flight (started, not yet drained).
   int64_t active_transfers() const { return active_; }
   // Total bytes that crossed each directed link (index LinkId).
@@ -65,7 +55,9 @@ class Network {
   // The topology.
   const Topology& topology() const { return topo_; }
   // Links on the route from `a` to `b` (0 when a == b).
-  int Hops(VertexId a, VertexId b) { return a == b ? 0 : static_cast<int>(router_.Route(a, b).size()); }
+  int Hops(VertexId a, VertexId b) {
+    return a == b ? 0 : static_cast<int>(router_.Route(a, b).size());
+  }
   // Whether the simulation is traced (so transfer labels are worth building).
   bool tracing() const { return sim_.tracing(); }
 
@@ -81,6 +73,7 @@ class Network {
     int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
     EventId drain_event;
     Time latency;
+    Time start;
     TransferId id = 0;
     Callback on_delivered;
     std::string label;
@@ -116,7 +109,7 @@ class Network {
   std::vector<Flow> flows_;
   std::vector<int32_t> free_flows_;
   std::vector<LinkState> links_;
-  std::vector<TransferTiming> timings_;
+  TransferId next_id_ = 0;
   std::vector<double> link_bytes_;
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.

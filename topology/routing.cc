@@ -22,22 +22,40 @@ class TorusRouter : public Router {
       : topo_(topo),
         shape_(topo.torus()->shape),
         wrap_(topo.torus()->wraparound),
-        one_way_(IsOneWayRing(topo)) {}
+        one_way_(IsOneWayRing(topo)),
+        rank_(static_cast<int>(shape_.size())) {
+    // Per device and dimension: its coordinate, and the link one step - and + (or -1).
+    // Coordinates come from the device index (torus.h layout), not Node::coords, so a torus
+    // put together by hand without coordinates routes too.
+    int n = topo.num_devices();
+    coords_.resize(static_cast<size_t>(n) * rank_);
+    step_.assign(static_cast<size_t>(n) * rank_ * 2, -1);
+    for (int dev = 0; dev < n; ++dev) {
+      std::vector<int> at = TorusCoords(shape_, dev);
+      for (int d = 0; d < rank_; ++d) {
+        coords_[static_cast<size_t>(dev) * rank_ + d] = at[d];
+        for (int dir = 0; dir < 2; ++dir) {
+          std::vector<int> next = at;
+          next[d] = (at[d] + (dir ? 1 : -1) + shape_[d]) % shape_[d];
+          std::optional<LinkId> link =
+              topo.FindLink(topo.device_vertex(dev), topo.device_vertex(TorusIndex(shape_, next)));
+          if (link) step_[(static_cast<size_t>(dev) * rank_ + d) * 2 + dir] = *link;
+        }
+      }
+    }
+  }
 
   const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
     route_.clear();
     const Node& from = topo_.node(src);
     const Node& to = topo_.node(dst);
     assert(from.kind == NodeKind::kDevice && to.kind == NodeKind::kDevice);
-    // Coordinates from the device index (torus.h layout), not Node::coords, so a torus put
-    // together by hand without coordinates routes too.
-    std::vector<int> at = TorusCoords(shape_, from.device);
-    const std::vector<int> target = TorusCoords(shape_, to.device);
-    VertexId current = src;
-    for (size_t d = 0; d < shape_.size(); ++d) {
+    int current = from.device;
+    const int* target = &coords_[static_cast<size_t>(to.device) * rank_];
+    for (int d = 0; d < rank_; ++d) {
       const int k = shape_[d];
       // Signed number of unit steps along dimension d.
-      int steps = target[d] - at[d];
+      int steps = target[d] - coords_[static_cast<size_t>(current) * rank_ + d];
       if (one_way_) {
         steps = (steps % k + k) % k;  // Always forward, around the ring.
       } else if (wrap_[d]) {
@@ -45,17 +63,15 @@ class TorusRouter : public Router {
         const int backward = k - forward;         // Steps going - (when forward > 0).
         steps = (forward == 0 || forward <= backward) ? forward : -backward;
       }
-      const int unit = steps > 0 ? 1 : -1;
+      const int dir = steps > 0 ? 1 : 0;
       for (int i = 0; i < std::abs(steps); ++i) {
-        at[d] = (at[d] + unit + k) % k;
-        VertexId next = topo_.device_vertex(TorusIndex(shape_, at));
-        std::optional<LinkId> link = topo_.FindLink(current, next);
-        assert(link && "torus neighbours must be linked");
-        route_.push_back(*link);
-        current = next;
+        LinkId link = step_[(static_cast<size_t>(current) * rank_ + d) * 2 + dir];
+        assert(link >= 0 && "torus neighbours must be linked");
+        route_.push_back(link);
+        current = topo_.node(topo_.link(link).dst).device;
       }
     }
-    assert(current == dst);
+    assert(current == to.device);
     return route_;
   }
 
@@ -64,6 +80,9 @@ class TorusRouter : public Router {
   std::vector<int> shape_;
   std::vector<bool> wrap_;
   bool one_way_;
+  int rank_;
+  std::vector<int> coords_;
+  std::vector<LinkId> step_;
   std::vector<LinkId> route_;
 };
 

@@ -14,7 +14,8 @@ namespace shardsim {
 // direct reduce-scatter, then each member sends its reduced chunk to every peer.
 // Derivation on a non-blocking switch with per-device bandwidth B: a member's G - 1 sends
 // share its uplink, so all-gather of V bytes takes a + (G - 1)/G * V / B (two hops' latency
-// through the switch), and all-to-all a + (G - 1)/G^2 * V / B for V bytes per member.
+// through the switch), and all-to-all of V bytes per member a + (G - 1)/G * V / B, which is
+// (G - 1)/G^2 * V_all / B for the whole array V_all = G V (hardware.md's form).
 std::unique_ptr<CollectiveAlgorithm> MakeDirectAlgorithm(Network& network, CollectiveJob& job);
 
 }  // namespace shardsim

@@ -71,35 +71,72 @@ class RingFamily : public CollectiveAlgorithm {
     return order;
   }
 
-  // Chunks a member contributes in the phase along order[j]: those whose coordinates equal the
-  // member's on order[0..j] (axes reduced before and this one) and run over the others.
-  void ChunkSet(int lane, const std::vector<int>& order, int j, int member,
-                std::vector<Segment>* out) const {
-    out->clear();
+  // Calls fn(first, n) for each run of n consecutive chunk indices that member contributes in
+  // the phase along order[j]: the chunks whose coordinates equal the member's on order[0..j]
+  // (axes reduced before, and this one) and run over the others. Free axes that are the
+  // group's innermost ones make consecutive chunk indices, so they form one run.
+  template <typename Fn>
+  void ForEachRun(const std::vector<int>& order, int j, int member, Fn fn) const {
+    int k = static_cast<int>(plan_.axis_sizes.size());
+    std::vector<bool> fixed(k, false);
     int base = 0;
-    for (int i = 0; i <= j; ++i) base += Coord(member, order[i]) * strides_[order[i]];
-    std::vector<int> free(order.begin() + j + 1, order.end());
-    std::vector<int> idx(free.size(), 0);
+    for (int i = 0; i <= j; ++i) {
+      fixed[order[i]] = true;
+      base += Coord(member, order[i]) * strides_[order[i]];
+    }
+    int run = 1, a = k - 1;
+    for (; a >= 0 && !fixed[a]; --a) run *= plan_.axis_sizes[a];
+    std::vector<int> outer;  // Free axes outside the run.
+    for (int i = 0; i <= a; ++i) {
+      if (!fixed[i] && plan_.axis_sizes[i] > 1) outer.push_back(i);
+    }
+    std::vector<int> idx(outer.size(), 0);
     while (true) {
       int c = base;
-      for (size_t f = 0; f < free.size(); ++f) c += idx[f] * strides_[free[f]];
-      auto [lo, hi] = ChunkRange(lane, c);
-      if (hi > lo) {
-        if (!out->empty() && out->back().offset + out->back().length == lo) {
-          out->back().length += hi - lo;
-        } else {
-          out->push_back(Segment{lo, hi - lo});
-        }
-      }
-      size_t f = free.size();
+      for (size_t f = 0; f < outer.size(); ++f) c += idx[f] * strides_[outer[f]];
+      fn(c, run);
+      size_t f = outer.size();
       while (f > 0) {
         --f;
-        if (++idx[f] < plan_.axis_sizes[free[f]]) break;
+        if (++idx[f] < plan_.axis_sizes[outer[f]]) break;
         idx[f] = 0;
         if (f == 0) return;
       }
-      if (free.empty()) return;
+      if (outer.empty()) return;
     }
+  }
+
+  // Elements of the chunks ForEachRun visits, within lane `lane`'s share.
+  int64_t ChunkCount(int lane, const std::vector<int>& order, int j, int member) const {
+    int64_t n = 0;
+    ForEachRun(order, j, member, [&](int first, int run) {
+      if (job_.kind == CollectiveKind::kAllReduce) {
+        // Chunks of a lane are contiguous: a run telescopes to one range.
+        n += ChunkRange(lane, first + run - 1).second - ChunkRange(lane, first).first;
+      } else {
+        auto [lo, hi] = ChunkRange(lane, first);
+        n += (hi - lo) * run;  // Every block has the same share in a lane.
+      }
+    });
+    return n;
+  }
+
+  // The segments of those chunks.
+  void ChunkSet(int lane, const std::vector<int>& order, int j, int member,
+                std::vector<Segment>* out) const {
+    out->clear();
+    ForEachRun(order, j, member, [&](int first, int run) {
+      if (job_.kind == CollectiveKind::kAllReduce) {
+        int64_t lo = ChunkRange(lane, first).first;
+        int64_t hi = ChunkRange(lane, first + run - 1).second;
+        if (hi > lo) out->push_back(Segment{lo, hi - lo});
+        return;
+      }
+      for (int c = first; c < first + run; ++c) {
+        auto [lo, hi] = ChunkRange(lane, c);
+        if (hi > lo) out->push_back(Segment{lo, hi - lo});
+      }
+    });
   }
 
   // Rings along `axis`: members that differ only there, ordered by that coordinate
@@ -142,6 +179,9 @@ class RingFamily : public CollectiveAlgorithm {
                                                                      std::vector<Segment>* out) {
         ChunkSet(lane, order, j, members[ring][index], out);
       };
+      RingPass::ChunkCount count = [this, lane, &order, j, &members](int ring, int index) {
+        return ChunkCount(lane, order, j, members[ring][index]);
+      };
       size_t next = p + 1;
       auto done = [this, lane, next](int member) {
         if (next < passes_[lane].size()) {
@@ -151,7 +191,7 @@ class RingFamily : public CollectiveAlgorithm {
         }
       };
       passes_[lane].push_back(std::make_unique<RingPass>(network_, job_, mode, std::move(rings),
-                                                         std::move(layout), &work_, done));
+                                                         std::move(layout), count, &work_, done));
     }
   }
 

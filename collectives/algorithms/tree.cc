@@ -34,10 +34,6 @@ class Tree : public CollectiveAlgorithm {
         if (Children(m) == 0) ReducedUp(m, s);
       }
     }
-    if (g == 1) {
-      done_[0] = true;
-      job_.on_member_done(0);
-    }
   }
 
  private:

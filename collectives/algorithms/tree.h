@@ -14,8 +14,9 @@ namespace shardsim {
 // forwards it to its children. Derivation, one segment of V bytes (no pipelining), each
 // tree edge its own path of bandwidth B and latency a: 2 * depth * (a + V / B), depth =
 // floor(log2 G); with P segments the bandwidth term approaches 2 V / B plus
-// 2 * depth * V / (P B) of pipeline fill. Throws std::invalid_argument for anything but
-// all-reduce.
+// 2 * depth * V / (P B) of pipeline fill. On a switch the two children of a member share its
+// link, so sends there take twice as long (tests/collectives/algorithm_timing_test.cc derives
+// the exact switch times). Throws std::invalid_argument for anything but all-reduce.
 std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, CollectiveJob& job,
                                                        int pipeline);
 

@@ -95,25 +95,28 @@ void CheckTransferDevices(const RunFile& file, const Topology& topo) {
 
 void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim, Network& network,
                        RunReport& report) {
-  std::vector<TransferId> ids(file.transfers.size(), -1);
+  // Start and delivery of each transfer, as the network reported them.
+  std::vector<std::pair<Time, Time>> times(file.transfers.size());
   for (size_t i = 0; i < file.transfers.size(); ++i) {
     const TransferSpec& t = file.transfers[i];
-    sim.ScheduleAt(t.at, [&network, &topo, &ids, &t, i] {
-      ids[i] = network.Start(topo.device_vertex(t.src), topo.device_vertex(t.dst), t.bytes, t.name,
-                             [] {});
+    sim.ScheduleAt(t.at, [&sim, &network, &topo, &times, &t, i] {
+      times[i].first = sim.Now();
+      network.Start(topo.device_vertex(t.src), topo.device_vertex(t.dst), t.bytes, t.name,
+                    [&sim, &times, i] { times[i].second = sim.Now(); });
     });
   }
   sim.Run();
   std::vector<std::vector<std::pair<Time, Time>>> spans(topo.num_devices());
   for (size_t i = 0; i < file.transfers.size(); ++i) {
     const TransferSpec& t = file.transfers[i];
-    const TransferTiming& tm = network.timing(ids[i]);
-    report.end = std::max(report.end, tm.delivered);
-    spans[t.src].push_back({tm.start, tm.delivered});
-    spans[t.dst].push_back({tm.start, tm.delivered});
-    report.ops.push_back(OpRow{t.name, "transfer", t.bytes, tm.start, tm.delivered, "direct",
+    auto [start, delivered] = times[i];
+    int hops = network.Hops(topo.device_vertex(t.src), topo.device_vertex(t.dst));
+    report.end = std::max(report.end, delivered);
+    spans[t.src].push_back({start, delivered});
+    spans[t.dst].push_back({start, delivered});
+    report.ops.push_back(OpRow{t.name, "transfer", t.bytes, start, delivered, "direct",
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
-                                   std::to_string(tm.hops) + " hops"});
+                                   std::to_string(hops) + " hops"});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;

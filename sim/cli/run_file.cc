@@ -247,9 +247,7 @@ std::string ShapeText(const Shape& shape) {
 const YamlValue& Later(const YamlValue& a, const YamlValue& b) {
   if (!b.SetKey().empty()) return b;
   if (!a.SetKey().empty()) return a;
-  auto place = [](const YamlValue& v) {
-    return std::pair(v.key_mark().line, v.key_mark().column);
-  };
+  auto place = [](const YamlValue& v) { return std::pair(v.key_mark().line, v.key_mark().column); };
   return place(a) > place(b) ? a : b;
 }
 
@@ -315,8 +313,8 @@ PartitionSpec ReadPartitionSpec(const YamlValue& value, const std::vector<MeshAx
     for (const std::string& name : spec.dims[d]) {
       const auto [it, inserted] = used.emplace(name, d);
       if (!inserted) {
-        value.Fail("uses mesh axis '" + name + "' twice (dimensions " +
-                   std::to_string(it->second) + " and " + std::to_string(d) + ")");
+        value.Fail("uses mesh axis '" + name + "' twice (dimensions " + std::to_string(it->second) +
+                   " and " + std::to_string(d) + ")");
       }
     }
   }
@@ -385,11 +383,11 @@ void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vec
     out.push_back(static_cast<float>(value.Number()));
     return;
   }
-  const std::string along = " along dimension " + std::to_string(dim) + " of shape " +
-                            ShapeText(shape);
+  const std::string along =
+      " along dimension " + std::to_string(dim) + " of shape " + ShapeText(shape);
   if (!value.IsList()) {
-    value.Fail("expected a list of " + std::to_string(shape[dim]) + " entries" + along +
-               ", got " + value.Describe());
+    value.Fail("expected a list of " + std::to_string(shape[dim]) + " entries" + along + ", got " +
+               value.Describe());
   }
   std::vector<YamlValue> entries = value.List();
   if (static_cast<int64_t>(entries.size()) != shape[dim]) {
@@ -404,8 +402,8 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
   std::vector<float> out;
   if (value.IsList()) {
     std::vector<YamlValue> entries = value.List();
-    const bool nested = std::any_of(entries.begin(), entries.end(),
-                                    [](const YamlValue& e) { return e.IsList(); });
+    const bool nested =
+        std::any_of(entries.begin(), entries.end(), [](const YamlValue& e) { return e.IsList(); });
     if (nested) {
       ReadNested(value, shape, 0, out);
       return out;
@@ -580,8 +578,8 @@ std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& wha
   if (value.IsScalar()) return {value};
   if (!value.IsList()) value.Expected(what + " or a list of them");
   std::vector<YamlValue> entries = value.List();
-  if (entries.empty()) value.Fail("expected at least one " + what.substr(what.find(' ') + 1) +
-                                  ", got an empty list");
+  if (entries.empty())
+    value.Fail("expected at least one " + what.substr(what.find(' ') + 1) + ", got an empty list");
   for (const YamlValue& entry : entries) {
     if (!entry.IsScalar()) entry.Expected(what);
   }
@@ -590,8 +588,8 @@ std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& wha
 
 // Which names the program has defined so far, for checking each op's inputs.
 struct NameFlow {
-  std::vector<std::string> defined;        // Arrays, then op outputs, in order.
-  std::map<std::string, size_t> made_by;   // Output name -> the first op that makes it.
+  std::vector<std::string> defined;       // Arrays, then op outputs, in order.
+  std::map<std::string, size_t> made_by;  // Output name -> the first op that makes it.
 
   bool Has(const std::string& name) const { return Contains(defined, name); }
   void Add(const std::string& name) {
@@ -722,9 +720,9 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
         auto later = flow.made_by.find(name);
         if (later != flow.made_by.end() && later->second >= index) {
           entry.Fail("'" + name + "' is not defined before this op (" +
-                     (later->second == index ? std::string("this op makes it")
-                                             : "program." + std::to_string(later->second) +
-                                                   " makes it") +
+                     (later->second == index
+                          ? std::string("this op makes it")
+                          : "program." + std::to_string(later->second) + " makes it") +
                      ")");
         }
         entry.Fail("'" + name + "' is not defined" + flow.Hint(name));
@@ -787,8 +785,8 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     const std::string operands = op.spec.substr(0, op.spec.find("->"));
     const size_t count = std::count(operands.begin(), operands.end(), ',') + 1;
     if (op.spec.empty() || count != 2) {
-      spec.Fail("expected an einsum spec with two operands like \"bd,df->bf\", got \"" +
-                op.spec + "\"");
+      spec.Fail("expected an einsum spec with two operands like \"bd,df->bf\", got \"" + op.spec +
+                "\"");
     }
   }
   if (op.kind == OpKind::kReshape) op.shape = ReadReshape(map.Get("shape"));
@@ -800,8 +798,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     op.sections = map.Get("sections").Int64(1);
     if (static_cast<int64_t>(op.out.size()) != op.sections) {
       out.Fail("split makes " + std::to_string(op.sections) + " outputs (sections: " +
-               std::to_string(op.sections) + "), got " + std::to_string(op.out.size()) +
-               " names");
+               std::to_string(op.sections) + "), got " + std::to_string(op.out.size()) + " names");
     }
   }
   if (op.kind == OpKind::kSlice) {
@@ -822,9 +819,8 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
         map.Find("scalar")->FailAtKey("scalar applies only with one input (in: a, scalar: 1.0)");
       }
       if (n != 2 && !(n == 1 && op.scalar)) {
-        in->Fail(kind_name + " takes in: [a, b], or in: a with scalar:, got " +
-                 std::to_string(n) + " input" + (n == 1 ? "" : "s") +
-                 (op.scalar ? "" : " and no scalar"));
+        in->Fail(kind_name + " takes in: [a, b], or in: a with scalar:, got " + std::to_string(n) +
+                 " input" + (n == 1 ? "" : "s") + (op.scalar ? "" : " and no scalar"));
       }
     } else if (op.kind == OpKind::kConcatenate) {
       if (n < 2) in->Fail("concatenate takes at least 2 inputs, got " + std::to_string(n));
@@ -901,9 +897,8 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
 
 // The keys of `options.algorithms`: JAX's collective names and the generic kinds.
 std::vector<std::string> AlgorithmKeys() {
-  return {"psum",       "pmean",      "pmax",       "pmin",           "psum_scatter",
-          "all_gather", "all_to_all", "ppermute",   "all_reduce",     "reduce_scatter",
-          "permute"};
+  return {"psum",       "pmean",    "pmax",       "pmin",           "psum_scatter", "all_gather",
+          "all_to_all", "ppermute", "all_reduce", "reduce_scatter", "permute"};
 }
 
 RunOptions ReadOptions(const YamlValue& value) {

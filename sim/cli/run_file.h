@@ -50,9 +50,9 @@ struct RunOptions {
 
 // A parsed, validated run file.
 struct RunFile {
-  std::string path;                              // The file it came from.
-  HardwareSpec hardware;                         // `hardware:`
-  std::vector<TransferSpec> transfers;           // `transfers:` (a raw network study).
+  std::string path;                     // The file it came from.
+  HardwareSpec hardware;                // `hardware:`
+  std::vector<TransferSpec> transfers;  // `transfers:` (a raw network study).
   // `mesh:`, `arrays:`, `program:`, `outputs:`; set exactly when `transfers` is not given.
   // Init file paths stay as written: relative ones are relative to the folder of `path`.
   std::optional<ProgramSpec> program;

@@ -19,7 +19,6 @@
 
 namespace shardsim {
 
-
 namespace {
 
 bool LooksLikeFile(const std::string& target) {
@@ -157,7 +156,8 @@ void RunTopoCommand(const TopoCommandOptions& options) {
     spec.preset = options.target;
   }
   if (!options.shape.empty()) {
-    for (int64_t v : ParseShapeFlag("--shape", options.shape)) spec.shape.push_back(static_cast<int>(v));
+    for (int64_t v : ParseShapeFlag("--shape", options.shape))
+      spec.shape.push_back(static_cast<int>(v));
   }
   if (options.nodes > 0) spec.nodes = options.nodes;
   Topology topo;

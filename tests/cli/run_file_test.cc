@@ -186,8 +186,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "give either preset or topology, not both"},
         BadFileCase{"NoTransfers", "bad_no_transfers.yaml", "1:1", "transfers",
                     "missing required key 'transfers' (or 'program')"},
-        BadFileCase{"ProgramNotSupported", "bad_program.yaml", "3:1", "program",
-                    "program: is not supported yet; use transfers:"},
+        BadFileCase{"TransfersAndProgram", "bad_program.yaml", "3:1", "program",
+                    "give either transfers: or program:, not both"},
+        BadFileCase{"MeshWithTransfers", "bad_transfers_with_mesh.yaml", "3:1", "mesh",
+                    "mesh: applies only with program:, not with transfers:"},
         BadFileCase{"BadNumerics", "bad_numerics.yaml", "6:13", "options.numerics",
                     "unknown value \"of\"; did you mean 'off'?"},
         BadFileCase{"WraparoundNotBool", "bad_wraparound.yaml", "4:22", "hardware.wraparound.1",
@@ -212,6 +214,316 @@ INSTANTIATE_TEST_SUITE_P(
                     "got a mapping"},
         BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"}),
     [](const testing::TestParamInfo<BadFileCase>& info) { return info.param.name; });
+
+// Malformed programs: each error at the key or value that is wrong.
+INSTANTIATE_TEST_SUITE_P(
+    Programs, BadFileTest,
+    testing::Values(
+        BadFileCase{"UnknownOp", "bad_program_unknown_op.yaml", "6:10", "program.0.op",
+                    "unknown op 'allgather'; did you mean 'all_gather'?"},
+        BadFileCase{"KeyNotForOp", "bad_program_key_not_applicable.yaml", "6:38", "program.0.tiled",
+                    "key 'tiled' does not apply to op matmul (it takes op, in, out, name)"},
+        BadFileCase{"KeyOfAnotherOpDidYouMean", "bad_program_key_typo.yaml", "6:52",
+                    "program.0.axes",
+                    "key 'axes' does not apply to op all_gather; did you mean 'axis'?"},
+        BadFileCase{"MissingAxisName", "bad_program_missing_axis_name.yaml", "6:5",
+                    "program.0.axis_name", "missing required key 'axis_name'"},
+        BadFileCase{"PermAndShift", "bad_program_perm_and_shift.yaml", "11:5", "program.0.shift",
+                    "give either perm or shift, not both"},
+        BadFileCase{"PermOutsideGroup", "bad_program_perm_range.yaml", "6:69", "program.0.perm.1.1",
+                    "index 4 is outside the group of 4 over dp (0..3)"},
+        BadFileCase{"BadShardingString", "bad_program_sharding.yaml", "4:32", "arrays.x.sharding",
+                    "bad PartitionSpec \"P(dp, None)\": expected a quoted axis name, None or a "
+                    "tuple, got dp (quote axis names: 'dp')"},
+        BadFileCase{"ShardingAxisDidYouMean", "bad_program_sharding_axis.yaml", "4:33",
+                    "arrays.x.sharding.0", "'dq' is not a mesh axis; did you mean 'dp'?"},
+        BadFileCase{"ShardingNotDivisible", "bad_program_not_divisible.yaml", "4:32",
+                    "arrays.x.sharding",
+                    "dimension 0 of size 6 is not divisible by 4 (the size of mesh axis dp)"},
+        BadFileCase{"UnknownDtype", "bad_program_dtype.yaml", "4:29", "arrays.x.dtype",
+                    "unknown value \"f23\"; did you mean 'f32'?"},
+        BadFileCase{"ValueCount", "bad_program_value_count.yaml", "4:36", "arrays.x.init.value",
+                    "has 6 values but the shape [2, 4] needs 8"},
+        BadFileCase{"NestedValueShape", "bad_program_nested_value.yaml", "4:48",
+                    "arrays.x.init.value.1",
+                    "has 2 entries but needs 3 along dimension 1 of shape [2, 3]"},
+        BadFileCase{"ArrayNameNotIdentifier", "bad_program_array_name.yaml", "4:3", "arrays.1x",
+                    "'1x' is not a valid array name"},
+        BadFileCase{"UndefinedInputDidYouMean", "bad_program_undefined_input.yaml", "7:26",
+                    "program.1.in.1", "'x_ful' is not defined; did you mean 'x_full'?"},
+        BadFileCase{"InputMadeLater", "bad_program_used_before_made.yaml", "6:20", "program.0.in",
+                    "'h' is not defined before this op (program.1 makes it)"},
+        BadFileCase{"OutputNeverProduced", "bad_program_never_produced.yaml", "7:11", "outputs.y2",
+                    "'y2' is never produced; did you mean 'y'?"},
+        BadFileCase{"MatmulOneInput", "bad_program_input_count.yaml", "6:22", "program.0.in",
+                    "matmul takes 2 inputs (in: [a, b]), got 1"},
+        BadFileCase{"BinaryWithoutScalar", "bad_program_binary_no_scalar.yaml", "6:19",
+                    "program.0.in",
+                    "add takes in: [a, b], or in: a with scalar:, got 1 input and no scalar"},
+        BadFileCase{"SplitOutputCount", "bad_program_split_outs.yaml", "6:29", "program.0.out",
+                    "split makes 3 outputs (sections: 3), got 2 names"},
+        BadFileCase{"MissingOut", "bad_program_no_out.yaml", "6:5", "program.0.out",
+                    "missing required key 'out'"},
+        BadFileCase{"MeshSizeZero", "bad_program_mesh_zero.yaml", "2:19", "mesh.axes.dp",
+                    "must be positive, got 0"},
+        BadFileCase{"UnknownAlgorithm", "bad_program_algorithm.yaml", "6:57", "program.0.algorithm",
+                    "unknown value \"rnig\"; did you mean 'ring'?"},
+        BadFileCase{"AlgorithmsKeyDidYouMean", "bad_program_algorithms_key.yaml", "8:24",
+                    "options.algorithms.allreduce",
+                    "unknown key 'allreduce'; did you mean 'all_reduce'?"},
+        BadFileCase{"MissingOutputs", "bad_program_no_outputs.yaml", "1:1", "outputs",
+                    "missing required key 'outputs'"},
+        BadFileCase{"MissingMesh", "bad_program_no_mesh.yaml", "1:1", "mesh",
+                    "missing required key 'mesh'"}),
+    [](const testing::TestParamInfo<BadFileCase>& info) { return info.param.name; });
+
+// The partition spec of per-dimension axis lists.
+PartitionSpec Spec(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
+
+TEST(ProgramFileTest, LoadsSpecExample) {
+  RunFile f = LoadRunFile(Data("valid_program.yaml"));
+  EXPECT_TRUE(f.transfers.empty());
+  ASSERT_TRUE(f.program.has_value());
+  const ProgramSpec& p = *f.program;
+  ASSERT_EQ(p.mesh_axes.size(), 2u);
+  EXPECT_EQ(p.mesh_axes[0].name, "dp");
+  EXPECT_EQ(p.mesh_axes[0].size, 4);
+  EXPECT_EQ(p.mesh_axes[1].name, "tp");
+  EXPECT_EQ(p.mesh_axes[1].size, 2);
+  EXPECT_EQ(p.mesh_devices, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+
+  ASSERT_EQ(p.arrays.size(), 2u);
+  const ArraySpec& x = p.arrays[0];
+  EXPECT_EQ(x.name, "x");
+  EXPECT_EQ(x.shape, (Shape{1024, 4096}));
+  EXPECT_EQ(x.dtype, DType::kF32);
+  EXPECT_EQ(x.init.kind, InitSpec::Kind::kNormal);
+  EXPECT_EQ(x.init.seed, 0u);
+  EXPECT_EQ(x.sharding, Spec({{"dp"}, {}}));  // "P('dp', None)"
+  const ArraySpec& w = p.arrays[1];
+  EXPECT_EQ(w.name, "w");
+  EXPECT_EQ(w.shape, (Shape{4096, 256}));
+  EXPECT_EQ(w.dtype, DType::kBF16);  // "bfloat16"
+  EXPECT_EQ(w.init.kind, InitSpec::Kind::kUniform);
+  EXPECT_EQ(w.init.seed, 1u);
+  EXPECT_EQ(w.sharding, Spec({{"dp"}, {}}));  // [dp, null]
+
+  ASSERT_EQ(p.ops.size(), 2u);
+  const OpSpec& gather = p.ops[0];
+  EXPECT_EQ(gather.kind, OpKind::kAllGather);
+  EXPECT_EQ(gather.name, "w_full");
+  EXPECT_EQ(gather.key, "program.0");
+  EXPECT_EQ(gather.in, (std::vector<std::string>{"w"}));
+  EXPECT_EQ(gather.out, (std::vector<std::string>{"w_full"}));
+  EXPECT_EQ(gather.axis_name, (std::vector<std::string>{"dp"}));
+  EXPECT_EQ(gather.axis, 0);
+  EXPECT_TRUE(gather.tiled);
+  EXPECT_EQ(gather.algorithm, "");
+  const OpSpec& matmul = p.ops[1];
+  EXPECT_EQ(matmul.kind, OpKind::kMatmul);
+  EXPECT_EQ(matmul.name, "y");
+  EXPECT_EQ(matmul.key, "program.1");
+  EXPECT_EQ(matmul.in, (std::vector<std::string>{"x", "w_full"}));
+  EXPECT_EQ(matmul.out, (std::vector<std::string>{"y"}));
+  EXPECT_TRUE(matmul.axis_name.empty());
+
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_EQ(p.outputs[0].name, "y");
+  EXPECT_EQ(p.outputs[0].key, "outputs.y");
+  EXPECT_EQ(p.outputs[0].spec, Spec({{"dp"}, {}}));
+
+  EXPECT_EQ(f.options.numerics, "auto");
+  EXPECT_EQ(f.options.algorithms,
+            (std::map<std::string, std::string>{{"all_reduce", "ring"},
+                                                {"psum_scatter", "bidirectional_ring"}}));
+}
+
+TEST(ProgramFileTest, RecordsProgramKeyLocations) {
+  RunFile f = LoadRunFile(Data("valid_program.yaml"));
+  struct Expected {
+    std::string key;
+    int line;
+    int column;
+  };
+  for (const Expected& e : std::vector<Expected>{{"mesh.axes.dp", 7, 10},
+                                                 {"mesh.axes.tp", 7, 17},
+                                                 {"mesh.devices", 8, 3},
+                                                 {"arrays.x", 10, 3},
+                                                 {"arrays.x.shape", 10, 7},
+                                                 {"arrays.x.sharding", 10, 63},
+                                                 {"arrays.w.sharding.0", 11, 79},
+                                                 {"program.0", 13, 5},
+                                                 {"program.0.axis_name", 13, 42},
+                                                 {"program.1.in", 14, 18},
+                                                 {"program.1.in.1", 14, 26},
+                                                 {"outputs.y", 16, 3}}) {
+    ASSERT_TRUE(f.locations.count(e.key)) << e.key;
+    EXPECT_EQ(f.locations.at(e.key).line, e.line) << e.key;
+    EXPECT_EQ(f.locations.at(e.key).column, e.column) << e.key;
+  }
+  const std::string p = f.path;
+  EXPECT_EQ(f.Locate(SpecError("program.1.in", "shapes [256,4096] and [1024,256] differ")),
+            p + ":14:18: shapes [256,4096] and [1024,256] differ (key program.1.in)");
+  EXPECT_EQ(f.Locate(SpecError("mesh.devices", "device 9 is not on the machine")),
+            p + ":8:3: device 9 is not on the machine (key mesh.devices)");
+}
+
+TEST(ProgramFileTest, KeepsMeshAxesInFileOrder) {
+  RunFile f = LoadRunFile(Data("valid_program_ops.yaml"));
+  const ProgramSpec& p = *f.program;
+  ASSERT_EQ(p.mesh_axes.size(), 2u);
+  EXPECT_EQ(p.mesh_axes[0].name, "tp");
+  EXPECT_EQ(p.mesh_axes[0].size, 2);
+  EXPECT_EQ(p.mesh_axes[1].name, "dp");
+  EXPECT_EQ(p.mesh_axes[1].size, 4);
+  EXPECT_TRUE(p.mesh_devices.empty());
+}
+
+TEST(ProgramFileTest, ReadsShardingsInBothSpellings) {
+  const ProgramSpec p = *LoadRunFile(Data("valid_program_ops.yaml")).program;
+  EXPECT_EQ(p.arrays[0].sharding, Spec({}));                  // "P()"
+  EXPECT_EQ(p.arrays[1].sharding, Spec({{}, {}}));            // [null, null]
+  EXPECT_EQ(p.arrays[2].sharding, Spec({{"dp", "tp"}, {}}));  // [[dp, tp], null]
+  EXPECT_EQ(p.arrays[3].sharding, Spec({}));                  // none given: replicated
+  EXPECT_EQ(p.arrays[4].sharding, Spec({{"tp", "dp"}}));      // "P(('tp', 'dp'),)"
+  ASSERT_EQ(p.outputs.size(), 3u);
+  EXPECT_EQ(p.outputs[0].name, "r");
+  EXPECT_EQ(p.outputs[0].spec, Spec({{"dp", "tp"}}));  // [[dp, tp]]
+  EXPECT_EQ(p.outputs[1].name, "ab");
+  EXPECT_EQ(p.outputs[1].spec, Spec({}));  // "P()"
+  EXPECT_EQ(p.outputs[2].name, "idx");
+  EXPECT_EQ(p.outputs[2].spec, Spec({}));  // []
+}
+
+TEST(ProgramFileTest, ReadsInits) {
+  const ProgramSpec p = *LoadRunFile(Data("valid_program_ops.yaml")).program;
+  ASSERT_EQ(p.arrays.size(), 5u);
+  const ArraySpec& nested = p.arrays[0];
+  EXPECT_EQ(nested.init.kind, InitSpec::Kind::kValue);
+  EXPECT_EQ(nested.init.values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(nested.dtype, DType::kF32);  // the default
+  const ArraySpec& flat = p.arrays[1];
+  EXPECT_EQ(flat.shape, (Shape{3, 2}));
+  EXPECT_EQ(flat.init.kind, InitSpec::Kind::kValue);
+  EXPECT_EQ(flat.init.values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p.arrays[2].dtype, DType::kI32);
+  EXPECT_EQ(p.arrays[2].init.kind, InitSpec::Kind::kArange);
+  const ArraySpec& scalar = p.arrays[3];
+  EXPECT_TRUE(scalar.shape.empty());
+  EXPECT_EQ(scalar.init.values, (std::vector<float>{2.5f}));
+  const ArraySpec& file = p.arrays[4];
+  EXPECT_EQ(file.shape, (Shape{8, 8}));  // "8x8"
+  EXPECT_EQ(file.init.kind, InitSpec::Kind::kFile);
+  EXPECT_EQ(file.init.file, "inputs/f.npy");  // as written; the executor resolves it
+  EXPECT_EQ(file.init.seed, 7u);
+}
+
+TEST(ProgramFileTest, ReadsEveryOpsParameters) {
+  const ProgramSpec p = *LoadRunFile(Data("valid_program_ops.yaml")).program;
+  ASSERT_EQ(p.ops.size(), 17u);
+  for (size_t i = 0; i < p.ops.size(); ++i) EXPECT_EQ(p.ops[i].key, "program." + std::to_string(i));
+  const std::vector<OpSpec>& ops = p.ops;
+
+  EXPECT_EQ(ops[0].kind, OpKind::kAxisIndex);
+  EXPECT_TRUE(ops[0].in.empty());
+  EXPECT_EQ(ops[0].axis_name, (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(ops[0].name, "idx");
+
+  EXPECT_EQ(ops[1].kind, OpKind::kPsum);
+  EXPECT_EQ(ops[1].axis_name, (std::vector<std::string>{"tp", "dp"}));  // the op's order
+  EXPECT_EQ(ops[1].algorithm, "tree");
+
+  EXPECT_EQ(ops[2].kind, OpKind::kPsumScatter);
+  EXPECT_EQ(ops[2].scatter_dimension, 1);
+  EXPECT_TRUE(ops[2].tiled);
+
+  EXPECT_EQ(ops[3].kind, OpKind::kAllToAll);
+  EXPECT_EQ(ops[3].split_axis, -1);
+  EXPECT_EQ(ops[3].concat_axis, 0);
+  EXPECT_FALSE(ops[3].tiled);
+
+  EXPECT_EQ(ops[4].kind, OpKind::kPpermute);
+  EXPECT_EQ(ops[4].perm, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
+  EXPECT_FALSE(ops[4].shift.has_value());
+  EXPECT_EQ(ops[5].name, "back");
+  EXPECT_TRUE(ops[5].perm.empty());
+  EXPECT_EQ(ops[5].shift, -1);
+
+  EXPECT_EQ(ops[6].kind, OpKind::kEinsum);
+  EXPECT_EQ(ops[6].spec, "ij,jk->ik");
+  EXPECT_EQ(ops[6].name, "ab");
+
+  // Rebinding `ab`: the default name falls back to "op<i>" as "ab" is taken.
+  EXPECT_EQ(ops[7].kind, OpKind::kAdd);
+  EXPECT_EQ(ops[7].in, (std::vector<std::string>{"ab"}));
+  EXPECT_EQ(ops[7].out, (std::vector<std::string>{"ab"}));
+  EXPECT_EQ(ops[7].scalar, 1.5);
+  EXPECT_EQ(ops[7].name, "op7");
+  EXPECT_EQ(ops[8].kind, OpKind::kMul);
+  EXPECT_FALSE(ops[8].scalar.has_value());
+
+  EXPECT_EQ(ops[9].kind, OpKind::kReshape);
+  EXPECT_EQ(ops[9].shape, (Shape{-1}));
+  EXPECT_EQ(ops[10].kind, OpKind::kTranspose);
+  EXPECT_EQ(ops[10].axes, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(ops[11].kind, OpKind::kConcatenate);
+  EXPECT_EQ(ops[11].in.size(), 3u);
+  EXPECT_EQ(ops[11].axis, 1);
+  EXPECT_EQ(ops[12].kind, OpKind::kSplit);
+  EXPECT_EQ(ops[12].sections, 3);
+  EXPECT_EQ(ops[12].out, (std::vector<std::string>{"p0", "p1", "p2"}));
+  EXPECT_EQ(ops[12].name, "p0");
+  EXPECT_EQ(ops[13].kind, OpKind::kSlice);
+  EXPECT_EQ(ops[13].start, 1);
+  EXPECT_EQ(ops[13].size, 2);
+  EXPECT_EQ(ops[13].axis, 0);
+  EXPECT_EQ(ops[14].kind, OpKind::kRelu);
+
+  EXPECT_EQ(ops[15].kind, OpKind::kAllgatherMatmul);
+  EXPECT_EQ(ops[15].gather, "lhs");
+  EXPECT_EQ(ops[15].variant, "bidirectional");
+  EXPECT_EQ(ops[16].kind, OpKind::kMatmulReduceScatter);
+  EXPECT_EQ(ops[16].scatter_dimension, 1);
+  EXPECT_EQ(ops[16].variant, "unidirectional");
+  EXPECT_EQ(ops[16].gather, "rhs");  // the default
+}
+
+TEST(ProgramFileTest, SetReachesIntoPrograms) {
+  RunFile f =
+      LoadRunFile(Data("valid_program.yaml"),
+                  {"mesh.axes.dp=2", "mesh.devices=[3, 2, 1, 0]", "program.0.algorithm=ring",
+                   "arrays.w.dtype=f16", "program.2={op: psum, in: y, out: z, axis_name: [tp]}",
+                   "outputs.z=[dp]"});
+  const ProgramSpec& p = *f.program;
+  ASSERT_EQ(p.mesh_axes.size(), 2u);
+  EXPECT_EQ(p.mesh_axes[0].name, "dp");  // Order kept when a size is overridden.
+  EXPECT_EQ(p.mesh_axes[0].size, 2);
+  EXPECT_EQ(p.mesh_devices, (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(p.ops[0].algorithm, "ring");
+  EXPECT_EQ(p.arrays[1].dtype, DType::kF16);
+  ASSERT_EQ(p.ops.size(), 3u);
+  EXPECT_EQ(p.ops[2].axis_name, (std::vector<std::string>{"tp"}));
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_EQ(p.outputs[1].spec, Spec({{"dp"}}));
+  EXPECT_TRUE(f.locations.at("program.0.algorithm").from_set);
+  EXPECT_EQ(f.Locate(SpecError("program.2.in", "bad")), "--set program.2: bad (key program.2.in)");
+}
+
+TEST(ProgramFileTest, SetErrorsNameTheOption) {
+  const std::string file = Data("valid_program.yaml");
+  EXPECT_EQ(LoadError(file, {"program.1.tiled=true"}),
+            "--set program.1.tiled: key 'tiled' does not apply to op matmul (it takes op, in, "
+            "out, name) (key program.1.tiled)");
+  EXPECT_EQ(LoadError(file, {"outputs.z=P()"}),
+            "--set outputs.z: 'z' is never produced (defined: x, w, w_full, y) (key outputs.z)");
+  // The file's device list no longer fits the overridden mesh: the error points at it.
+  EXPECT_EQ(LoadError(file, {"mesh.axes.dp=2"}),
+            file +
+                ":8:12: has 8 devices but the mesh has 4 positions (dp=2 x tp=2) (key "
+                "mesh.devices)");
+  EXPECT_EQ(LoadError(file, {"program.0.axis_name=[dp, dp]"}),
+            "--set program.0.axis_name: names mesh axis 'dp' twice (key program.0.axis_name.1)");
+}
 
 TEST(RunFileTest, MissingFile) {
   const std::string path = Data("no_such_file.yaml");
@@ -330,9 +642,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadOverrideCase{"IntoScalar", "hardware.preset.name=x",
                         "--set hardware.preset.name: hardware.preset is a value, not a mapping "
                         "or list (key hardware.preset.name)"},
-        BadOverrideCase{"ProgramNotSupported", "program=[]",
-                        "--set program: program: is not supported yet; use transfers: (key "
-                        "program)"}),
+        BadOverrideCase{"ProgramWithTransfers", "program=[]",
+                        "--set program: give either transfers: or program:, not both (key "
+                        "program)"},
+        BadOverrideCase{"ArraysWithTransfers", "arrays.x.shape=[4]",
+                        "--set arrays.x.shape: arrays: applies only with program:, not with "
+                        "transfers: (key arrays)"}),
     [](const testing::TestParamInfo<BadOverrideCase>& info) { return info.param.name; });
 
 TEST(LocateTest, PointsAtKeyOrEnclosingKey) {

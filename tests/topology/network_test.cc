@@ -68,7 +68,7 @@ TEST(NetworkTest, MultiHopTransferPipelinesAcrossHops) {
   h.Start(0, 3, kSize);
   h.sim.Run();
   ExpectNear(h.delivered[0], 3e-6 + kS / 45e9);
-  EXPECT_EQ(h.net.timing(0).hops, 3);
+  EXPECT_EQ(h.net.Hops(h.topo.device_vertex(0), h.topo.device_vertex(3)), 3);
 }
 
 TEST(NetworkTest, TwoTransfersOnOneLinkTakeTwiceAsLong) {
@@ -103,7 +103,7 @@ TEST(NetworkTest, TorusRouteTakesTheShortWayAroundTheWrap) {
   Harness h(BuildTorus({8}, {true}, kBw, kLat, LinkKind::kIci, DeviceSpec{}, "ring8"));
   h.Start(0, 7, kSize);
   h.sim.Run();
-  EXPECT_EQ(h.net.timing(0).hops, 1);
+  EXPECT_EQ(h.net.Hops(h.topo.device_vertex(0), h.topo.device_vertex(7)), 1);
   ExpectNear(h.delivered[0], 1e-6 + kS / 45e9);
 }
 
@@ -111,7 +111,7 @@ TEST(NetworkTest, LineWithoutWraparoundGoesTheLongWay) {
   Harness h(BuildTorus({8}, {false}, kBw, kLat, LinkKind::kIci, DeviceSpec{}, "line8"));
   h.Start(0, 7, kSize);
   h.sim.Run();
-  EXPECT_EQ(h.net.timing(0).hops, 7);
+  EXPECT_EQ(h.net.Hops(h.topo.device_vertex(0), h.topo.device_vertex(7)), 7);
   ExpectNear(h.delivered[0], 7e-6 + kS / 45e9);
 }
 
