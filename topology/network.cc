@@ -19,10 +19,10 @@ std::string FormatUtilName(const std::string& track) { return "util " + track; }
 Network::Network(Simulator& sim, const Topology& topo, Router& router)
     : sim_(sim), topo_(topo), router_(router) {
   links_.resize(topo.links().size());
+  scratch_.resize(topo.links().size());
   for (size_t i = 0; i < links_.size(); ++i) {
     links_[i].capacity = BytesPerPs(topo.links()[i].bandwidth);
   }
-  link_bytes_.assign(topo.links().size(), 0.0);
   vertex_pid_.assign(topo.num_vertices(), 0);
   int32_t next_switch = topo.num_devices();
   for (VertexId v = 0; v < topo.num_vertices(); ++v) {
@@ -84,7 +84,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   Flow& flow = flows_[f];
   const std::vector<LinkId>& route = router_.Route(src, dst);
   assert(!route.empty() && "no route between two vertices");
-  flow.path.assign(route.begin(), route.end());
+  flow.path.assign(route.data(), route.data() + route.size());
   flow.total = static_cast<double>(bytes.count());
   flow.remaining = flow.total;
   flow.rate = 0;
@@ -106,26 +106,80 @@ void Network::Admit(int32_t f) {
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
   for (LinkId l : flow.path) {
+    if (!links_[l].flows.empty()) SettleLazy(l);
     alone = alone && links_[l].flows.empty();
     bottleneck = std::min(bottleneck, links_[l].capacity);
     links_[l].flows.push_back(f);
   }
-  if (alone) {
-    // The flow's component is itself: max-min fair rate is its bottleneck capacity.
-    SetRate(f, bottleneck);
-    if (sim_.tracing()) {
-      for (LinkId l : flow.path) TraceUtilization(l);
-    }
+  if (!alone) {
+    MarkDirty(flow.path.begin(), flow.path.end());
     return;
   }
-  MarkDirty(flow.path);
+  // The flow's component is itself: its max-min fair rate is its bottleneck capacity.
+  if (sim_.tracing()) {
+    SetRate(f, bottleneck);
+    for (LinkId l : flow.path) TraceUtilization(l);
+    return;
+  }
+  // Untraced, a lone flow costs one event: drain and delivery together, at drain + latency.
+  // Its links are released lazily (SettleLazy) if another flow wants one of them before then.
+  flow.rate = bottleneck;
+  flow.updated_ps = sim_.Now().picoseconds();
+  flow.lazy = true;
+  flow.drain_ps = flow.updated_ps + static_cast<int64_t>(std::ceil(flow.remaining / flow.rate));
+  flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps) + flow.latency,
+                                     [this, f] { FinishLazy(f); });
 }
 
-void Network::MarkDirty(const std::vector<LinkId>& links) {
+void Network::SettleLazy(LinkId link) {
+  // A lazy flow is alone on its links, so at most one is found here.
+  const SmallVector<int32_t, 3>& on_link = links_[link].flows;
+  if (on_link.size() != 1 || !flows_[on_link[0]].lazy) return;
+  int32_t f = on_link[0];
+  Flow& flow = flows_[f];
+  int64_t now = sim_.Now().picoseconds();
+  if (flow.drain_ps <= now) {
+    // Already drained: free its links now; its delivery event stays.
+    ReleaseLinks(f);
+    return;
+  }
+  // Still sending: from now on it may share, so it becomes an ordinary flow that drains at
+  // the same time unless the rebalance about to run changes its rate.
+  flow.lazy = false;
+  sim_.Cancel(flow.drain_event);
+  flow.remaining -= flow.rate * static_cast<double>(now - flow.updated_ps);
+  flow.updated_ps = now;
+  flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
+}
+
+void Network::ReleaseLinks(int32_t f) {
+  Flow& flow = flows_[f];
+  flow.active = false;
+  --active_;
+  scratch_links_.clear();
+  for (LinkId l : flow.path) {
+    links_[l].bytes += flow.total;
+    SmallVector<int32_t, 3>& on_link = links_[l].flows;
+    on_link.erase(f);
+    if (!on_link.empty()) scratch_links_.push_back(l);
+  }
+}
+
+void Network::FinishLazy(int32_t f) {
+  Flow& flow = flows_[f];
+  if (flow.active) ReleaseLinks(f);
+  flow.lazy = false;
+  flow.drain_event = EventId{};
+  Callback deliver = std::move(flow.on_delivered);
+  free_flows_.push_back(f);
+  deliver();
+}
+
+void Network::MarkDirty(const LinkId* first, const LinkId* last) {
   // Many transfers start (or drain) at the same instant in a collective step. Rebalancing once
   // after all of them, in an event at the current time, costs one progressive filling instead
   // of one per transfer; no time passes in between, so no rate is wrong for any duration.
-  dirty_links_.insert(dirty_links_.end(), links.begin(), links.end());
+  dirty_links_.insert(dirty_links_.end(), first, last);
   if (rebalance_pending_) return;
   rebalance_pending_ = true;
   sim_.Schedule(Time(), [this] {
@@ -162,21 +216,10 @@ void Network::Drain(int32_t f) {
   Flow& flow = flows_[f];
   Time now = sim_.Now();
   flow.drain_event = EventId{};
-  flow.active = false;
-  --active_;
-  scratch_links_.clear();
-  for (LinkId l : flow.path) {
-    link_bytes_[l] += flow.total;
-    std::vector<int32_t>& on_link = links_[l].flows;
-    auto it = std::find(on_link.begin(), on_link.end(), f);
-    assert(it != on_link.end());
-    *it = on_link.back();
-    on_link.pop_back();
-    if (!on_link.empty()) scratch_links_.push_back(l);
-  }
+  ReleaseLinks(f);
   if (sim_.tracing()) {
     uint64_t flow_id = static_cast<uint64_t>(flow.id) + 1;
-    for (size_t i = 0; i < flow.path.size(); ++i) {
+    for (int32_t i = 0; i < flow.path.size(); ++i) {
       LinkId l = flow.path[i];
       SliceRecord s;
       s.pid = vertex_pid_[topo_.link(l).src];
@@ -206,7 +249,8 @@ void Network::Drain(int32_t f) {
   }
   sim_.Schedule(flow.latency, std::move(flow.on_delivered));
   free_flows_.push_back(f);
-  if (!scratch_links_.empty()) MarkDirty(scratch_links_);
+  if (!scratch_links_.empty())
+    MarkDirty(scratch_links_.data(), scratch_links_.data() + scratch_links_.size());
 }
 
 void Network::Rebalance(const std::vector<LinkId>& seed_links) {
@@ -215,8 +259,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   std::vector<LinkId> comp_links;
   scratch_flows_.clear();
   for (LinkId l : seed_links) {
-    if (links_[l].mark != epoch_) {
-      links_[l].mark = epoch_;
+    if (scratch_[l].mark != epoch_) {
+      scratch_[l].mark = epoch_;
       comp_links.push_back(l);
     }
   }
@@ -228,8 +272,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
       flow.frozen = false;
       scratch_flows_.push_back(f);
       for (LinkId m : flow.path) {
-        if (links_[m].mark != epoch_) {
-          links_[m].mark = epoch_;
+        if (scratch_[m].mark != epoch_) {
+          scratch_[m].mark = epoch_;
           comp_links.push_back(m);
         }
       }
@@ -240,15 +284,15 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // through that link can get more without another getting less). Freeze them and charge
   // their share to every link they cross.
   for (LinkId l : comp_links) {
-    links_[l].residual = links_[l].capacity;
-    links_[l].unfrozen = static_cast<int32_t>(links_[l].flows.size());
+    scratch_[l].residual = links_[l].capacity;
+    scratch_[l].unfrozen = links_[l].flows.size();
   }
   size_t left = scratch_flows_.size();
   while (left > 0) {
     LinkId best = -1;
     double best_share = std::numeric_limits<double>::infinity();
     for (LinkId l : comp_links) {
-      const LinkState& s = links_[l];
+      const LinkScratch& s = scratch_[l];
       if (s.unfrozen == 0) continue;
       double share = s.residual / s.unfrozen;
       if (share < best_share) {
@@ -263,8 +307,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
       flow.frozen = true;
       --left;
       for (LinkId m : flow.path) {
-        links_[m].residual = std::max(0.0, links_[m].residual - best_share);
-        --links_[m].unfrozen;
+        scratch_[m].residual = std::max(0.0, scratch_[m].residual - best_share);
+        --scratch_[m].unfrozen;
       }
       SetRate(f, best_share);
     }
@@ -281,8 +325,8 @@ void Network::TraceUtilization(LinkId link) {
   double util = std::min(1.0, used / s.capacity);
   // Round to 1e-6 so float noise does not emit spurious samples.
   util = std::round(util * 1e6) / 1e6;
-  if (util == links_[link].traced_util) return;
-  links_[link].traced_util = util;
+  if (util == scratch_[link].traced_util) return;
+  scratch_[link].traced_util = util;
   const Link& l = topo_.link(link);
   CounterRecord c;
   c.pid = vertex_pid_[l.src];

@@ -7,6 +7,7 @@
 
 #include "sim/callback.h"
 #include "sim/simulator.h"
+#include "sim/small_vector.h"
 #include "sim/time.h"
 #include "sim/units.h"
 #include "topology/routing.h"
@@ -50,8 +51,8 @@ class Network {
   int64_t transfers_started() const { return next_id_; }
   // Number of transfers in flight (started, not yet drained).
   int64_t active_transfers() const { return active_; }
-  // Total bytes that crossed each directed link (index LinkId).
-  const std::vector<double>& link_bytes() const { return link_bytes_; }
+  // Total bytes that crossed directed link `link` so far.
+  double link_bytes(LinkId link) const { return links_[link].bytes; }
   // The topology.
   const Topology& topology() const { return topo_; }
   // Links on the route from `a` to `b` (0 when a == b).
@@ -66,35 +67,49 @@ class Network {
 
  private:
   struct Flow {
-    std::vector<LinkId> path;
-    double total = 0;        // Bytes of the whole transfer.
-    double remaining = 0;    // Bytes still to leave the source.
-    double rate = 0;         // Bytes per picosecond.
-    int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
+    SmallVector<LinkId, 4> path;  // Route, first hop first.
+    double total = 0;             // Bytes of the whole transfer.
+    double remaining = 0;         // Bytes still to leave the source.
+    double rate = 0;              // Bytes per picosecond.
+    int64_t updated_ps = 0;       // When `remaining` was last brought up to date.
     EventId drain_event;
     Time latency;
     Time start;
     TransferId id = 0;
     Callback on_delivered;
     std::string label;
-    uint32_t mark = 0;    // Scratch: component search epoch.
-    bool frozen = false;  // Scratch for progressive filling.
+    uint32_t mark = 0;     // Scratch: component search epoch.
+    int64_t drain_ps = 0;  // Lazy flows: when the last byte leaves.
+    bool lazy = false;     // Alone since admission: one event drains and delivers it.
+    bool frozen = false;   // Scratch for progressive filling.
     bool active = false;
   };
-  struct LinkState {
-    double capacity = 0;         // Bytes per picosecond.
-    std::vector<int32_t> flows;  // Active flow slots on this link.
-    double residual = 0;         // Scratch for progressive filling.
-    int32_t unfrozen = 0;        // Scratch for progressive filling.
-    uint32_t mark = 0;           // Scratch: component search epoch.
-    double traced_util = -1;     // Last utilization reported to the trace.
+  // What every transfer touches, in one cache line per link.
+  struct alignas(64) LinkState {
+    double capacity = 0;            // Bytes per picosecond.
+    double bytes = 0;               // Bytes carried so far.
+    SmallVector<int32_t, 3> flows;  // Active flow slots on this link.
+  };
+  // What only rebalancing and tracing touch.
+  struct LinkScratch {
+    double residual = 0;      // Progressive filling: capacity not yet handed out.
+    int32_t unfrozen = 0;     // Progressive filling: flows without a rate yet.
+    uint32_t mark = 0;        // Component search epoch.
+    double traced_util = -1;  // Last utilization reported to the trace.
   };
 
   int32_t AllocateFlow();
   void Admit(int32_t f);
   void Drain(int32_t f);
+  // Before another flow joins `link`: a lazy flow there that already drained gives up its
+  // links; one still sending becomes an ordinary flow with a drain event.
+  void SettleLazy(LinkId link);
+  // Removes a drained flow from its links (links still shared go to scratch_links_).
+  void ReleaseLinks(int32_t f);
+  // The one event of a lazy flow: releases its links if still held, and delivers.
+  void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
-  void MarkDirty(const std::vector<LinkId>& links);
+  void MarkDirty(const LinkId* first, const LinkId* last);
   // Recomputes max-min fair rates of all flows connected to `seed_links`.
   void Rebalance(const std::vector<LinkId>& seed_links);
   void SetRate(int32_t f, double rate);
@@ -109,8 +124,8 @@ class Network {
   std::vector<Flow> flows_;
   std::vector<int32_t> free_flows_;
   std::vector<LinkState> links_;
+  std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
-  std::vector<double> link_bytes_;
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;

@@ -28,6 +28,12 @@ class TorusRouter : public Router {
     // Coordinates come from the device index (torus.h layout), not Node::coords, so a torus
     // put together by hand without coordinates routes too.
     int n = topo.num_devices();
+    vertex_device_.resize(topo.num_vertices());
+    for (VertexId v = 0; v < topo.num_vertices(); ++v) vertex_device_[v] = topo.node(v).device;
+    link_dst_device_.resize(topo.links().size());
+    for (size_t l = 0; l < topo.links().size(); ++l) {
+      link_dst_device_[l] = vertex_device_[topo.links()[l].dst];
+    }
     coords_.resize(static_cast<size_t>(n) * rank_);
     step_.assign(static_cast<size_t>(n) * rank_ * 2, -1);
     for (int dev = 0; dev < n; ++dev) {
@@ -47,11 +53,10 @@ class TorusRouter : public Router {
 
   const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
     route_.clear();
-    const Node& from = topo_.node(src);
-    const Node& to = topo_.node(dst);
-    assert(from.kind == NodeKind::kDevice && to.kind == NodeKind::kDevice);
-    int current = from.device;
-    const int* target = &coords_[static_cast<size_t>(to.device) * rank_];
+    int current = vertex_device_[src];
+    const int target_device = vertex_device_[dst];
+    assert(current >= 0 && target_device >= 0 && "torus routes join devices");
+    const int* target = &coords_[static_cast<size_t>(target_device) * rank_];
     for (int d = 0; d < rank_; ++d) {
       const int k = shape_[d];
       // Signed number of unit steps along dimension d.
@@ -68,10 +73,10 @@ class TorusRouter : public Router {
         LinkId link = step_[(static_cast<size_t>(current) * rank_ + d) * 2 + dir];
         assert(link >= 0 && "torus neighbours must be linked");
         route_.push_back(link);
-        current = topo_.node(topo_.link(link).dst).device;
+        current = link_dst_device_[link];
       }
     }
-    assert(current == to.device);
+    assert(current == target_device);
     return route_;
   }
 
@@ -81,6 +86,8 @@ class TorusRouter : public Router {
   std::vector<bool> wrap_;
   bool one_way_;
   int rank_;
+  std::vector<int> vertex_device_;    // Device index of each vertex (-1: switch).
+  std::vector<int> link_dst_device_;  // Device a link leads to.
   std::vector<int> coords_;
   std::vector<LinkId> step_;
   std::vector<LinkId> route_;

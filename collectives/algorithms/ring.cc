@@ -1,5 +1,6 @@
 #include "collectives/algorithms/ring.h"
 
+#include <array>
 #include <cassert>
 #include <numeric>
 #include <utility>
@@ -8,6 +9,9 @@
 
 namespace shardsim {
 namespace {
+
+// Most mesh axes a group may span.
+constexpr int kMaxAxes = 16;
 
 class RingFamily : public CollectiveAlgorithm {
  public:
@@ -77,8 +81,10 @@ class RingFamily : public CollectiveAlgorithm {
   // group's innermost ones make consecutive chunk indices, so they form one run.
   template <typename Fn>
   void ForEachRun(const std::vector<int>& order, int j, int member, Fn fn) const {
+    // Called once per position of every pass: fixed-size scratch, no allocation.
     int k = static_cast<int>(plan_.axis_sizes.size());
-    std::vector<bool> fixed(k, false);
+    assert(k <= kMaxAxes);
+    std::array<bool, kMaxAxes> fixed{};
     int base = 0;
     for (int i = 0; i <= j; ++i) {
       fixed[order[i]] = true;
@@ -86,23 +92,24 @@ class RingFamily : public CollectiveAlgorithm {
     }
     int run = 1, a = k - 1;
     for (; a >= 0 && !fixed[a]; --a) run *= plan_.axis_sizes[a];
-    std::vector<int> outer;  // Free axes outside the run.
+    std::array<int, kMaxAxes> outer;  // Free axes outside the run.
+    int n_outer = 0;
     for (int i = 0; i <= a; ++i) {
-      if (!fixed[i] && plan_.axis_sizes[i] > 1) outer.push_back(i);
+      if (!fixed[i] && plan_.axis_sizes[i] > 1) outer[n_outer++] = i;
     }
-    std::vector<int> idx(outer.size(), 0);
+    std::array<int, kMaxAxes> idx{};
     while (true) {
       int c = base;
-      for (size_t f = 0; f < outer.size(); ++f) c += idx[f] * strides_[outer[f]];
+      for (int f = 0; f < n_outer; ++f) c += idx[f] * strides_[outer[f]];
       fn(c, run);
-      size_t f = outer.size();
+      int f = n_outer;
       while (f > 0) {
         --f;
         if (++idx[f] < plan_.axis_sizes[outer[f]]) break;
         idx[f] = 0;
         if (f == 0) return;
       }
-      if (outer.empty()) return;
+      if (n_outer == 0) return;
     }
   }
 

@@ -179,7 +179,7 @@ TEST(NetworkTest, CountsBytesPerLink) {
   for (LinkId l = 0; l < static_cast<LinkId>(h.topo.links().size()); ++l) {
     const Link& link = h.topo.link(l);
     bool forward = link.src + 1 == link.dst;
-    EXPECT_EQ(h.net.link_bytes()[l], forward ? kS : 0.0);
+    EXPECT_EQ(h.net.link_bytes(l), forward ? kS : 0.0);
   }
 }
 
