@@ -35,7 +35,8 @@ void CheckShape(const Shape& shape) {
 
 Array::Array(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   CheckShape(shape_);
-  values_.assign(static_cast<size_t>(NumElements(shape_)), 0.0f);
+  size_ = NumElements(shape_);
+  values_.assign(static_cast<size_t>(size_), 0.0f);
   has_data_ = true;
 }
 
@@ -50,6 +51,7 @@ Array Array::FromValues(DType dtype, Shape shape, std::vector<float> values) {
   Array a;
   a.dtype_ = dtype;
   a.shape_ = std::move(shape);
+  a.size_ = n;
   a.values_ = std::move(values);
   a.has_data_ = true;
   a.Round();
@@ -60,6 +62,7 @@ Array Array::ShapeOnly(DType dtype, Shape shape) {
   CheckShape(shape);
   Array a;
   a.dtype_ = dtype;
+  a.size_ = NumElements(shape);
   a.shape_ = std::move(shape);
   return a;
 }

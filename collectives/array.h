@@ -39,7 +39,7 @@ class Array {
   // Number of dimensions.
   int rank() const { return static_cast<int>(shape_.size()); }
   // Number of elements.
-  int64_t size() const { return NumElements(shape_); }
+  int64_t size() const { return size_; }
   // Bytes the array occupies on a device (elements times the dtype's size).
   Bytes bytes() const { return Bytes(size() * DTypeSize(dtype_)); }
   // Whether real values are held.
@@ -59,6 +59,7 @@ class Array {
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;
+  int64_t size_ = 1;  // NumElements(shape_), kept: hot loops ask for it.
   std::vector<float> values_;
   bool has_data_ = false;
 };

@@ -9,6 +9,8 @@
 
 #include "collectives/array.h"
 #include "collectives/collective.h"
+#include "collectives/compute_model.h"
+#include "collectives/lowering.h"
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "sim/simulator.h"
@@ -24,6 +26,11 @@ struct ExecutorConfig {
   // generic kinds (all_reduce, reduce_scatter, all_gather, all_to_all, permute).
   std::map<std::string, std::string> algorithms;
   std::string base_dir;  // Folder that relative `init: {file: ...}` paths start from.
+  // Prices local ops (not owned; null: local ops take no time).
+  const ComputeModel* compute_model = nullptr;
+  // Compute that starts while the device has a collective in flight runs this fraction
+  // slower (GPU communication kernels take SMs; 0 on TPUs).
+  double comm_compute_slowdown = 0.0;
 };
 
 // When one op of the program ran, over all devices.
@@ -45,8 +52,13 @@ struct DeviceTiming {
   Time idle;          // Neither.
 };
 
-// Evaluates every array of a program on every mesh position, event by event. Shape errors
-// surface before anything runs, through CheckProgram.
+// Runs a program on every mesh position, event by event. Each device has a compute stream
+// and communication engines: local ops run on the stream in program order, each starting when
+// the stream is free and its inputs are ready; collectives are issued in program order as soon
+// as their input is ready, several may be in flight at once (XLA's async collectives), and a
+// collective's transfers start once every member of its group issued it. Data dependencies
+// are exact: an op waits for the values it reads, not for everything before it, so a ppermute
+// and an independent matmul overlap.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
@@ -62,37 +74,46 @@ class Executor {
   bool finished() const;
   // When the last device finished.
   Time end_time() const { return end_; }
-  // Per-op timing, in program order.
+  // Per-op timing, one row per op of the run file, in program order.
   const std::vector<OpTiming>& op_timings() const { return op_timings_; }
   // Per-device accounting (call after the run), ordered by mesh position.
   std::vector<DeviceTiming> DeviceTimings() const;
   // The outputs as global arrays (assembled by their out specs). Throws SpecError
   // ("outputs.NAME") when replicas of an output differ along an axis its spec does not name.
   std::map<std::string, Array> Outputs() const;
+  // Local ops run and their simulated busy time summed over devices (for benchmarks).
+  int64_t local_ops_run() const { return local_ops_run_; }
 
  private:
   struct GroupRun;
-  void Advance(int position);
-  void RunLocal(int position, const OpSpec& op);
+  struct Device;
+  void Try(int position);
+  bool Ready(int position, const LoweredOp& op) const;
+  void StartCompute(int position, size_t op_index);
+  void FinishCompute(int position, size_t op_index, Time started);
   void Arrive(int position, size_t op_index);
   void LaunchGroup(size_t op_index, int group);
   void MemberDone(size_t op_index, int group, int member);
+  void Record(size_t op_index, Time start, Time end);
+  void DeclareTracks();
 
   Simulator& sim_;
   Network& network_;
   const Mesh& mesh_;
   const ProgramSpec& program_;
   ExecutorConfig config_;
-  std::vector<std::map<std::string, Array>> env_;               // Per position.
-  std::vector<size_t> pc_;                                      // Per position: next op.
-  std::vector<std::vector<std::pair<Time, Time>>> comm_spans_;  // Per position.
+  LoweredProgram lowered_;
+  std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
+  std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.
+  std::vector<Device> devices_;
   std::vector<OpTiming> op_timings_;
   std::vector<bool> op_started_;
   std::map<std::pair<size_t, int>, std::unique_ptr<GroupRun>> groups_;
-  // Per op: group of each position and the position's index in it.
+  // Per lowered collective: group of each position and the position's index in it.
   std::vector<std::vector<std::pair<int, int>>> membership_;
   std::vector<std::vector<std::vector<int>>> group_lists_;
   int finished_positions_ = 0;
+  int64_t local_ops_run_ = 0;
   Time end_;
 };
 
@@ -116,11 +137,20 @@ struct NumericsReport {
   std::string worst_output;  // The output with the largest error relative to its tolerance.
 };
 
-// Compares outputs. Tolerance per output: (2 eps(dtype) + (mesh size + 1) 2^-24) *
-// max(1, max|ref|): the simulated collectives add in float32 in their algorithm's order and
-// round to the dtype once, the reference adds in double in member order and rounds once; local
-// ops are the same code on both sides. i32 outputs must match exactly (tolerance 0.5).
+// Compares outputs. Tolerance per output, with scale = max(1, max|ref|):
+//   (2 eps(dtype) + (mesh size + 1 + 4 sqrt(reduction_length)) 2^-24) * scale.
+// The simulated collectives add in float32 in their algorithm's order and round to the dtype
+// once, the reference adds in double in member order and rounds once (two ulps of the dtype,
+// plus one float32 rounding per device); collective matmuls split each dot product of length
+// K into partial sums added in another order than one sgemm, whose float32 error grows like
+// sqrt(K) for random data (`reduction_length` is the longest contraction, K). i32 outputs must
+// match exactly (tolerance 0.5).
 NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
-                              const std::map<std::string, Array>& reference, int mesh_size);
+                              const std::map<std::string, Array>& reference, int mesh_size,
+                              int64_t reduction_length = 1);
+
+// A bound on the longest contraction of the program's matmuls and einsums, for
+// CompareOutputs: the largest dimension of its input arrays' global shapes.
+int64_t LongestReduction(const ProgramSpec& program);
 
 }  // namespace shardsim

@@ -56,6 +56,28 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     case OpKind::kSlice:
       need(1);
       return {Slice(*inputs[0], op.start, op.size, op.axis)};
+    case OpKind::kDynamicSlice: {
+      need(1);
+      std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
+      int64_t index = mesh.IndexInGroup(position, axes);
+      int64_t m = op.sections;
+      int64_t block = ((op.block_scale * index + op.block_offset) % m + m) % m;
+      int64_t len = inputs[0]->shape().at(
+                        static_cast<size_t>(op.axis < 0 ? op.axis + inputs[0]->rank() : op.axis)) /
+                    m;
+      return {SliceAlong(*inputs[0], static_cast<int>(op.axis), block * len, len)};
+    }
+    case OpKind::kDynamicConcat: {
+      std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
+      int64_t index = mesh.IndexInGroup(position, axes);
+      int64_t n = static_cast<int64_t>(inputs.size());
+      std::vector<Array> ordered(inputs.size());
+      for (int64_t s = 0; s < n; ++s) {
+        int64_t block = ((index + op.block_scale * s + op.block_offset) % n + n) % n;
+        ordered[block] = *inputs[s];
+      }
+      return {ConcatAlong(ordered, static_cast<int>(op.axis))};
+    }
     case OpKind::kAxisIndex: {
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
       float index = static_cast<float>(mesh.IndexInGroup(position, axes));

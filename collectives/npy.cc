@@ -1,6 +1,7 @@
 #include "collectives/npy.h"
 
 #include <bit>
+#include <cassert>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -326,6 +327,11 @@ void WriteNpy(const Array& array, const std::string& path) {
     throw std::invalid_argument("cannot write " + path + ": " + array.TypeString() +
                                 " has no values (numerics are off)");
   }
+  WriteFileAtomically(path, EncodeNpy(array));
+}
+
+std::string EncodeNpy(const Array& array) {
+  assert(array.has_data());
   const char* descr = "<f4";
   if (array.dtype() == DType::kF16) descr = "<f2";
   if (array.dtype() == DType::kI32) descr = "<i4";
@@ -371,7 +377,7 @@ void WriteNpy(const Array& array, const std::string& path) {
   } else {
     AppendRaw(out, v, static_cast<size_t>(n));
   }
-  WriteFileAtomically(path, out);
+  return out;
 }
 
 }  // namespace shardsim

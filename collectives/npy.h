@@ -29,6 +29,8 @@ Array ReadNpy(const std::string& path);
 // bf16, which NumPy lacks), '<f2' (f16) or '<i4' (i32). Throws std::invalid_argument for an
 // array without data and std::runtime_error if the file cannot be written.
 void WriteNpy(const Array& array, const std::string& path);
+// The bytes of the .npy file WriteNpy writes (the array must hold data).
+std::string EncodeNpy(const Array& array);
 
 // Converts IEEE half-precision bits to float (exact, including subnormals, inf and NaN).
 float HalfBitsToFloat(uint16_t bits);

@@ -43,6 +43,8 @@ const char* OpKindName(OpKind kind) {
   for (const auto& [k, name] : kOpNames) {
     if (k == kind) return name;
   }
+  if (kind == OpKind::kDynamicSlice) return "dynamic_slice";
+  if (kind == OpKind::kDynamicConcat) return "dynamic_concat";
   return "op";
 }
 

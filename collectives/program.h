@@ -63,6 +63,14 @@ enum class OpKind {
   kSlice,
   kAllgatherMatmul,
   kMatmulReduceScatter,
+  // Internal ops that collective matmuls lower into (not written in run files):
+  // kDynamicSlice takes block (block_scale * index + block_offset) mod sections of its input
+  // along `axis`, index being axis_index over axis_name (jax.lax.dynamic_slice with an
+  // axis_index-dependent start); kDynamicConcat concatenates its N inputs along `axis`,
+  // input s landing at block (index + block_scale * s + block_offset) mod N (the
+  // dynamic_update_slice loop of the seed notebook's collective matmuls).
+  kDynamicSlice,
+  kDynamicConcat,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -99,8 +107,10 @@ struct OpSpec {
   int64_t size = 0;                       // slice.
   std::string algorithm;                  // Collective algorithm, "" for the run's default.
   std::string gather = "rhs";             // allgather_matmul: lhs | rhs.
-  std::string variant =
-      "blocking";  // Collective matmuls: blocking | unidirectional | bidirectional.
+  // Collective matmuls: blocking | unidirectional | bidirectional.
+  std::string variant = "blocking";
+  int64_t block_scale = 1;   // Internal dynamic ops: see OpKind.
+  int64_t block_offset = 0;  // Internal dynamic ops: see OpKind.
 };
 
 // One output (`outputs:`): an out_spec.

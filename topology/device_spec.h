@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "sim/time.h"
 #include "sim/units.h"
 
 namespace shardsim {
@@ -15,6 +16,15 @@ struct DeviceSpec {
   std::map<std::string, FlopRate> flops;  // Peak dense rate per dtype ("bf16", "f32", ...).
   Bandwidth hbm_bandwidth;                // HBM bandwidth.
   Bytes hbm_capacity;                     // HBM capacity.
+  // Fraction of the peak FLOP/s a large matmul reaches (roofline compute roof).
+  double matmul_efficiency = 1.0;
+  // Fraction of the HBM bandwidth a streaming op reaches (roofline memory roof).
+  double memory_efficiency = 1.0;
+  // Fixed cost of launching one op (kernel launch, or a TPU program step).
+  Time op_overhead;
+  // GPUs: communication kernels take SMs, so compute that overlaps communication runs this
+  // fraction slower (0.1 = 10% longer). TPUs move data with DMA engines: 0.
+  double comm_compute_slowdown = 0.0;
 };
 
 }  // namespace shardsim

@@ -19,9 +19,14 @@ Bandwidth OverrideBandwidth(const LinkOverride& link, Bandwidth bandwidth);
 Time OverrideLatency(const LinkOverride& link, Time latency);
 
 // `device` with the override applied: each given dtype's rate replaces (or adds) that entry
-// of `flops`; HBM bandwidth and capacity replace the preset's. Throws SpecError for a
-// non-positive value ("hardware.device.flops.<dtype>", "hardware.device.hbm_bandwidth",
-// "hardware.device.hbm_capacity") or an empty dtype name ("hardware.device.flops").
+// of `flops`; HBM bandwidth and capacity, the efficiency factors, op overhead and
+// comm/compute slowdown replace the preset's. Throws SpecError for a non-positive value
+// ("hardware.device.flops.<dtype>", "hardware.device.hbm_bandwidth",
+// "hardware.device.hbm_capacity"), an empty dtype name ("hardware.device.flops"), an
+// efficiency outside (0, 1] ("hardware.device.matmul_efficiency",
+// "hardware.device.memory_efficiency"), a negative op overhead
+// ("hardware.device.op_overhead"), or a negative or non-finite slowdown
+// ("hardware.device.comm_compute_slowdown").
 DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override_spec);
 
 }  // namespace shardsim

@@ -62,6 +62,55 @@ DeviceSpec Chip(std::string chip, std::string platform, double bf16, double f32_
   return d;
 }
 
+// The roofline's efficiency factors, launch overhead and comm/compute interference of one
+// preset (DeviceSpec's last four fields). hardware.md has no such figures and vendors
+// publish none; the values below are ASSUMPTIONS from public benchmark reports, stated as
+// such, and every preset says which set it takes. A run file overrides each one under
+// hardware.device (matmul_efficiency, memory_efficiency, op_overhead, comm_compute_slowdown).
+struct ComputeDefaults {
+  double matmul_efficiency;
+  double memory_efficiency;
+  Time op_overhead;
+  double comm_compute_slowdown;
+};
+
+// TPUs.
+// - matmul_efficiency 0.85. ASSUMPTION: large bf16 matmuls (all dimensions multiples of
+//   the 128x128 MXU, thousands wide) are reported at roughly 80-90% of peak on TPU v4/v5
+//   in public JAX benchmarks; whole-model MFU is lower, but that loss comes from the other
+//   ops and from communication, which the simulator models separately.
+// - memory_efficiency 0.9. ASSUMPTION: a streaming elementwise op reaches about 90% of the
+//   HBM figure (the same order as STREAM-type results on HBM parts).
+// - op_overhead 1 us. ASSUMPTION: XLA runs a TPU program as one compiled executable, so
+//   there is no host launch per op; what remains is each fusion's pipeline fill and drain
+//   and its synchronisation, taken as about 1 us.
+// - comm_compute_slowdown 0: TPU collectives move data with the ICI DMA engines, not with
+//   the cores that compute (the issue fixes TPUs at 0).
+constexpr ComputeDefaults kTpuDefaults{0.85, 0.9, Time::Microseconds(1), 0.0};
+
+// GPUs.
+// - matmul_efficiency 0.8. ASSUMPTION: cuBLAS bf16 GEMMs of size ~8192 are reported at
+//   roughly 75-85% of the dense datasheet peak on A100 and H100 (power and clock limits
+//   keep the tensor cores below their peak clock under sustained load).
+// - memory_efficiency 0.9. ASSUMPTION: bandwidth tests on A100/H100 reach about 85-93% of
+//   the HBM datasheet figure.
+// - op_overhead 2 us. ASSUMPTION: one CUDA kernel launch plus its ramp and tail costs a few
+//   microseconds back to back (less under CUDA graphs); 2 us.
+// - comm_compute_slowdown 0.1. ASSUMPTION from NCCL's design: each NCCL channel runs as one
+//   thread block on one SM, and NVLink collectives typically use about 8-16 channels, so
+//   8-16 of the 132 SMs of an H100 (108 on A100, 148 on B200) are busy communicating.
+//   A compute kernel overlapping them has 88-94% of the SMs: 6-14% slower (132/124 = 1.06,
+//   132/116 = 1.14), plus some HBM bandwidth taken by the copies; 0.1 = 10% longer.
+constexpr ComputeDefaults kGpuDefaults{0.8, 0.9, Time::Microseconds(2), 0.1};
+
+// Sets `d`'s efficiency factors, overhead and slowdown from `defaults`.
+void SetComputeDefaults(DeviceSpec& d, const ComputeDefaults& defaults) {
+  d.matmul_efficiency = defaults.matmul_efficiency;
+  d.memory_efficiency = defaults.memory_efficiency;
+  d.op_overhead = defaults.op_overhead;
+  d.comm_compute_slowdown = defaults.comm_compute_slowdown;
+}
+
 std::vector<TpuPreset> TpuPresets() {
   std::vector<TpuPreset> out;
   {
@@ -71,6 +120,7 @@ std::vector<TpuPreset> TpuPresets() {
     DeviceSpec d = Chip("TPU v4", "TPU", 2.75e14, kTpuF32Fraction,
                         Bandwidth::BytesPerSecond(1.2e12), Gigabytes(32));
     d.flops["int8"] = FlopRate::PerSecond(2.75e14);
+    SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"tpu-v4",
                    {4, 4, 4},
                    WrapRule::kFullCubes,
@@ -84,6 +134,7 @@ std::vector<TpuPreset> TpuPresets() {
     DeviceSpec d = Chip("TPU v5e", "TPU", 1.97e14, kTpuF32Fraction,
                         Bandwidth::BytesPerSecond(8.2e11), Gigabytes(16));
     d.flops["int8"] = FlopRate::PerSecond(3.94e14);
+    SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back(
         {"tpu-v5e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(4.5e10), std::move(d)});
   }
@@ -94,6 +145,7 @@ std::vector<TpuPreset> TpuPresets() {
     DeviceSpec d = Chip("TPU v5p", "TPU", 4.59e14, kTpuF32Fraction,
                         Bandwidth::BytesPerSecond(2.8e12), Gigabytes(96));
     d.flops["int8"] = FlopRate::PerSecond(9.18e14);
+    SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"tpu-v5p",
                    {4, 4, 4},
                    WrapRule::kFullCubes,
@@ -107,6 +159,7 @@ std::vector<TpuPreset> TpuPresets() {
     DeviceSpec d = Chip("TPU v6e", "TPU", 9.20e14, kTpuF32Fraction,
                         Bandwidth::BytesPerSecond(1.6e12), Gigabytes(32));
     d.flops["int8"] = FlopRate::PerSecond(1.84e15);
+    SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back(
         {"tpu-v6e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(9.0e10), std::move(d)});
   }
@@ -123,6 +176,7 @@ std::vector<GpuPreset> GpuPresets() {
     // (12 links x 25 GB/s).
     DeviceSpec d = Chip("A100 SXM", "GPU", 3.1e14, kGpuF32Fraction,
                         Bandwidth::BytesPerSecond(2.0e12), Gigabytes(80));
+    SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d)});
   }
   {
@@ -131,6 +185,7 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("H100 SXM", "GPU", 9.9e14, kGpuF32Fraction,
                         Bandwidth::BytesPerSecond(3.35e12), Gigabytes(80));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
+    SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
   }
   {
@@ -139,6 +194,7 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("H200", "GPU", 9.9e14, kGpuF32Fraction, Bandwidth::BytesPerSecond(4.8e12),
                         Gigabytes(141));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
+    SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
   }
   {
@@ -147,6 +203,7 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("B200", "GPU", 2.3e15, kGpuF32Fraction, Bandwidth::BytesPerSecond(8.0e12),
                         Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
+    SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d)});
   }
   {
@@ -156,6 +213,7 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("B200 (GB200 NVL72)", "GPU", 2.3e15, kGpuF32Fraction,
                         Bandwidth::BytesPerSecond(8.0e12), Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
+    SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
     out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d)});
   }
   return out;

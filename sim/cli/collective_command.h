@@ -21,8 +21,9 @@ struct CollectiveCommandOptions {
 };
 
 // Runs the sweep and prints one row per size: size, count, time, algbw, busbw (nccl-tests'
-// bus bandwidth factors). Throws InputError for bad input.
-void RunCollectiveCommand(const CollectiveCommandOptions& options);
+// bus bandwidth factors). Returns 1 if a --numerics on check failed, else 0. Throws
+// InputError for bad input.
+int RunCollectiveCommand(const CollectiveCommandOptions& options);
 
 // nccl-tests' busbw factor for an op over n devices: 2(n-1)/n for all-reduce, (n-1)/n for
 // all-gather, reduce-scatter and all-to-all, 1 for a permute.

@@ -62,8 +62,12 @@ std::vector<MeshAxis> ParseMeshFlag(const std::string& flag, const std::string& 
 
 std::vector<std::string> ParseListFlag(const std::string& flag, const std::string& text) {
   std::vector<std::string> names = SplitOn(text, ',');
+  std::set<std::string> seen;
   for (const std::string& n : names) {
     if (n.empty()) throw InputError(flag + " " + text + ": expected names like dp,tp");
+    if (!seen.insert(n).second) {
+      throw InputError(flag + " " + text + ": '" + n + "' is named twice");
+    }
   }
   return names;
 }

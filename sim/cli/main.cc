@@ -101,10 +101,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
-    if (app.got_subcommand(coll_cmd)) {
-      shardsim::RunCollectiveCommand(coll);
-      return 0;
-    }
+    if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
     if (app.got_subcommand(show_cmd)) {
       shardsim::RunShowShardingCommand(show);
       return 0;

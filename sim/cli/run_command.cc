@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "collectives/compute_model.h"
 #include "collectives/executor.h"
 #include "collectives/npy.h"
 #include "collectives/placement.h"
@@ -173,8 +174,11 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                      (mode == "off" ? "off" : "off for this size (--numerics auto)") +
                      "; use --numerics on");
   }
+  RooflineModel compute(RooflineConfig::FromDevice(topo.device_spec()));
   ExecutorConfig config;
   config.numerics = numerics;
+  config.compute_model = &compute;
+  config.comm_compute_slowdown = topo.device_spec().comm_compute_slowdown;
   config.algorithms = file.options.algorithms;
   config.base_dir = std::filesystem::path(file.path).parent_path().string();
   Executor executor(sim, network, mesh, program, config);
@@ -190,8 +194,8 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   report.per_device = executor.DeviceTimings();
   std::map<std::string, Array> outputs = executor.Outputs();
   if (numerics) {
-    report.numerics =
-        CompareOutputs(outputs, ReferenceOutputs(mesh, program, config.base_dir), mesh.size());
+    report.numerics = CompareOutputs(outputs, ReferenceOutputs(mesh, program, config.base_dir),
+                                     mesh.size(), LongestReduction(program));
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
@@ -332,16 +336,23 @@ int RunRunCommand(const RunCommandOptions& options) {
   report.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
+  // Every output file is written all or nothing: the trace, the summary and the dumps.
   std::vector<std::pair<std::string, std::string>> files;
   if (!options.trace_path.empty()) files.emplace_back(options.trace_path, tracer.Render());
   if (!options.json_path.empty()) files.emplace_back(options.json_path, Json(report));
-  WriteOutputFiles(files);
   if (!options.dump_dir.empty()) {
-    std::filesystem::create_directories(options.dump_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(options.dump_dir, ec);
+    if (ec || !std::filesystem::is_directory(options.dump_dir)) {
+      throw InputError("--dump " + options.dump_dir + ": cannot create the folder" +
+                       (ec ? ": " + ec.message() : ""));
+    }
     for (const auto& [name, array] : outputs) {
-      WriteNpy(array, (std::filesystem::path(options.dump_dir) / (name + ".npy")).string());
+      files.emplace_back((std::filesystem::path(options.dump_dir) / (name + ".npy")).string(),
+                         EncodeNpy(array));
     }
   }
+  WriteOutputFiles(files);
   std::cout << Summary(report);
   return report.numerics.passed ? 0 : 1;
 }

@@ -64,6 +64,26 @@ std::vector<std::string> DtypeNames() {
           "f64", "float64", "tf32", "fp8", "f8",      "int8",     "i8"};
 }
 
+// The key a `hardware.device.flops` dtype is stored under: the short spelling the presets
+// and the cost model use ("float32" -> "f32", "bfloat16" -> "bf16", "float16" -> "f16",
+// "int32" -> "i32", "float64" -> "f64", "f8" -> "fp8", "i8" -> "int8"); others as written.
+std::string CanonicalDtypeKey(const std::string& dtype) {
+  static const std::map<std::string, std::string> kAliases = {
+      {"float32", "f32"}, {"bfloat16", "bf16"}, {"float16", "f16"}, {"int32", "i32"},
+      {"float64", "f64"}, {"f8", "fp8"},        {"i8", "int8"}};
+  auto it = kAliases.find(dtype);
+  return it == kAliases.end() ? dtype : it->second;
+}
+
+// A `hardware.device` efficiency factor: a number in (0, 1].
+double Fraction(const YamlValue& value) {
+  const double x = value.Number();
+  if (!(x > 0 && x <= 1)) {
+    value.Fail("expected a fraction of the peak in (0, 1] like 0.85, got " + value.Describe());
+  }
+  return x;
+}
+
 bool Contains(const std::vector<std::string>& words, const std::string& word) {
   return std::find(words.begin(), words.end(), word) != words.end();
 }
@@ -171,17 +191,38 @@ HardwareSpec ReadHardware(const YamlValue& value) {
     if (auto l = link.Find("latency")) hw.link.latency = l->ToTime();
   }
   if (auto v = map.Find("device")) {
-    YamlMap device = v->Map({"flops", "hbm_bandwidth", "hbm_capacity"});
+    YamlMap device = v->Map({"flops", "hbm_bandwidth", "hbm_capacity", "matmul_efficiency",
+                             "memory_efficiency", "op_overhead", "comm_compute_slowdown"});
     if (auto flops = device.Find("flops")) {
       YamlMap rates = flops->Map(DtypeNames());
+      std::map<std::string, std::string> written;  // Canonical dtype -> the key as written.
       for (const auto& [dtype, rate] : rates.entries()) {
-        hw.device.flops[dtype] = rate.ToFlopRate();
+        // Long spellings name the same entry as the short ones the cost model reads.
+        const std::string canonical = CanonicalDtypeKey(dtype);
+        const auto [it, inserted] = written.emplace(canonical, dtype);
+        if (!inserted) {
+          rate.FailAtKey("'" + dtype + "' and '" + it->second + "' name the same dtype");
+        }
+        hw.device.flops[canonical] = rate.ToFlopRate();
       }
     }
     if (auto b = device.Find("hbm_bandwidth")) hw.device.hbm_bandwidth = b->ToBandwidth();
     if (auto c = device.Find("hbm_capacity")) {
       hw.device.hbm_capacity = c->ToBytes();
       if (hw.device.hbm_capacity->count() <= 0) c->Fail("must be positive, got " + c->Describe());
+    }
+    if (auto e = device.Find("matmul_efficiency")) hw.device.matmul_efficiency = Fraction(*e);
+    if (auto e = device.Find("memory_efficiency")) hw.device.memory_efficiency = Fraction(*e);
+    if (auto o = device.Find("op_overhead")) hw.device.op_overhead = o->ToTime();
+    if (auto s = device.Find("comm_compute_slowdown")) {
+      const double x = s->Number();
+      if (!(x >= 0 && x <= std::numeric_limits<double>::max())) {
+        s->Fail(
+            "expected a finite number >= 0 like 0.1 (compute 10% slower while "
+            "communicating), got " +
+            s->Describe());
+      }
+      hw.device.comm_compute_slowdown = x;
     }
   }
   return hw;

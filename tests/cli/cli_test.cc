@@ -1,178 +1,47 @@
 // End-to-end tests of the shardsim command: the real binary run as a subprocess, its exit
 // code, stdout, stderr and output files checked against the contract in SPEC.md.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "tests/cli/subprocess.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using shardsim::cli_test::IsOneErrorLine;
+using shardsim::cli_test::Listing;
+using shardsim::cli_test::ReadFile;
+using shardsim::cli_test::Result;
+using shardsim::cli_test::SourceDir;
+using shardsim::cli_test::WriteFile;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The shardsim binary: $SHARDSIM_BINARY, else build/shardsim beside this test's folder
-// (cli_tests is built in build/tests/, shardsim at the top of the build tree).
-std::string Binary() {
-  if (const char* b = std::getenv("SHARDSIM_BINARY"); b && *b) return b;
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  return (self.parent_path().parent_path() / "shardsim").string();
-}
-
-std::string SourceDir() {
-  if (const char* root = std::getenv("SHARDSIM_SOURCE_DIR")) return root;
-  return fs::path(__FILE__).parent_path().parent_path().parent_path().string();
-}
-
 std::string Quickstart() { return SourceDir() + "/configs/quickstart.yaml"; }
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
-// The result of one run of the binary.
-struct Result {
-  int exit_code = -1;  // The exit status; -1 if it did not exit normally (a signal).
-  std::string out;     // Everything written to stdout.
-  std::string err;     // Everything written to stderr.
-};
-
-std::ostream& operator<<(std::ostream& os, const Result& r) {
-  return os << "exit " << r.exit_code << "\n--- stdout ---\n"
-            << r.out << "--- stderr ---\n"
-            << r.err << "--------------";
-}
-
-// Runs `shardsim ARGS...` with stdout and stderr redirected to files under `capture_dir`
-// (files rather than pipes: nothing can deadlock on a full pipe), and waits for it.
-Result RunShardsim(const std::vector<std::string>& args, const fs::path& capture_dir) {
-  Result r;
-  const std::string out_path = (capture_dir / "stdout.txt").string();
-  const std::string err_path = (capture_dir / "stderr.txt").string();
-  const std::string binary = Binary();
-  std::vector<std::string> argv_strings = {binary};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot start " << binary << ": " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  return r;
-}
-
-// True when `text` is exactly one line that starts with "error: ".
-bool IsOneErrorLine(const std::string& text) {
-  return text.starts_with("error: ") && !text.empty() && text.back() == '\n' &&
-         std::count(text.begin(), text.end(), '\n') == 1;
-}
-
-// Names of everything in a folder.
-std::set<std::string> Listing(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  return names;
-}
 
 // Relative difference check: |actual - expected| <= 1% of expected.
 void ExpectWithinOnePercent(double actual, double expected, const std::string& what) {
   EXPECT_NEAR(actual, expected, 0.01 * std::abs(expected)) << what;
 }
 
-// Every test gets a fresh folder: `in/` for run files it writes, `out/` for output files the
-// binary is asked to write (so a test can check nothing else appeared there), and the
-// captured stdout/stderr at the top.
-class CliTest : public testing::Test {
+class CliTest : public shardsim::cli_test::CliFixture {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(fs::exists(Binary())) << "no shardsim binary at '" << Binary()
-                                      << "'; set SHARDSIM_BINARY";
-    std::string pattern = (fs::temp_directory_path() / "shardsim_cli_test.XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-    root_ = pattern;
-    fs::create_directory(in());
-    fs::create_directory(out());
-  }
-
-  void TearDown() override {
-    std::error_code ec;
-    if (!root_.empty()) fs::remove_all(root_, ec);
-  }
-
-  fs::path in() const { return root_ / "in"; }
-  fs::path out() const { return root_ / "out"; }
-
-  Result Run(const std::vector<std::string>& args) const { return RunShardsim(args, root_); }
-
-  // Writes a file under in/ and returns its path.
-  std::string WriteInput(const std::string& name, const std::string& text) const {
-    fs::path p = in() / name;
-    WriteFile(p, text);
-    return p.string();
-  }
-
-  // Runs and expects success with nothing on stderr.
-  Result RunOk(const std::vector<std::string>& args) const {
-    Result r = Run(args);
-    EXPECT_EQ(r.exit_code, 0) << r;
-    EXPECT_EQ(r.err, "") << r;
-    return r;
-  }
-
   json ReadJson(const fs::path& path) const {
     EXPECT_TRUE(fs::exists(path)) << path;
     return json::parse(ReadFile(path));
   }
-
-  fs::path root_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -185,7 +54,7 @@ TEST_F(CliTest, TopoTpuV5pCubeIsAWrappedTorus) {
   json t = ReadJson(j);
   EXPECT_EQ(t["devices"], 64);
   EXPECT_EQ(t["switches"], 0);
-  EXPECT_EQ(t["links"], 192);  // 64 chips x 3 dimensions, each link counted once.
+  EXPECT_EQ(t["links"], 192);   // 64 chips x 3 dimensions, each link counted once.
   EXPECT_EQ(t["diameter"], 6);  // 2 hops per wrapped dimension of 4.
   EXPECT_EQ(t["wraparound"], json::parse("[true, true, true]"));
   EXPECT_EQ(t["shape"], json::parse("[4, 4, 4]"));
@@ -342,8 +211,7 @@ TEST_F(CliTest, RunQuickstartSummaryMatchesClosedForms) {
   ExpectWithinOnePercent(ops["lone"]["end_s"], latency + size / bandwidth, "lone");
   // Two flows share link 5->6 for their whole life: each gets half of it.
   ExpectWithinOnePercent(ops["shared-b"]["end_s"], latency + 2 * size / bandwidth, "shared-b");
-  ExpectWithinOnePercent(ops["shared-a"]["end_s"], 2 * latency + 2 * size / bandwidth,
-                         "shared-a");
+  ExpectWithinOnePercent(ops["shared-a"]["end_s"], 2 * latency + 2 * size / bandwidth, "shared-a");
   // Corner to corner, 6 hops, started at 3 ms.
   ExpectWithinOnePercent(ops["corner"]["end_s"], 3e-3 + 6 * latency + 16 * kMiB / bandwidth,
                          "corner");
@@ -357,9 +225,9 @@ TEST_F(CliTest, RunQuickstartSummaryMatchesClosedForms) {
     for (const char* k : {"compute_s", "comm_s", "exposed_comm_s", "idle_s"}) {
       EXPECT_GE(pd[k].get<double>(), 0.0) << "device " << d << " " << k;
     }
-    EXPECT_NEAR(pd["comm_s"].get<double>() + pd["compute_s"].get<double>() +
-                    pd["idle_s"].get<double>(),
-                last_end, 1e-9)
+    EXPECT_NEAR(
+        pd["comm_s"].get<double>() + pd["compute_s"].get<double>() + pd["idle_s"].get<double>(),
+        last_end, 1e-9)
         << "device " << d;
   }
   EXPECT_DOUBLE_EQ(j["per_device"][2]["comm_s"].get<double>(), 0.0);  // Device 2 takes no part.
@@ -389,8 +257,8 @@ TEST_F(CliTest, RunTraceIsByteIdenticalAcrossRuns) {
 
 TEST_F(CliTest, RunSetOverridesLinkBandwidth) {
   fs::path s = out() / "s.json";
-  RunOk({"run", Quickstart(), "--set", "hardware.link.bandwidth=\"90 GB/s\"", "--json",
-         s.string()});
+  RunOk(
+      {"run", Quickstart(), "--set", "hardware.link.bandwidth=\"90 GB/s\"", "--json", s.string()});
   json j = ReadJson(s);
   double lone = -1;
   for (const json& op : j["ops"]) {
@@ -432,10 +300,10 @@ TEST_F(CliTest, RunOutputPathIsADirectoryLeavesNoOtherOutput) {
 
 // One bad invocation of `shardsim run`.
 struct BadRunCase {
-  std::string name;                // Test name.
-  std::optional<std::string> yaml;  // Run file text written to in/run.yaml; nullopt: none.
-  std::vector<std::string> extra;  // Extra arguments after the file.
-  int line;                        // Line of the file the error must point at; 0: none.
+  std::string name;                    // Test name.
+  std::optional<std::string> yaml;     // Run file text written to in/run.yaml; nullopt: none.
+  std::vector<std::string> extra;      // Extra arguments after the file.
+  int line;                            // Line of the file the error must point at; 0: none.
   std::vector<std::string> fragments;  // Text stderr must contain.
 };
 
@@ -447,7 +315,8 @@ TEST_P(BadRunTest, ExitsTwoWithOneLocatedLineAndNoOutput) {
   const BadRunCase& c = GetParam();
   const std::string file = (in() / "run.yaml").string();
   if (c.yaml) WriteFile(file, *c.yaml);
-  std::vector<std::string> args = {"run", file, "--json", (out() / "summary.json").string(),
+  std::vector<std::string> args = {"run",     file,
+                                   "--json",  (out() / "summary.json").string(),
                                    "--trace", (out() / "trace.json").string()};
   args.insert(args.end(), c.extra.begin(), c.extra.end());
   Result r = Run(args);
@@ -478,12 +347,12 @@ INSTANTIATE_TEST_SUITE_P(
                    {},
                    4,
                    {"\"45 GX/s\"", "GB/s", "(key hardware.link.bandwidth)"}},
-        BadRunCase{"UnknownKeyDidYouMean",
-                   std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwith: 45 GB/s}\n") +
-                       kTransfer,
-                   {},
-                   3,
-                   {"unknown key 'bandwith'", "did you mean 'bandwidth'?"}},
+        BadRunCase{
+            "UnknownKeyDidYouMean",
+            std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwith: 45 GB/s}\n") + kTransfer,
+            {},
+            3,
+            {"unknown key 'bandwith'", "did you mean 'bandwidth'?"}},
         BadRunCase{"UnknownTopLevelKey",
                    std::string("hardware:\n  preset: tpu-v5e\n") + kTransfer +
                        "optoins:\n  numerics: on\n",
@@ -496,18 +365,20 @@ INSTANTIATE_TEST_SUITE_P(
                    {},
                    5,
                    {"missing required key 'dst'", "(key transfers.1.dst)"}},
-        BadRunCase{"WrongType",
-                   "hardware:\n  preset: tpu-v5e\ntransfers:\n  - {src: zero, dst: 1, bytes: 1 MiB}\n",
-                   {},
-                   4,
-                   {"expected an integer, got \"zero\""}},
-        BadRunCase{"YamlSyntax",
-                   std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwidth: 45 GB/s, latency: 1 "
-                               "us\n") +
-                       kTransfer,
-                   {},
-                   4,
-                   {"invalid YAML"}},
+        BadRunCase{
+            "WrongType",
+            "hardware:\n  preset: tpu-v5e\ntransfers:\n  - {src: zero, dst: 1, bytes: 1 MiB}\n",
+            {},
+            4,
+            {"expected an integer, got \"zero\""}},
+        BadRunCase{
+            "YamlSyntax",
+            std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwidth: 45 GB/s, latency: 1 "
+                        "us\n") +
+                kTransfer,
+            {},
+            4,
+            {"invalid YAML"}},
         BadRunCase{"UnknownPresetListsKnownOnes",
                    std::string("hardware:\n  preset: tpu-v9\n  shape: [4, 4]\n") + kTransfer,
                    {},
@@ -519,12 +390,13 @@ INSTANTIATE_TEST_SUITE_P(
                    {},
                    3,
                    {"2 dimensions", "(key hardware.shape)"}},
-        BadRunCase{"TransferDstOutOfRange",
-                   "hardware:\n  preset: tpu-v5e\n  shape: [4, 4]\ntransfers:\n"
-                   "  - {src: 0, dst: 1, bytes: 1 MiB}\n  - src: 0\n    dst: 99\n    bytes: 1 MiB\n",
-                   {},
-                   7,
-                   {"dst 99 is not a device", "0..15", "(key transfers.1.dst)"}},
+        BadRunCase{
+            "TransferDstOutOfRange",
+            "hardware:\n  preset: tpu-v5e\n  shape: [4, 4]\ntransfers:\n"
+            "  - {src: 0, dst: 1, bytes: 1 MiB}\n  - src: 0\n    dst: 99\n    bytes: 1 MiB\n",
+            {},
+            7,
+            {"dst 99 is not a device", "0..15", "(key transfers.1.dst)"}},
         BadRunCase{"BareNumberBandwidth",
                    std::string("hardware:\n  preset: tpu-v5e\n  link: {bandwidth: 45, latency: 1 "
                                "us}\n") +
@@ -596,8 +468,8 @@ class BadDataFileTest : public CliTest, public testing::WithParamInterface<DataF
 
 TEST_P(BadDataFileTest, ExitsTwoWithOneLocatedLineAndNoOutput) {
   const std::string file = SourceDir() + "/tests/cli/data/" + GetParam().file;
-  Result r = Run({"run", file, "--json", (out() / "s.json").string(), "--trace",
-                  (out() / "t.json").string()});
+  Result r = Run(
+      {"run", file, "--json", (out() / "s.json").string(), "--trace", (out() / "t.json").string()});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
   EXPECT_TRUE(r.err.starts_with("error: " + file + ":" + std::to_string(GetParam().line) + ":"))

@@ -169,8 +169,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"UnknownKeyDidYouMean", "bad_unknown_key.yaml", "3:10",
                     "hardware.link.bandwith", "unknown key 'bandwith'; did you mean 'bandwidth'?"},
         BadFileCase{"UnknownKeyListsAllowed", "bad_unknown_far_key.yaml", "4:5",
-                    "hardware.device.memory",
-                    "unknown key 'memory'; expected one of flops, hbm_bandwidth, hbm_capacity"},
+                    "hardware.device.ram",
+                    "unknown key 'ram'; expected one of flops, hbm_bandwidth, hbm_capacity, "
+                    "matmul_efficiency, memory_efficiency, op_overhead, comm_compute_slowdown"},
+        BadFileCase{"EfficiencyAboveOne", "bad_device_efficiency.yaml", "4:24",
+                    "hardware.device.matmul_efficiency",
+                    "expected a fraction of the peak in (0, 1] like 0.85, got \"1.5\""},
+        BadFileCase{"OverheadWithoutUnit", "bad_device_overhead.yaml", "3:25",
+                    "hardware.device.op_overhead",
+                    "expected a time unit (ps, ns, us, ms, s) in \"2\""},
+        BadFileCase{"DtypeRateTwice", "bad_device_dtype_twice.yaml", "4:32",
+                    "hardware.device.flops.bfloat16", "'bfloat16' and 'bf16' name the same dtype"},
         BadFileCase{"UnknownTopLevelKey", "bad_top_level_key.yaml", "5:1", "optoins",
                     "unknown top-level key 'optoins'; did you mean 'options'?"},
         BadFileCase{"MissingDst", "bad_missing_dst.yaml", "5:5", "transfers.1.dst",
@@ -649,6 +658,90 @@ INSTANTIATE_TEST_SUITE_P(
                         "--set arrays.x.shape: arrays: applies only with program:, not with "
                         "transfers: (key arrays)"}),
     [](const testing::TestParamInfo<BadOverrideCase>& info) { return info.param.name; });
+
+TEST(RunFileTest, ReadsDeviceRooflineFigures) {
+  RunFile f = LoadRunFile(Data("valid_device_model.yaml"));
+  const DeviceOverride& d = f.hardware.device;
+  // Long dtype spellings are stored under the short names the presets and cost model use.
+  EXPECT_EQ(d.flops.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.flops.at("bf16").per_second(), 900e12);
+  EXPECT_DOUBLE_EQ(d.flops.at("f32").per_second(), 400e12);
+  EXPECT_DOUBLE_EQ(d.hbm_bandwidth->bytes_per_second(), 3e12);
+  EXPECT_EQ(d.matmul_efficiency, 0.75);
+  EXPECT_EQ(d.memory_efficiency, 1.0);
+  EXPECT_EQ(d.op_overhead, Time::Nanoseconds(3500));
+  EXPECT_EQ(d.comm_compute_slowdown, 0.2);
+  const KeyLocation& loc = f.locations.at("hardware.device.op_overhead");
+  EXPECT_EQ(loc.line, 9);
+  EXPECT_EQ(loc.column, 5);
+
+  // A file that leaves them out overrides nothing.
+  const DeviceOverride& none = LoadRunFile(Data("valid_run.yaml")).hardware.device;
+  EXPECT_FALSE(none.matmul_efficiency || none.memory_efficiency || none.op_overhead ||
+               none.comm_compute_slowdown);
+}
+
+// One bad hardware.device value given by --set, with the exact message.
+struct BadDeviceValueCase {
+  std::string name;      // Test name.
+  std::string override;  // The --set string.
+  std::string message;   // The exact InputError message.
+};
+
+void PrintTo(const BadDeviceValueCase& c, std::ostream* os) { *os << c.name; }
+
+class BadDeviceValueTest : public testing::TestWithParam<BadDeviceValueCase> {};
+
+TEST_P(BadDeviceValueTest, Fails) {
+  EXPECT_EQ(LoadError(Data("valid_device_model.yaml"), {GetParam().override}), GetParam().message);
+}
+
+// "--set hardware.device.KEY: WHAT (key hardware.device.KEY)".
+std::string DeviceError(const std::string& key, const std::string& what) {
+  return "--set hardware.device." + key + ": " + what + " (key hardware.device." + key + ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DeviceValues, BadDeviceValueTest,
+    testing::Values(
+        BadDeviceValueCase{
+            "MatmulEfficiencyZero", "hardware.device.matmul_efficiency=0",
+            DeviceError("matmul_efficiency",
+                        "expected a fraction of the peak in (0, 1] like 0.85, got \"0\"")},
+        BadDeviceValueCase{"MatmulEfficiencyPercent", "hardware.device.matmul_efficiency=85%",
+                           DeviceError("matmul_efficiency", "expected a number, got \"85%\"")},
+        BadDeviceValueCase{
+            "MemoryEfficiencyAboveOne", "hardware.device.memory_efficiency=1.01",
+            DeviceError("memory_efficiency",
+                        "expected a fraction of the peak in (0, 1] like 0.85, got \"1.01\"")},
+        BadDeviceValueCase{
+            "MemoryEfficiencyNan", "hardware.device.memory_efficiency=.nan",
+            DeviceError("memory_efficiency",
+                        "expected a fraction of the peak in (0, 1] like 0.85, got \".nan\"")},
+        BadDeviceValueCase{
+            "OverheadWrongUnit", "hardware.device.op_overhead=2 GB",
+            DeviceError("op_overhead", "expected a time unit (ps, ns, us, ms, s) in \"2 GB\"")},
+        BadDeviceValueCase{
+            "OverheadBareNumber", "hardware.device.op_overhead=2",
+            DeviceError("op_overhead", "expected a time unit (ps, ns, us, ms, s) in \"2\"")},
+        BadDeviceValueCase{
+            "OverheadNegative", "hardware.device.op_overhead=-1 us",
+            DeviceError("op_overhead",
+                        "a time must be a finite non-negative number, got \"-1 us\"")},
+        BadDeviceValueCase{
+            "SlowdownNegative", "hardware.device.comm_compute_slowdown=-0.1",
+            DeviceError("comm_compute_slowdown",
+                        "expected a finite number >= 0 like 0.1 (compute 10% slower while "
+                        "communicating), got \"-0.1\"")},
+        BadDeviceValueCase{
+            "SlowdownInfinite", "hardware.device.comm_compute_slowdown=.inf",
+            DeviceError("comm_compute_slowdown",
+                        "expected a finite number >= 0 like 0.1 (compute 10% slower while "
+                        "communicating), got \".inf\"")},
+        BadDeviceValueCase{
+            "SlowdownNotNumber", "hardware.device.comm_compute_slowdown=some",
+            DeviceError("comm_compute_slowdown", "expected a number, got \"some\"")}),
+    [](const testing::TestParamInfo<BadDeviceValueCase>& info) { return info.param.name; });
 
 TEST(LocateTest, PointsAtKeyOrEnclosingKey) {
   RunFile f = LoadRunFile(Data("valid_run.yaml"));

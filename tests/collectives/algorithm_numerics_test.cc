@@ -36,7 +36,9 @@ struct NumericsCase {
   int64_t count = 0;            // Elements: all-reduce total, else block.
   int pattern = 0;              // kPermute: which destination pattern (see Destinations).
 
-  int size() const { return std::accumulate(shape.begin(), shape.end(), 1, std::multiplies<int>()); }
+  int size() const {
+    return std::accumulate(shape.begin(), shape.end(), 1, std::multiplies<int>());
+  }
 };
 
 const char* OpName(ReduceOp op) {
@@ -87,8 +89,8 @@ Topology Build(Place place, const std::vector<int>& shape) {
       return BuildTorus(shape, std::vector<bool>(shape.size(), true), bw, lat, LinkKind::kIci,
                         DeviceSpec{}, "torus");
     case Place::kSwitch:
-      return BuildSwitch(shape[0], Bandwidth::GBps(450), Time::Nanoseconds(500),
-                         LinkKind::kNvlink, DeviceSpec{}, "switch");
+      return BuildSwitch(shape[0], Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
+                         DeviceSpec{}, "switch");
   }
   return Topology();
 }
@@ -193,9 +195,9 @@ std::vector<std::vector<float>> Expected(const NumericsCase& c,
 }
 
 struct Ran {
-  std::vector<std::vector<float>> out;       // After the run.
-  std::vector<std::vector<float>> at_done;   // Each member's output when it reported done.
-  std::vector<int> done;                     // on_member_done calls per member.
+  std::vector<std::vector<float>> out;      // After the run.
+  std::vector<std::vector<float>> at_done;  // Each member's output when it reported done.
+  std::vector<int> done;                    // on_member_done calls per member.
   std::string resolved;
 };
 
@@ -320,9 +322,10 @@ std::vector<NumericsCase> Cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllAlgorithms, AlgorithmNumerics, testing::ValuesIn(Cases()),
-    [](const testing::TestParamInfo<NumericsCase>& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(AllAlgorithms, AlgorithmNumerics, testing::ValuesIn(Cases()),
+                         [](const testing::TestParamInfo<NumericsCase>& info) {
+                           return CaseName(info.param);
+                         });
 
 // The algorithms refuse what they cannot run.
 void ExpectRejected(const std::string& algorithm, CollectiveKind kind, int g) {

@@ -76,10 +76,9 @@ TEST(ReductionTest, PmeanOverOneAxis) {
 }
 
 TEST(ReductionTest, PmaxAndPminOverOneAxis) {
-  std::vector<Array> in = {Array::FromValues(DType::kF32, {2}, {1, 8}),
-                           Array::FromValues(DType::kF32, {2}, {5, 2}),
-                           Array::FromValues(DType::kF32, {2}, {3, 3}),
-                           Array::FromValues(DType::kF32, {2}, {-4, 6})};
+  std::vector<Array> in = {
+      Array::FromValues(DType::kF32, {2}, {1, 8}), Array::FromValues(DType::kF32, {2}, {5, 2}),
+      Array::FromValues(DType::kF32, {2}, {3, 3}), Array::FromValues(DType::kF32, {2}, {-4, 6})};
   auto max = ReferenceCollective(Op(OpKind::kPmax, {"dp"}), Mesh1D(4), in);
   auto min = ReferenceCollective(Op(OpKind::kPmin, {"dp"}), Mesh1D(4), in);
   for (int p = 0; p < 4; ++p) {
@@ -121,17 +120,15 @@ TEST(ReductionTest, PmaxAndPmeanOverTuple) {
 
 TEST(ReductionTest, ResultIsRoundedToTheDtype) {
   // bf16: 256 + 1 = 257 lies halfway between 256 and 258; ties to even gives 256.
-  std::vector<Array> bf = {Array::FromValues(DType::kBF16, {1}, {256}),
-                           Array::FromValues(DType::kBF16, {1}, {1}),
-                           Array::FromValues(DType::kBF16, {1}, {0}),
-                           Array::FromValues(DType::kBF16, {1}, {0})};
+  std::vector<Array> bf = {
+      Array::FromValues(DType::kBF16, {1}, {256}), Array::FromValues(DType::kBF16, {1}, {1}),
+      Array::FromValues(DType::kBF16, {1}, {0}), Array::FromValues(DType::kBF16, {1}, {0})};
   auto sum = ReferenceCollective(Op(OpKind::kPsum, {"dp"}), Mesh1D(4), bf);
   ExpectArray(sum[0], {1}, {256}, DType::kBF16);
   // i32 pmean keeps i32: (0 + 1 + 1 + 3) / 4 = 1.25 -> 1.
-  std::vector<Array> i32 = {Array::FromValues(DType::kI32, {1}, {0}),
-                            Array::FromValues(DType::kI32, {1}, {1}),
-                            Array::FromValues(DType::kI32, {1}, {1}),
-                            Array::FromValues(DType::kI32, {1}, {3})};
+  std::vector<Array> i32 = {
+      Array::FromValues(DType::kI32, {1}, {0}), Array::FromValues(DType::kI32, {1}, {1}),
+      Array::FromValues(DType::kI32, {1}, {1}), Array::FromValues(DType::kI32, {1}, {3})};
   auto mean = ReferenceCollective(Op(OpKind::kPmean, {"dp"}), Mesh1D(4), i32);
   ExpectArray(mean[3], {1}, {1}, DType::kI32);
 }
@@ -167,8 +164,8 @@ TEST(PsumScatterTest, TiledDimension1) {
 
 TEST(PsumScatterTest, UntiledDimension0RemovesIt) {
   // Blocks [2,3]: sum = [[10,12,14],[16,18,20]].
-  auto out = ReferenceCollective(Op(OpKind::kPsumScatter, {"dp"}), Mesh1D(2),
-                                 ArangeBlocks(2, {2, 3}));
+  auto out =
+      ReferenceCollective(Op(OpKind::kPsumScatter, {"dp"}), Mesh1D(2), ArangeBlocks(2, {2, 3}));
   ExpectArray(out[0], {3}, {10, 12, 14});
   ExpectArray(out[1], {3}, {16, 18, 20});
 }
@@ -186,8 +183,8 @@ TEST(PsumScatterTest, FourDevicesUntiledLikeJaxDocstring) {
   // jax.lax.psum_scatter docstring: rows of arange(16).reshape(4, 4) on 4 devices.
   std::vector<Array> in;
   for (int p = 0; p < 4; ++p) {
-    in.push_back(Array::FromValues(DType::kF32, {4},
-                                   {4.f * p, 4.f * p + 1, 4.f * p + 2, 4.f * p + 3}));
+    in.push_back(
+        Array::FromValues(DType::kF32, {4}, {4.f * p, 4.f * p + 1, 4.f * p + 2, 4.f * p + 3}));
   }
   auto out = ReferenceCollective(Op(OpKind::kPsumScatter, {"dp"}), Mesh1D(4), in);
   ExpectArray(out[0], {}, {24});
@@ -224,8 +221,7 @@ TEST(AllGatherTest, UntiledAxis1StacksLast) {
   ExpectArray(out[0], {2, 2}, {0, 10, 1, 11});
   ExpectArray(out[1], {2, 2}, {0, 10, 1, 11});
   op.axis = -1;  // Counts in the output's rank: the same as 1.
-  ExpectArray(ReferenceCollective(op, Mesh1D(2), ArangeBlocks(2, {2}))[1], {2, 2},
-              {0, 10, 1, 11});
+  ExpectArray(ReferenceCollective(op, Mesh1D(2), ArangeBlocks(2, {2}))[1], {2, 2}, {0, 10, 1, 11});
 }
 
 TEST(AllGatherTest, TiledAxis0Concatenates) {
@@ -320,8 +316,7 @@ TEST(AllToAllTest, UntiledIsATransposeAcrossFourDevices) {
 TEST(AllToAllTest, UntiledSplit0Concat0) {
   // Blocks [2,3]: p0 [[0,1,2],[3,4,5]], p1 [[10,11,12],[13,14,15]].
   // Shape insert(delete([2,3], 0), 0, 2) = [2,3]; out_i[j, :] = x_j[i, :].
-  auto out = ReferenceCollective(Op(OpKind::kAllToAll, {"dp"}), Mesh1D(2),
-                                 ArangeBlocks(2, {2, 3}));
+  auto out = ReferenceCollective(Op(OpKind::kAllToAll, {"dp"}), Mesh1D(2), ArangeBlocks(2, {2, 3}));
   ExpectArray(out[0], {2, 3}, {0, 1, 2, 10, 11, 12});
   ExpectArray(out[1], {2, 3}, {3, 4, 5, 13, 14, 15});
 }
@@ -473,11 +468,9 @@ TEST(AxisIndexTest, OneAxis) {
 
 TEST(AxisIndexTest, Tuple) {
   const Mesh mesh = Mesh2x2();
-  ExpectIndices(ReferenceCollective(Op(OpKind::kAxisIndex, {"dp", "tp"}), mesh, {}),
-                {0, 1, 2, 3});
+  ExpectIndices(ReferenceCollective(Op(OpKind::kAxisIndex, {"dp", "tp"}), mesh, {}), {0, 1, 2, 3});
   // index(tp) * size(dp) + index(dp).
-  ExpectIndices(ReferenceCollective(Op(OpKind::kAxisIndex, {"tp", "dp"}), mesh, {}),
-                {0, 2, 1, 3});
+  ExpectIndices(ReferenceCollective(Op(OpKind::kAxisIndex, {"tp", "dp"}), mesh, {}), {0, 2, 1, 3});
 }
 
 // ---- Shapes (timing-only runs) -----------------------------------------------------------
@@ -549,8 +542,11 @@ TEST(SemanticsErrorTest, AxisOutOfRange) {
   OpSpec op = Op(OpKind::kAllGather, {"dp"});
   op.tiled = true;
   op.axis = 2;
-  ExpectThrowsWith([&] { CollectiveOutputShape(op, {2, 2}, 2, DType::kF32); },
-                   "all_gather: axis 2 is out of range for f32[2,2]");
+  ExpectThrowsWith(
+      [&] {
+        CollectiveOutputShape(op, {2, 2}, 2, DType::kF32);
+      },
+      "all_gather: axis 2 is out of range for f32[2,2]");
   op.tiled = false;
   EXPECT_EQ(CollectiveOutputShape(op, {2, 2}, 2), (Shape{2, 2, 2}));  // New last axis.
   op.axis = 3;
@@ -562,16 +558,21 @@ TEST(SemanticsErrorTest, AxisOutOfRange) {
 
 TEST(SemanticsErrorTest, AllToAllSizes) {
   OpSpec op = Op(OpKind::kAllToAll, {"dp"});
-  ExpectThrowsWith([&] { CollectiveOutputShape(op, {3, 4}, 4, DType::kF32); },
-                   "all_to_all: tiled=false needs split_axis dimension 0 of f32[3,4] to equal "
-                   "the 4 devices of axis dp");
+  ExpectThrowsWith(
+      [&] {
+        CollectiveOutputShape(op, {3, 4}, 4, DType::kF32);
+      },
+      "all_to_all: tiled=false needs split_axis dimension 0 of f32[3,4] to equal "
+      "the 4 devices of axis dp");
   op.tiled = true;
-  ExpectThrowsWith([&] { CollectiveOutputShape(op, {6, 4}, 4, DType::kF32); },
-                   "all_to_all: split_axis dimension 0 of f32[6,4] does not divide by the 4 "
-                   "devices of axis dp");
+  ExpectThrowsWith(
+      [&] {
+        CollectiveOutputShape(op, {6, 4}, 4, DType::kF32);
+      },
+      "all_to_all: split_axis dimension 0 of f32[6,4] does not divide by the 4 "
+      "devices of axis dp");
   op.concat_axis = -3;
-  ExpectThrowsWith([&] { CollectiveOutputShape(op, {8, 4}, 4); },
-                   "concat_axis -3 is out of range");
+  ExpectThrowsWith([&] { CollectiveOutputShape(op, {8, 4}, 4); }, "concat_axis -3 is out of range");
 }
 
 TEST(SemanticsErrorTest, BadPermutations) {
@@ -595,8 +596,11 @@ TEST(SemanticsErrorTest, BadAxisNames) {
   const auto in = ArangeBlocks(4, {2});
   ExpectThrowsWith([&] { ReferenceCollective(Op(OpKind::kPsum, {"pp"}), mesh, in); },
                    "psum: unknown mesh axis 'pp' in axis_name (the mesh has dp, tp)");
-  ExpectThrowsWith([&] { ReferenceCollective(Op(OpKind::kPsum, {"dp", "dp"}), mesh, in); },
-                   "axis 'dp' appears twice in axis_name");
+  ExpectThrowsWith(
+      [&] {
+        ReferenceCollective(Op(OpKind::kPsum, {"dp", "dp"}), mesh, in);
+      },
+      "axis 'dp' appears twice in axis_name");
   ExpectThrowsWith([&] { ReferenceCollective(Op(OpKind::kPsum, {}), mesh, in); },
                    "axis_name is empty");
 }
