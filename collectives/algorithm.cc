@@ -1,5 +1,7 @@
 #include "collectives/algorithm.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 
 #include "collectives/algorithms/direct.h"
@@ -96,7 +98,7 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
 std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Network& network,
                                                    CollectiveJob& job,
                                                    const std::vector<int>& axis_sizes,
-                                                   std::string* resolved) {
+                                                   std::string* resolved, Bytes chunk_size) {
   std::string algo =
       name.empty() || name == "auto" ? ChooseAlgorithm(network, job, axis_sizes) : name;
   if (resolved) *resolved = algo;
@@ -117,7 +119,12 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
     return MakeRingAlgorithm(network, job, MakeRingPlan(algo, axis_sizes, both_ways));
   }
   if (algo == "halving_doubling") return MakeHalvingDoublingAlgorithm(network, job);
-  if (algo == "tree") return MakeTreeAlgorithm(network, job, /*pipeline=*/1);
+  if (algo == "tree") {
+    int64_t bytes = job.BytesOf(job.total).count();
+    int64_t chunk = std::max<int64_t>(1, chunk_size.count());
+    int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+    return MakeTreeAlgorithm(network, job, segments);
+  }
   throw std::invalid_argument("unknown algorithm '" + algo + "'");
 }
 

@@ -33,9 +33,14 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
 // Builds algorithm `name` ("auto" resolves through ChooseAlgorithm) for `job`. Throws
 // std::invalid_argument when the algorithm cannot run the job (tree for all_gather, ring for
 // all_to_all, halving_doubling on 6 devices, ...). `resolved` receives the concrete name.
+// `chunk_size` is the tree's pipelining unit: its buffer flows in
+// min(64, ceil(bytes / chunk_size)) segments (large messages approach the bandwidth bound,
+// small ones stay one latency-bound segment). Rings need no chunking: each step already moves
+// one chunk of V/G per member, which reaches the bandwidth bound in the fluid model.
 std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Network& network,
                                                    CollectiveJob& job,
                                                    const std::vector<int>& axis_sizes,
-                                                   std::string* resolved);
+                                                   std::string* resolved,
+                                                   Bytes chunk_size = Bytes::MiB(1));
 
 }  // namespace shardsim

@@ -413,7 +413,7 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   }
   std::string resolved;
   try {
-    run.algorithm = MakeAlgorithm(name, network_, job, axis_sizes, &resolved);
+    run.algorithm = MakeAlgorithm(name, network_, job, axis_sizes, &resolved, config_.chunk_size);
   } catch (const std::invalid_argument& e) {
     throw SpecError(op.algorithm.empty() ? op.key : op.key + ".algorithm",
                     std::string(OpKindName(op.kind)) + ": " + e.what());

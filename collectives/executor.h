@@ -31,6 +31,7 @@ struct ExecutorConfig {
   // Compute that starts while the device has a collective in flight runs this fraction
   // slower (GPU communication kernels take SMs; 0 on TPUs).
   double comm_compute_slowdown = 0.0;
+  Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
 };
 
 // When one op of the program ran, over all devices.

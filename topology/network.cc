@@ -75,8 +75,14 @@ int32_t Network::AllocateFlow() {
 
 TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                           Callback on_delivered) {
+  return Start(src, dst, bytes, std::move(label), std::move(on_delivered), Callback());
+}
+
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                          Callback on_delivered, Callback on_drained) {
   TransferId id = next_id_++;
   if (src == dst || bytes.count() == 0) {
+    if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
     sim_.Schedule(Time(), std::move(on_delivered));
     return id;
   }
@@ -94,6 +100,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.id = id;
   flow.start = sim_.Now();
   flow.on_delivered = std::move(on_delivered);
+  flow.on_drained = std::move(on_drained);
   flow.label = std::move(label);
   flow.active = true;
   ++active_;
@@ -116,7 +123,7 @@ void Network::Admit(int32_t f) {
     return;
   }
   // The flow's component is itself: its max-min fair rate is its bottleneck capacity.
-  if (sim_.tracing()) {
+  if (sim_.tracing() || flow.on_drained) {  // Needs an event at the drain itself.
     SetRate(f, bottleneck);
     for (LinkId l : flow.path) TraceUtilization(l);
     return;
@@ -248,9 +255,13 @@ void Network::Drain(int32_t f) {
     sim_.ReportSlice(r);
   }
   sim_.Schedule(flow.latency, std::move(flow.on_delivered));
+  Callback drained = std::move(flow.on_drained);
   free_flows_.push_back(f);
-  if (!scratch_links_.empty())
+  if (!scratch_links_.empty()) {
     MarkDirty(scratch_links_.data(), scratch_links_.data() + scratch_links_.size());
+  }
+  // Last: the sender may start new transfers, which reuse this flow's slot and scratch.
+  if (drained) drained();
 }
 
 void Network::Rebalance(const std::vector<LinkId>& seed_links) {

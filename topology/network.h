@@ -46,6 +46,10 @@ class Network {
   // completes at once (next event at the current time).
   TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                    Callback on_delivered);
+  // The same, also calling `on_drained` when the last byte left the source (the sender may
+  // then start its next message on the same links back to back, as pipelined senders do).
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                   Callback on_delivered, Callback on_drained);
 
   // Number of transfers started.
   int64_t transfers_started() const { return next_id_; }
@@ -77,6 +81,7 @@ class Network {
     Time start;
     TransferId id = 0;
     Callback on_delivered;
+    Callback on_drained;  // Optional.
     std::string label;
     uint32_t mark = 0;     // Scratch: component search epoch.
     int64_t drain_ps = 0;  // Lazy flows: when the last byte leaves.

@@ -1,6 +1,8 @@
 #include "collectives/algorithms/tree.h"
 
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -62,7 +64,36 @@ class Tree : public CollectiveAlgorithm {
     }
   }
 
+  // Each (sender, receiver) pair sends its segments one after another, the next as soon as
+  // the previous one drained: a pipeline, not segments racing for the same link.
+  struct Queue {
+    bool busy = false;
+    std::deque<int> waiting;
+  };
+  Queue& QueueOf(int from, int to) { return queues_[{from, to}]; }
+
   void Send(int from, int to, int s, bool up) {
+    Queue& q = QueueOf(from, to);
+    if (q.busy) {
+      q.waiting.push_back(s);
+      return;
+    }
+    q.busy = true;
+    Launch(from, to, s, up);
+  }
+
+  void Drained(int from, int to, bool up) {
+    Queue& q = QueueOf(from, to);
+    if (q.waiting.empty()) {
+      q.busy = false;
+      return;
+    }
+    int s = q.waiting.front();
+    q.waiting.pop_front();
+    Launch(from, to, s, up);
+  }
+
+  void Launch(int from, int to, int s, bool up) {
     int64_t lo = bounds_[s], hi = bounds_[s + 1];
     std::vector<float> payload;
     if (job_.numerics) {
@@ -90,7 +121,8 @@ class Tree : public CollectiveAlgorithm {
                        }
                        SendDown(to, s);
                      }
-                   });
+                   },
+                   [this, from, to, up] { Drained(from, to, up); });
   }
 
   Network& network_;
@@ -100,6 +132,7 @@ class Tree : public CollectiveAlgorithm {
   std::vector<int> up_;         // Per (member, segment): children combined.
   std::vector<int> down_done_;  // Per member: segments received from above.
   std::vector<bool> done_;
+  std::map<std::pair<int, int>, Queue> queues_;
 };
 
 }  // namespace

@@ -179,6 +179,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   config.numerics = numerics;
   config.compute_model = &compute;
   config.comm_compute_slowdown = topo.device_spec().comm_compute_slowdown;
+  config.chunk_size = file.options.chunk_size;
   config.algorithms = file.options.algorithms;
   config.base_dir = std::filesystem::path(file.path).parent_path().string();
   Executor executor(sim, network, mesh, program, config);

@@ -943,9 +943,13 @@ std::vector<std::string> AlgorithmKeys() {
 }
 
 RunOptions ReadOptions(const YamlValue& value) {
-  YamlMap map = value.Map({"numerics", "algorithms"});
+  YamlMap map = value.Map({"numerics", "algorithms", "chunk_size"});
   RunOptions options;
   if (auto n = map.Find("numerics")) options.numerics = n->OneOf({"auto", "on", "off"});
+  if (auto c = map.Find("chunk_size")) {
+    options.chunk_size = c->ToBytes();
+    if (options.chunk_size.count() <= 0) c->Fail("chunk_size must be positive");
+  }
   if (auto a = map.Find("algorithms")) {
     YamlMap algorithms = a->Map(AlgorithmKeys());
     for (const auto& [op, algorithm] : algorithms.entries()) {

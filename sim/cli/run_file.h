@@ -46,6 +46,8 @@ struct RunOptions {
   // JAX op names (psum, pmean, pmax, pmin, psum_scatter, all_gather, all_to_all, ppermute)
   // or generic kinds (all_reduce, reduce_scatter, all_gather, all_to_all, permute).
   std::map<std::string, std::string> algorithms;
+  // Pipelining unit of the tree algorithm (`options.chunk_size`, SPEC leaves it open).
+  Bytes chunk_size = Bytes::MiB(1);
 };
 
 // A parsed, validated run file.

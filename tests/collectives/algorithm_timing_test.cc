@@ -115,8 +115,10 @@ RunResult RunCollective(const Topology& topo, const std::vector<int>& members,
   RunResult r;
   r.done.assign(members.size(), 0);
   job.on_member_done = [&r](int m) { ++r.done[m]; };
+  // A chunk larger than any case keeps the tree to one segment: its closed forms below are
+  // unpipelined (executor_test.cc checks that chunking pipelines it).
   std::unique_ptr<CollectiveAlgorithm> algo =
-      MakeAlgorithm(algorithm, net, job, axis_sizes, &r.resolved);
+      MakeAlgorithm(algorithm, net, job, axis_sizes, &r.resolved, Bytes::GiB(1));
   algo->Start();
   sim.Run();
   r.us = sim.Now().microseconds();

@@ -1,0 +1,174 @@
+// End-to-end throughput of the seed examples (configs/examples): each run file is loaded once,
+// then every iteration simulates it the way `shardsim run` does (BuildHardware, the default
+// placement, a roofline compute model, a fresh Simulator/Network/Executor), with numerics on
+// (real data, OpenBLAS sgemm) and off (timing only). BM_Sgemm gives this machine's sgemm rate
+// for comparison with the numerics runs' GFLOP/s.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/compute_model.h"
+#include "collectives/executor.h"
+#include "collectives/local_ops.h"
+#include "collectives/lowering.h"
+#include "collectives/mesh.h"
+#include "collectives/placement.h"
+#include "sim/cli/run_file.h"
+#include "sim/simulator.h"
+#include "topology/build.h"
+#include "topology/network.h"
+#include "topology/routing.h"
+
+#ifndef SHARDSIM_SOURCE_DIR
+#error "SHARDSIM_SOURCE_DIR must name the source tree"
+#endif
+
+namespace shardsim {
+namespace {
+
+const char* const kExamples[] = {
+    "naive_matmul",
+    "fsdp_matmul",
+    "fsdp_ppermute_unidirectional",
+    "fsdp_ppermute_bidirectional",
+    "matmul_psum_scatter",
+    "matmul_psum_scatter_overlapped",
+    "matmul_psum_scatter_bidirectional",
+    "mlp_dp",
+    "mlp_tp",
+    "mlp_fsdp_tp",
+};
+
+// Everything a run needs that does not change between iterations.
+struct Loaded {
+  RunFile file;
+  Topology topo;
+  Mesh mesh;
+  double matmul_flops = 0;  // 2*M*N*K of every matmul/einsum, summed over all devices.
+};
+
+std::unique_ptr<Loaded> Load(const std::string& name) {
+  std::string path = std::string(SHARDSIM_SOURCE_DIR) + "/configs/examples/" + name + ".yaml";
+  RunFile file = LoadRunFile(path);
+  Topology topo = BuildHardware(file.hardware);
+  const ProgramSpec& program = *file.program;
+  std::vector<int> devices = program.mesh_devices;
+  if (devices.empty()) devices = DefaultPlacement(program.mesh_axes, topo);
+  Mesh mesh(program.mesh_axes, devices);
+  CheckProgram(mesh, program);
+  // FLOPs from the lowered program's local shapes (collective matmuls already expanded).
+  LoweredProgram lowered = LowerProgram(mesh, program);
+  double flops = 0;
+  for (const LoweredOp& op : lowered.ops) {
+    if (op.collective) continue;
+    if (op.spec.kind != OpKind::kMatmul && op.spec.kind != OpKind::kEinsum) continue;
+    std::vector<const Array*> ins, outs;
+    for (int v : op.in_values) ins.push_back(&lowered.values[v]);
+    for (int v : op.out_values) outs.push_back(&lowered.values[v]);
+    flops += LocalOpCost(op.spec.kind, ins, outs, op.spec.spec).flops;
+  }
+  flops *= mesh.size();
+  return std::make_unique<Loaded>(Loaded{std::move(file), std::move(topo), std::move(mesh), flops});
+}
+
+void BM_Example(benchmark::State& state, const std::string& name, bool numerics) {
+  std::unique_ptr<Loaded> l;
+  try {
+    l = Load(name);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const ProgramSpec& program = *l->file.program;
+  RooflineModel compute(RooflineConfig::FromDevice(l->topo.device_spec()));
+  ExecutorConfig config;
+  config.numerics = numerics;
+  config.compute_model = &compute;
+  config.comm_compute_slowdown = l->topo.device_spec().comm_compute_slowdown;
+  config.algorithms = l->file.options.algorithms;
+  config.base_dir = std::filesystem::path(l->file.path).parent_path().string();
+
+  int64_t ops = 0, events = 0;
+  double start_s = 0;  // Wall time inside Executor::Start (making the inputs).
+  for (auto _ : state) {
+    Simulator sim;
+    std::unique_ptr<Router> router = MakeRouter(l->topo);
+    Network network(sim, l->topo, *router);
+    Executor executor(sim, network, l->mesh, program, config);
+    auto t0 = std::chrono::steady_clock::now();
+    executor.Start();
+    start_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sim.Run();
+    if (!executor.finished()) {
+      state.SkipWithError("the program deadlocked");
+      return;
+    }
+    benchmark::DoNotOptimize(executor.end_time());
+    ops += executor.local_ops_run() + network.transfers_started();
+    events += static_cast<int64_t>(sim.events_dispatched());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["ops_per_s"] =
+      benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+  state.counters["ops"] = static_cast<double>(ops) / iters;
+  state.counters["start_ms"] = start_s * 1e3 / iters;
+  if (numerics) {
+    // Counter in GFLOP so the rate reads directly as GFLOP/s (per wall second: UseRealTime).
+    state.counters["GFLOPs"] =
+        benchmark::Counter(l->matmul_flops * 1e-9 * iters, benchmark::Counter::kIsRate);
+  }
+}
+
+int RegisterExamples() {
+  for (const char* name : kExamples) {
+    benchmark::RegisterBenchmark((std::string("BM_Example/") + name + "/numerics").c_str(),
+                                 [name](benchmark::State& s) { BM_Example(s, name, true); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("BM_Example/") + name + "/timing").c_str(),
+                                 [name](benchmark::State& s) { BM_Example(s, name, false); })
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.2)
+        ->UseRealTime();
+  }
+  return 0;
+}
+const int kRegistered = RegisterExamples();
+
+// OpenBLAS sgemm, row-major C[M,N] = A[M,K] @ B[K,N]: the ceiling for the numerics runs.
+void BM_Sgemm(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  const int k = static_cast<int>(state.range(2));
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n),
+      c(static_cast<size_t>(m) * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * m * n * k * 1e-9 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+// M x N x K: the naive_matmul shapes (x f32[1024,4096] @ w f32[4096,256]) and a square one.
+BENCHMARK(BM_Sgemm)
+    ->Args({1024, 256, 4096})
+    ->Args({2048, 2048, 2048})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.2)
+    ->UseRealTime();  // OpenBLAS threads: rates per wall second, not the main thread's CPU.
+
+}  // namespace
+}  // namespace shardsim
