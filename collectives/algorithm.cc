@@ -1,7 +1,6 @@
 #include "collectives/algorithm.h"
 
 #include <algorithm>
-
 #include <stdexcept>
 
 #include "collectives/algorithms/direct.h"

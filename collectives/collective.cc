@@ -20,6 +20,14 @@ const char* CollectiveKindName(CollectiveKind kind) {
   return "collective";
 }
 
+std::vector<float> InitialWorkBuffer(const CollectiveJob& job, int member) {
+  const std::vector<float>& in = (*job.in)[member];
+  if (job.kind != CollectiveKind::kAllGather) return in;
+  std::vector<float> work(static_cast<size_t>(job.block) * job.size(), 0.0f);
+  std::copy(in.begin(), in.end(), work.begin() + job.block * member);
+  return work;
+}
+
 void Combine(ReduceOp op, float* dst, const float* src, int64_t n) {
   switch (op) {
     case ReduceOp::kSum:

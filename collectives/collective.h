@@ -63,6 +63,11 @@ struct CollectiveJob {
   Bytes BytesOf(int64_t elements) const { return Bytes(elements * DTypeSize(dtype)); }
 };
 
+// The buffer a member works in, in the output layout: for all-gather, G blocks with its own in
+// place (the others zero until they arrive); otherwise a copy of its input (reduce-scatter and
+// all-reduce combine into it).
+std::vector<float> InitialWorkBuffer(const CollectiveJob& job, int member);
+
 // Runs one collective job. Implementations schedule point-to-point transfers on the Network
 // and local combines of the real chunks they carry; one per algorithm file in algorithms/.
 class CollectiveAlgorithm {

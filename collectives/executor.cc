@@ -12,6 +12,7 @@
 #include "collectives/local_ops.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
+#include "sim/intervals.h"
 #include "sim/spec_error.h"
 
 namespace shardsim {
@@ -102,18 +103,6 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
     default:
       return Array::FromValues(dt, shape, std::move(flat));
   }
-}
-
-// The time a set of intervals covers.
-Time Covered(std::vector<std::pair<Time, Time>> spans) {
-  std::sort(spans.begin(), spans.end());
-  Time busy, covered;
-  for (const auto& [a, b] : spans) {
-    Time s = std::max(a, covered);
-    if (b > s) busy += b - s;
-    covered = std::max(covered, b);
-  }
-  return busy;
 }
 
 // Ops that cost nothing on the compute stream: relabellings and the dynamic slices and
@@ -468,9 +457,9 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     both.insert(both.end(), d.comm_spans.begin(), d.comm_spans.end());
     DeviceTiming t;
     t.device = mesh_.device(p);
-    t.compute = Covered(d.compute_spans);
-    t.comm = Covered(d.comm_spans);
-    Time busy = Covered(both);
+    t.compute = CoveredTime(d.compute_spans);
+    t.comm = CoveredTime(d.comm_spans);
+    Time busy = CoveredTime(both);
     // Communication not hidden under compute: what the union adds beyond compute.
     t.exposed_comm = busy - t.compute;
     t.idle = end_ - busy;

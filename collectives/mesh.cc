@@ -7,20 +7,6 @@
 #include <vector>
 
 namespace shardsim {
-namespace {
-
-// "dp=4, tp=2" for messages.
-std::string DescribeAxes(const std::vector<MeshAxis>& axes) {
-  std::string text;
-  for (const MeshAxis& axis : axes) {
-    if (!text.empty()) text += ", ";
-    text += axis.name + "=" + std::to_string(axis.size);
-  }
-  return text;
-}
-
-}  // namespace
-
 Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
     : axes_(std::move(axes)), devices_(std::move(devices)) {
   std::set<std::string> names;
@@ -36,13 +22,13 @@ Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
     }
     product *= axis.size;
     if (product > (int64_t{1} << 30)) {
-      throw std::invalid_argument("mesh " + DescribeAxes(axes_) + " has too many positions");
+      throw std::invalid_argument("mesh " + FormatMeshAxes(axes_) + " has too many positions");
     }
   }
   if (static_cast<int64_t>(devices_.size()) != product) {
-    throw std::invalid_argument("mesh " + DescribeAxes(axes_) + " has " + std::to_string(product) +
-                                " positions but " + std::to_string(devices_.size()) +
-                                " devices are given");
+    throw std::invalid_argument("mesh " + FormatMeshAxes(axes_) + " has " +
+                                std::to_string(product) + " positions but " +
+                                std::to_string(devices_.size()) + " devices are given");
   }
   std::set<int> seen;
   for (size_t p = 0; p < devices_.size(); ++p) {
@@ -153,6 +139,15 @@ int Mesh::IndexInGroup(int position, const std::vector<int>& axes) const {
   int index = 0;
   for (int a : axes) index = index * axes_[a].size + coords[a];
   return index;
+}
+
+std::string FormatMeshAxes(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const MeshAxis& axis : axes) {
+    if (!text.empty()) text += ", ";
+    text += axis.name + "=" + std::to_string(axis.size);
+  }
+  return text;
 }
 
 }  // namespace shardsim

@@ -12,6 +12,9 @@ struct MeshAxis {
   int size = 1;      // Devices along it.
 };
 
+// "dp=4, tp=2": axes as written on the command line, for messages.
+std::string FormatMeshAxes(const std::vector<MeshAxis>& axes);
+
 // Named axes (first major) and the physical device at each mesh position. A position is the
 // row-major linear index of a coordinate over the axes, as in JAX's mesh.devices.flat.
 class Mesh {

@@ -27,16 +27,6 @@ struct Piece {
 // The pieces of each mesh axis, major first; empty pieces for a size-1 axis.
 using TorusPlan = std::vector<std::vector<Piece>>;
 
-// "dp=4, tp=2".
-std::string DescribeAxes(const std::vector<MeshAxis>& axes) {
-  std::string text;
-  for (const MeshAxis& axis : axes) {
-    if (!text.empty()) text += ", ";
-    text += axis.name + "=" + std::to_string(axis.size);
-  }
-  return text;
-}
-
 // "4x4x4".
 std::string DescribeShape(const std::vector<int>& shape) {
   std::string text;
@@ -273,7 +263,7 @@ std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topol
   }
   if (total != topo.num_devices()) {
     throw std::invalid_argument(
-        "mesh " + DescribeAxes(axes) + " has " + (total > topo.num_devices() ? "more" : "fewer") +
+        "mesh " + FormatMeshAxes(axes) + " has " + (total > topo.num_devices() ? "more" : "fewer") +
         " positions than the hardware's " + std::to_string(topo.num_devices()) +
         " devices; the default placement uses every device (give mesh.devices to use a "
         "subset)");
@@ -306,7 +296,7 @@ std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
     const TorusShape& torus = *topo.torus();
     const std::optional<TorusPlan> plan = PlanTorus(mesh.axes(), torus.shape);
     if (is_default && plan.has_value()) return DescribeTorusPlan(mesh.axes(), *plan, torus);
-    const std::string how = is_default ? "mesh " + DescribeAxes(mesh.axes()) +
+    const std::string how = is_default ? "mesh " + FormatMeshAxes(mesh.axes()) +
                                              " does not factor onto torus " +
                                              DescribeShape(torus.shape) + ": row-major device order"
                                        : "devices as given by mesh.devices";

@@ -52,20 +52,8 @@ int CanonicalAxis(const OpSpec& op, const std::string& param, int64_t axis, int 
 }
 
 bool HasReference(OpKind kind) {
-  switch (kind) {
-    case OpKind::kPsum:
-    case OpKind::kPmean:
-    case OpKind::kPmax:
-    case OpKind::kPmin:
-    case OpKind::kPsumScatter:
-    case OpKind::kAllGather:
-    case OpKind::kAllToAll:
-    case OpKind::kPpermute:
-    case OpKind::kAxisIndex:
-      return true;
-    default:
-      return false;
-  }
+  return kind == OpKind::kAxisIndex || (IsCollective(kind) && kind != OpKind::kAllgatherMatmul &&
+                                        kind != OpKind::kMatmulReduceScatter);
 }
 
 // ---- Row-major block helpers ------------------------------------------------------------

@@ -35,15 +35,7 @@ class HalvingDoubling : public CollectiveAlgorithm {
     state_.assign(g, MemberState{});
     if (job_.numerics) {
       work_.resize(g);
-      for (int m = 0; m < g; ++m) {
-        const std::vector<float>& in = (*job_.in)[m];
-        if (job_.kind == CollectiveKind::kAllGather) {
-          work_[m].assign(static_cast<size_t>(job_.block) * g, 0.0f);
-          std::copy(in.begin(), in.end(), work_[m].begin() + job_.block * m);
-        } else {
-          work_[m] = in;
-        }
-      }
+      for (int m = 0; m < g; ++m) work_[m] = InitialWorkBuffer(job_, m);
     }
     for (int m = 0; m < g; ++m) Advance(m);
   }

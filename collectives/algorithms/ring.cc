@@ -203,17 +203,8 @@ class RingFamily : public CollectiveAlgorithm {
   }
 
   void PrepareWork() {
-    int g = job_.size();
-    work_.resize(g);
-    for (int m = 0; m < g; ++m) {
-      const std::vector<float>& in = (*job_.in)[m];
-      if (job_.kind == CollectiveKind::kAllGather) {
-        work_[m].assign(static_cast<size_t>(job_.block) * g, 0.0f);
-        std::copy(in.begin(), in.end(), work_[m].begin() + job_.block * m);
-      } else {
-        work_[m] = in;
-      }
-    }
+    work_.resize(job_.size());
+    for (int m = 0; m < job_.size(); ++m) work_[m] = InitialWorkBuffer(job_, m);
   }
 
   void LaneDone(int member) {

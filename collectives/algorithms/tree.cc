@@ -105,24 +105,25 @@ class Tree : public CollectiveAlgorithm {
       label = job_.label + (up ? " reduce" : " broadcast") + " seg " + std::to_string(s + 1) + "/" +
               std::to_string(segments_);
     }
-    network_.Start(job_.members[from], job_.members[to], job_.BytesOf(hi - lo), std::move(label),
-                   [this, to, s, up, lo, payload = std::move(payload)]() {
-                     if (up) {
-                       if (job_.numerics) {
-                         Combine(job_.reduce, (*job_.out)[to].data() + lo, payload.data(),
-                                 static_cast<int64_t>(payload.size()));
-                       }
-                       if (++up_[static_cast<size_t>(to) * segments_ + s] == Children(to)) {
-                         ReducedUp(to, s);
-                       }
-                     } else {
-                       if (job_.numerics) {
-                         std::copy(payload.begin(), payload.end(), (*job_.out)[to].begin() + lo);
-                       }
-                       SendDown(to, s);
-                     }
-                   },
-                   [this, from, to, up] { Drained(from, to, up); });
+    network_.Start(
+        job_.members[from], job_.members[to], job_.BytesOf(hi - lo), std::move(label),
+        [this, to, s, up, lo, payload = std::move(payload)]() {
+          if (up) {
+            if (job_.numerics) {
+              Combine(job_.reduce, (*job_.out)[to].data() + lo, payload.data(),
+                      static_cast<int64_t>(payload.size()));
+            }
+            if (++up_[static_cast<size_t>(to) * segments_ + s] == Children(to)) {
+              ReducedUp(to, s);
+            }
+          } else {
+            if (job_.numerics) {
+              std::copy(payload.begin(), payload.end(), (*job_.out)[to].begin() + lo);
+            }
+            SendDown(to, s);
+          }
+        },
+        [this, from, to, up] { Drained(from, to, up); });
   }
 
   Network& network_;

@@ -17,6 +17,7 @@
 #include "collectives/sharding.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/run_file.h"
+#include "sim/intervals.h"
 #include "sim/json_writer.h"
 #include "sim/simulator.h"
 #include "sim/trace_writer.h"
@@ -68,18 +69,6 @@ std::string Pad(std::string s, size_t width) {
   return s;
 }
 
-// Union length of intervals.
-Time UnionLength(std::vector<std::pair<Time, Time>> spans) {
-  std::sort(spans.begin(), spans.end());
-  Time busy, covered;
-  for (const auto& [a, b] : spans) {
-    Time s = std::max(a, covered);
-    if (b > s) busy += b - s;
-    covered = std::max(covered, b);
-  }
-  return busy;
-}
-
 void CheckTransferDevices(const RunFile& file, const Topology& topo) {
   for (size_t i = 0; i < file.transfers.size(); ++i) {
     const TransferSpec& t = file.transfers[i];
@@ -122,7 +111,7 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;
     dt.device = d;
-    dt.comm = UnionLength(spans[d]);
+    dt.comm = CoveredTime(spans[d]);
     dt.exposed_comm = dt.comm;
     dt.idle = report.end - dt.comm;
     report.per_device.push_back(dt);

@@ -235,8 +235,8 @@ TEST(ExecutorTest, TreeChunkingPipelinesLargeMessages) {
   auto run = [](Bytes chunk) {
     DeviceSpec dev;
     dev.platform = "GPU";
-    Machine m(BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
-                          dev, "sw"));
+    Machine m(
+        BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"));
     std::vector<MeshAxis> axes = {{"g", 8}};
     Mesh mesh(axes, DefaultPlacement(axes, m.topo));
     ProgramSpec p;

@@ -90,3 +90,71 @@ test('the same run writes a byte-identical trace', () => {
   const b = fs.readFileSync(simulate('configs/quickstart.yaml', 'again2'));
   assert.ok(a.equals(b));
 });
+
+test('bidirectional ppermute loop: compute overlaps transfers going both ways', () => {
+  // fsdp_ppermute_bidirectional.yaml: allgather_matmul over dp = 4 (a line of the 4x2 torus:
+  // TPU 0-2-4-6 and 1-3-5-7), tp = 2; 3 steps, each shifting a top half +1 and a bottom half
+  // -1 on all 8 devices: 3 * 2 * 8 = 48 ppermute transfers.
+  const trace = path.join(tmp, 'fsdp_bidirectional.json');
+  execFileSync(binary, ['run', path.join(root, 'configs/examples/fsdp_ppermute_bidirectional.yaml'),
+                        '--trace', trace, '--numerics', 'off'], { stdio: 'pipe' });
+  assertStrictNesting(trace);
+  const tp = loadTrace(trace);
+  const s = summarize(tp);
+  assert.deepEqual(s.import_errors, []);
+  const threadOf = (alias) => `JOIN thread_track ${alias}_tt ON ${alias}.track_id = ${alias}_tt.id
+      JOIN thread ${alias}_th ON ${alias}_tt.utid = ${alias}_th.utid`;
+
+  // A "compute" thread on each of the 8 device processes, with the lowering's 17 local ops:
+  // 2 slices, 2 matmuls and 1 add per step, plus 1 accumulating add per step after the first.
+  const compute = tp.query(`
+      SELECT p.name AS process, COUNT(c.id) AS n FROM slice c ${threadOf('c')}
+      JOIN process p ON c_th.upid = p.upid
+      WHERE c_th.name = 'compute' GROUP BY p.upid ORDER BY p.name`);
+  assert.equal(compute.length, 8);
+  for (const row of compute) {
+    assert.match(row.process, /^\/device:TPU:[0-7]$/);
+    assert.equal(row.n, 17, `${row.process} compute slices`);
+  }
+
+  // Transfer slices sit on the sender's link tracks ("ICI → TPU b (x,y)"); both directions of
+  // every dp link carry some, the tp links none.
+  const links = tp.query(`
+      SELECT p.name AS process, x_th.name AS thread, COUNT(x.id) AS n FROM slice x ${threadOf('x')}
+      JOIN process p ON x_th.upid = p.upid
+      WHERE x_th.name LIKE 'ICI → %' GROUP BY p.upid, x_th.name`);
+  const directed = new Set();
+  for (const row of links) {
+    const from = row.process.match(/^\/device:TPU:(\d+)$/)[1];
+    const to = row.thread.match(/^ICI → TPU (\d+) /)[1];
+    assert.ok(row.n > 0);
+    directed.add(`${from}->${to}`);
+  }
+  const dpLinks = [[0, 2], [2, 4], [4, 6], [1, 3], [3, 5], [5, 7]];
+  const want = dpLinks.flatMap(([a, b]) => [`${a}->${b}`, `${b}->${a}`]);
+  assert.deepEqual([...directed].sort(), want.sort());
+
+  // The loop overlaps: compute slices run while transfers leave the same device.
+  const overlaps = tp.query(`
+      SELECT p.name AS process, COUNT(DISTINCT c.id) AS n FROM slice c ${threadOf('c')}
+      JOIN slice x ${threadOf('x')}
+      JOIN process p ON c_th.upid = p.upid
+      WHERE c_th.name = 'compute' AND x_th.name LIKE 'ICI → %' AND c_th.upid = x_th.upid
+        AND c.ts < x.ts + x.dur AND x.ts < c.ts + c.dur
+      GROUP BY p.upid`);
+  assert.ok(overlaps.length >= 1, 'no compute slice overlaps a transfer');
+  assert.equal(overlaps.length, 8, 'every device overlaps compute with its sends');
+
+  // One flow per ppermute transfer, from the first hop's slice to the receive slice, and as
+  // many receive slices.
+  assert.equal(s.flows, 48);
+  const recv = tp.query(`SELECT COUNT(r.id) AS n FROM slice r ${threadOf('r')}
+      WHERE r_th.name LIKE 'ICI recv ← %'`);
+  assert.equal(recv[0].n, 48);
+  const flowEnds = tp.query(`
+      SELECT COUNT(*) AS n FROM flow
+      JOIN slice o ON flow.slice_out = o.id ${threadOf('o')}
+      JOIN slice i ON flow.slice_in = i.id ${threadOf('i')}
+      WHERE o_th.name LIKE 'ICI → %' AND i_th.name LIKE 'ICI recv ← %' AND o.name = i.name`);
+  assert.equal(flowEnds[0].n, 48);
+});
