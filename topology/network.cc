@@ -70,6 +70,7 @@ int32_t Network::AllocateFlow() {
     return f;
   }
   flows_.emplace_back();
+  ends_.emplace_back();
   return static_cast<int32_t>(flows_.size() - 1);
 }
 
@@ -97,11 +98,13 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.updated_ps = sim_.Now().picoseconds();
   flow.latency = Time();
   for (LinkId l : flow.path) flow.latency += topo_.link(l).latency;
-  flow.id = id;
-  flow.start = sim_.Now();
-  flow.on_delivered = std::move(on_delivered);
-  flow.on_drained = std::move(on_drained);
-  flow.label = std::move(label);
+  FlowEnds& ends = ends_[f];
+  ends.id = id;
+  ends.start = sim_.Now();
+  ends.on_delivered = std::move(on_delivered);
+  flow.wants_drain = static_cast<bool>(on_drained);
+  ends.on_drained = std::move(on_drained);
+  ends.label = std::move(label);
   flow.active = true;
   ++active_;
   Admit(f);
@@ -123,7 +126,7 @@ void Network::Admit(int32_t f) {
     return;
   }
   // The flow's component is itself: its max-min fair rate is its bottleneck capacity.
-  if (sim_.tracing() || flow.on_drained) {  // Needs an event at the drain itself.
+  if (sim_.tracing() || flow.wants_drain) {  // Needs an event at the drain itself.
     SetRate(f, bottleneck);
     for (LinkId l : flow.path) TraceUtilization(l);
     return;
@@ -177,7 +180,7 @@ void Network::FinishLazy(int32_t f) {
   if (flow.active) ReleaseLinks(f);
   flow.lazy = false;
   flow.drain_event = EventId{};
-  Callback deliver = std::move(flow.on_delivered);
+  Callback deliver = std::move(ends_[f].on_delivered);
   free_flows_.push_back(f);
   deliver();
 }
@@ -225,15 +228,16 @@ void Network::Drain(int32_t f) {
   flow.drain_event = EventId{};
   ReleaseLinks(f);
   if (sim_.tracing()) {
-    uint64_t flow_id = static_cast<uint64_t>(flow.id) + 1;
+    const FlowEnds& ends = ends_[f];
+    uint64_t flow_id = static_cast<uint64_t>(ends.id) + 1;
     for (int32_t i = 0; i < flow.path.size(); ++i) {
       LinkId l = flow.path[i];
       SliceRecord s;
       s.pid = vertex_pid_[topo_.link(l).src];
       s.tid = TrackOf(l, /*receive_side=*/false);
-      s.name = flow.label;
+      s.name = ends.label;
       s.category = "transfer";
-      s.start = flow.start;
+      s.start = ends.start;
       s.end = now;
       s.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))},
                 {"hop", std::to_string(i + 1) + "/" + std::to_string(flow.path.size())}};
@@ -246,16 +250,16 @@ void Network::Drain(int32_t f) {
     SliceRecord r;
     r.pid = vertex_pid_[topo_.link(last).dst];
     r.tid = TrackOf(last, /*receive_side=*/true);
-    r.name = flow.label;
+    r.name = ends.label;
     r.category = "receive";
-    r.start = flow.start + flow.latency;
+    r.start = ends.start + flow.latency;
     r.end = now + flow.latency;
     r.args = {{"bytes", std::to_string(static_cast<int64_t>(flow.total))}};
     r.flow_in = flow_id;
     sim_.ReportSlice(r);
   }
-  sim_.Schedule(flow.latency, std::move(flow.on_delivered));
-  Callback drained = std::move(flow.on_drained);
+  sim_.Schedule(flow.latency, std::move(ends_[f].on_delivered));
+  Callback drained = std::move(ends_[f].on_drained);
   free_flows_.push_back(f);
   if (!scratch_links_.empty()) {
     MarkDirty(scratch_links_.data(), scratch_links_.data() + scratch_links_.size());

@@ -70,24 +70,30 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
+  // What rate computation and link bookkeeping touch for every transfer.
   struct Flow {
     SmallVector<LinkId, 4> path;  // Route, first hop first.
     double total = 0;             // Bytes of the whole transfer.
     double remaining = 0;         // Bytes still to leave the source.
     double rate = 0;              // Bytes per picosecond.
     int64_t updated_ps = 0;       // When `remaining` was last brought up to date.
+    int64_t drain_ps = 0;         // Lazy flows: when the last byte leaves.
     EventId drain_event;
     Time latency;
-    Time start;
-    TransferId id = 0;
+    uint32_t mark = 0;         // Scratch: component search epoch.
+    bool lazy = false;         // Alone since admission: one event drains and delivers it.
+    bool frozen = false;       // Scratch for progressive filling.
+    bool active = false;       // Holds its links.
+    bool wants_drain = false;  // Has an on_drained callback.
+  };
+  // What a transfer needs only when it starts and ends (kept apart so the hot state of many
+  // flows in flight stays in cache).
+  struct FlowEnds {
     Callback on_delivered;
     Callback on_drained;  // Optional.
     std::string label;
-    uint32_t mark = 0;     // Scratch: component search epoch.
-    int64_t drain_ps = 0;  // Lazy flows: when the last byte leaves.
-    bool lazy = false;     // Alone since admission: one event drains and delivers it.
-    bool frozen = false;   // Scratch for progressive filling.
-    bool active = false;
+    Time start;
+    TransferId id = 0;
   };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {
@@ -127,6 +133,7 @@ class Network {
   const Topology& topo_;
   Router& router_;
   std::vector<Flow> flows_;
+  std::vector<FlowEnds> ends_;  // By flow slot, like flows_.
   std::vector<int32_t> free_flows_;
   std::vector<LinkState> links_;
   std::vector<LinkScratch> scratch_;

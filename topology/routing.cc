@@ -60,13 +60,12 @@ class TorusRouter : public Router {
     for (int d = 0; d < rank_; ++d) {
       const int k = shape_[d];
       // Signed number of unit steps along dimension d.
+      // steps is in (-k, k): no division needed (this runs for every transfer).
       int steps = target[d] - coords_[static_cast<size_t>(current) * rank_ + d];
-      if (one_way_) {
-        steps = (steps % k + k) % k;  // Always forward, around the ring.
-      } else if (wrap_[d]) {
-        const int forward = (steps % k + k) % k;  // Steps going +.
-        const int backward = k - forward;         // Steps going - (when forward > 0).
-        steps = (forward == 0 || forward <= backward) ? forward : -backward;
+      if (one_way_ || wrap_[d]) {
+        const int forward = steps < 0 ? steps + k : steps;  // Steps going +.
+        const int backward = k - forward;                   // Steps going - (forward > 0).
+        steps = (one_way_ || forward == 0 || forward <= backward) ? forward : -backward;
       }
       const int dir = steps > 0 ? 1 : 0;
       for (int i = 0; i < std::abs(steps); ++i) {

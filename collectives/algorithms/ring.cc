@@ -186,8 +186,17 @@ class RingFamily : public CollectiveAlgorithm {
                                                                      std::vector<Segment>* out) {
         ChunkSet(lane, order, j, members[ring][index], out);
       };
-      RingPass::ChunkCount count = [this, lane, &order, j, &members](int ring, int index) {
-        return ChunkCount(lane, order, j, members[ring][index]);
+      // A member's chunk set depends only on its coordinates along order[0..j]: count each
+      // distinct set once (a pass over 4096 members has as few as 16 of them).
+      std::vector<int64_t> counted(static_cast<size_t>(job_.size()), -1);
+      RingPass::ChunkCount count = [this, lane, &order, j, &members, &counted](int ring,
+                                                                               int index) {
+        int member = members[ring][index];
+        int base = 0;
+        for (int i = 0; i <= j; ++i) base += Coord(member, order[i]) * strides_[order[i]];
+        int64_t& n = counted[base];
+        if (n < 0) n = ChunkCount(lane, order, j, member);
+        return n;
       };
       size_t next = p + 1;
       auto done = [this, lane, next](int member) {
