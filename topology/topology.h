@@ -61,6 +61,13 @@ using TopologyGraph =
 // folder (torus.h, ring.h, switch.h, hierarchical.h, ...).
 class Topology {
  public:
+  // Topologies of thousands of devices are large: move them, never copy by accident.
+  Topology() = default;
+  Topology(Topology&&) = default;
+  Topology& operator=(Topology&&) = default;
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
   // The Boost graph.
   const TopologyGraph& graph() const { return graph_; }
   // A readable description, e.g. "tpu-v5p 4x4x4".
