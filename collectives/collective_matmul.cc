@@ -60,15 +60,18 @@ class Expansion {
   void Slice(const std::string& in, const std::string& out, int64_t start, int64_t size,
              int64_t axis) {
     OpSpec o = Base(OpKind::kSlice, {in}, out);
+    o.fused = true;  // A view of the operand: the ppermute and matmul read it in place.
     o.axis_name.clear();
     o.start = start;
     o.size = size;
     o.axis = axis;
     ops_.push_back(o);
   }
+  // Reshapes and concatenations that place result blocks: in-place writes in XLA.
   void Local(OpKind kind, std::vector<std::string> in, const std::string& out, Shape shape = {},
              int64_t axis = 0) {
     OpSpec o = Base(kind, std::move(in), out);
+    o.fused = true;
     o.axis_name.clear();
     o.shape = std::move(shape);
     o.axis = axis;

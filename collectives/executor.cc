@@ -105,12 +105,12 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
   }
 }
 
-// Ops that cost nothing on the compute stream: relabellings and the dynamic slices and
-// concatenations collective matmuls lower into (XLA fuses them into the consuming matmul or
-// writes in place), and axis_index.
-bool IsFree(OpKind kind) {
-  return kind == OpKind::kReshape || kind == OpKind::kDynamicSlice ||
-         kind == OpKind::kDynamicConcat || kind == OpKind::kAxisIndex;
+// Ops that cost nothing on the compute stream: relabellings, the dynamic slices and
+// concatenations collective matmuls lower into and their fused views and in-place writes
+// (XLA fuses them into the consuming matmul or writes in place), and axis_index.
+bool IsFree(const OpSpec& op) {
+  return op.fused || op.kind == OpKind::kReshape || op.kind == OpKind::kDynamicSlice ||
+         op.kind == OpKind::kDynamicConcat || op.kind == OpKind::kAxisIndex;
 }
 
 // Trace tracks of the executor on each device process; the network's start at 1.
@@ -282,7 +282,7 @@ void Executor::StartCompute(int position, size_t op_index) {
     throw SpecError(op.spec.key, std::string(OpKindName(op.spec.kind)) + ": " + e.what());
   }
   Time duration;
-  if (config_.compute_model && !IsFree(op.spec.kind)) {
+  if (config_.compute_model && !IsFree(op.spec)) {
     std::vector<const Array*> outs;
     for (const Array& a : outputs) outs.push_back(&a);
     OpCost cost = LocalOpCost(op.spec.kind, inputs, outs, op.spec.spec);

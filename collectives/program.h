@@ -109,7 +109,10 @@ struct OpSpec {
   std::string gather = "rhs";             // allgather_matmul: lhs | rhs.
   // Collective matmuls: blocking | unidirectional | bidirectional.
   std::string variant = "blocking";
-  int64_t block_scale = 1;   // Internal dynamic ops: see OpKind.
+  int64_t block_scale = 1;  // Internal dynamic ops: see OpKind.
+  // Internal: a view or an in-place write XLA fuses away (the halves a collective matmul
+  // slices off, the blocks it writes into its output): it takes no compute time.
+  bool fused = false;
   int64_t block_offset = 0;  // Internal dynamic ops: see OpKind.
 };
 
