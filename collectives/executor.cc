@@ -171,6 +171,7 @@ void Executor::Start() {
       devices_[p].values[id] = sharding.Shard(global, p);
       devices_[p].ready[id] = 1;
     }
+    inputs_[spec.name] = std::move(global);
   }
   op_timings_.assign(program_.ops.size(), OpTiming{});
   op_started_.assign(program_.ops.size(), false);
@@ -527,13 +528,21 @@ void CheckProgram(const Mesh& mesh, const ProgramSpec& program) {
 }
 
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
-                                              const std::string& base_dir) {
+                                              const std::string& base_dir,
+                                              const std::map<std::string, Array>* inputs) {
   int n = mesh.size();
   std::vector<std::map<std::string, Array>> env(n);
   for (const ArraySpec& spec : program.arrays) {
-    Array global = MakeInitialArray(spec, /*with_data=*/true, base_dir);
+    Array made;
+    const Array* global = nullptr;
+    if (inputs && inputs->count(spec.name) && inputs->at(spec.name).has_data()) {
+      global = &inputs->at(spec.name);
+    } else {
+      made = MakeInitialArray(spec, /*with_data=*/true, base_dir);
+      global = &made;
+    }
     Sharding sharding(mesh, spec.sharding, spec.shape);
-    for (int p = 0; p < n; ++p) env[p][spec.name] = sharding.Shard(global, p);
+    for (int p = 0; p < n; ++p) env[p][spec.name] = sharding.Shard(*global, p);
   }
   for (const OpSpec& op : program.ops) {
     if (op.kind == OpKind::kAllgatherMatmul || op.kind == OpKind::kMatmulReduceScatter) {

@@ -82,8 +82,10 @@ class Executor {
   // The outputs as global arrays (assembled by their out specs). Throws SpecError
   // ("outputs.NAME") when replicas of an output differ along an axis its spec does not name.
   std::map<std::string, Array> Outputs() const;
-  // Local ops run and their simulated busy time summed over devices (for benchmarks).
+  // Local ops run over all devices (for benchmarks).
   int64_t local_ops_run() const { return local_ops_run_; }
+  // The global input arrays Start() made (with data when numerics are on).
+  const std::map<std::string, Array>& inputs() const { return inputs_; }
 
  private:
   struct GroupRun;
@@ -115,6 +117,7 @@ class Executor {
   std::vector<std::vector<std::vector<int>>> group_lists_;
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
+  std::map<std::string, Array> inputs_;
   Time end_;
 };
 
@@ -126,8 +129,11 @@ void CheckProgram(const Mesh& mesh, const ProgramSpec& program);
 // Evaluates the program directly from the ops' definitions (collectives computed from all
 // positions' blocks at once, no network), returning the global outputs. The reference that
 // every run's numerics are checked against.
+// `inputs`, when given, are the global input arrays already made (Executor::inputs()), so
+// they are not made twice.
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
-                                              const std::string& base_dir);
+                                              const std::string& base_dir,
+                                              const std::map<std::string, Array>* inputs = nullptr);
 
 // The numerics check of a run: simulated outputs against the reference.
 struct NumericsReport {

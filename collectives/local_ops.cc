@@ -176,6 +176,10 @@ std::vector<int64_t> BroadcastStrides(const Shape& shape, const Shape& out) {
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float* c, int64_t ldc) {
   if (m == 0 || n == 0 || k == 0) return;
+  // One BLAS thread: results then do not depend on the machine's core count, and OpenBLAS's
+  // idle workers do not spin beside the simulation (devices' matmuls are small and many).
+  static const bool kSingleThreaded = (openblas_set_num_threads(1), true);
+  (void)kSingleThreaded;
   assert(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),

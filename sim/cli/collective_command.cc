@@ -145,7 +145,8 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
             0};
     if (config.numerics) {
       NumericsReport r =
-          CompareOutputs(executor.Outputs(), ReferenceOutputs(mesh, program, ""), mesh.size());
+          CompareOutputs(executor.Outputs(),
+                         ReferenceOutputs(mesh, program, "", &executor.inputs()), mesh.size());
       row.max_abs_error = r.max_abs_error;
       if (!r.passed) {
         numerics_failed = true;
