@@ -345,7 +345,7 @@ Bandwidth ExactBisection(const Topology& topo) {
   const int half = n / 2;
   CutEvaluator cuts(topo);
   double best = std::numeric_limits<double>::infinity();
-  // Every subset of `half` devices as A (Gosper's hack walks the masks with `half` bits set).
+  // Every subset of `half` devices as A (Gosper's method walks the masks with `half` bits set).
   // With n even, A's complement is also enumerated, so one direction per subset suffices.
   const uint32_t limit = 1u << n;
   for (uint32_t mask = (1u << half) - 1; mask < limit;) {

@@ -303,44 +303,34 @@ bool YamlValue::Bool() const {
   return value;
 }
 
-Bytes YamlValue::ToBytes() const {
-  if (!node_.IsScalar()) Expected("a size like \"64 MiB\"");
+template <typename Parse>
+auto YamlValue::Quantity(const char* example, Parse parse) const -> decltype(parse(std::string())) {
+  if (!node_.IsScalar()) Expected(example);
   try {
-    return ParseBytes(node_.Scalar());
+    return parse(node_.Scalar());
   } catch (const UnitError& e) {
     Fail(e.what());
   }
 }
 
+Bytes YamlValue::ToBytes() const {
+  return Quantity("a size like \"64 MiB\"", [](const std::string& s) { return ParseBytes(s); });
+}
+
 Bandwidth YamlValue::ToBandwidth() const {
-  if (!node_.IsScalar()) Expected("a bandwidth like \"45 GB/s\"");
-  Bandwidth value;
-  try {
-    value = ParseBandwidth(node_.Scalar());
-  } catch (const UnitError& e) {
-    Fail(e.what());
-  }
+  Bandwidth value = Quantity("a bandwidth like \"45 GB/s\"",
+                             [](const std::string& s) { return ParseBandwidth(s); });
   if (value.bytes_per_second() <= 0) Fail("a bandwidth must be positive, got " + Describe());
   return value;
 }
 
 Time YamlValue::ToTime() const {
-  if (!node_.IsScalar()) Expected("a time like \"1 us\"");
-  try {
-    return ParseTime(node_.Scalar());
-  } catch (const UnitError& e) {
-    Fail(e.what());
-  }
+  return Quantity("a time like \"1 us\"", [](const std::string& s) { return ParseTime(s); });
 }
 
 FlopRate YamlValue::ToFlopRate() const {
-  if (!node_.IsScalar()) Expected("a compute rate like \"197 TFLOP/s\"");
-  FlopRate value;
-  try {
-    value = ParseFlopRate(node_.Scalar());
-  } catch (const UnitError& e) {
-    Fail(e.what());
-  }
+  FlopRate value = Quantity("a compute rate like \"197 TFLOP/s\"",
+                            [](const std::string& s) { return ParseFlopRate(s); });
   if (value.per_second() <= 0) Fail("a compute rate must be positive, got " + Describe());
   return value;
 }

@@ -132,6 +132,10 @@ class YamlValue {
   [[noreturn]] void Expected(const std::string& what) const;
 
  private:
+  // Parses this scalar with `parse` (a sim/units.h parser); `example` names the expected form.
+  template <typename Parse>
+  auto Quantity(const char* example, Parse parse) const -> decltype(parse(std::string()));
+
   YamlSource* source_;
   YAML::Node node_;
   std::string path_;
