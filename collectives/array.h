@@ -51,6 +51,11 @@ class Array {
   const std::vector<float>& values() const { return values_; }
   // Element at flat row-major index `i`.
   float at(int64_t i) const { return values_[static_cast<size_t>(i)]; }
+  // Moves the values out, leaving a shape-only array of the same type.
+  std::vector<float> TakeValues() {
+    has_data_ = false;
+    return std::move(values_);
+  }
   // Rounds the stored values to the dtype (after writing through data()).
   void Round();
   // "f32[1024,4096]".

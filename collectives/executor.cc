@@ -126,6 +126,7 @@ struct Executor::GroupRun {
   std::vector<int> positions;
   std::vector<Array> inputs;  // Per member (shape and dtype; data moved into `in`).
   int arrived = 0;
+  int finished = 0;
   Time start;
 };
 
@@ -372,13 +373,15 @@ void Executor::LaunchGroup(size_t op_index, int group) {
     run.in.resize(g);
     run.out.resize(g);
     for (int m = 0; m < g; ++m) {
-      const Array& x = run.inputs[m];
+      Array& x = run.inputs[m];  // The group's own copy: its data can move.
       if (job.kind == CollectiveKind::kReduceScatter) {
         run.in[m] = ChunkedInput(x, op.scatter_dimension, g);
+        x.TakeValues();
       } else if (job.kind == CollectiveKind::kAllToAll) {
         run.in[m] = ChunkedInput(x, op.split_axis, g);
+        x.TakeValues();
       } else {
-        run.in[m] = x.values();
+        run.in[m] = x.TakeValues();
       }
     }
     job.in = &run.in;
@@ -447,6 +450,11 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
     sim_.ReportSlice(s);
   }
   Record(op_index, run.start, sim_.Now());
+  if (++run.finished == g) {
+    // Free the group's state once nothing runs inside it: members can finish synchronously
+    // inside algorithm->Start(), so the erase waits for the current event to end.
+    sim_.Schedule(Time(), [this, op_index, group] { groups_.erase({op_index, group}); });
+  }
   Try(position);
 }
 

@@ -28,7 +28,7 @@ int32_t Simulator::AllocateBucket() {
 }
 
 EventId Simulator::ScheduleAt(Time at, Callback cb) {
-  assert(at >= now_ && "cannot schedule an event in the past");
+  if (at < now_) throw std::logic_error("an event was scheduled in the past");
   uint32_t slot = AllocateSlot();
   Slot& s = slots_[slot];
   s.callback = std::move(cb);
@@ -113,7 +113,7 @@ void Simulator::RunUntil(Time limit) {
       if (last_bucket_ == bucket) last_bucket_ = -1;
     }
     Slot& s = slots_[slot];
-    ++s.generation;
+    if (++s.generation == 0) s.generation = 1;  // 0 would make the id read as "no event".
     free_slots_.push_back(slot);
     if (!s.live) continue;  // Cancelled.
     now_ = Time::Picoseconds(time);

@@ -39,7 +39,7 @@ class Simulator {
   // The current simulated time.
   Time Now() const { return now_; }
 
-  // Schedules `cb` at absolute time `at` (>= Now()).
+  // Schedules `cb` at absolute time `at`; throws std::logic_error if `at` < Now().
   EventId ScheduleAt(Time at, Callback cb);
   // Schedules `cb` after `delay` (>= 0) from now.
   EventId Schedule(Time delay, Callback cb) { return ScheduleAt(now_ + delay, std::move(cb)); }

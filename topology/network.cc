@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 namespace shardsim {
@@ -136,7 +137,7 @@ void Network::Admit(int32_t f) {
   flow.rate = bottleneck;
   flow.updated_ps = sim_.Now().picoseconds();
   flow.lazy = true;
-  flow.drain_ps = flow.updated_ps + static_cast<int64_t>(std::ceil(flow.remaining / flow.rate));
+  flow.drain_ps = DrainTime(flow);
   flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps) + flow.latency,
                                      [this, f] { FinishLazy(f); });
 }
@@ -210,16 +211,33 @@ void Network::SetRate(int32_t f, double rate) {
   if (flow.remaining < 0) flow.remaining = 0;
   flow.updated_ps = now;
   flow.rate = rate;
-  if (flow.drain_event) sim_.Cancel(flow.drain_event);
+  if (flow.drain_event) {
+    // A rate change that leaves the rounded drain time as it was keeps its event: cancelled
+    // events stay in the heap until their time, so needless reschedules pile up.
+    if (DrainTime(flow) == flow.drain_ps) return;
+    sim_.Cancel(flow.drain_event);
+  }
   ScheduleDrain(f);
+}
+
+int64_t Network::DrainTime(const Flow& flow) const {
+  // Round the drain up to a whole picosecond so no byte is delivered early.
+  double ps = std::ceil(flow.remaining / flow.rate);
+  // Time is int64 picoseconds (about 106 days): a drain beyond that cannot be represented.
+  double left = static_cast<double>(Time::Max().picoseconds() - flow.updated_ps) / 2;
+  if (!(ps <= left)) {
+    throw std::overflow_error("a transfer of " +
+                              FormatBytes(Bytes(static_cast<int64_t>(flow.total))) + " at " +
+                              FormatBandwidth(Bandwidth::BytesPerSecond(flow.rate * 1e12)) +
+                              " would end beyond the simulator's time range (about 53 days)");
+  }
+  return flow.updated_ps + static_cast<int64_t>(ps);
 }
 
 void Network::ScheduleDrain(int32_t f) {
   Flow& flow = flows_[f];
-  // Round the drain up to a whole picosecond so no byte is delivered early.
-  double ps = std::ceil(flow.remaining / flow.rate);
-  flow.drain_event =
-      sim_.Schedule(Time::Picoseconds(static_cast<int64_t>(ps)), [this, f] { Drain(f); });
+  flow.drain_ps = DrainTime(flow);
+  flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
 }
 
 void Network::Drain(int32_t f) {

@@ -53,9 +53,11 @@ class Network {
 
   // Number of transfers started.
   int64_t transfers_started() const { return next_id_; }
-  // Number of transfers in flight (started, not yet drained).
+  // Number of transfers holding links. Untraced, a transfer that was alone on its route holds
+  // them until its delivery (released lazily) rather than until its last byte left.
   int64_t active_transfers() const { return active_; }
-  // Total bytes that crossed directed link `link` so far.
+  // Total bytes that crossed directed link `link`, counted when each transfer releases it
+  // (see active_transfers()).
   double link_bytes(LinkId link) const { return links_[link].bytes; }
   // The topology.
   const Topology& topology() const { return topo_; }
@@ -125,6 +127,9 @@ class Network {
   void Rebalance(const std::vector<LinkId>& seed_links);
   void SetRate(int32_t f, double rate);
   void ScheduleDrain(int32_t f);
+  // When a flow's last byte leaves at its current rate; throws std::overflow_error beyond the
+  // range of Time.
+  int64_t DrainTime(const Flow& flow) const;
   void DeclareTraceProcesses();
   int32_t TrackOf(LinkId link, bool receive_side);
   void TraceUtilization(LinkId link);

@@ -185,7 +185,8 @@ class Direct : public CollectiveAlgorithm {
   void MaybeDone(int m) {
     MemberState& s = state_[m];
     if (s.done || s.received < s.expected) return;
-    // A permute's sender is done once its block left; other kinds once all data is in.
+    // A permute's sender is done once its block was delivered (like collective-permute-done,
+    // which waits for its send and its receive); other kinds once all their data is in.
     if (job_.kind == CollectiveKind::kPermute && s.pending_sends > 0) return;
     s.done = true;
     job_.on_member_done(m);

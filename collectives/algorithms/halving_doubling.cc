@@ -125,7 +125,8 @@ class HalvingDoubling : public CollectiveAlgorithm {
               std::to_string(round + 1) + "/" + std::to_string(rounds_);
     }
     network_.Start(job_.members[m], job_.members[partner], job_.BytesOf(Elements(set)),
-                   std::move(label), [this, partner, round, payload = std::move(payload)]() {
+                   std::move(label),
+                   [this, partner, round, payload = std::move(payload)]() mutable {
                      state_[partner].arrived.emplace(round, std::move(payload));
                      Advance(partner);
                    });

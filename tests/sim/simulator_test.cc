@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 namespace shardsim {
@@ -139,6 +140,20 @@ TEST(SimulatorTest, TwoSimulatorsInOneProcessAreIndependent) {
   EXPECT_EQ(ra, 1);
   EXPECT_EQ(rb, 0);
   EXPECT_EQ(b.pending(), 1u);
+}
+
+}  // namespace
+}  // namespace shardsim
+
+namespace shardsim {
+namespace {
+
+TEST(SimulatorTest, SchedulingInThePastThrows) {
+  Simulator sim;
+  sim.ScheduleAt(Time::Microseconds(2), [&] {
+    EXPECT_THROW(sim.ScheduleAt(Time::Microseconds(1), [] {}), std::logic_error);
+  });
+  sim.Run();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "sim/simulator.h"
@@ -181,6 +182,20 @@ TEST(NetworkTest, CountsBytesPerLink) {
     bool forward = link.src + 1 == link.dst;
     EXPECT_EQ(h.net.link_bytes(l), forward ? kS : 0.0);
   }
+}
+
+}  // namespace
+}  // namespace shardsim
+
+namespace shardsim {
+namespace {
+
+TEST(NetworkTest, TransfersBeyondTheTimeRangeAreRefused) {
+  // 64 MiB at 12.5 B/s takes about 62 days: past the int64-picosecond range the simulator
+  // keeps for scheduling, so it must fail loudly instead of wrapping to a negative time.
+  Harness h(Line(2, Bandwidth::BytesPerSecond(12.5), Time::Microseconds(1)));
+  h.Start(0, 1, Bytes::MiB(64));
+  EXPECT_THROW(h.sim.Run(), std::overflow_error);
 }
 
 }  // namespace
