@@ -23,6 +23,7 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
   scratch_.resize(topo.links().size());
   for (size_t i = 0; i < links_.size(); ++i) {
     links_[i].capacity = BytesPerPs(topo.links()[i].bandwidth);
+    links_[i].latency = topo.links()[i].latency;
   }
   vertex_pid_.assign(topo.num_vertices(), 0);
   int32_t next_switch = topo.num_devices();
@@ -98,7 +99,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.rate = 0;
   flow.updated_ps = sim_.Now().picoseconds();
   flow.latency = Time();
-  for (LinkId l : flow.path) flow.latency += topo_.link(l).latency;
+  for (LinkId l : flow.path) flow.latency += links_[l].latency;
   FlowEnds& ends = ends_[f];
   ends.id = id;
   ends.start = sim_.Now();

@@ -101,6 +101,7 @@ class Network {
   struct alignas(64) LinkState {
     double capacity = 0;            // Bytes per picosecond.
     double bytes = 0;               // Bytes carried so far.
+    Time latency;                   // The link's latency (copied here: read per transfer).
     SmallVector<int32_t, 3> flows;  // Active flow slots on this link.
   };
   // What only rebalancing and tracing touch.
