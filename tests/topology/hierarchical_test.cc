@@ -2,23 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/topology/fat_tree_params.h"
 #include "topology/switch.h"
 
 namespace shardsim {
 namespace {
 
 HierarchicalParams Params(int nodes, int per_node, int nodes_per_leaf = 0, int spines = 0) {
-  HierarchicalParams p;
-  p.nodes = nodes;
-  p.per_node = per_node;
-  p.nodes_per_leaf = nodes_per_leaf;
-  p.spines = spines;
-  p.nvlink_bandwidth = Bandwidth::GBps(450);
-  p.nvlink_latency = Time::Nanoseconds(500);
-  p.nic_bandwidth = Bandwidth::Gbps(400);
-  p.nic_latency = Time::Microseconds(1);
-  p.fabric_latency = Time::Nanoseconds(500);
-  return p;
+  return testing_support::FatTree(nodes, per_node, nodes_per_leaf, spines);
 }
 
 TEST(HierarchicalTest, ResolvesDefaults) {

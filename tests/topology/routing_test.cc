@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "tests/topology/fat_tree_params.h"
 #include "topology/explicit_graph.h"
 #include "topology/hierarchical.h"
 #include "topology/ring.h"
@@ -153,18 +154,8 @@ TEST(ShortestPathRoutingTest, PrefersBandwidthAtEqualLatencyAndIsDeterministic) 
   EXPECT_EQ(router->Route(3, 0).size(), 2u);
 }
 
-HierarchicalParams Tree(int nodes, int per_node, int nodes_per_leaf, int spines) {
-  HierarchicalParams p;
-  p.nodes = nodes;
-  p.per_node = per_node;
-  p.nodes_per_leaf = nodes_per_leaf;
-  p.spines = spines;
-  p.nvlink_bandwidth = Bandwidth::GBps(450);
-  p.nvlink_latency = Time::Nanoseconds(500);
-  p.nic_bandwidth = Bandwidth::GBps(50);
-  p.nic_latency = Time::Microseconds(1);
-  p.fabric_latency = Time::Nanoseconds(500);
-  return p;
+HierarchicalParams Tree(int nodes, int per_node, int nodes_per_leaf = 0, int spines = 0) {
+  return testing_support::FatTree(nodes, per_node, nodes_per_leaf, spines);
 }
 
 TEST(FatTreeRoutingTest, InsideANodeUsesNvlinkNeverTheNic) {
