@@ -20,7 +20,7 @@ using TransferId = int64_t;
 
 // Moves bytes between vertices of a Topology as a fluid flow model with max-min fair sharing.
 //
-// Model (chosen over chunked FIFO links; see README "Transfer model"):
+// Model (chosen over chunked FIFO links; see README "How it works"):
 // - A transfer occupies every link of its route at once, at one rate. Concurrent transfers
 //   share each link's bandwidth max-min fairly (progressive filling): no link carries more
 //   than its bandwidth, and a transfer bottlenecked elsewhere leaves its unused share to
@@ -30,9 +30,13 @@ using TransferId = int64_t;
 //   pipelining with vanishing chunk size. A lone transfer of S bytes over h hops of bandwidth
 //   B and latency a takes exactly h*a + S/B (zero store-and-forward term), and k transfers
 //   sharing one link each take k*S/B + a.
+// - Rate changes are batched: transfers that start or end at one instant trigger a single
+//   rebalance, run in an event at that instant.
+// - Untraced, a transfer alone on its route costs one event (drain and delivery together); its
+//   links are released lazily if another transfer wants one of them earlier.
 // Why fluid rather than chunks: collectives on thousands of devices move millions of
-// messages; a flow costs two events however large it is, while chunks cost one event per
-// chunk per hop, and the fair-share rates reproduce the bandwidth split that chunked
+// messages; a flow costs one or two events however large it is, while chunks cost one event
+// per chunk per hop, and the fair-share rates reproduce the bandwidth split that chunked
 // round-robin FIFOs converge to for long messages.
 class Network {
  public:
