@@ -12,23 +12,6 @@
 namespace shardsim {
 namespace {
 
-// Elements of a shape (1 for a scalar).
-int64_t CountElements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// "[1024,4096]".
-std::string ShapeText(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) text += ",";
-    text += std::to_string(shape[i]);
-  }
-  return text + "]";
-}
-
 // Calls f(local_start, global_start, run) for every contiguous run of a block of `local`
 // shape at `offset` inside an array of `global` shape: flat row-major starts, `run` elements.
 template <typename F>
@@ -38,7 +21,7 @@ void ForEachRun(const Shape& local, const Shape& global, const std::vector<int64
     f(0, 0, 1);
     return;
   }
-  if (CountElements(local) == 0) return;
+  if (NumElements(local) == 0) return;
   const int64_t run = local[rank - 1];
   std::vector<int64_t> index(rank, 0);  // Local index; the last entry stays 0.
   int64_t local_start = 0;
@@ -163,12 +146,12 @@ std::vector<int> Sharding::ShardedAxes() const {
 
 Array Sharding::Shard(const Array& global, int position) const {
   if (global.shape() != global_shape_) {
-    throw std::invalid_argument("cannot shard an array of shape " + ShapeText(global.shape()) +
-                                " with a sharding of shape " + ShapeText(global_shape_));
+    throw std::invalid_argument("cannot shard an array of shape " + FormatShape(global.shape()) +
+                                " with a sharding of shape " + FormatShape(global_shape_));
   }
   const Shape local = LocalShape();
   if (!global.has_data()) return Array::ShapeOnly(global.dtype(), local);
-  std::vector<float> values(static_cast<size_t>(CountElements(local)));
+  std::vector<float> values(static_cast<size_t>(NumElements(local)));
   const float* src = global.data();
   ForEachRun(local, global_shape_, BlockOffset(position),
              [&](int64_t local_start, int64_t global_start, int64_t run) {
@@ -193,8 +176,8 @@ Array Sharding::Assemble(const std::vector<Array>& locals_by_position,
     const Array& block = locals_by_position[p];
     if (block.shape() != local) {
       throw std::invalid_argument("the block at mesh position " + std::to_string(p) +
-                                  " has shape " + ShapeText(block.shape()) + ", expected " +
-                                  ShapeText(local) + " for " + GlobalType(dtype) + " sharded " +
+                                  " has shape " + FormatShape(block.shape()) + ", expected " +
+                                  FormatShape(local) + " for " + GlobalType(dtype) + " sharded " +
                                   FormatPartitionSpec(spec_));
     }
     if (block.dtype() != dtype) {
@@ -229,7 +212,7 @@ Array Sharding::Assemble(const std::vector<Array>& locals_by_position,
     }
   }
 
-  std::vector<float> values(static_cast<size_t>(CountElements(global_shape_)));
+  std::vector<float> values(static_cast<size_t>(NumElements(global_shape_)));
   for (int p = 0; p < mesh_.size(); ++p) {
     const std::vector<int> coords = mesh_.Coords(p);
     bool first_replica = true;
@@ -269,7 +252,7 @@ std::string Sharding::GlobalType(DType dtype) const {
 }
 
 std::string Sharding::LocalType(DType dtype) const {
-  std::string text = std::string(DTypeName(dtype)) + ShapeText(LocalShape());
+  std::string text = std::string(DTypeName(dtype)) + FormatShape(LocalShape());
   const std::vector<int> axes = ShardedAxes();
   if (axes.empty()) return text;
   text += "{";

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
@@ -266,15 +267,12 @@ std::string YamlValue::OneOf(const std::vector<std::string>& allowed) const {
 }
 
 int YamlValue::Int(int min) const {
-  if (!node_.IsScalar()) Expected("an integer");
-  int value = 0;
-  if (!ParseInteger(Trim(node_.Scalar()), value)) Expected("an integer");
-  if (value < min) {
-    if (min == 1) Fail("must be positive, got " + std::to_string(value));
-    if (min == 0) Fail("must not be negative, got " + std::to_string(value));
-    Fail("must be at least " + std::to_string(min) + ", got " + std::to_string(value));
+  int64_t value = Int64(min);
+  if (value > std::numeric_limits<int>::max()) {
+    Fail("must be at most " + std::to_string(std::numeric_limits<int>::max()) + ", got " +
+         std::to_string(value));
   }
-  return value;
+  return static_cast<int>(value);
 }
 
 int64_t YamlValue::Int64(int64_t min) const {
