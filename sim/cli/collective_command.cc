@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "collectives/executor.h"
+#include "collectives/numerics_check.h"
 #include "collectives/placement.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"

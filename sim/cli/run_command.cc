@@ -12,6 +12,7 @@
 
 #include "collectives/compute_model.h"
 #include "collectives/executor.h"
+#include "collectives/numerics_check.h"
 #include "collectives/npy.h"
 #include "collectives/placement.h"
 #include "collectives/sharding.h"

@@ -2,6 +2,7 @@
 // the reference evaluation, op timings must follow the algorithms' closed forms, and bad
 // programs fail before running with the key of the op at fault.
 #include "collectives/executor.h"
+#include "collectives/numerics_check.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,40 @@
+#include "collectives/outputs.h"
+
+#include "collectives/sharding.h"
+#include "sim/spec_error.h"
+
+namespace shardsim {
+
+Shape GlobalShapeOf(const Shape& local, const PartitionSpec& spec, const Mesh& mesh) {
+  Shape global = local;
+  for (size_t d = 0; d < spec.dims.size() && d < global.size(); ++d) {
+    for (const std::string& axis : spec.dims[d]) {
+      int a = mesh.AxisIndex(axis);
+      if (a >= 0) global[d] *= mesh.axes()[a].size;
+    }
+  }
+  return global;
+}
+
+std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec& program,
+                                             const std::vector<std::map<std::string, Array>>& env) {
+  std::map<std::string, Array> out;
+  for (const OutputSpec& o : program.outputs) {
+    std::vector<Array> locals;
+    for (int p = 0; p < mesh.size(); ++p) locals.push_back(env[p].at(o.name));
+    Shape global = GlobalShapeOf(locals[0].shape(), o.spec, mesh);
+    Sharding sharding(mesh, o.spec, global);
+    std::string axis;
+    Array assembled = sharding.Assemble(locals, &axis);
+    if (!axis.empty()) {
+      throw SpecError(o.key, "output " + o.name + " differs along mesh axis '" + axis +
+                                 "', which its out spec " + FormatPartitionSpec(o.spec) +
+                                 " does not name: replicas must hold the same values");
+    }
+    out[o.name] = std::move(assembled);
+  }
+  return out;
+}
+
+
+}  // namespace shardsim
