@@ -59,12 +59,98 @@ bool MeetAtOneSwitch(Network& network, const CollectiveJob& job) {
   return true;
 }
 
+std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& network,
+                                                    CollectiveJob& job,
+                                                    const std::vector<int>& axis_sizes) {
+  bool both_ways = true;
+  for (size_t a = 0; a < axis_sizes.size(); ++a) {
+    if (axis_sizes[a] > 1) {
+      both_ways = both_ways && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
+    }
+  }
+  return MakeRingAlgorithm(network, job, MakeRingPlan(algo, axis_sizes, both_ways));
+}
+
+// The tree's buffer flows in min(64, ceil(bytes / chunk_size)) segments: large messages
+// approach the bandwidth bound, small ones stay one latency-bound segment.
+std::unique_ptr<CollectiveAlgorithm> MakeTree(Network& network, CollectiveJob& job,
+                                              const std::vector<int>&, Bytes chunk_size) {
+  int64_t bytes = job.BytesOf(job.total).count();
+  int64_t chunk = std::max<int64_t>(1, chunk_size.count());
+  int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+  return MakeTreeAlgorithm(network, job, segments);
+}
+
+constexpr CollectiveKind kGather = CollectiveKind::kAllGather;
+constexpr CollectiveKind kScatter = CollectiveKind::kReduceScatter;
+constexpr CollectiveKind kReduce = CollectiveKind::kAllReduce;
+
 }  // namespace
 
+const std::vector<AlgorithmDef>& AlgorithmRegistry() {
+  static const std::vector<AlgorithmDef> registry = {
+      {"ring", {kGather, kScatter, kReduce}, false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
+         return MakeRingFamily("ring", n, j, axes);
+       }},
+      {"bidirectional_ring", {kGather, kScatter, kReduce}, false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
+         return MakeRingFamily("bidirectional_ring", n, j, axes);
+       }},
+      {"torus_2d", {kGather, kScatter, kReduce}, false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
+         return MakeRingFamily("torus_2d", n, j, axes);
+       }},
+      {"direct",
+       {kGather, kScatter, kReduce, CollectiveKind::kAllToAll, CollectiveKind::kPermute},
+       false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
+         return MakeDirectAlgorithm(n, j);
+       }},
+      {"halving_doubling", {kGather, kScatter, kReduce}, true,
+       [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
+         return MakeHalvingDoublingAlgorithm(n, j);
+       }},
+      {"tree", {kReduce}, false, MakeTree},
+  };
+  return registry;
+}
+
+const AlgorithmDef* FindAlgorithm(const std::string& name) {
+  for (const AlgorithmDef& def : AlgorithmRegistry()) {
+    if (name == def.name) return &def;
+  }
+  return nullptr;
+}
+
 const std::vector<std::string>& AlgorithmNames() {
-  static const std::vector<std::string> kNames = {
-      "ring", "bidirectional_ring", "torus_2d", "direct", "halving_doubling", "tree", "auto"};
-  return kNames;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const AlgorithmDef& def : AlgorithmRegistry()) n.emplace_back(def.name);
+    n.emplace_back("auto");
+    return n;
+  }();
+  return names;
+}
+
+std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int group_size) {
+  if (name.empty() || name == "auto") return "";
+  const AlgorithmDef* def = FindAlgorithm(name);
+  if (!def) return "unknown algorithm '" + name + "'";
+  if (std::find(def->kinds.begin(), def->kinds.end(), kind) == def->kinds.end()) {
+    if (kind == CollectiveKind::kAllToAll || kind == CollectiveKind::kPermute) {
+      return name + " does not implement " + CollectiveKindName(kind) + "; use direct";
+    }
+    if (def->kinds.size() == 1 && def->kinds[0] == kReduce) {
+      return name + " implements all-reduce only (psum, pmean, pmax, pmin), not " +
+             CollectiveKindName(kind);
+    }
+    return name + " does not implement " + CollectiveKindName(kind);
+  }
+  if (def->power_of_two_groups && (group_size & (group_size - 1)) != 0) {
+    return name + " needs a power-of-two group, got " + std::to_string(group_size) + " devices";
+  }
+  return "";
 }
 
 std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
@@ -101,30 +187,9 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
   std::string algo =
       name.empty() || name == "auto" ? ChooseAlgorithm(network, job, axis_sizes) : name;
   if (resolved) *resolved = algo;
-  bool point_to_point =
-      job.kind == CollectiveKind::kAllToAll || job.kind == CollectiveKind::kPermute;
-  if (algo == "direct") return MakeDirectAlgorithm(network, job);
-  if (point_to_point) {
-    throw std::invalid_argument(algo + " does not implement " + CollectiveKindName(job.kind) +
-                                "; use direct");
-  }
-  if (algo == "ring" || algo == "bidirectional_ring" || algo == "torus_2d") {
-    bool both_ways = true;
-    for (size_t a = 0; a < axis_sizes.size(); ++a) {
-      if (axis_sizes[a] > 1) {
-        both_ways = both_ways && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
-      }
-    }
-    return MakeRingAlgorithm(network, job, MakeRingPlan(algo, axis_sizes, both_ways));
-  }
-  if (algo == "halving_doubling") return MakeHalvingDoublingAlgorithm(network, job);
-  if (algo == "tree") {
-    int64_t bytes = job.BytesOf(job.total).count();
-    int64_t chunk = std::max<int64_t>(1, chunk_size.count());
-    int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
-    return MakeTreeAlgorithm(network, job, segments);
-  }
-  throw std::invalid_argument("unknown algorithm '" + algo + "'");
+  std::string refused = AlgorithmSupports(algo, job.kind, job.size());
+  if (!refused.empty()) throw std::invalid_argument(refused);
+  return FindAlgorithm(algo)->make(network, job, axis_sizes, chunk_size);
 }
 
 }  // namespace shardsim

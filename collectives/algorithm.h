@@ -10,9 +10,28 @@
 
 namespace shardsim {
 
-// The SPEC's algorithm names: ring, bidirectional_ring, torus_2d, direct, halving_doubling,
-// tree, auto.
+// One collective algorithm of the registry: its name, what it implements, and its factory.
+struct AlgorithmDef {
+  const char* name;                    // SPEC name ("ring").
+  std::vector<CollectiveKind> kinds;   // The collectives it implements.
+  bool power_of_two_groups;            // Needs a group of 2^k members.
+  // Builds it for `job`: axis_sizes are the group's mesh axes (first major), chunk_size the
+  // pipelining unit (tree).
+  std::unique_ptr<CollectiveAlgorithm> (*make)(Network& network, CollectiveJob& job,
+                                               const std::vector<int>& axis_sizes,
+                                               Bytes chunk_size);
+};
+
+// Every algorithm, in SPEC order (`auto` is not one: it chooses among them).
+const std::vector<AlgorithmDef>& AlgorithmRegistry();
+// The entry named `name`, or nullptr (also for "auto").
+const AlgorithmDef* FindAlgorithm(const std::string& name);
+// The names a run file may write: the registry's, then "auto".
 const std::vector<std::string>& AlgorithmNames();
+// Whether algorithm `name` can run collective `kind` on a group of `group_size` members:
+// "" if it can (always for "auto"), else why not ("halving_doubling needs a power-of-two
+// group, got 6 devices"). Checked when a program is lowered, before anything runs.
+std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int group_size);
 
 // Picks the algorithm `auto` means for `job` on the network, given the sizes of the group's
 // mesh axes (first major). The rule:
@@ -31,8 +50,8 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
                             const std::vector<int>& axis_sizes);
 
 // Builds algorithm `name` ("auto" resolves through ChooseAlgorithm) for `job`. Throws
-// std::invalid_argument when the algorithm cannot run the job (tree for all_gather, ring for
-// all_to_all, halving_doubling on 6 devices, ...). `resolved` receives the concrete name.
+// std::invalid_argument when AlgorithmSupports refuses the job (tree for all_gather, ring
+// for all_to_all, halving_doubling on 6 devices, ...). `resolved` receives the concrete name.
 // `chunk_size` is the tree's pipelining unit: its buffer flows in
 // min(64, ceil(bytes / chunk_size)) segments (large messages approach the bandwidth bound,
 // small ones stay one latency-bound segment). Rings need no chunking: each step already moves

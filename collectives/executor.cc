@@ -8,6 +8,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/init.h"
+#include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
 #include "collectives/outputs.h"
@@ -23,26 +24,7 @@ int NormalizeAxis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-CollectiveKind KindOf(OpKind op) {
-  switch (op) {
-    case OpKind::kPsumScatter:
-      return CollectiveKind::kReduceScatter;
-    case OpKind::kAllGather:
-      return CollectiveKind::kAllGather;
-    case OpKind::kAllToAll:
-      return CollectiveKind::kAllToAll;
-    case OpKind::kPpermute:
-      return CollectiveKind::kPermute;
-    default:
-      return CollectiveKind::kAllReduce;
-  }
-}
 
-ReduceOp ReduceOf(OpKind op) {
-  if (op == OpKind::kPmax) return ReduceOp::kMax;
-  if (op == OpKind::kPmin) return ReduceOp::kMin;
-  return ReduceOp::kSum;
-}
 
 // The chunks a reduce-scatter or all-to-all splits its input into: G slices along `axis`,
 // each flattened, back to back.
@@ -106,13 +88,6 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
   }
 }
 
-// Ops that cost nothing on the compute stream: relabellings, the dynamic slices and
-// concatenations collective matmuls lower into and their fused views and in-place writes
-// (XLA fuses them into the consuming matmul or writes in place), and axis_index.
-bool IsFree(const OpSpec& op) {
-  return op.fused || op.kind == OpKind::kReshape || op.kind == OpKind::kDynamicSlice ||
-         op.kind == OpKind::kDynamicConcat || op.kind == OpKind::kAxisIndex;
-}
 
 // Trace tracks of the executor on each device process; the network's start at 1.
 constexpr int32_t kComputeTid = 0;
@@ -125,37 +100,74 @@ struct Executor::GroupRun {
   std::unique_ptr<CollectiveAlgorithm> algorithm;
   std::vector<std::vector<float>> in, out;
   std::vector<int> positions;
-  std::vector<Array> inputs;  // Per member (shape and dtype; data moved into `in`).
+  std::vector<Array> inputs;  // Per member, numerics only (data moved into `in`).
   int arrived = 0;
   int finished = 0;
   Time start;
 };
 
 struct Executor::Device {
-  std::vector<Array> values;  // By value id.
-  std::vector<char> ready;    // By value id.
-  size_t compute_pc = 0;      // Next entry of compute_ops_.
-  size_t comm_pc = 0;         // Next entry of comm_ops_.
-  bool busy = false;          // The compute stream runs an op.
-  int in_flight = 0;          // Collectives issued and not finished.
+  std::vector<Array> values;     // By value id; numerics only.
+  std::vector<char> ready;       // By value id.
+  std::vector<int32_t> pending;  // By value id: readers that have not finished.
+  size_t compute_pc = 0;         // Next entry of compute_ops_.
+  size_t comm_pc = 0;            // Next entry of comm_ops_.
+  bool busy = false;             // The compute stream runs an op.
+  int in_flight = 0;             // Collectives issued and not finished.
   bool finished = false;
+  int64_t live = 0;              // Bytes of live buffers.
+  int64_t peak = 0;              // Most bytes live at once.
+  const char* peak_op = "";      // Op started or issued when the peak was reached.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
 };
 
 Executor::Executor(Simulator& sim, Network& network, const Mesh& mesh, const ProgramSpec& program,
-                   ExecutorConfig config)
-    : sim_(sim), network_(network), mesh_(mesh), program_(program), config_(std::move(config)) {}
+                   ExecutorConfig config, const LoweredProgram* lowered)
+    : sim_(sim),
+      network_(network),
+      mesh_(mesh),
+      program_(program),
+      config_(std::move(config)),
+      lowered_(lowered) {}
 
 Executor::~Executor() = default;
 
 void Executor::Start() {
-  lowered_ = LowerProgram(mesh_, program_);
+  if (!lowered_) {
+    own_lowered_ = LowerProgram(mesh_, program_, config_.algorithms);
+    lowered_ = &own_lowered_;
+  }
+  const LoweredProgram& lp = *lowered_;
+  const size_t num_values = lp.values.size();
   int n = mesh_.size();
+
+  // Buffer lifetimes: readers per value; inputs and final outputs are held to the end.
+  readers_.assign(num_values, 0);
+  held_.assign(num_values, 0);
+  value_bytes_.resize(num_values);
+  for (size_t v = 0; v < num_values; ++v) value_bytes_[v] = lp.values[v].bytes().count();
+  for (const LoweredOp& op : lp.ops) {
+    for (size_t k = 0; k < op.in_values.size(); ++k) {
+      int v = op.in_values[k];
+      // An op reading one value twice is one reader.
+      if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) ==
+          op.in_values.begin() + k) {
+        ++readers_[v];
+      }
+    }
+  }
+  for (const auto& [name, v] : lp.inputs) held_[v] = 1;
+  for (const OutputSpec& o : program_.outputs) held_[lp.final_values.at(o.name)] = 1;
+
+  int64_t input_bytes = 0;
+  for (const auto& [name, v] : lp.inputs) input_bytes += value_bytes_[v];
   devices_.assign(n, Device{});
   for (Device& d : devices_) {
-    d.values.resize(lowered_.values.size());
-    d.ready.assign(lowered_.values.size(), 0);
+    if (config_.numerics) d.values.resize(num_values);
+    d.ready.assign(num_values, 0);
+    d.pending = readers_;
+    d.live = d.peak = input_bytes;
   }
   for (const ArraySpec& spec : program_.arrays) {
     Array global;
@@ -165,12 +177,12 @@ void Executor::Start() {
       throw SpecError("arrays." + spec.name + ".init", e.what());
     }
     int id = -1;
-    for (const auto& [name, value] : lowered_.inputs) {
+    for (const auto& [name, value] : lp.inputs) {
       if (name == spec.name) id = value;
     }
     Sharding sharding(mesh_, spec.sharding, spec.shape);
     for (int p = 0; p < n; ++p) {
-      devices_[p].values[id] = sharding.Shard(global, p);
+      if (config_.numerics) devices_[p].values[id] = sharding.Shard(global, p);
       devices_[p].ready[id] = 1;
     }
     inputs_[spec.name] = std::move(global);
@@ -181,38 +193,49 @@ void Executor::Start() {
     const OpSpec& op = program_.ops[i];
     op_timings_[i].name = op.name;
     op_timings_[i].op = OpKindName(op.kind);
-    if (op.kind == OpKind::kAllgatherMatmul || op.kind == OpKind::kMatmulReduceScatter) {
-      op_timings_[i].algorithm = op.variant;
-    }
+    if (Op(op.kind).stream == OpStream::kComposite) op_timings_[i].algorithm = op.variant;
   }
   // Each row's bytes: its first input on one device.
-  for (const LoweredOp& op : lowered_.ops) {
+  for (const LoweredOp& op : lp.ops) {
     OpTiming& row = op_timings_[op.source];
     if (row.bytes.count() == 0 && !op.in_values.empty()) {
-      row.bytes = lowered_.values[op.in_values[0]].bytes();
+      row.bytes = lp.values[op.in_values[0]].bytes();
     }
   }
-  membership_.assign(lowered_.ops.size(), {});
-  group_lists_.assign(lowered_.ops.size(), {});
-  for (size_t i = 0; i < lowered_.ops.size(); ++i) {
-    const LoweredOp& op = lowered_.ops[i];
+  // Compute times, once per op: every position has the same local shapes.
+  op_duration_.assign(lp.ops.size(), Time());
+  layout_of_op_.assign(lp.ops.size(), nullptr);
+  for (size_t i = 0; i < lp.ops.size(); ++i) {
+    const LoweredOp& op = lp.ops[i];
     if (!op.collective) {
       compute_ops_.push_back(i);
+      if (config_.compute_model && op.def->stream == OpStream::kCompute && !op.spec.fused) {
+        std::vector<const Array*> ins, outs;
+        for (int v : op.in_values) ins.push_back(&lp.values[v]);
+        for (int v : op.out_values) outs.push_back(&lp.values[v]);
+        OpCost cost = LocalOpCost(op.spec.kind, ins, outs, op.spec.spec);
+        op_duration_[i] = config_.compute_model->OpTime(op.spec.kind, cost, outs[0]->dtype());
+      }
       continue;
     }
     comm_ops_.push_back(i);
-    std::vector<std::vector<int>> groups = mesh_.Groups(ResolveCollectiveAxes(op.spec, mesh_));
-    membership_[i].assign(n, {0, 0});
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (size_t m = 0; m < groups[g].size(); ++m) {
-        membership_[i][groups[g][m]] = {static_cast<int>(g), static_cast<int>(m)};
+    auto [it, made] = layouts_.try_emplace(op.axes);
+    if (made) {
+      it->second.groups = mesh_.Groups(op.axes);
+      it->second.membership.assign(n, {0, 0});
+      for (size_t g = 0; g < it->second.groups.size(); ++g) {
+        for (size_t m = 0; m < it->second.groups[g].size(); ++m) {
+          it->second.membership[it->second.groups[g][m]] = {static_cast<int>(g),
+                                                            static_cast<int>(m)};
+        }
       }
     }
-    group_lists_[i] = std::move(groups);
+    layout_of_op_[i] = &it->second;
   }
+  queued_.assign(n, 0);
   if (sim_.tracing()) DeclareTracks();
   sim_.Schedule(Time(), [this, n] {
-    for (int p = 0; p < n; ++p) Try(p);
+    for (int p = 0; p < n; ++p) Wake(p);
   });
 }
 
@@ -234,8 +257,49 @@ bool Executor::Ready(int position, const LoweredOp& op) const {
   return true;
 }
 
+void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
+  Device& d = devices_[position];
+  for (int v : op.out_values) d.live += value_bytes_[v];
+  // Writing in place over a dying input of the same size allocates nothing new.
+  int r = op.reusable_input;
+  if (r >= 0 && !held_[r] && d.pending[r] == 1) d.live -= value_bytes_[r];
+  if (d.live > d.peak) {
+    d.peak = d.live;
+    d.peak_op = name;
+  }
+}
+
+void Executor::FreeValue(int position, int value) {
+  Device& d = devices_[position];
+  if (held_[value]) return;
+  d.live -= value_bytes_[value];
+  if (config_.numerics) d.values[value] = Array();
+}
+
+void Executor::Release(int position, const LoweredOp& op) {
+  Device& d = devices_[position];
+  for (size_t k = 0; k < op.in_values.size(); ++k) {
+    int v = op.in_values[k];
+    if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) !=
+        op.in_values.begin() + k) {
+      continue;
+    }
+    if (--d.pending[v] > 0) continue;
+    if (v == op.reusable_input) {
+      // Its buffer became the output's: nothing to free (the data itself is dropped).
+      if (!held_[v] && config_.numerics) d.values[v] = Array();
+      continue;
+    }
+    FreeValue(position, v);
+  }
+  // Outputs no op reads die at once.
+  for (int v : op.out_values) {
+    if (readers_[v] == 0) FreeValue(position, v);
+  }
+}
+
 void Executor::Record(size_t op_index, Time start, Time end) {
-  size_t source = lowered_.ops[op_index].source;
+  size_t source = lowered_->ops[op_index].source;
   OpTiming& t = op_timings_[source];
   if (!op_started_[source]) {
     op_started_[source] = true;
@@ -246,21 +310,44 @@ void Executor::Record(size_t op_index, Time start, Time end) {
   t.end = std::max(t.end, end);
 }
 
+// Positions are tried from a worklist, never recursively: a collective over a group of one
+// finishes inside its launch, and 20,000 of them in a row must not nest 20,000 calls deep.
+void Executor::Wake(int position) {
+  if (!queued_[position]) {
+    queued_[position] = 1;
+    work_.push_back(position);
+  }
+  if (draining_) return;
+  draining_ = true;
+  for (size_t i = 0; i < work_.size(); ++i) {
+    int p = work_[i];
+    queued_[p] = 0;
+    Try(p);
+  }
+  work_.clear();
+  draining_ = false;
+}
+
 void Executor::Try(int position) {
   Device& d = devices_[position];
+  const LoweredProgram& lp = *lowered_;
+  int limit = config_.max_collectives_in_flight;
   bool progress = true;
   while (progress) {
     progress = false;
-    // Collectives issue in program order, each as soon as its input is ready.
-    while (d.comm_pc < comm_ops_.size() && Ready(position, lowered_.ops[comm_ops_[d.comm_pc]])) {
+    // Collectives issue in program order, each as soon as its input is ready and the device
+    // has fewer than `limit` in flight.
+    while (d.comm_pc < comm_ops_.size() && (limit <= 0 || d.in_flight < limit) &&
+           Ready(position, lp.ops[comm_ops_[d.comm_pc]])) {
       size_t i = comm_ops_[d.comm_pc++];
       ++d.in_flight;
+      Allocate(position, lp.ops[i], lp.ops[i].spec.name.c_str());
       Arrive(position, i);
       progress = true;
     }
     // The compute stream runs local ops in program order, one at a time.
     if (!d.busy && d.compute_pc < compute_ops_.size() &&
-        Ready(position, lowered_.ops[compute_ops_[d.compute_pc]])) {
+        Ready(position, lp.ops[compute_ops_[d.compute_pc]])) {
       StartCompute(position, compute_ops_[d.compute_pc++]);
       progress = true;
     }
@@ -275,28 +362,25 @@ void Executor::Try(int position) {
 
 void Executor::StartCompute(int position, size_t op_index) {
   Device& d = devices_[position];
-  const LoweredOp& op = lowered_.ops[op_index];
-  std::vector<const Array*> inputs;
-  for (int v : op.in_values) inputs.push_back(&d.values[v]);
-  std::vector<Array> outputs;
-  try {
-    outputs = ApplyLocalOp(op.spec, inputs, mesh_, position);
-  } catch (const std::invalid_argument& e) {
-    throw SpecError(op.spec.key, std::string(OpKindName(op.spec.kind)) + ": " + e.what());
-  }
-  Time duration;
-  if (config_.compute_model && !IsFree(op.spec)) {
-    std::vector<const Array*> outs;
-    for (const Array& a : outputs) outs.push_back(&a);
-    OpCost cost = LocalOpCost(op.spec.kind, inputs, outs, op.spec.spec);
-    duration = config_.compute_model->OpTime(op.spec.kind, cost, outputs[0].dtype());
-    // GPU communication kernels take SMs: compute that starts beside a collective is slower.
-    if (d.in_flight > 0 && config_.comm_compute_slowdown > 0) {
-      duration = Time::FromSecondsCeil(duration.seconds() * (1 + config_.comm_compute_slowdown));
+  const LoweredOp& op = lowered_->ops[op_index];
+  Allocate(position, op, op.spec.name.c_str());
+  if (config_.numerics) {
+    std::vector<const Array*> inputs;
+    for (int v : op.in_values) inputs.push_back(&d.values[v]);
+    std::vector<Array> outputs;
+    try {
+      outputs = ApplyLocalOp(op.spec, inputs, mesh_, position);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.spec.key, std::string(op.def->name) + ": " + e.what());
+    }
+    for (size_t k = 0; k < outputs.size() && k < op.out_values.size(); ++k) {
+      d.values[op.out_values[k]] = std::move(outputs[k]);
     }
   }
-  for (size_t k = 0; k < outputs.size() && k < op.out_values.size(); ++k) {
-    d.values[op.out_values[k]] = std::move(outputs[k]);
+  Time duration = op_duration_[op_index];
+  // GPU communication kernels take SMs: compute that starts beside a collective is slower.
+  if (duration > Time() && d.in_flight > 0 && config_.comm_compute_slowdown > 0) {
+    duration = Time::FromSecondsCeil(duration.seconds() * (1 + config_.comm_compute_slowdown));
   }
   ++local_ops_run_;
   Time started = sim_.Now();
@@ -308,14 +392,15 @@ void Executor::StartCompute(int position, size_t op_index) {
   sim_.Schedule(duration, [this, position, op_index, started] {
     devices_[position].busy = false;
     FinishCompute(position, op_index, started);
-    Try(position);
+    Wake(position);
   });
 }
 
 void Executor::FinishCompute(int position, size_t op_index, Time started) {
   Device& d = devices_[position];
-  const LoweredOp& op = lowered_.ops[op_index];
+  const LoweredOp& op = lowered_->ops[op_index];
   for (int v : op.out_values) d.ready[v] = 1;
+  Release(position, op);
   Time now = sim_.Now();
   if (now > started) {
     d.compute_spans.push_back({started, now});
@@ -327,7 +412,7 @@ void Executor::FinishCompute(int position, size_t op_index, Time started) {
       s.category = "compute";
       s.start = started;
       s.end = now;
-      s.args = {{"op", OpKindName(op.spec.kind)}};
+      s.args = {{"op", op.def->name}};
       sim_.ReportSlice(s);
     }
   }
@@ -335,16 +420,17 @@ void Executor::FinishCompute(int position, size_t op_index, Time started) {
 }
 
 void Executor::Arrive(int position, size_t op_index) {
-  auto [g, m] = membership_[op_index][position];
+  const GroupLayout& layout = *layout_of_op_[op_index];
+  auto [g, m] = layout.membership[position];
   std::unique_ptr<GroupRun>& slot = groups_[{op_index, g}];
   if (!slot) {
     slot = std::make_unique<GroupRun>();
-    slot->positions = group_lists_[op_index][g];
-    slot->inputs.resize(slot->positions.size());
+    slot->positions = layout.groups[g];
+    if (config_.numerics) slot->inputs.resize(slot->positions.size());
   }
   GroupRun& run = *slot;
-  const LoweredOp& op = lowered_.ops[op_index];
-  run.inputs[m] = devices_[position].values[op.in_values[0]];
+  const LoweredOp& op = lowered_->ops[op_index];
+  if (config_.numerics) run.inputs[m] = devices_[position].values[op.in_values[0]];
   // A collective's transfers start when its whole group has issued it: XLA's collectives are
   // synchronous across their replica group.
   if (++run.arrived == static_cast<int>(run.positions.size())) LaunchGroup(op_index, g);
@@ -352,24 +438,25 @@ void Executor::Arrive(int position, size_t op_index) {
 
 void Executor::LaunchGroup(size_t op_index, int group) {
   GroupRun& run = *groups_.at({op_index, group});
-  const OpSpec& op = lowered_.ops[op_index].spec;
+  const LoweredOp& lowered = lowered_->ops[op_index];
+  const OpSpec& op = lowered.spec;
+  const Array& input = lowered_->values[lowered.in_values[0]];
   int g = static_cast<int>(run.positions.size());
   run.start = sim_.Now();
-  const Array& first = run.inputs[0];
   CollectiveJob& job = run.job;
-  job.kind = KindOf(op.kind);
-  job.reduce = ReduceOf(op.kind);
-  job.dtype = first.dtype();
-  job.numerics = config_.numerics && first.has_data();
+  job.kind = lowered.def->collective;
+  job.reduce = lowered.def->reduce;
+  job.dtype = input.dtype();
+  job.numerics = config_.numerics;
   for (int p : run.positions) {
     job.members.push_back(network_.topology().device_vertex(mesh_.device(p)));
   }
-  int64_t size = first.size();
+  int64_t size = input.size();
   job.total = size;
   job.block = job.kind == CollectiveKind::kReduceScatter || job.kind == CollectiveKind::kAllToAll
                   ? size / g
                   : size;
-  if (job.kind == CollectiveKind::kPermute) job.destination = ResolvePermutation(op, mesh_);
+  if (job.kind == CollectiveKind::kPermute) job.destination = lowered.destination;
   if (job.numerics) {
     run.in.resize(g);
     run.out.resize(g);
@@ -390,29 +477,15 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   }
   job.label = op.name;
   job.on_member_done = [this, op_index, group](int member) { MemberDone(op_index, group, member); };
-  std::vector<int> axes = ResolveCollectiveAxes(op, mesh_);
-  std::vector<int> axis_sizes;
-  for (int a : axes) axis_sizes.push_back(mesh_.axes()[a].size);
-  std::string name = op.algorithm;
-  if (name.empty()) {
-    auto by_op = config_.algorithms.find(OpKindName(op.kind));
-    auto by_kind = config_.algorithms.find(CollectiveKindName(job.kind));
-    if (by_op != config_.algorithms.end()) {
-      name = by_op->second;
-    } else if (by_kind != config_.algorithms.end()) {
-      name = by_kind->second;
-    } else {
-      name = "auto";
-    }
-  }
   std::string resolved;
   try {
-    run.algorithm = MakeAlgorithm(name, network_, job, axis_sizes, &resolved, config_.chunk_size);
+    run.algorithm = MakeAlgorithm(lowered.algorithm, network_, job, lowered.axis_sizes, &resolved,
+                                  config_.chunk_size);
   } catch (const std::invalid_argument& e) {
     throw SpecError(op.algorithm.empty() ? op.key : op.key + ".algorithm",
-                    std::string(OpKindName(op.kind)) + ": " + e.what());
+                    std::string(lowered.def->name) + ": " + e.what());
   }
-  OpTiming& row = op_timings_[lowered_.ops[op_index].source];
+  OpTiming& row = op_timings_[lowered.source];
   if (row.algorithm.empty()) row.algorithm = resolved;
   run.algorithm->Start();
   run.in.clear();
@@ -421,22 +494,19 @@ void Executor::LaunchGroup(size_t op_index, int group) {
 
 void Executor::MemberDone(size_t op_index, int group, int member) {
   GroupRun& run = *groups_.at({op_index, group});
-  const LoweredOp& lowered = lowered_.ops[op_index];
+  const LoweredOp& lowered = lowered_->ops[op_index];
   const OpSpec& op = lowered.spec;
   int g = static_cast<int>(run.positions.size());
   int position = run.positions[member];
-  const Array& in = run.inputs[member];
-  Array result;
-  if (run.job.numerics) {
-    result = CollectiveOutput(op, in, std::move(run.out[member]), g);
-    run.out[member] = {};
-  } else {
-    result = Array::ShapeOnly(in.dtype(), CollectiveOutputShape(op, in.shape(), g, in.dtype()));
-  }
-  run.inputs[member] = Array();
   Device& d = devices_[position];
-  d.values[lowered.out_values[0]] = std::move(result);
+  if (run.job.numerics) {
+    d.values[lowered.out_values[0]] =
+        CollectiveOutput(op, run.inputs[member], std::move(run.out[member]), g);
+    run.out[member] = {};
+    run.inputs[member] = Array();
+  }
   d.ready[lowered.out_values[0]] = 1;
+  Release(position, lowered);
   --d.in_flight;
   d.comm_spans.push_back({run.start, sim_.Now()});
   if (sim_.tracing()) {
@@ -447,7 +517,7 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
     s.category = "collective";
     s.start = run.start;
     s.end = sim_.Now();
-    s.args = {{"op", OpKindName(op.kind)}};
+    s.args = {{"op", lowered.def->name}};
     sim_.ReportSlice(s);
   }
   Record(op_index, run.start, sim_.Now());
@@ -456,7 +526,7 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
     // inside algorithm->Start(), so the erase waits for the current event to end.
     sim_.Schedule(Time(), [this, op_index, group] { groups_.erase({op_index, group}); });
   }
-  Try(position);
+  Wake(position);
 }
 
 std::vector<DeviceTiming> Executor::DeviceTimings() const {
@@ -473,6 +543,8 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     // Communication not hidden under compute: what the union adds beyond compute.
     t.exposed_comm = busy - t.compute;
     t.idle = end_ - busy;
+    t.peak_memory = Bytes(d.peak);
+    t.peak_op = d.peak_op;
     out.push_back(t);
   }
   return out;
@@ -481,8 +553,10 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
 std::map<std::string, Array> Executor::Outputs() const {
   std::vector<std::map<std::string, Array>> env(mesh_.size());
   for (const OutputSpec& o : program_.outputs) {
-    int id = lowered_.final_values.at(o.name);
-    for (int p = 0; p < mesh_.size(); ++p) env[p][o.name] = devices_[p].values[id];
+    int id = lowered_->final_values.at(o.name);
+    for (int p = 0; p < mesh_.size(); ++p) {
+      env[p][o.name] = config_.numerics ? devices_[p].values[id] : lowered_->values[id];
+    }
   }
   return AssembleOutputs(mesh_, program_, env);
 }

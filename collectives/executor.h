@@ -32,7 +32,16 @@ struct ExecutorConfig {
   // slower (GPU communication kernels take SMs; 0 on TPUs).
   double comm_compute_slowdown = 0.0;
   Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
+  // Asynchronous collectives a device may have in flight at once (0: unbounded). XLA's
+  // latency-hiding scheduler bounds overlapping async collectives (its SchedulerConfig keeps
+  // one of each kind by default); shardsim counts all kinds together and allows two, so the
+  // two directions of a bidirectional ppermute loop overlap while an FSDP program prefetches
+  // one layer's weights ahead instead of issuing every layer's all-gather at once.
+  int max_collectives_in_flight = 2;
 };
+
+// The default of ExecutorConfig::max_collectives_in_flight, for documentation and tests.
+inline constexpr int kDefaultCollectivesInFlight = 2;
 
 // When one op of the program ran, over all devices.
 struct OpTiming {
@@ -51,20 +60,31 @@ struct DeviceTiming {
   Time comm;          // Inside collectives (union of intervals).
   Time exposed_comm;  // Communication not hidden under compute.
   Time idle;          // Neither.
+  // Memory: the most bytes of live buffers the device held at once (program inputs, which
+  // the caller owns, included), and the op that was being started or issued when it did.
+  Bytes peak_memory;
+  std::string peak_op;
 };
 
 // Runs a program on every mesh position, event by event. Each device has a compute stream
 // and communication engines: local ops run on the stream in program order, each starting when
 // the stream is free and its inputs are ready; collectives are issued in program order as soon
-// as their input is ready, several may be in flight at once (XLA's async collectives), and a
-// collective's transfers start once every member of its group issued it. Data dependencies
-// are exact: an op waits for the values it reads, not for everything before it, so a ppermute
-// and an independent matmul overlap.
+// as their input is ready, up to max_collectives_in_flight at once (XLA's async collectives),
+// and a collective's transfers start once every member of its group issued it. Data
+// dependencies are exact: an op waits for the values it reads, not for everything before it,
+// so a ppermute and an independent matmul overlap.
+// Memory follows XLA's buffer lifetimes: an op's outputs are allocated when it starts (a
+// collective's when it is issued) and a buffer is freed when its last reader finished;
+// an elementwise op writes over an input of its output's size when it is that input's last
+// reader; program inputs (the caller's arrays) and outputs stay live to the end. Without
+// numerics no arrays exist: shapes, costs and groups are resolved once when it starts.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
+  // `lowered`, when given, is `program` already lowered with config.algorithms (lower once, run
+  // many times); it must outlive the executor.
   Executor(Simulator& sim, Network& network, const Mesh& mesh, const ProgramSpec& program,
-           ExecutorConfig config);
+           ExecutorConfig config, const LoweredProgram* lowered = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -90,8 +110,12 @@ class Executor {
  private:
   struct GroupRun;
   struct Device;
+  void Wake(int position);
   void Try(int position);
   bool Ready(int position, const LoweredOp& op) const;
+  void Allocate(int position, const LoweredOp& op, const char* name);
+  void Release(int position, const LoweredOp& op);
+  void FreeValue(int position, int value);
   void StartCompute(int position, size_t op_index);
   void FinishCompute(int position, size_t op_index, Time started);
   void Arrive(int position, size_t op_index);
@@ -105,16 +129,29 @@ class Executor {
   const Mesh& mesh_;
   const ProgramSpec& program_;
   ExecutorConfig config_;
-  LoweredProgram lowered_;
+  LoweredProgram own_lowered_;               // When no lowered program was given.
+  const LoweredProgram* lowered_ = nullptr;  // The program that runs.
+  std::vector<Time> op_duration_;     // Per lowered op: compute time before any slowdown.
+  std::vector<int32_t> readers_;      // Per value: lowered ops that read it.
+  std::vector<char> held_;            // Per value: an input or output, never freed.
+  std::vector<int64_t> value_bytes_;  // Per value: bytes of its local block.
+  std::vector<int> work_;             // Positions woken and not yet tried.
+  std::vector<char> queued_;          // Per position: in work_.
+  bool draining_ = false;
   std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
   std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.
   std::vector<Device> devices_;
   std::vector<OpTiming> op_timings_;
   std::vector<bool> op_started_;
   std::map<std::pair<size_t, int>, std::unique_ptr<GroupRun>> groups_;
-  // Per lowered collective: group of each position and the position's index in it.
-  std::vector<std::vector<std::pair<int, int>>> membership_;
-  std::vector<std::vector<std::vector<int>>> group_lists_;
+  // The groups of one tuple of mesh axes: each group's positions, and per position its group
+  // and index in it. Made once per distinct tuple and shared by every op over it.
+  struct GroupLayout {
+    std::vector<std::vector<int>> groups;
+    std::vector<std::pair<int, int>> membership;
+  };
+  std::map<std::vector<int>, GroupLayout> layouts_;
+  std::vector<const GroupLayout*> layout_of_op_;  // Per lowered op (collectives only).
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "collectives/algorithm.h"
 #include "collectives/collective_matmul.h"
 #include "collectives/local_op.h"
 #include "collectives/semantics.h"
@@ -13,7 +14,9 @@ namespace {
 
 class Lowerer {
  public:
-  Lowerer(const Mesh& mesh, LoweredProgram& out) : mesh_(mesh), out_(out) {}
+  Lowerer(const Mesh& mesh, LoweredProgram& out,
+          const std::map<std::string, std::string>& algorithms)
+      : mesh_(mesh), out_(out), algorithms_(algorithms) {}
 
   int Define(const std::string& name, Array shape) {
     int id = static_cast<int>(out_.values.size());
@@ -32,18 +35,20 @@ class Lowerer {
       lowered.in_values.push_back(it->second);
       inputs.push_back(&out_.values[it->second]);
     }
+    const OpDef& def = Op(op.kind);
+    lowered.def = &def;
     std::vector<Array> results;
     try {
-      if (IsCollective(op.kind)) {
-        std::vector<int> axes = ResolveCollectiveAxes(op, mesh_);
-        int g = mesh_.GroupSize(axes);
-        if (inputs.size() != 1) throw std::invalid_argument("takes one input");
-        if (op.kind == OpKind::kPpermute) ResolvePermutation(op, mesh_);
-        if (!op.algorithm.empty() && op.algorithm != "auto" && op.algorithm != "direct" &&
-            (op.kind == OpKind::kAllToAll || op.kind == OpKind::kPpermute)) {
-          throw std::invalid_argument(op.algorithm + " does not implement " + OpKindName(op.kind) +
-                                      "; use direct");
-        }
+      if (def.takes_axis_name) {
+        lowered.axes = ResolveCollectiveAxes(op, mesh_);
+        for (int a : lowered.axes) lowered.axis_sizes.push_back(mesh_.axes()[a].size);
+        lowered.group_size = mesh_.GroupSize(lowered.axes);
+      }
+      std::string wrong = CheckArity(op);
+      if (!wrong.empty()) throw std::invalid_argument(wrong);
+      if (def.stream == OpStream::kCollective) {
+        int g = lowered.group_size;
+        if (op.kind == OpKind::kPpermute) lowered.destination = ResolvePermutation(op, mesh_);
         results.push_back(
             Array::ShapeOnly(inputs[0]->dtype(),
                              CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
@@ -52,7 +57,26 @@ class Lowerer {
         results = ApplyLocalOp(op, inputs, mesh_, 0);
       }
     } catch (const std::invalid_argument& e) {
-      throw SpecError(op.key, std::string(OpKindName(op.kind)) + ": " + e.what());
+      throw SpecError(op.key, std::string(def.name) + ": " + e.what());
+    }
+    if (lowered.collective) {
+      bool own = !op.algorithm.empty();
+      lowered.algorithm = own ? op.algorithm : DefaultAlgorithm(op, algorithms_);
+      std::string refused =
+          AlgorithmSupports(lowered.algorithm, def.collective, lowered.group_size);
+      if (!refused.empty()) {
+        throw SpecError(own ? op.key + ".algorithm" : op.key,
+                        std::string(def.name) + ": " + refused);
+      }
+    }
+    // Elementwise ops may write over an input of the output's size (XLA's buffer sharing).
+    if (def.elementwise) {
+      for (size_t k = 0; k < inputs.size() && !results.empty(); ++k) {
+        if (inputs[k]->bytes() == results[0].bytes()) {
+          lowered.reusable_input = lowered.in_values[k];
+          break;
+        }
+      }
     }
     for (size_t k = 0; k < results.size() && k < op.out.size(); ++k) {
       lowered.out_values.push_back(Define(op.out[k], std::move(results[k])));
@@ -107,15 +131,26 @@ class Lowerer {
  private:
   const Mesh& mesh_;
   LoweredProgram& out_;
+  const std::map<std::string, std::string>& algorithms_;
   std::map<std::string, int> current_;
 };
 
 }  // namespace
 
-LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program) {
+LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
+                            const std::map<std::string, std::string>& algorithms) {
   LoweredProgram lowered;
-  Lowerer(mesh, lowered).Lower(program);
+  Lowerer(mesh, lowered, algorithms).Lower(program);
   return lowered;
+}
+
+std::string DefaultAlgorithm(const OpSpec& op,
+                             const std::map<std::string, std::string>& algorithms) {
+  auto by_op = algorithms.find(OpKindName(op.kind));
+  if (by_op != algorithms.end()) return by_op->second;
+  auto by_kind = algorithms.find(CollectiveKindName(Op(op.kind).collective));
+  if (by_kind != algorithms.end()) return by_kind->second;
+  return "auto";
 }
 
 }  // namespace shardsim

@@ -7,18 +7,32 @@
 #include <vector>
 
 #include "collectives/array.h"
+#include "collectives/ir/op_registry.h"
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 
 namespace shardsim {
 
-// One op of a lowered program.
+// One op of a lowered program: everything a run needs about it, resolved once.
 struct LoweredOp {
   OpSpec spec;                  // The op (a primitive or an internal op).
+  const OpDef* def = nullptr;   // Its registry entry.
   size_t source = 0;            // Index of the run file's op it came from.
   std::vector<int> in_values;   // Value ids it reads.
   std::vector<int> out_values;  // Value ids it writes.
   bool collective = false;      // Runs on the communication engines, not the compute stream.
+  // Collectives, axis_index and the internal dynamic ops: the mesh axes of axis_name (indices,
+  // in the op's order), their sizes, and the group size (their product).
+  std::vector<int> axes;
+  std::vector<int> axis_sizes;
+  int group_size = 1;
+  // Collectives: the algorithm to run ("auto" chooses at launch), after the op's own
+  // `algorithm` and the run's defaults; already checked against the op's kind and group.
+  std::string algorithm;
+  std::vector<int> destination;  // ppermute: per group index, the receiving index or -1.
+  // Elementwise ops: an input the output may take over in place (XLA's buffer sharing) when
+  // this op is its last reader; -1 if none.
+  int reusable_input = -1;
 };
 
 // A program ready to run. Values are single-assignment: an array name written twice (allowed
@@ -34,6 +48,15 @@ struct LoweredProgram {
 // Lowers `program` on `mesh`, checking names, shapes, dtypes and parameters of every op on
 // the local shapes. Throws SpecError naming the op's key ("program.3") or the array's
 // ("arrays.x.sharding", "outputs.y").
-LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program);
+// `algorithms` are the run's default algorithm per collective (keys: JAX op names or generic
+// kinds, as ExecutorConfig::algorithms); an explicit algorithm that cannot run an op (tree for
+// all_gather, halving_doubling on 6 devices) is refused here, before anything runs.
+LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
+                            const std::map<std::string, std::string>& algorithms = {});
+
+// The algorithm an op runs when it names none: the run's default for its JAX name, else for
+// its collective kind, else "auto".
+std::string DefaultAlgorithm(const OpSpec& op,
+                             const std::map<std::string, std::string>& algorithms);
 
 }  // namespace shardsim

@@ -14,6 +14,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/dtype.h"
+#include "collectives/ir/op_registry.h"
 #include "collectives/mesh.h"
 #include "collectives/partition_spec.h"
 #include "sim/cli/yaml_reader.h"
@@ -536,84 +537,6 @@ std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<Mesh
   return out;
 }
 
-// The keys op `kind` takes (SPEC "Ops").
-std::vector<std::string> OpKeys(OpKind kind) {
-  std::vector<std::string> keys = {"op"};
-  if (kind != OpKind::kAxisIndex) keys.push_back("in");
-  keys.insert(keys.end(), {"out", "name"});
-  if (IsCollective(kind) || kind == OpKind::kAxisIndex) keys.push_back("axis_name");
-  switch (kind) {
-    case OpKind::kPsumScatter:
-      keys.insert(keys.end(), {"scatter_dimension", "tiled"});
-      break;
-    case OpKind::kAllGather:
-      keys.insert(keys.end(), {"axis", "tiled"});
-      break;
-    case OpKind::kAllToAll:
-      keys.insert(keys.end(), {"split_axis", "concat_axis", "tiled"});
-      break;
-    case OpKind::kPpermute:
-      keys.insert(keys.end(), {"perm", "shift"});
-      break;
-    case OpKind::kEinsum:
-      keys.push_back("spec");
-      break;
-    case OpKind::kAdd:
-    case OpKind::kSub:
-    case OpKind::kMul:
-    case OpKind::kDiv:
-    case OpKind::kMax:
-      keys.push_back("scalar");
-      break;
-    case OpKind::kReshape:
-      keys.push_back("shape");
-      break;
-    case OpKind::kTranspose:
-      keys.push_back("axes");
-      break;
-    case OpKind::kConcatenate:
-      keys.push_back("axis");
-      break;
-    case OpKind::kSplit:
-      keys.insert(keys.end(), {"sections", "axis"});
-      break;
-    case OpKind::kSlice:
-      keys.insert(keys.end(), {"start", "size", "axis"});
-      break;
-    case OpKind::kAllgatherMatmul:
-      keys.insert(keys.end(), {"gather", "variant"});
-      break;
-    case OpKind::kMatmulReduceScatter:
-      keys.insert(keys.end(), {"scatter_dimension", "variant"});
-      break;
-    default:
-      break;
-  }
-  if (IsCollective(kind)) keys.push_back("algorithm");
-  return keys;
-}
-
-// Every key of any op.
-std::vector<std::string> AllOpKeys() {
-  std::vector<std::string> all;
-  for (const std::string& name : OpKindNames()) {
-    for (const std::string& key : OpKeys(*ParseOpKind(name))) {
-      if (!Contains(all, key)) all.push_back(key);
-    }
-  }
-  return all;
-}
-
-bool IsBinary(OpKind kind) {
-  return kind == OpKind::kAdd || kind == OpKind::kSub || kind == OpKind::kMul ||
-         kind == OpKind::kDiv || kind == OpKind::kMax;
-}
-
-bool TakesTwoInputs(OpKind kind) {
-  return kind == OpKind::kMatmul || kind == OpKind::kEinsum || kind == OpKind::kAllgatherMatmul ||
-         kind == OpKind::kMatmulReduceScatter;
-}
-
 // A name or a list of names (at least one); the value of each.
 std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& what) {
   if (value.IsScalar()) return {value};
@@ -733,13 +656,13 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   YamlValue kind_value = any.Get("op");
   if (!kind_value.IsScalar()) kind_value.Expected("an op name like psum or matmul");
   const std::string kind_name = kind_value.String();
-  const std::optional<OpKind> kind = ParseOpKind(kind_name);
-  if (!kind) {
-    const std::string hint = DidYouMean(kind_name, OpKindNames());
+  const OpDef* def = FindOp(kind_name);
+  if (!def) {
+    const std::string hint = DidYouMean(kind_name, UserOpNames());
     kind_value.Fail("unknown op '" + kind_name + "'" +
-                    (hint.empty() ? "; expected one of " + JoinNames(OpKindNames()) : hint));
+                    (hint.empty() ? "; expected one of " + JoinNames(UserOpNames()) : hint));
   }
-  op.kind = *kind;
+  op.kind = def->kind;
   const std::vector<std::string> keys = OpKeys(op.kind);
   const std::vector<std::string> all_keys = AllOpKeys();
   for (const auto& [name, entry] : any.entries()) {
@@ -753,7 +676,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
 
   // Inputs, each defined by an array or an earlier op.
   std::optional<YamlValue> in;
-  if (op.kind != OpKind::kAxisIndex) {
+  if (def->arity != OpArity::kNone) {
     in = map.Get("in");
     for (const YamlValue& entry : NameValues(*in, "an array name")) {
       const std::string name = entry.String();
@@ -780,7 +703,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     if (Contains(op.out, name)) entry.Fail("'" + name + "' is named twice in out");
     op.out.push_back(name);
   }
-  if (op.kind != OpKind::kSplit && op.out.size() != 1) {
+  if (!def->multi_output && op.out.size() != 1) {
     out.Fail(kind_name + " makes one output, got " + std::to_string(op.out.size()) + " names");
   }
 
@@ -852,23 +775,12 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     op.variant = v->OneOf({"blocking", "unidirectional", "bidirectional"});
   }
 
-  // Input counts.
+  // Input counts, by the op's arity in the registry.
   if (in) {
-    const size_t n = op.in.size();
-    if (IsBinary(op.kind)) {
-      if (n == 2 && op.scalar) {
-        map.Find("scalar")->FailAtKey("scalar applies only with one input (in: a, scalar: 1.0)");
-      }
-      if (n != 2 && !(n == 1 && op.scalar)) {
-        in->Fail(kind_name + " takes in: [a, b], or in: a with scalar:, got " + std::to_string(n) +
-                 " input" + (n == 1 ? "" : "s") + (op.scalar ? "" : " and no scalar"));
-      }
-    } else if (op.kind == OpKind::kConcatenate) {
-      if (n < 2) in->Fail("concatenate takes at least 2 inputs, got " + std::to_string(n));
-    } else if (TakesTwoInputs(op.kind)) {
-      if (n != 2) in->Fail(kind_name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n));
-    } else if (n != 1) {
-      in->Fail(kind_name + " takes one input, got " + std::to_string(n));
+    const std::string wrong = CheckArity(op);
+    if (!wrong.empty()) {
+      if (op.in.size() == 2 && op.scalar) map.Find("scalar")->FailAtKey(wrong);
+      in->Fail(wrong);
     }
   }
 
