@@ -140,7 +140,17 @@ void Executor::Start() {
   }
   const LoweredProgram& lp = *lowered_;
   const size_t num_values = lp.values.size();
-  int n = mesh_.size();
+  if (config_.collective_model) {
+    if (config_.numerics) {
+      throw std::logic_error("internal error: a collective cost model runs timing only");
+    }
+    BuildClasses();
+  } else {
+    agent_position_.resize(mesh_.size());
+    agent_of_.resize(mesh_.size());
+    for (int p = 0; p < mesh_.size(); ++p) agent_position_[p] = agent_of_[p] = p;
+  }
+  int n = static_cast<int>(agent_position_.size());
 
   // Buffer lifetimes: readers per value; inputs and final outputs are held to the end.
   readers_.assign(num_values, 0);
@@ -221,7 +231,20 @@ void Executor::Start() {
     comm_ops_.push_back(i);
     auto [it, made] = layouts_.try_emplace(op.axes);
     if (made) {
-      it->second.groups = mesh_.Groups(op.axes);
+      if (config_.collective_model) {
+        // Agents' groups: the classes met in each group of positions (the same set for every
+        // member of a class, by the refinement).
+        std::map<std::vector<int>, int> seen;
+        for (const std::vector<int>& group : PositionGroups(op.axes)) {
+          std::vector<int> agents;
+          for (int p : group) agents.push_back(agent_of_[p]);
+          std::sort(agents.begin(), agents.end());
+          agents.erase(std::unique(agents.begin(), agents.end()), agents.end());
+          if (seen.emplace(agents, 0).second) it->second.groups.push_back(std::move(agents));
+        }
+      } else {
+        it->second.groups = mesh_.Groups(op.axes);
+      }
       it->second.membership.assign(n, {0, 0});
       for (size_t g = 0; g < it->second.groups.size(); ++g) {
         for (size_t m = 0; m < it->second.groups[g].size(); ++m) {
@@ -239,15 +262,99 @@ void Executor::Start() {
   });
 }
 
+const std::vector<std::vector<int>>& Executor::PositionGroups(const std::vector<int>& axes) {
+  auto [it, made] = position_groups_.try_emplace(axes);
+  if (made) it->second = mesh_.Groups(axes);
+  return it->second;
+}
+
+// Colour refinement (1-dimensional Weisfeiler-Leman) over positions. A position's signature is
+// its colour, then per distinct (axes, timing) of the program's collectives its duration and
+// the sorted set of colours in its group; positions with equal signatures get one colour,
+// numbered by first appearance (so runs are deterministic). Refinement stops when the number
+// of colours stops growing.
+void Executor::BuildClasses() {
+  const LoweredProgram& lp = *lowered_;
+  const int positions = mesh_.size();
+  timings_.assign(lp.ops.size(), nullptr);
+  std::vector<std::pair<const std::vector<int>*, const CollectiveTiming*>> distinct;
+  std::map<std::pair<std::vector<int>, const CollectiveTiming*>, int> seen;
+  for (size_t i = 0; i < lp.ops.size(); ++i) {
+    const LoweredOp& op = lp.ops[i];
+    if (!op.collective) continue;
+    CollectiveRequest request;
+    request.kind = op.def->collective;
+    request.reduce = op.def->reduce;
+    const Array& input = lp.values[op.in_values[0]];
+    request.dtype = input.dtype();
+    request.elements = input.size();
+    request.algorithm = op.algorithm;
+    request.axes = op.axes;
+    request.destination = op.destination;
+    request.chunk_size = config_.chunk_size;
+    try {
+      timings_[i] = config_.collective_model->Estimate(mesh_, request);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.spec.algorithm.empty() ? op.spec.key : op.spec.key + ".algorithm",
+                      std::string(op.def->name) + ": " + e.what());
+    }
+    auto [it, made] = seen.try_emplace({op.axes, timings_[i].get()}, 0);
+    if (made) distinct.push_back({&it->first.first, timings_[i].get()});
+  }
+  std::vector<int> color(positions, 0);
+  int colors = 1;
+  while (!distinct.empty()) {
+    // The colour set of every group, per distinct collective.
+    std::vector<std::vector<const std::vector<int>*>> group_colors(distinct.size());
+    std::vector<std::vector<std::vector<int>>> sets(distinct.size());
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      const std::vector<std::vector<int>>& groups = PositionGroups(*distinct[k].first);
+      group_colors[k].assign(positions, nullptr);
+      sets[k].resize(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g) {
+        std::vector<int>& set = sets[k][g];
+        for (int p : groups[g]) set.push_back(color[p]);
+        std::sort(set.begin(), set.end());
+        set.erase(std::unique(set.begin(), set.end()), set.end());
+        for (int p : groups[g]) group_colors[k][p] = &set;
+      }
+    }
+    std::map<std::vector<int64_t>, int> ids;
+    std::vector<int> next(positions);
+    for (int p = 0; p < positions; ++p) {
+      std::vector<int64_t> signature = {color[p]};
+      for (size_t k = 0; k < distinct.size(); ++k) {
+        signature.push_back(distinct[k].second->member_time[p].picoseconds());
+        const std::vector<int>& set = *group_colors[k][p];
+        signature.push_back(static_cast<int64_t>(set.size()));
+        signature.insert(signature.end(), set.begin(), set.end());
+      }
+      next[p] = ids.emplace(std::move(signature), static_cast<int>(ids.size())).first->second;
+    }
+    int count = static_cast<int>(ids.size());
+    color = std::move(next);
+    if (count == colors) break;
+    colors = count;
+  }
+  agent_of_ = color;
+  agent_position_.assign(colors, -1);
+  for (int p = 0; p < positions; ++p) {
+    if (agent_position_[color[p]] < 0) agent_position_[color[p]] = p;
+  }
+}
+
 void Executor::DeclareTracks() {
-  for (int p = 0; p < mesh_.size(); ++p) {
+  for (int a = 0; a < static_cast<int>(agent_position_.size()); ++a) {
+    int p = agent_position_[a];
     int32_t pid = network_.ProcessOf(network_.topology().device_vertex(mesh_.device(p)));
     sim_.DeclareThread(pid, kComputeTid, "compute", -2);
     sim_.DeclareThread(pid, kCollectiveTid, "collectives", -1);
   }
 }
 
-bool Executor::finished() const { return finished_positions_ == mesh_.size(); }
+bool Executor::finished() const {
+  return finished_positions_ == static_cast<int>(agent_position_.size());
+}
 
 bool Executor::Ready(int position, const LoweredOp& op) const {
   const Device& d = devices_[position];
@@ -406,7 +513,8 @@ void Executor::FinishCompute(int position, size_t op_index, Time started) {
     d.compute_spans.push_back({started, now});
     if (sim_.tracing()) {
       SliceRecord s;
-      s.pid = network_.ProcessOf(network_.topology().device_vertex(mesh_.device(position)));
+      s.pid = network_.ProcessOf(
+          network_.topology().device_vertex(mesh_.device(agent_position_[position])));
       s.tid = kComputeTid;
       s.name = op.spec.name;
       s.category = "compute";
@@ -443,6 +551,17 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   const Array& input = lowered_->values[lowered.in_values[0]];
   int g = static_cast<int>(run.positions.size());
   run.start = sim_.Now();
+  OpTiming& row = op_timings_[lowered.source];
+  if (config_.collective_model) {
+    // Each member agent finishes after its own duration from the model.
+    const CollectiveTiming& timing = *timings_[op_index];
+    if (row.algorithm.empty()) row.algorithm = timing.algorithm;
+    for (int m = 0; m < g; ++m) {
+      Time duration = timing.member_time[agent_position_[run.positions[m]]];
+      sim_.Schedule(duration, [this, op_index, group, m] { MemberDone(op_index, group, m); });
+    }
+    return;
+  }
   CollectiveJob& job = run.job;
   job.kind = lowered.def->collective;
   job.reduce = lowered.def->reduce;
@@ -485,7 +604,6 @@ void Executor::LaunchGroup(size_t op_index, int group) {
     throw SpecError(op.algorithm.empty() ? op.key : op.key + ".algorithm",
                     std::string(lowered.def->name) + ": " + e.what());
   }
-  OpTiming& row = op_timings_[lowered.source];
   if (row.algorithm.empty()) row.algorithm = resolved;
   run.algorithm->Start();
   run.in.clear();
@@ -499,7 +617,7 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   int g = static_cast<int>(run.positions.size());
   int position = run.positions[member];
   Device& d = devices_[position];
-  if (run.job.numerics) {
+  if (config_.numerics) {
     d.values[lowered.out_values[0]] =
         CollectiveOutput(op, run.inputs[member], std::move(run.out[member]), g);
     run.out[member] = {};
@@ -511,7 +629,8 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   d.comm_spans.push_back({run.start, sim_.Now()});
   if (sim_.tracing()) {
     SliceRecord s;
-    s.pid = network_.ProcessOf(network_.topology().device_vertex(mesh_.device(position)));
+    s.pid = network_.ProcessOf(
+        network_.topology().device_vertex(mesh_.device(agent_position_[position])));
     s.tid = kCollectiveTid;
     s.name = op.name;
     s.category = "collective";
@@ -532,7 +651,7 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
 std::vector<DeviceTiming> Executor::DeviceTimings() const {
   std::vector<DeviceTiming> out;
   for (int p = 0; p < mesh_.size(); ++p) {
-    const Device& d = devices_[p];
+    const Device& d = devices_[agent_of_[p]];
     std::vector<std::pair<Time, Time>> both = d.compute_spans;
     both.insert(both.end(), d.comm_spans.begin(), d.comm_spans.end());
     DeviceTiming t;
@@ -561,17 +680,5 @@ std::map<std::string, Array> Executor::Outputs() const {
   return AssembleOutputs(mesh_, program_, env);
 }
 
-void CheckProgram(const Mesh& mesh, const ProgramSpec& program) {
-  LoweredProgram lowered = LowerProgram(mesh, program);
-  for (const OutputSpec& o : program.outputs) {
-    const Array& local = lowered.values[lowered.final_values.at(o.name)];
-    Shape global = GlobalShapeOf(local.shape(), o.spec, mesh);
-    try {
-      ValidatePartitionSpec(o.spec, global, mesh);
-    } catch (const std::invalid_argument& e) {
-      throw SpecError(o.key, "output " + o.name + ": " + e.what());
-    }
-  }
-}
 
 }  // namespace shardsim

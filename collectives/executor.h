@@ -13,6 +13,7 @@
 #include "collectives/lowering.h"
 #include "collectives/mesh.h"
 #include "collectives/program.h"
+#include "collectives/timing/collective_cost_model.h"
 #include "sim/simulator.h"
 #include "sim/time.h"
 #include "topology/network.h"
@@ -38,6 +39,10 @@ struct ExecutorConfig {
   // two directions of a bidirectional ppermute loop overlap while an FSDP program prefetches
   // one layer's weights ahead instead of issuing every layer's all-gather at once.
   int max_collectives_in_flight = 2;
+  // Prices collectives instead of simulating them on the network (not owned; null: every
+  // collective runs its algorithm on the network). With a model the run is timing-only and
+  // devices with provably identical timelines are simulated once (see Executor).
+  CollectiveCostModel* collective_model = nullptr;
 };
 
 // The default of ExecutorConfig::max_collectives_in_flight, for documentation and tests.
@@ -78,6 +83,13 @@ struct DeviceTiming {
 // an elementwise op writes over an input of its output's size when it is that input's last
 // reader; program inputs (the caller's arrays) and outputs stay live to the end. Without
 // numerics no arrays exist: shapes, costs and groups are resolved once when it starts.
+// With a collective cost model (the timing path for search), each collective op's duration per
+// member comes from the model, and devices are partitioned into classes by colour refinement:
+// two devices share a class when they have the same collective durations and, for every
+// collective, groups whose members fall into the same classes, repeated until stable. By
+// induction over events, members of one class start and finish every op at the same times,
+// so one representative per class is simulated (one for every device of a symmetric SPMD
+// program) and its timings stand for the class.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
@@ -104,6 +116,8 @@ class Executor {
   std::map<std::string, Array> Outputs() const;
   // Local ops run over all devices (for benchmarks).
   int64_t local_ops_run() const { return local_ops_run_; }
+  // Devices simulated: one per class with a collective model, else every mesh position.
+  int simulated_devices() const { return static_cast<int>(agent_position_.size()); }
   // The global input arrays Start() made (with data when numerics are on).
   const std::map<std::string, Array>& inputs() const { return inputs_; }
 
@@ -123,6 +137,8 @@ class Executor {
   void MemberDone(size_t op_index, int group, int member);
   void Record(size_t op_index, Time start, Time end);
   void DeclareTracks();
+  void BuildClasses();
+  const std::vector<std::vector<int>>& PositionGroups(const std::vector<int>& axes);
 
   Simulator& sim_;
   Network& network_;
@@ -152,15 +168,18 @@ class Executor {
   };
   std::map<std::vector<int>, GroupLayout> layouts_;
   std::vector<const GroupLayout*> layout_of_op_;  // Per lowered op (collectives only).
+  // Simulated devices ("agents"): the mesh position each stands for, and each position's
+  // agent. Without a collective model agent == position.
+  std::vector<int> agent_position_;
+  std::vector<int> agent_of_;
+  std::map<std::vector<int>, std::vector<std::vector<int>>> position_groups_;
+  // Per lowered collective, with a collective model: its timing per position.
+  std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;
   Time end_;
 };
 
-// Checks a program before it runs: names, shapes, dtypes and parameters of every op, on the
-// local shapes of the mesh. Throws SpecError naming the op's key ("program.3") or the array's
-// ("arrays.x.sharding", "outputs.y").
-void CheckProgram(const Mesh& mesh, const ProgramSpec& program);
 
 }  // namespace shardsim

@@ -5,6 +5,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/collective_matmul.h"
 #include "collectives/local_op.h"
+#include "collectives/outputs.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
 #include "sim/spec_error.h"
@@ -142,6 +143,22 @@ LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
   LoweredProgram lowered;
   Lowerer(mesh, lowered, algorithms).Lower(program);
   return lowered;
+}
+
+void CheckOutputs(const Mesh& mesh, const ProgramSpec& program, const LoweredProgram& lowered) {
+  for (const OutputSpec& o : program.outputs) {
+    const Array& local = lowered.values[lowered.final_values.at(o.name)];
+    Shape global = GlobalShapeOf(local.shape(), o.spec, mesh);
+    try {
+      ValidatePartitionSpec(o.spec, global, mesh);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(o.key, "output " + o.name + ": " + e.what());
+    }
+  }
+}
+
+void CheckProgram(const Mesh& mesh, const ProgramSpec& program) {
+  CheckOutputs(mesh, program, LowerProgram(mesh, program));
 }
 
 std::string DefaultAlgorithm(const OpSpec& op,

@@ -54,6 +54,15 @@ struct LoweredProgram {
 LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
                             const std::map<std::string, std::string>& algorithms = {});
 
+// Checks the program's out specs against the global shapes of its lowered outputs. Throws
+// SpecError ("outputs.y").
+void CheckOutputs(const Mesh& mesh, const ProgramSpec& program, const LoweredProgram& lowered);
+
+// Checks a program before it runs: names, shapes, dtypes and parameters of every op, on the
+// local shapes of the mesh, and its out specs. Throws SpecError naming the op's key
+// ("program.3") or the array's ("arrays.x.sharding", "outputs.y").
+void CheckProgram(const Mesh& mesh, const ProgramSpec& program);
+
 // The algorithm an op runs when it names none: the run's default for its JAX name, else for
 // its collective kind, else "auto".
 std::string DefaultAlgorithm(const OpSpec& op,

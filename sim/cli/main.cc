@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--dump", run.dump_dir, "Write every output array as DIR/NAME.npy");
   run_cmd->add_option("--numerics", run.numerics, "Check numerics: auto, on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  run_cmd
+      ->add_option("--timing", run.timing,
+                   "How collectives are timed: network (simulate every transfer; default) or "
+                   "cached (a memoized per-collective cost, one device per timeline class; "
+                   "timing only)")
+      ->check(CLI::IsMember({"network", "cached"}));
   run_cmd->add_option("--set", run.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
 
   shardsim::CollectiveCommandOptions coll;

@@ -15,6 +15,8 @@
 #include "collectives/numerics_check.h"
 #include "collectives/npy.h"
 #include "collectives/placement.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
 #include "collectives/sharding.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/run_file.h"
@@ -43,6 +45,16 @@ struct OpRow {
   std::string detail;  // Transfers: "0 -> 5, 2 hops".
 };
 
+// Device memory of a program run.
+struct MemoryReport {
+  bool known = false;      // A program ran (transfers: runs hold no buffers).
+  Bytes peak;              // The largest per-device peak of live buffers.
+  int peak_device = 0;     // Where.
+  std::string peak_op;     // The op started or issued when it peaked.
+  Bytes capacity;          // HBM per device.
+  bool fits = true;        // peak <= capacity.
+};
+
 // What a run reports, whichever kind of run file it was.
 struct RunReport {
   std::string file;
@@ -56,6 +68,8 @@ struct RunReport {
   std::vector<DeviceTiming> per_device;
   NumericsReport numerics;
   std::string numerics_note;
+  int simulated_devices = 0;
+  MemoryReport memory;
 };
 
 // Microseconds with three decimals: one unit down a table column.
@@ -121,74 +135,73 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
   report.numerics_note = "not checked (a transfers: run moves no array data)";
 }
 
-// Host bytes a run with real data holds: every position's block of every input array
-// (4-byte floats), about three times over (the run, the reference, results).
-Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh) {
-  int64_t elements = 0;
-  for (const ArraySpec& a : program.arrays) {
-    elements += NumElements(Sharding(mesh, a.sharding, a.shape).LocalShape()) * mesh.size();
-  }
-  return Bytes(elements * 4 * 3);
+// Host bytes a run with real data may hold, from the lowered program: every value of every
+// position as 4-byte floats, twice (the simulated run, whose buffers die after their last
+// use, and the reference evaluation, which keeps every value), plus the global inputs. An
+// upper bound on the whole run's outputs and temporaries, not just its inputs.
+Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
+                        const LoweredProgram& lowered) {
+  double elements = 0;
+  for (const Array& value : lowered.values) elements += static_cast<double>(value.size());
+  elements *= 2.0 * mesh.size();
+  for (const ArraySpec& a : program.arrays) elements += static_cast<double>(NumElements(a.shape));
+  double bytes = elements * 4;
+  return bytes >= 9e18 ? Bytes(int64_t{9'000'000'000'000'000'000}) : Bytes(static_cast<int64_t>(bytes));
 }
 
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
-                                             const Topology& topo, Simulator& sim, Network& network,
+                                             const Machine& machine, Observer* tracer,
                                              RunReport& report) {
   const ProgramSpec& program = *file.program;
-  std::vector<int> devices = program.mesh_devices;
-  try {
-    if (devices.empty()) devices = DefaultPlacement(program.mesh_axes, topo);
-  } catch (const std::invalid_argument& e) {
-    throw SpecError("mesh.axes", e.what());
-  }
-  Mesh mesh(program.mesh_axes, devices);
-  try {
-    ValidateMeshDevices(mesh, topo);
-  } catch (const std::invalid_argument& e) {
-    throw SpecError("mesh.devices", e.what());
-  }
-  report.placement = DescribePlacement(mesh, topo);
-  CheckProgram(mesh, program);
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes, program.mesh_devices);
+  report.placement = DescribePlacement(mesh, machine.topology());
+  LoweredProgram lowered = LowerProgram(mesh, program, file.options.algorithms);
+  CheckOutputs(mesh, program, lowered);
 
+  bool cached = options.timing == "cached";
   std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
-  bool numerics = mode != "off";
-  if (mode == "auto" && NumericsFootprint(program, mesh) > kNumericsBudget) {
-    numerics = false;
-    report.numerics_note = "off: the arrays need about " +
-                           FormatBytes(NumericsFootprint(program, mesh)) +
-                           " of host memory, over the " + FormatBytes(kNumericsBudget) +
-                           " budget of --numerics auto (use --numerics on to force)";
+  if (cached && mode == "on") {
+    throw InputError("--timing cached runs timing only; use --numerics off or --timing network");
+  }
+  bool numerics = mode != "off" && !cached;
+  if (cached) report.numerics_note = "off (--timing cached): timing only";
+  if (numerics && mode == "auto") {
+    Bytes footprint = NumericsFootprint(program, mesh, lowered);
+    if (footprint > kNumericsBudget) {
+      numerics = false;
+      report.numerics_note = "off: the run would need up to " + FormatBytes(footprint) +
+                             " of host memory (every value on every device, and the "
+                             "reference), over the " +
+                             FormatBytes(kNumericsBudget) +
+                             " budget of --numerics auto (use --numerics on to force)";
+    }
   }
   if (!options.dump_dir.empty() && !numerics) {
     throw InputError("--dump " + options.dump_dir + ": needs real data, but numerics are " +
-                     (mode == "off" ? "off" : "off for this size (--numerics auto)") +
+                     (mode == "off" || cached ? "off" : "off for this size (--numerics auto)") +
                      "; use --numerics on");
   }
-  RooflineModel compute(RooflineConfig::FromDevice(topo.device_spec()));
-  ExecutorConfig config;
+  RunConfig config;
   config.numerics = numerics;
-  config.compute_model = &compute;
-  config.comm_compute_slowdown = topo.device_spec().comm_compute_slowdown;
   config.chunk_size = file.options.chunk_size;
   config.algorithms = file.options.algorithms;
   config.base_dir = std::filesystem::path(file.path).parent_path().string();
-  Executor executor(sim, network, mesh, program, config);
-  executor.Start();
-  sim.Run();
-  if (!executor.finished()) {
-    throw std::runtime_error("the program deadlocked: some devices never finished");
-  }
-  report.end = executor.end_time();
-  for (const OpTiming& t : executor.op_timings()) {
+  config.timing = cached ? TimingPath::kCached : TimingPath::kNetwork;
+  config.observer = tracer;
+  RunResult result = RunProgram(machine, mesh, program, config, &lowered);
+  report.end = result.end;
+  report.events = result.events;
+  report.simulated_devices = result.simulated_devices;
+  for (const OpTiming& t : result.ops) {
     report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, ""});
   }
-  report.per_device = executor.DeviceTimings();
-  std::map<std::string, Array> outputs = executor.Outputs();
+  report.per_device = result.per_device;
+  report.memory = MemoryReport{true, result.peak_memory, result.peak_device, result.peak_op,
+                               result.hbm_capacity, result.fits};
   if (numerics) {
-    report.numerics = CompareOutputs(outputs,
-                                     ReferenceOutputs(mesh, program, config.base_dir,
-                                                      &executor.inputs()),
-                                     mesh.size(), LongestReduction(program));
+    report.numerics = CompareOutputs(
+        result.outputs, ReferenceOutputs(mesh, program, config.base_dir, &result.inputs),
+        mesh.size(), LongestReduction(program));
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
@@ -198,7 +211,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
     report.numerics.checked = false;
     if (report.numerics_note.empty()) report.numerics_note = "off (--numerics off): timing only";
   }
-  return outputs;
+  return std::move(result.outputs);
 }
 
 std::string Summary(const RunReport& r) {
@@ -236,6 +249,12 @@ std::string Summary(const RunReport& r) {
     out << "... " << r.per_device.size() - shown << " more devices; comm ranges " << Micros(lo)
         << " .. " << Micros(hi) << "\n";
   }
+  if (r.memory.known) {
+    out << "\nmemory:         peak " << FormatBytes(r.memory.peak) << " per device (device "
+        << r.memory.peak_device << ", at " << r.memory.peak_op << ") of "
+        << FormatBytes(r.memory.capacity) << " HBM: " << (r.memory.fits ? "fits" : "DOES NOT FIT")
+        << "\n";
+  }
   out << "\nnumerics:       " << r.numerics_note << "\n";
   return out.str();
 }
@@ -253,6 +272,15 @@ std::string Json(const RunReport& r) {
   j += ",\n  \"events\": " + std::to_string(r.events);
   j += ",\n  \"wall_time_s\": ";
   AppendJsonNumber(j, r.wall_s);
+  if (r.memory.known) {
+    j += ",\n  \"simulated_devices\": " + std::to_string(r.simulated_devices);
+    j += ",\n  \"memory\": {\"peak_bytes\": " + std::to_string(r.memory.peak.count()) +
+         ", \"peak_device\": " + std::to_string(r.memory.peak_device) + ", \"peak_op\": ";
+    AppendJsonString(j, r.memory.peak_op);
+    j += ", \"capacity_bytes\": " + std::to_string(r.memory.capacity.count()) + "}";
+    j += ",\n  \"fits\": ";
+    j += r.memory.fits ? "true" : "false";
+  }
   j += ",\n  \"numerics\": {\"checked\": ";
   j += r.numerics.checked ? "true" : "false";
   j += ", \"max_abs_error\": ";
@@ -291,6 +319,7 @@ std::string Json(const RunReport& r) {
     AppendJsonNumber(j, d.exposed_comm.seconds());
     j += ", \"idle_s\": ";
     AppendJsonNumber(j, d.idle.seconds());
+    if (r.memory.known) j += ", \"peak_bytes\": " + std::to_string(d.peak_memory.count());
     j += "}";
   }
   j += "\n  ]\n}\n";
@@ -304,28 +333,32 @@ int RunRunCommand(const RunCommandOptions& options) {
   RunFile file = LoadRunFile(options.file, options.overrides);
   RunReport report;
   report.file = file.path;
-  Simulator sim;
   TraceWriter tracer;
-  if (!options.trace_path.empty()) sim.AddObserver(&tracer);
+  Observer* observer = options.trace_path.empty() ? nullptr : &tracer;
   std::map<std::string, Array> outputs;
   try {
-    Topology topo = BuildHardware(file.hardware);
+    Machine machine(BuildHardware(file.hardware));
+    const Topology& topo = machine.topology();
     report.hardware = topo.name() + " (" + std::to_string(topo.num_devices()) + " devices, " +
                       std::to_string(topo.num_switches()) + " switches, " +
                       std::to_string(topo.num_physical_links()) + " links)";
     report.devices = topo.num_devices();
-    std::unique_ptr<Router> router = MakeRouter(topo);
-    Network network(sim, topo, *router);
     if (file.program) {
-      outputs = SimulateProgram(file, options, topo, sim, network, report);
+      outputs = SimulateProgram(file, options, machine, observer, report);
     } else {
+      if (options.timing == "cached") {
+        throw InputError("--timing cached applies to programs, not to a transfers: run");
+      }
       CheckTransferDevices(file, topo);
+      Simulator sim;
+      if (observer) sim.AddObserver(observer);
+      Network network(sim, topo, machine.router());
       SimulateTransfers(file, topo, sim, network, report);
+      report.events = sim.events_dispatched();
     }
   } catch (const SpecError& e) {
     throw InputError(file.Locate(e));
   }
-  report.events = sim.events_dispatched();
   report.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
@@ -347,6 +380,12 @@ int RunRunCommand(const RunCommandOptions& options) {
   }
   WriteOutputFiles(files);
   std::cout << Summary(report);
+  if (report.memory.known && !report.memory.fits) {
+    std::cerr << "warning: device " << report.memory.peak_device << " needs "
+              << FormatBytes(report.memory.peak) << " at op " << report.memory.peak_op
+              << ", over its " << FormatBytes(report.memory.capacity)
+              << " of HBM: this program does not fit\n";
+  }
   return report.numerics.passed ? 0 : 1;
 }
 

@@ -1,0 +1,47 @@
+// A simulated machine, wired once: its topology, router and device compute model. Commands,
+// tests and benchmarks build one and run programs on it instead of wiring their own copies.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collectives/compute_model.h"
+#include "collectives/mesh.h"
+#include "sim/units.h"
+#include "topology/routing.h"
+#include "topology/topology.h"
+
+namespace shardsim {
+
+// The topology, its router (route tables are cached across runs) and the roofline compute
+// model its device figures give. Not thread-safe: the router fills its caches lazily.
+class Machine {
+ public:
+  // Wires `topology` with its router and the roofline model of its device spec.
+  explicit Machine(Topology topology);
+  Machine(const Machine&) = delete;
+  Machine& operator=(const Machine&) = delete;
+
+  // The hardware graph.
+  const Topology& topology() const { return topology_; }
+  // Routes between vertices.
+  Router& router() const { return *router_; }
+  // Prices local ops.
+  const ComputeModel& compute_model() const { return *compute_; }
+  // Fraction by which compute beside an in-flight collective slows down (GPUs).
+  double comm_compute_slowdown() const { return topology_.device_spec().comm_compute_slowdown; }
+  // HBM per device.
+  Bytes hbm_capacity() const { return topology_.device_spec().hbm_capacity; }
+
+ private:
+  Topology topology_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<ComputeModel> compute_;
+};
+
+// The mesh of `axes` on the machine: `devices` gives each position's device, or, when empty,
+// the topology-aware default placement. Throws SpecError ("mesh.axes" or "mesh.devices").
+Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
+               const std::vector<int>& devices = {});
+
+}  // namespace shardsim

@@ -1,0 +1,63 @@
+#include "collectives/runtime/run_program.h"
+
+#include <memory>
+#include <stdexcept>
+
+#include "sim/simulator.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec& program,
+                     const RunConfig& config, const LoweredProgram* lowered) {
+  Simulator sim;
+  if (config.observer) sim.AddObserver(config.observer);
+  Network network(sim, machine.topology(), machine.router());
+  ExecutorConfig exec;
+  exec.numerics = config.numerics;
+  exec.algorithms = config.algorithms;
+  exec.base_dir = config.base_dir;
+  exec.compute_model = &machine.compute_model();
+  exec.comm_compute_slowdown = machine.comm_compute_slowdown();
+  exec.chunk_size = config.chunk_size;
+  exec.max_collectives_in_flight = config.max_collectives_in_flight;
+  std::unique_ptr<NetworkCollectiveModel> network_model;
+  std::unique_ptr<CachedCollectiveModel> cache;
+  if (config.timing == TimingPath::kCached) {
+    if (config.numerics) {
+      throw std::invalid_argument("the cached timing path runs without numerics");
+    }
+    exec.collective_model = config.collective_model;
+    if (!exec.collective_model) {
+      network_model = std::make_unique<NetworkCollectiveModel>(machine);
+      cache = std::make_unique<CachedCollectiveModel>(*network_model);
+      exec.collective_model = cache.get();
+    }
+  }
+  Executor executor(sim, network, mesh, program, exec, lowered);
+  executor.Start();
+  sim.Run();
+  if (!executor.finished()) {
+    throw std::runtime_error("the program deadlocked: some devices never finished");
+  }
+  RunResult result;
+  result.end = executor.end_time();
+  result.events = sim.events_dispatched();
+  result.simulated_devices = executor.simulated_devices();
+  result.ops = executor.op_timings();
+  result.per_device = executor.DeviceTimings();
+  result.outputs = executor.Outputs();
+  result.inputs = executor.inputs();
+  result.hbm_capacity = machine.hbm_capacity();
+  for (const DeviceTiming& d : result.per_device) {
+    if (d.peak_memory > result.peak_memory) {
+      result.peak_memory = d.peak_memory;
+      result.peak_device = d.device;
+      result.peak_op = d.peak_op;
+    }
+  }
+  result.fits = result.hbm_capacity.count() == 0 || result.peak_memory <= result.hbm_capacity;
+  return result;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,64 @@
+// Running a program on a machine: the one way commands, tests and benchmarks run programs.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/executor.h"
+#include "collectives/lowering.h"
+#include "collectives/mesh.h"
+#include "collectives/program.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
+#include "sim/observer.h"
+#include "sim/time.h"
+#include "sim/units.h"
+
+namespace shardsim {
+
+// How collectives are timed.
+enum class TimingPath {
+  kNetwork,  // Every collective runs its algorithm on the simulated network (traces, data).
+  kCached,   // Collectives priced by a (cached) cost model; one device per timeline class.
+};
+
+// How a program runs.
+struct RunConfig {
+  bool numerics = false;  // Move and compute real data (kNetwork only).
+  // Default algorithm per collective (JAX op names or generic kinds).
+  std::map<std::string, std::string> algorithms;
+  std::string base_dir;              // Folder relative `init: {file: ...}` paths start from.
+  Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
+  int max_collectives_in_flight = kDefaultCollectivesInFlight;  // 0: unbounded.
+  TimingPath timing = TimingPath::kNetwork;                     // How collectives are timed.
+  // kCached: the model to ask (not owned; null: a cache over the network model, private to
+  // this run). Share one across runs to reuse its answers.
+  CollectiveCostModel* collective_model = nullptr;
+  Observer* observer = nullptr;  // Receives the trace (not owned; null: untraced).
+};
+
+// What a run gives.
+struct RunResult {
+  Time end;                                // When the last device finished.
+  uint64_t events = 0;                     // Events the engine dispatched.
+  int simulated_devices = 0;               // Devices simulated (classes on kCached).
+  std::vector<OpTiming> ops;               // One row per op of the program.
+  std::vector<DeviceTiming> per_device;    // By mesh position.
+  std::map<std::string, Array> outputs;    // Global outputs (shapes only without numerics).
+  std::map<std::string, Array> inputs;     // Global inputs made (with data under numerics).
+  Bytes peak_memory;                       // The largest per-device peak.
+  int peak_device = 0;                     // The device where it occurred.
+  std::string peak_op;                     // The op being started there when it did.
+  Bytes hbm_capacity;                      // Per device, from the machine.
+  bool fits = true;                        // peak_memory <= hbm_capacity.
+};
+
+// Lowers `program` (unless `lowered` is given: lower once, run many times) and runs it on
+// `mesh` of `machine` with a fresh simulator and network. Throws SpecError for bad programs
+// and std::runtime_error when the program deadlocks.
+RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec& program,
+                     const RunConfig& config, const LoweredProgram* lowered = nullptr);
+
+}  // namespace shardsim

@@ -1,0 +1,89 @@
+// How long a collective takes: the cost model interface the timing engine asks, with the
+// network simulation behind it and a memoizing cache in front (XLA's LatencyEstimator style).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collective.h"
+#include "collectives/dtype.h"
+#include "collectives/mesh.h"
+#include "sim/time.h"
+#include "sim/units.h"
+
+namespace shardsim {
+
+class Machine;
+
+// One collective op over a whole mesh: every group of `axes` runs it, all launched together.
+struct CollectiveRequest {
+  CollectiveKind kind = CollectiveKind::kAllReduce;  // What the algorithms run.
+  ReduceOp reduce = ReduceOp::kSum;                  // How partial values combine.
+  DType dtype = DType::kF32;                         // Element type.
+  int64_t elements = 0;             // Elements of each member's input block.
+  std::string algorithm = "auto";   // Registry name or "auto".
+  std::vector<int> axes;            // Mesh axis indices, in the op's order.
+  std::vector<int> destination;     // kPermute: receiving group index per member, or -1.
+  Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
+};
+
+// The answer: per mesh position, the time from the launch until that member's output is
+// complete (zero for members of a group of one), and the algorithm that ran.
+struct CollectiveTiming {
+  std::vector<Time> member_time;  // By mesh position.
+  std::string algorithm;          // Concrete algorithm ("auto" resolved).
+};
+
+// Prices one collective op over a mesh. Implementations must be deterministic: the same
+// request on the same mesh gives the same answer.
+class CollectiveCostModel {
+ public:
+  virtual ~CollectiveCostModel() = default;
+  // The timing of `request` on `mesh`. Throws std::invalid_argument when the algorithm
+  // cannot run it.
+  virtual std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
+                                                           const CollectiveRequest& request) = 0;
+};
+
+// Simulates the op on the machine's network: a fresh simulator and network, every group's
+// algorithm started at time zero, so the groups of one op contend for the links they share
+// exactly as in a full run (contention with other ops in flight is not seen).
+class NetworkCollectiveModel : public CollectiveCostModel {
+ public:
+  // `machine` must outlive the model.
+  explicit NetworkCollectiveModel(const Machine& machine) : machine_(machine) {}
+  std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
+                                                   const CollectiveRequest& request) override;
+  // Network simulations run so far.
+  int64_t simulations() const { return simulations_; }
+
+ private:
+  const Machine& machine_;
+  int64_t simulations_ = 0;
+};
+
+// Memoizes another model by everything that determines its answer: the request and the
+// mesh's axes and device placement (which fixes each group's members and the links they
+// use). A hit returns the very answer the inner model gave for the same key.
+class CachedCollectiveModel : public CollectiveCostModel {
+ public:
+  // `inner` must outlive the cache.
+  explicit CachedCollectiveModel(CollectiveCostModel& inner) : inner_(inner) {}
+  std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
+                                                   const CollectiveRequest& request) override;
+  // Requests answered from the cache.
+  int64_t hits() const { return hits_; }
+  // Requests passed to the inner model.
+  int64_t misses() const { return misses_; }
+
+ private:
+  CollectiveCostModel& inner_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
+
+}  // namespace shardsim
