@@ -15,6 +15,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/dtype.h"
 #include "collectives/ir/op_registry.h"
+#include "collectives/ir/program_builder.h"
 #include "collectives/mesh.h"
 #include "collectives/partition_spec.h"
 #include "sim/cli/yaml_reader.h"
@@ -838,20 +839,36 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
                   "missing required key 'outputs' (the program's out_specs, like outputs: {y: "
                   "\"P('dp', None)\"})");
   }
-  ProgramSpec program;
-  ReadMesh(*mesh, program);
-  if (auto arrays = map.Find("arrays")) program.arrays = ReadArrays(*arrays, program.mesh_axes);
+  ProgramSpec read;
+  ReadMesh(*mesh, read);
+  std::vector<ArraySpec> arrays;
+  if (auto a = map.Find("arrays")) arrays = ReadArrays(*a, read.mesh_axes);
   NameFlow flow;
-  for (const ArraySpec& array : program.arrays) flow.Add(array.name);
-  program.ops = ReadOps(ops, program.mesh_axes, flow);
-  program.outputs = ReadOutputs(*outputs, program.mesh_axes, flow);
-  return program;
+  for (const ArraySpec& array : arrays) flow.Add(array.name);
+  std::vector<OpSpec> program_ops = ReadOps(ops, read.mesh_axes, flow);
+  std::vector<OutputSpec> program_outputs = ReadOutputs(*outputs, read.mesh_axes, flow);
+  // Validated with locations above; the builder assembles the program as for any client.
+  ProgramBuilder builder(std::move(read.mesh_axes), std::move(read.mesh_devices));
+  for (ArraySpec& array : arrays) builder.Input(std::move(array));
+  for (OpSpec& op : program_ops) builder.Add(std::move(op));
+  for (OutputSpec& output : program_outputs) builder.Output(output.name, std::move(output.spec));
+  return std::move(builder).Build();
 }
 
-// The keys of `options.algorithms`: JAX's collective names and the generic kinds.
+// The keys of `options.algorithms`: JAX's collective names and the generic kinds, from the
+// op registry.
 std::vector<std::string> AlgorithmKeys() {
-  return {"psum",       "pmean",    "pmax",       "pmin",           "psum_scatter", "all_gather",
-          "all_to_all", "ppermute", "all_reduce", "reduce_scatter", "permute"};
+  std::vector<std::string> keys;
+  for (const OpDef& def : OpRegistry()) {
+    if (def.user_visible && def.stream == OpStream::kCollective) keys.emplace_back(def.name);
+  }
+  for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                              CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
+                              CollectiveKind::kPermute}) {
+    std::string name = CollectiveKindName(kind);
+    if (!Contains(keys, name)) keys.push_back(name);
+  }
+  return keys;
 }
 
 RunOptions ReadOptions(const YamlValue& value) {

@@ -1,0 +1,153 @@
+#include "collectives/ir/program_builder.h"
+
+#include "collectives/ir/op_registry.h"
+#include "sim/spec_error.h"
+
+namespace shardsim {
+
+ProgramBuilder::ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices) {
+  program_.mesh_axes = std::move(axes);
+  program_.mesh_devices = std::move(devices);
+}
+
+std::string ProgramBuilder::Fresh() {
+  std::string name;
+  do {
+    name = "v" + std::to_string(next_value_++);
+  } while (defined_.count(name));
+  return name;
+}
+
+std::string ProgramBuilder::Input(std::string name, Shape shape, DType dtype,
+                                  PartitionSpec sharding, InitSpec init) {
+  ArraySpec array;
+  array.name = std::move(name);
+  array.shape = std::move(shape);
+  array.dtype = dtype;
+  array.sharding = std::move(sharding);
+  array.init = std::move(init);
+  return Input(std::move(array));
+}
+
+std::string ProgramBuilder::Input(ArraySpec array) {
+  if (!defined_.insert(array.name).second) {
+    throw SpecError("arrays." + array.name, "array '" + array.name + "' is defined twice");
+  }
+  program_.arrays.push_back(std::move(array));
+  return program_.arrays.back().name;
+}
+
+std::string ProgramBuilder::Add(OpSpec op) {
+  const size_t index = program_.ops.size();
+  if (op.key.empty()) op.key = "program." + std::to_string(index);
+  const OpDef& def = Op(op.kind);
+  if (!def.user_visible) {
+    throw SpecError(op.key, std::string(def.name) + " is internal to lowering");
+  }
+  std::string wrong = CheckArity(op);
+  if (!wrong.empty()) throw SpecError(op.key + ".in", wrong);
+  for (const std::string& name : op.in) {
+    if (!defined_.count(name)) throw SpecError(op.key + ".in", "'" + name + "' is not defined");
+  }
+  if (op.out.empty()) op.out.push_back(Fresh());
+  if (!def.multi_output && op.out.size() != 1) {
+    throw SpecError(op.key + ".out", std::string(def.name) + " makes one output, got " +
+                                         std::to_string(op.out.size()) + " names");
+  }
+  for (const std::string& name : op.out) defined_.insert(name);
+  if (op.name.empty()) op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+  op_names_.insert(op.name);
+  program_.ops.push_back(std::move(op));
+  return program_.ops.back().out[0];
+}
+
+void ProgramBuilder::Output(const std::string& name, PartitionSpec spec) {
+  std::string key = "outputs." + name;
+  if (!defined_.count(name)) throw SpecError(key, "output '" + name + "' is never produced");
+  program_.outputs.push_back(OutputSpec{name, std::move(spec), key});
+}
+
+std::string ProgramBuilder::Matmul(const std::string& a, const std::string& b, std::string out) {
+  OpSpec op;
+  op.kind = OpKind::kMatmul;
+  op.in = {a, b};
+  if (!out.empty()) op.out = {std::move(out)};
+  return Add(std::move(op));
+}
+
+std::string ProgramBuilder::Einsum(const std::string& spec, const std::string& a,
+                                   const std::string& b, std::string out) {
+  OpSpec op;
+  op.kind = OpKind::kEinsum;
+  op.spec = spec;
+  op.in = {a, b};
+  if (!out.empty()) op.out = {std::move(out)};
+  return Add(std::move(op));
+}
+
+std::string ProgramBuilder::Binary(OpKind kind, const std::string& a, const std::string& b,
+                                   std::string out) {
+  OpSpec op;
+  op.kind = kind;
+  op.in = {a, b};
+  if (!out.empty()) op.out = {std::move(out)};
+  return Add(std::move(op));
+}
+
+std::string ProgramBuilder::Unary(OpKind kind, const std::string& x, std::string out) {
+  OpSpec op;
+  op.kind = kind;
+  op.in = {x};
+  if (!out.empty()) op.out = {std::move(out)};
+  return Add(std::move(op));
+}
+
+std::string ProgramBuilder::Collective(OpKind kind, const std::string& x,
+                                       std::vector<std::string> axes, std::string out,
+                                       OpSpec op) {
+  op.kind = kind;
+  op.in = {x};
+  op.axis_name = std::move(axes);
+  if (!out.empty()) op.out = {std::move(out)};
+  return Add(std::move(op));
+}
+
+std::string ProgramBuilder::Reduce(OpKind kind, const std::string& x,
+                                   std::vector<std::string> axes, std::string out) {
+  return Collective(kind, x, std::move(axes), std::move(out), OpSpec{});
+}
+
+std::string ProgramBuilder::AllGather(const std::string& x, std::vector<std::string> axes,
+                                      int64_t axis, bool tiled, std::string out) {
+  OpSpec op;
+  op.axis = axis;
+  op.tiled = tiled;
+  return Collective(OpKind::kAllGather, x, std::move(axes), std::move(out), std::move(op));
+}
+
+std::string ProgramBuilder::PsumScatter(const std::string& x, std::vector<std::string> axes,
+                                        int64_t scatter_dimension, bool tiled, std::string out) {
+  OpSpec op;
+  op.scatter_dimension = scatter_dimension;
+  op.tiled = tiled;
+  return Collective(OpKind::kPsumScatter, x, std::move(axes), std::move(out), std::move(op));
+}
+
+std::string ProgramBuilder::AllToAll(const std::string& x, std::vector<std::string> axes,
+                                     int64_t split_axis, int64_t concat_axis, bool tiled,
+                                     std::string out) {
+  OpSpec op;
+  op.split_axis = split_axis;
+  op.concat_axis = concat_axis;
+  op.tiled = tiled;
+  return Collective(OpKind::kAllToAll, x, std::move(axes), std::move(out), std::move(op));
+}
+
+std::string ProgramBuilder::Ppermute(const std::string& x, std::vector<std::string> axes,
+                                     int shift, std::string out) {
+  OpSpec op;
+  op.shift = shift;
+  return Collective(OpKind::kPpermute, x, std::move(axes), std::move(out), std::move(op));
+}
+
+}  // namespace shardsim

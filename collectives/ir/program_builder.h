@@ -1,0 +1,76 @@
+// Building shard_map programs in C++: the API model builders, the partitioner, benchmarks and
+// tests use directly. The YAML loader is one client: it reads, validates with file locations,
+// and hands the values to a builder.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collectives/program.h"
+
+namespace shardsim {
+
+// Appends arrays, ops and outputs to a program, checking each against the op registry (arity,
+// output count) and the names defined so far. Errors are SpecErrors keyed like run files
+// ("program.3", "arrays.x", "outputs.y"). Ops without output names get fresh ones ("v0", ...).
+class ProgramBuilder {
+ public:
+  // A program on a mesh of `axes` (first major); `devices` as `mesh.devices` (empty: default).
+  explicit ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices = {});
+
+  // Declares input array `name`; returns the name.
+  std::string Input(std::string name, Shape shape, DType dtype, PartitionSpec sharding,
+                    InitSpec init = {});
+  // Declares an input from a full ArraySpec; returns its name.
+  std::string Input(ArraySpec array);
+  // Appends `op`; fills its key, default name and missing output name. Returns its first
+  // output's name.
+  std::string Add(OpSpec op);
+  // Marks `name` as an output with out spec `spec`.
+  void Output(const std::string& name, PartitionSpec spec);
+
+  // `a @ b`.
+  std::string Matmul(const std::string& a, const std::string& b, std::string out = "");
+  // jnp.einsum(spec, a, b).
+  std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
+                     std::string out = "");
+  // An elementwise op of two inputs (add, sub, mul, div, max).
+  std::string Binary(OpKind kind, const std::string& a, const std::string& b,
+                     std::string out = "");
+  // An elementwise op of one input (relu, gelu, exp, tanh, neg).
+  std::string Unary(OpKind kind, const std::string& x, std::string out = "");
+  // psum / pmean / pmax / pmin over `axes`.
+  std::string Reduce(OpKind kind, const std::string& x, std::vector<std::string> axes,
+                     std::string out = "");
+  // all_gather over `axes` along `axis`.
+  std::string AllGather(const std::string& x, std::vector<std::string> axes, int64_t axis,
+                        bool tiled, std::string out = "");
+  // psum_scatter over `axes` along `scatter_dimension`.
+  std::string PsumScatter(const std::string& x, std::vector<std::string> axes,
+                          int64_t scatter_dimension, bool tiled, std::string out = "");
+  // all_to_all over `axes`.
+  std::string AllToAll(const std::string& x, std::vector<std::string> axes, int64_t split_axis,
+                       int64_t concat_axis, bool tiled, std::string out = "");
+  // ppermute: a ring shift by `shift` along `axes`.
+  std::string Ppermute(const std::string& x, std::vector<std::string> axes, int shift,
+                       std::string out = "");
+
+  // The program so far.
+  const ProgramSpec& program() const { return program_; }
+  // Takes the program.
+  ProgramSpec Build() && { return std::move(program_); }
+
+ private:
+  std::string Fresh();
+  std::string Collective(OpKind kind, const std::string& x, std::vector<std::string> axes,
+                         std::string out, OpSpec op);
+
+  ProgramSpec program_;
+  std::set<std::string> defined_;
+  std::set<std::string> op_names_;
+  int next_value_ = 0;
+};
+
+}  // namespace shardsim
