@@ -106,6 +106,22 @@ struct Executor::GroupRun {
   Time start;
 };
 
+// One collective in flight on the cached path: its members finish when the progress through
+// their standalone durations reaches them.
+struct Executor::SharedRun {
+  size_t op_index = 0;
+  int group = 0;
+  const CollectiveTiming* timing = nullptr;
+  std::vector<std::pair<Time, int>> members;  // (standalone duration, member), ascending.
+  size_t next = 0;                            // First member not finished.
+  double progress_ps = 0;                     // Standalone time covered.
+  Time updated;                               // When progress_ps was brought up to date.
+  Time started;                               // When it was launched.
+  double rate = 1;                            // Standalone picoseconds per picosecond.
+  EventId event;
+  bool scheduled = false;
+};
+
 struct Executor::Device {
   std::vector<Array> values;     // By value id; numerics only.
   std::vector<char> ready;       // By value id.
@@ -553,13 +569,21 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   run.start = sim_.Now();
   OpTiming& row = op_timings_[lowered.source];
   if (config_.collective_model) {
-    // Each member agent finishes after its own duration from the model.
+    // Each member agent finishes after its own duration from the model, stretched while other
+    // collectives share its links.
     const CollectiveTiming& timing = *timings_[op_index];
     if (row.algorithm.empty()) row.algorithm = timing.algorithm;
+    auto shared = std::make_unique<SharedRun>();
+    shared->op_index = op_index;
+    shared->group = group;
+    shared->timing = &timing;
+    shared->updated = shared->started = sim_.Now();
     for (int m = 0; m < g; ++m) {
-      Time duration = timing.member_time[agent_position_[run.positions[m]]];
-      sim_.Schedule(duration, [this, op_index, group, m] { MemberDone(op_index, group, m); });
+      shared->members.push_back({timing.member_time[agent_position_[run.positions[m]]], m});
     }
+    std::sort(shared->members.begin(), shared->members.end());
+    shared_.push_back(std::move(shared));
+    Reshare();
     return;
   }
   CollectiveJob& job = run.job;
@@ -608,6 +632,83 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   run.algorithm->Start();
   run.in.clear();
   run.in.shrink_to_fit();
+}
+
+// Brings every shared run's progress up to now, recomputes the rates, and reschedules each
+// run's next member completion.
+void Executor::Reshare() {
+  Time now = sim_.Now();
+  for (auto& run : shared_) {
+    run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
+    run->updated = now;
+  }
+  // Each op once: its groups were simulated together, so one op's timing covers them all.
+  std::vector<const SharedRun*> ops;
+  for (auto& run : shared_) {
+    bool seen = false;
+    for (const SharedRun* o : ops) seen = seen || o->op_index == run->op_index;
+    if (!seen) ops.push_back(run.get());
+  }
+  link_load_.resize(network_.topology().links().size(), 0.0);
+  for (auto& run : shared_) {
+    const CollectiveTiming& t = *run->timing;
+    // Collisions per link: sum over the other ops of min(f_I, f_J), merging sorted link lists.
+    for (const SharedRun* other : ops) {
+      if (other->op_index == run->op_index) continue;
+      const CollectiveTiming& u = *other->timing;
+      for (size_t i = 0, j = 0; i < t.links.size() && j < u.links.size();) {
+        if (t.links[i] < u.links[j]) {
+          ++i;
+        } else if (u.links[j] < t.links[i]) {
+          ++j;
+        } else {
+          link_load_[t.links[i]] += other->started == run->started
+                                        ? std::min(t.link_share[i], u.link_share[j])
+                                        : t.link_share[i] * u.link_share[j];
+          ++i;
+          ++j;
+        }
+      }
+    }
+    double worst = 0;
+    for (LinkId l : t.links) {
+      worst = std::max(worst, link_load_[l]);
+      link_load_[l] = 0.0;
+    }
+    run->rate = 1.0 / (1.0 + worst);
+    if (run->scheduled) sim_.Cancel(run->event);
+    double left = static_cast<double>(run->members[run->next].first.picoseconds()) -
+                  run->progress_ps;
+    Time delay = Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / run->rate)));
+    SharedRun* raw = run.get();
+    run->event = sim_.Schedule(delay, [this, raw] { FinishShared(raw); });
+    run->scheduled = true;
+  }
+}
+
+void Executor::FinishShared(SharedRun* run) {
+  Time now = sim_.Now();
+  run->scheduled = false;
+  run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
+  run->updated = now;
+  // Members whose standalone duration is covered (half a picosecond absorbs rounding).
+  std::vector<int> done;
+  while (run->next < run->members.size() &&
+         static_cast<double>(run->members[run->next].first.picoseconds()) <=
+             run->progress_ps + 0.5) {
+    done.push_back(run->members[run->next++].second);
+  }
+  std::unique_ptr<SharedRun> finished;
+  if (run->next == run->members.size()) {
+    auto it = std::find_if(shared_.begin(), shared_.end(),
+                           [run](const auto& r) { return r.get() == run; });
+    finished = std::move(*it);
+    shared_.erase(it);
+  }
+  size_t op_index = run->op_index;
+  int group = run->group;
+  for (int member : done) MemberDone(op_index, group, member);
+  Reshare();
 }
 
 void Executor::MemberDone(size_t op_index, int group, int member) {

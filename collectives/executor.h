@@ -89,7 +89,14 @@ struct DeviceTiming {
 // collective, groups whose members fall into the same classes, repeated until stable. By
 // induction over events, members of one class start and finish every op at the same times,
 // so one representative per class is simulated (one for every device of a symmetric SPMD
-// program) and its timings stand for the class.
+// program) and its timings stand for the class. Collectives of different ops in flight at once
+// share links. Each op's standalone simulation tells which links it used and for what fraction
+// f of its time each was busy. Collectives issued together run in lockstep phases (every ring
+// step sends at once), so on a shared link op I's busy periods collide with op J's for
+// min(f_I, f_J) of I's time, and each collision costs the link's time twice: I progresses
+// through its standalone time at rate 1 / (1 + max over its links of the sum over the other
+// ops J in flight of min(f_I, f_J)). Two bandwidth-bound ops (f = 1) each run at half speed,
+// as max-min fair links give; latency-bound ones (small f) barely slow each other.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
@@ -138,6 +145,10 @@ class Executor {
   void Record(size_t op_index, Time start, Time end);
   void DeclareTracks();
   void BuildClasses();
+  struct SharedRun;
+  void Reshare();
+  void FinishShared(SharedRun* run);
+
   const std::vector<std::vector<int>>& PositionGroups(const std::vector<int>& axes);
 
   Simulator& sim_;
@@ -175,6 +186,8 @@ class Executor {
   std::map<std::vector<int>, std::vector<std::vector<int>>> position_groups_;
   // Per lowered collective, with a collective model: its timing per position.
   std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
+  std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
+  std::vector<double> link_load_;  // Scratch of Reshare: per directed link, collisions.
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;

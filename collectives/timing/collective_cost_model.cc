@@ -1,5 +1,7 @@
 #include "collectives/timing/collective_cost_model.h"
 
+#include <algorithm>
+
 #include "collectives/algorithm.h"
 #include "collectives/runtime/machine.h"
 #include "sim/simulator.h"
@@ -44,6 +46,14 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   }
   for (auto& algorithm : algorithms) algorithm->Start();
   sim.Run();
+  Time longest;
+  for (Time t : timing->member_time) longest = std::max(longest, t);
+  for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
+    if (network.link_bytes(l) <= 0 || longest == Time()) continue;
+    timing->links.push_back(l);
+    double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
+    timing->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
+  }
   return timing;
 }
 

@@ -13,6 +13,7 @@
 #include "collectives/mesh.h"
 #include "sim/time.h"
 #include "sim/units.h"
+#include "topology/topology.h"
 
 namespace shardsim {
 
@@ -35,6 +36,10 @@ struct CollectiveRequest {
 struct CollectiveTiming {
   std::vector<Time> member_time;  // By mesh position.
   std::string algorithm;          // Concrete algorithm ("auto" resolved).
+  std::vector<LinkId> links;      // Directed links that carried its bytes, ascending.
+  // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
+  // longest member time (bytes / (bandwidth * time)), in (0, 1].
+  std::vector<double> link_share;
 };
 
 // Prices one collective op over a mesh. Implementations must be deterministic: the same
