@@ -634,52 +634,76 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   run.in.shrink_to_fit();
 }
 
-// Brings every shared run's progress up to now, recomputes the rates, and reschedules each
-// run's next member completion.
+// The rate of an op in flight beside others: 1 / (1 + max over its links of the collisions
+// with each other op: min(f_I, f_J) when both were launched at the same instant (their ring
+// steps run in lockstep), f_I * f_J otherwise (independent phases)).
+double Executor::SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops) {
+  std::vector<int64_t> key = {reinterpret_cast<int64_t>(run.timing)};
+  for (const SharedRun* other : ops) {
+    if (other->op_index == run.op_index) continue;
+    key.push_back(reinterpret_cast<int64_t>(other->timing));
+    key.push_back(other->started == run.started);
+  }
+  // Other ops in a canonical order: the rate does not depend on their order.
+  std::vector<std::pair<int64_t, int64_t>> others;
+  for (size_t k = 1; k + 1 < key.size(); k += 2) others.push_back({key[k], key[k + 1]});
+  std::sort(others.begin(), others.end());
+  key.resize(1);
+  for (auto [timing, aligned] : others) key.insert(key.end(), {timing, aligned});
+  auto [it, made] = rates_.try_emplace(key, 1.0);
+  if (!made) return it->second;
+  const CollectiveTiming& t = *run.timing;
+  link_load_.resize(network_.topology().links().size(), 0.0);
+  for (auto [timing, aligned] : others) {
+    const CollectiveTiming& u = *reinterpret_cast<const CollectiveTiming*>(timing);
+    for (size_t i = 0, j = 0; i < t.links.size() && j < u.links.size();) {
+      if (t.links[i] < u.links[j]) {
+        ++i;
+      } else if (u.links[j] < t.links[i]) {
+        ++j;
+      } else {
+        link_load_[t.links[i]] += aligned ? std::min(t.link_share[i], u.link_share[j])
+                                          : t.link_share[i] * u.link_share[j];
+        ++i;
+        ++j;
+      }
+    }
+  }
+  double worst = 0;
+  for (LinkId l : t.links) {
+    worst = std::max(worst, link_load_[l]);
+    link_load_[l] = 0.0;
+  }
+  it->second = 1.0 / (1.0 + worst);
+  return it->second;
+}
+
+// Brings every shared run's progress up to now, recomputes the rates, and reschedules the next
+// member completion of each run whose rate changed.
 void Executor::Reshare() {
   Time now = sim_.Now();
-  for (auto& run : shared_) {
-    run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
-    run->updated = now;
-  }
   // Each op once: its groups were simulated together, so one op's timing covers them all.
   std::vector<const SharedRun*> ops;
   for (auto& run : shared_) {
+    run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
+    run->updated = now;
     bool seen = false;
     for (const SharedRun* o : ops) seen = seen || o->op_index == run->op_index;
     if (!seen) ops.push_back(run.get());
   }
-  link_load_.resize(network_.topology().links().size(), 0.0);
+  std::vector<double> op_rates;
+  for (const SharedRun* op : ops) op_rates.push_back(SharedRate(*op, ops));
   for (auto& run : shared_) {
-    const CollectiveTiming& t = *run->timing;
-    // Collisions per link: sum over the other ops of min(f_I, f_J), merging sorted link lists.
-    for (const SharedRun* other : ops) {
-      if (other->op_index == run->op_index) continue;
-      const CollectiveTiming& u = *other->timing;
-      for (size_t i = 0, j = 0; i < t.links.size() && j < u.links.size();) {
-        if (t.links[i] < u.links[j]) {
-          ++i;
-        } else if (u.links[j] < t.links[i]) {
-          ++j;
-        } else {
-          link_load_[t.links[i]] += other->started == run->started
-                                        ? std::min(t.link_share[i], u.link_share[j])
-                                        : t.link_share[i] * u.link_share[j];
-          ++i;
-          ++j;
-        }
-      }
+    double rate = 1.0;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k]->op_index == run->op_index) rate = op_rates[k];
     }
-    double worst = 0;
-    for (LinkId l : t.links) {
-      worst = std::max(worst, link_load_[l]);
-      link_load_[l] = 0.0;
-    }
-    run->rate = 1.0 / (1.0 + worst);
+    if (run->scheduled && rate == run->rate) continue;
+    run->rate = rate;
     if (run->scheduled) sim_.Cancel(run->event);
     double left = static_cast<double>(run->members[run->next].first.picoseconds()) -
                   run->progress_ps;
-    Time delay = Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / run->rate)));
+    Time delay = Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / rate)));
     SharedRun* raw = run.get();
     run->event = sim_.Schedule(delay, [this, raw] { FinishShared(raw); });
     run->scheduled = true;
@@ -750,13 +774,12 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
 }
 
 std::vector<DeviceTiming> Executor::DeviceTimings() const {
-  std::vector<DeviceTiming> out;
-  for (int p = 0; p < mesh_.size(); ++p) {
-    const Device& d = devices_[agent_of_[p]];
+  // Per simulated device once, then one row per position of its class.
+  std::vector<DeviceTiming> per_agent;
+  for (const Device& d : devices_) {
     std::vector<std::pair<Time, Time>> both = d.compute_spans;
     both.insert(both.end(), d.comm_spans.begin(), d.comm_spans.end());
     DeviceTiming t;
-    t.device = mesh_.device(p);
     t.compute = CoveredTime(d.compute_spans);
     t.comm = CoveredTime(d.comm_spans);
     Time busy = CoveredTime(both);
@@ -765,17 +788,32 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.idle = end_ - busy;
     t.peak_memory = Bytes(d.peak);
     t.peak_op = d.peak_op;
-    out.push_back(t);
+    per_agent.push_back(std::move(t));
+  }
+  std::vector<DeviceTiming> out;
+  out.reserve(mesh_.size());
+  for (int p = 0; p < mesh_.size(); ++p) {
+    out.push_back(per_agent[agent_of_[p]]);
+    out.back().device = mesh_.device(p);
   }
   return out;
 }
 
 std::map<std::string, Array> Executor::Outputs() const {
+  if (!config_.numerics) {
+    // Shapes only: every position's block has the lowered shape.
+    std::map<std::string, Array> out;
+    for (const OutputSpec& o : program_.outputs) {
+      const Array& local = lowered_->values[lowered_->final_values.at(o.name)];
+      out[o.name] = Array::ShapeOnly(local.dtype(), GlobalShapeOf(local.shape(), o.spec, mesh_));
+    }
+    return out;
+  }
   std::vector<std::map<std::string, Array>> env(mesh_.size());
   for (const OutputSpec& o : program_.outputs) {
     int id = lowered_->final_values.at(o.name);
     for (int p = 0; p < mesh_.size(); ++p) {
-      env[p][o.name] = config_.numerics ? devices_[p].values[id] : lowered_->values[id];
+      env[p][o.name] = devices_[p].values[id];
     }
   }
   return AssembleOutputs(mesh_, program_, env);

@@ -147,6 +147,7 @@ class Executor {
   void BuildClasses();
   struct SharedRun;
   void Reshare();
+  double SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops);
   void FinishShared(SharedRun* run);
 
   const std::vector<std::vector<int>>& PositionGroups(const std::vector<int>& axes);
@@ -187,7 +188,9 @@ class Executor {
   // Per lowered collective, with a collective model: its timing per position.
   std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
   std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
-  std::vector<double> link_load_;  // Scratch of Reshare: per directed link, collisions.
+  std::vector<double> link_load_;  // Scratch of SharedRate: per directed link, collisions.
+  // SharedRate's answers by (own timing, other ops' timings and alignment).
+  std::map<std::vector<int64_t>, double> rates_;
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;
