@@ -6,16 +6,14 @@
 #include <memory>
 #include <sstream>
 
-#include "collectives/executor.h"
 #include "collectives/numerics_check.h"
 #include "collectives/placement.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
-#include "sim/simulator.h"
 #include "topology/build.h"
-#include "topology/network.h"
-#include "topology/routing.h"
 
 namespace shardsim {
 namespace {
@@ -94,6 +92,8 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
                                                      : "--hardware";
     throw InputError(flag + ": " + e.what());
   }
+  Machine machine(std::move(topo));
+  const Topology& topology = machine.topology();
   std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
   std::vector<std::string> group_axes = ParseListFlag("--axis", o.axis);
   std::optional<OpKind> kind = ParseOpKind(o.op);
@@ -106,7 +106,7 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
   std::vector<Bytes> sizes = ParseSizesFlag("--sizes", o.sizes);
   std::vector<int> devices;
   try {
-    devices = DefaultPlacement(axes, topo);
+    devices = DefaultPlacement(axes, topology);
   } catch (const std::invalid_argument& e) {
     throw InputError("--mesh " + o.mesh + ": " + e.what());
   }
@@ -130,24 +130,18 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
     } catch (const SpecError& e) {
       throw InputError(std::string(e.key() == "--op" ? "--op " + o.op : e.key()) + ": " + e.what());
     }
-    Simulator sim;
-    std::unique_ptr<Router> router = MakeRouter(topo);
-    Network network(sim, topo, *router);
-    ExecutorConfig config;
+    RunConfig config;
     config.numerics = o.numerics == "on";
-    Executor executor(sim, network, mesh, program, config);
+    RunResult result;
     try {
-      executor.Start();
-      sim.Run();
+      result = RunProgram(machine, mesh, program, config);
     } catch (const SpecError& e) {
       throw InputError("--algorithm " + o.algorithm + ": " + e.what());
     }
-    Row row{Bytes(elements * 4), elements, executor.end_time(), executor.op_timings()[0].algorithm,
-            0};
+    Row row{Bytes(elements * 4), elements, result.end, result.ops[0].algorithm, 0};
     if (config.numerics) {
-      NumericsReport r =
-          CompareOutputs(executor.Outputs(),
-                         ReferenceOutputs(mesh, program, "", &executor.inputs()), mesh.size());
+      NumericsReport r = CompareOutputs(
+          result.outputs, ReferenceOutputs(mesh, program, "", &result.inputs), mesh.size());
       row.max_abs_error = r.max_abs_error;
       if (!r.passed) {
         numerics_failed = true;
@@ -162,7 +156,7 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
                      "the " + std::to_string(n) + "-device group");
   }
   std::ostringstream out, csv;
-  out << "# " << o.op << " over " << o.axis << " (" << n << " devices) on " << topo.name()
+  out << "# " << o.op << " over " << o.axis << " (" << n << " devices) on " << topology.name()
       << ", float32, nccl-tests busbw factor " << factor << "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%14s %12s %20s %13s %12s %12s\n", "size(B)", "count",
