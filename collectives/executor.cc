@@ -188,12 +188,30 @@ void Executor::Start() {
 
   int64_t input_bytes = 0;
   for (const auto& [name, v] : lp.inputs) input_bytes += value_bytes_[v];
+  if (lp.has_where) {
+    for (int a = 0; a < n; ++a) agent_coords_.push_back(mesh_.Coords(agent_position_[a]));
+  }
   devices_.assign(n, Device{});
-  for (Device& d : devices_) {
+  for (int a = 0; a < n; ++a) {
+    Device& d = devices_[a];
     if (config_.numerics) d.values.resize(num_values);
     d.ready.assign(num_values, 0);
     d.pending = readers_;
     d.live = d.peak = input_bytes;
+    // Ops that do not run here do not read here.
+    if (!lp.has_where) continue;
+    for (const LoweredOp& op : lp.ops) {
+      if (RunsHere(a, op)) continue;
+      // Its outputs never exist here: collectives that read them see zeros, at once.
+      for (int v : op.out_values) d.ready[v] = 1;
+      for (size_t k = 0; k < op.in_values.size(); ++k) {
+        int v = op.in_values[k];
+        if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) ==
+            op.in_values.begin() + k) {
+          --d.pending[v];
+        }
+      }
+    }
   }
   for (const ArraySpec& spec : program_.arrays) {
     Array global;
@@ -317,9 +335,25 @@ void Executor::BuildClasses() {
     auto [it, made] = seen.try_emplace({op.axes, timings_[i].get()}, 0);
     if (made) distinct.push_back({&it->first.first, timings_[i].get()});
   }
+  // Initial colours: positions that run different op sequences (`where`) differ from the start.
   std::vector<int> color(positions, 0);
   int colors = 1;
-  while (!distinct.empty()) {
+  if (lp.has_where) {
+    std::vector<char> used(mesh_.axes().size(), 0);
+    for (const LoweredOp& op : lp.ops) {
+      for (const auto& [axis, index] : op.where) used[axis] = 1;
+    }
+    std::map<std::vector<int>, int> ids;
+    for (int p = 0; p < positions; ++p) {
+      std::vector<int> coords = mesh_.Coords(p), key;
+      for (size_t a = 0; a < used.size(); ++a) {
+        if (used[a]) key.push_back(coords[a]);
+      }
+      color[p] = ids.emplace(key, static_cast<int>(ids.size())).first->second;
+    }
+    colors = static_cast<int>(ids.size());
+  }
+  while (!distinct.empty() || colors > 1) {
     // The colour set of every group, per distinct collective.
     std::vector<std::vector<const std::vector<int>*>> group_colors(distinct.size());
     std::vector<std::vector<std::vector<int>>> sets(distinct.size());
@@ -415,9 +449,9 @@ void Executor::Release(int position, const LoweredOp& op) {
     }
     FreeValue(position, v);
   }
-  // Outputs no op reads die at once.
+  // Outputs no op reads here die at once.
   for (int v : op.out_values) {
-    if (readers_[v] == 0) FreeValue(position, v);
+    if (d.pending[v] == 0) FreeValue(position, v);
   }
 }
 
@@ -460,6 +494,13 @@ void Executor::Try(int position) {
     progress = false;
     // Collectives issue in program order, each as soon as its input is ready and the device
     // has fewer than `limit` in flight.
+    while (d.comm_pc < comm_ops_.size() && !RunsHere(position, lp.ops[comm_ops_[d.comm_pc]])) {
+      ++d.comm_pc;
+    }
+    while (d.compute_pc < compute_ops_.size() &&
+           !RunsHere(position, lp.ops[compute_ops_[d.compute_pc]])) {
+      ++d.compute_pc;
+    }
     while (d.comm_pc < comm_ops_.size() && (limit <= 0 || d.in_flight < limit) &&
            Ready(position, lp.ops[comm_ops_[d.comm_pc]])) {
       size_t i = comm_ops_[d.comm_pc++];
@@ -467,12 +508,20 @@ void Executor::Try(int position) {
       Allocate(position, lp.ops[i], lp.ops[i].spec.name.c_str());
       Arrive(position, i);
       progress = true;
+      while (d.comm_pc < comm_ops_.size() &&
+             !RunsHere(position, lp.ops[comm_ops_[d.comm_pc]])) {
+        ++d.comm_pc;
+      }
     }
     // The compute stream runs local ops in program order, one at a time.
     if (!d.busy && d.compute_pc < compute_ops_.size() &&
         Ready(position, lp.ops[compute_ops_[d.compute_pc]])) {
       StartCompute(position, compute_ops_[d.compute_pc++]);
       progress = true;
+      while (d.compute_pc < compute_ops_.size() &&
+             !RunsHere(position, lp.ops[compute_ops_[d.compute_pc]])) {
+        ++d.compute_pc;
+      }
     }
   }
   if (!d.finished && !d.busy && d.in_flight == 0 && d.compute_pc == compute_ops_.size() &&
@@ -554,7 +603,14 @@ void Executor::Arrive(int position, size_t op_index) {
   }
   GroupRun& run = *slot;
   const LoweredOp& op = lowered_->ops[op_index];
-  if (config_.numerics) run.inputs[m] = devices_[position].values[op.in_values[0]];
+  if (config_.numerics) {
+    const Array& in = devices_[position].values[op.in_values[0]];
+    const Array& shape = lowered_->values[op.in_values[0]];
+    // A value this position never made (its op runs elsewhere) takes part as zeros.
+    run.inputs[m] = in.has_data() ? in
+                                  : Array::FromValues(shape.dtype(), shape.shape(),
+                                                      std::vector<float>(shape.size(), 0.0f));
+  }
   // A collective's transfers start when its whole group has issued it: XLA's collectives are
   // synchronous across their replica group.
   if (++run.arrived == static_cast<int>(run.positions.size())) LaunchGroup(op_index, g);

@@ -1,5 +1,6 @@
 #include "collectives/lowering.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "collectives/algorithm.h"
@@ -19,11 +20,52 @@ class Lowerer {
           const std::map<std::string, std::string>& algorithms)
       : mesh_(mesh), out_(out), algorithms_(algorithms) {}
 
-  int Define(const std::string& name, Array shape) {
+  int Define(const std::string& name, Array shape,
+             std::vector<std::pair<int, int>> where = {}) {
     int id = static_cast<int>(out_.values.size());
     out_.values.push_back(std::move(shape));
+    value_where_.push_back(std::move(where));
     current_[name] = id;
     return id;
+  }
+
+  // Resolves `where` and checks it: known axes and indices, no constraint on a collective's
+  // own axes (whole groups run it), and every input of a local op made on all the positions
+  // the op runs on. A collective may read a value made on some positions only: the others
+  // take part with zeros (a pipeline stage's ppermute to the next, a psum that collects the
+  // last stage's result).
+  void ResolveWhere(const OpSpec& op, LoweredOp& lowered) {
+    for (const auto& [name, index] : op.where) {
+      int a = mesh_.AxisIndex(name);
+      if (a < 0) throw SpecError(op.key + ".where", "'" + name + "' is not a mesh axis");
+      if (index < 0 || index >= mesh_.axes()[a].size) {
+        throw SpecError(op.key + ".where", "index " + std::to_string(index) +
+                                               " is beyond mesh axis '" + name + "'");
+      }
+      for (const std::string& axis : op.axis_name) {
+        if (axis == name && Op(op.kind).stream != OpStream::kFree) {
+          throw SpecError(op.key + ".where",
+                          std::string(Op(op.kind).name) + " runs over mesh axis '" + name +
+                              "': where may not pick one index of it (whole groups run it)");
+        }
+      }
+      lowered.where.push_back({a, index});
+    }
+    std::sort(lowered.where.begin(), lowered.where.end());
+    if (!lowered.where.empty()) out_.has_where = true;
+    if (Op(op.kind).stream == OpStream::kCollective) return;
+    for (const std::string& name : op.in) {
+      auto it = current_.find(name);
+      if (it == current_.end()) continue;
+      for (const auto& need : value_where_[it->second]) {
+        if (std::find(lowered.where.begin(), lowered.where.end(), need) == lowered.where.end()) {
+          throw SpecError(op.key + ".in",
+                          "'" + name + "' is made only where " +
+                              mesh_.axes()[need.first].name + "=" + std::to_string(need.second) +
+                              ", but this op runs on other positions too");
+        }
+      }
+    }
   }
 
   // Checks one primitive op on the current shapes and appends it.
@@ -38,6 +80,7 @@ class Lowerer {
     }
     const OpDef& def = Op(op.kind);
     lowered.def = &def;
+    ResolveWhere(op, lowered);
     std::vector<Array> results;
     try {
       if (def.takes_axis_name) {
@@ -80,7 +123,7 @@ class Lowerer {
       }
     }
     for (size_t k = 0; k < results.size() && k < op.out.size(); ++k) {
-      lowered.out_values.push_back(Define(op.out[k], std::move(results[k])));
+      lowered.out_values.push_back(Define(op.out[k], std::move(results[k]), lowered.where));
     }
     lowered.spec = std::move(op);
     lowered.source = source;
@@ -118,12 +161,20 @@ class Lowerer {
       } catch (const std::invalid_argument& e) {
         throw SpecError(op.key, std::string(OpKindName(op.kind)) + ": " + e.what());
       }
-      for (OpSpec& sub : expanded) Append(std::move(sub), i);
+      for (OpSpec& sub : expanded) {
+        sub.where = op.where;
+        Append(std::move(sub), i);
+      }
     }
     for (const OutputSpec& o : program.outputs) {
       auto it = current_.find(o.name);
       if (it == current_.end()) {
         throw SpecError(o.key, "output '" + o.name + "' is never produced");
+      }
+      if (!value_where_[it->second].empty()) {
+        throw SpecError(o.key, "output '" + o.name +
+                                   "' is made on some positions only (its op has where:); an "
+                                   "output needs a block on every position");
       }
     }
     out_.final_values = current_;
@@ -134,6 +185,7 @@ class Lowerer {
   LoweredProgram& out_;
   const std::map<std::string, std::string>& algorithms_;
   std::map<std::string, int> current_;
+  std::vector<std::vector<std::pair<int, int>>> value_where_;  // Per value: its op's where.
 };
 
 }  // namespace
@@ -143,6 +195,13 @@ LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
   LoweredProgram lowered;
   Lowerer(mesh, lowered, algorithms).Lower(program);
   return lowered;
+}
+
+bool RunsAt(const LoweredOp& op, const std::vector<int>& coords) {
+  for (const auto& [axis, index] : op.where) {
+    if (coords[axis] != index) return false;
+  }
+  return true;
 }
 
 void CheckOutputs(const Mesh& mesh, const ProgramSpec& program, const LoweredProgram& lowered) {

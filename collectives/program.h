@@ -114,6 +114,10 @@ struct OpSpec {
   // slices off, the blocks it writes into its output): it takes no compute time.
   bool fused = false;
   int64_t block_offset = 0;  // Internal dynamic ops: see OpKind.
+  // Where the op runs: only on mesh positions whose coordinate along each named axis is the
+  // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
+  // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
+  std::vector<std::pair<std::string, int>> where;
 };
 
 // One output (`outputs:`): an out_spec.

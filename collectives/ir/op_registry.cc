@@ -122,7 +122,7 @@ std::vector<std::string> OpKeys(OpKind kind) {
   const OpDef& def = Op(kind);
   std::vector<std::string> keys = {"op"};
   if (def.arity != OpArity::kNone) keys.push_back("in");
-  keys.insert(keys.end(), {"out", "name"});
+  keys.insert(keys.end(), {"out", "name", "where"});
   if (def.takes_axis_name) keys.push_back("axis_name");
   keys.insert(keys.end(), def.keys.begin(), def.keys.end());
   if (def.stream == OpStream::kCollective || def.stream == OpStream::kComposite) {

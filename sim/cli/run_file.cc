@@ -726,6 +726,25 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     }
   }
 
+  if (auto v = map.Find("where")) {
+    // where: {axis: index, ...}: the positions the op runs on.
+    YamlMap where = v->Map({});
+    for (const auto& [name, entry] : where.entries()) {
+      const MeshAxis* axis = nullptr;
+      for (const MeshAxis& a : axes) {
+        if (a.name == name) axis = &a;
+      }
+      if (!axis) {
+        entry.FailAtKey("'" + name + "' is not a mesh axis" + DidYouMean(name, AxisNames(axes)));
+      }
+      const int index = entry.Int(0);
+      if (index >= axis->size) {
+        entry.Fail("index " + std::to_string(index) + " is beyond mesh axis '" + name + "' (0.." +
+                   std::to_string(axis->size - 1) + ")");
+      }
+      op.where.push_back({name, index});
+    }
+  }
   if (auto v = map.Find("axis")) op.axis = v->Int64();
   if (auto v = map.Find("scatter_dimension")) op.scatter_dimension = v->Int64();
   if (op.kind == OpKind::kAllToAll) {

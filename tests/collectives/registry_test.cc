@@ -33,10 +33,10 @@ TEST(OpRegistryTest, EveryKindHasItsEntry) {
 
 TEST(OpRegistryTest, KeysAndArity) {
   EXPECT_EQ(OpKeys(OpKind::kAllToAll),
-            (std::vector<std::string>{"op", "in", "out", "name", "axis_name", "split_axis",
+            (std::vector<std::string>{"op", "in", "out", "name", "where", "axis_name", "split_axis",
                                       "concat_axis", "tiled", "algorithm"}));
   EXPECT_EQ(OpKeys(OpKind::kAxisIndex),
-            (std::vector<std::string>{"op", "out", "name", "axis_name"}));
+            (std::vector<std::string>{"op", "out", "name", "where", "axis_name"}));
   OpSpec add;
   add.kind = OpKind::kAdd;
   add.in = {"a"};

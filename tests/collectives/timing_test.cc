@@ -8,6 +8,8 @@
 #include <string>
 
 #include "collectives/ir/program_builder.h"
+#include "collectives/lowering.h"
+#include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
@@ -231,6 +233,83 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
     EXPECT_NEAR(fast.end.seconds(), full.end.seconds(), 1e-6 * full.end.seconds())
         << rows << " rows: full " << full.end.microseconds()
                                   << " us, cached " << fast.end.microseconds() << " us";
+  }
+}
+
+// Devices may run different op sequences (`where`): a two-stage pipeline where stage 0
+// multiplies by w0, ppermutes its result to stage 1, which multiplies by w1; a psum over the
+// stage axis (stage 0 taking part with zeros) gives every device the result.
+ProgramSpec TwoStagePipeline() {
+  ProgramBuilder b({{"stage", 2}, {"dp", 2}});
+  b.Input("x", {8, 256}, DType::kF32, P({{"dp"}}), Arange());
+  b.Input("w0", {256, 256}, DType::kF32, P({}), Arange());
+  b.Input("w1", {256, 256}, DType::kF32, P({}), Arange());
+  OpSpec first;
+  first.kind = OpKind::kMatmul;
+  first.in = {"x", "w0"};
+  first.out = {"h"};
+  first.where = {{"stage", 0}};
+  b.Add(first);
+  OpSpec send;
+  send.kind = OpKind::kPpermute;
+  send.in = {"h"};
+  send.out = {"r"};
+  send.axis_name = {"stage"};
+  send.perm = {{0, 1}};
+  b.Add(send);
+  OpSpec second;
+  second.kind = OpKind::kMatmul;
+  second.in = {"r", "w1"};
+  second.out = {"z"};
+  second.where = {{"stage", 1}};
+  b.Add(second);
+  b.Output(b.Reduce(OpKind::kPsum, "z", {"stage"}, "y"), P({{"dp"}}));
+  return std::move(b).Build();
+}
+
+TEST(WhereTest, PipelineStagesRunTheirOwnOps) {
+  Machine machine(Preset("tpu-v5e", {2, 2}));
+  ProgramSpec program = TwoStagePipeline();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, program, config);
+  // Each stage ran one matmul: its compute time is one matmul's, on every device.
+  Time matmul = r.ops[0].end - r.ops[0].start;
+  EXPECT_GT(matmul, Time());
+  for (const DeviceTiming& d : r.per_device) EXPECT_EQ(d.compute, matmul) << d.device;
+  // Stage 1's matmul starts after the ppermute delivered stage 0's result.
+  EXPECT_GE(r.ops[2].start, r.ops[1].end);
+  EXPECT_GE(r.ops[1].start, r.ops[0].end);
+  // y = (x @ w0) @ w1 on every device (the reference computes it unsharded).
+  NumericsReport check =
+      CompareOutputs(r.outputs, ReferenceOutputs(mesh, program, "", &r.inputs), mesh.size());
+  EXPECT_TRUE(check.checked);
+  EXPECT_TRUE(check.passed) << check.max_abs_error;
+  RunConfig cached;
+  cached.timing = TimingPath::kCached;
+  RunResult fast = RunProgram(machine, mesh, program, cached);
+  EXPECT_EQ(fast.end, r.end);
+  EXPECT_EQ(fast.simulated_devices, 2);  // One per stage.
+}
+
+TEST(WhereTest, LocalOpsNeedTheirInputsWhereTheyRun) {
+  ProgramSpec program = TwoStagePipeline();
+  // A local op everywhere reading h, made on stage 0 only.
+  OpSpec bad;
+  bad.kind = OpKind::kRelu;
+  bad.in = {"h"};
+  bad.out = {"q"};
+  bad.key = "program.9";
+  program.ops.insert(program.ops.begin() + 1, bad);
+  Mesh mesh(program.mesh_axes, {0, 1, 2, 3});
+  try {
+    LowerProgram(mesh, program);
+    FAIL() << "lowered";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "program.9.in");
+    EXPECT_NE(std::string(e.what()).find("'h' is made only where stage=0"), std::string::npos)
+        << e.what();
   }
 }
 
