@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Simulate a run file and print a summary");
   run_cmd->add_option("file", run.file, "The run file (YAML)")->required();
   run_cmd->add_option("--trace", run.trace_path, "Write a Perfetto (Chrome JSON) trace");
+  run_cmd->add_option("--trace-devices", run.trace_devices,
+                      "Trace only these devices, e.g. 0-15,32 (switches are left out)");
   run_cmd->add_option("--json", run.json_path, "Write the summary as JSON");
   run_cmd->add_option("--dump", run.dump_dir, "Write every output array as DIR/NAME.npy");
   run_cmd->add_option("--numerics", run.numerics, "Check numerics: auto, on or off")

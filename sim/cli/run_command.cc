@@ -17,6 +17,7 @@
 #include "collectives/placement.h"
 #include "collectives/sharding.h"
 #include "sim/atomic_file.h"
+#include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
 #include "sim/intervals.h"
 #include "sim/json_writer.h"
@@ -301,12 +302,24 @@ std::string Json(const RunReport& r) {
 
 int RunRunCommand(const RunCommandOptions& options) {
   auto wall_start = std::chrono::steady_clock::now();
+  CheckDistinctOutputs({{"--trace", options.trace_path},
+                        {"--json", options.json_path},
+                        {"--dump", options.dump_dir}});
+  if (!options.trace_devices.empty() && options.trace_path.empty()) {
+    throw InputError("--trace-devices needs --trace");
+  }
   RunFile file = LoadRunFile(options.file, options.overrides);
   RunReport report;
   report.file = file.path;
   Simulator sim;
-  TraceWriter tracer;
-  if (!options.trace_path.empty()) sim.AddObserver(&tracer);
+  // The trace streams to a temporary file while the simulation runs.
+  std::unique_ptr<StagedFile> trace_file;
+  std::unique_ptr<TraceWriter> tracer;
+  if (!options.trace_path.empty()) {
+    trace_file = std::make_unique<StagedFile>(options.trace_path);
+    tracer = std::make_unique<TraceWriter>(trace_file->stream());
+    sim.AddObserver(tracer.get());
+  }
   std::map<std::string, Array> outputs;
   try {
     Topology topo = BuildHardware(file.hardware);
@@ -314,6 +327,15 @@ int RunRunCommand(const RunCommandOptions& options) {
                       std::to_string(topo.num_switches()) + " switches, " +
                       std::to_string(topo.num_physical_links()) + " links)";
     report.devices = topo.num_devices();
+    if (tracer && !options.trace_devices.empty()) {
+      // Devices' pids are their indices; switches (pids after the devices) are left out.
+      std::vector<bool> keep(topo.num_devices());
+      for (int64_t d :
+           ParseIndexListFlag("--trace-devices", options.trace_devices, topo.num_devices())) {
+        keep[d] = true;
+      }
+      tracer->KeepOnlyProcesses(std::move(keep));
+    }
     std::unique_ptr<Router> router = MakeRouter(topo);
     Network network(sim, topo, *router);
     if (file.program) {
@@ -331,7 +353,11 @@ int RunRunCommand(const RunCommandOptions& options) {
 
   // Every output file is written all or nothing: the trace, the summary and the dumps.
   std::vector<std::pair<std::string, std::string>> files;
-  if (!options.trace_path.empty()) files.emplace_back(options.trace_path, tracer.Render());
+  std::vector<StagedFile*> staged;
+  if (tracer) {
+    tracer->Finish();
+    staged.push_back(trace_file.get());
+  }
   if (!options.json_path.empty()) files.emplace_back(options.json_path, Json(report));
   if (!options.dump_dir.empty()) {
     std::error_code ec;
@@ -345,7 +371,7 @@ int RunRunCommand(const RunCommandOptions& options) {
                          EncodeNpy(array));
     }
   }
-  WriteOutputFiles(files);
+  WriteOutputFiles(files, staged);
   std::cout << Summary(report);
   return report.numerics.passed ? 0 : 1;
 }
