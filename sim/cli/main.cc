@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "sim/cli/collective_command.h"
@@ -23,6 +25,17 @@ int BadInput(const std::string& message) {
   }
   std::fprintf(stderr, "error: %s\n", line.c_str());
   return 2;
+}
+
+// Prints a one-line internal error (a broken invariant of shardsim, not the user's input)
+// and returns its exit code.
+int InternalError(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "internal error: %s\n", line.c_str());
+  return 3;
 }
 
 }  // namespace
@@ -114,7 +127,20 @@ int main(int argc, char** argv) {
     return BadInput(std::string(e.what()) + " (key " + e.key() + ")");
   } catch (const shardsim::UnitError& e) {
     return BadInput(e.what());
+  } catch (const shardsim::TimeRangeError& e) {
+    return BadInput(e.what());
+  } catch (const std::logic_error& e) {
+    return InternalError(e.what());
+  } catch (const std::overflow_error& e) {
+    return InternalError(e.what());
+  } catch (const std::range_error& e) {
+    return InternalError(e.what());
+  } catch (const std::underflow_error& e) {
+    return InternalError(e.what());
+  } catch (const std::bad_alloc&) {
+    return InternalError("out of memory");
   } catch (const std::exception& e) {
+    // Files that cannot be read or written, and other failures of the environment.
     return BadInput(e.what());
   }
   return 2;

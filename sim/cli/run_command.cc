@@ -71,6 +71,23 @@ std::string Pad(std::string s, size_t width) {
   return s;
 }
 
+// The user-given quantity most likely to make a run outlast the simulator's time range: the
+// slowest compute rate, then HBM bandwidth, link latency and link bandwidth overrides; "" if
+// the run file gives none of them (the sizes or times are then at fault).
+std::string SlowestGivenQuantity(const HardwareSpec& hw) {
+  const DeviceOverride& d = hw.device;
+  if (!d.flops.empty()) {
+    auto slowest =
+        std::min_element(d.flops.begin(), d.flops.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    return "hardware.device.flops." + slowest->first;
+  }
+  if (d.hbm_bandwidth) return "hardware.device.hbm_bandwidth";
+  if (hw.link.latency) return "hardware.link.latency";
+  if (hw.link.bandwidth) return "hardware.link.bandwidth";
+  return "";
+}
+
 void CheckTransferDevices(const RunFile& file, const Topology& topo) {
   for (size_t i = 0; i < file.transfers.size(); ++i) {
     const TransferSpec& t = file.transfers[i];
@@ -346,6 +363,12 @@ int RunRunCommand(const RunCommandOptions& options) {
     }
   } catch (const SpecError& e) {
     throw InputError(file.Locate(e));
+  } catch (const TimeRangeError& e) {
+    // The input's numbers are absurd for each other (e.g. a huge matmul at 100 FLOP/s).
+    std::string key = SlowestGivenQuantity(file.hardware);
+    std::string what = std::string(e.what()) +
+                       ": the run's sizes are too large for the hardware's rates and latencies";
+    throw InputError(file.Locate(SpecError(key, what)));
   }
   report.events = sim.events_dispatched();
   report.wall_s =

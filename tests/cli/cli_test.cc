@@ -489,7 +489,12 @@ INSTANTIATE_TEST_SUITE_P(
                     DataFileCase{"TopologyKindTypo", "bad_topology_kind.yaml", 3},
                     DataFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", 4},
                     DataFileCase{"WraparoundNotBool", "bad_wraparound.yaml", 4},
-                    DataFileCase{"ZeroNodes", "bad_zero_nodes.yaml", 3}),
+                    DataFileCase{"ZeroNodes", "bad_zero_nodes.yaml", 3},
+                    DataFileCase{"HugeBytes", "bad_huge_bytes.yaml", 6},
+                    DataFileCase{"HugeStartTime", "bad_huge_at.yaml", 4},
+                    DataFileCase{"HugeLatency", "bad_huge_latency.yaml", 3},
+                    DataFileCase{"InfiniteBandwidth", "bad_infinite_bandwidth.yaml", 3},
+                    DataFileCase{"FlopRateTooSlowForTheProgram", "bad_slow_flops.yaml", 6}),
     [](const testing::TestParamInfo<DataFileCase>& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------------------------

@@ -221,7 +221,16 @@ INSTANTIATE_TEST_SUITE_P(
                     "must be positive, got 0"},
         BadFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", "4:3", "transfers",
                     "got a mapping"},
-        BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"}),
+        BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"},
+        BadFileCase{"HugeBytes", "bad_huge_bytes.yaml", "6:12", "transfers.0.bytes",
+                    "size \"1e30 B\" is too large (at most 8 EiB)"},
+        BadFileCase{"HugeStartTime", "bad_huge_at.yaml", "4:40", "transfers.0.at",
+                    "time \"1e8 s\" is past the simulator's range (at most about 106 days)"},
+        BadFileCase{"HugeLatency", "bad_huge_latency.yaml", "3:39", "hardware.link.latency",
+                    "time \"1e9 s\" is past the simulator's range"},
+        BadFileCase{"InfiniteBandwidth", "bad_infinite_bandwidth.yaml", "3:21",
+                    "hardware.link.bandwidth",
+                    "a bandwidth must be a finite non-negative number, got \"inf GB/s\""}),
     [](const testing::TestParamInfo<BadFileCase>& info) { return info.param.name; });
 
 // Malformed programs: each error at the key or value that is wrong.
@@ -642,6 +651,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadOverrideCase{"BareNumber", "hardware.link.bandwidth=90",
                         "--set hardware.link.bandwidth: expected a bandwidth unit like GB/s or "
                         "Gb/s in \"90\" (key hardware.link.bandwidth)"},
+        BadOverrideCase{"HugeBandwidth", "hardware.link.bandwidth=1e300 TB/s",
+                        "--set hardware.link.bandwidth: bandwidth \"1e300 TB/s\" is too large (at "
+                        "most 1 EB/s) (key hardware.link.bandwidth)"},
+        BadOverrideCase{"NanBandwidth", "hardware.link.bandwidth=nan GB/s",
+                        "--set hardware.link.bandwidth: a bandwidth must be a finite non-negative "
+                        "number, got \"nan GB/s\" (key hardware.link.bandwidth)"},
+        BadOverrideCase{"HugeFlops", "hardware.device.flops={f32: 1e30 FLOP/s}",
+                        "--set hardware.device.flops: compute rate \"1e30 FLOP/s\" is too large "
+                        "(at most 1e21 FLOP/s) (key hardware.device.flops.f32)"},
         BadOverrideCase{"NoEquals", "hardware.nodes", "--set hardware.nodes: expected KEY=VALUE"},
         BadOverrideCase{"EmptySegment", "hardware..nodes=2",
                         "--set hardware..nodes=2: expected KEY=VALUE"},
