@@ -1,9 +1,11 @@
 #include "sim/cli/run_file.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -222,6 +224,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", "4:3", "transfers",
                     "got a mapping"},
         BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"},
+        BadFileCase{"SecondDocument", "bad_two_documents.yaml", "6:1", "",
+                    "a second YAML document (after '---'); a file holds one document"},
         BadFileCase{"HugeBytes", "bad_huge_bytes.yaml", "6:12", "transfers.0.bytes",
                     "size \"1e30 B\" is too large (at most 8 EiB)"},
         BadFileCase{"HugeStartTime", "bad_huge_at.yaml", "4:40", "transfers.0.at",
@@ -541,6 +545,32 @@ TEST(ProgramFileTest, SetErrorsNameTheOption) {
                 "mesh.devices)");
   EXPECT_EQ(LoadError(file, {"program.0.axis_name=[dp, dp]"}),
             "--set program.0.axis_name: names mesh axis 'dp' twice (key program.0.axis_name.1)");
+}
+
+TEST(RunFileTest, LoadsAProgramOfTwentyThousandOps) {
+  // Loading once took time quadratic in the ops (each name looked up in a list).
+  constexpr int kOps = 20000;
+  std::string text =
+      "hardware: {preset: tpu-v5e, shape: [2, 2]}\nmesh:\n  axes: {x: 4}\narrays:\n"
+      "  a: {shape: [64], dtype: f32, init: zeros, sharding: \"P('x')\"}\nprogram:\n"
+      "  - {op: neg, in: a, out: b0}\n";
+  for (int i = 1; i < kOps; ++i) {
+    text += "  - {op: neg, in: b" + std::to_string(i - 1) + ", out: b" + std::to_string(i) + "}\n";
+  }
+  text += "  - {op: neg, in: b0, out: b1}\n";  // Rebinds b1; its default name is taken.
+  text += "outputs:\n  b" + std::to_string(kOps - 1) + ": \"P('x')\"\n";
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("shardsim_many_ops_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  RunFile f = LoadRunFile(path.string());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(f.program);
+  ASSERT_EQ(f.program->ops.size(), static_cast<size_t>(kOps + 1));
+  EXPECT_EQ(f.program->ops[kOps - 1].name, "b" + std::to_string(kOps - 1));
+  EXPECT_EQ(f.program->ops[kOps].name, "op" + std::to_string(kOps));
 }
 
 TEST(RunFileTest, MissingFile) {
