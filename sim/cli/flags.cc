@@ -87,13 +87,23 @@ std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& te
         throw InputError(flag + " " + text + ": expected MIN:MAX with 0 < MIN <= MAX");
       }
       std::vector<Bytes> sizes;
-      for (int64_t s = lo.count(); s <= hi.count(); s *= factor) sizes.push_back(Bytes(s));
+      for (int64_t s = lo.count(); s <= hi.count(); s *= factor) {
+        sizes.push_back(Bytes(s));
+        if (s > hi.count() / factor) break;  // The next step is past MAX (or past int64).
+      }
       return sizes;
     }
   } catch (const UnitError& e) {
     throw InputError(flag + " " + text + ": " + e.what());
   }
   throw InputError(flag + " " + text + ": expected a size or MIN:MAX like 1KiB:1GiB");
+}
+
+int PositiveNodesFlag(int nodes) {
+  if (nodes < 1) {
+    throw InputError("--nodes " + std::to_string(nodes) + ": expected a positive number of nodes");
+  }
+  return nodes;
 }
 
 void CheckDistinctOutputs(const std::vector<std::pair<std::string, std::string>>& outputs) {

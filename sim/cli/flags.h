@@ -20,6 +20,8 @@ std::vector<std::string> ParseListFlag(const std::string& flag, const std::strin
 // Parses "1KiB:1GiB" (powers of two from the first to the last, like nccl-tests -b/-e -f 2),
 // "1KiB:1GiB:4" (factor 4), or one size "64MiB". Throws InputError naming `flag`.
 std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& text);
+// Returns `nodes`; throws InputError "--nodes N: ..." unless it is positive.
+int PositiveNodesFlag(int nodes);
 // Throws InputError if two of the (flag, path) outputs name the same file; empty paths are
 // not given.
 void CheckDistinctOutputs(const std::vector<std::pair<std::string, std::string>>& outputs);

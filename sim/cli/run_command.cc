@@ -88,6 +88,24 @@ std::string SlowestGivenQuantity(const HardwareSpec& hw) {
   return "";
 }
 
+// Rows of cells as text: every column but the last padded to its longest cell plus two
+// spaces, so long names never run into the next column.
+std::string AlignColumns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const std::vector<std::string>& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c + 1 < row.size(); ++c) width[c] = std::max(width[c], row[c].size() + 2);
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      out += c + 1 < row.size() ? Pad(row[c], width[c]) : row[c];
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 void CheckTransferDevices(const RunFile& file, const Topology& topo) {
   for (size_t i = 0; i < file.transfers.size(); ++i) {
     const TransferSpec& t = file.transfers[i];
@@ -228,23 +246,23 @@ std::string Summary(const RunReport& r) {
   std::snprintf(line, sizeof(line), "events:         %llu in %.3f s wall\n\n",
                 static_cast<unsigned long long>(r.events), r.wall_s);
   out << line;
-  out << Pad("op", 18) << Pad("kind", 14) << Pad("bytes", 12) << Pad("start", 15) << Pad("end", 15)
-      << "algorithm\n";
+  std::vector<std::vector<std::string>> ops = {
+      {"op", "kind", "bytes", "start", "end", "algorithm"}};
   for (const OpRow& o : r.ops) {
-    out << Pad(o.name, 18) << Pad(o.op, 14) << Pad(FormatBytes(o.bytes), 12)
-        << Pad(Micros(o.start), 15) << Pad(Micros(o.end), 15) << o.algorithm
-        << (o.detail.empty() ? "" : "  (" + o.detail + ")") << "\n";
+    ops.push_back({o.name, o.op, FormatBytes(o.bytes), Micros(o.start), Micros(o.end),
+                   o.algorithm + (o.detail.empty() ? "" : "  (" + o.detail + ")")});
   }
-  out << "\n"
-      << Pad("device", 8) << Pad("compute", 15) << Pad("comm", 15) << Pad("exposed comm", 15)
-      << "idle\n";
+  out << AlignColumns(ops) << "\n";
+  std::vector<std::vector<std::string>> devices = {
+      {"device", "compute", "comm", "exposed comm", "idle"}};
   // Large machines: the first 8 devices, then the spread.
   size_t shown = std::min<size_t>(r.per_device.size(), 8);
   for (size_t i = 0; i < shown; ++i) {
     const DeviceTiming& d = r.per_device[i];
-    out << Pad(std::to_string(d.device), 8) << Pad(Micros(d.compute), 15) << Pad(Micros(d.comm), 15)
-        << Pad(Micros(d.exposed_comm), 15) << Micros(d.idle) << "\n";
+    devices.push_back({std::to_string(d.device), Micros(d.compute), Micros(d.comm),
+                       Micros(d.exposed_comm), Micros(d.idle)});
   }
+  out << AlignColumns(devices);
   if (shown < r.per_device.size()) {
     Time lo = Time::Max(), hi;
     for (const DeviceTiming& d : r.per_device) {
