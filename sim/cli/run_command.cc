@@ -72,8 +72,9 @@ std::string Pad(std::string s, size_t width) {
 }
 
 // The user-given quantity most likely to make a run outlast the simulator's time range: the
-// slowest compute rate, then HBM bandwidth, link latency and link bandwidth overrides; "" if
-// the run file gives none of them (the sizes or times are then at fault).
+// slowest compute rate, then HBM bandwidth, op overhead, compute slowdown, link latency and
+// link bandwidth overrides; "" if the run file gives none of them (the sizes or times are then
+// at fault).
 std::string SlowestGivenQuantity(const HardwareSpec& hw) {
   const DeviceOverride& d = hw.device;
   if (!d.flops.empty()) {
@@ -83,6 +84,8 @@ std::string SlowestGivenQuantity(const HardwareSpec& hw) {
     return "hardware.device.flops." + slowest->first;
   }
   if (d.hbm_bandwidth) return "hardware.device.hbm_bandwidth";
+  if (d.op_overhead) return "hardware.device.op_overhead";
+  if (d.comm_compute_slowdown) return "hardware.device.comm_compute_slowdown";
   if (hw.link.latency) return "hardware.link.latency";
   if (hw.link.bandwidth) return "hardware.link.bandwidth";
   return "";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -417,11 +418,21 @@ Shape ReadArrayShape(const YamlValue& value) {
   return shape;
 }
 
+// One number of a literal as float32; a finite number beyond float32's range is refused
+// (infinities and NaN written as such are kept).
+float LiteralNumber(const YamlValue& value) {
+  const double x = value.Number();
+  if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max()) {
+    value.Fail("value " + value.Describe() + " is outside the float32 range (about 3.4e38)");
+  }
+  return static_cast<float>(x);
+}
+
 // The values of a literal nested like `shape`, from dimension `dim` on, appended row-major.
 void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vector<float>& out) {
   if (dim == shape.size()) {
     if (value.IsList()) value.Fail("is nested deeper than the shape " + ShapeText(shape));
-    out.push_back(static_cast<float>(value.Number()));
+    out.push_back(LiteralNumber(value));
     return;
   }
   const std::string along =
@@ -454,11 +465,11 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
       value.Fail("has " + std::to_string(entries.size()) + " values but the shape " +
                  ShapeText(shape) + " needs " + std::to_string(count));
     }
-    for (const YamlValue& entry : entries) out.push_back(static_cast<float>(entry.Number()));
+    for (const YamlValue& entry : entries) out.push_back(LiteralNumber(entry));
     return out;
   }
   if (value.IsScalar() && shape.empty()) {
-    out.push_back(static_cast<float>(value.Number()));
+    out.push_back(LiteralNumber(value));
     return out;
   }
   value.Expected("a list of numbers, nested like the shape or flat");
