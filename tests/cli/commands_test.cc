@@ -479,7 +479,7 @@ TEST_F(CommandsTest, RunInitialisesF16ArrayFromF32Npy) {
   using shardsim::Array;
   using shardsim::DType;
   shardsim::WriteNpy(Array::FromValues(DType::kF32, {4}, {1.0001f, 2049.0f, 0.5f, -3.0f}),
-           (in() / "x.npy").string());
+                     (in() / "x.npy").string());
   std::string file = WriteInput("f16.yaml",
                                 "hardware: {preset: tpu-v5e, shape: [2, 2]}\n"
                                 "mesh:\n  axes: {x: 4}\n"
