@@ -30,9 +30,9 @@ namespace shardsim {
 // Each lane keeps a stack of its top-level slices (disjoint, by start): a new slice either
 // starts after the top one ends, or encloses the top ones that start after it (it is written
 // later but starts earlier, so Perfetto makes it their parent), or equals the top one.
-// A lane remembers its last kMaxRoots top-level slices; a slice starting before the end of
-// an older, forgotten one goes to another lane. Since slices are reported when they end, a
-// slice usually arrives after the slices it encloses and nests over them.
+// A lane remembers at least its last kMaxRoots top-level slices (at most twice as many); a
+// slice starting before the end of an older, forgotten one goes to another lane. Since slices are
+// reported when they end, a slice usually arrives after the slices it encloses and nests over them.
 class TraceWriter : public Observer {
  public:
   // Top-level slices a lane remembers (see the class comment).
@@ -46,9 +46,13 @@ class TraceWriter : public Observer {
   // slices, counters and names are dropped (a flow arrow to a dropped process has no end).
   void KeepOnlyProcesses(std::vector<bool> keep);
 
+  // Remembers a process's name for the metadata.
   void OnProcess(int32_t pid, const std::string& name, int32_t sort_index) override;
+  // Remembers a track's name for the metadata.
   void OnThread(int32_t pid, int32_t tid, const std::string& name, int32_t sort_index) override;
+  // Places the slice on a lane of its track and writes it.
   void OnSlice(const SliceRecord& slice) override;
+  // Writes the counter sample.
   void OnCounter(const CounterRecord& counter) override;
 
   // Writes the metadata, closes the JSON document and flushes the stream (whose owner checks
