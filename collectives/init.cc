@@ -62,8 +62,10 @@ Array FromFile(const ArraySpec& spec, bool with_data, const std::string& base_di
   std::filesystem::path path(spec.init.file);
   if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
   NpyHeader header = ReadNpyHeader(path.string());
-  bool dtype_ok = header.dtype == spec.dtype ||
-                  (spec.dtype == DType::kBF16 && (header.descr == "<f4" || header.descr == "<f8"));
+  // Half-precision arrays may start from float32/float64 data, rounded to their dtype.
+  bool half = spec.dtype == DType::kBF16 || spec.dtype == DType::kF16;
+  bool dtype_ok =
+      header.dtype == spec.dtype || (half && (header.descr == "<f4" || header.descr == "<f8"));
   if (header.shape != spec.shape || !dtype_ok) {
     throw std::invalid_argument(path.string() + " holds '" + header.descr + "' " +
                                 FormatShape(header.shape) + ", but the array is " +
@@ -72,7 +74,7 @@ Array FromFile(const ArraySpec& spec, bool with_data, const std::string& base_di
   if (!with_data) return Array::ShapeOnly(spec.dtype, spec.shape);
   Array read = ReadNpy(path.string());
   if (read.dtype() == spec.dtype) return read;
-  return Array::FromValues(spec.dtype, spec.shape, read.values());  // f32 -> bf16.
+  return Array::FromValues(spec.dtype, spec.shape, read.values());  // f32 -> bf16 or f16.
 }
 
 }  // namespace

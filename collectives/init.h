@@ -18,8 +18,8 @@ namespace shardsim {
 //   element 2j = r cos(2 pi u2), element 2j+1 = r sin(2 pi u2), r = sqrt(-2 ln(1 - u1)),
 //   computed in double and rounded to the dtype;
 // - value: the literal (flat, NumElements(shape) values); file: a .npy file (relative paths
-//   are resolved against `base_dir`) whose shape and dtype match the spec (a bf16 array may
-//   read '<f4'/'<f8' files, which is how NumPy stores them).
+//   are resolved against `base_dir`) whose shape and dtype match the spec (a bf16 or f16
+//   array may read '<f4'/'<f8' files, which is how NumPy stores bf16, rounding each value).
 // All values are rounded to the dtype. Throws std::invalid_argument for a wrong literal
 // count or an unreadable or mismatched file.
 Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string& base_dir);

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "sim/units.h"
+
 namespace shardsim {
 
 uint32_t Simulator::AllocateSlot() {
@@ -28,6 +30,13 @@ int32_t Simulator::AllocateBucket() {
 }
 
 EventId Simulator::ScheduleAt(Time at, Callback cb) {
+  // Times are never negative: one is what a duration beyond the int64 range (a huge one
+  // converted from floating point, or sums that wrapped) turns into.
+  if (at.picoseconds() < 0) {
+    throw TimeRangeError("at simulated time " + FormatTime(now_) +
+                         ", an op or transfer would end past the simulator's time range (about "
+                         "106 days)");
+  }
   if (at < now_) throw std::logic_error("an event was scheduled in the past");
   uint32_t slot = AllocateSlot();
   Slot& s = slots_[slot];

@@ -39,7 +39,8 @@ class Simulator {
   // The current simulated time.
   Time Now() const { return now_; }
 
-  // Schedules `cb` at absolute time `at`; throws std::logic_error if `at` < Now().
+  // Schedules `cb` at absolute time `at`. Throws TimeRangeError if `at` is negative (a time
+  // that overflowed), std::logic_error if it is before Now().
   EventId ScheduleAt(Time at, Callback cb);
   // Schedules `cb` after `delay` (>= 0) from now.
   EventId Schedule(Time delay, Callback cb) { return ScheduleAt(now_ + delay, std::move(cb)); }

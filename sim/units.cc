@@ -88,6 +88,9 @@ bool ByteUnitScale(std::string_view unit, double& bytes_per_unit) {
   return false;
 }
 
+// 2^63 as a double: the first value an int64 cannot hold.
+constexpr double kInt64Limit = 9223372036854775808.0;
+
 std::string FormatScaled(double value, const char* const* names, int count, double step) {
   int i = 0;
   while (i + 1 < count && std::fabs(value) >= step) {
@@ -101,6 +104,15 @@ std::string FormatScaled(double value, const char* const* names, int count, doub
 
 }  // namespace
 
+Time Bandwidth::TransferTime(Bytes b) const {
+  double ps = std::ceil(static_cast<double>(b.count()) / bps_ * 1e12);
+  if (!(ps >= 0 && ps < kInt64Limit)) {
+    throw TimeRangeError("moving " + FormatBytes(b) + " at " + FormatBandwidth(*this) +
+                         " takes longer than the simulator's time range (about 106 days)");
+  }
+  return Time::Picoseconds(static_cast<int64_t>(ps));
+}
+
 Bytes ParseBytes(std::string_view text) {
   Split q = SplitQuantity(text, "a size", "64 MiB");
   double scale = 1.0;
@@ -109,6 +121,9 @@ Bytes ParseBytes(std::string_view text) {
                     "\" (use B, KiB, MiB, GiB, kB, MB, GB, or b for bits)");
   }
   double bytes = q.number * scale;
+  if (!(bytes < kInt64Limit)) {
+    throw UnitError("size \"" + std::string(text) + "\" is too large (at most 8 EiB)");
+  }
   if (bytes != std::floor(bytes)) {
     throw UnitError("size \"" + std::string(text) + "\" is not a whole number of bytes");
   }
@@ -123,7 +138,11 @@ Bandwidth ParseBandwidth(std::string_view text) {
       !ByteUnitScale(unit.substr(0, unit.size() - 2), scale)) {
     throw UnitError("expected a bandwidth unit like GB/s or Gb/s in \"" + std::string(text) + "\"");
   }
-  return Bandwidth::BytesPerSecond(q.number * scale);
+  double bps = q.number * scale;
+  if (!(bps <= kMaxBytesPerSecond)) {
+    throw UnitError("bandwidth \"" + std::string(text) + "\" is too large (at most 1 EB/s)");
+  }
+  return Bandwidth::BytesPerSecond(bps);
 }
 
 Time ParseTime(std::string_view text) {
@@ -141,7 +160,12 @@ Time ParseTime(std::string_view text) {
                                                   {"sec", 1e12}}};
   for (const Unit& u : kUnits) {
     if (q.unit == u.name) {
-      return Time::Picoseconds(static_cast<int64_t>(std::llround(q.number * u.ps)));
+      double ps = std::round(q.number * u.ps);
+      if (!(ps < kInt64Limit)) {
+        throw UnitError("time \"" + std::string(text) +
+                        "\" is past the simulator's range (at most about 106 days)");
+      }
+      return Time::Picoseconds(static_cast<int64_t>(ps));
     }
   }
   throw UnitError("expected a time unit (ps, ns, us, ms, s) in \"" + std::string(text) + "\"");
@@ -155,7 +179,12 @@ FlopRate ParseFlopRate(std::string_view text) {
   if (unit != "FLOP/s" && unit != "FLOPS" && unit != "flop/s" && unit != "OP/s") {
     throw UnitError("expected a compute rate unit like TFLOP/s in \"" + std::string(text) + "\"");
   }
-  return FlopRate::PerSecond(q.number * scale);
+  double flops = q.number * scale;
+  if (!(flops <= kMaxFlopsPerSecond)) {
+    throw UnitError("compute rate \"" + std::string(text) +
+                    "\" is too large (at most 1e21 FLOP/s)");
+  }
+  return FlopRate::PerSecond(flops);
 }
 
 std::string FormatBytes(Bytes b) {

@@ -17,6 +17,19 @@ class UnitError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Thrown when a time computed from the user's quantities (a transfer at a tiny bandwidth, a
+// compute at a tiny FLOP rate, huge latencies summed) falls outside the simulator's time range
+// (int64 picoseconds, about 106 days): the input is at fault, not the simulator.
+class TimeRangeError : public std::overflow_error {
+ public:
+  using std::overflow_error::overflow_error;
+};
+
+// Largest bandwidth a parsed quantity may have: 1 EB/s, far above any link or memory.
+inline constexpr double kMaxBytesPerSecond = 1e18;
+// Largest compute rate a parsed quantity may have: 1 ZFLOP/s.
+inline constexpr double kMaxFlopsPerSecond = 1e21;
+
 // A count of bytes.
 class Bytes {
  public:
@@ -54,10 +67,9 @@ class Bandwidth {
 
   // Bytes per second.
   constexpr double bytes_per_second() const { return bps_; }
-  // Time to move `b` at this rate, rounded up to a whole picosecond.
-  Time TransferTime(Bytes b) const {
-    return Time::FromSecondsCeil(static_cast<double>(b.count()) / bps_);
-  }
+  // Time to move `b` at this rate, rounded up to a whole picosecond. Throws TimeRangeError
+  // if it does not fit the simulator's time range.
+  Time TransferTime(Bytes b) const;
 
   constexpr auto operator<=>(const Bandwidth&) const = default;
   constexpr Bandwidth operator*(double k) const { return Bandwidth(bps_ * k); }
@@ -84,6 +96,11 @@ class FlopRate {
   constexpr explicit FlopRate(double f) : flops_(f) {}
   double flops_ = 0;
 };
+
+// The parsers below throw UnitError for a malformed quantity, a negative, infinite or NaN
+// number, or one out of range: a size of 2^63 bytes or more, a time past the simulator's
+// range (about 106 days), a bandwidth above kMaxBytesPerSecond, a compute rate above
+// kMaxFlopsPerSecond.
 
 // Parses "64 MiB", "1 GB", "512 B", "8 Mb" or a bare integer count of bytes.
 Bytes ParseBytes(std::string_view text);

@@ -1,7 +1,6 @@
 #include "topology/network.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -92,7 +91,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   int32_t f = AllocateFlow();
   Flow& flow = flows_[f];
   const std::vector<LinkId>& route = router_.Route(src, dst);
-  assert(!route.empty() && "no route between two vertices");
+  if (route.empty()) throw std::logic_error("no route between two vertices");
   flow.path.assign(route.data(), route.data() + route.size());
   flow.total = static_cast<double>(bytes.count());
   flow.remaining = flow.total;
@@ -227,10 +226,9 @@ int64_t Network::DrainTime(const Flow& flow) const {
   // Time is int64 picoseconds (about 106 days): a drain beyond that cannot be represented.
   double left = static_cast<double>(Time::Max().picoseconds() - flow.updated_ps) / 2;
   if (!(ps <= left)) {
-    throw std::overflow_error("a transfer of " +
-                              FormatBytes(Bytes(static_cast<int64_t>(flow.total))) + " at " +
-                              FormatBandwidth(Bandwidth::BytesPerSecond(flow.rate * 1e12)) +
-                              " would end beyond the simulator's time range (about 53 days)");
+    throw TimeRangeError("a transfer of " + FormatBytes(Bytes(static_cast<int64_t>(flow.total))) +
+                         " at " + FormatBandwidth(Bandwidth::BytesPerSecond(flow.rate * 1e12)) +
+                         " would end beyond the simulator's time range (about 53 days)");
   }
   return flow.updated_ps + static_cast<int64_t>(ps);
 }
@@ -334,7 +332,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
         best = l;
       }
     }
-    assert(best >= 0);
+    if (best < 0) throw std::logic_error("max-min sharing found no link with a finite share");
     for (int32_t f : links_[best].flows) {
       Flow& flow = flows_[f];
       if (flow.frozen) continue;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/property_map/function_property_map.hpp>
-#include <cassert>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "topology/hierarchical.h"
 #include "topology/ring.h"
@@ -55,7 +55,7 @@ class TorusRouter : public Router {
     route_.clear();
     int current = vertex_device_[src];
     const int target_device = vertex_device_[dst];
-    assert(current >= 0 && target_device >= 0 && "torus routes join devices");
+    if (current < 0 || target_device < 0) throw std::logic_error("torus routes join devices");
     const int* target = &coords_[static_cast<size_t>(target_device) * rank_];
     for (int d = 0; d < rank_; ++d) {
       const int k = shape_[d];
@@ -70,12 +70,12 @@ class TorusRouter : public Router {
       const int dir = steps > 0 ? 1 : 0;
       for (int i = 0; i < std::abs(steps); ++i) {
         LinkId link = step_[(static_cast<size_t>(current) * rank_ + d) * 2 + dir];
-        assert(link >= 0 && "torus neighbours must be linked");
+        if (link < 0) throw std::logic_error("torus neighbours must be linked");
         route_.push_back(link);
         current = link_dst_device_[link];
       }
     }
-    assert(current == target_device);
+    if (current != target_device) throw std::logic_error("a torus route ended off its target");
     return route_;
   }
 
@@ -110,7 +110,7 @@ class ShortestPathRouter : public Router {
     const std::vector<LinkId>& pred = Tree(src);
     for (VertexId v = dst; v != src;) {
       LinkId id = pred[v];
-      assert(id >= 0 && "destination unreachable");
+      if (id < 0) throw std::logic_error("destination unreachable");
       route_.push_back(id);
       v = topo_.link(id).src;
     }

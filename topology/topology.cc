@@ -1,6 +1,6 @@
 #include "topology/topology.h"
 
-#include <cassert>
+#include <stdexcept>
 #include <utility>
 
 namespace shardsim {
@@ -54,8 +54,8 @@ VertexId TopologyBuilder::AddSwitch(std::string name) {
 LinkId TopologyBuilder::AddDirected(VertexId a, VertexId b, Bandwidth bw, Time latency,
                                     LinkKind kind, int32_t physical, int32_t dimension,
                                     int32_t direction) {
-  assert(a != b && "a link must join two different vertices");
-  assert(bw.bytes_per_second() > 0 && "a link needs a positive bandwidth");
+  if (a == b) throw std::logic_error("a link must join two different vertices");
+  if (!(bw.bytes_per_second() > 0)) throw std::logic_error("a link needs a positive bandwidth");
   LinkId id = static_cast<LinkId>(topo_.links_.size());
   topo_.links_.push_back(Link{a, b, bw, latency, kind, physical, dimension, direction});
   boost::add_edge(a, b, id, topo_.graph_);

@@ -1,5 +1,6 @@
 #include "sim/cli/collective_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -17,6 +18,10 @@
 
 namespace shardsim {
 namespace {
+
+// Host memory above which `--numerics on` is refused: every device's buffer, the reference
+// and the results are held at once.
+constexpr Bytes kNumericsBudget = Bytes::GiB(4);
 
 struct Row {
   Bytes size;
@@ -82,7 +87,7 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
   if (!o.shape.empty()) {
     for (int64_t v : ParseShapeFlag("--shape", o.shape)) hw.shape.push_back(static_cast<int>(v));
   }
-  hw.nodes = o.nodes;
+  if (o.nodes) hw.nodes = PositiveNodesFlag(*o.nodes);
   Topology topo;
   try {
     topo = BuildHardware(hw);
@@ -124,6 +129,15 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
     // Whole f32 elements, a multiple of the group size (nccl-tests rounds counts down).
     int64_t elements = size.count() / 4 / n * n;
     if (elements == 0) continue;
+    // Each device's buffer, about three times over (the run, the reference, the results).
+    double host_bytes = static_cast<double>(elements) * 4 * mesh.size() * 3;
+    if (o.numerics == "on" && host_bytes > static_cast<double>(kNumericsBudget.count())) {
+      throw InputError("--sizes " + o.sizes + ": checking numerics at " +
+                       FormatBytes(Bytes(elements * 4)) + " needs about " +
+                       FormatBytes(Bytes(static_cast<int64_t>(std::min(host_bytes, 9e18)))) +
+                       " of host memory, over the " + FormatBytes(kNumericsBudget) +
+                       " budget of --numerics on; use smaller sizes or --numerics off");
+    }
     ProgramSpec program = SweepProgram(o, axes, group_axes, *kind, elements);
     try {
       CheckProgram(mesh, program);
@@ -137,6 +151,8 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
       result = RunProgram(machine, mesh, program, config);
     } catch (const SpecError& e) {
       throw InputError("--algorithm " + o.algorithm + ": " + e.what());
+    } catch (const TimeRangeError& e) {
+      throw InputError("--sizes " + o.sizes + ": " + e.what());
     }
     Row row{Bytes(elements * 4), elements, result.end, result.ops[0].algorithm, 0};
     if (config.numerics) {

@@ -1,16 +1,17 @@
 // `shardsim collective`: sweep one collective over message sizes, like nccl-tests.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace shardsim {
 
 // What `shardsim collective` was asked.
 struct CollectiveCommandOptions {
-  std::string hardware;  // --hardware PRESET
-  std::string shape;     // --shape 4x4, or empty
-  int nodes = 0;         // --nodes
-  std::string mesh;      // --mesh dp=4,tp=2
+  std::string hardware;      // --hardware PRESET
+  std::string shape;         // --shape 4x4, or empty
+  std::optional<int> nodes;  // --nodes, if given.
+  std::string mesh;          // --mesh dp=4,tp=2
   std::string
       op;  // --op psum | all_gather | psum_scatter | all_to_all | ppermute | pmax | pmin | pmean
   std::string axis;                 // --axis dp[,tp]

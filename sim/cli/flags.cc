@@ -1,5 +1,6 @@
 #include "sim/cli/flags.h"
 
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -86,13 +87,64 @@ std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& te
         throw InputError(flag + " " + text + ": expected MIN:MAX with 0 < MIN <= MAX");
       }
       std::vector<Bytes> sizes;
-      for (int64_t s = lo.count(); s <= hi.count(); s *= factor) sizes.push_back(Bytes(s));
+      for (int64_t s = lo.count(); s <= hi.count(); s *= factor) {
+        sizes.push_back(Bytes(s));
+        if (s > hi.count() / factor) break;  // The next step is past MAX (or past int64).
+      }
       return sizes;
     }
   } catch (const UnitError& e) {
     throw InputError(flag + " " + text + ": " + e.what());
   }
   throw InputError(flag + " " + text + ": expected a size or MIN:MAX like 1KiB:1GiB");
+}
+
+int PositiveNodesFlag(int nodes) {
+  if (nodes < 1) {
+    throw InputError("--nodes " + std::to_string(nodes) + ": expected a positive number of nodes");
+  }
+  return nodes;
+}
+
+void CheckDistinctOutputs(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  // Paths compared as absolute, normalized names ("out.json" is "./out.json").
+  std::vector<std::filesystem::path> seen(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].second.empty()) continue;
+    std::error_code ec;
+    seen[i] = std::filesystem::weakly_canonical(std::filesystem::absolute(outputs[i].second), ec);
+    if (ec) seen[i] = std::filesystem::absolute(outputs[i].second).lexically_normal();
+    for (size_t j = 0; j < i; ++j) {
+      if (!outputs[j].second.empty() && seen[j] == seen[i]) {
+        throw InputError(outputs[j].first + " and " + outputs[i].first + " name the same file " +
+                         outputs[i].second + ": give each output its own path");
+      }
+    }
+  }
+}
+
+std::vector<int64_t> ParseIndexListFlag(const std::string& flag, const std::string& text,
+                                        int64_t limit) {
+  auto parse = [&](const std::string& digits) {
+    if (digits.empty() || digits.size() > 15 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw InputError(flag + " " + text + ": expected device indices and ranges like 0-15,32");
+    }
+    return std::stoll(digits);
+  };
+  std::set<int64_t> indices;
+  for (const std::string& part : SplitOn(text, ',')) {
+    size_t dash = part.find('-');
+    int64_t lo = parse(part.substr(0, dash));
+    int64_t hi = dash == std::string::npos ? lo : parse(part.substr(dash + 1));
+    if (hi < lo) throw InputError(flag + " " + text + ": range " + part + " runs backwards");
+    if (hi >= limit) {
+      throw InputError(flag + " " + text + ": " + std::to_string(hi) + " is out of range (0.." +
+                       std::to_string(limit - 1) + ")");
+    }
+    for (int64_t i = lo; i <= hi; ++i) indices.insert(i);
+  }
+  return {indices.begin(), indices.end()};
 }
 
 }  // namespace shardsim

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/mesh.h"
@@ -19,5 +20,14 @@ std::vector<std::string> ParseListFlag(const std::string& flag, const std::strin
 // Parses "1KiB:1GiB" (powers of two from the first to the last, like nccl-tests -b/-e -f 2),
 // "1KiB:1GiB:4" (factor 4), or one size "64MiB". Throws InputError naming `flag`.
 std::vector<Bytes> ParseSizesFlag(const std::string& flag, const std::string& text);
+// Returns `nodes`; throws InputError "--nodes N: ..." unless it is positive.
+int PositiveNodesFlag(int nodes);
+// Throws InputError if two of the (flag, path) outputs name the same file; empty paths are
+// not given.
+void CheckDistinctOutputs(const std::vector<std::pair<std::string, std::string>>& outputs);
+// Parses "0-15,32" (indices and inclusive ranges, each below `limit`) into sorted distinct
+// indices. Throws InputError naming `flag`.
+std::vector<int64_t> ParseIndexListFlag(const std::string& flag, const std::string& text,
+                                        int64_t limit);
 
 }  // namespace shardsim

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "sim/cli/collective_command.h"
@@ -23,6 +25,17 @@ int BadInput(const std::string& message) {
   }
   std::fprintf(stderr, "error: %s\n", line.c_str());
   return 2;
+}
+
+// Prints a one-line internal error (a broken invariant of shardsim, not the user's input)
+// and returns its exit code.
+int InternalError(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "internal error: %s\n", line.c_str());
+  return 3;
 }
 
 }  // namespace
@@ -47,6 +60,8 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Simulate a run file and print a summary");
   run_cmd->add_option("file", run.file, "The run file (YAML)")->required();
   run_cmd->add_option("--trace", run.trace_path, "Write a Perfetto (Chrome JSON) trace");
+  run_cmd->add_option("--trace-devices", run.trace_devices,
+                      "Trace only these devices, e.g. 0-15,32 (switches are left out)");
   run_cmd->add_option("--json", run.json_path, "Write the summary as JSON");
   run_cmd->add_option("--dump", run.dump_dir, "Write every output array as DIR/NAME.npy");
   run_cmd->add_option("--numerics", run.numerics, "Check numerics: auto, on or off")
@@ -118,7 +133,20 @@ int main(int argc, char** argv) {
     return BadInput(std::string(e.what()) + " (key " + e.key() + ")");
   } catch (const shardsim::UnitError& e) {
     return BadInput(e.what());
+  } catch (const shardsim::TimeRangeError& e) {
+    return BadInput(e.what());
+  } catch (const std::logic_error& e) {
+    return InternalError(e.what());
+  } catch (const std::overflow_error& e) {
+    return InternalError(e.what());
+  } catch (const std::range_error& e) {
+    return InternalError(e.what());
+  } catch (const std::underflow_error& e) {
+    return InternalError(e.what());
+  } catch (const std::bad_alloc&) {
+    return InternalError("out of memory");
   } catch (const std::exception& e) {
+    // Files that cannot be read or written, and other failures of the environment.
     return BadInput(e.what());
   }
   return 2;

@@ -19,6 +19,7 @@
 #include "collectives/runtime/run_program.h"
 #include "collectives/sharding.h"
 #include "sim/atomic_file.h"
+#include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
 #include "sim/intervals.h"
 #include "sim/json_writer.h"
@@ -82,6 +83,44 @@ std::string Micros(Time t) {
 std::string Pad(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
+}
+
+// The user-given quantity most likely to make a run outlast the simulator's time range: the
+// slowest compute rate, then HBM bandwidth, op overhead, compute slowdown, link latency and
+// link bandwidth overrides; "" if the run file gives none of them (the sizes or times are then
+// at fault).
+std::string SlowestGivenQuantity(const HardwareSpec& hw) {
+  const DeviceOverride& d = hw.device;
+  if (!d.flops.empty()) {
+    auto slowest =
+        std::min_element(d.flops.begin(), d.flops.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    return "hardware.device.flops." + slowest->first;
+  }
+  if (d.hbm_bandwidth) return "hardware.device.hbm_bandwidth";
+  if (d.op_overhead) return "hardware.device.op_overhead";
+  if (d.comm_compute_slowdown) return "hardware.device.comm_compute_slowdown";
+  if (hw.link.latency) return "hardware.link.latency";
+  if (hw.link.bandwidth) return "hardware.link.bandwidth";
+  return "";
+}
+
+// Rows of cells as text: every column but the last padded to its longest cell plus two
+// spaces, so long names never run into the next column.
+std::string AlignColumns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const std::vector<std::string>& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c + 1 < row.size(); ++c) width[c] = std::max(width[c], row[c].size() + 2);
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      out += c + 1 < row.size() ? Pad(row[c], width[c]) : row[c];
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 void CheckTransferDevices(const RunFile& file, const Topology& topo) {
@@ -223,23 +262,23 @@ std::string Summary(const RunReport& r) {
   std::snprintf(line, sizeof(line), "events:         %llu in %.3f s wall\n\n",
                 static_cast<unsigned long long>(r.events), r.wall_s);
   out << line;
-  out << Pad("op", 18) << Pad("kind", 14) << Pad("bytes", 12) << Pad("start", 15) << Pad("end", 15)
-      << "algorithm\n";
+  std::vector<std::vector<std::string>> ops = {
+      {"op", "kind", "bytes", "start", "end", "algorithm"}};
   for (const OpRow& o : r.ops) {
-    out << Pad(o.name, 18) << Pad(o.op, 14) << Pad(FormatBytes(o.bytes), 12)
-        << Pad(Micros(o.start), 15) << Pad(Micros(o.end), 15) << o.algorithm
-        << (o.detail.empty() ? "" : "  (" + o.detail + ")") << "\n";
+    ops.push_back({o.name, o.op, FormatBytes(o.bytes), Micros(o.start), Micros(o.end),
+                   o.algorithm + (o.detail.empty() ? "" : "  (" + o.detail + ")")});
   }
-  out << "\n"
-      << Pad("device", 8) << Pad("compute", 15) << Pad("comm", 15) << Pad("exposed comm", 15)
-      << "idle\n";
+  out << AlignColumns(ops) << "\n";
+  std::vector<std::vector<std::string>> devices = {
+      {"device", "compute", "comm", "exposed comm", "idle"}};
   // Large machines: the first 8 devices, then the spread.
   size_t shown = std::min<size_t>(r.per_device.size(), 8);
   for (size_t i = 0; i < shown; ++i) {
     const DeviceTiming& d = r.per_device[i];
-    out << Pad(std::to_string(d.device), 8) << Pad(Micros(d.compute), 15) << Pad(Micros(d.comm), 15)
-        << Pad(Micros(d.exposed_comm), 15) << Micros(d.idle) << "\n";
+    devices.push_back({std::to_string(d.device), Micros(d.compute), Micros(d.comm),
+                       Micros(d.exposed_comm), Micros(d.idle)});
   }
+  out << AlignColumns(devices);
   if (shown < r.per_device.size()) {
     Time lo = Time::Max(), hi;
     for (const DeviceTiming& d : r.per_device) {
@@ -330,11 +369,23 @@ std::string Json(const RunReport& r) {
 
 int RunRunCommand(const RunCommandOptions& options) {
   auto wall_start = std::chrono::steady_clock::now();
+  CheckDistinctOutputs({{"--trace", options.trace_path},
+                        {"--json", options.json_path},
+                        {"--dump", options.dump_dir}});
+  if (!options.trace_devices.empty() && options.trace_path.empty()) {
+    throw InputError("--trace-devices needs --trace");
+  }
   RunFile file = LoadRunFile(options.file, options.overrides);
   RunReport report;
   report.file = file.path;
-  TraceWriter tracer;
-  Observer* observer = options.trace_path.empty() ? nullptr : &tracer;
+  // The trace streams to a temporary file while the simulation runs.
+  std::unique_ptr<StagedFile> trace_file;
+  std::unique_ptr<TraceWriter> tracer;
+  if (!options.trace_path.empty()) {
+    trace_file = std::make_unique<StagedFile>(options.trace_path);
+    tracer = std::make_unique<TraceWriter>(trace_file->stream());
+  }
+  Observer* observer = tracer.get();
   std::map<std::string, Array> outputs;
   try {
     Machine machine(BuildHardware(file.hardware));
@@ -343,6 +394,15 @@ int RunRunCommand(const RunCommandOptions& options) {
                       std::to_string(topo.num_switches()) + " switches, " +
                       std::to_string(topo.num_physical_links()) + " links)";
     report.devices = topo.num_devices();
+    if (tracer && !options.trace_devices.empty()) {
+      // Devices' pids are their indices; switches (pids after the devices) are left out.
+      std::vector<bool> keep(topo.num_devices());
+      for (int64_t d :
+           ParseIndexListFlag("--trace-devices", options.trace_devices, topo.num_devices())) {
+        keep[d] = true;
+      }
+      tracer->KeepOnlyProcesses(std::move(keep));
+    }
     if (file.program) {
       outputs = SimulateProgram(file, options, machine, observer, report);
     } else {
@@ -358,13 +418,23 @@ int RunRunCommand(const RunCommandOptions& options) {
     }
   } catch (const SpecError& e) {
     throw InputError(file.Locate(e));
+  } catch (const TimeRangeError& e) {
+    // The input's numbers are absurd for each other (e.g. a huge matmul at 100 FLOP/s).
+    std::string key = SlowestGivenQuantity(file.hardware);
+    std::string what = std::string(e.what()) +
+                       ": the run's sizes are too large for the hardware's rates and latencies";
+    throw InputError(file.Locate(SpecError(key, what)));
   }
   report.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   // Every output file is written all or nothing: the trace, the summary and the dumps.
   std::vector<std::pair<std::string, std::string>> files;
-  if (!options.trace_path.empty()) files.emplace_back(options.trace_path, tracer.Render());
+  std::vector<StagedFile*> staged;
+  if (tracer) {
+    tracer->Finish();
+    staged.push_back(trace_file.get());
+  }
   if (!options.json_path.empty()) files.emplace_back(options.json_path, Json(report));
   if (!options.dump_dir.empty()) {
     std::error_code ec;
@@ -378,7 +448,7 @@ int RunRunCommand(const RunCommandOptions& options) {
                          EncodeNpy(array));
     }
   }
-  WriteOutputFiles(files);
+  WriteOutputFiles(files, staged);
   std::cout << Summary(report);
   if (report.memory.known && !report.memory.fits) {
     std::cerr << "warning: device " << report.memory.peak_device << " needs "

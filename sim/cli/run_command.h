@@ -10,6 +10,7 @@ namespace shardsim {
 struct RunCommandOptions {
   std::string file;                    // The run file.
   std::string trace_path;              // --trace, or empty.
+  std::string trace_devices;           // --trace-devices "0-15,32", or empty (all).
   std::string json_path;               // --json, or empty.
   std::string dump_dir;                // --dump, or empty.
   std::string numerics;                // --numerics auto|on|off, or empty (the file's option).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -419,11 +420,21 @@ Shape ReadArrayShape(const YamlValue& value) {
   return shape;
 }
 
+// One number of a literal as float32; a finite number beyond float32's range is refused
+// (infinities and NaN written as such are kept).
+float LiteralNumber(const YamlValue& value) {
+  const double x = value.Number();
+  if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max()) {
+    value.Fail("value " + value.Describe() + " is outside the float32 range (about 3.4e38)");
+  }
+  return static_cast<float>(x);
+}
+
 // The values of a literal nested like `shape`, from dimension `dim` on, appended row-major.
 void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vector<float>& out) {
   if (dim == shape.size()) {
     if (value.IsList()) value.Fail("is nested deeper than the shape " + ShapeText(shape));
-    out.push_back(static_cast<float>(value.Number()));
+    out.push_back(LiteralNumber(value));
     return;
   }
   const std::string along =
@@ -456,11 +467,11 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
       value.Fail("has " + std::to_string(entries.size()) + " values but the shape " +
                  ShapeText(shape) + " needs " + std::to_string(count));
     }
-    for (const YamlValue& entry : entries) out.push_back(static_cast<float>(entry.Number()));
+    for (const YamlValue& entry : entries) out.push_back(LiteralNumber(entry));
     return out;
   }
   if (value.IsScalar() && shape.empty()) {
-    out.push_back(static_cast<float>(value.Number()));
+    out.push_back(LiteralNumber(value));
     return out;
   }
   value.Expected("a list of numbers, nested like the shape or flat");
@@ -554,11 +565,12 @@ std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& wha
 // Which names the program has defined so far, for checking each op's inputs.
 struct NameFlow {
   std::vector<std::string> defined;       // Arrays, then op outputs, in order.
+  std::set<std::string> defined_set;      // The same names, for lookups.
   std::map<std::string, size_t> made_by;  // Output name -> the first op that makes it.
 
-  bool Has(const std::string& name) const { return Contains(defined, name); }
+  bool Has(const std::string& name) const { return defined_set.count(name) > 0; }
   void Add(const std::string& name) {
-    if (!Has(name)) defined.push_back(name);
+    if (defined_set.insert(name).second) defined.push_back(name);
   }
   // " ; did you mean 'x'?" or " (defined: a, b)" for an undefined `name`.
   std::string Hint(const std::string& name) const {
@@ -650,7 +662,7 @@ Shape ReadReshape(const YamlValue& value) {
 
 // One op of `program:` (the entry at `index`).
 OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
-              NameFlow& flow, std::vector<std::string>& op_names) {
+              NameFlow& flow, std::set<std::string>& op_names) {
   OpSpec op;
   op.key = value.path();
   YamlMap any = value.Map({});
@@ -712,9 +724,9 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     op.name = name->String();
     if (op.name.empty()) name->Expected("a name");
   } else {
-    op.name = Contains(op_names, op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+    op.name = op_names.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
   }
-  op_names.push_back(op.name);
+  op_names.insert(op.name);
 
   int group = 1;
   if (Contains(keys, "axis_name")) {
@@ -817,7 +829,7 @@ std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>&
   std::vector<YamlValue> entries = value.List();
   if (entries.empty()) value.Fail("expected at least one op, got an empty list");
   flow.made_by = OutputsByOp(entries);
-  std::vector<std::string> op_names;
+  std::set<std::string> op_names;  // Names given so far, for defaults that stay unique.
   std::vector<OpSpec> ops;
   for (size_t i = 0; i < entries.size(); ++i) {
     ops.push_back(ReadOp(entries[i], i, axes, flow, op_names));

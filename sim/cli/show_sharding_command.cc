@@ -13,6 +13,12 @@
 #include "topology/build.h"
 
 namespace shardsim {
+namespace {
+
+// Largest mesh show-sharding describes.
+constexpr int64_t kMaxShownDevices = int64_t{1} << 16;
+
+}  // namespace
 
 void RunShowShardingCommand(const ShowShardingOptions& o) {
   std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
@@ -25,8 +31,15 @@ void RunShowShardingCommand(const ShowShardingOptions& o) {
   } catch (const std::invalid_argument& e) {
     throw InputError("--spec " + o.spec + ": " + e.what());
   }
-  int n = 1;
-  for (const MeshAxis& a : axes) n *= a.size;
+  // Every device is listed: refuse meshes too large to list before allocating for them.
+  int64_t n = 1;
+  for (const MeshAxis& a : axes) {
+    n *= a.size;
+    if (n > kMaxShownDevices) {
+      throw InputError("--mesh " + o.mesh + ": more than " + std::to_string(kMaxShownDevices) +
+                       " devices; show-sharding lists every device");
+    }
+  }
   std::vector<int> devices(n);
   std::iota(devices.begin(), devices.end(), 0);
   std::string prefix;

@@ -146,6 +146,7 @@ std::string TopologyJson(const Topology& topo) {
 }
 
 void RunTopoCommand(const TopoCommandOptions& options) {
+  CheckDistinctOutputs({{"--json", options.json_path}, {"--dot", options.dot_path}});
   HardwareSpec spec;
   RunFile file;
   bool from_file = LooksLikeFile(options.target);
@@ -159,7 +160,7 @@ void RunTopoCommand(const TopoCommandOptions& options) {
     for (int64_t v : ParseShapeFlag("--shape", options.shape))
       spec.shape.push_back(static_cast<int>(v));
   }
-  if (options.nodes > 0) spec.nodes = options.nodes;
+  if (options.nodes) spec.nodes = PositiveNodesFlag(*options.nodes);
   Topology topo;
   try {
     topo = BuildHardware(spec);

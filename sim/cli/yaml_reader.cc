@@ -151,7 +151,19 @@ YAML::Node YamlSource::Load() const {
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return YAML::Load(text.str());
+    std::vector<YAML::Node> documents = YAML::LoadAll(text.str());
+    if (documents.size() > 1) {
+      // A second document would be ignored silently: refuse it where it starts.
+      KeyLocation where;
+      YAML::Mark mark = documents[1].Mark();
+      if (HasMark(mark)) {
+        where.line = mark.line + 1;
+        where.column = mark.column + 1;
+      }
+      throw InputError(FormatLocated(
+          file_, where, "", "a second YAML document (after '---'); a file holds one document"));
+    }
+    return documents.empty() ? YAML::Node() : documents[0];
   } catch (const YAML::Exception& e) {
     KeyLocation where;
     if (HasMark(e.mark)) {

@@ -36,8 +36,8 @@ class YamlSource {
   // The path named in error messages.
   const std::string& file() const { return file_; }
 
-  // Reads and parses the file. Throws InputError ("FILE: cannot open: ...",
-  // "FILE:LINE:COL: invalid YAML: ...").
+  // Reads and parses the file, which must hold one YAML document. Throws InputError
+  // ("FILE: cannot open: ...", "FILE:LINE:COL: invalid YAML: ...", or at a second document).
   YAML::Node Load() const;
 
   // Applies one --set "a.b.c=VALUE" override to `root` (VALUE parsed as YAML; intermediate

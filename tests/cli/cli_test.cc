@@ -295,6 +295,120 @@ TEST_F(CliTest, RunOutputPathIsADirectoryLeavesNoOtherOutput) {
   EXPECT_TRUE(fs::is_empty(out() / "taken"));
 }
 
+TEST_F(CliTest, RunTraceStreamsIntoPlaceAndLeavesNoTemporaryFile) {
+  fs::path t = out() / "trace.json";
+  RunOk({"run", Quickstart(), "--trace", t.string()});
+  EXPECT_EQ(Listing(out()), std::set<std::string>{"trace.json"});
+  json trace = ReadJson(t);
+  int slices = 0;
+  for (const json& e : trace["traceEvents"]) slices += e["ph"] == "X";
+  EXPECT_EQ(slices, 14);
+}
+
+TEST_F(CliTest, RunTraceDevicesKeepsOnlyThoseDevices) {
+  fs::path t = out() / "trace.json";
+  RunOk({"run", Quickstart(), "--trace", t.string(), "--trace-devices", "0-1,5"});
+  json trace = ReadJson(t);
+  std::set<int> pids;
+  for (const json& e : trace["traceEvents"]) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 5}));
+}
+
+// One refused output request: exit 2, one error line with `fragment`, no output files.
+struct BadOutputCase {
+  std::string name;               // Test name.
+  std::vector<std::string> args;  // Arguments; "OUT/" is replaced by the output folder.
+  std::string fragment;           // Text the error line must contain.
+};
+
+void PrintTo(const BadOutputCase& c, std::ostream* os) { *os << c.name; }
+
+class BadOutputTest : public CliTest, public testing::WithParamInterface<BadOutputCase> {};
+
+TEST_P(BadOutputTest, ExitsTwoWithOneLineAndNoOutput) {
+  std::vector<std::string> args;
+  for (std::string a : GetParam().args) {
+    if (a.starts_with("OUT/")) a = (out() / a.substr(4)).string();
+    if (a == "QUICKSTART") a = Quickstart();
+    args.push_back(a);
+  }
+  Result r = Run(args);
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find(GetParam().fragment), std::string::npos) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Listing(out()).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Outputs, BadOutputTest,
+    testing::Values(
+        BadOutputCase{"JsonAndTraceOnOnePath",
+                      {"run", "QUICKSTART", "--json", "OUT/x.json", "--trace", "OUT/x.json"},
+                      "--trace and --json name the same file"},
+        BadOutputCase{"JsonAndTraceOnOnePathSpelledTwoWays",
+                      {"run", "QUICKSTART", "--json", "OUT/x.json", "--trace", "OUT/./x.json"},
+                      "name the same file"},
+        BadOutputCase{"TraceDevicesOutOfRange",
+                      {"run", "QUICKSTART", "--trace", "OUT/t.json", "--trace-devices", "0-16"},
+                      "--trace-devices 0-16: 16 is out of range (0..15)"},
+        BadOutputCase{"TraceDevicesMalformed",
+                      {"run", "QUICKSTART", "--trace", "OUT/t.json", "--trace-devices", "3-1"},
+                      "range 3-1 runs backwards"},
+        BadOutputCase{"TraceDevicesWithoutTrace",
+                      {"run", "QUICKSTART", "--trace-devices", "0"},
+                      "--trace-devices needs --trace"},
+        BadOutputCase{"TopoJsonAndDotOnOnePath",
+                      {"topo", "h100-dgx", "--json", "OUT/t", "--dot", "OUT/t"},
+                      "--json and --dot name the same file"},
+        BadOutputCase{"TopoZeroNodes",
+                      {"topo", "h100-dgx", "--nodes", "0", "--json", "OUT/t.json"},
+                      "--nodes 0: expected a positive number of nodes"},
+        BadOutputCase{"TopoNegativeNodes",
+                      {"topo", "h100-dgx", "--nodes", "-3", "--json", "OUT/t.json"},
+                      "--nodes -3: expected a positive number of nodes"},
+        BadOutputCase{"CollectiveZeroNodes",
+                      {"collective", "--hardware", "h100-dgx", "--nodes", "0", "--mesh", "x=8",
+                       "--op", "psum", "--axis", "x", "--csv", "OUT/c.csv"},
+                      "--nodes 0: expected a positive number of nodes"},
+        BadOutputCase{"CollectiveHugeSizesWithNumerics",
+                      {"collective", "--hardware", "tpu-v5e", "--shape", "4x4", "--mesh", "x=16",
+                       "--op", "psum", "--axis", "x", "--sizes", "1TiB:1PiB", "--numerics", "on",
+                       "--csv", "OUT/c.csv"},
+                      "of host memory, over the 4 GiB budget of --numerics on"},
+        BadOutputCase{"CollectiveSizesPastTheTimeRange",
+                      {"collective", "--hardware", "tpu-v5e", "--shape", "4x4", "--mesh", "x=16",
+                       "--op", "psum", "--axis", "x", "--sizes", "8000PiB", "--csv", "OUT/c.csv"},
+                      "--sizes 8000PiB: a transfer of"},
+        BadOutputCase{"ShowShardingHugeMesh",
+                      {"show-sharding", "--mesh", "dp=100000,tp=100000", "--shape", "1024x4096",
+                       "--spec", "P('dp', None)"},
+                      "more than 65536 devices"}),
+    [](const testing::TestParamInfo<BadOutputCase>& info) { return info.param.name; });
+
+TEST_F(CliTest, CollectiveHugeSizesRunTimingOnly) {
+  Result r = RunOk({"collective", "--hardware", "tpu-v5e", "--shape", "4x4", "--mesh", "x=16",
+                    "--op", "psum", "--axis", "x", "--sizes", "1TiB:1PiB"});
+  EXPECT_NE(r.out.find("1125899906842624"), std::string::npos) << r;  // 1 PiB, the last row.
+}
+
+TEST_F(CliTest, RunOpTableColumnsFitLongOpNames) {
+  const std::string name(40, 'n');
+  std::string file = WriteInput("long.yaml",
+                                "hardware: {preset: tpu-v5e, shape: [2, 2]}\n"
+                                "transfers:\n  - {name: " +
+                                    name + ", src: 0, dst: 1, bytes: 1 MiB}\n");
+  Result r = RunOk({"run", file});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(name + "( +)transfer( +)1 MiB"))) << r;
+  EXPECT_GE(m[1].length(), 2) << r;
+  // The header's columns line up with the rows'.
+  size_t header = r.out.find("op ");
+  size_t kind = r.out.find("kind", header);
+  size_t row = r.out.rfind('\n', r.out.find(name)) + 1;
+  EXPECT_EQ(kind - header, r.out.find("transfer", row) - row) << r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input through the CLI: exit 2, one line on stderr, nothing on stdout, no output files.
 
@@ -489,7 +603,13 @@ INSTANTIATE_TEST_SUITE_P(
                     DataFileCase{"TopologyKindTypo", "bad_topology_kind.yaml", 3},
                     DataFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", 4},
                     DataFileCase{"WraparoundNotBool", "bad_wraparound.yaml", 4},
-                    DataFileCase{"ZeroNodes", "bad_zero_nodes.yaml", 3}),
+                    DataFileCase{"ZeroNodes", "bad_zero_nodes.yaml", 3},
+                    DataFileCase{"HugeBytes", "bad_huge_bytes.yaml", 6},
+                    DataFileCase{"HugeStartTime", "bad_huge_at.yaml", 4},
+                    DataFileCase{"HugeLatency", "bad_huge_latency.yaml", 3},
+                    DataFileCase{"InfiniteBandwidth", "bad_infinite_bandwidth.yaml", 3},
+                    DataFileCase{"FlopRateTooSlowForTheProgram", "bad_slow_flops.yaml", 6},
+                    DataFileCase{"SecondDocument", "bad_two_documents.yaml", 6}),
     [](const testing::TestParamInfo<DataFileCase>& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/array.h"
+#include "collectives/npy.h"
 #include "tests/cli/subprocess.h"
 
 namespace {
@@ -471,6 +473,34 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---------------------------------------------------------------------------------------------
 // shardsim run --dump
+
+TEST_F(CommandsTest, RunInitialisesF16ArrayFromF32Npy) {
+  // NumPy users save float32; an f16 array rounds each value: 1.0001 -> 1, 2049 -> 2048.
+  using shardsim::Array;
+  using shardsim::DType;
+  shardsim::WriteNpy(Array::FromValues(DType::kF32, {4}, {1.0001f, 2049.0f, 0.5f, -3.0f}),
+                     (in() / "x.npy").string());
+  std::string file = WriteInput("f16.yaml",
+                                "hardware: {preset: tpu-v5e, shape: [2, 2]}\n"
+                                "mesh:\n  axes: {x: 4}\n"
+                                "arrays:\n"
+                                "  x: {shape: [4], dtype: f16, init: {file: x.npy}, "
+                                "sharding: \"P()\"}\n"
+                                "program:\n  - {op: neg, in: x, out: y}\n"
+                                "outputs:\n  y: \"P()\"\n");
+  fs::path dump = out() / "D";
+  RunOk({"run", file, "--dump", dump.string(), "--numerics", "on"});
+  std::string bytes = ReadFile(dump / "y.npy");
+  Npy y = ParseNpy(bytes);
+  EXPECT_EQ(y.descr, "<f2") << y.header;
+  ASSERT_EQ(bytes.size(), y.data_offset + 8);
+  uint16_t half[4];
+  std::memcpy(half, bytes.data() + y.data_offset, sizeof(half));
+  EXPECT_EQ(half[0], 0xBC00);  // -1
+  EXPECT_EQ(half[1], 0xE800);  // -2048
+  EXPECT_EQ(half[2], 0xB800);  // -0.5
+  EXPECT_EQ(half[3], 0x4200);  // 3
+}
 
 TEST_F(CommandsTest, RunDumpWritesNpy) {
   fs::path dump = out() / "D";

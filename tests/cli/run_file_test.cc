@@ -1,9 +1,11 @@
 #include "sim/cli/run_file.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -221,7 +223,21 @@ INSTANTIATE_TEST_SUITE_P(
                     "must be positive, got 0"},
         BadFileCase{"TransfersIsMapping", "bad_transfers_mapping.yaml", "4:3", "transfers",
                     "got a mapping"},
-        BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"}),
+        BadFileCase{"EmptyFile", "bad_empty.yaml", "1:1", "", "got nothing"},
+        BadFileCase{"SecondDocument", "bad_two_documents.yaml", "6:1", "",
+                    "a second YAML document (after '---'); a file holds one document"},
+        BadFileCase{"LiteralBeyondFloat32", "bad_literal_range.yaml", "5:52",
+                    "arrays.a.init.value.2",
+                    "value \"1e39\" is outside the float32 range (about 3.4e38)"},
+        BadFileCase{"HugeBytes", "bad_huge_bytes.yaml", "6:12", "transfers.0.bytes",
+                    "size \"1e30 B\" is too large (at most 8 EiB)"},
+        BadFileCase{"HugeStartTime", "bad_huge_at.yaml", "4:40", "transfers.0.at",
+                    "time \"1e8 s\" is past the simulator's range (at most about 106 days)"},
+        BadFileCase{"HugeLatency", "bad_huge_latency.yaml", "3:39", "hardware.link.latency",
+                    "time \"1e9 s\" is past the simulator's range"},
+        BadFileCase{"InfiniteBandwidth", "bad_infinite_bandwidth.yaml", "3:21",
+                    "hardware.link.bandwidth",
+                    "a bandwidth must be a finite non-negative number, got \"inf GB/s\""}),
     [](const testing::TestParamInfo<BadFileCase>& info) { return info.param.name; });
 
 // Malformed programs: each error at the key or value that is wrong.
@@ -534,6 +550,32 @@ TEST(ProgramFileTest, SetErrorsNameTheOption) {
             "--set program.0.axis_name: names mesh axis 'dp' twice (key program.0.axis_name.1)");
 }
 
+TEST(RunFileTest, LoadsAProgramOfTwentyThousandOps) {
+  // Loading once took time quadratic in the ops (each name looked up in a list).
+  constexpr int kOps = 20000;
+  std::string text =
+      "hardware: {preset: tpu-v5e, shape: [2, 2]}\nmesh:\n  axes: {x: 4}\narrays:\n"
+      "  a: {shape: [64], dtype: f32, init: zeros, sharding: \"P('x')\"}\nprogram:\n"
+      "  - {op: neg, in: a, out: b0}\n";
+  for (int i = 1; i < kOps; ++i) {
+    text += "  - {op: neg, in: b" + std::to_string(i - 1) + ", out: b" + std::to_string(i) + "}\n";
+  }
+  text += "  - {op: neg, in: b0, out: b1}\n";  // Rebinds b1; its default name is taken.
+  text += "outputs:\n  b" + std::to_string(kOps - 1) + ": \"P('x')\"\n";
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("shardsim_many_ops_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  RunFile f = LoadRunFile(path.string());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(f.program);
+  ASSERT_EQ(f.program->ops.size(), static_cast<size_t>(kOps + 1));
+  EXPECT_EQ(f.program->ops[kOps - 1].name, "b" + std::to_string(kOps - 1));
+  EXPECT_EQ(f.program->ops[kOps].name, "op" + std::to_string(kOps));
+}
+
 TEST(RunFileTest, MissingFile) {
   const std::string path = Data("no_such_file.yaml");
   EXPECT_EQ(LoadError(path), path + ": cannot open: No such file or directory");
@@ -642,6 +684,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadOverrideCase{"BareNumber", "hardware.link.bandwidth=90",
                         "--set hardware.link.bandwidth: expected a bandwidth unit like GB/s or "
                         "Gb/s in \"90\" (key hardware.link.bandwidth)"},
+        BadOverrideCase{"HugeBandwidth", "hardware.link.bandwidth=1e300 TB/s",
+                        "--set hardware.link.bandwidth: bandwidth \"1e300 TB/s\" is too large (at "
+                        "most 1 EB/s) (key hardware.link.bandwidth)"},
+        BadOverrideCase{"NanBandwidth", "hardware.link.bandwidth=nan GB/s",
+                        "--set hardware.link.bandwidth: a bandwidth must be a finite non-negative "
+                        "number, got \"nan GB/s\" (key hardware.link.bandwidth)"},
+        BadOverrideCase{"HugeFlops", "hardware.device.flops={f32: 1e30 FLOP/s}",
+                        "--set hardware.device.flops: compute rate \"1e30 FLOP/s\" is too large "
+                        "(at most 1e21 FLOP/s) (key hardware.device.flops.f32)"},
         BadOverrideCase{"NoEquals", "hardware.nodes", "--set hardware.nodes: expected KEY=VALUE"},
         BadOverrideCase{"EmptySegment", "hardware..nodes=2",
                         "--set hardware..nodes=2: expected KEY=VALUE"},

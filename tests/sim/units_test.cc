@@ -36,6 +36,49 @@ TEST(UnitsTest, ParsesFlopRates) {
   EXPECT_DOUBLE_EQ(ParseFlopRate("2.75e14 FLOP/s").per_second(), 2.75e14);
 }
 
+TEST(UnitsTest, RejectsInfiniteAndNanQuantities) {
+  for (const char* text : {"inf B", "nan B", "+inf B", "-inf B"}) {
+    EXPECT_THROW(ParseBytes(text), UnitError) << text;
+  }
+  for (const char* text : {"inf GB/s", "nan GB/s", "+inf GB/s", "infinity GB/s"}) {
+    EXPECT_THROW(ParseBandwidth(text), UnitError) << text;
+  }
+  EXPECT_THROW(ParseTime("inf s"), UnitError);
+  EXPECT_THROW(ParseTime("nan us"), UnitError);
+  EXPECT_THROW(ParseFlopRate("inf FLOP/s"), UnitError);
+}
+
+// Expects `parse(text)` to throw a UnitError whose message contains `fragment`.
+template <typename Parse>
+void ExpectUnitError(Parse parse, const std::string& text, const std::string& fragment) {
+  try {
+    parse(text);
+    ADD_FAILURE() << text << " was accepted";
+  } catch (const UnitError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(UnitsTest, RejectsQuantitiesOutOfRange) {
+  ExpectUnitError(ParseBytes, "1e30 B", "too large (at most 8 EiB)");
+  ExpectUnitError(ParseBytes, "8 EB", "");  // Not a known prefix.
+  ExpectUnitError(ParseBytes, "9223372036854775808", "too large");
+  EXPECT_EQ(ParseBytes("9223372036854774784").count(), 9223372036854774784LL);
+  ExpectUnitError(ParseTime, "1e8 s", "past the simulator's range");
+  ExpectUnitError(ParseTime, "1e9 s", "past the simulator's range");
+  EXPECT_EQ(ParseTime("9e6 s").picoseconds(), 9'000'000'000'000'000'000LL);
+  ExpectUnitError(ParseBandwidth, "1e300 TB/s", "too large (at most 1 EB/s)");
+  ExpectUnitError(ParseBandwidth, "2 EB/s", "");  // Not a known prefix.
+  EXPECT_DOUBLE_EQ(ParseBandwidth("1000 PB/s").bytes_per_second(), 1e18);
+  ExpectUnitError(ParseFlopRate, "1e22 FLOP/s", "too large");
+}
+
+TEST(UnitsTest, TransferTimeBeyondTheTimeRangeThrows) {
+  Bandwidth slow = Bandwidth::BytesPerSecond(1e-3);
+  EXPECT_THROW(slow.TransferTime(Bytes::GiB(1)), TimeRangeError);
+  EXPECT_EQ(Bandwidth::GBps(1).TransferTime(Bytes(1000)), Time::Nanoseconds(1000));
+}
+
 TEST(UnitsTest, RejectsBareNumbersWhereAUnitIsNeeded) {
   EXPECT_THROW(ParseBandwidth("45"), UnitError);
   EXPECT_THROW(ParseTime("1"), UnitError);

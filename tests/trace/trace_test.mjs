@@ -159,3 +159,39 @@ test('bidirectional ppermute loop: compute overlaps transfers going both ways', 
       WHERE o_th.name LIKE 'ICI → %' AND i_th.name LIKE 'ICI recv ← %' AND o.name = i.name`);
   assert.equal(flowEnds[0].n, 48);
 });
+
+// Perfetto nests a slice inside every slice still open on its track when it starts (at
+// equal timestamps, in file order); a child that ends after its parent means the writer put
+// a longer slice after a shorter one that starts with it, or overlapping slices on one lane.
+function childrenBeyondParent(tp) {
+  const [row] = tp.query(`
+      SELECT COUNT(*) AS n FROM slice child JOIN slice parent ON child.parent_id = parent.id
+      WHERE child.ts + child.dur > parent.ts + parent.dur`);
+  return row.n;
+}
+
+for (const config of ['configs/collectives_tour.yaml', 'configs/examples/mlp_fsdp_tp.yaml']) {
+  test(`${config}: no child slice extends beyond its parent`, () => {
+    const trace = path.join(tmp, `${path.basename(config, '.yaml')}_nesting.json`);
+    execFileSync(binary, ['run', path.join(root, config), '--trace', trace, '--numerics', 'off'],
+                 { stdio: 'pipe' });
+    const tp = loadTrace(trace);
+    assert.deepEqual(summarize(tp).import_errors, []);
+    const [{ n: nested }] = tp.query(
+        'SELECT COUNT(*) AS n FROM slice WHERE parent_id IS NOT NULL');
+    assert.ok(nested > 0, 'the check needs nested slices to mean something');
+    assert.equal(childrenBeyondParent(tp), 0);
+  });
+}
+
+test('--trace-devices keeps only the chosen devices, and flows between them', () => {
+  const trace = path.join(tmp, 'quickstart_devices.json');
+  execFileSync(binary, ['run', path.join(root, 'configs/quickstart.yaml'), '--trace', trace,
+                        '--trace-devices', '0-1,5-6'], { stdio: 'pipe' });
+  const tp = loadTrace(trace);
+  const s = summarize(tp);
+  assert.deepEqual(s.import_errors, []);
+  assert.deepEqual([...s.process_names].sort(),
+                   ['/device:TPU:0', '/device:TPU:1', '/device:TPU:5', '/device:TPU:6']);
+  assert.equal(childrenBeyondParent(tp), 0);
+});
