@@ -380,4 +380,12 @@ Topology BuildPreset(const HardwareSpec& spec) {
   ThrowUnknownPreset(spec.preset);
 }
 
+Topology BuildPreset(const std::string& name, std::vector<int> shape, int nodes) {
+  HardwareSpec spec;
+  spec.preset = name;
+  spec.shape = std::move(shape);
+  spec.nodes = nodes;
+  return BuildPreset(spec);
+}
+
 }  // namespace shardsim

@@ -60,4 +60,7 @@ std::vector<bool> PresetWraparound(std::string_view name, const std::vector<int>
 // overrides (overrides.h).
 Topology BuildPreset(const HardwareSpec& spec);
 
+// Preset `name` with its default figures: `shape` for TPU presets, `nodes` for GPU ones.
+Topology BuildPreset(const std::string& name, std::vector<int> shape = {}, int nodes = 0);
+
 }  // namespace shardsim

@@ -14,16 +14,10 @@
 #include "tests/support/transformer_step.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "topology/build.h"
+#include "topology/presets.h"
 
 namespace shardsim {
 namespace {
-
-Topology Preset(const std::string& name, std::vector<int> shape) {
-  HardwareSpec spec;
-  spec.preset = name;
-  spec.shape = std::move(shape);
-  return BuildHardware(spec);
-}
 
 // Llama-3-70B-shaped layers on TPU v5p 8x8x8 (512 chips), FSDP 128 x TP 4, 256 sequences of
 // 4096 tokens (2 per device), bf16.
@@ -40,7 +34,7 @@ testing::TransformerShape Llama70BOn512(int layers) {
 // `warm`: the collective cache is shared across iterations (as a search shares it across
 // plans); otherwise each iteration starts cold: lowering, a fresh cache, and the run.
 void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bool warm) {
-  Machine machine(Preset("tpu-v5p", {8, 8, 8}));
+  Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
   ProgramSpec program = testing::BuildTransformerStep(Llama70BOn512(layers));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   NetworkCollectiveModel network_model(machine);
@@ -67,7 +61,7 @@ void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bo
 
 // 1,000 elementwise adds on every chip of a TPU v5p pod (16x20x28 = 8960 chips).
 void BM_ElementwiseOnPod(benchmark::State& state, TimingPath path) {
-  Machine machine(Preset("tpu-v5p", {16, 20, 28}));
+  Machine machine(BuildPreset("tpu-v5p", {16, 20, 28}));
   ProgramBuilder b({{"x", 16}, {"y", 20}, {"z", 28}});
   std::string v = b.Input("a", {16 * 1024, 20 * 1024, 28}, DType::kBF16,
                           PartitionSpec{{{"x"}, {"y"}, {"z"}}});

@@ -17,17 +17,11 @@ namespace shardsim {
 namespace {
 
 Topology Tpu(const std::string& preset, std::vector<int> shape) {
-  HardwareSpec spec;
-  spec.preset = preset;
-  spec.shape = std::move(shape);
-  return BuildPreset(spec);
+  return BuildPreset(preset, std::move(shape));
 }
 
 Topology Gpu(const std::string& preset, int nodes) {
-  HardwareSpec spec;
-  spec.preset = preset;
-  spec.nodes = nodes;
-  return BuildPreset(spec);
+  return BuildPreset(preset, {}, nodes);
 }
 
 Mesh DefaultMesh(std::vector<MeshAxis> axes, const Topology& topo) {

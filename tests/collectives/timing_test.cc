@@ -16,19 +16,12 @@
 #include "sim/spec_error.h"
 #include "tests/support/transformer_step.h"
 #include "topology/build.h"
+#include "topology/presets.h"
 
 namespace shardsim {
 namespace {
 
 PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
-
-Topology Preset(const std::string& name, std::vector<int> shape = {}, int nodes = 0) {
-  HardwareSpec spec;
-  spec.preset = name;
-  spec.shape = std::move(shape);
-  spec.nodes = nodes;
-  return BuildHardware(spec);
-}
 
 InitSpec Arange() {
   InitSpec init;
@@ -53,7 +46,7 @@ ProgramSpec MemoryProgram() {
 }
 
 TEST(PeakMemoryTest, HandComputedProgram) {
-  Machine machine(Preset("tpu-v5e", {2, 1}));
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
   ProgramSpec program = MemoryProgram();
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   for (bool numerics : {true, false}) {
@@ -74,7 +67,7 @@ TEST(PeakMemoryTest, HandComputedProgram) {
 // (local 8x1024 = 32768 B in, 131072 B out) peaks at 163840 B when it is issued; the relu
 // then writes over the gathered buffer (its last reader) and allocates nothing.
 TEST(PeakMemoryTest, CollectiveBuffers) {
-  Machine machine(Preset("tpu-v5e", {4, 1}));
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   ProgramBuilder b({{"dp", 4}});
   b.Input("x", {32, 1024}, DType::kF32, P({{"dp"}}), Arange());
   b.AllGather("x", {"dp"}, 0, true, "g");
@@ -104,7 +97,7 @@ TEST(PeakMemoryTest, OverCapacityDoesNotFit) {
 // Defect: 20,000 chained psums over a size-1 axis used to recurse once per op
 // (Try -> LaunchGroup -> Start -> MemberDone -> Try) and overflow the stack.
 TEST(ExecutorDepthTest, TwentyThousandChainedPsumsOverASizeOneAxis) {
-  Machine machine(Preset("tpu-v5e", {4, 1}));
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   ProgramBuilder b({{"one", 1}, {"dp", 4}});
   std::string v = b.Input("x", {4, 8}, DType::kF32, P({{"dp"}}), Arange());
   for (int i = 0; i < 20000; ++i) v = b.Reduce(OpKind::kPsum, v, {"one"});
@@ -121,7 +114,7 @@ TEST(ExecutorDepthTest, TwentyThousandChainedPsumsOverASizeOneAxis) {
 // Four independent all_gathers issued at once: with a bound of k in flight, all_gather i
 // cannot start before all_gather i-k ended.
 TEST(InFlightTest, BoundHoldsCollectivesBack) {
-  Machine machine(Preset("tpu-v5e", {4, 1}));
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   ProgramBuilder b({{"dp", 4}});
   for (int i = 0; i < 4; ++i) {
     std::string x = b.Input("x" + std::to_string(i), {64, 1024}, DType::kF32, P({{"dp"}}));
@@ -178,7 +171,7 @@ class CachedAgreesTest : public ::testing::TestWithParam<AgreementCase> {};
 // together, so only 1% is asked.
 TEST_P(CachedAgreesTest, WhenCollectivesDoNotOverlap) {
   const AgreementCase& c = GetParam();
-  Machine machine(Preset(c.preset, c.shape, c.nodes));
+  Machine machine(BuildPreset(c.preset, c.shape, c.nodes));
   ProgramSpec program = SerialCollectives(c.axes, c.axes[0].name, c.axes[1].name);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunResult full = RunProgram(machine, mesh, program, RunConfig{});
@@ -217,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
 // f))) reproduces the full simulation from latency-bound to bandwidth-bound sizes, to within
 // the picoseconds that rounding the stretched durations loses (tolerance 1e-6 relative).
 TEST(CachedSharingTest, TwoGathersIssuedTogether) {
-  Machine machine(Preset("tpu-v5p", {4, 4, 4}));
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   for (int64_t rows : {1024, 16384, 262144}) {
     ProgramBuilder b({{"fsdp", 16}, {"tp", 4}});
     for (int i = 0; i < 2; ++i) {
@@ -268,7 +261,7 @@ ProgramSpec TwoStagePipeline() {
 }
 
 TEST(WhereTest, PipelineStagesRunTheirOwnOps) {
-  Machine machine(Preset("tpu-v5e", {2, 2}));
+  Machine machine(BuildPreset("tpu-v5e", {2, 2}));
   ProgramSpec program = TwoStagePipeline();
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunConfig config;
@@ -318,34 +311,40 @@ TEST(WhereTest, LocalOpsNeedTheirInputsWhereTheyRun) {
 TEST(TimelineClassesTest, SymmetryFoundWhereItHolds) {
   RunConfig cached;
   cached.timing = TimingPath::kCached;
-  Machine wrapped(Preset("tpu-v5p", {4, 4, 4}));
+  Machine wrapped(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = SerialCollectives({{"dp", 16}, {"tp", 4}}, "dp", "tp");
   EXPECT_EQ(RunProgram(wrapped, PlaceMesh(wrapped, program.mesh_axes), program, cached)
                 .simulated_devices,
             1);
-  Machine lines(Preset("tpu-v5e", {4, 4}));
+  Machine lines(BuildPreset("tpu-v5e", {4, 4}));
   ProgramSpec on_lines = SerialCollectives({{"dp", 4}, {"tp", 4}}, "dp", "tp");
   EXPECT_GT(RunProgram(lines, PlaceMesh(lines, on_lines.mesh_axes), on_lines, cached)
                 .simulated_devices,
             1);
 }
 
+// A Llama-style step small enough for unit tests: FSDP 16 x TP 4 on 64 chips, 16 sequences,
+// 16 heads over 4 KV heads, d_ff = 2.75 d_model.
+testing::TransformerShape SmallStep(int layers, int64_t seq, int64_t d_model, int64_t head_dim) {
+  testing::TransformerShape shape;
+  shape.batch = 16;
+  shape.seq = seq;
+  shape.d_model = d_model;
+  shape.d_ff = d_model * 11 / 4;
+  shape.heads = 16;
+  shape.kv_heads = 4;
+  shape.head_dim = head_dim;
+  shape.layers = layers;
+  shape.fsdp = 16;
+  shape.tp = 4;
+  return shape;
+}
+
 // The cache returns what the model behind it computed, and runs through it equal runs that
 // ask the network model directly.
 TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
-  Machine machine(Preset("tpu-v5p", {4, 4, 4}));
-  testing::TransformerShape shape;
-  shape.batch = 16;
-  shape.seq = 256;
-  shape.d_model = 1024;
-  shape.d_ff = 2816;
-  shape.heads = 16;
-  shape.kv_heads = 4;
-  shape.head_dim = 64;
-  shape.layers = 3;
-  shape.fsdp = 16;
-  shape.tp = 4;
-  ProgramSpec program = testing::BuildTransformerStep(shape);
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  ProgramSpec program = testing::BuildTransformerStep(SmallStep(3, 256, 1024, 64));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   NetworkCollectiveModel uncached(machine);
   NetworkCollectiveModel inner(machine);
@@ -371,19 +370,8 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
 // the full network simulation here. The bound, 1.5%, is what this approximation guarantees
 // on this step, not the 1% asked for search (see the README's known limits).
 TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
-  Machine machine(Preset("tpu-v5p", {4, 4, 4}));
-  testing::TransformerShape shape;
-  shape.batch = 16;
-  shape.seq = 512;
-  shape.d_model = 2048;
-  shape.d_ff = 5632;
-  shape.heads = 16;
-  shape.kv_heads = 4;
-  shape.head_dim = 128;
-  shape.layers = 2;
-  shape.fsdp = 16;
-  shape.tp = 4;
-  ProgramSpec program = testing::BuildTransformerStep(shape);
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  ProgramSpec program = testing::BuildTransformerStep(SmallStep(2, 512, 2048, 128));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunResult full = RunProgram(machine, mesh, program, RunConfig{});
   RunConfig cached;
