@@ -638,8 +638,9 @@ void Executor::LaunchGroup(size_t op_index, int group) {
       shared->members.push_back({timing.member_time[agent_position_[run.positions[m]]], m});
     }
     std::sort(shared->members.begin(), shared->members.end());
+    unscheduled_.push_back(shared.get());
     shared_.push_back(std::move(shared));
-    Reshare();
+    Reshare(++ops_in_flight_[op_index] == 1);
     return;
   }
   CollectiveJob& job = run.job;
@@ -734,36 +735,49 @@ double Executor::SharedRate(const SharedRun& run, const std::vector<const Shared
   return it->second;
 }
 
-// Brings every shared run's progress up to now, recomputes the rates, and reschedules the next
-// member completion of each run whose rate changed.
-void Executor::Reshare() {
+// Schedules the next member completion of the runs that have none. When the set of ops in
+// flight changed, first brings every run's progress up to now, recomputes the rates, and
+// reschedules the runs whose rate changed; otherwise rates stand and events stay valid.
+void Executor::Reshare(bool ops_changed) {
   Time now = sim_.Now();
-  // Each op once: its groups were simulated together, so one op's timing covers them all.
-  std::vector<const SharedRun*> ops;
-  for (auto& run : shared_) {
-    run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
-    run->updated = now;
-    bool seen = false;
-    for (const SharedRun* o : ops) seen = seen || o->op_index == run->op_index;
-    if (!seen) ops.push_back(run.get());
-  }
-  std::vector<double> op_rates;
-  for (const SharedRun* op : ops) op_rates.push_back(SharedRate(*op, ops));
-  for (auto& run : shared_) {
-    double rate = 1.0;
-    for (size_t k = 0; k < ops.size(); ++k) {
-      if (ops[k]->op_index == run->op_index) rate = op_rates[k];
+  if (ops_changed) {
+    // Each op once (its first run stands for it): its groups were simulated together, so one
+    // op's timing covers them all.
+    std::vector<const SharedRun*> ops;
+    for (auto& run : shared_) {
+      run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
+      run->updated = now;
+      bool seen = false;
+      for (const SharedRun* o : ops) seen = seen || o->op_index == run->op_index;
+      if (!seen) ops.push_back(run.get());
     }
-    if (run->scheduled && rate == run->rate) continue;
-    run->rate = rate;
-    if (run->scheduled) sim_.Cancel(run->event);
+    op_rate_.clear();
+    for (const SharedRun* op : ops) op_rate_[op->op_index] = SharedRate(*op, ops);
+    for (auto& run : shared_) {
+      double rate = op_rate_[run->op_index];
+      if (run->scheduled && rate != run->rate) {
+        sim_.Cancel(run->event);
+        run->scheduled = false;
+      }
+      run->rate = rate;
+      if (!run->scheduled) unscheduled_.push_back(run.get());
+    }
+  }
+  for (SharedRun* run : unscheduled_) {
+    if (run->scheduled || run->next == run->members.size()) continue;
+    if (!ops_changed) {
+      run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
+      run->updated = now;
+      run->rate = op_rate_[run->op_index];
+    }
     double left = static_cast<double>(run->members[run->next].first.picoseconds()) -
                   run->progress_ps;
-    Time delay = Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / rate)));
-    SharedRun* raw = run.get();
-    run->event = sim_.Schedule(delay, [this, raw] { FinishShared(raw); });
+    Time delay =
+        Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / run->rate)));
+    run->event = sim_.Schedule(delay, [this, run] { FinishShared(run); });
     run->scheduled = true;
   }
+  unscheduled_.clear();
 }
 
 void Executor::FinishShared(SharedRun* run) {
@@ -779,16 +793,23 @@ void Executor::FinishShared(SharedRun* run) {
     done.push_back(run->members[run->next++].second);
   }
   std::unique_ptr<SharedRun> finished;
+  size_t op_index = run->op_index;
+  int group = run->group;
+  bool ops_changed = false;
   if (run->next == run->members.size()) {
     auto it = std::find_if(shared_.begin(), shared_.end(),
                            [run](const auto& r) { return r.get() == run; });
     finished = std::move(*it);
     shared_.erase(it);
+    if (--ops_in_flight_[op_index] == 0) {
+      ops_in_flight_.erase(op_index);
+      ops_changed = true;
+    }
+  } else {
+    unscheduled_.push_back(run);
   }
-  size_t op_index = run->op_index;
-  int group = run->group;
   for (int member : done) MemberDone(op_index, group, member);
-  Reshare();
+  Reshare(ops_changed);
 }
 
 void Executor::MemberDone(size_t op_index, int group, int member) {

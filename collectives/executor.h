@@ -146,7 +146,7 @@ class Executor {
   void DeclareTracks();
   void BuildClasses();
   struct SharedRun;
-  void Reshare();
+  void Reshare(bool ops_changed);
   double SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops);
   void FinishShared(SharedRun* run);
 
@@ -192,6 +192,9 @@ class Executor {
   // Per lowered collective, with a collective model: its timing per position.
   std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
   std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
+  std::map<size_t, int> ops_in_flight_;             // Lowered op -> its runs in flight.
+  std::map<size_t, double> op_rate_;                // Lowered op in flight -> its rate.
+  std::vector<SharedRun*> unscheduled_;             // Runs waiting for their next event.
   std::vector<double> link_load_;  // Scratch of SharedRate: per directed link, collisions.
   // SharedRate's answers by (own timing, other ops' timings and alignment).
   std::map<std::vector<int64_t>, double> rates_;
