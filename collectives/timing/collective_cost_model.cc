@@ -6,6 +6,7 @@
 #include "collectives/runtime/machine.h"
 #include "sim/simulator.h"
 #include "topology/network.h"
+#include "topology/torus.h"
 
 namespace shardsim {
 
@@ -14,12 +15,24 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   ++simulations_;
   auto timing = std::make_shared<CollectiveTiming>();
   timing->member_time.assign(mesh.size(), Time());
+  std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
+  if (translate_groups_ && groups.size() > 1 &&
+      SimulateByTranslation(mesh, request, groups, *timing)) {
+    ++translated_;
+    return timing;
+  }
+  Simulate(mesh, request, groups, *timing);
+  return timing;
+}
+
+void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest& request,
+                                      const std::vector<std::vector<int>>& groups,
+                                      CollectiveTiming& timing) {
   const Topology& topo = machine_.topology();
   Simulator sim;
   Network network(sim, topo, machine_.router());
   std::vector<int> axis_sizes;
   for (int a : request.axes) axis_sizes.push_back(mesh.axes()[a].size);
-  std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
   std::vector<CollectiveJob> jobs(groups.size());
   std::vector<std::unique_ptr<CollectiveAlgorithm>> algorithms;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -36,25 +49,112 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     job.block = chunked ? request.elements / n : request.elements;
     job.destination = request.destination;
     const std::vector<int>& positions = groups[g];
-    job.on_member_done = [&sim, timing, &positions](int member) {
-      timing->member_time[positions[member]] = sim.Now();
+    job.on_member_done = [&sim, &timing, &positions](int member) {
+      timing.member_time[positions[member]] = sim.Now();
     };
     std::string resolved;
     algorithms.push_back(MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved,
                                        request.chunk_size));
-    if (timing->algorithm.empty()) timing->algorithm = resolved;
+    if (timing.algorithm.empty()) timing.algorithm = resolved;
   }
   for (auto& algorithm : algorithms) algorithm->Start();
   sim.Run();
   Time longest;
-  for (Time t : timing->member_time) longest = std::max(longest, t);
+  for (const std::vector<int>& group : groups) {
+    for (int p : group) longest = std::max(longest, timing.member_time[p]);
+  }
   for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
     if (network.link_bytes(l) <= 0 || longest == Time()) continue;
-    timing->links.push_back(l);
+    timing.links.push_back(l);
     double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
-    timing->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
+    timing.link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
   }
-  return timing;
+}
+
+bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
+                                                   const CollectiveRequest& request,
+                                                   const std::vector<std::vector<int>>& groups,
+                                                   CollectiveTiming& timing) {
+  const Topology& topo = machine_.topology();
+  if (!topo.torus()) return false;
+  const std::vector<int>& shape = topo.torus()->shape;
+  const std::vector<bool>& wrap = topo.torus()->wraparound;
+  const int rank = static_cast<int>(shape.size());
+  auto coords = [&](int position) { return TorusCoords(shape, mesh.device(position)); };
+  // Each group's offset from the first, checked member by member.
+  const std::vector<int>& first = groups[0];
+  std::vector<std::vector<int>> first_coords;
+  for (int p : first) first_coords.push_back(coords(p));
+  std::vector<std::vector<int>> offsets;
+  for (const std::vector<int>& group : groups) {
+    if (group.size() != first.size()) return false;
+    std::vector<int> base = coords(group[0]), t(rank);
+    for (int d = 0; d < rank; ++d) t[d] = base[d] - first_coords[0][d];
+    for (size_t m = 0; m < group.size(); ++m) {
+      std::vector<int> at = coords(group[m]);
+      for (int d = 0; d < rank; ++d) {
+        int want = first_coords[m][d] + t[d];
+        if (wrap[d]) {
+          want = ((want % shape[d]) + shape[d]) % shape[d];
+        } else if (want < 0 || want >= shape[d]) {
+          return false;
+        }
+        if (at[d] != want) return false;
+      }
+    }
+    offsets.push_back(std::move(t));
+  }
+  // The first group alone.
+  CollectiveTiming solo;
+  solo.member_time.assign(mesh.size(), Time());
+  Simulate(mesh, request, {first}, solo);
+  // Its links, translated to every group: they must exist, match, and never meet.
+  std::vector<char> used(topo.links().size(), 0);
+  std::vector<std::pair<LinkId, double>> links;
+  for (const std::vector<int>& t : offsets) {
+    for (size_t k = 0; k < solo.links.size(); ++k) {
+      const Link& link = topo.links()[solo.links[k]];
+      std::vector<int> src = topo.node(link.src).coords, dst = topo.node(link.dst).coords;
+      if (src.empty() || dst.empty()) return false;
+      for (int d = 0; d < rank; ++d) {
+        src[d] += t[d];
+        dst[d] += t[d];
+        if (wrap[d]) {
+          src[d] = ((src[d] % shape[d]) + shape[d]) % shape[d];
+          dst[d] = ((dst[d] % shape[d]) + shape[d]) % shape[d];
+        } else if (src[d] < 0 || src[d] >= shape[d] || dst[d] < 0 || dst[d] >= shape[d]) {
+          return false;
+        }
+      }
+      VertexId from = topo.device_vertex(TorusIndex(shape, src));
+      VertexId to = topo.device_vertex(TorusIndex(shape, dst));
+      LinkId moved = -1;
+      for (LinkId l : topo.out_links(from)) {
+        if (topo.links()[l].dst == to && topo.links()[l].dimension == link.dimension &&
+            topo.links()[l].direction == link.direction) {
+          moved = l;
+        }
+      }
+      if (moved < 0 || used[moved] || topo.links()[moved].bandwidth != link.bandwidth ||
+          topo.links()[moved].latency != link.latency) {
+        return false;
+      }
+      used[moved] = 1;
+      links.push_back({moved, solo.link_share[k]});
+    }
+  }
+  for (const std::vector<int>& group : groups) {
+    for (size_t m = 0; m < group.size(); ++m) {
+      timing.member_time[group[m]] = solo.member_time[first[m]];
+    }
+  }
+  timing.algorithm = solo.algorithm;
+  std::sort(links.begin(), links.end());
+  for (const auto& [l, share] : links) {
+    timing.links.push_back(l);
+    timing.link_share.push_back(share);
+  }
+  return true;
 }
 
 std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(

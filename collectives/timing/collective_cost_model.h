@@ -56,18 +56,36 @@ class CollectiveCostModel {
 // Simulates the op on the machine's network: a fresh simulator and network, every group's
 // algorithm started at time zero, so the groups of one op contend for the links they share
 // exactly as in a full run (contention with other ops in flight is not seen).
+// On a torus, groups that are translations of the first group (the same member offsets, in
+// range on dimensions without wraparound) see the same routes (dimension-order routing depends
+// only on coordinate differences), so when the first group's links, translated to each other
+// group, are pairwise disjoint and alike in bandwidth and latency, no two groups interact in
+// the fluid model and each has the first group's member times: only the first is simulated.
 class NetworkCollectiveModel : public CollectiveCostModel {
  public:
-  // `machine` must outlive the model.
-  explicit NetworkCollectiveModel(const Machine& machine) : machine_(machine) {}
+  // `machine` must outlive the model. `translate_groups` enables the shortcut above.
+  explicit NetworkCollectiveModel(const Machine& machine, bool translate_groups = true)
+      : machine_(machine), translate_groups_(translate_groups) {}
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
                                                    const CollectiveRequest& request) override;
   // Network simulations run so far.
   int64_t simulations() const { return simulations_; }
+  // Requests answered by simulating one group for all its translations.
+  int64_t translated() const { return translated_; }
 
  private:
+  // Simulates `groups` together; fills member times (by position), links and shares.
+  void Simulate(const Mesh& mesh, const CollectiveRequest& request,
+                const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
+  // The translated-groups shortcut; false when it does not apply.
+  bool SimulateByTranslation(const Mesh& mesh, const CollectiveRequest& request,
+                             const std::vector<std::vector<int>>& groups,
+                             CollectiveTiming& timing);
+
   const Machine& machine_;
+  bool translate_groups_;
   int64_t simulations_ = 0;
+  int64_t translated_ = 0;
 };
 
 // Memoizes another model by everything that determines its answer: the request and the

@@ -51,6 +51,10 @@ void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bo
   state.counters["simulated_us"] = r.end.microseconds();
   state.counters["devices_simulated"] = r.simulated_devices;
   state.counters["events"] = static_cast<double>(r.events);
+  if (warm) {
+    state.counters["collective_sims"] = static_cast<double>(network_model.simulations());
+    state.counters["translated"] = static_cast<double>(network_model.translated());
+  }
   if (path == TimingPath::kCached && layers <= 2) {
     RunResult full = RunProgram(machine, mesh, program, RunConfig{});
     state.counters["full_us"] = full.end.microseconds();

@@ -340,6 +340,42 @@ testing::TransformerShape SmallStep(int layers, int64_t seq, int64_t d_model, in
   return shape;
 }
 
+// Simulating one group for all its translations gives the same timing as simulating every
+// group: member times, links and shares alike, on wrapped tori and on lines.
+TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
+  struct Case {
+    std::string preset;
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+  };
+  for (const Case& c : {Case{"tpu-v5p", {4, 4, 4}, {{"dp", 16}, {"tp", 4}}},
+                        Case{"tpu-v5p", {8, 8, 8}, {{"fsdp", 128}, {"tp", 4}}},
+                        Case{"tpu-v5e", {4, 4}, {{"dp", 4}, {"tp", 4}}}}) {
+    Machine machine(BuildPreset(c.preset, c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    NetworkCollectiveModel fast(machine), full(machine, /*translate_groups=*/false);
+    for (int axis : {0, 1}) {
+      for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                                  CollectiveKind::kAllReduce}) {
+        CollectiveRequest request;
+        request.kind = kind;
+        request.dtype = DType::kBF16;
+        request.elements = 1 << 16;
+        request.axes = {axis};
+        std::shared_ptr<const CollectiveTiming> a = fast.Estimate(mesh, request);
+        std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
+        std::string what = c.preset + " axis " + std::to_string(axis) + " " +
+                           CollectiveKindName(kind);
+        EXPECT_EQ(a->member_time, b->member_time) << what;
+        EXPECT_EQ(a->links, b->links) << what;
+        EXPECT_EQ(a->link_share, b->link_share) << what;
+        EXPECT_EQ(a->algorithm, b->algorithm) << what;
+      }
+    }
+    EXPECT_GT(fast.translated(), 0) << c.preset;
+  }
+}
+
 // The cache returns what the model behind it computed, and runs through it equal runs that
 // ask the network model directly.
 TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
