@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "collectives/ir/program_builder.h"
@@ -97,6 +98,15 @@ BENCHMARK_CAPTURE(BM_TransformerStep, layer80_cached_warm, 80, TimingPath::kCach
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_network, 1, TimingPath::kNetwork, false)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+// The full network simulation of the 80-layer step, for comparison: it takes minutes, so it
+// is registered only when SHARDSIM_BENCH_SLOW is set.
+const bool kSlowRegistered = [] {
+  if (std::getenv("SHARDSIM_BENCH_SLOW") == nullptr) return false;
+  benchmark::RegisterBenchmark("BM_TransformerStep/layer80_network", [](benchmark::State& s) {
+    BM_TransformerStep(s, 80, TimingPath::kNetwork, false);
+  })->Unit(benchmark::kMillisecond)->Iterations(1);
+  return true;
+}();
 BENCHMARK_CAPTURE(BM_ElementwiseOnPod, cached, TimingPath::kCached)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ElementwiseOnPod, network, TimingPath::kNetwork)
