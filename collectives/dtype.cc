@@ -102,9 +102,20 @@ void RoundToDType(DType dtype, float* data, int64_t n) {
       for (int64_t i = 0; i < n; ++i) data[i] = RoundF16(data[i]);
       return;
     case DType::kI32:
-      for (int64_t i = 0; i < n; ++i) data[i] = RoundToDType(DType::kI32, data[i]);
       return;
   }
+}
+
+int32_t DoubleToInt32(double v) {
+  if (std::isnan(v)) return 0;
+  double r = std::nearbyint(v);
+  if (r <= static_cast<double>(std::numeric_limits<int32_t>::min())) {
+    return std::numeric_limits<int32_t>::min();
+  }
+  if (r >= static_cast<double>(std::numeric_limits<int32_t>::max())) {
+    return std::numeric_limits<int32_t>::max();
+  }
+  return static_cast<int32_t>(r);
 }
 
 }  // namespace shardsim

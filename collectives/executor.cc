@@ -99,8 +99,10 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
       return Stack(blocks, static_cast<int>(op.concat_axis));
     }
     case OpKind::kPmean:
-      for (float& v : flat) v /= static_cast<float>(g);
-      return Array::FromValues(dt, shape, std::move(flat));
+      for (float& v : flat) {  // An i32 pmean is f32: the wrapped int sum over g.
+        v = (dt == DType::kI32 ? static_cast<float>(WordToInt(v)) : v) / static_cast<float>(g);
+      }
+      return Array::FromValues(CollectiveOutputDType(op, dt), shape, std::move(flat));
     default:
       return Array::FromValues(dt, shape, std::move(flat));
   }
@@ -431,7 +433,8 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
     result = CollectiveOutput(op, in, std::move(run.out[member]), g);
     run.out[member] = {};
   } else {
-    result = Array::ShapeOnly(in.dtype(), CollectiveOutputShape(op, in.shape(), g, in.dtype()));
+    result = Array::ShapeOnly(CollectiveOutputDType(op, in.dtype()),
+                              CollectiveOutputShape(op, in.shape(), g, in.dtype()));
   }
   run.inputs[member] = Array();
   Device& d = devices_[position];

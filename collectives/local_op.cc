@@ -80,8 +80,8 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     }
     case OpKind::kAxisIndex: {
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
-      float index = static_cast<float>(mesh.IndexInGroup(position, axes));
-      return {Array::FromValues(DType::kI32, {}, {index})};
+      int32_t index = static_cast<int32_t>(mesh.IndexInGroup(position, axes));
+      return {Array::FromInts({}, {index})};
     }
     default:
       throw std::invalid_argument(std::string(OpKindName(op.kind)) + " is not a local op");

@@ -45,7 +45,7 @@ class Lowerer {
                                       "; use direct");
         }
         results.push_back(
-            Array::ShapeOnly(inputs[0]->dtype(),
+            Array::ShapeOnly(CollectiveOutputDType(op, inputs[0]->dtype()),
                              CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
         lowered.collective = true;
       } else {
