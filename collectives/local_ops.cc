@@ -757,6 +757,15 @@ Array Einsum(const std::string& spec, const Array& a, const Array& b) {
   return out;
 }
 
+int64_t EinsumContractionLength(const std::string& spec, const Array& a, const Array& b) {
+  EinsumPlan plan = ParseEinsum(spec, a, b);
+  std::string summed;
+  for (char c : plan.a + plan.b) {
+    if (!Has(plan.out, c) && !Has(summed, c)) summed += c;
+  }
+  return LettersSize(plan, summed);
+}
+
 Array Binary(BinaryKind kind, const Array& a, const Array& b) {
   const char* op = BinaryName(kind);
   std::optional<Shape> shape = BroadcastShapes(a.shape(), b.shape());

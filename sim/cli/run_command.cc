@@ -185,10 +185,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   report.per_device = executor.DeviceTimings();
   std::map<std::string, Array> outputs = executor.Outputs();
   if (numerics) {
-    report.numerics = CompareOutputs(outputs,
-                                     ReferenceOutputs(mesh, program, config.base_dir,
-                                                      &executor.inputs()),
-                                     mesh.size(), LongestReduction(program));
+    report.numerics = CheckNumerics(outputs, mesh, program, config.base_dir, &executor.inputs());
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
