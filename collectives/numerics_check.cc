@@ -116,11 +116,14 @@ Stats StatsOf(const std::vector<const Array*>& blocks) {
   return s;
 }
 
+// Root-sum-square: the rms of the sum of independent errors.
+double Rss(double a, double b) { return std::sqrt(a * a + b * b); }
+
 // Adds the rounding term of an output of `dtype` with statistics `out`.
 Error Rounded(Error e, DType dtype, const Stats& out) {
   double u = UnitRoundoff(dtype);
   e.max += 2 * u * out.max_abs;
-  e.rms += u * out.rms;
+  e.rms = Rss(e.rms, u * out.rms);
   return e;
 }
 
@@ -158,7 +161,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in,
   switch (op.kind) {
     case OpKind::kAdd:
     case OpKind::kSub:
-      if (in.size() == 2) e = Error{a.max + in[1]->error.max, a.rms + in[1]->error.rms};
+      if (in.size() == 2) e = Error{a.max + in[1]->error.max, Rss(a.rms, in[1]->error.rms)};
       return Rounded(e, dtype, out);
     case OpKind::kMul:
       if (op.scalar) {
@@ -213,7 +216,7 @@ Error ReductionError(const OpSpec& op, const Tracked& in, const Stats& out, DTyp
   if (in_dtype != DType::kI32) {  // i32 sums are exact (wrapping) in any order.
     double acc_rms = kU32 * g * in.stats.rms;
     e.max += std::min(kU32 * g * g * in.stats.max_abs / 2, kSigmas * acc_rms);
-    e.rms += acc_rms;
+    e.rms = Rss(e.rms, acc_rms);
   }
   if (op.kind == OpKind::kPmean) e = Error{e.max / g, e.rms / g};
   if (in_dtype == DType::kI32 && op.kind != OpKind::kPmean) return e;
@@ -226,12 +229,12 @@ Error CollectiveMatmulError(const Tracked& x, const Tracked& w, const Stats& out
   Error e = MatmulPropagation(x.error, w.error, x.stats, w.stats, k);
   double u = UnitRoundoff(dtype);
   double loop_rms = std::sqrt(2 * g) * u * out.rms;
-  e.max += std::min(2 * g * u * out.max_abs, kSigmas * loop_rms);
-  e.rms += loop_rms;
+  e.max += std::min(2 * g, kSigmas * std::sqrt(2 * g)) * u * out.max_abs;
+  e.rms = Rss(e.rms, loop_rms);
   if (dtype != DType::kI32) {
     double acc_rms = kU32 * k * x.stats.rms * w.stats.rms;
     e.max += kSigmas * acc_rms;
-    e.rms += acc_rms;
+    e.rms = Rss(e.rms, acc_rms);
   }
   return Rounded(e, dtype, out);
 }
@@ -270,7 +273,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     if (!bounds) return;
     for (const std::string& name : op.out) {
       Stats s = StatsOfValue(env, name);
-      tracked[name] = Tracked{error_of(s, env[0].at(name).dtype()), s};
+      Error e = error_of(s, env[0].at(name).dtype());
+      // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
+      // is at most max(kSigmas, M/R) times their rms.
+      if (s.rms > 0) e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      tracked[name] = Tracked{e, s};
     }
   };
   for (const OpSpec& op : program.ops) {
