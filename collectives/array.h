@@ -68,7 +68,8 @@ class Array {
   // The value at flat row-major index `i` as a float (an i32 value rounded to float).
   float at(int64_t i) const {
     float w = values_[static_cast<size_t>(i)];
-    return dtype_ == DType::kI32 ? static_cast<float>(WordToInt(w)) : w;
+    float as_int = static_cast<float>(WordToInt(w));  // Both, then a select: no branch in loops.
+    return dtype_ == DType::kI32 ? as_int : w;
   }
   // The exact value at flat row-major index `i` (every int32 and float fits a double).
   double ValueAt(int64_t i) const {

@@ -71,12 +71,12 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
       int64_t index = mesh.IndexInGroup(position, axes);
       int64_t n = static_cast<int64_t>(inputs.size());
-      std::vector<Array> ordered(inputs.size());
+      std::vector<const Array*> ordered(inputs.size());  // Reordered views, not copies.
       for (int64_t s = 0; s < n; ++s) {
         int64_t block = ((index + op.block_scale * s + op.block_offset) % n + n) % n;
-        ordered[block] = *inputs[s];
+        ordered[block] = inputs[s];
       }
-      return {ConcatAlong(ordered, static_cast<int>(op.axis))};
+      return {Concatenate(ordered, op.axis)};
     }
     case OpKind::kAxisIndex: {
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -102,13 +103,49 @@ Stats StatsOf(const std::vector<const Array*>& blocks) {
   int64_t count = 0;
   for (const Array* a : blocks) {
     if (!a->has_data()) continue;
-    for (int64_t i = 0; i < a->size(); ++i) {
-      double v = std::fabs(a->ValueAt(i));
-      if (!std::isfinite(v)) continue;
-      s.max_abs = std::max(s.max_abs, v);
-      s.min_abs = std::min(s.min_abs, v);
-      sum_sq += v * v;
-      ++count;
+    if (a->dtype() == DType::kI32) {
+      for (int64_t i = 0; i < a->size(); ++i) {
+        double v = std::fabs(a->ValueAt(i));
+        s.max_abs = std::max(s.max_abs, v);
+        s.min_abs = std::min(s.min_abs, v);
+        sum_sq += v * v;
+      }
+      count += a->size();
+      continue;
+    }
+    // Floats: four independent lanes, so the loop pipelines (squares summed in double).
+    const float* x = a->data();
+    const int64_t n = a->size();
+    float hi[4] = {0, 0, 0, 0}, lo[4];
+    double sq[4] = {0, 0, 0, 0};
+    int64_t finite[4] = {0, 0, 0, 0};
+    for (float& l : lo) l = std::numeric_limits<float>::infinity();
+    constexpr float kBig = std::numeric_limits<float>::max();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int k = 0; k < 4; ++k) {
+        float v = std::fabs(x[i + k]);
+        bool ok = v <= kBig;  // False for inf and nan.
+        float f = ok ? v : 0.0f;
+        hi[k] = std::max(hi[k], f);
+        lo[k] = std::min(lo[k], ok ? v : lo[k]);
+        sq[k] += static_cast<double>(f) * f;
+        finite[k] += ok;
+      }
+    }
+    for (; i < n; ++i) {
+      float v = std::fabs(x[i]);
+      if (!(v <= kBig)) continue;
+      hi[0] = std::max(hi[0], v);
+      lo[0] = std::min(lo[0], v);
+      sq[0] += static_cast<double>(v) * v;
+      ++finite[0];
+    }
+    for (int k = 0; k < 4; ++k) {
+      s.max_abs = std::max(s.max_abs, static_cast<double>(hi[k]));
+      s.min_abs = std::min(s.min_abs, static_cast<double>(lo[k]));
+      sum_sq += sq[k];
+      count += finite[k];
     }
   }
   if (count > 0) s.rms = std::sqrt(sum_sq / static_cast<double>(count));
@@ -146,8 +183,8 @@ struct Tracked {
 namespace {
 
 // The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
-Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in,
-                   const std::vector<const Array*>& first_inputs, const Stats& out, DType dtype) {
+Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, double k,
+                   const Stats& out, DType dtype) {
   bool exact = true;
   for (const Tracked* t : in) exact = exact && t->error.exact();
   if (exact) return Error{};
@@ -196,13 +233,8 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in,
     case OpKind::kGelu:
       return Rounded(Error{1.13 * a.max, 1.13 * a.rms}, dtype, out);
     case OpKind::kMatmul:
-    case OpKind::kEinsum: {
-      double k = op.kind == OpKind::kMatmul
-                     ? static_cast<double>(first_inputs[0]->shape().back())
-                     : static_cast<double>(
-                           EinsumContractionLength(op.spec, *first_inputs[0], *first_inputs[1]));
+    case OpKind::kEinsum:
       return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);
-    }
     default:
       return e;
   }
@@ -237,6 +269,43 @@ Error CollectiveMatmulError(const Tracked& x, const Tracked& w, const Stats& out
     e.rms = Rss(e.rms, acc_rms);
   }
   return Rounded(e, dtype, out);
+}
+
+// Whether two arrays hold the same type and bit-identical words.
+bool Identical(const Array& a, const Array& b) {
+  if (&a == &b) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.has_data() != b.has_data()) {
+    return false;
+  }
+  return !a.has_data() ||
+         std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+// The first position of `computed` whose arguments are identical to position p's, or -1.
+int SameAs(const std::vector<std::vector<const Array*>>& args, const std::vector<int>& computed,
+           int p) {
+  for (int q : computed) {
+    bool same = args[q].size() == args[p].size();
+    for (size_t i = 0; same && i < args[p].size(); ++i) same = Identical(*args[q][i], *args[p][i]);
+    if (same) return q;
+  }
+  return -1;
+}
+
+// a @ b for every position's arguments {a, b}, computed once per distinct pair.
+std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args) {
+  std::vector<Array> out(args.size());
+  std::vector<int> computed;
+  for (int p = 0; p < static_cast<int>(args.size()); ++p) {
+    int same = SameAs(args, computed, p);
+    if (same >= 0) {
+      out[p] = out[same];
+    } else {
+      out[p] = Matmul(*args[p][0], *args[p][1]);
+      computed.push_back(p);
+    }
+  }
+  return out;
 }
 
 // Statistics of value `name` over every position.
@@ -297,15 +366,17 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         std::vector<Array> inputs;
         for (int p = 0; p < n; ++p) inputs.push_back(env[p].at(op.in[rhs ? 1 : 0]));
         gathered = ReferenceCollective(coll, mesh, inputs);
+        std::vector<std::vector<const Array*>> args(n);
         for (int p = 0; p < n; ++p) {
-          env[p][op.out.at(0)] = rhs ? Matmul(env[p].at(op.in[0]), gathered[p])
-                                     : Matmul(gathered[p], env[p].at(op.in[1]));
+          args[p] = rhs ? std::vector<const Array*>{&env[p].at(op.in[0]), &gathered[p]}
+                        : std::vector<const Array*>{&gathered[p], &env[p].at(op.in[1])};
         }
+        std::vector<Array> products = MatmulEach(args);
+        for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(products[p]);
       } else {
-        std::vector<Array> products;
-        for (int p = 0; p < n; ++p) {
-          products.push_back(Matmul(env[p].at(op.in[0]), env[p].at(op.in[1])));
-        }
+        std::vector<std::vector<const Array*>> args(n);
+        for (int p = 0; p < n; ++p) args[p] = {&env[p].at(op.in[0]), &env[p].at(op.in[1])};
+        std::vector<Array> products = MatmulEach(args);
         std::vector<Array> outs = ReferenceCollective(coll, mesh, products);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
@@ -332,20 +403,47 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       });
       continue;
     }
-    std::vector<const Array*> first_inputs;
+    // Every position's outputs, computed before any is stored (an output may reuse an input's
+    // name). Positions whose inputs are bit-identical to an earlier one's (replicas) share its
+    // result: local ops are deterministic, so this only skips repeated work.
+    std::vector<std::vector<const Array*>> args(n);
     for (int p = 0; p < n; ++p) {
-      std::vector<const Array*> inputs;
-      for (const std::string& name : op.in) inputs.push_back(&env[p].at(name));
-      std::vector<Array> outs = ApplyLocalOp(op, inputs, mesh, p);
-      for (size_t k = 0; k < outs.size() && k < op.out.size(); ++k) {
-        env[p][op.out[k]] = std::move(outs[k]);
+      for (const std::string& name : op.in) args[p].push_back(&env[p].at(name));
+    }
+    const bool by_position = op.kind == OpKind::kAxisIndex ||
+                             op.kind == OpKind::kDynamicSlice ||
+                             op.kind == OpKind::kDynamicConcat;
+    std::vector<std::vector<Array>> results(n);
+    std::vector<int> computed;
+    for (int p = 0; p < n; ++p) {
+      int same = by_position ? -1 : SameAs(args, computed, p);
+      if (same >= 0) {
+        results[p] = results[same];
+      } else {
+        results[p] = ApplyLocalOp(op, args[p], mesh, p);
+        computed.push_back(p);
       }
     }
-    for (const std::string& name : op.in) first_inputs.push_back(&env[0].at(name));
-    track(op, [&](const Stats& s, DType dtype) {
-      std::vector<const Tracked*> in;
+    double k = 1;
+    if (op.kind == OpKind::kMatmul) k = static_cast<double>(args[0][0]->shape().back());
+    if (op.kind == OpKind::kEinsum) {
+      k = static_cast<double>(EinsumContractionLength(op.spec, *args[0][0], *args[0][1]));
+    }
+    std::vector<const Tracked*> in;
+    if (bounds) {
       for (const std::string& name : op.in) in.push_back(&tracked.at(name));
-      return LocalOpError(op, in, first_inputs, s, dtype);
+    }
+    std::vector<Tracked> in_copies;  // Inputs' bounds, kept while outputs replace their names.
+    for (const Tracked* t : in) in_copies.push_back(*t);
+    for (int p = 0; p < n; ++p) {
+      for (size_t j = 0; j < results[p].size() && j < op.out.size(); ++j) {
+        env[p][op.out[j]] = std::move(results[p][j]);
+      }
+    }
+    track(op, [&](const Stats& s, DType dtype) {
+      std::vector<const Tracked*> kept;
+      for (const Tracked& t : in_copies) kept.push_back(&t);
+      return LocalOpError(op, kept, k, s, dtype);
     });
   }
   if (bounds) {
