@@ -349,7 +349,27 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       tracked[name] = Tracked{e, s};
     }
   };
-  for (const OpSpec& op : program.ops) {
+  // Values die after their last reader (outputs never), so the reference holds only live ones.
+  std::map<std::string, size_t> last_use;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const std::string& name : program.ops[i].in) last_use[name] = i;
+  }
+  for (const OutputSpec& o : program.outputs) last_use[o.name] = program.ops.size();
+  std::vector<std::string> dead;
+  auto free_dead = [&] {
+    for (const std::string& name : dead) {
+      for (auto& values : env) values.erase(name);
+    }
+    dead.clear();
+  };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    free_dead();
+    const OpSpec& op = program.ops[i];
+    for (const std::string& name : op.in) {
+      if (last_use.at(name) == i && std::find(op.out.begin(), op.out.end(), name) == op.out.end()) {
+        dead.push_back(name);
+      }
+    }
     int group = IsCollective(op.kind) ? mesh.GroupSize(ResolveCollectiveAxes(op, mesh)) : 1;
     if (op.kind == OpKind::kAllgatherMatmul || op.kind == OpKind::kMatmulReduceScatter) {
       // By definition: x @ all_gather(w) (or all_gather(x) @ w), psum_scatter(x @ w).
@@ -446,6 +466,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       return LocalOpError(op, kept, k, s, dtype);
     });
   }
+  free_dead();
   if (bounds) {
     for (const OutputSpec& o : program.outputs) (*bounds)[o.name] = tracked.at(o.name).error.max;
   }
