@@ -293,9 +293,10 @@ int SameAs(const std::vector<std::vector<const Array*>>& args, const std::vector
 }
 
 // a @ b for every position's arguments {a, b}, computed once per distinct pair.
-std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args) {
+// `computed` receives the positions whose product was computed (the others are copies).
+std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args,
+                              std::vector<int>& computed) {
   std::vector<Array> out(args.size());
-  std::vector<int> computed;
   for (int p = 0; p < static_cast<int>(args.size()); ++p) {
     int same = SameAs(args, computed, p);
     if (same >= 0) {
@@ -308,10 +309,15 @@ std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args
   return out;
 }
 
-// Statistics of value `name` over every position.
-Stats StatsOfValue(const std::vector<std::map<std::string, Array>>& env, const std::string& name) {
+// Statistics of value `name` over `positions` (every position when empty; replicas' copies
+// add nothing to a max and leave an rms unchanged, so the distinct ones suffice).
+Stats StatsOfValue(const std::vector<std::map<std::string, Array>>& env, const std::string& name,
+                   const std::vector<int>& positions) {
   std::vector<const Array*> blocks;
-  for (const auto& values : env) blocks.push_back(&values.at(name));
+  if (positions.empty()) {
+    for (const auto& values : env) blocks.push_back(&values.at(name));
+  }
+  for (int p : positions) blocks.push_back(&env[p].at(name));
   return StatsOf(blocks);
 }
 
@@ -338,10 +344,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     if (bounds) tracked[spec.name] = Tracked{Error{}, StatsOf({global})};
   }
   // Records the error of op's outputs; `error_of` maps an output's statistics to its error.
+  std::vector<int> distinct;  // Positions with distinct results of the current op (empty: all).
   auto track = [&](const OpSpec& op, auto error_of) {
     if (!bounds) return;
     for (const std::string& name : op.out) {
-      Stats s = StatsOfValue(env, name);
+      Stats s = StatsOfValue(env, name, distinct);
       Error e = error_of(s, env[0].at(name).dtype());
       // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
       // is at most max(kSigmas, M/R) times their rms.
@@ -364,6 +371,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   };
   for (size_t i = 0; i < program.ops.size(); ++i) {
     free_dead();
+    distinct.clear();
     const OpSpec& op = program.ops[i];
     for (const std::string& name : op.in) {
       if (last_use.at(name) == i && std::find(op.out.begin(), op.out.end(), name) == op.out.end()) {
@@ -391,12 +399,13 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
           args[p] = rhs ? std::vector<const Array*>{&env[p].at(op.in[0]), &gathered[p]}
                         : std::vector<const Array*>{&gathered[p], &env[p].at(op.in[1])};
         }
-        std::vector<Array> products = MatmulEach(args);
+        std::vector<Array> products = MatmulEach(args, distinct);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(products[p]);
       } else {
         std::vector<std::vector<const Array*>> args(n);
         for (int p = 0; p < n; ++p) args[p] = {&env[p].at(op.in[0]), &env[p].at(op.in[1])};
-        std::vector<Array> products = MatmulEach(args);
+        std::vector<Array> products = MatmulEach(args, distinct);
+        distinct.clear();  // The scattered sums differ by position.
         std::vector<Array> outs = ReferenceCollective(coll, mesh, products);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
@@ -434,14 +443,13 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
                              op.kind == OpKind::kDynamicSlice ||
                              op.kind == OpKind::kDynamicConcat;
     std::vector<std::vector<Array>> results(n);
-    std::vector<int> computed;
     for (int p = 0; p < n; ++p) {
-      int same = by_position ? -1 : SameAs(args, computed, p);
+      int same = by_position ? -1 : SameAs(args, distinct, p);
       if (same >= 0) {
         results[p] = results[same];
       } else {
         results[p] = ApplyLocalOp(op, args[p], mesh, p);
-        computed.push_back(p);
+        distinct.push_back(p);
       }
     }
     double k = 1;
