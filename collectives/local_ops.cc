@@ -603,17 +603,18 @@ Array ConcatImpl(const std::vector<const Array*>& arrays, int64_t axis) {
   for (size_t i = 0; i < arrays.size(); ++i) {
     sources[i] = AsDType(*arrays[i], dtype, holders[i]).data();
   }
-  Array out(dtype, shape);
+  // Appended in output order into reserved storage: no zero fill of a buffer about to be
+  // overwritten.
+  std::vector<float> values;
+  values.reserve(static_cast<size_t>(NumElements(shape)));
   int64_t outer = Product(shape, 0, ax);
-  float* dst = out.data();
   for (int64_t o = 0; o < outer; ++o) {
     for (size_t i = 0; i < arrays.size(); ++i) {
       int64_t inner = Product(arrays[i]->shape(), ax, r);
-      std::memcpy(dst, sources[i] + o * inner, static_cast<size_t>(inner) * sizeof(float));
-      dst += inner;
+      values.insert(values.end(), sources[i] + o * inner, sources[i] + (o + 1) * inner);
     }
   }
-  return out;
+  return Array::FromValues(dtype, shape, std::move(values));
 }
 
 }  // namespace
