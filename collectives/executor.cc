@@ -487,7 +487,7 @@ std::map<std::string, Array> Executor::Outputs() const {
     int id = lowered_.final_values.at(o.name);
     for (int p = 0; p < mesh_.size(); ++p) env[p][o.name] = devices_[p].values[id];
   }
-  return AssembleOutputs(mesh_, program_, env);
+  return AssembleOutputs(mesh_, program_, std::move(env));
 }
 
 void CheckProgram(const Mesh& mesh, const ProgramSpec& program) {

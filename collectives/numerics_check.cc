@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "collectives/init.h"
@@ -478,7 +479,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   if (bounds) {
     for (const OutputSpec& o : program.outputs) (*bounds)[o.name] = tracked.at(o.name).error.max;
   }
-  return AssembleOutputs(mesh, program, env);
+  return AssembleOutputs(mesh, program, std::move(env));
 }
 
 namespace {
