@@ -58,6 +58,12 @@ Array Array::FromValues(DType dtype, Shape shape, std::vector<float> values) {
   return a;
 }
 
+Array Array::FromWords(DType dtype, Shape shape, std::vector<float> words) {
+  Array a = FromValues(DType::kF32, std::move(shape), std::move(words));  // f32: no rounding.
+  a.dtype_ = dtype;
+  return a;
+}
+
 Array Array::FromInts(Shape shape, const std::vector<int32_t>& values) {
   std::vector<float> words(values.size());
   for (size_t i = 0; i < values.size(); ++i) words[i] = IntToWord(values[i]);

@@ -40,6 +40,9 @@ class Array {
   // Takes the storage words `values` (see the class comment: floats rounded to `dtype`, or
   // for i32 IntToWord of each integer); values.size() must equal NumElements(shape).
   static Array FromValues(DType dtype, Shape shape, std::vector<float> values);
+  // Takes storage words already in `dtype`'s format (as data() of an array of that dtype
+  // holds them): FromValues without the rounding pass.
+  static Array FromWords(DType dtype, Shape shape, std::vector<float> words);
   // An i32 array of the integers `values`.
   static Array FromInts(Shape shape, const std::vector<int32_t>& values);
   // An array of `dtype` holding the numbers `values`: rounded to the dtype (i32: to the

@@ -614,7 +614,7 @@ Array ConcatImpl(const std::vector<const Array*>& arrays, int64_t axis) {
       values.insert(values.end(), sources[i] + o * inner, sources[i] + (o + 1) * inner);
     }
   }
-  return Array::FromValues(dtype, shape, std::move(values));
+  return Array::FromWords(dtype, shape, std::move(values));  // Sources are in dtype already.
 }
 
 }  // namespace
