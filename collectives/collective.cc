@@ -54,12 +54,12 @@ void Combine(ReduceOp op, DType dtype, float* dst, const float* src, int64_t n) 
             dst, src, n);
       case ReduceOp::kMax:
         return CombineWith(
-            [](float a, float b) { return IntToWord(std::max(WordToInt(a), WordToInt(b))); },
-            dst, src, n);
+            [](float a, float b) { return IntToWord(std::max(WordToInt(a), WordToInt(b))); }, dst,
+            src, n);
       case ReduceOp::kMin:
         return CombineWith(
-            [](float a, float b) { return IntToWord(std::min(WordToInt(a), WordToInt(b))); },
-            dst, src, n);
+            [](float a, float b) { return IntToWord(std::min(WordToInt(a), WordToInt(b))); }, dst,
+            src, n);
     }
     return;
   }

@@ -111,7 +111,9 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
     case InitSpec::Kind::kFile:
       break;  // Handled above.
   }
-  if (spec.dtype != DType::kI32) return Array::FromValues(spec.dtype, spec.shape, std::move(values));
+  if (spec.dtype != DType::kI32) {
+    return Array::FromValues(spec.dtype, spec.shape, std::move(values));
+  }
   // Integers are made exactly: arange counts in int64 (float32 would stop at 2^24); the other
   // inits convert their float values to the nearest integer.
   std::vector<int32_t> ints(static_cast<size_t>(n));

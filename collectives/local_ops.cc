@@ -206,8 +206,8 @@ void IntGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const 
 }
 
 // Gemm or IntGemm, by the operands' dtype.
-void AnyGemm(bool ints, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-             const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+void AnyGemm(bool ints, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
   if (ints) return IntGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   Gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
@@ -250,7 +250,9 @@ struct IntMulFn {
   float operator()(float x, float y) const { return WrapInt(UInt(x) * UInt(y)); }
 };
 struct IntMaxFn {
-  float operator()(float x, float y) const { return IntToWord(std::max(WordToInt(x), WordToInt(y))); }
+  float operator()(float x, float y) const {
+    return IntToWord(std::max(WordToInt(x), WordToInt(y)));
+  }
 };
 struct IntReluFn {
   float operator()(float x) const { return IntToWord(std::max(WordToInt(x), 0)); }
@@ -781,8 +783,8 @@ Array Binary(BinaryKind kind, const Array& a, const Array& b) {
   const Array& bc = AsDType(b, dtype, b_holder);
   Array out(dtype, *shape);
   auto apply = [&](auto f) {
-    BroadcastApply(f, ac.data(), bc.data(), out.data(), *shape,
-                   BroadcastStrides(a.shape(), *shape), BroadcastStrides(b.shape(), *shape));
+    BroadcastApply(f, ac.data(), bc.data(), out.data(), *shape, BroadcastStrides(a.shape(), *shape),
+                   BroadcastStrides(b.shape(), *shape));
   };
   if (dtype == DType::kI32) {
     DispatchIntBinary(kind, apply);

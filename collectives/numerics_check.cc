@@ -221,9 +221,9 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
       const Error& b = in[1]->error;
       double m = in[1]->stats.min_abs;
       if (m <= 2 * b.max) return Error{std::numeric_limits<double>::infinity(), 0};
-      return Rounded(Error{a.max / m + sa.max_abs * b.max / (m * m),
-                           a.rms / m + sa.rms * b.rms / (m * m)},
-                     dtype, out);
+      return Rounded(
+          Error{a.max / m + sa.max_abs * b.max / (m * m), a.rms / m + sa.rms * b.rms / (m * m)},
+          dtype, out);
     }
     case OpKind::kExp: {
       double slope = out.max_abs * std::exp(a.max);
@@ -388,8 +388,8 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       coll.tiled = true;
       coll.axis = 0;
       std::vector<Array> gathered;
-      const double k = static_cast<double>(env[0].at(op.in[0]).shape().back()) *
-                       (gather ? 1 : group);
+      const double k =
+          static_cast<double>(env[0].at(op.in[0]).shape().back()) * (gather ? 1 : group);
       if (gather) {
         bool rhs = op.gather == "rhs";
         std::vector<Array> inputs;
@@ -411,8 +411,8 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
       track(op, [&](const Stats& s, DType dtype) {
-        return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype,
-                                     group, k);
+        return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
+                                     k);
       });
       continue;
     }
@@ -440,8 +440,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     for (int p = 0; p < n; ++p) {
       for (const std::string& name : op.in) args[p].push_back(&env[p].at(name));
     }
-    const bool by_position = op.kind == OpKind::kAxisIndex ||
-                             op.kind == OpKind::kDynamicSlice ||
+    const bool by_position = op.kind == OpKind::kAxisIndex || op.kind == OpKind::kDynamicSlice ||
                              op.kind == OpKind::kDynamicConcat;
     std::vector<std::vector<Array>> results(n);
     for (int p = 0; p < n; ++p) {

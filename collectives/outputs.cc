@@ -47,5 +47,4 @@ std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec
   return out;
 }
 
-
 }  // namespace shardsim

@@ -278,7 +278,8 @@ TEST(BinaryTest, Int32WrapsLikeXla) {
   Array m = Matmul(Array::FromInts({1, 2}, {16777217, 1}), Array::FromInts({2, 1}, {1, 1}));
   EXPECT_EQ(m.dtype(), DType::kI32);
   EXPECT_EQ(m.IntAt(0), 16777218);
-  Array e = Einsum("ij,jk->ik", Array::FromInts({1, 2}, {kMax, 1}), Array::FromInts({2, 1}, {1, 1}));
+  Array e =
+      Einsum("ij,jk->ik", Array::FromInts({1, 2}, {kMax, 1}), Array::FromInts({2, 1}, {1, 1}));
   EXPECT_EQ(e.IntAt(0), kMin);
 }
 

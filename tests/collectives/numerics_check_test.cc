@@ -62,7 +62,7 @@ OpSpec Op(OpKind kind, std::vector<std::string> in, std::string out,
 
 // Runs `program` on a ring of `n` TPU-like chips (mesh axes `axes`) and returns its outputs.
 std::map<std::string, Array> RunOnRing(const std::vector<MeshAxis>& axes, int n,
-                                 const ProgramSpec& program) {
+                                       const ProgramSpec& program) {
   Simulator sim;
   DeviceSpec dev;
   dev.platform = "TPU";
@@ -151,7 +151,8 @@ TEST(NumericsCheckTest, NonFiniteMismatchesFailWithAClearReport) {
   std::map<std::string, Array> ref = {{"y", Array::FromNumbers(DType::kF32, {3}, {2, inf, 5})}};
   // nan where the reference has 2: fails, names the output, the element and both values;
   // the finite pairs still give a finite max_abs_error (0.25 at element 2).
-  std::map<std::string, Array> got = {{"y", Array::FromNumbers(DType::kF32, {3}, {nan, inf, 5.25})}};
+  std::map<std::string, Array> got = {
+      {"y", Array::FromNumbers(DType::kF32, {3}, {nan, inf, 5.25})}};
   NumericsReport r = CompareOutputs(got, ref, std::map<std::string, double>{{"y", 1.0}});
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.worst_output, "y (flat index 0: nan where the reference has 2)");
@@ -219,8 +220,8 @@ TEST(NumericsCheckTest, DeepBf16ResidualMlpWithOverlappedCollectiveMatmulsPasses
   // The bound is meaningful: within 100x of the error it covers, not a blanket pass.
   EXPECT_LT(r.tolerance, 100 * r.max_abs_error);
   // A depth-independent bound does not cover it.
-  NumericsReport coarse = CompareOutputs(out, ReferenceOutputs(mesh, p, ""), mesh.size(),
-                                         LongestReduction(p));
+  NumericsReport coarse =
+      CompareOutputs(out, ReferenceOutputs(mesh, p, ""), mesh.size(), LongestReduction(p));
   EXPECT_FALSE(coarse.passed) << coarse.max_abs_error << " within " << coarse.tolerance;
 }
 
@@ -250,7 +251,7 @@ TEST(NumericsCheckTest, ReductionBoundsCountTheGroupNotTheMesh) {
   ProgramSpec small_p, large_p;
   std::map<std::string, Array> small_ref, large_ref;
   std::map<std::string, double> small_b, large_b;
-  double small = PsumBound({"b"}, &small_ref, &small_b, &small_p);     // Groups of 4.
+  double small = PsumBound({"b"}, &small_ref, &small_b, &small_p);       // Groups of 4.
   double large = PsumBound({"a", "b"}, &large_ref, &large_b, &large_p);  // One group of 64.
   EXPECT_GT(small, 0.0);
   EXPECT_LT(small, large);

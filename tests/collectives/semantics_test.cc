@@ -142,8 +142,8 @@ TEST(ReductionTest, Int32SumsWrapAndExtremesAreExact) {
   const int32_t kMax = 2147483647;
   std::vector<Array> in;
   for (int p = 0; p < 4; ++p) {
-    in.push_back(Array::FromInts({3}, {1 << 30, p == 0 ? kMax : (p == 1 ? 1 : 0),
-                                       p == 0 ? 16777217 : -p}));
+    in.push_back(
+        Array::FromInts({3}, {1 << 30, p == 0 ? kMax : (p == 1 ? 1 : 0), p == 0 ? 16777217 : -p}));
   }
   auto sum = ReferenceCollective(Op(OpKind::kPsum, {"dp"}), Mesh1D(4), in);
   EXPECT_EQ(sum[0].dtype(), DType::kI32);
@@ -159,9 +159,9 @@ TEST(ReductionTest, Int32SumsWrapAndExtremesAreExact) {
   scatter.tiled = true;
   std::vector<Array> blocks(4, Array::FromInts({4}, {1 << 30, kMax, 5, 16777217}));
   auto parts = ReferenceCollective(scatter, Mesh1D(4), blocks);
-  EXPECT_EQ(parts[0].IntAt(0), 0);             // 4 * 2^30 mod 2^32.
-  EXPECT_EQ(parts[1].IntAt(0), -4);            // 4 * (2^31 - 1) mod 2^32.
-  EXPECT_EQ(parts[3].IntAt(0), 67108868);      // 4 * (2^24 + 1), exact.
+  EXPECT_EQ(parts[0].IntAt(0), 0);         // 4 * 2^30 mod 2^32.
+  EXPECT_EQ(parts[1].IntAt(0), -4);        // 4 * (2^31 - 1) mod 2^32.
+  EXPECT_EQ(parts[3].IntAt(0), 67108868);  // 4 * (2^24 + 1), exact.
 }
 
 TEST(ReductionTest, ScalarBlocks) {
