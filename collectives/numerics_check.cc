@@ -31,23 +31,24 @@ namespace {
 //
 // Each value v carries two numbers, over every element of every position's block:
 //   max(v): a bound on |sim - ref|, the quantity the check compares against;
-//   rms(v): the root-mean-square scale of that difference (for sums of many independent
-//           rounding errors, which grow like sqrt(n), not n).
+//   rms(v): the root-mean-square scale of that difference (sums of n independent rounding
+//           errors grow like sqrt(n), not n);
 // and the reference's own statistics: M(v) = max |v|, R(v) = rms |v| (finite elements only).
 // u(dtype) is the unit roundoff (2^-24 f32, 2^-8 bf16, 2^-11 f16, 0 for i32, which is
-// exact); u32 = 2^-24; kSigmas = 5 turns an rms scale into a bound on the largest of many
-// (roughly Gaussian) errors, and only where a worst-case bound would be looser.
+// exact); u32 = 2^-24; kSigmas = 5. Independent error sources add in quadrature in rms (x (+)
+// y = sqrt(x^2 + y^2)) and linearly in max.
 //
 // Rounding: when two exact results differ, their roundings to the dtype may land one ulp
-// apart: + 2 u M(out) to max, + u R(out) to rms ("rounding term").
-// Local ops (inputs' errors e_i):
+// apart: + 2 u M(out) to max, (+) u R(out) to rms ("rounding term").
+// Local ops (inputs' errors e_i); an op whose inputs are all exact stays exact:
 //   data movement (reshape, transpose, slice, split, concatenate, the dynamic slices and
 //     concatenations, all_gather, all_to_all, ppermute, pmax, pmin, max, relu, neg):
 //     1-Lipschitz and exact: max = max_i max(e_i), rms = max_i rms(e_i).
-//   add/sub: e_a + e_b; mul: |a| e_b + |b| e_a + e_a e_b (with M for |a|, |b|); div:
-//     e_a / min|b| + M(a) e_b / min|b|^2 (unbounded if min|b| <= 2 e_b); scalar ops scale
-//     by |s| (mul), 1/|s| (div) or 1; exp: M(out) e^{e_a} e_a; tanh: e_a; gelu: 1.13 e_a
-//     (the largest slope of gelu); plus the rounding term.
+//   add/sub: max e_a + e_b, rms e_a (+) e_b (the operands' errors taken as uncorrelated);
+//     mul: |a| e_b + |b| e_a + e_a e_b (M for |a|, |b| in max, R in rms); div: e_a / min|b|
+//     + M(a) e_b / min|b|^2 (unbounded if min|b| <= 2 e_b); scalar ops scale by |s| (mul),
+//     1/|s| (div) or 1; exp: M(out) e^{e_a} e_a; tanh: e_a; gelu: 1.13 e_a (the largest
+//     slope of gelu); plus the rounding term.
 //   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
@@ -57,15 +58,22 @@ namespace {
 //     rms = sqrt(G) rms_in. Float32 accumulation in another order: partial sums s_j
 //     (j = 2..G) each round by <= u32 |s_j| <= u32 j M_in, so <= u32 G^2 M_in / 2 worst
 //     case; with independent errors and |s_j| ~ sqrt(j) R_in, rms u32 G R_in. Plus the
-//     rounding term. pmean divides all of it by G (and, for i32, is f32: u of f32).
+//     rounding term. pmean divides all of it by G (and, for i32, is f32: u of f32). i32
+//     sums are exact in any order (wrapping), so only the inputs' errors carry over.
 // Collective matmuls over G devices, K products per output in total:
 //   the inputs' errors as a matmul of length K; the loop's roundings: up to 2G roundings to
-//   the dtype (G partial products, G - 1 adds) of values up to M(out): rms sqrt(2G) u R(out),
-//   max min(2G u M(out), kSigmas rms) + 2 u M(out); float32 accumulation of K products
-//   split differently: rms u32 sqrt(K) (sqrt(K) R_a R_b), max kSigmas rms.
-// The error of an output is max(output); the check fails an output whose largest finite
-// difference exceeds it. Sums with cancellation or data far from Gaussian can in principle
-// exceed the kSigmas estimates; the worst-case terms (used wherever smaller) cannot.
+//   the dtype (G partial products, G - 1 adds) of values up to M(out): max
+//   min(2G, kSigmas sqrt(2G)) u M(out), rms sqrt(2G) u R(out); float32 accumulation of K
+//   products split differently: rms u32 sqrt(K) (sqrt(K) R_a R_b), max kSigmas rms; plus
+//   the rounding term.
+// Cap: a value's errors spread over its elements like its data (they scale with |v|), so
+// their largest is at most max(kSigmas, M/R) times their rms; each value's max is capped
+// there. Without the cap the worst-case terms compound through a deep program (a residual
+// block both keeps and transforms its input's error: 2^depth); with it the bound grows like
+// the rms, about sqrt(2) per residual block.
+// The bound of an output is max(output); the check fails an output whose largest finite
+// difference exceeds it. The rms estimates assume roughly independent errors (random data):
+// data built to correlate rounding errors could exceed them, the worst-case terms could not.
 constexpr double kSigmas = 5;
 constexpr double kU32 = 1.0 / 16777216.0;  // 2^-24.
 

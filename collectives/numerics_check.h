@@ -18,7 +18,7 @@ namespace shardsim {
 // every run's numerics are checked against.
 // `inputs`, when given, are the global input arrays already made (Executor::inputs()), so
 // they are not made twice. `bounds`, when given, receives each output's error bound
-// (ErrorBoundModel below), derived while evaluating.
+// (the ErrorBoundModel of numerics_check.cc), derived while evaluating.
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
                                               const std::map<std::string, Array>* inputs = nullptr,
