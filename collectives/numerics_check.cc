@@ -280,6 +280,20 @@ Error CollectiveMatmulError(const Tracked& x, const Tracked& w, const Stats& out
   return Rounded(e, dtype, out);
 }
 
+// Whether position p is the first of its replicas under `spec`: at coordinate 0 along every
+// mesh axis the spec does not name.
+bool IsFirstReplica(const Mesh& mesh, const PartitionSpec& spec, int p) {
+  const std::vector<int> coords = mesh.Coords(p);
+  for (size_t a = 0; a < coords.size(); ++a) {
+    bool named = false;
+    for (const std::vector<std::string>& dim : spec.dims) {
+      named = named || std::find(dim.begin(), dim.end(), mesh.axes()[a].name) != dim.end();
+    }
+    if (!named && coords[a] != 0) return false;
+  }
+  return true;
+}
+
 // The global array of value `name` from the blocks of the first replicas (positions at
 // coordinate 0 along every mesh axis the spec leaves unsharded). Unlike AssembleOutputs it
 // does not compare replicas: the simulated outputs of the same program are assembled with
@@ -291,10 +305,11 @@ Array AssembleFirstReplicas(const Sharding& sharding,
   const DType dtype = env[0].at(name).dtype();
   const Shape local = sharding.LocalShape();
   const Shape& global = sharding.global_shape();
-  for (const auto& values : env) {
-    if (!values.at(name).has_data()) return Array::ShapeOnly(dtype, global);
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (IsFirstReplica(mesh, sharding.spec(), p) && !env[p].at(name).has_data()) {
+      return Array::ShapeOnly(dtype, global);
+    }
   }
-  const std::vector<int> sharded = sharding.ShardedAxes();
   const int r = static_cast<int>(local.size());
   std::vector<int64_t> strides(static_cast<size_t>(r), 1);  // Row-major strides of global.
   for (int d = r - 2; d >= 0; --d) strides[d] = strides[d + 1] * global[d + 1];
@@ -302,13 +317,7 @@ Array AssembleFirstReplicas(const Sharding& sharding,
   const int64_t rows = row == 0 ? 0 : NumElements(local) / row;
   std::vector<float> words(static_cast<size_t>(NumElements(global)));
   for (int p = 0; p < mesh.size(); ++p) {
-    const std::vector<int> coords = mesh.Coords(p);
-    bool first_replica = true;
-    for (size_t a = 0; a < coords.size(); ++a) {
-      bool named = std::find(sharded.begin(), sharded.end(), static_cast<int>(a)) != sharded.end();
-      if (!named && coords[a] != 0) first_replica = false;
-    }
-    if (!first_replica) continue;
+    if (!IsFirstReplica(mesh, sharding.spec(), p)) continue;
     const float* src = env[p].at(name).data();
     const std::vector<int64_t> offset = sharding.BlockOffset(p);
     for (int64_t k = 0; k < rows; ++k) {  // Row k of the block: its index over dims 0..r-2.
@@ -344,15 +353,23 @@ int SameAs(const std::vector<std::vector<const Array*>>& args, const std::vector
   return -1;
 }
 
+// A replica's copy of `a` where position p needs the value (keep(p)), else its type only.
+template <typename Keep>
+Array ReplicaOf(const Array& a, int p, const Keep& keep) {
+  return keep(p) ? a : Array::ShapeOnly(a.dtype(), a.shape());
+}
+
 // a @ b for every position's arguments {a, b}, computed once per distinct pair.
-// `computed` receives the positions whose product was computed (the others are copies).
+// `computed` receives the positions whose product was computed (the others are copies, or
+// shape-only where keep(p) says no one reads them).
+template <typename Keep>
 std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args,
-                              std::vector<int>& computed) {
+                              std::vector<int>& computed, const Keep& keep) {
   std::vector<Array> out(args.size());
   for (int p = 0; p < static_cast<int>(args.size()); ++p) {
     int same = SameAs(args, computed, p);
     if (same >= 0) {
-      out[p] = out[same];
+      out[p] = ReplicaOf(out[same], p, keep);
     } else {
       out[p] = Matmul(*args[p][0], *args[p][1]);
       computed.push_back(p);
@@ -409,11 +426,26 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     }
   };
   // Values die after their last reader (outputs never), so the reference holds only live ones.
-  std::map<std::string, size_t> last_use;
+  std::map<std::string, size_t> last_read, last_use;
   for (size_t i = 0; i < program.ops.size(); ++i) {
-    for (const std::string& name : program.ops[i].in) last_use[name] = i;
+    for (const std::string& name : program.ops[i].in) last_read[name] = last_use[name] = i;
   }
-  for (const OutputSpec& o : program.outputs) last_use[o.name] = program.ops.size();
+  // The positions whose block of an output its assembly reads (AssembleFirstReplicas).
+  std::map<std::string, std::vector<char>> assembled;
+  for (const OutputSpec& o : program.outputs) {
+    last_use[o.name] = program.ops.size();
+    std::vector<char>& read = assembled[o.name];
+    read.resize(static_cast<size_t>(n), 0);
+    for (int p = 0; p < n; ++p) read[p] = read[p] || IsFirstReplica(mesh, o.spec, p);
+  }
+  // Whether position p needs its own copy of `name`, defined by op i: a later op reads it,
+  // or the output assembly does. (Replicas of the reference's results are copies.)
+  auto needed = [&](const std::string& name, size_t i, int p) {
+    auto read = last_read.find(name);
+    if (read != last_read.end() && read->second > i) return true;
+    auto out = assembled.find(name);
+    return out == assembled.end() || out->second[p] != 0;
+  };
   std::vector<std::string> dead;
   auto free_dead = [&] {
     for (const std::string& name : dead) {
@@ -451,12 +483,13 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
           args[p] = rhs ? std::vector<const Array*>{&env[p].at(op.in[0]), &gathered[p]}
                         : std::vector<const Array*>{&gathered[p], &env[p].at(op.in[1])};
         }
-        std::vector<Array> products = MatmulEach(args, distinct);
+        std::vector<Array> products =
+            MatmulEach(args, distinct, [&](int p) { return needed(op.out.at(0), i, p); });
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(products[p]);
       } else {
         std::vector<std::vector<const Array*>> args(n);
         for (int p = 0; p < n; ++p) args[p] = {&env[p].at(op.in[0]), &env[p].at(op.in[1])};
-        std::vector<Array> products = MatmulEach(args, distinct);
+        std::vector<Array> products = MatmulEach(args, distinct, [](int) { return true; });
         distinct.clear();  // The scattered sums differ by position.
         std::vector<Array> outs = ReferenceCollective(coll, mesh, products);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
@@ -497,7 +530,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     for (int p = 0; p < n; ++p) {
       int same = by_position ? -1 : SameAs(args, distinct, p);
       if (same >= 0) {
-        results[p] = results[same];
+        for (size_t j = 0; j < results[same].size(); ++j) {
+          const std::string& name = j < op.out.size() ? op.out[j] : op.out.back();
+          results[p].push_back(
+              ReplicaOf(results[same][j], p, [&](int q) { return needed(name, i, q); }));
+        }
       } else {
         results[p] = ApplyLocalOp(op, args[p], mesh, p);
         distinct.push_back(p);

@@ -176,6 +176,25 @@ TEST(NumericsCheckTest, NonFiniteMismatchesFailWithAClearReport) {
   EXPECT_EQ(r.worst_output, "k (flat index 0: 16777216 where the reference has 16777217)");
 }
 
+TEST(NumericsCheckTest, ReferenceSharesReplicatedResultsExactly) {
+  // Every position holds the same a and b, so the reference computes y = a @ b once and
+  // copies it where a later op (z) or the assembly reads it; results must equal the
+  // simulation's bit for bit (max_abs_error 0), outputs replicated and sharded alike.
+  std::vector<MeshAxis> axes = {{"x", 4}};
+  ProgramSpec p;
+  p.mesh_axes = axes;
+  p.arrays = {Normal("a", {8, 16}, DType::kF32, 3, P({})),
+              Normal("b", {16, 8}, DType::kF32, 4, P({}))};
+  p.ops = {Op(OpKind::kMatmul, {"a", "b"}, "y"), Op(OpKind::kAdd, {"y", "y"}, "z"),
+           Op(OpKind::kMatmul, {"a", "z"}, "w")};
+  p.outputs = {{"y", P({}), "outputs.y"}, {"z", P({}), "outputs.z"}, {"w", P({}), "outputs.w"}};
+  std::map<std::string, Array> out = RunOnRing(axes, 4, p);
+  NumericsReport r = CheckNumerics(out, Mesh(axes, {0, 1, 2, 3}), p, "");
+  EXPECT_TRUE(r.passed) << r.worst_output;
+  EXPECT_EQ(r.max_abs_error, 0.0);
+  EXPECT_EQ(out.at("w").shape(), (Shape{8, 8}));
+}
+
 // A bf16 residual MLP of `blocks` blocks, each x += (relu(x @ w1 / 8) @ w2 / sqrt(128)), both
 // matmuls overlapped allgather_matmuls (bidirectional) over dp, weights sharded by rows.
 ProgramSpec DeepMlp(int blocks) {
