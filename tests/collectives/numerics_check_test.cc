@@ -186,7 +186,7 @@ TEST(NumericsCheckTest, ReferenceSharesReplicatedResultsExactly) {
   p.arrays = {Normal("a", {8, 16}, DType::kF32, 3, P({})),
               Normal("b", {16, 8}, DType::kF32, 4, P({}))};
   p.ops = {Op(OpKind::kMatmul, {"a", "b"}, "y"), Op(OpKind::kAdd, {"y", "y"}, "z"),
-           Op(OpKind::kMatmul, {"a", "z"}, "w")};
+           Op(OpKind::kMatmul, {"y", "z"}, "w")};
   p.outputs = {{"y", P({}), "outputs.y"}, {"z", P({}), "outputs.z"}, {"w", P({}), "outputs.w"}};
   std::map<std::string, Array> out = RunOnRing(axes, 4, p);
   NumericsReport r = CheckNumerics(out, Mesh(axes, {0, 1, 2, 3}), p, "");
