@@ -15,7 +15,9 @@ namespace shardsim {
 
 // Evaluates the program directly from the ops' definitions (collectives computed from all
 // positions' blocks at once, no network), returning the global outputs. The reference that
-// every run's numerics are checked against.
+// every run's numerics are checked against. Positions with bit-identical inputs to an op
+// share its result (computed once); outputs are assembled from their first replicas without
+// comparing replicas (Executor::Outputs does that for the simulated run).
 // `inputs`, when given, are the global input arrays already made (Executor::inputs()), so
 // they are not made twice. `bounds`, when given, receives each output's error bound
 // (the ErrorBoundModel of numerics_check.cc), derived while evaluating.
