@@ -81,9 +81,9 @@ TEST_F(NpyTest, RoundTripsEveryDType) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     std::string path = Path(std::string(c.name) + ".npy");
-    WriteNpy(Array::FromNumbers(c.dtype, c.shape,
-                                std::vector<double>(c.values.begin(), c.values.end())),
-             path);
+    WriteNpy(
+        Array::FromNumbers(c.dtype, c.shape, std::vector<double>(c.values.begin(), c.values.end())),
+        path);
     Array back = ReadNpy(path);
     EXPECT_EQ(back.dtype(), c.dtype);
     EXPECT_EQ(back.shape(), c.shape);
