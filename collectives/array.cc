@@ -58,6 +58,28 @@ Array Array::FromValues(DType dtype, Shape shape, std::vector<float> values) {
   return a;
 }
 
+Array Array::FromWords(DType dtype, Shape shape, std::vector<float> words) {
+  Array a = FromValues(DType::kF32, std::move(shape), std::move(words));  // f32: no rounding.
+  a.dtype_ = dtype;
+  return a;
+}
+
+Array Array::FromInts(Shape shape, const std::vector<int32_t>& values) {
+  std::vector<float> words(values.size());
+  for (size_t i = 0; i < values.size(); ++i) words[i] = IntToWord(values[i]);
+  return FromValues(DType::kI32, std::move(shape), std::move(words));
+}
+
+Array Array::FromNumbers(DType dtype, Shape shape, const std::vector<double>& values) {
+  std::vector<float> words(values.size());
+  if (dtype == DType::kI32) {
+    for (size_t i = 0; i < values.size(); ++i) words[i] = IntToWord(DoubleToInt32(values[i]));
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) words[i] = static_cast<float>(values[i]);
+  }
+  return FromValues(dtype, std::move(shape), std::move(words));
+}
+
 Array Array::ShapeOnly(DType dtype, Shape shape) {
   CheckShape(shape);
   Array a;
@@ -68,7 +90,7 @@ Array Array::ShapeOnly(DType dtype, Shape shape) {
 }
 
 void Array::Round() {
-  if (!has_data_) return;
+  if (!has_data_ || dtype_ == DType::kI32) return;
   assert(static_cast<int64_t>(values_.size()) == size());
   RoundToDType(dtype_, values_.data(), static_cast<int64_t>(values_.size()));
 }

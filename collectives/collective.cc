@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "collectives/array.h"
+
 namespace shardsim {
 
 const char* CollectiveKindName(CollectiveKind kind) {
@@ -28,16 +30,48 @@ std::vector<float> InitialWorkBuffer(const CollectiveJob& job, int member) {
   return work;
 }
 
-void Combine(ReduceOp op, float* dst, const float* src, int64_t n) {
+namespace {
+
+// dst[i] = f(dst[i], src[i]) for i < n.
+template <typename F>
+void CombineWith(F f, float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f(dst[i], src[i]);
+}
+
+}  // namespace
+
+void Combine(ReduceOp op, DType dtype, float* dst, const float* src, int64_t n) {
+  if (dtype == DType::kI32) {
+    // Integer words: sums wrap modulo 2^32 (unsigned arithmetic, two's complement as XLA),
+    // max/min compare the integers exactly.
+    switch (op) {
+      case ReduceOp::kSum:
+        return CombineWith(
+            [](float a, float b) {
+              return IntToWord(static_cast<int32_t>(static_cast<uint32_t>(WordToInt(a)) +
+                                                    static_cast<uint32_t>(WordToInt(b))));
+            },
+            dst, src, n);
+      case ReduceOp::kMax:
+        return CombineWith(
+            [](float a, float b) { return IntToWord(std::max(WordToInt(a), WordToInt(b))); }, dst,
+            src, n);
+      case ReduceOp::kMin:
+        return CombineWith(
+            [](float a, float b) { return IntToWord(std::min(WordToInt(a), WordToInt(b))); }, dst,
+            src, n);
+    }
+    return;
+  }
   switch (op) {
     case ReduceOp::kSum:
       for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
       break;
-    case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+    case ReduceOp::kMax:  // NaN propagates from either side, as XLA's max.
+      CombineWith([](float a, float b) { return (a > b || a != a) ? a : b; }, dst, src, n);
       break;
-    case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+    case ReduceOp::kMin:  // NaN propagates from either side, as XLA's min.
+      CombineWith([](float a, float b) { return (a < b || a != a) ? a : b; }, dst, src, n);
       break;
   }
 }

@@ -29,8 +29,10 @@ struct Segment {
   int64_t length = 0;  // Number of elements.
 };
 
-// Combines `n` received values into `dst` with `op`.
-void Combine(ReduceOp op, float* dst, const float* src, int64_t n);
+// Combines `n` received elements into `dst` with `op`, as XLA does for `dtype`: floats add in
+// float32, and max/min propagate NaN; i32 elements (Array's int32 words) add wrapping modulo
+// 2^32 and compare exactly.
+void Combine(ReduceOp op, DType dtype, float* dst, const float* src, int64_t n);
 
 // One collective over a group, in flat form. Member m is the m-th device of the group in the
 // op's logical order (JAX's axis_index over the named axes). Buffers are flat row-major:

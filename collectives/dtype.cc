@@ -9,13 +9,12 @@ namespace shardsim {
 namespace {
 
 // Rounds float32 bits to the nearest bfloat16 (the top 16 bits), ties to even; NaN stays NaN.
+// Branch-free (a select), so loops over arrays vectorize.
 float RoundBf16(float v) {
-  if (std::isnan(v)) return v;
   uint32_t bits = std::bit_cast<uint32_t>(v);
-  uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7fffu + lsb;
-  bits &= 0xffff0000u;
-  return std::bit_cast<float>(bits);
+  uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return std::bit_cast<float>(nan ? bits : rounded);
 }
 
 // Rounds to the nearest IEEE half-precision value (11-bit significand, exponent -14..15),
@@ -102,9 +101,20 @@ void RoundToDType(DType dtype, float* data, int64_t n) {
       for (int64_t i = 0; i < n; ++i) data[i] = RoundF16(data[i]);
       return;
     case DType::kI32:
-      for (int64_t i = 0; i < n; ++i) data[i] = RoundToDType(DType::kI32, data[i]);
       return;
   }
+}
+
+int32_t DoubleToInt32(double v) {
+  if (std::isnan(v)) return 0;
+  double r = std::nearbyint(v);
+  if (r <= static_cast<double>(std::numeric_limits<int32_t>::min())) {
+    return std::numeric_limits<int32_t>::min();
+  }
+  if (r >= static_cast<double>(std::numeric_limits<int32_t>::max())) {
+    return std::numeric_limits<int32_t>::max();
+  }
+  return static_cast<int32_t>(r);
 }
 
 }  // namespace shardsim

@@ -20,12 +20,16 @@ const char* DTypeName(DType dtype);
 std::optional<DType> ParseDType(std::string_view name);
 
 // Rounds a float32 value to the nearest value representable in `dtype` (round to nearest
-// even; i32 rounds to the nearest integer, saturating). Arrays store every dtype as float32
-// and apply this after every op, so bf16/f16 numerics match hardware that rounds each op's
-// result. i32 values are exact up to 2^24 in magnitude.
+// even; i32 rounds to the nearest integer, saturating). Arrays store the floating dtypes as
+// float32 and apply this after every op, so bf16/f16 numerics match hardware that rounds each
+// op's result.
 float RoundToDType(DType dtype, float value);
 
-// Rounds every element of `data[0..n)` in place (no-op for f32).
+// Rounds every float element of `data[0..n)` in place: no-op for f32, and for i32, whose
+// arrays hold int32 words (Array), not float values.
 void RoundToDType(DType dtype, float* data, int64_t n);
+
+// The nearest int32 to `v` (ties to even), saturating at the int32 range; NaN gives 0.
+int32_t DoubleToInt32(double v);
 
 }  // namespace shardsim

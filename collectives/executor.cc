@@ -81,8 +81,10 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
       return Stack(blocks, static_cast<int>(op.concat_axis));
     }
     case OpKind::kPmean:
-      for (float& v : flat) v /= static_cast<float>(g);
-      return Array::FromValues(dt, shape, std::move(flat));
+      for (float& v : flat) {  // An i32 pmean is f32: the wrapped int sum over g.
+        v = (dt == DType::kI32 ? static_cast<float>(WordToInt(v)) : v) / static_cast<float>(g);
+      }
+      return Array::FromValues(CollectiveOutputDType(op, dt), shape, std::move(flat));
     default:
       return Array::FromValues(dt, shape, std::move(flat));
   }
@@ -893,7 +895,7 @@ std::map<std::string, Array> Executor::Outputs() const {
       env[p][o.name] = devices_[p].values[id];
     }
   }
-  return AssembleOutputs(mesh_, program_, env);
+  return AssembleOutputs(mesh_, program_, std::move(env));
 }
 
 

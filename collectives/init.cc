@@ -113,7 +113,17 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
     case InitSpec::Kind::kFile:
       break;  // Handled above.
   }
-  return Array::FromValues(spec.dtype, spec.shape, std::move(values));
+  if (spec.dtype != DType::kI32) {
+    return Array::FromValues(spec.dtype, spec.shape, std::move(values));
+  }
+  // Integers are made exactly: arange counts in int64 (float32 would stop at 2^24); the other
+  // inits convert their float values to the nearest integer.
+  std::vector<int32_t> ints(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    ints[i] = init.kind == InitSpec::Kind::kArange ? static_cast<int32_t>(static_cast<uint32_t>(i))
+                                                   : DoubleToInt32(values[i]);
+  }
+  return Array::FromInts(spec.shape, ints);
 }
 
 }  // namespace shardsim

@@ -2,11 +2,22 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "collectives/local_ops.h"
 #include "collectives/semantics.h"
 
 namespace shardsim {
+namespace {
+
+// A one-output result. (`return {array};` would copy: initializer lists hold const elements.)
+std::vector<Array> One(Array a) {
+  std::vector<Array> out;
+  out.push_back(std::move(a));
+  return out;
+}
+
+}  // namespace
 
 std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*>& inputs,
                                 const Mesh& mesh, int position) {
@@ -19,30 +30,30 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
   if (auto binary = BinaryKindOf(op.kind)) {
     if (op.scalar) {
       need(1);
-      return {BinaryScalar(*binary, *inputs[0], *op.scalar)};
+      return One(BinaryScalar(*binary, *inputs[0], *op.scalar));
     }
     need(2);
-    return {Binary(*binary, *inputs[0], *inputs[1])};
+    return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
   if (auto unary = UnaryKindOf(op.kind)) {
     need(1);
-    return {Unary(*unary, *inputs[0])};
+    return One(Unary(*unary, *inputs[0]));
   }
   switch (op.kind) {
     case OpKind::kMatmul:
       need(2);
-      return {Matmul(*inputs[0], *inputs[1])};
+      return One(Matmul(*inputs[0], *inputs[1]));
     case OpKind::kEinsum:
       need(2);
-      return {Einsum(op.spec, *inputs[0], *inputs[1])};
+      return One(Einsum(op.spec, *inputs[0], *inputs[1]));
     case OpKind::kReshape:
       need(1);
-      return {Reshape(*inputs[0], op.shape)};
+      return One(Reshape(*inputs[0], op.shape));
     case OpKind::kTranspose:
       need(1);
-      return {Transpose(*inputs[0], op.axes)};
+      return One(Transpose(*inputs[0], op.axes));
     case OpKind::kConcatenate:
-      return {Concatenate(inputs, op.axis)};
+      return One(Concatenate(inputs, op.axis));
     case OpKind::kSplit: {
       need(1);
       std::vector<Array> parts = Split(*inputs[0], op.sections, op.axis);
@@ -55,7 +66,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     }
     case OpKind::kSlice:
       need(1);
-      return {Slice(*inputs[0], op.start, op.size, op.axis)};
+      return One(Slice(*inputs[0], op.start, op.size, op.axis));
     case OpKind::kDynamicSlice: {
       need(1);
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
@@ -65,23 +76,23 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       int64_t len = inputs[0]->shape().at(
                         static_cast<size_t>(op.axis < 0 ? op.axis + inputs[0]->rank() : op.axis)) /
                     m;
-      return {SliceAlong(*inputs[0], static_cast<int>(op.axis), block * len, len)};
+      return One(SliceAlong(*inputs[0], static_cast<int>(op.axis), block * len, len));
     }
     case OpKind::kDynamicConcat: {
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
       int64_t index = mesh.IndexInGroup(position, axes);
       int64_t n = static_cast<int64_t>(inputs.size());
-      std::vector<Array> ordered(inputs.size());
+      std::vector<const Array*> ordered(inputs.size());  // Reordered views, not copies.
       for (int64_t s = 0; s < n; ++s) {
         int64_t block = ((index + op.block_scale * s + op.block_offset) % n + n) % n;
-        ordered[block] = *inputs[s];
+        ordered[block] = inputs[s];
       }
-      return {ConcatAlong(ordered, static_cast<int>(op.axis))};
+      return One(Concatenate(ordered, op.axis));
     }
     case OpKind::kAxisIndex: {
       std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
-      float index = static_cast<float>(mesh.IndexInGroup(position, axes));
-      return {Array::FromValues(DType::kI32, {}, {index})};
+      int32_t index = static_cast<int32_t>(mesh.IndexInGroup(position, axes));
+      return One(Array::FromInts({}, {index}));
     }
     default:
       throw std::invalid_argument(std::string(OpKindName(op.kind)) + " is not a local op");

@@ -187,6 +187,80 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
               c, static_cast<int>(ldc));
 }
 
+// C[m,n] = op(A) op(B) for i32 words, accumulating in uint32 so sums and products wrap
+// modulo 2^32 like XLA's int32 dot (exact, unlike sgemm above 2^24). Naive loops: integer
+// matmuls are rare and small.
+void IntGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        float x = trans_a ? a[p * lda + i] : a[i * lda + p];
+        float y = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+        acc += static_cast<uint32_t>(WordToInt(x)) * static_cast<uint32_t>(WordToInt(y));
+      }
+      c[i * ldc + j] = IntToWord(static_cast<int32_t>(acc));
+    }
+  }
+}
+
+// Gemm or IntGemm, by the operands' dtype.
+void AnyGemm(bool ints, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  if (ints) return IntGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+  Gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+// `a` converted to `dtype` by value (JAX's promotion before an op): i32 -> float rounds the
+// integer to the dtype, float -> i32 takes the nearest integer, float -> float rounds.
+Array ConvertTo(const Array& a, DType dtype) {
+  if (a.dtype() == dtype) return a;
+  if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
+  std::vector<float> words(static_cast<size_t>(a.size()));
+  const float* x = a.data();
+  if (dtype == DType::kI32) {
+    for (int64_t i = 0; i < a.size(); ++i) words[i] = IntToWord(DoubleToInt32(x[i]));
+  } else if (a.dtype() == DType::kI32) {
+    for (int64_t i = 0; i < a.size(); ++i) words[i] = static_cast<float>(WordToInt(x[i]));
+  } else {
+    std::copy(x, x + a.size(), words.begin());
+  }
+  return Array::FromValues(dtype, a.shape(), std::move(words));
+}
+
+// `a` itself if it has `dtype`, else its conversion, kept alive in `holder`.
+const Array& AsDType(const Array& a, DType dtype, Array& holder) {
+  if (a.dtype() == dtype) return a;
+  holder = ConvertTo(a, dtype);
+  return holder;
+}
+
+// Integer arithmetic on i32 words, wrapping modulo 2^32 (two's complement, as XLA): done in
+// uint32, where overflow is defined.
+inline float WrapInt(uint32_t v) { return IntToWord(static_cast<int32_t>(v)); }
+inline uint32_t UInt(float w) { return static_cast<uint32_t>(WordToInt(w)); }
+struct IntAddFn {
+  float operator()(float x, float y) const { return WrapInt(UInt(x) + UInt(y)); }
+};
+struct IntSubFn {
+  float operator()(float x, float y) const { return WrapInt(UInt(x) - UInt(y)); }
+};
+struct IntMulFn {
+  float operator()(float x, float y) const { return WrapInt(UInt(x) * UInt(y)); }
+};
+struct IntMaxFn {
+  float operator()(float x, float y) const {
+    return IntToWord(std::max(WordToInt(x), WordToInt(y)));
+  }
+};
+struct IntReluFn {
+  float operator()(float x) const { return IntToWord(std::max(WordToInt(x), 0)); }
+};
+struct IntNegFn {
+  float operator()(float x) const { return WrapInt(0u - UInt(x)); }
+};
+
 // Elementwise functors: one inlined call per element, chosen once per op.
 struct AddFn {
   float operator()(float x, float y) const { return x + y; }
@@ -257,6 +331,24 @@ void DispatchUnary(UnaryKind kind, Fn fn) {
       return fn(TanhFn{});
     case UnaryKind::kNeg:
       return fn(NegFn{});
+  }
+}
+
+// Calls fn with the i32 functor of `kind` (div is never i32: it promotes to f32).
+template <typename Fn>
+void DispatchIntBinary(BinaryKind kind, Fn fn) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return fn(IntAddFn{});
+    case BinaryKind::kSub:
+      return fn(IntSubFn{});
+    case BinaryKind::kMul:
+      return fn(IntMulFn{});
+    case BinaryKind::kMax:
+      return fn(IntMaxFn{});
+    case BinaryKind::kDiv:
+      assert(false && "i32 division promotes to f32");
+      return;
   }
 }
 
@@ -410,7 +502,7 @@ struct Operand {
 };
 
 // Sums away the operand's letters that are in neither `other` nor `out`.
-void SumAway(Operand& op, const std::string& other, const std::string& out) {
+void SumAway(Operand& op, const std::string& other, const std::string& out, bool ints) {
   std::vector<int> perm;
   std::string kept;
   Shape kept_shape;
@@ -434,10 +526,16 @@ void SumAway(Operand& op, const std::string& other, const std::string& out) {
   int64_t rows = NumElements(kept_shape);
   std::vector<float> sums(static_cast<size_t>(rows), 0.0f);
   for (int64_t i = 0; i < rows; ++i) {
-    float acc = 0.0f;
     const float* row = moved.data() + i * reduced;
-    for (int64_t j = 0; j < reduced; ++j) acc += row[j];
-    sums[i] = acc;
+    if (ints) {  // Wrapping int32 sum.
+      uint32_t acc = 0;
+      for (int64_t j = 0; j < reduced; ++j) acc += UInt(row[j]);
+      sums[i] = WrapInt(acc);
+    } else {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < reduced; ++j) acc += row[j];
+      sums[i] = acc;
+    }
   }
   op.letters = kept;
   op.shape = kept_shape;
@@ -502,20 +600,23 @@ Array ConcatImpl(const std::vector<const Array*>& arrays, int64_t axis) {
     shape_only = shape_only || !a.has_data();
   }
   if (shape_only) return Array::ShapeOnly(dtype, shape);
-  Array out(dtype, shape);
+  std::vector<Array> holders(arrays.size());
+  std::vector<const float*> sources(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    sources[i] = AsDType(*arrays[i], dtype, holders[i]).data();
+  }
+  // Appended in output order into reserved storage: no zero fill of a buffer about to be
+  // overwritten.
+  std::vector<float> values;
+  values.reserve(static_cast<size_t>(NumElements(shape)));
   int64_t outer = Product(shape, 0, ax);
-  float* dst = out.data();
-  bool round = false;
   for (int64_t o = 0; o < outer; ++o) {
-    for (const Array* a : arrays) {
-      int64_t inner = Product(a->shape(), ax, r);
-      std::memcpy(dst, a->data() + o * inner, static_cast<size_t>(inner) * sizeof(float));
-      dst += inner;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      int64_t inner = Product(arrays[i]->shape(), ax, r);
+      values.insert(values.end(), sources[i] + o * inner, sources[i] + (o + 1) * inner);
     }
   }
-  for (const Array* a : arrays) round = round || a->dtype() != dtype;
-  if (round) out.Round();
-  return out;
+  return Array::FromWords(dtype, shape, std::move(values));  // Sources are in dtype already.
 }
 
 }  // namespace
@@ -579,17 +680,22 @@ Array Matmul(const Array& a, const Array& b) {
   if (!b_vector) shape.push_back(n);
   DType dtype = PromoteTypes(a.dtype(), b.dtype());
   if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(dtype, shape);
+  const bool ints = dtype == DType::kI32;
+  Array a_holder, b_holder;
+  const Array& ac = AsDType(a, dtype, a_holder);
+  const Array& bc = AsDType(b, dtype, b_holder);
   Array out(dtype, shape);
   if (NumElements(b_batch) == 1) {  // One sgemm with a's batch folded into its rows.
-    Gemm(false, false, NumElements(a_batch) * m, n, k, a.data(), k, b.data(), n, out.data(), n);
+    AnyGemm(ints, false, false, NumElements(a_batch) * m, n, k, ac.data(), k, bc.data(), n,
+            out.data(), n);
   } else {
     std::vector<int64_t> sa = BroadcastStrides(a_batch, *batch);
     std::vector<int64_t> sb = BroadcastStrides(b_batch, *batch);
     float* c = out.data();
     ForEachOuter<2>(*batch, static_cast<int>(batch->size()), {&sa, &sb},
                     [&](const std::array<int64_t, 2>& off) {
-                      Gemm(false, false, m, n, k, a.data() + off[0] * m * k, k,
-                           b.data() + off[1] * k * n, n, c, n);
+                      AnyGemm(ints, false, false, m, n, k, ac.data() + off[0] * m * k, k,
+                              bc.data() + off[1] * k * n, n, c, n);
                       c += m * n;
                     });
   }
@@ -603,11 +709,15 @@ Array Einsum(const std::string& spec, const Array& a, const Array& b) {
   for (char c : plan.out) shape.push_back(plan.size[static_cast<unsigned char>(c)]);
   DType dtype = PromoteTypes(a.dtype(), b.dtype());
   if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(dtype, shape);
+  const bool ints = dtype == DType::kI32;
+  Array a_holder, b_holder;
+  const Array& ac = AsDType(a, dtype, a_holder);
+  const Array& bc = AsDType(b, dtype, b_holder);
 
-  Operand x{plan.a, a.shape(), a.data(), {}};
-  Operand y{plan.b, b.shape(), b.data(), {}};
-  SumAway(x, plan.b, plan.out);
-  SumAway(y, plan.a, plan.out);
+  Operand x{plan.a, a.shape(), ac.data(), {}};
+  Operand y{plan.b, b.shape(), bc.data(), {}};
+  SumAway(x, plan.b, plan.out, ints);
+  SumAway(y, plan.a, plan.out, ints);
   std::string batch, x_free, y_free, contracted;
   for (char c : plan.out) {
     if (Has(x.letters, c) && Has(y.letters, c)) {
@@ -635,8 +745,8 @@ Array Einsum(const std::string& spec, const Array& a, const Array& b) {
     c = temp.data();
   }
   for (int64_t t = 0; t < nb; ++t) {
-    Gemm(trans_x, trans_y, m, n, k, x.data + t * m * k, trans_x ? m : k, y.data + t * k * n,
-         trans_y ? k : n, c + t * m * n, n);
+    AnyGemm(ints, trans_x, trans_y, m, n, k, x.data + t * m * k, trans_x ? m : k,
+            y.data + t * k * n, trans_y ? k : n, c + t * m * n, n);
   }
   if (!temp.empty()) {
     Shape result_shape;
@@ -650,6 +760,15 @@ Array Einsum(const std::string& spec, const Array& a, const Array& b) {
   return out;
 }
 
+int64_t EinsumContractionLength(const std::string& spec, const Array& a, const Array& b) {
+  EinsumPlan plan = ParseEinsum(spec, a, b);
+  std::string summed;
+  for (char c : plan.a + plan.b) {
+    if (!Has(plan.out, c) && !Has(summed, c)) summed += c;
+  }
+  return LettersSize(plan, summed);
+}
+
 Array Binary(BinaryKind kind, const Array& a, const Array& b) {
   const char* op = BinaryName(kind);
   std::optional<Shape> shape = BroadcastShapes(a.shape(), b.shape());
@@ -659,11 +778,19 @@ Array Binary(BinaryKind kind, const Array& a, const Array& b) {
   DType dtype = PromoteTypes(a.dtype(), b.dtype());
   if (kind == BinaryKind::kDiv && dtype == DType::kI32) dtype = DType::kF32;  // True division.
   if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(dtype, *shape);
+  Array a_holder, b_holder;
+  const Array& ac = AsDType(a, dtype, a_holder);
+  const Array& bc = AsDType(b, dtype, b_holder);
   Array out(dtype, *shape);
-  DispatchBinary(kind, [&](auto f) {
-    BroadcastApply(f, a.data(), b.data(), out.data(), *shape, BroadcastStrides(a.shape(), *shape),
+  auto apply = [&](auto f) {
+    BroadcastApply(f, ac.data(), bc.data(), out.data(), *shape, BroadcastStrides(a.shape(), *shape),
                    BroadcastStrides(b.shape(), *shape));
-  });
+  };
+  if (dtype == DType::kI32) {
+    DispatchIntBinary(kind, apply);
+  } else {
+    DispatchBinary(kind, apply);
+  }
   out.Round();
   return out;
 }
@@ -675,11 +802,19 @@ Array BinaryScalar(BinaryKind kind, const Array& a, double scalar) {
     dtype = DType::kF32;
   }
   if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
+  Array holder;
+  const float* x = AsDType(a, dtype, holder).data();
   Array out(dtype, a.shape());
-  float s = RoundToDType(dtype, static_cast<float>(scalar));  // The scalar takes the dtype.
-  const float* x = a.data();
   float* o = out.data();
   int64_t n = a.size();
+  if (dtype == DType::kI32) {  // An integral scalar, as an int32 (wrapping like XLA's).
+    float s = WrapInt(static_cast<uint32_t>(static_cast<int64_t>(scalar)));
+    DispatchIntBinary(kind, [&](auto f) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], s);
+    });
+    return out;
+  }
+  float s = RoundToDType(dtype, static_cast<float>(scalar));  // The scalar takes the dtype.
   DispatchBinary(kind, [&](auto f) {
     for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], s);
   });
@@ -693,10 +828,22 @@ Array Unary(UnaryKind kind, const Array& a) {
       kind == UnaryKind::kGelu || kind == UnaryKind::kExp || kind == UnaryKind::kTanh;
   if (dtype == DType::kI32 && transcendental) dtype = DType::kF32;
   if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
+  Array holder;
+  const float* x = AsDType(a, dtype, holder).data();
   Array out(dtype, a.shape());
-  const float* x = a.data();
   float* o = out.data();
   int64_t n = a.size();
+  if (dtype == DType::kI32) {  // relu and neg stay integral (neg wraps INT_MIN to itself).
+    auto apply = [&](auto f) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    };
+    if (kind == UnaryKind::kNeg) {
+      apply(IntNegFn{});
+    } else {
+      apply(IntReluFn{});
+    }
+    return out;
+  }
   DispatchUnary(kind, [&](auto f) {
     for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
   });
@@ -843,19 +990,21 @@ Array Stack(const std::vector<Array>& arrays, int axis) {
   Shape shape = first.shape();
   shape.insert(shape.begin() + ax, static_cast<int64_t>(arrays.size()));
   if (shape_only) return Array::ShapeOnly(dtype, shape);
+  std::vector<Array> holders(arrays.size());
+  std::vector<const float*> sources(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    sources[i] = AsDType(arrays[i], dtype, holders[i]).data();
+  }
   Array out(dtype, shape);
   int64_t outer = Product(first.shape(), 0, ax);
   int64_t inner = Product(first.shape(), ax, r);
   float* dst = out.data();
-  bool round = false;
   for (int64_t o = 0; o < outer; ++o) {
-    for (const Array& a : arrays) {
-      std::memcpy(dst, a.data() + o * inner, static_cast<size_t>(inner) * sizeof(float));
+    for (const float* src : sources) {
+      std::memcpy(dst, src + o * inner, static_cast<size_t>(inner) * sizeof(float));
       dst += inner;
     }
   }
-  for (const Array& a : arrays) round = round || a.dtype() != dtype;
-  if (round) out.Round();
   return out;
 }
 

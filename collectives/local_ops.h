@@ -46,6 +46,10 @@ Array Matmul(const Array& a, const Array& b);
 // sgemm. Repeated letters within an operand (diagonals) and "..." are rejected.
 Array Einsum(const std::string& spec, const Array& a, const Array& b);
 
+// The number of products each output element of Einsum(spec, a, b) sums: the product of the
+// sizes of the letters not in the output (contracted, or summed away first).
+int64_t EinsumContractionLength(const std::string& spec, const Array& a, const Array& b);
+
 // a (op) b with NumPy broadcasting.
 Array Binary(BinaryKind kind, const Array& a, const Array& b);
 // a (op) scalar, elementwise.

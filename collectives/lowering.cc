@@ -94,7 +94,7 @@ class Lowerer {
         int g = lowered.group_size;
         if (op.kind == OpKind::kPpermute) lowered.destination = ResolvePermutation(op, mesh_);
         results.push_back(
-            Array::ShapeOnly(inputs[0]->dtype(),
+            Array::ShapeOnly(CollectiveOutputDType(op, inputs[0]->dtype()),
                              CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
         lowered.collective = true;
       } else {

@@ -302,7 +302,7 @@ Array ReadNpy(const std::string& path) {
   } else if (d == "<i4") {
     std::vector<int32_t> raw(static_cast<size_t>(n));
     read(raw.data());
-    for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(raw[i]);
+    for (int64_t i = 0; i < n; ++i) values[i] = IntToWord(raw[i]);
   } else if (d == "<f8") {
     std::vector<double> raw(static_cast<size_t>(n));
     read(raw.data());
@@ -316,7 +316,7 @@ Array ReadNpy(const std::string& path) {
         Fail(path, "int64 value " + std::to_string(raw[i]) + " at flat index " + std::to_string(i) +
                        " does not fit in int32");
       }
-      values[i] = static_cast<float>(raw[i]);
+      values[i] = IntToWord(static_cast<int32_t>(raw[i]));
     }
   }
   return Array::FromValues(header.dtype, header.shape, std::move(values));
@@ -372,7 +372,7 @@ std::string EncodeNpy(const Array& array) {
     AppendRaw(out, raw.data(), raw.size());
   } else if (array.dtype() == DType::kI32) {
     std::vector<int32_t> raw(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) raw[i] = static_cast<int32_t>(v[i]);  // Already integral.
+    for (int64_t i = 0; i < n; ++i) raw[i] = WordToInt(v[i]);
     AppendRaw(out, raw.data(), raw.size());
   } else {
     AppendRaw(out, v, static_cast<size_t>(n));

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "collectives/init.h"
 #include "collectives/local_op.h"
@@ -12,12 +16,389 @@
 #include "collectives/sharding.h"
 
 namespace shardsim {
+namespace {
+
+// ErrorBoundModel: how far a simulated value may lie from the reference, op by op.
+//
+// The simulation and the reference run the same local op code on their inputs, so a local op
+// whose inputs agree exactly gives bit-identical results. Values differ only where the
+// computation differs: (1) reducing collectives (psum, pmean, psum_scatter): the algorithms add
+// the G members' blocks in float32 in their own order and round to the dtype once, the
+// reference adds in double in member order and rounds once; (2) collective matmuls: the
+// simulation runs the seed notebook's loop (partial matmuls over K or row/column blocks, each
+// rounded to the dtype, added step by step and rounded again), the reference one matmul (and
+// a psum_scatter); and (3) every op downstream of such a difference, which carries it on.
+//
+// Each value v carries two numbers, over every element of every position's block:
+//   max(v): a bound on |sim - ref|, the quantity the check compares against;
+//   rms(v): the root-mean-square scale of that difference (sums of n independent rounding
+//           errors grow like sqrt(n), not n);
+// and the reference's own statistics: M(v) = max |v|, R(v) = rms |v| (finite elements only).
+// u(dtype) is the unit roundoff (2^-24 f32, 2^-8 bf16, 2^-11 f16, 0 for i32, which is
+// exact); u32 = 2^-24; kSigmas = 5. Independent error sources add in quadrature in rms (x (+)
+// y = sqrt(x^2 + y^2)) and linearly in max.
+//
+// Rounding: when two exact results differ, their roundings to the dtype may land one ulp
+// apart: + 2 u M(out) to max, (+) u R(out) to rms ("rounding term").
+// Local ops (inputs' errors e_i); an op whose inputs are all exact stays exact:
+//   data movement (reshape, transpose, slice, split, concatenate, the dynamic slices and
+//     concatenations, all_gather, all_to_all, ppermute, pmax, pmin, max, relu, neg):
+//     1-Lipschitz and exact: max = max_i max(e_i), rms = max_i rms(e_i).
+//   add/sub: max e_a + e_b, rms e_a (+) e_b (the operands' errors taken as uncorrelated);
+//     mul: |a| e_b + |b| e_a + e_a e_b (M for |a|, |b| in max, R in rms); div: e_a / min|b|
+//     + M(a) e_b / min|b|^2 (unbounded if min|b| <= 2 e_b); scalar ops scale by |s| (mul),
+//     1/|s| (div) or 1; exp: M(out) e^{e_a} e_a; tanh: e_a; gelu: 1.13 e_a (the largest
+//     slope of gelu); plus the rounding term.
+//   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
+//     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
+//     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
+//     max = min(worst case, kSigmas rms); plus the rounding term.
+// Reducing collectives over a group of G (the op's group, not the mesh):
+//   psum/psum_scatter: the inputs' errors add: max = min(G max_in, kSigmas sqrt(G) rms_in),
+//     rms = sqrt(G) rms_in. Float32 accumulation in another order: partial sums s_j
+//     (j = 2..G) each round by <= u32 |s_j| <= u32 j M_in, so <= u32 G^2 M_in / 2 worst
+//     case; with independent errors and |s_j| ~ sqrt(j) R_in, rms u32 G R_in. Plus the
+//     rounding term. pmean divides all of it by G (and, for i32, is f32: u of f32). i32
+//     sums are exact in any order (wrapping), so only the inputs' errors carry over.
+// Collective matmuls over G devices, K products per output in total:
+//   the inputs' errors as a matmul of length K; the loop's roundings: up to 2G roundings to
+//   the dtype (G partial products, G - 1 adds) of values up to M(out): max
+//   min(2G, kSigmas sqrt(2G)) u M(out), rms sqrt(2G) u R(out); float32 accumulation of K
+//   products split differently: rms u32 sqrt(K) (sqrt(K) R_a R_b), max kSigmas rms; plus
+//   the rounding term.
+// Cap: a value's errors spread over its elements like its data (they scale with |v|), so
+// their largest is at most max(kSigmas, M/R) times their rms; each value's max is capped
+// there. Without the cap the worst-case terms compound through a deep program (a residual
+// block both keeps and transforms its input's error: 2^depth); with it the bound grows like
+// the rms, about sqrt(2) per residual block.
+// The bound of an output is max(output); the check fails an output whose largest finite
+// difference exceeds it. The rms estimates assume roughly independent errors (random data):
+// data built to correlate rounding errors could exceed them, the worst-case terms could not.
+constexpr double kSigmas = 5;
+constexpr double kU32 = 1.0 / 16777216.0;  // 2^-24.
+
+// Unit roundoff of a dtype (half its epsilon); 0 for i32, whose ops are exact.
+double UnitRoundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return std::ldexp(1.0, -24);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    case DType::kI32:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+// Statistics of a value over every position's block (finite elements).
+struct Stats {
+  double max_abs = 0;  // M.
+  double rms = 0;      // R.
+  double min_abs = std::numeric_limits<double>::infinity();
+};
+
+// The error of a value: a bound and an rms scale (see ErrorBoundModel).
+struct Error {
+  double max = 0;
+  double rms = 0;
+  bool exact() const { return max == 0 && rms == 0; }
+};
+
+Stats StatsOf(const std::vector<const Array*>& blocks) {
+  Stats s;
+  double sum_sq = 0;
+  int64_t count = 0;
+  for (const Array* a : blocks) {
+    if (!a->has_data()) continue;
+    if (a->dtype() == DType::kI32) {
+      for (int64_t i = 0; i < a->size(); ++i) {
+        double v = std::fabs(a->ValueAt(i));
+        s.max_abs = std::max(s.max_abs, v);
+        s.min_abs = std::min(s.min_abs, v);
+        sum_sq += v * v;
+      }
+      count += a->size();
+      continue;
+    }
+    // Floats: four independent lanes, so the loop pipelines (squares summed in double).
+    const float* x = a->data();
+    const int64_t n = a->size();
+    float hi[4] = {0, 0, 0, 0}, lo[4];
+    double sq[4] = {0, 0, 0, 0};
+    int64_t finite[4] = {0, 0, 0, 0};
+    for (float& l : lo) l = std::numeric_limits<float>::infinity();
+    constexpr float kBig = std::numeric_limits<float>::max();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int k = 0; k < 4; ++k) {
+        float v = std::fabs(x[i + k]);
+        bool ok = v <= kBig;  // False for inf and nan.
+        float f = ok ? v : 0.0f;
+        hi[k] = std::max(hi[k], f);
+        lo[k] = std::min(lo[k], ok ? v : lo[k]);
+        sq[k] += static_cast<double>(f) * f;
+        finite[k] += ok;
+      }
+    }
+    for (; i < n; ++i) {
+      float v = std::fabs(x[i]);
+      if (!(v <= kBig)) continue;
+      hi[0] = std::max(hi[0], v);
+      lo[0] = std::min(lo[0], v);
+      sq[0] += static_cast<double>(v) * v;
+      ++finite[0];
+    }
+    for (int k = 0; k < 4; ++k) {
+      s.max_abs = std::max(s.max_abs, static_cast<double>(hi[k]));
+      s.min_abs = std::min(s.min_abs, static_cast<double>(lo[k]));
+      sum_sq += sq[k];
+      count += finite[k];
+    }
+  }
+  if (count > 0) s.rms = std::sqrt(sum_sq / static_cast<double>(count));
+  if (count == 0) s.min_abs = 0;
+  return s;
+}
+
+// Root-sum-square: the rms of the sum of independent errors.
+double Rss(double a, double b) { return std::sqrt(a * a + b * b); }
+
+// Adds the rounding term of an output of `dtype` with statistics `out`.
+Error Rounded(Error e, DType dtype, const Stats& out) {
+  double u = UnitRoundoff(dtype);
+  e.max += 2 * u * out.max_abs;
+  e.rms = Rss(e.rms, u * out.rms);
+  return e;
+}
+
+// The error a matmul of K products per output passes on from its operands' errors.
+Error MatmulPropagation(const Error& a, const Error& b, const Stats& sa, const Stats& sb,
+                        double k) {
+  double worst = k * (a.max * sb.max_abs + b.max * sa.max_abs + a.max * b.max);
+  double rms = std::sqrt(k) * (a.rms * sb.rms + b.rms * sa.rms + a.rms * b.rms);
+  return Error{std::min(worst, kSigmas * rms), rms};
+}
+
+// Everything the bound walk knows about one value.
+struct Tracked {
+  Error error;
+  Stats stats;
+};
+
+}  // namespace
+
+namespace {
+
+// The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
+Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, double k,
+                   const Stats& out, DType dtype) {
+  bool exact = true;
+  for (const Tracked* t : in) exact = exact && t->error.exact();
+  if (exact) return Error{};
+  Error e;  // Data movement and 1-Lipschitz exact ops: the largest input error.
+  for (const Tracked* t : in) {
+    e.max = std::max(e.max, t->error.max);
+    e.rms = std::max(e.rms, t->error.rms);
+  }
+  const Error& a = in[0]->error;
+  const Stats& sa = in[0]->stats;
+  switch (op.kind) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+      if (in.size() == 2) e = Error{a.max + in[1]->error.max, Rss(a.rms, in[1]->error.rms)};
+      return Rounded(e, dtype, out);
+    case OpKind::kMul:
+      if (op.scalar) {
+        double s = std::fabs(*op.scalar);
+        return Rounded(Error{s * a.max, s * a.rms}, dtype, out);
+      } else {
+        const Error& b = in[1]->error;
+        const Stats& sb = in[1]->stats;
+        return Rounded(Error{sa.max_abs * b.max + sb.max_abs * a.max + a.max * b.max,
+                             sa.rms * b.rms + sb.rms * a.rms + a.rms * b.rms},
+                       dtype, out);
+      }
+    case OpKind::kDiv: {
+      if (op.scalar) {
+        double s = std::fabs(*op.scalar);
+        if (s == 0) return Error{std::numeric_limits<double>::infinity(), 0};
+        return Rounded(Error{a.max / s, a.rms / s}, dtype, out);
+      }
+      const Error& b = in[1]->error;
+      double m = in[1]->stats.min_abs;
+      if (m <= 2 * b.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      return Rounded(
+          Error{a.max / m + sa.max_abs * b.max / (m * m), a.rms / m + sa.rms * b.rms / (m * m)},
+          dtype, out);
+    }
+    case OpKind::kExp: {
+      double slope = out.max_abs * std::exp(a.max);
+      return Rounded(Error{slope * a.max, slope * a.rms}, dtype, out);
+    }
+    case OpKind::kTanh:
+      return Rounded(a, dtype, out);
+    case OpKind::kGelu:
+      return Rounded(Error{1.13 * a.max, 1.13 * a.rms}, dtype, out);
+    case OpKind::kMatmul:
+    case OpKind::kEinsum:
+      return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);
+    default:
+      return e;
+  }
+}
+
+// The error of a reducing collective (psum, pmean, psum_scatter) over a group of g.
+Error ReductionError(const OpSpec& op, const Tracked& in, const Stats& out, DType out_dtype,
+                     DType in_dtype, double g) {
+  Error e{std::min(g * in.error.max, kSigmas * std::sqrt(g) * in.error.rms),
+          std::sqrt(g) * in.error.rms};
+  if (in_dtype != DType::kI32) {  // i32 sums are exact (wrapping) in any order.
+    double acc_rms = kU32 * g * in.stats.rms;
+    e.max += std::min(kU32 * g * g * in.stats.max_abs / 2, kSigmas * acc_rms);
+    e.rms = Rss(e.rms, acc_rms);
+  }
+  if (op.kind == OpKind::kPmean) e = Error{e.max / g, e.rms / g};
+  if (in_dtype == DType::kI32 && op.kind != OpKind::kPmean) return e;
+  return Rounded(e, out_dtype, out);
+}
+
+// The error of a collective matmul over a group of g with k products per output in total.
+Error CollectiveMatmulError(const Tracked& x, const Tracked& w, const Stats& out, DType dtype,
+                            double g, double k) {
+  Error e = MatmulPropagation(x.error, w.error, x.stats, w.stats, k);
+  double u = UnitRoundoff(dtype);
+  double loop_rms = std::sqrt(2 * g) * u * out.rms;
+  e.max += std::min(2 * g, kSigmas * std::sqrt(2 * g)) * u * out.max_abs;
+  e.rms = Rss(e.rms, loop_rms);
+  if (dtype != DType::kI32) {
+    double acc_rms = kU32 * k * x.stats.rms * w.stats.rms;
+    e.max += kSigmas * acc_rms;
+    e.rms = Rss(e.rms, acc_rms);
+  }
+  return Rounded(e, dtype, out);
+}
+
+// Whether position p is the first of its replicas under `spec`: at coordinate 0 along every
+// mesh axis the spec does not name.
+bool IsFirstReplica(const Mesh& mesh, const PartitionSpec& spec, int p) {
+  const std::vector<int> coords = mesh.Coords(p);
+  for (size_t a = 0; a < coords.size(); ++a) {
+    bool named = false;
+    for (const std::vector<std::string>& dim : spec.dims) {
+      named = named || std::find(dim.begin(), dim.end(), mesh.axes()[a].name) != dim.end();
+    }
+    if (!named && coords[a] != 0) return false;
+  }
+  return true;
+}
+
+// The global array of value `name` from the blocks of the first replicas (positions at
+// coordinate 0 along every mesh axis the spec leaves unsharded). Unlike AssembleOutputs it
+// does not compare replicas: the simulated outputs of the same program are assembled with
+// that check (Executor::Outputs), and the reference's replicas are computed identically.
+Array AssembleFirstReplicas(const Sharding& sharding,
+                            const std::vector<std::map<std::string, Array>>& env,
+                            const std::string& name) {
+  const Mesh& mesh = sharding.mesh();
+  const DType dtype = env[0].at(name).dtype();
+  const Shape local = sharding.LocalShape();
+  const Shape& global = sharding.global_shape();
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (IsFirstReplica(mesh, sharding.spec(), p) && !env[p].at(name).has_data()) {
+      return Array::ShapeOnly(dtype, global);
+    }
+  }
+  const int r = static_cast<int>(local.size());
+  std::vector<int64_t> strides(static_cast<size_t>(r), 1);  // Row-major strides of global.
+  for (int d = r - 2; d >= 0; --d) strides[d] = strides[d + 1] * global[d + 1];
+  const int64_t row = r == 0 ? 1 : local[r - 1];
+  const int64_t rows = row == 0 ? 0 : NumElements(local) / row;
+  std::vector<float> words(static_cast<size_t>(NumElements(global)));
+  for (int p = 0; p < mesh.size(); ++p) {
+    if (!IsFirstReplica(mesh, sharding.spec(), p)) continue;
+    const float* src = env[p].at(name).data();
+    const std::vector<int64_t> offset = sharding.BlockOffset(p);
+    for (int64_t k = 0; k < rows; ++k) {  // Row k of the block: its index over dims 0..r-2.
+      int64_t rest = k, at = r == 0 ? 0 : offset[r - 1];
+      for (int d = r - 2; d >= 0; --d) {
+        at += (rest % local[d] + offset[d]) * strides[d];
+        rest /= local[d];
+      }
+      std::memcpy(words.data() + at, src + k * row, static_cast<size_t>(row) * sizeof(float));
+    }
+  }
+  return Array::FromWords(dtype, global, std::move(words));
+}
+
+// Whether two arrays hold the same type and bit-identical words.
+bool Identical(const Array& a, const Array& b) {
+  if (&a == &b) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.has_data() != b.has_data()) {
+    return false;
+  }
+  return !a.has_data() ||
+         std::memcmp(a.data(), b.data(), static_cast<size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+// The first position of `computed` whose arguments are identical to position p's, or -1.
+int SameAs(const std::vector<std::vector<const Array*>>& args, const std::vector<int>& computed,
+           int p) {
+  for (int q : computed) {
+    bool same = args[q].size() == args[p].size();
+    for (size_t i = 0; same && i < args[p].size(); ++i) same = Identical(*args[q][i], *args[p][i]);
+    if (same) return q;
+  }
+  return -1;
+}
+
+// A replica's copy of `a` where position p needs the value (keep(p)), else its type only.
+template <typename Keep>
+Array ReplicaOf(const Array& a, int p, const Keep& keep) {
+  return keep(p) ? a : Array::ShapeOnly(a.dtype(), a.shape());
+}
+
+// a @ b for every position's arguments {a, b}, computed once per distinct pair.
+// `computed` receives the positions whose product was computed (the others are copies, or
+// shape-only where keep(p) says no one reads them).
+template <typename Keep>
+std::vector<Array> MatmulEach(const std::vector<std::vector<const Array*>>& args,
+                              std::vector<int>& computed, const Keep& keep) {
+  std::vector<Array> out(args.size());
+  for (int p = 0; p < static_cast<int>(args.size()); ++p) {
+    int same = SameAs(args, computed, p);
+    if (same >= 0) {
+      out[p] = ReplicaOf(out[same], p, keep);
+    } else {
+      out[p] = Matmul(*args[p][0], *args[p][1]);
+      computed.push_back(p);
+    }
+  }
+  return out;
+}
+
+// Statistics of value `name` over `positions` (every position when empty; replicas' copies
+// add nothing to a max and leave an rms unchanged, so the distinct ones suffice).
+Stats StatsOfValue(const std::vector<std::map<std::string, Array>>& env, const std::string& name,
+                   const std::vector<int>& positions) {
+  std::vector<const Array*> blocks;
+  if (positions.empty()) {
+    for (const auto& values : env) blocks.push_back(&values.at(name));
+  }
+  for (int p : positions) blocks.push_back(&env[p].at(name));
+  return StatsOf(blocks);
+}
+
+}  // namespace
 
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
-                                              const std::map<std::string, Array>* inputs) {
+                                              const std::map<std::string, Array>* inputs,
+                                              std::map<std::string, double>* bounds) {
   int n = mesh.size();
   std::vector<std::map<std::string, Array>> env(n);
+  std::map<std::string, Tracked> tracked;  // Only when bounds are asked for.
   for (const ArraySpec& spec : program.arrays) {
     Array made;
     const Array* global = nullptr;
@@ -29,8 +410,59 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     }
     Sharding sharding(mesh, spec.sharding, spec.shape);
     for (int p = 0; p < n; ++p) env[p][spec.name] = sharding.Shard(*global, p);
+    if (bounds) tracked[spec.name] = Tracked{Error{}, StatsOf({global})};
   }
-  for (const OpSpec& op : program.ops) {
+  // Records the error of op's outputs; `error_of` maps an output's statistics to its error.
+  std::vector<int> distinct;  // Positions with distinct results of the current op (empty: all).
+  auto track = [&](const OpSpec& op, auto error_of) {
+    if (!bounds) return;
+    for (const std::string& name : op.out) {
+      Stats s = StatsOfValue(env, name, distinct);
+      Error e = error_of(s, env[0].at(name).dtype());
+      // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
+      // is at most max(kSigmas, M/R) times their rms.
+      if (s.rms > 0) e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      tracked[name] = Tracked{e, s};
+    }
+  };
+  // Values die after their last reader (outputs never), so the reference holds only live ones.
+  std::map<std::string, size_t> last_read, last_use;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const std::string& name : program.ops[i].in) last_read[name] = last_use[name] = i;
+  }
+  // The positions whose block of an output its assembly reads (AssembleFirstReplicas).
+  std::map<std::string, std::vector<char>> assembled;
+  for (const OutputSpec& o : program.outputs) {
+    last_use[o.name] = program.ops.size();
+    std::vector<char>& read = assembled[o.name];
+    read.resize(static_cast<size_t>(n), 0);
+    for (int p = 0; p < n; ++p) read[p] = read[p] || IsFirstReplica(mesh, o.spec, p);
+  }
+  // Whether position p needs its own copy of `name`, defined by op i: a later op reads it,
+  // or the output assembly does. (Replicas of the reference's results are copies.)
+  auto needed = [&](const std::string& name, size_t i, int p) {
+    auto read = last_read.find(name);
+    if (read != last_read.end() && read->second > i) return true;
+    auto out = assembled.find(name);
+    return out == assembled.end() || out->second[p] != 0;
+  };
+  std::vector<std::string> dead;
+  auto free_dead = [&] {
+    for (const std::string& name : dead) {
+      for (auto& values : env) values.erase(name);
+    }
+    dead.clear();
+  };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    free_dead();
+    distinct.clear();
+    const OpSpec& op = program.ops[i];
+    for (const std::string& name : op.in) {
+      if (last_use.at(name) == i && std::find(op.out.begin(), op.out.end(), name) == op.out.end()) {
+        dead.push_back(name);
+      }
+    }
+    int group = IsCollective(op.kind) ? mesh.GroupSize(ResolveCollectiveAxes(op, mesh)) : 1;
     if (op.kind == OpKind::kAllgatherMatmul || op.kind == OpKind::kMatmulReduceScatter) {
       // By definition: x @ all_gather(w) (or all_gather(x) @ w), psum_scatter(x @ w).
       bool gather = op.kind == OpKind::kAllgatherMatmul;
@@ -39,65 +471,128 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       coll.tiled = true;
       coll.axis = 0;
       std::vector<Array> gathered;
+      const double k =
+          static_cast<double>(env[0].at(op.in[0]).shape().back()) * (gather ? 1 : group);
       if (gather) {
         bool rhs = op.gather == "rhs";
         std::vector<Array> inputs;
         for (int p = 0; p < n; ++p) inputs.push_back(env[p].at(op.in[rhs ? 1 : 0]));
         gathered = ReferenceCollective(coll, mesh, inputs);
+        std::vector<std::vector<const Array*>> args(n);
         for (int p = 0; p < n; ++p) {
-          env[p][op.out.at(0)] = rhs ? Matmul(env[p].at(op.in[0]), gathered[p])
-                                     : Matmul(gathered[p], env[p].at(op.in[1]));
+          args[p] = rhs ? std::vector<const Array*>{&env[p].at(op.in[0]), &gathered[p]}
+                        : std::vector<const Array*>{&gathered[p], &env[p].at(op.in[1])};
         }
+        std::vector<Array> products =
+            MatmulEach(args, distinct, [&](int p) { return needed(op.out.at(0), i, p); });
+        for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(products[p]);
       } else {
-        std::vector<Array> products;
-        for (int p = 0; p < n; ++p) {
-          products.push_back(Matmul(env[p].at(op.in[0]), env[p].at(op.in[1])));
-        }
+        std::vector<std::vector<const Array*>> args(n);
+        for (int p = 0; p < n; ++p) args[p] = {&env[p].at(op.in[0]), &env[p].at(op.in[1])};
+        std::vector<Array> products = MatmulEach(args, distinct, [](int) { return true; });
+        distinct.clear();  // The scattered sums differ by position.
         std::vector<Array> outs = ReferenceCollective(coll, mesh, products);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
+      track(op, [&](const Stats& s, DType dtype) {
+        return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
+                                     k);
+      });
       continue;
     }
     if (IsCollective(op.kind)) {
       std::vector<Array> inputs;
       for (int p = 0; p < n; ++p) inputs.push_back(env[p].at(op.in.at(0)));
+      DType in_dtype = inputs[0].dtype();
       std::vector<Array> outs = ReferenceCollective(op, mesh, inputs);
       for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
+      track(op, [&](const Stats& s, DType dtype) {
+        if (op.kind == OpKind::kAxisIndex) return Error{};
+        const Tracked& in = tracked.at(op.in.at(0));
+        if (op.kind == OpKind::kPsum || op.kind == OpKind::kPmean ||
+            op.kind == OpKind::kPsumScatter) {
+          return ReductionError(op, in, s, dtype, in_dtype, group);
+        }
+        return in.error;  // Moves and exact max/min.
+      });
       continue;
     }
+    // Every position's outputs, computed before any is stored (an output may reuse an input's
+    // name). Positions whose inputs are bit-identical to an earlier one's (replicas) share its
+    // result: local ops are deterministic, so this only skips repeated work.
+    std::vector<std::vector<const Array*>> args(n);
     for (int p = 0; p < n; ++p) {
-      std::vector<const Array*> inputs;
-      for (const std::string& name : op.in) inputs.push_back(&env[p].at(name));
-      std::vector<Array> outs = ApplyLocalOp(op, inputs, mesh, p);
-      for (size_t k = 0; k < outs.size() && k < op.out.size(); ++k) {
-        env[p][op.out[k]] = std::move(outs[k]);
+      for (const std::string& name : op.in) args[p].push_back(&env[p].at(name));
+    }
+    const bool by_position = op.kind == OpKind::kAxisIndex || op.kind == OpKind::kDynamicSlice ||
+                             op.kind == OpKind::kDynamicConcat;
+    std::vector<std::vector<Array>> results(n);
+    for (int p = 0; p < n; ++p) {
+      int same = by_position ? -1 : SameAs(args, distinct, p);
+      if (same >= 0) {
+        for (size_t j = 0; j < results[same].size(); ++j) {
+          const std::string& name = j < op.out.size() ? op.out[j] : op.out.back();
+          results[p].push_back(
+              ReplicaOf(results[same][j], p, [&](int q) { return needed(name, i, q); }));
+        }
+      } else {
+        results[p] = ApplyLocalOp(op, args[p], mesh, p);
+        distinct.push_back(p);
       }
     }
+    double k = 1;
+    if (op.kind == OpKind::kMatmul) k = static_cast<double>(args[0][0]->shape().back());
+    if (op.kind == OpKind::kEinsum) {
+      k = static_cast<double>(EinsumContractionLength(op.spec, *args[0][0], *args[0][1]));
+    }
+    std::vector<const Tracked*> in;
+    if (bounds) {
+      for (const std::string& name : op.in) in.push_back(&tracked.at(name));
+    }
+    std::vector<Tracked> in_copies;  // Inputs' bounds, kept while outputs replace their names.
+    for (const Tracked* t : in) in_copies.push_back(*t);
+    for (int p = 0; p < n; ++p) {
+      for (size_t j = 0; j < results[p].size() && j < op.out.size(); ++j) {
+        env[p][op.out[j]] = std::move(results[p][j]);
+      }
+    }
+    track(op, [&](const Stats& s, DType dtype) {
+      std::vector<const Tracked*> kept;
+      for (const Tracked& t : in_copies) kept.push_back(&t);
+      return LocalOpError(op, kept, k, s, dtype);
+    });
   }
-  return AssembleOutputs(mesh, program, env);
+  free_dead();
+  if (bounds) {
+    for (const OutputSpec& o : program.outputs) (*bounds)[o.name] = tracked.at(o.name).error.max;
+  }
+  std::map<std::string, Array> outputs;
+  for (const OutputSpec& o : program.outputs) {
+    const Array& first = env[0].at(o.name);
+    Sharding sharding(mesh, o.spec, GlobalShapeOf(first.shape(), o.spec, mesh));
+    outputs[o.name] = AssembleFirstReplicas(sharding, env, o.name);
+  }
+  return outputs;
 }
 
 namespace {
 
-double Epsilon(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return std::ldexp(1.0, -23);
-    case DType::kBF16:
-      return std::ldexp(1.0, -7);
-    case DType::kF16:
-      return std::ldexp(1.0, -10);
-    case DType::kI32:
-      return 0.0;
-  }
-  return 0.0;
+// "nan", "inf", "-inf" or the value with 9 significant digits.
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", v);
+  return text;
 }
+
+double Epsilon(DType dtype) { return 2 * UnitRoundoff(dtype); }
 
 }  // namespace
 
 NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
-                              const std::map<std::string, Array>& reference, int mesh_size,
-                              int64_t reduction_length) {
+                              const std::map<std::string, Array>& reference,
+                              const std::map<std::string, double>& bounds) {
   NumericsReport report;
   report.checked = true;
   double worst_ratio = -1;
@@ -107,30 +602,64 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
       report.checked = false;
       continue;
     }
-    double max_ref = 0, max_err = 0;
+    auto it = bounds.find(name);
+    const double bound = it == bounds.end() ? 0.0 : it->second;
+    double max_err = 0;
+    int64_t worst = -1;     // Element of the largest finite error.
+    int64_t mismatch = -1;  // First element whose non-finite values differ.
     for (int64_t i = 0; i < ref.size(); ++i) {
-      max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref.at(i))));
-      double err = std::fabs(static_cast<double>(got.at(i)) - static_cast<double>(ref.at(i)));
-      if (std::isnan(err)) err = std::numeric_limits<double>::infinity();
-      max_err = std::max(max_err, err);
+      double g = got.ValueAt(i), r = ref.ValueAt(i);
+      if (std::isfinite(g) && std::isfinite(r)) {
+        double err = std::fabs(g - r);
+        if (err > max_err || worst < 0) {
+          max_err = std::max(max_err, err);
+          worst = i;
+        }
+      } else if (!(g == r || (std::isnan(g) && std::isnan(r))) && mismatch < 0) {
+        mismatch = i;
+      }
     }
-    // Two units in the last place of the output dtype (the simulated and reference sums may
-    // round to neighbours), plus one float32 rounding per device of the simulated
-    // accumulation (the reference accumulates in double).
-    double scale = std::max(1.0, max_ref);
-    double f32_roundings = mesh_size + 1 + 4 * std::sqrt(static_cast<double>(reduction_length));
-    double tol = (2 * Epsilon(ref.dtype()) + f32_roundings * std::ldexp(1.0, -24)) * scale;
-    if (ref.dtype() == DType::kI32) tol = 0.5;
     report.max_abs_error = std::max(report.max_abs_error, max_err);
-    double ratio = max_err / tol;
+    // Error over bound: a non-finite mismatch ranks first, then an exceeded zero bound.
+    const bool fails = mismatch >= 0 || max_err > bound;
+    double ratio = bound > 0 ? max_err / bound : (max_err > 0 ? 1e300 : 0);
+    if (mismatch >= 0) ratio = std::numeric_limits<double>::infinity();
+    if (fails) report.passed = false;
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
+      report.tolerance = bound;
       report.worst_output = name;
-      report.tolerance = tol;
+      if (fails) {
+        int64_t at = mismatch >= 0 ? mismatch : worst;
+        report.worst_output += " (flat index " + std::to_string(at) + ": " +
+                               FormatValue(got.ValueAt(at)) + " where the reference has " +
+                               FormatValue(ref.ValueAt(at)) + ")";
+      }
     }
-    if (max_err > tol) report.passed = false;
   }
   return report;
+}
+
+NumericsReport CheckNumerics(const std::map<std::string, Array>& simulated, const Mesh& mesh,
+                             const ProgramSpec& program, const std::string& base_dir,
+                             const std::map<std::string, Array>* inputs) {
+  std::map<std::string, double> bounds;
+  std::map<std::string, Array> reference =
+      ReferenceOutputs(mesh, program, base_dir, inputs, &bounds);
+  return CompareOutputs(simulated, reference, bounds);
+}
+
+NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
+                              const std::map<std::string, Array>& reference, int mesh_size,
+                              int64_t reduction_length) {
+  std::map<std::string, double> bounds;
+  for (const auto& [name, ref] : reference) {
+    if (!ref.has_data() || ref.dtype() == DType::kI32) continue;  // i32: exact.
+    double scale = std::max(1.0, StatsOf({&ref}).max_abs);
+    double f32_roundings = mesh_size + 1 + 4 * std::sqrt(static_cast<double>(reduction_length));
+    bounds[name] = (2 * Epsilon(ref.dtype()) + f32_roundings * kU32) * scale;
+  }
+  return CompareOutputs(simulated, reference, bounds);
 }
 
 int64_t LongestReduction(const ProgramSpec& program) {
@@ -140,6 +669,5 @@ int64_t LongestReduction(const ProgramSpec& program) {
   }
   return longest;
 }
-
 
 }  // namespace shardsim

@@ -1,5 +1,6 @@
-// The numerics check: the program evaluated from the ops' definitions (the reference) and the
-// comparison of a simulated run's outputs with it.
+// The numerics check: the program evaluated from the ops' definitions (the reference), an
+// error bound for every value derived from its own op chain, and the comparison of a
+// simulated run's outputs with the reference under those bounds.
 #pragma once
 
 #include <cstdint>
@@ -14,35 +15,48 @@ namespace shardsim {
 
 // Evaluates the program directly from the ops' definitions (collectives computed from all
 // positions' blocks at once, no network), returning the global outputs. The reference that
-// every run's numerics are checked against.
+// every run's numerics are checked against. Positions with bit-identical inputs to an op
+// share its result (computed once); outputs are assembled from their first replicas without
+// comparing replicas (Executor::Outputs does that for the simulated run).
 // `inputs`, when given, are the global input arrays already made (Executor::inputs()), so
-// they are not made twice.
+// they are not made twice. `bounds`, when given, receives each output's error bound
+// (the ErrorBoundModel of numerics_check.cc), derived while evaluating.
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
-                                              const std::map<std::string, Array>* inputs = nullptr);
+                                              const std::map<std::string, Array>* inputs = nullptr,
+                                              std::map<std::string, double>* bounds = nullptr);
 
 // The numerics check of a run: simulated outputs against the reference.
 struct NumericsReport {
   bool checked = false;      // Whether real data was compared.
-  double max_abs_error = 0;  // Over all outputs and elements.
-  double tolerance = 0;      // The largest error allowed for the worst output.
-  bool passed = true;        // Every output within its tolerance.
-  std::string worst_output;  // The output with the largest error relative to its tolerance.
+  double max_abs_error = 0;  // Over all outputs and elements where both values are finite.
+  double tolerance = 0;      // The bound of the worst output.
+  bool passed = true;        // Every output within its bound, non-finite values identical.
+  // The output with the largest error relative to its bound; when the check fails, followed
+  // by what differs: "y (flat index 1: nan where the reference has 2)".
+  std::string worst_output;
 };
 
-// Compares outputs. Tolerance per output, with scale = max(1, max|ref|):
-//   (2 eps(dtype) + (mesh size + 1 + 4 sqrt(reduction_length)) 2^-24) * scale.
-// The simulated collectives add in float32 in their algorithm's order and round to the dtype
-// once, the reference adds in double in member order and rounds once (two ulps of the dtype,
-// plus one float32 rounding per device); collective matmuls split each dot product of length
-// K into partial sums added in another order than one sgemm, whose float32 error grows like
-// sqrt(K) for random data (`reduction_length` is the longest contraction, K). i32 outputs must
-// match exactly (tolerance 0.5).
+// Compares outputs, each against its own bound (bounds[name]; 0 when absent): finite pairs
+// must differ by at most the bound; non-finite values must be identical (nan matches nan,
+// +inf matches +inf), and any other pairing fails. i32 values compare exactly as integers.
+NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
+                              const std::map<std::string, Array>& reference,
+                              const std::map<std::string, double>& bounds);
+
+// The whole check: the reference with its per-output bounds, compared with `simulated`.
+NumericsReport CheckNumerics(const std::map<std::string, Array>& simulated, const Mesh& mesh,
+                             const ProgramSpec& program, const std::string& base_dir,
+                             const std::map<std::string, Array>* inputs = nullptr);
+
+// A coarse check for callers without the program (one collective, `shardsim collective`):
+// every output's bound is (2 eps(dtype) + (mesh size + 1 + 4 sqrt(reduction_length)) 2^-24)
+// * max(1, max|ref|), 0 for i32; comparison as above.
 NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
                               const std::map<std::string, Array>& reference, int mesh_size,
                               int64_t reduction_length = 1);
 
-// A bound on the longest contraction of the program's matmuls and einsums, for
+// A bound on the longest contraction of the program's matmuls and einsums, for the coarse
 // CompareOutputs: the largest dimension of its input arrays' global shapes.
 int64_t LongestReduction(const ProgramSpec& program);
 

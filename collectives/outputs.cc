@@ -1,5 +1,7 @@
 #include "collectives/outputs.h"
 
+#include <utility>
+
 #include "collectives/sharding.h"
 #include "sim/spec_error.h"
 
@@ -17,11 +19,20 @@ Shape GlobalShapeOf(const Shape& local, const PartitionSpec& spec, const Mesh& m
 }
 
 std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec& program,
-                                             const std::vector<std::map<std::string, Array>>& env) {
+                                             std::vector<std::map<std::string, Array>> env) {
   std::map<std::string, Array> out;
-  for (const OutputSpec& o : program.outputs) {
+  for (size_t i = 0; i < program.outputs.size(); ++i) {
+    const OutputSpec& o = program.outputs[i];
+    // The blocks move into the assembly unless a later output names the same array.
+    bool again = false;
+    for (size_t j = i + 1; j < program.outputs.size(); ++j) {
+      again = again || program.outputs[j].name == o.name;
+    }
     std::vector<Array> locals;
-    for (int p = 0; p < mesh.size(); ++p) locals.push_back(env[p].at(o.name));
+    for (int p = 0; p < mesh.size(); ++p) {
+      Array& block = env[p].at(o.name);
+      locals.push_back(again ? block : std::move(block));
+    }
     Shape global = GlobalShapeOf(locals[0].shape(), o.spec, mesh);
     Sharding sharding(mesh, o.spec, global);
     std::string axis;
@@ -35,6 +46,5 @@ std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec
   }
   return out;
 }
-
 
 }  // namespace shardsim

@@ -15,9 +15,11 @@ namespace shardsim {
 // The global shape of an output whose local block has shape `local` under out spec `spec`.
 Shape GlobalShapeOf(const Shape& local, const PartitionSpec& spec, const Mesh& mesh);
 
-// Assembles each of `program.outputs` from env[position][name] by its out spec. Throws
-// SpecError ("outputs.NAME") when replicas differ along a mesh axis the spec does not name.
+// Assembles each of `program.outputs` from env[position][name] by its out spec (pass the env
+// with std::move when it is no longer needed: the blocks then move instead of being copied).
+// Throws SpecError ("outputs.NAME") when replicas differ along a mesh axis the spec does not
+// name.
 std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec& program,
-                                             const std::vector<std::map<std::string, Array>>& env);
+                                             std::vector<std::map<std::string, Array>> env);
 
 }  // namespace shardsim

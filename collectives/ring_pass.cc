@@ -103,7 +103,7 @@ void RingPass::Handle(int member, int step, const std::vector<float>& payload) {
     layout_(p.ring, chunk, &scratch_);
     for (const Segment& s : scratch_) {
       if (mode_ == Mode::kReduceScatter) {
-        Combine(job_.reduce, buf.data() + s.offset, src, s.length);
+        Combine(job_.reduce, job_.dtype, buf.data() + s.offset, src, s.length);
       } else {
         std::copy(src, src + s.length, buf.begin() + s.offset);
       }

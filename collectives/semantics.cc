@@ -111,15 +111,31 @@ std::vector<double> GroupSum(const std::vector<Array>& inputs, const std::vector
   return acc;
 }
 
-// Elementwise max (or min) over the group's blocks; NaN propagates, as in XLA.
+// Elementwise int32 sum over the group's i32 blocks, wrapping modulo 2^32 like XLA's
+// two's-complement adds (in unsigned arithmetic, where wrapping is defined).
+std::vector<int32_t> GroupIntSum(const std::vector<Array>& inputs, const std::vector<int>& group) {
+  std::vector<uint32_t> acc(static_cast<size_t>(inputs[group[0]].size()), 0u);
+  for (int p : group) {
+    const float* x = inputs[p].data();
+    for (size_t e = 0; e < acc.size(); ++e) acc[e] += static_cast<uint32_t>(WordToInt(x[e]));
+  }
+  return std::vector<int32_t>(acc.begin(), acc.end());
+}
+
+// Elementwise max (or min) over the group's blocks; NaN propagates, as in XLA. Compares
+// integers as integers.
 std::vector<float> GroupExtreme(const std::vector<Array>& inputs, const std::vector<int>& group,
                                 bool is_max) {
   std::vector<float> acc = inputs[group[0]].values();
+  const bool ints = inputs[group[0]].dtype() == DType::kI32;
   for (size_t m = 1; m < group.size(); ++m) {
     const float* x = inputs[group[m]].data();
     for (size_t e = 0; e < acc.size(); ++e) {
       float a = acc[e], b = x[e];
-      if (std::isnan(a) || std::isnan(b)) {
+      if (ints) {
+        int32_t ia = WordToInt(a), ib = WordToInt(b);
+        acc[e] = IntToWord(is_max ? std::max(ia, ib) : std::min(ia, ib));
+      } else if (std::isnan(a) || std::isnan(b)) {
         acc[e] = std::nanf("");
       } else {
         acc[e] = is_max ? std::max(a, b) : std::min(a, b);
@@ -267,6 +283,12 @@ std::vector<int> ResolvePermutation(const OpSpec& op, const Mesh& mesh) {
   return dest;
 }
 
+DType CollectiveOutputDType(const OpSpec& op, DType input) {
+  if (op.kind == OpKind::kAxisIndex) return DType::kI32;
+  if (op.kind == OpKind::kPmean && input == DType::kI32) return DType::kF32;
+  return input;
+}
+
 std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,
                                        const std::vector<Array>& inputs) {
   if (!HasReference(op.kind)) Fail(op, "not a collective with reference semantics");
@@ -282,8 +304,7 @@ std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,
     std::vector<Array> out;
     out.reserve(positions);
     for (int p = 0; p < positions; ++p) {
-      out.push_back(Array::FromValues(DType::kI32, Shape{},
-                                      {static_cast<float>(mesh.IndexInGroup(p, axes))}));
+      out.push_back(Array::FromInts(Shape{}, {static_cast<int32_t>(mesh.IndexInGroup(p, axes))}));
     }
     return out;
   }
@@ -306,7 +327,8 @@ std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,
   const int n = static_cast<int>(groups.front().size());
   const Shape out_shape = CollectiveOutputShape(op, in_shape, n, dtype);
   if (!first.has_data()) {
-    return std::vector<Array>(positions, Array::ShapeOnly(dtype, out_shape));
+    return std::vector<Array>(positions,
+                              Array::ShapeOnly(CollectiveOutputDType(op, dtype), out_shape));
   }
 
   std::vector<Array> out(positions);
@@ -318,6 +340,21 @@ std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,
     switch (op.kind) {
       case OpKind::kPsum:
       case OpKind::kPmean: {
+        if (dtype == DType::kI32) {  // Wrapping int32 sum; pmean divides it in float32.
+          std::vector<int32_t> sum = GroupIntSum(inputs, group);
+          Array result;
+          if (op.kind == OpKind::kPsum) {
+            result = Array::FromInts(out_shape, sum);
+          } else {
+            std::vector<float> mean(sum.size());
+            for (size_t e = 0; e < sum.size(); ++e) {
+              mean[e] = static_cast<float>(sum[e]) / static_cast<float>(n);
+            }
+            result = Array::FromValues(DType::kF32, out_shape, std::move(mean));
+          }
+          for (int p : group) out[p] = result;
+          break;
+        }
         std::vector<double> sum = GroupSum(inputs, group);
         if (op.kind == OpKind::kPmean) {
           for (double& v : sum) v /= n;
@@ -337,6 +374,14 @@ std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,
         const int d = static_cast<int>(op.scatter_dimension < 0 ? op.scatter_dimension + rank
                                                                 : op.scatter_dimension);
         const int64_t chunk = in_shape[d] / n;
+        if (dtype == DType::kI32) {
+          const std::vector<int32_t> sum = GroupIntSum(inputs, group);
+          for (int i = 0; i < n; ++i) {
+            out[group[i]] =
+                Array::FromInts(out_shape, SliceAxis(sum.data(), in_shape, d, i * chunk, chunk));
+          }
+          break;
+        }
         const std::vector<double> sum = GroupSum(inputs, group);
         for (int i = 0; i < n; ++i) {
           out[group[i]] = Array::FromValues(

@@ -4,9 +4,9 @@
 //
 //   psum, pmean, pmax, pmin   elementwise over the group; same shape. Sums accumulate in
 //                             double in group-index order and are rounded once to the dtype;
-//                             pmean divides the sum by the group size (and keeps the dtype:
-//                             an i32 pmean rounds to the nearest integer, where JAX would
-//                             return f32).
+//                             pmean divides the sum by the group size. i32 sums wrap
+//                             modulo 2^32 (XLA's two's-complement adds), and an i32 pmean
+//                             is f32 (the wrapped sum divided in float32), as in JAX.
 //   psum_scatter              the group's sum, split along scatter_dimension into n chunks;
 //                             member i keeps chunk i. tiled=false: the dimension must equal n
 //                             and is removed. tiled=true: it must divide by n and is kept.
@@ -56,6 +56,10 @@ std::vector<int> ResolveCollectiveAxes(const OpSpec& op, const Mesh& mesh);
 // 4 devices of axis dp". Used by timing-only runs; ReferenceCollective applies the same rule.
 Shape CollectiveOutputShape(const OpSpec& op, const Shape& input, int group_size,
                             std::optional<DType> dtype = std::nullopt);
+
+// The dtype of a collective's output for an input of `input`: the input's, except pmean of
+// i32 (f32, JAX's true division) and axis_index (i32).
+DType CollectiveOutputDType(const OpSpec& op, DType input);
 
 // ppermute: where each member of a group sends its block. Returns dest with one entry per
 // group index g (0..n-1, the op-order index of Mesh::Groups / Mesh::IndexInGroup): dest[g]

@@ -137,7 +137,7 @@ class Direct : public CollectiveAlgorithm {
           auto [lo, hi] = Chunk(peer);
           Transfer(m, peer, lo, hi, in, "chunk", [this](int to, const auto& p) {
             if (job_.numerics) {
-              Combine(job_.reduce, (*job_.out)[to].data(), p.data(),
+              Combine(job_.reduce, job_.dtype, (*job_.out)[to].data(), p.data(),
                       static_cast<int64_t>(p.size()));
             }
           });
@@ -147,7 +147,7 @@ class Direct : public CollectiveAlgorithm {
           auto [lo, hi] = Chunk(peer);
           Transfer(m, peer, lo, hi, in, "reduce", [this, lo](int to, const auto& p) {
             if (job_.numerics) {
-              Combine(job_.reduce, (*job_.out)[to].data() + lo, p.data(),
+              Combine(job_.reduce, job_.dtype, (*job_.out)[to].data() + lo, p.data(),
                       static_cast<int64_t>(p.size()));
             }
             if (++state_[to].reduced == job_.size() - 1) SendReducedChunk(to);

@@ -140,7 +140,7 @@ class HalvingDoubling : public CollectiveAlgorithm {
     for (int c : SendSet(partner, round)) {
       auto [lo, hi] = Chunk(c);
       if (IsReduceRound(round)) {
-        Combine(job_.reduce, work_[m].data() + lo, src, hi - lo);
+        Combine(job_.reduce, job_.dtype, work_[m].data() + lo, src, hi - lo);
       } else {
         std::copy(src, src + (hi - lo), work_[m].begin() + lo);
       }

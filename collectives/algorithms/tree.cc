@@ -110,7 +110,7 @@ class Tree : public CollectiveAlgorithm {
         [this, to, s, up, lo, payload = std::move(payload)]() {
           if (up) {
             if (job_.numerics) {
-              Combine(job_.reduce, (*job_.out)[to].data() + lo, payload.data(),
+              Combine(job_.reduce, job_.dtype, (*job_.out)[to].data() + lo, payload.data(),
                       static_cast<int64_t>(payload.size()));
             }
             if (++up_[static_cast<size_t>(to) * segments_ + s] == Children(to)) {

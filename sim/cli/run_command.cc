@@ -238,9 +238,8 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   report.memory = MemoryReport{true, result.peak_memory, result.peak_device, result.peak_op,
                                result.hbm_capacity, result.fits};
   if (numerics) {
-    report.numerics = CompareOutputs(
-        result.outputs, ReferenceOutputs(mesh, program, config.base_dir, &result.inputs),
-        mesh.size(), LongestReduction(program));
+    report.numerics =
+        CheckNumerics(result.outputs, mesh, program, config.base_dir, &result.inputs);
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,

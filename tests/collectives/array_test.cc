@@ -42,8 +42,28 @@ TEST(ArrayTest, FromValuesRoundsToTheDType) {
   EXPECT_EQ(a.at(1), 3.140625f);
   Array b = Array::FromValues(DType::kF32, {2}, {tie, 3.14159265f});
   EXPECT_EQ(b.at(0), tie);
-  Array i = Array::FromValues(DType::kI32, {3}, {1.4f, 2.5f, -1.6f});
-  EXPECT_EQ(i.values(), (std::vector<float>{1, 2, -2}));
+  Array i = Array::FromNumbers(DType::kI32, {3}, {1.4, 2.5, -1.6});  // Nearest, ties to even.
+  EXPECT_EQ(i.IntAt(0), 1);
+  EXPECT_EQ(i.IntAt(1), 2);
+  EXPECT_EQ(i.IntAt(2), -2);
+}
+
+TEST(ArrayTest, Int32IsExactOverItsWholeRange) {
+  // float32 holds integers exactly only up to 2^24; i32 arrays store int32 words.
+  const std::vector<int32_t> ints = {16777217, -16777217, 2147483647, -2147483647 - 1, 0};
+  Array a = Array::FromInts({5}, ints);
+  EXPECT_EQ(a.dtype(), DType::kI32);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(a.IntAt(i), ints[i]);
+    EXPECT_EQ(a.ValueAt(i), static_cast<double>(ints[i]));
+  }
+  Array copy = a;  // Copies move words: bit-exact.
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(copy.IntAt(i), ints[i]);
+  // Numbers saturate at the int32 range, as DoubleToInt32.
+  Array s = Array::FromNumbers(DType::kI32, {3}, {3e9, -3e9, NAN});
+  EXPECT_EQ(s.IntAt(0), 2147483647);
+  EXPECT_EQ(s.IntAt(1), -2147483647 - 1);
+  EXPECT_EQ(s.IntAt(2), 0);
 }
 
 TEST(ArrayTest, FromValuesChecksTheCount) {

@@ -29,8 +29,17 @@ TEST(InitTest, ZerosOnesArange) {
   EXPECT_EQ(o.values(), (std::vector<float>{1, 1, 1}));
   EXPECT_EQ(o.dtype(), DType::kBF16);
   Array r = MakeInitialArray(Spec({2, 3}, DType::kI32, InitSpec::Kind::kArange), true, "");
-  EXPECT_EQ(r.values(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(r.IntAt(i), i);
   EXPECT_EQ(r.shape(), (Shape{2, 3}));
+  Array ones = MakeInitialArray(Spec({2}, DType::kI32, InitSpec::Kind::kOnes), true, "");
+  EXPECT_EQ(ones.IntAt(1), 1);
+}
+
+TEST(InitTest, Int32ArangeIsExactPast2To24) {
+  // float32 would make element 2^24 + 1 equal to 2^24; int32 storage keeps every count.
+  const int64_t n = (int64_t{1} << 24) + 3;
+  Array r = MakeInitialArray(Spec({n}, DType::kI32, InitSpec::Kind::kArange), true, "");
+  for (int64_t i = n - 4; i < n; ++i) EXPECT_EQ(r.IntAt(i), i);
 }
 
 TEST(InitTest, ArangeIsRoundedToBf16) {

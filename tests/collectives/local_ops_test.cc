@@ -244,7 +244,7 @@ TEST(BinaryTest, ShapesThatDoNotBroadcastAreNamed) {
 }
 
 TEST(BinaryTest, DTypes) {
-  Array i = Array::FromValues(DType::kI32, {2}, {3, 4});
+  Array i = Array::FromInts({2}, {3, 4});
   Array h = Array::FromValues(DType::kBF16, {2}, {0.5f, 1});
   EXPECT_EQ(Binary(BinaryKind::kAdd, i, i).dtype(), DType::kI32);
   EXPECT_EQ(Binary(BinaryKind::kAdd, i, h).dtype(), DType::kBF16);
@@ -253,6 +253,34 @@ TEST(BinaryTest, DTypes) {
             DType::kF32);
   Array q = Binary(BinaryKind::kDiv, i, i);  // True division, as jnp.divide.
   EXPECT_EQ(q.dtype(), DType::kF32);
+  EXPECT_EQ(q.values(), (std::vector<float>{1, 1}));
+  // i32 + bf16 converts the integers to bf16 values first: 3 + 0.5, 4 + 1.
+  EXPECT_EQ(Binary(BinaryKind::kAdd, i, h).values(), (std::vector<float>{3.5f, 5}));
+}
+
+TEST(BinaryTest, Int32WrapsLikeXla) {
+  // XLA's int32 arithmetic is two's complement modulo 2^32: INT_MAX + 1 = INT_MIN, and
+  // 65536 * 65536 = 2^32 = 0; values past 2^24 stay exact (float32 would round them).
+  const int32_t kMax = 2147483647, kMin = -kMax - 1;
+  Array a = Array::FromInts({4}, {kMax, 65536, 16777217, kMin});
+  Array b = Array::FromInts({4}, {1, 65536, 2, 1});
+  Array sum = Binary(BinaryKind::kAdd, a, b);
+  EXPECT_EQ(sum.dtype(), DType::kI32);
+  EXPECT_EQ(sum.IntAt(0), kMin);
+  EXPECT_EQ(sum.IntAt(2), 16777219);
+  EXPECT_EQ(Binary(BinaryKind::kMul, a, b).IntAt(1), 0);
+  EXPECT_EQ(Binary(BinaryKind::kSub, a, b).IntAt(3), kMax);
+  EXPECT_EQ(Binary(BinaryKind::kMax, a, b).IntAt(3), 1);
+  EXPECT_EQ(BinaryScalar(BinaryKind::kAdd, a, 1.0).IntAt(0), kMin);
+  EXPECT_EQ(Unary(UnaryKind::kNeg, a).IntAt(3), kMin);  // -INT_MIN wraps to itself.
+  EXPECT_EQ(Unary(UnaryKind::kRelu, a).IntAt(3), 0);
+  // An integer matmul accumulates in int32 too: [16777217, 1] . [1, 1] = 16777218 exactly.
+  Array m = Matmul(Array::FromInts({1, 2}, {16777217, 1}), Array::FromInts({2, 1}, {1, 1}));
+  EXPECT_EQ(m.dtype(), DType::kI32);
+  EXPECT_EQ(m.IntAt(0), 16777218);
+  Array e =
+      Einsum("ij,jk->ik", Array::FromInts({1, 2}, {kMax, 1}), Array::FromInts({2, 1}, {1, 1}));
+  EXPECT_EQ(e.IntAt(0), kMin);
 }
 
 TEST(BinaryScalarTest, Ops) {
@@ -262,8 +290,9 @@ TEST(BinaryScalarTest, Ops) {
   ExpectArray(BinaryScalar(BinaryKind::kMul, a, -2.0), {3}, {2, -4, -8});
   ExpectArray(BinaryScalar(BinaryKind::kDiv, a, 4.0), {3}, {-0.25f, 0.5f, 1});
   ExpectArray(BinaryScalar(BinaryKind::kMax, a, 0.0), {3}, {0, 2, 4});
-  Array i = Array::FromValues(DType::kI32, {2}, {3, 4});
+  Array i = Array::FromInts({2}, {3, 4});
   EXPECT_EQ(BinaryScalar(BinaryKind::kMul, i, 2).dtype(), DType::kI32);
+  EXPECT_EQ(BinaryScalar(BinaryKind::kMul, i, 2).IntAt(1), 8);
   Array half = BinaryScalar(BinaryKind::kMul, i, 0.5);
   EXPECT_EQ(half.dtype(), DType::kF32);
   ExpectArray(half, {2}, {1.5f, 2});
@@ -285,8 +314,9 @@ TEST(UnaryTest, Values) {
   ExpectNear(Unary(UnaryKind::kTanh, a),
              F32({5}, {-0.99505475f, -0.76159416f, 0, 0.46211716f, 0.96402758f}), 1e-6f);
   EXPECT_TRUE(std::isnan(Unary(UnaryKind::kRelu, F32({1}, {NAN})).at(0)));
-  EXPECT_EQ(Unary(UnaryKind::kExp, Array::FromValues(DType::kI32, {1}, {0})).dtype(), DType::kF32);
-  EXPECT_EQ(Unary(UnaryKind::kRelu, Array::FromValues(DType::kI32, {1}, {0})).dtype(), DType::kI32);
+  EXPECT_EQ(Unary(UnaryKind::kExp, Array::FromInts({1}, {0})).values(), std::vector<float>{1});
+  EXPECT_EQ(Unary(UnaryKind::kExp, Array::FromInts({1}, {0})).dtype(), DType::kF32);
+  EXPECT_EQ(Unary(UnaryKind::kRelu, Array::FromInts({1}, {0})).dtype(), DType::kI32);
   // Far in the negative tail the result keeps its relative precision (float64 reference).
   Array tail = Unary(UnaryKind::kGelu, F32({2}, {-5, -8}));
   EXPECT_NEAR(tail.at(0) / -2.2917962e-7f, 1.0f, 1e-4f);

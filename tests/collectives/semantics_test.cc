@@ -48,7 +48,9 @@ void ExpectArray(const Array& a, const Shape& shape, const std::vector<float>& v
   EXPECT_EQ(a.dtype(), dtype);
   ASSERT_EQ(a.shape(), shape) << "got " << a.TypeString();
   ASSERT_TRUE(a.has_data());
-  EXPECT_EQ(a.values(), values) << "for " << a.TypeString();
+  std::vector<float> got(static_cast<size_t>(a.size()));
+  for (int64_t i = 0; i < a.size(); ++i) got[i] = a.at(i);  // i32: the integers' values.
+  EXPECT_EQ(got, values) << "for " << a.TypeString();
 }
 
 void ExpectThrowsWith(const std::function<void()>& f, const std::string& needle) {
@@ -125,12 +127,41 @@ TEST(ReductionTest, ResultIsRoundedToTheDtype) {
       Array::FromValues(DType::kBF16, {1}, {0}), Array::FromValues(DType::kBF16, {1}, {0})};
   auto sum = ReferenceCollective(Op(OpKind::kPsum, {"dp"}), Mesh1D(4), bf);
   ExpectArray(sum[0], {1}, {256}, DType::kBF16);
-  // i32 pmean keeps i32: (0 + 1 + 1 + 3) / 4 = 1.25 -> 1.
-  std::vector<Array> i32 = {
-      Array::FromValues(DType::kI32, {1}, {0}), Array::FromValues(DType::kI32, {1}, {1}),
-      Array::FromValues(DType::kI32, {1}, {1}), Array::FromValues(DType::kI32, {1}, {3})};
+  // i32 pmean is f32, as in JAX (psum, then true division): (0 + 1 + 1 + 3) / 4 = 1.25.
+  std::vector<Array> i32 = {Array::FromInts({1}, {0}), Array::FromInts({1}, {1}),
+                            Array::FromInts({1}, {1}), Array::FromInts({1}, {3})};
   auto mean = ReferenceCollective(Op(OpKind::kPmean, {"dp"}), Mesh1D(4), i32);
-  ExpectArray(mean[3], {1}, {1}, DType::kI32);
+  ExpectArray(mean[3], {1}, {1.25f}, DType::kF32);
+  EXPECT_EQ(CollectiveOutputDType(Op(OpKind::kPmean, {"dp"}), DType::kI32), DType::kF32);
+  EXPECT_EQ(CollectiveOutputDType(Op(OpKind::kPsum, {"dp"}), DType::kI32), DType::kI32);
+}
+
+TEST(ReductionTest, Int32SumsWrapAndExtremesAreExact) {
+  // XLA adds int32 modulo 2^32: 4 * 2^30 = 2^32 wraps to 0, 2^31 - 1 + 1 to -2^31; above
+  // 2^24 every integer stays exact (16777217 + 0 + 0 + 0 would be 16777216 in float32).
+  const int32_t kMax = 2147483647;
+  std::vector<Array> in;
+  for (int p = 0; p < 4; ++p) {
+    in.push_back(
+        Array::FromInts({3}, {1 << 30, p == 0 ? kMax : (p == 1 ? 1 : 0), p == 0 ? 16777217 : -p}));
+  }
+  auto sum = ReferenceCollective(Op(OpKind::kPsum, {"dp"}), Mesh1D(4), in);
+  EXPECT_EQ(sum[0].dtype(), DType::kI32);
+  EXPECT_EQ(sum[0].IntAt(0), 0);
+  EXPECT_EQ(sum[0].IntAt(1), -kMax - 1);
+  EXPECT_EQ(sum[0].IntAt(2), 16777217 - 6);
+  auto mx = ReferenceCollective(Op(OpKind::kPmax, {"dp"}), Mesh1D(4), in);
+  EXPECT_EQ(mx[2].IntAt(2), 16777217);
+  auto mn = ReferenceCollective(Op(OpKind::kPmin, {"dp"}), Mesh1D(4), in);
+  EXPECT_EQ(mn[2].IntAt(2), -3);
+  // psum_scatter wraps the same way.
+  OpSpec scatter = Op(OpKind::kPsumScatter, {"dp"});
+  scatter.tiled = true;
+  std::vector<Array> blocks(4, Array::FromInts({4}, {1 << 30, kMax, 5, 16777217}));
+  auto parts = ReferenceCollective(scatter, Mesh1D(4), blocks);
+  EXPECT_EQ(parts[0].IntAt(0), 0);         // 4 * 2^30 mod 2^32.
+  EXPECT_EQ(parts[1].IntAt(0), -4);        // 4 * (2^31 - 1) mod 2^32.
+  EXPECT_EQ(parts[3].IntAt(0), 67108868);  // 4 * (2^24 + 1), exact.
 }
 
 TEST(ReductionTest, ScalarBlocks) {
