@@ -197,6 +197,39 @@ LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
   return lowered;
 }
 
+int64_t SequentialPeakElements(const LoweredProgram& lowered) {
+  std::vector<size_t> last(lowered.values.size(), 0);
+  std::vector<char> held(lowered.values.size(), 0), read(lowered.values.size(), 0);
+  for (size_t i = 0; i < lowered.ops.size(); ++i) {
+    for (int v : lowered.ops[i].in_values) {
+      last[v] = i;
+      read[v] = 1;
+    }
+  }
+  int64_t live = 0;
+  for (const auto& [name, v] : lowered.inputs) {
+    held[v] = 1;
+    live += lowered.values[v].size();
+  }
+  for (const auto& [name, v] : lowered.final_values) held[v] = 1;
+  int64_t peak = live;
+  for (size_t i = 0; i < lowered.ops.size(); ++i) {
+    const LoweredOp& op = lowered.ops[i];
+    for (int v : op.out_values) live += lowered.values[v].size();
+    peak = std::max(peak, live);
+    for (int v : op.in_values) {
+      if (last[v] == i && !held[v]) {
+        live -= lowered.values[v].size();
+        held[v] = 1;  // Freed once, even if read twice by this op.
+      }
+    }
+    for (int v : op.out_values) {
+      if (!read[v] && !held[v]) live -= lowered.values[v].size();
+    }
+  }
+  return peak;
+}
+
 bool RunsAt(const LoweredOp& op, const std::vector<int>& coords) {
   for (const auto& [axis, index] : op.where) {
     if (coords[axis] != index) return false;

@@ -60,6 +60,11 @@ bool RunsAt(const LoweredOp& op, const std::vector<int>& coords);
 LoweredProgram LowerProgram(const Mesh& mesh, const ProgramSpec& program,
                             const std::map<std::string, std::string>& algorithms = {});
 
+// The most elements one position holds at once when the program runs in program order, each
+// buffer freed after its last reader (inputs and outputs held throughout): the basis of the
+// host-memory estimate of a run with data.
+int64_t SequentialPeakElements(const LoweredProgram& lowered);
+
 // Checks the program's out specs against the global shapes of its lowered outputs. Throws
 // SpecError ("outputs.y").
 void CheckOutputs(const Mesh& mesh, const ProgramSpec& program, const LoweredProgram& lowered);

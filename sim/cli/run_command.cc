@@ -174,14 +174,14 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
   report.numerics_note = "not checked (a transfers: run moves no array data)";
 }
 
-// Host bytes a run with real data may hold, from the lowered program: every value of every
-// position as 4-byte floats, twice (the simulated run, whose buffers die after their last
-// use, and the reference evaluation, which keeps every value), plus the global inputs. An
-// upper bound on the whole run's outputs and temporaries, not just its inputs.
+// Host bytes a run with real data holds, from the lowered program: on every position the
+// most values live at once in program order (SequentialPeakElements), as 4-byte words, twice
+// (the simulated run and the reference evaluation each free buffers after their last
+// reader), plus the global inputs. It counts the whole run's outputs and temporaries, not
+// just its inputs.
 Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
                         const LoweredProgram& lowered) {
-  double elements = 0;
-  for (const Array& value : lowered.values) elements += static_cast<double>(value.size());
+  double elements = static_cast<double>(SequentialPeakElements(lowered));
   elements *= 2.0 * mesh.size();
   for (const ArraySpec& a : program.arrays) elements += static_cast<double>(NumElements(a.shape));
   double bytes = elements * 4;
@@ -208,9 +208,9 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
     Bytes footprint = NumericsFootprint(program, mesh, lowered);
     if (footprint > kNumericsBudget) {
       numerics = false;
-      report.numerics_note = "off: the run would need up to " + FormatBytes(footprint) +
-                             " of host memory (every value on every device, and the "
-                             "reference), over the " +
+      report.numerics_note = "off: the run would need about " + FormatBytes(footprint) +
+                             " of host memory (the live values of every device, for the run "
+                             "and its reference), over the " +
                              FormatBytes(kNumericsBudget) +
                              " budget of --numerics auto (use --numerics on to force)";
     }
