@@ -10,7 +10,15 @@ namespace shardsim {
 Machine::Machine(Topology topology)
     : topology_(std::move(topology)),
       router_(MakeRouter(topology_)),
-      compute_(std::make_unique<RooflineModel>(RooflineConfig::FromDevice(topology_.device_spec()))) {}
+      compute_(std::make_unique<RooflineModel>(RooflineConfig::FromDevice(topology_.device_spec()))),
+      comm_compute_slowdown_(topology_.device_spec().comm_compute_slowdown) {}
+
+Machine::Machine(Topology topology, std::unique_ptr<ComputeModel> compute,
+                 double comm_compute_slowdown)
+    : topology_(std::move(topology)),
+      router_(MakeRouter(topology_)),
+      compute_(std::move(compute)),
+      comm_compute_slowdown_(comm_compute_slowdown) {}
 
 Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
                const std::vector<int>& devices) {

@@ -19,6 +19,10 @@ class Machine {
  public:
   // Wires `topology` with its router and the roofline model of its device spec.
   explicit Machine(Topology topology);
+  // Wires `topology` with its router and another compute model (a calibrated or hand-built
+  // one; null: local ops take no time, for studies of communication alone), and a compute
+  // slowdown beside collectives of `comm_compute_slowdown`.
+  Machine(Topology topology, std::unique_ptr<ComputeModel> compute, double comm_compute_slowdown);
   Machine(const Machine&) = delete;
   Machine& operator=(const Machine&) = delete;
 
@@ -26,10 +30,10 @@ class Machine {
   const Topology& topology() const { return topology_; }
   // Routes between vertices.
   Router& router() const { return *router_; }
-  // Prices local ops.
-  const ComputeModel& compute_model() const { return *compute_; }
+  // Prices local ops; null when built without one (local ops then take no time).
+  const ComputeModel* compute_model() const { return compute_.get(); }
   // Fraction by which compute beside an in-flight collective slows down (GPUs).
-  double comm_compute_slowdown() const { return topology_.device_spec().comm_compute_slowdown; }
+  double comm_compute_slowdown() const { return comm_compute_slowdown_; }
   // HBM per device.
   Bytes hbm_capacity() const { return topology_.device_spec().hbm_capacity; }
 
@@ -37,6 +41,7 @@ class Machine {
   Topology topology_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ComputeModel> compute_;
+  double comm_compute_slowdown_ = 0;
 };
 
 // The mesh of `axes` on the machine: `devices` gives each position's device, or, when empty,

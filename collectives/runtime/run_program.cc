@@ -17,7 +17,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.numerics = config.numerics;
   exec.algorithms = config.algorithms;
   exec.base_dir = config.base_dir;
-  exec.compute_model = &machine.compute_model();
+  exec.compute_model = machine.compute_model();
   exec.comm_compute_slowdown = machine.comm_compute_slowdown();
   exec.chunk_size = config.chunk_size;
   exec.max_collectives_in_flight = config.max_collectives_in_flight;

@@ -1,6 +1,7 @@
-// Programs run end to end on the simulated network: the data the transfers carried must equal
-// the reference evaluation, op timings must follow the algorithms' closed forms, and bad
-// programs fail before running with the key of the op at fault.
+// Programs run end to end on the simulated network (through Machine and RunProgram): the
+// data the transfers carried must equal the reference evaluation, op timings must follow the
+// algorithms' closed forms, and bad programs fail before running with the key of the op at
+// fault.
 #include "collectives/executor.h"
 #include "collectives/numerics_check.h"
 
@@ -8,9 +9,10 @@
 
 #include <memory>
 
-#include "collectives/placement.h"
+#include "collectives/lowering.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
-#include "topology/routing.h"
 #include "topology/switch.h"
 #include "topology/torus.h"
 
@@ -45,33 +47,24 @@ PartitionSpec P(std::vector<std::vector<std::string>> dims) {
   return PartitionSpec{std::move(dims)};
 }
 
-struct Machine {
-  explicit Machine(Topology t)
-      : topo(std::move(t)), router(MakeRouter(topo)), net(sim, topo, *router) {}
-  Simulator sim;
-  Topology topo;
-  std::unique_ptr<Router> router;
-  Network net;
-};
-
-// Runs `program` and checks its outputs against the reference; returns the executor's end.
-Time RunAndCheck(Machine& m, const Mesh& mesh, const ProgramSpec& program, bool numerics = true) {
+// Runs `program` and checks its outputs against the reference; returns when it ended.
+Time RunAndCheck(const Machine& m, const Mesh& mesh, const ProgramSpec& program,
+                 bool numerics = true) {
   CheckProgram(mesh, program);
-  ExecutorConfig config;
+  RunConfig config;
   config.numerics = numerics;
-  Executor ex(m.sim, m.net, mesh, program, config);
-  ex.Start();
-  m.sim.Run();
-  EXPECT_TRUE(ex.finished());
+  RunResult result = RunProgram(m, mesh, program, config);
   if (numerics) {
-    NumericsReport r = CheckNumerics(ex.Outputs(), mesh, program, "");
+    NumericsReport r = CheckNumerics(result.outputs, mesh, program, "");
     EXPECT_TRUE(r.passed) << "max_abs_error " << r.max_abs_error << " on " << r.worst_output;
     // Integer-valued arange inputs keep every sum exact, whatever the order.
     EXPECT_EQ(r.max_abs_error, 0.0);
   }
-  return ex.end_time();
+  return result.end;
 }
 
+// Machines here have no compute model: local ops take no time, so timings are the
+// collectives' closed forms.
 Topology Torus(std::vector<int> shape, std::vector<bool> wrap) {
   DeviceSpec dev;
   dev.platform = "TPU";
@@ -80,9 +73,9 @@ Topology Torus(std::vector<int> shape, std::vector<bool> wrap) {
 }
 
 TEST(ExecutorTest, EveryCollectiveMatchesTheReferenceOnA2DMesh) {
-  Machine m(Torus({4, 2}, {false, false}));
+  Machine m(Torus({4, 2}, {false, false}), nullptr, 0);
   std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
-  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  Mesh mesh = PlaceMesh(m, axes);
   ProgramSpec p;
   p.mesh_axes = axes;
   p.arrays = {MakeArray("a", {8, 4}, P({{"dp"}, {"tp"}})), MakeArray("b", {8, 8}, P({{}, {}}))};
@@ -116,9 +109,9 @@ TEST(ExecutorTest, EveryCollectiveMatchesTheReferenceOnA2DMesh) {
 TEST(ExecutorTest, PsumOnARingTakesTheRingClosedForm) {
   // 8 devices on a ring with wraparound, 8 MiB all-reduce with the ring algorithm:
   // 2 (N-1) steps of (latency + V / (N B)).
-  Machine m(Torus({8}, {true}));
+  Machine m(Torus({8}, {true}), nullptr, 0);
   std::vector<MeshAxis> axes = {{"r", 8}};
-  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  Mesh mesh = PlaceMesh(m, axes);
   ProgramSpec p;
   p.mesh_axes = axes;
   p.arrays = {MakeArray("x", {2 * 1024 * 1024}, P({}))};
@@ -134,9 +127,9 @@ TEST(ExecutorTest, PsumOnARingTakesTheRingClosedForm) {
 
 TEST(ExecutorTest, ChainedOpsFeedEachOther) {
   // FSDP: all-gather the weight over dp, then a local matmul; then psum over tp.
-  Machine m(Torus({4, 2}, {false, false}));
+  Machine m(Torus({4, 2}, {false, false}), nullptr, 0);
   std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
-  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  Mesh mesh = PlaceMesh(m, axes);
   ProgramSpec p;
   p.mesh_axes = axes;
   p.arrays = {MakeArray("x", {16, 8}, P({{"dp"}, {"tp"}})),
@@ -174,20 +167,18 @@ TEST(ExecutorTest, BadProgramsFailBeforeRunningWithTheOpKey) {
 
 TEST(ExecutorTest, ReplicaMismatchInAnOutputIsReported) {
   // psum over dp leaves values that differ along tp; an out spec replicating tp is wrong.
-  Machine m(Torus({4, 2}, {false, false}));
+  Machine m(Torus({4, 2}, {false, false}), nullptr, 0);
   std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
-  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  Mesh mesh = PlaceMesh(m, axes);
   ProgramSpec p;
   p.mesh_axes = axes;
   p.arrays = {MakeArray("x", {4, 8}, P({{"dp"}, {"tp"}}))};
   p.ops = {MakeOp(OpKind::kPsum, {"x"}, "y", {"dp"})};
   p.outputs = {{"y", P({}), "outputs.y"}};
-  ExecutorConfig config;
-  Executor ex(m.sim, m.net, mesh, p, config);
-  ex.Start();
-  m.sim.Run();
+  RunConfig config;
+  config.numerics = true;
   try {
-    ex.Outputs();
+    RunProgram(m, mesh, p, config);
     FAIL() << "expected SpecError";
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "outputs.y");
@@ -199,9 +190,10 @@ TEST(ExecutorTest, SwitchGroupsUseDirectAndTheSwitchClosedForm) {
   DeviceSpec dev;
   dev.platform = "GPU";
   Machine m(
-      BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"));
+      BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"),
+      nullptr, 0);
   std::vector<MeshAxis> axes = {{"g", 8}};
-  Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+  Mesh mesh = PlaceMesh(m, axes);
   ProgramSpec p;
   p.mesh_axes = axes;
   p.arrays = {MakeArray("x", {8 * 1024 * 1024}, P({{"g"}}))};
@@ -210,16 +202,12 @@ TEST(ExecutorTest, SwitchGroupsUseDirectAndTheSwitchClosedForm) {
   p.ops = {ag};
   p.outputs = {{"y", P({}), "outputs.y"}};
   CheckProgram(mesh, p);
-  ExecutorConfig config;
-  config.numerics = false;
-  Executor ex(m.sim, m.net, mesh, p, config);
-  ex.Start();
-  m.sim.Run();
-  EXPECT_EQ(ex.op_timings()[0].algorithm, "direct");
+  RunResult r = RunProgram(m, mesh, p, RunConfig{});
+  EXPECT_EQ(r.ops[0].algorithm, "direct");
   // (N-1)/N * V / W plus two hops of latency, V = 32 MiB gathered.
   double v = 32.0 * 1024 * 1024;
   double want = 7.0 / 8 * v / 450e9 + 1e-6;
-  EXPECT_NEAR(ex.end_time().seconds(), want, want * 0.01);
+  EXPECT_NEAR(r.end.seconds(), want, want * 0.01);
 }
 
 }  // namespace
@@ -236,9 +224,10 @@ TEST(ExecutorTest, TreeChunkingPipelinesLargeMessages) {
     DeviceSpec dev;
     dev.platform = "GPU";
     Machine m(
-        BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"));
+        BuildSwitch(8, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink, dev, "sw"),
+        nullptr, 0);
     std::vector<MeshAxis> axes = {{"g", 8}};
-    Mesh mesh(axes, DefaultPlacement(axes, m.topo));
+    Mesh mesh = PlaceMesh(m, axes);
     ProgramSpec p;
     p.mesh_axes = axes;
     p.arrays = {MakeArray("x", {2 * 1024 * 1024}, P({}))};
@@ -246,14 +235,13 @@ TEST(ExecutorTest, TreeChunkingPipelinesLargeMessages) {
     op.algorithm = "tree";
     p.ops = {op};
     p.outputs = {{"y", P({}), "outputs.y"}};
-    ExecutorConfig config;
+    RunConfig config;
+    config.numerics = true;
     config.chunk_size = chunk;
-    Executor ex(m.sim, m.net, mesh, p, config);
-    ex.Start();
-    m.sim.Run();
-    NumericsReport r = CheckNumerics(ex.Outputs(), mesh, p, "");
+    RunResult result = RunProgram(m, mesh, p, config);
+    NumericsReport r = CheckNumerics(result.outputs, mesh, p, "");
     EXPECT_EQ(r.max_abs_error, 0.0);
-    return ex.end_time();
+    return result.end;
   };
   Time whole = run(Bytes::MiB(8));
   Time pipelined = run(Bytes::KiB(512));

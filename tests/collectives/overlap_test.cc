@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "collectives/compute_model.h"
-#include "collectives/executor.h"
-#include "collectives/placement.h"
-#include "topology/routing.h"
+#include "collectives/lowering.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
 #include "topology/torus.h"
 
 namespace shardsim {
@@ -91,43 +91,20 @@ PartitionSpec P(std::vector<std::vector<std::string>> dims) {
   return PartitionSpec{std::move(dims)};
 }
 
-struct Machine {
-  explicit Machine(double gbps)
-      : topo(BuildTorus({kN}, {true}, Bandwidth::GBps(gbps), Time::Microseconds(1), LinkKind::kIci,
-                        Device(), "ring")),
-        router(MakeRouter(topo)),
-        net(sim, topo, *router) {}
-  static DeviceSpec Device() {
-    DeviceSpec dev;
-    dev.platform = "TPU";
-    return dev;
-  }
-  Simulator sim;
-  Topology topo;
-  std::unique_ptr<Router> router;
-  Network net;
-};
-
-struct RunResult {
-  Time end;
-  std::vector<DeviceTiming> devices;
-};
+// The ring of kN chips with links of `gbps` GB/s, priced by the hand roofline.
+Topology Ring(double gbps) {
+  DeviceSpec dev;
+  dev.platform = "TPU";
+  return BuildTorus({kN}, {true}, Bandwidth::GBps(gbps), Time::Microseconds(1), LinkKind::kIci,
+                    dev, "ring");
+}
 
 // Runs `program` (timing only) on the ring with links of `gbps` GB/s.
 RunResult RunOnRing(const ProgramSpec& program, double gbps, double slowdown = 0.0) {
-  Machine m(gbps);
-  Mesh mesh(program.mesh_axes, DefaultPlacement(program.mesh_axes, m.topo));
+  Machine machine(Ring(gbps), std::make_unique<RooflineModel>(HandRoofline()), slowdown);
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   CheckProgram(mesh, program);
-  RooflineModel model(HandRoofline());
-  ExecutorConfig config;
-  config.numerics = false;
-  config.compute_model = &model;
-  config.comm_compute_slowdown = slowdown;
-  Executor ex(m.sim, m.net, mesh, program, config);
-  ex.Start();
-  m.sim.Run();
-  EXPECT_TRUE(ex.finished());
-  return {ex.end_time(), ex.DeviceTimings()};
+  return RunProgram(machine, mesh, program, RunConfig{});
 }
 
 // allgather_matmul gather rhs: x[B, K] replicated, w[K, F] sharded by rows (block kb = K/n).
@@ -446,8 +423,8 @@ TEST(OverlapTest, DeviceTimingsSplitComputeFromExposedCommunication) {
   {
     double t = Shift(kLhsS, 200);
     RunResult run = RunOnRing(AllgatherMatmul("lhs", "unidirectional"), 200);
-    ASSERT_EQ(run.devices.size(), static_cast<size_t>(kN));
-    for (const DeviceTiming& d : run.devices) {
+    ASSERT_EQ(run.per_device.size(), static_cast<size_t>(kN));
+    for (const DeviceTiming& d : run.per_device) {
       EXPECT_EQ(d.compute, m + m + m + m) << "device " << d.device;
       EXPECT_EQ(d.idle, Time()) << "device " << d.device;
       EXPECT_EQ(d.exposed_comm, run.end - d.compute) << "device " << d.device;
@@ -459,7 +436,7 @@ TEST(OverlapTest, DeviceTimingsSplitComputeFromExposedCommunication) {
   {
     double t = Shift(kLhsS, 700);
     RunResult run = RunOnRing(AllgatherMatmul("lhs", "unidirectional"), 700);
-    for (const DeviceTiming& d : run.devices) {
+    for (const DeviceTiming& d : run.per_device) {
       EXPECT_EQ(d.compute, m + m + m + m) << "device " << d.device;
       EXPECT_EQ(d.compute, run.end) << "device " << d.device;
       EXPECT_EQ(d.exposed_comm, Time()) << "device " << d.device;
