@@ -329,6 +329,16 @@ std::vector<std::string> CollectiveOpNames() {
   return names;
 }
 
+std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
+  std::vector<std::string> names;
+  for (const OpDef& def : OpRegistry()) {
+    if (def.user_visible && def.stream == OpStream::kCollective && def.collective == kind) {
+      names.emplace_back(def.name);
+    }
+  }
+  return names;
+}
+
 std::string CheckArity(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
   const size_t n = op.in.size();

@@ -133,5 +133,8 @@ std::string CheckArity(const OpSpec& op);
 const char* ArityBlamesAttr(const OpSpec& op);
 // The ops that run as collectives (stream kCollective), by name, in registry order.
 std::vector<std::string> CollectiveOpNames();
+// The collective ops (stream kCollective) that run `kind`, by name ("psum", "pmean", ... for
+// all-reduce).
+std::vector<std::string> CollectiveOpNames(CollectiveKind kind);
 
 }  // namespace shardsim

@@ -906,10 +906,7 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
 // The keys of `options.algorithms`: JAX's collective names and the generic kinds, from the
 // op registry.
 std::vector<std::string> AlgorithmKeys() {
-  std::vector<std::string> keys;
-  for (const OpDef& def : OpRegistry()) {
-    if (def.user_visible && def.stream == OpStream::kCollective) keys.emplace_back(def.name);
-  }
+  std::vector<std::string> keys = CollectiveOpNames();
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                               CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
                               CollectiveKind::kPermute}) {
