@@ -279,7 +279,14 @@ std::optional<AttrError> CheckAttrs(const OpSpec& op) {
   const std::string name = def.name;
   for (const AttrDef& attr : def.attrs) {
     const bool given = AttrGiven(op, attr);
-    if (attr.required && !given) return AttrError{attr.name, name + " needs " + attr.name};
+    // Only a string or an optional can say "not given": an empty list is a value ([] is a
+    // reshape to a scalar), and an integer's default is one.
+    const bool tells_missing = std::holds_alternative<std::string OpSpec::*>(attr.field) ||
+                               std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
+                               std::holds_alternative<std::optional<double> OpSpec::*>(attr.field);
+    if (attr.required && tells_missing && !given) {
+      return AttrError{attr.name, name + " needs " + attr.name};
+    }
     if (attr.type == AttrType::kPositiveInt || attr.type == AttrType::kNonNegativeInt) {
       const int64_t v = IntAttr(op, attr);
       const int64_t min = attr.type == AttrType::kPositiveInt ? 1 : 0;

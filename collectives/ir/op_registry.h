@@ -114,16 +114,17 @@ const AttrDef* FindAttr(const OpDef& def, std::string_view name);
 void SetAttr(OpSpec& op, const AttrDef& attr, const AttrValue& value);
 // The integer held by an integer attribute of `op` (throws std::logic_error for other types).
 int64_t IntAttr(const OpSpec& op, const AttrDef& attr);
-// What is wrong with an attribute of `op` set in C++, or nullopt: {attribute, message}.
+// What is wrong with an attribute of an op built in C++ (CheckAttrs).
 struct AttrError {
   std::string attr;     // The attribute to blame ("sections").
   std::string message;  // "split needs sections >= 1, got 0".
 };
-// Checks `op`'s attributes against its registry entry as far as OpSpec can tell: required
-// strings and optionals are set, integers are in their type's range, kOneOf values are
-// allowed, at most one of each ExactlyOneOf group is set, and each attribute's own check.
-// (An integer or list field cannot tell "not given" from its default, so those required
-// attributes are enforced by the loader only.)
+// Checks `op`'s attributes against its registry entry as far as OpSpec can tell; nullopt if
+// they pass. Required strings and optionals are set, integers are in their type's range,
+// kOneOf values are allowed, at most one of each ExactlyOneOf group is set (an empty list
+// counts as not set), and each attribute's own check passes. (An integer or list field cannot
+// tell "not given" from its default, so those required attributes are enforced by the loader
+// only.)
 std::optional<AttrError> CheckAttrs(const OpSpec& op);
 // Checks the input count of `op` against its arity; returns "" or what is wrong
 // ("matmul takes 2 inputs (in: [a, b]), got 1").

@@ -235,5 +235,12 @@ TEST(OpAttrsLoaderTest, ExactlyOneOfEachGroup) {
   }
 }
 
+// A list attribute may be empty where its type allows it: reshape to a scalar is shape: [].
+TEST(OpAttrsLoaderTest, EmptyListIsAValue) {
+  EXPECT_EQ(LoadMessage("{op: reshape, in: x, out: y, shape: []}"), "");
+  EXPECT_TRUE(Contains(LoadMessage("{op: reshape, in: x, out: y, shape: 3}"),
+                       "a list of sizes like [64, -1]"));
+}
+
 }  // namespace
 }  // namespace shardsim

@@ -229,6 +229,12 @@ TEST(OpAttrsTest, BuilderChecksAttributes) {
   b.Add(split);
   EXPECT_EQ(b.program().ops.back().out, (std::vector<std::string>{"v0", "v1"}));
 
+  // An empty shape is a value (a reshape to a scalar), not a missing attribute.
+  OpSpec reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.in = {"x"};
+  EXPECT_EQ(BuilderRefusal(reshape).first, "");
+
   OpSpec slice;
   slice.kind = OpKind::kSlice;
   slice.in = {"x"};
