@@ -73,8 +73,9 @@ struct AttrDef {
 
 // Attributes of one op of which exactly one must be given (ppermute: perm or shift).
 struct ExactlyOneOf {
-  std::vector<const char*> names;  // The attributes, in the order messages name them.
-  const char* missing;             // Message when none is given.
+  // The attributes; the loader's "give either a or b, not both" names the first two given.
+  std::vector<const char*> names;
+  const char* missing;  // Message when none is given.
 };
 
 // One op of the registry.
