@@ -7,6 +7,7 @@
 #include "collectives/algorithms/halving_doubling.h"
 #include "collectives/algorithms/ring.h"
 #include "collectives/algorithms/tree.h"
+#include "collectives/ir/op_registry.h"
 
 namespace shardsim {
 namespace {
@@ -81,6 +82,15 @@ std::unique_ptr<CollectiveAlgorithm> MakeTree(Network& network, CollectiveJob& j
   return MakeTreeAlgorithm(network, job, segments);
 }
 
+// "psum, pmean, pmax, pmin": the ops that run an all-reduce, from the op registry.
+std::string AllReduceOpList() {
+  std::string text;
+  for (const std::string& name : CollectiveOpNames(CollectiveKind::kAllReduce)) {
+    text += (text.empty() ? "" : ", ") + name;
+  }
+  return text;
+}
+
 constexpr CollectiveKind kGather = CollectiveKind::kAllGather;
 constexpr CollectiveKind kScatter = CollectiveKind::kReduceScatter;
 constexpr CollectiveKind kReduce = CollectiveKind::kAllReduce;
@@ -142,7 +152,7 @@ std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int 
       return name + " does not implement " + CollectiveKindName(kind) + "; use direct";
     }
     if (def->kinds.size() == 1 && def->kinds[0] == kReduce) {
-      return name + " implements all-reduce only (psum, pmean, pmax, pmin), not " +
+      return name + " implements all-reduce only (" + AllReduceOpList() + "), not " +
              CollectiveKindName(kind);
     }
     return name + " does not implement " + CollectiveKindName(kind);

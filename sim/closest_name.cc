@@ -92,4 +92,10 @@ std::string JoinNames(const std::vector<std::string>& names) {
   return out;
 }
 
+std::string JoinNamesOr(const std::vector<std::string>& names) {
+  if (names.size() < 2) return JoinNames(names);
+  std::vector<std::string> head(names.begin(), names.end() - 1);
+  return JoinNames(head) + " or " + names.back();
+}
+
 }  // namespace shardsim

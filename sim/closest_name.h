@@ -23,4 +23,7 @@ std::string SuggestKey(std::string_view typed, const std::vector<std::string>& a
 // Joins names as "a, b, c" for error messages.
 std::string JoinNames(const std::vector<std::string>& names);
 
+// Joins names as "a, b or c" for choices in usage text and messages.
+std::string JoinNamesOr(const std::vector<std::string>& names);
+
 }  // namespace shardsim

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/algorithm.h"
+
 namespace shardsim {
 namespace {
 
@@ -16,9 +18,7 @@ class Tree : public CollectiveAlgorithm {
   Tree(Network& network, CollectiveJob& job, int pipeline)
       : network_(network), job_(job), segments_(std::max(1, pipeline)) {
     if (job_.kind != CollectiveKind::kAllReduce) {
-      throw std::invalid_argument(std::string("tree implements all-reduce only (psum, pmean, "
-                                              "pmax, pmin), not ") +
-                                  CollectiveKindName(job_.kind));
+      throw std::invalid_argument(AlgorithmSupports("tree", job_.kind, 1));
     }
   }
 

@@ -1,7 +1,9 @@
 #include "collectives/ir/op_registry.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace shardsim {
 namespace {
@@ -10,10 +12,48 @@ using A = OpArity;
 using S = OpStream;
 using C = CollectiveKind;
 using R = ReduceOp;
+using T = AttrType;
+
+// An optional attribute.
+AttrDef Opt(const char* name, AttrType type, AttrField field, const char* doc,
+            const char* expected = nullptr) {
+  return AttrDef{name, type, false, field, {}, expected, doc};
+}
+
+// A required attribute.
+AttrDef Req(const char* name, AttrType type, AttrField field, const char* doc,
+            const char* expected = nullptr) {
+  return AttrDef{name, type, true, field, {}, expected, doc};
+}
+
+// An optional kOneOf attribute.
+AttrDef OneOf(const char* name, AttrField field, std::vector<const char*> values, const char* doc) {
+  return AttrDef{name, T::kOneOf, false, field, std::move(values), nullptr, doc};
+}
+
+// einsum's spec names exactly two operands.
+std::string CheckEinsumSpec(const OpSpec& op) {
+  const std::string operands = op.spec.substr(0, op.spec.find("->"));
+  const size_t count = std::count(operands.begin(), operands.end(), ',') + 1;
+  if (!op.spec.empty() && count == 2) return "";
+  return "expected an einsum spec with two operands like \"bd,df->bf\", got \"" + op.spec + "\"";
+}
 
 std::vector<OpDef> MakeRegistry() {
-  // name, visible, arity, multi-output, stream, collective, reduce, axis_name, keys,
-  // elementwise.
+  const AttrDef tiled = Opt("tiled", T::kBool, &OpSpec::tiled,
+                            "Concatenate blocks along the dimension instead of stacking");
+  const AttrDef scatter_dimension = Opt("scatter_dimension", T::kInt, &OpSpec::scatter_dimension,
+                                        "Dimension the result is scattered along (default 0)");
+  const AttrDef axis = Opt("axis", T::kInt, &OpSpec::axis, "The dimension it works along");
+  const AttrDef scalar =
+      Opt("scalar", T::kNumber, &OpSpec::scalar, "The second operand as a number, with one input");
+  const AttrDef variant =
+      OneOf("variant", &OpSpec::variant, {"blocking", "unidirectional", "bidirectional"},
+            "How communication overlaps the matmuls (default blocking)");
+  const std::vector<AttrDef> binary = {scalar};
+  // name, visible, arity, multi-output, stream, collective, reduce, axis_name, attrs,
+  // elementwise, exactly-one-of groups, output count. One row per op, laid out by hand.
+  // clang-format off
   return {
       {OpKind::kPsum, "psum", true, A::kOne, false, S::kCollective, C::kAllReduce, R::kSum, true,
        {}},
@@ -24,29 +64,39 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kPmin, "pmin", true, A::kOne, false, S::kCollective, C::kAllReduce, R::kMin, true,
        {}},
       {OpKind::kPsumScatter, "psum_scatter", true, A::kOne, false, S::kCollective,
-       C::kReduceScatter, R::kSum, true, {"scatter_dimension", "tiled"}},
+       C::kReduceScatter, R::kSum, true, {scatter_dimension, tiled}},
       {OpKind::kAllGather, "all_gather", true, A::kOne, false, S::kCollective, C::kAllGather,
-       R::kSum, true, {"axis", "tiled"}},
+       R::kSum, true, {Opt("axis", T::kInt, &OpSpec::axis, "Dimension gathered along"), tiled}},
       {OpKind::kAllToAll, "all_to_all", true, A::kOne, false, S::kCollective, C::kAllToAll,
-       R::kSum, true, {"split_axis", "concat_axis", "tiled"}},
+       R::kSum, true,
+       {Req("split_axis", T::kInt, &OpSpec::split_axis, "Dimension split into blocks to send"),
+        Req("concat_axis", T::kInt, &OpSpec::concat_axis,
+            "Dimension the received blocks join along"),
+        tiled}},
       {OpKind::kPpermute, "ppermute", true, A::kOne, false, S::kCollective, C::kPermute, R::kSum,
-       true, {"perm", "shift"}},
+       true,
+       {Opt("perm", T::kPerm, &OpSpec::perm, "(source, destination) pairs of group indices",
+            "a list of [source, destination] pairs"),
+        Opt("shift", T::kInt, &OpSpec::shift, "A ring shift by k along the named axes")},
+       false,
+       {{{"perm", "shift"}, "ppermute needs perm: [[src, dst], ...] or shift: k"}}},
       {OpKind::kAxisIndex, "axis_index", true, A::kNone, false, S::kFree, C::kAllReduce, R::kSum,
        true, {}},
       {OpKind::kMatmul, "matmul", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
        {}},
       {OpKind::kEinsum, "einsum", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"spec"}},
+       {AttrDef{"spec", T::kString, true, &OpSpec::spec, {}, nullptr,
+                "The contraction, like \"bd,df->bf\"", CheckEinsumSpec}}},
       {OpKind::kAdd, "add", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"scalar"}, true},
+       binary, true},
       {OpKind::kSub, "sub", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"scalar"}, true},
+       binary, true},
       {OpKind::kMul, "mul", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"scalar"}, true},
+       binary, true},
       {OpKind::kDiv, "div", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"scalar"}, true},
+       binary, true},
       {OpKind::kMax, "max", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"scalar"}, true},
+       binary, true},
       {OpKind::kRelu, "relu", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
        {}, true},
       {OpKind::kGelu, "gelu", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
@@ -57,19 +107,27 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kNeg, "neg", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false, {}, true},
       // A reshape relabels the same buffer: no kernel runs.
       {OpKind::kReshape, "reshape", true, A::kOne, false, S::kFree, C::kAllReduce, R::kSum, false,
-       {"shape"}},
+       {Req("shape", T::kShape, &OpSpec::shape, "The new shape; one size may be -1",
+            "a list of sizes like [64, -1]")}},
       {OpKind::kTranspose, "transpose", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
-       false, {"axes"}},
+       false,
+       {Opt("axes", T::kIntList, &OpSpec::axes, "The permutation of dimensions (default: reverse)",
+            "a list of axes like [1, 0]")}},
       {OpKind::kConcatenate, "concatenate", true, A::kAtLeastTwo, false, S::kCompute,
-       C::kAllReduce, R::kSum, false, {"axis"}},
+       C::kAllReduce, R::kSum, false, {axis}},
       {OpKind::kSplit, "split", true, A::kOne, true, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"sections", "axis"}},
+       {Req("sections", T::kPositiveInt, &OpSpec::sections, "Equal parts, one output each"),
+        axis},
+       false, {}, "sections"},
       {OpKind::kSlice, "slice", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {"start", "size", "axis"}},
+       {Req("start", T::kNonNegativeInt, &OpSpec::start, "First index taken along axis"),
+        Req("size", T::kPositiveInt, &OpSpec::size, "Number of indices taken"), axis}},
       {OpKind::kAllgatherMatmul, "allgather_matmul", true, A::kTwo, false, S::kComposite,
-       C::kAllGather, R::kSum, true, {"gather", "variant"}},
+       C::kAllGather, R::kSum, true,
+       {OneOf("gather", &OpSpec::gather, {"lhs", "rhs"}, "The operand gathered (default rhs)"),
+        variant}},
       {OpKind::kMatmulReduceScatter, "matmul_reduce_scatter", true, A::kTwo, false,
-       S::kComposite, C::kReduceScatter, R::kSum, true, {"scatter_dimension", "variant"}},
+       S::kComposite, C::kReduceScatter, R::kSum, true, {scatter_dimension, variant}},
       // Internal ops of collective matmul loops: XLA fuses the slice into the consuming matmul
       // and writes the concatenation's blocks in place, so neither costs a kernel.
       {OpKind::kDynamicSlice, "dynamic_slice", false, A::kOne, false, S::kFree, C::kAllReduce,
@@ -77,6 +135,33 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kDynamicConcat, "dynamic_concat", false, A::kAtLeastTwo, false, S::kFree,
        C::kAllReduce, R::kSum, true, {}},
   };
+  // clang-format on
+}
+
+// "'x'" joined by ", " for messages.
+std::string JoinValues(const std::vector<const char*>& values) {
+  std::string text;
+  for (const char* v : values) text += (text.empty() ? "" : ", ") + std::string(v);
+  return text;
+}
+
+// Whether the field of `attr` holds a value in `op` that says it was given (a non-empty string
+// or list, a set optional); integers and bools always count as given.
+bool AttrGiven(const OpSpec& op, const AttrDef& attr) {
+  return std::visit(
+      [&](auto member) -> bool {
+        const auto& v = op.*member;
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool>) {
+          return true;
+        } else if constexpr (std::is_same_v<V, std::optional<int>> ||
+                             std::is_same_v<V, std::optional<double>>) {
+          return v.has_value();
+        } else {
+          return !v.empty();
+        }
+      },
+      attr.field);
 }
 
 }  // namespace
@@ -124,7 +209,7 @@ std::vector<std::string> OpKeys(OpKind kind) {
   if (def.arity != OpArity::kNone) keys.push_back("in");
   keys.insert(keys.end(), {"out", "name", "where"});
   if (def.takes_axis_name) keys.push_back("axis_name");
-  keys.insert(keys.end(), def.keys.begin(), def.keys.end());
+  for (const AttrDef& attr : def.attrs) keys.emplace_back(attr.name);
   if (def.stream == OpStream::kCollective || def.stream == OpStream::kComposite) {
     keys.push_back("algorithm");
   }
@@ -140,6 +225,125 @@ std::vector<std::string> AllOpKeys() {
     }
   }
   return all;
+}
+
+const AttrDef* FindAttr(const OpDef& def, std::string_view name) {
+  for (const AttrDef& attr : def.attrs) {
+    if (name == attr.name) return &attr;
+  }
+  return nullptr;
+}
+
+void SetAttr(OpSpec& op, const AttrDef& attr, const AttrValue& value) {
+  std::visit(
+      [&](auto member, const auto& v) {
+        auto& field = op.*member;
+        using F = std::decay_t<decltype(field)>;
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<F, V> ||
+                      (std::is_same_v<F, std::optional<double>> && std::is_same_v<V, double>)) {
+          field = v;
+        } else if constexpr (std::is_same_v<F, std::optional<int>> && std::is_same_v<V, int64_t>) {
+          if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+            throw std::logic_error("internal error: " + std::string(attr.name) +
+                                   " out of int range");
+          }
+          field = static_cast<int>(v);
+        } else {
+          throw std::logic_error("internal error: attribute " + std::string(attr.name) +
+                                 " read as a type its OpSpec field does not hold");
+        }
+      },
+      attr.field, value);
+}
+
+int64_t IntAttr(const OpSpec& op, const AttrDef& attr) {
+  return std::visit(
+      [&](auto member) -> int64_t {
+        const auto& v = op.*member;
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, int64_t>) {
+          return v;
+        } else if constexpr (std::is_same_v<V, std::optional<int>>) {
+          return v.value_or(0);
+        } else {
+          throw std::logic_error("internal error: " + std::string(attr.name) +
+                                 " is not an integer attribute");
+        }
+      },
+      attr.field);
+}
+
+std::optional<AttrError> CheckAttrs(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  const std::string name = def.name;
+  for (const AttrDef& attr : def.attrs) {
+    const bool given = AttrGiven(op, attr);
+    // Only a string or an optional can say "not given": an empty list is a value ([] is a
+    // reshape to a scalar), and an integer's default is one.
+    const bool tells_missing = std::holds_alternative<std::string OpSpec::*>(attr.field) ||
+                               std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
+                               std::holds_alternative<std::optional<double> OpSpec::*>(attr.field);
+    if (attr.required && tells_missing && !given) {
+      return AttrError{attr.name, name + " needs " + attr.name};
+    }
+    if (attr.type == AttrType::kPositiveInt || attr.type == AttrType::kNonNegativeInt) {
+      const int64_t v = IntAttr(op, attr);
+      const int64_t min = attr.type == AttrType::kPositiveInt ? 1 : 0;
+      if (v < min) {
+        return AttrError{attr.name, name + " needs " + attr.name + " >= " + std::to_string(min) +
+                                        ", got " + std::to_string(v)};
+      }
+    }
+    if (attr.type == AttrType::kOneOf) {
+      const std::string& v = op.*std::get<std::string OpSpec::*>(attr.field);
+      const bool allowed = std::any_of(attr.values.begin(), attr.values.end(),
+                                       [&](const char* a) { return v == a; });
+      if (!allowed) {
+        return AttrError{attr.name, std::string(attr.name) + " must be one of " +
+                                        JoinValues(attr.values) + ", got '" + v + "'"};
+      }
+    }
+    if (attr.check && given) {
+      std::string wrong = attr.check(op);
+      if (!wrong.empty()) return AttrError{attr.name, std::move(wrong)};
+    }
+  }
+  for (const ExactlyOneOf& group : def.exactly_one_of) {
+    std::vector<const char*> given;
+    for (const char* attr : group.names) {
+      if (AttrGiven(op, *FindAttr(def, attr))) given.push_back(attr);
+    }
+    if (given.size() > 1) {
+      return AttrError{given.back(),
+                       "give either " + std::string(given[0]) + " or " + given[1] + ", not both"};
+    }
+  }
+  return std::nullopt;
+}
+
+const char* ArityBlamesAttr(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  if (def.arity == OpArity::kBinary && op.in.size() == 2 && op.scalar) return "scalar";
+  return nullptr;
+}
+
+std::vector<std::string> CollectiveOpNames() {
+  std::vector<std::string> names;
+  for (const OpDef& def : OpRegistry()) {
+    if (def.user_visible && def.stream == OpStream::kCollective) names.emplace_back(def.name);
+  }
+  return names;
+}
+
+std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
+  std::vector<std::string> names;
+  for (const OpDef& def : OpRegistry()) {
+    if (def.user_visible && def.stream == OpStream::kCollective && def.collective == kind) {
+      names.emplace_back(def.name);
+    }
+  }
+  return names;
 }
 
 std::string CheckArity(const OpSpec& op) {

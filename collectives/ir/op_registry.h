@@ -1,12 +1,15 @@
 // The op registry: one entry per op of the program IR, the single source of truth for its
-// name, arity, run-file keys, whether it communicates (and as which collective), and how it
-// is costed. The YAML loader, lowering, the executors and the timing engine read it; none of
-// them keeps its own list of op names.
+// name, arity, typed attributes (run-file keys), whether it communicates (and as which collective),
+// and how it is costed. The YAML loader, lowering, the executors and the timing engine read it;
+// none of them keeps its own list of op names.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "collectives/collective.h"
@@ -31,6 +34,50 @@ enum class OpStream {
   kComposite,   // Expands at lowering into primitives (collective matmuls).
 };
 
+// The type of an op attribute: how its run-file value is read and what values it takes.
+enum class AttrType {
+  kInt,             // Any integer (axes may count from the end).
+  kNonNegativeInt,  // An integer >= 0.
+  kPositiveInt,     // An integer >= 1.
+  kBool,            // true or false.
+  kIntList,         // A list of integers like [1, 0].
+  kShape,           // A reshape target: sizes >= 1, at most one -1 (the rest).
+  kString,          // A string (the attribute's check may refuse some).
+  kOneOf,           // One of the attribute's `values`.
+  kNumber,          // A number.
+  kPerm,            // [[source, destination], ...]: indices into the op's group, each once.
+};
+
+// Where an attribute's value is stored: a member of OpSpec of the type its AttrType reads.
+using AttrField =
+    std::variant<int64_t OpSpec::*, bool OpSpec::*, std::optional<int> OpSpec::*,
+                 std::optional<double> OpSpec::*, std::string OpSpec::*,
+                 std::vector<int64_t> OpSpec::*, std::vector<std::pair<int, int>> OpSpec::*>;
+
+// A value read for an attribute, before it is stored in OpSpec.
+using AttrValue = std::variant<int64_t, bool, double, std::string, std::vector<int64_t>,
+                               std::vector<std::pair<int, int>>>;
+
+// One attribute (run-file key) of an op.
+struct AttrDef {
+  const char* name;                 // Run-file key ("split_axis").
+  AttrType type;                    // How its value is read.
+  bool required;                    // Must be given.
+  AttrField field;                  // Where the value goes in OpSpec.
+  std::vector<const char*> values;  // kOneOf: the allowed values.
+  const char* expected;             // List types: what a value of the wrong form should be.
+  const char* doc;                  // One line for usage text.
+  // Extra check of the stored value: "" or what is wrong (einsum's operand count).
+  std::string (*check)(const OpSpec& op) = nullptr;
+};
+
+// Attributes of one op of which exactly one must be given (ppermute: perm or shift).
+struct ExactlyOneOf {
+  // The attributes; the loader's "give either a or b, not both" names the first two given.
+  std::vector<const char*> names;
+  const char* missing;  // Message when none is given.
+};
+
 // One op of the registry.
 struct OpDef {
   OpKind kind;                    // The op.
@@ -42,8 +89,11 @@ struct OpDef {
   CollectiveKind collective;      // kCollective: what the algorithms run.
   ReduceOp reduce;                // kCollective reductions: how partial values combine.
   bool takes_axis_name;           // Has `axis_name` (collectives, axis_index, internal ops).
-  std::vector<const char*> keys;  // Run-file keys beyond op/in/out/name/axis_name/algorithm.
+  std::vector<AttrDef> attrs;     // Attributes beyond op/in/out/name/where/axis_name/algorithm.
   bool elementwise = false;       // Output element i depends on input element i only.
+  std::vector<ExactlyOneOf> exactly_one_of = {};  // Groups of mutually exclusive attributes.
+  // multi_output: the kPositiveInt attribute that gives the number of outputs ("sections").
+  const char* output_count = nullptr;
 };
 
 // Every op, internal ones included, in SPEC order.
@@ -58,8 +108,35 @@ std::vector<std::string> UserOpNames();
 std::vector<std::string> OpKeys(OpKind kind);
 // Every key any op takes (so a known key on the wrong op gets a precise message).
 std::vector<std::string> AllOpKeys();
+// The attribute `name` of `def`, or nullptr.
+const AttrDef* FindAttr(const OpDef& def, std::string_view name);
+// Stores `value` into the field of `attr` in `op`; throws std::logic_error if the value's type
+// does not fit the field (a registry bug).
+void SetAttr(OpSpec& op, const AttrDef& attr, const AttrValue& value);
+// The integer held by an integer attribute of `op` (throws std::logic_error for other types).
+int64_t IntAttr(const OpSpec& op, const AttrDef& attr);
+// What is wrong with an attribute of an op built in C++ (CheckAttrs).
+struct AttrError {
+  std::string attr;     // The attribute to blame ("sections").
+  std::string message;  // "split needs sections >= 1, got 0".
+};
+// Checks `op`'s attributes against its registry entry as far as OpSpec can tell; nullopt if
+// they pass. Required strings and optionals are set, integers are in their type's range,
+// kOneOf values are allowed, at most one of each ExactlyOneOf group is set (an empty list
+// counts as not set), and each attribute's own check passes. (An integer or list field cannot
+// tell "not given" from its default, so those required attributes are enforced by the loader
+// only.)
+std::optional<AttrError> CheckAttrs(const OpSpec& op);
 // Checks the input count of `op` against its arity; returns "" or what is wrong
 // ("matmul takes 2 inputs (in: [a, b]), got 1").
 std::string CheckArity(const OpSpec& op);
+// The attribute CheckArity's complaint is about when it is not the inputs ("scalar" for a
+// binary op given two inputs and a scalar), or nullptr.
+const char* ArityBlamesAttr(const OpSpec& op);
+// The ops that run as collectives (stream kCollective), by name, in registry order.
+std::vector<std::string> CollectiveOpNames();
+// The collective ops (stream kCollective) that run `kind`, by name ("psum", "pmean", ... for
+// all-reduce).
+std::vector<std::string> CollectiveOpNames(CollectiveKind kind);
 
 }  // namespace shardsim

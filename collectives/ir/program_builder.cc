@@ -46,10 +46,23 @@ std::string ProgramBuilder::Add(OpSpec op) {
   }
   std::string wrong = CheckArity(op);
   if (!wrong.empty()) throw SpecError(op.key + ".in", wrong);
+  if (std::optional<AttrError> attr = CheckAttrs(op)) {
+    throw SpecError(op.key + "." + attr->attr, attr->message);
+  }
   for (const std::string& name : op.in) {
     if (!defined_.count(name)) throw SpecError(op.key + ".in", "'" + name + "' is not defined");
   }
-  if (op.out.empty()) op.out.push_back(Fresh());
+  // Outputs: as many fresh names as the op makes when none are given.
+  const int64_t outputs = def.output_count ? IntAttr(op, *FindAttr(def, def.output_count)) : 1;
+  if (op.out.empty()) {
+    for (int64_t i = 0; i < outputs; ++i) op.out.push_back(Fresh());
+  }
+  if (def.output_count && static_cast<int64_t>(op.out.size()) != outputs) {
+    throw SpecError(op.key + ".out", std::string(def.name) + " makes " + std::to_string(outputs) +
+                                         " outputs (" + def.output_count + ": " +
+                                         std::to_string(outputs) + "), got " +
+                                         std::to_string(op.out.size()) + " names");
+  }
   if (!def.multi_output && op.out.size() != 1) {
     throw SpecError(op.key + ".out", std::string(def.name) + " makes one output, got " +
                                          std::to_string(op.out.size()) + " names");

@@ -13,7 +13,8 @@
 namespace shardsim {
 
 // Appends arrays, ops and outputs to a program, checking each against the op registry (arity,
-// output count) and the names defined so far. Errors are SpecErrors keyed like run files
+// attributes as CheckAttrs does, output count) and the names defined so far. Errors are SpecErrors
+// keyed like run files
 // ("program.3", "arrays.x", "outputs.y"). Ops without output names get fresh ones ("v0", ...).
 class ProgramBuilder {
  public:

@@ -7,6 +7,8 @@
 #include <memory>
 #include <sstream>
 
+#include "collectives/algorithm.h"
+#include "collectives/ir/op_registry.h"
 #include "collectives/numerics_check.h"
 #include "collectives/placement.h"
 #include "collectives/runtime/machine.h"
@@ -14,6 +16,7 @@
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
+#include "sim/closest_name.h"
 #include "topology/build.h"
 
 namespace shardsim {
@@ -44,7 +47,9 @@ ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<Me
   x.shape = {elements};
   x.dtype = DType::kF32;
   x.init.kind = InitSpec::Kind::kArange;
-  if (kind == OpKind::kAllGather) x.sharding.dims = {group_axes};  // Each holds S / n.
+  const CollectiveKind collective = Op(kind).collective;
+  // Each holds S / n.
+  if (collective == CollectiveKind::kAllGather) x.sharding.dims = {group_axes};
   p.arrays.push_back(x);
   OpSpec op;
   op.kind = kind;
@@ -61,8 +66,7 @@ ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<Me
   out.name = "y";
   out.key = "--op";
   // Outputs that differ per device are sharded over the group's axes.
-  if (kind != OpKind::kAllGather && kind != OpKind::kPsum && kind != OpKind::kPmean &&
-      kind != OpKind::kPmax && kind != OpKind::kPmin) {
+  if (collective != CollectiveKind::kAllGather && collective != CollectiveKind::kAllReduce) {
     out.spec.dims = {group_axes};
   }
   // Axes outside the group hold different data too when the input is arange on each device:
@@ -73,11 +77,16 @@ ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<Me
 
 }  // namespace
 
+std::string CollectiveOpChoices() { return JoinNamesOr(CollectiveOpNames()); }
+
+std::string AlgorithmChoices() { return JoinNames(AlgorithmNames()); }
+
 double BusBandwidthFactor(const std::string& op, int n) {
   if (n <= 1) return 0;
   double f = static_cast<double>(n - 1) / n;
-  if (op == "psum" || op == "pmean" || op == "pmax" || op == "pmin") return 2 * f;
-  if (op == "ppermute") return 1;
+  const OpDef* def = FindOp(op);
+  if (def && def->collective == CollectiveKind::kAllReduce) return 2 * f;
+  if (def && def->collective == CollectiveKind::kPermute) return 1;
   return f;
 }
 
@@ -101,13 +110,11 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
   const Topology& topology = machine.topology();
   std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
   std::vector<std::string> group_axes = ParseListFlag("--axis", o.axis);
-  std::optional<OpKind> kind = ParseOpKind(o.op);
-  if (!kind || !IsCollective(*kind) || *kind == OpKind::kAllgatherMatmul ||
-      *kind == OpKind::kMatmulReduceScatter) {
-    throw InputError("--op " + o.op +
-                     ": expected psum, pmean, pmax, pmin, psum_scatter, all_gather, all_to_all "
-                     "or ppermute");
+  const OpDef* def = FindOp(o.op);
+  if (!def || def->stream != OpStream::kCollective) {
+    throw InputError("--op " + o.op + ": expected " + CollectiveOpChoices());
   }
+  const OpKind kind = def->kind;
   std::vector<Bytes> sizes = ParseSizesFlag("--sizes", o.sizes);
   std::vector<int> devices;
   try {
@@ -138,7 +145,7 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
                        " of host memory, over the " + FormatBytes(kNumericsBudget) +
                        " budget of --numerics on; use smaller sizes or --numerics off");
     }
-    ProgramSpec program = SweepProgram(o, axes, group_axes, *kind, elements);
+    ProgramSpec program = SweepProgram(o, axes, group_axes, kind, elements);
     try {
       CheckProgram(mesh, program);
     } catch (const SpecError& e) {

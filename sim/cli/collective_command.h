@@ -12,8 +12,7 @@ struct CollectiveCommandOptions {
   std::string shape;         // --shape 4x4, or empty
   std::optional<int> nodes;  // --nodes, if given.
   std::string mesh;          // --mesh dp=4,tp=2
-  std::string
-      op;  // --op psum | all_gather | psum_scatter | all_to_all | ppermute | pmax | pmin | pmean
+  std::string op;            // --op: a collective of the op registry (CollectiveOpChoices()).
   std::string axis;                 // --axis dp[,tp]
   std::string sizes = "1KiB:1GiB";  // --sizes
   std::string algorithm = "auto";   // --algorithm
@@ -25,6 +24,11 @@ struct CollectiveCommandOptions {
 // bus bandwidth factors). Returns 1 if a --numerics on check failed, else 0. Throws
 // InputError for bad input.
 int RunCollectiveCommand(const CollectiveCommandOptions& options);
+
+// The values --op takes, from the op registry: "psum, pmean, ... or ppermute".
+std::string CollectiveOpChoices();
+// The values --algorithm takes, from the algorithm registry: "ring, ..., auto".
+std::string AlgorithmChoices();
 
 // nccl-tests' busbw factor for an op over n devices: 2(n-1)/n for all-reduce, (n-1)/n for
 // all-gather, reduce-scatter and all-to-all, 1 for a permute.

@@ -81,15 +81,10 @@ int main(int argc, char** argv) {
   coll_cmd->add_option("--shape", coll.shape, "Chips per torus dimension, e.g. 4x4");
   coll_cmd->add_option("--nodes", coll.nodes, "Nodes of a multi-node GPU preset");
   coll_cmd->add_option("--mesh", coll.mesh, "Mesh axes, e.g. dp=4,tp=2")->required();
-  coll_cmd
-      ->add_option("--op", coll.op,
-                   "psum, pmean, pmax, pmin, psum_scatter, all_gather, "
-                   "all_to_all or ppermute")
-      ->required();
+  coll_cmd->add_option("--op", coll.op, shardsim::CollectiveOpChoices())->required();
   coll_cmd->add_option("--axis", coll.axis, "Mesh axis or axes, e.g. dp or dp,tp")->required();
   coll_cmd->add_option("--sizes", coll.sizes, "MIN:MAX[:FACTOR] or one size (default 1KiB:1GiB)");
-  coll_cmd->add_option("--algorithm", coll.algorithm,
-                       "ring, bidirectional_ring, torus_2d, direct, halving_doubling, tree, auto");
+  coll_cmd->add_option("--algorithm", coll.algorithm, shardsim::AlgorithmChoices());
   coll_cmd->add_option("--csv", coll.csv_path, "Also write the table as CSV");
   coll_cmd->add_option("--numerics", coll.numerics, "Check the data too: on or off (default)")
       ->check(CLI::IsMember({"on", "off"}));

@@ -613,9 +613,9 @@ std::vector<std::string> ReadAxisNames(const YamlValue& value, const std::vector
 }
 
 // `perm: [[src, dst], ...]`: linear indices in [0, group), each source and destination once.
-std::vector<std::pair<int, int>> ReadPerm(const YamlValue& value, int group,
+std::vector<std::pair<int, int>> ReadPerm(const YamlValue& value, const char* expected, int group,
                                           const std::vector<std::string>& axis_name) {
-  if (!value.IsList()) value.Expected("a list of [source, destination] pairs");
+  if (!value.IsList()) value.Expected(expected);
   std::vector<std::pair<int, int>> perm;
   std::set<int> sources;
   std::set<int> destinations;
@@ -642,9 +642,9 @@ std::vector<std::pair<int, int>> ReadPerm(const YamlValue& value, int group,
   return perm;
 }
 
-// reshape's `shape`: positive sizes, at most one -1.
-Shape ReadReshape(const YamlValue& value) {
-  if (!value.IsList()) value.Expected("a list of sizes like [64, -1]");
+// reshape's `shape`: positive sizes, at most one -1; `expected` describes the form.
+Shape ReadReshape(const YamlValue& value, const char* expected) {
+  if (!value.IsList()) value.Expected(expected);
   Shape shape;
   bool inferred = false;
   for (const YamlValue& entry : value.List()) {
@@ -658,6 +658,43 @@ Shape ReadReshape(const YamlValue& value) {
     shape.push_back(size);
   }
   return shape;
+}
+
+// The value of op attribute `attr`, read by its type; `group` and `axis_name` are the op's
+// group size and axes, for perm.
+AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
+                   const std::vector<std::string>& axis_name) {
+  switch (attr.type) {
+    case AttrType::kInt:
+      // A field of C++ int (ppermute's shift) is range-checked here, with the location.
+      if (std::holds_alternative<std::optional<int> OpSpec::*>(attr.field)) {
+        return int64_t{value.Int(std::numeric_limits<int>::min())};
+      }
+      return value.Int64();
+    case AttrType::kNonNegativeInt:
+      return value.Int64(0);
+    case AttrType::kPositiveInt:
+      return value.Int64(1);
+    case AttrType::kBool:
+      return value.Bool();
+    case AttrType::kIntList: {
+      if (!value.IsList()) value.Expected(attr.expected);
+      std::vector<int64_t> list;
+      for (const YamlValue& entry : value.List()) list.push_back(entry.Int64());
+      return list;
+    }
+    case AttrType::kShape:
+      return ReadReshape(value, attr.expected);
+    case AttrType::kString:
+      return value.String();
+    case AttrType::kOneOf:
+      return value.OneOf(std::vector<std::string>(attr.values.begin(), attr.values.end()));
+    case AttrType::kNumber:
+      return value.Number();
+    case AttrType::kPerm:
+      return ReadPerm(value, attr.expected, group, axis_name);
+  }
+  throw std::logic_error("internal error: attribute type without a reader");
 }
 
 // One op of `program:` (the entry at `index`).
@@ -757,61 +794,41 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
       op.where.push_back({name, index});
     }
   }
-  if (auto v = map.Find("axis")) op.axis = v->Int64();
-  if (auto v = map.Find("scatter_dimension")) op.scatter_dimension = v->Int64();
-  if (op.kind == OpKind::kAllToAll) {
-    op.split_axis = map.Get("split_axis").Int64();
-    op.concat_axis = map.Get("concat_axis").Int64();
-  }
-  if (auto v = map.Find("tiled")) op.tiled = v->Bool();
-  if (op.kind == OpKind::kPpermute) {
-    std::optional<YamlValue> perm = map.Find("perm");
-    std::optional<YamlValue> shift = map.Find("shift");
-    if (perm && shift) Later(*perm, *shift).FailAtKey("give either perm or shift, not both");
-    if (!perm && !shift) {
-      value.FailChild("perm", "ppermute needs perm: [[src, dst], ...] or shift: k");
+  // The op's attributes, each read by its type and stored where the registry says.
+  for (const ExactlyOneOf& group_def : def->exactly_one_of) {
+    std::vector<std::pair<std::string, YamlValue>> given;
+    for (const char* name : group_def.names) {
+      if (auto v = map.Find(name)) given.emplace_back(name, *v);
     }
-    if (perm) op.perm = ReadPerm(*perm, group, op.axis_name);
-    if (shift) op.shift = shift->Int(std::numeric_limits<int>::min());
+    if (given.size() > 1) {
+      Later(given[0].second, given[1].second)
+          .FailAtKey("give either " + given[0].first + " or " + given[1].first + ", not both");
+    }
+    if (given.empty()) value.FailChild(group_def.names[0], group_def.missing);
   }
-  if (auto v = map.Find("scalar")) op.scalar = v->Number();
-  if (op.kind == OpKind::kEinsum) {
-    YamlValue spec = map.Get("spec");
-    op.spec = spec.String();
-    const std::string operands = op.spec.substr(0, op.spec.find("->"));
-    const size_t count = std::count(operands.begin(), operands.end(), ',') + 1;
-    if (op.spec.empty() || count != 2) {
-      spec.Fail("expected an einsum spec with two operands like \"bd,df->bf\", got \"" + op.spec +
-                "\"");
+  for (const AttrDef& attr : def->attrs) {
+    std::optional<YamlValue> v = attr.required ? map.Get(attr.name) : map.Find(attr.name);
+    if (!v) continue;
+    SetAttr(op, attr, ReadAttr(*v, attr, group, op.axis_name));
+    if (attr.check) {
+      const std::string wrong = attr.check(op);
+      if (!wrong.empty()) v->Fail(wrong);
     }
   }
-  if (op.kind == OpKind::kReshape) op.shape = ReadReshape(map.Get("shape"));
-  if (auto v = map.Find("axes")) {
-    if (!v->IsList()) v->Expected("a list of axes like [1, 0]");
-    for (const YamlValue& entry : v->List()) op.axes.push_back(entry.Int64());
-  }
-  if (op.kind == OpKind::kSplit) {
-    op.sections = map.Get("sections").Int64(1);
-    if (static_cast<int64_t>(op.out.size()) != op.sections) {
-      out.Fail("split makes " + std::to_string(op.sections) + " outputs (sections: " +
-               std::to_string(op.sections) + "), got " + std::to_string(op.out.size()) + " names");
+  if (def->output_count) {
+    const int64_t count = IntAttr(op, *FindAttr(*def, def->output_count));
+    if (static_cast<int64_t>(op.out.size()) != count) {
+      out.Fail(kind_name + " makes " + std::to_string(count) + " outputs (" + def->output_count +
+               ": " + std::to_string(count) + "), got " + std::to_string(op.out.size()) + " names");
     }
-  }
-  if (op.kind == OpKind::kSlice) {
-    op.start = map.Get("start").Int64(0);
-    op.size = map.Get("size").Int64(1);
   }
   if (auto v = map.Find("algorithm")) op.algorithm = v->OneOf(AlgorithmNames());
-  if (auto v = map.Find("gather")) op.gather = v->OneOf({"lhs", "rhs"});
-  if (auto v = map.Find("variant")) {
-    op.variant = v->OneOf({"blocking", "unidirectional", "bidirectional"});
-  }
 
   // Input counts, by the op's arity in the registry.
   if (in) {
     const std::string wrong = CheckArity(op);
     if (!wrong.empty()) {
-      if (op.in.size() == 2 && op.scalar) map.Find("scalar")->FailAtKey(wrong);
+      if (const char* attr = ArityBlamesAttr(op)) map.Find(attr)->FailAtKey(wrong);
       in->Fail(wrong);
     }
   }
@@ -889,10 +906,7 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
 // The keys of `options.algorithms`: JAX's collective names and the generic kinds, from the
 // op registry.
 std::vector<std::string> AlgorithmKeys() {
-  std::vector<std::string> keys;
-  for (const OpDef& def : OpRegistry()) {
-    if (def.user_visible && def.stream == OpStream::kCollective) keys.emplace_back(def.name);
-  }
+  std::vector<std::string> keys = CollectiveOpNames();
   for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                               CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
                               CollectiveKind::kPermute}) {

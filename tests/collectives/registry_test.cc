@@ -1,6 +1,10 @@
-// The op and algorithm registries: one entry per op kind in order, names that round-trip, keys
-// and arities the loader reads from them, and algorithm support decided before a run.
+// The op and algorithm registries: one entry per op kind in order, names that round-trip, typed
+// attributes, keys and arities the loader reads from them, attributes the builder checks, and
+// algorithm support decided before a run.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
 
 #include "collectives/algorithm.h"
 #include "collectives/ir/op_registry.h"
@@ -91,6 +95,175 @@ TEST(AlgorithmRegistryTest, RefusedAtLowering) {
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "program.0");
   }
+}
+
+// A value of each attribute type, as the loader would read it.
+AttrValue SampleValue(const AttrDef& attr) {
+  switch (attr.type) {
+    case AttrType::kInt:
+    case AttrType::kNonNegativeInt:
+    case AttrType::kPositiveInt:
+      return int64_t{1};
+    case AttrType::kBool:
+      return true;
+    case AttrType::kIntList:
+    case AttrType::kShape:
+      return std::vector<int64_t>{1, 0};
+    case AttrType::kString:
+      return std::string("ab,bc->ac");
+    case AttrType::kOneOf:
+      return std::string(attr.values.at(0));
+    case AttrType::kNumber:
+      return 1.5;
+    case AttrType::kPerm:
+      return std::vector<std::pair<int, int>>{{0, 1}};
+  }
+  return int64_t{0};
+}
+
+TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
+  const std::set<std::string> common = {"op",    "in",        "out",      "name",
+                                        "where", "axis_name", "algorithm"};
+  for (const OpDef& def : OpRegistry()) {
+    if (!def.user_visible) continue;
+    SCOPED_TRACE(def.name);
+    std::set<std::string> names;
+    for (const AttrDef& attr : def.attrs) {
+      EXPECT_TRUE(names.insert(attr.name).second) << "twice: " << attr.name;
+      EXPECT_EQ(common.count(attr.name), 0u) << attr.name << " is a key of every op";
+      EXPECT_NE(std::string(attr.doc), "") << attr.name;
+      if (attr.type == AttrType::kOneOf) {
+        ASSERT_FALSE(attr.values.empty()) << attr.name;
+        // OpSpec's default is one of the values.
+        const std::string default_value = OpSpec{}.*std::get<std::string OpSpec::*>(attr.field);
+        EXPECT_TRUE(std::any_of(attr.values.begin(), attr.values.end(),
+                                [&](const char* v) { return default_value == v; }))
+            << attr.name << " defaults to " << default_value;
+      } else {
+        EXPECT_TRUE(attr.values.empty()) << attr.name;
+      }
+      if (attr.type == AttrType::kIntList || attr.type == AttrType::kShape ||
+          attr.type == AttrType::kPerm) {
+        EXPECT_NE(attr.expected, nullptr) << attr.name << " needs its expected form";
+      }
+      // The field holds what the type reads.
+      OpSpec op;
+      op.kind = def.kind;
+      EXPECT_NO_THROW(SetAttr(op, attr, SampleValue(attr))) << attr.name;
+      EXPECT_EQ(FindAttr(def, attr.name), &attr);
+    }
+    for (const ExactlyOneOf& group : def.exactly_one_of) {
+      EXPECT_GE(group.names.size(), 2u);
+      for (const char* name : group.names) {
+        ASSERT_NE(FindAttr(def, name), nullptr) << name;
+        EXPECT_FALSE(FindAttr(def, name)->required) << name << " is in an exactly-one-of group";
+      }
+    }
+    EXPECT_EQ(def.output_count != nullptr, def.multi_output);
+    if (def.output_count) {
+      ASSERT_NE(FindAttr(def, def.output_count), nullptr);
+      EXPECT_EQ(FindAttr(def, def.output_count)->type, AttrType::kPositiveInt);
+      EXPECT_TRUE(FindAttr(def, def.output_count)->required);
+    }
+  }
+}
+
+TEST(OpAttrsTest, KeysComeFromTheAttributes) {
+  EXPECT_EQ(OpKeys(OpKind::kSlice), (std::vector<std::string>{"op", "in", "out", "name", "where",
+                                                              "start", "size", "axis"}));
+  EXPECT_EQ(OpKeys(OpKind::kPpermute),
+            (std::vector<std::string>{"op", "in", "out", "name", "where", "axis_name", "perm",
+                                      "shift", "algorithm"}));
+  const std::vector<std::string> all = AllOpKeys();
+  for (const OpDef& def : OpRegistry()) {
+    if (!def.user_visible) continue;
+    for (const AttrDef& attr : def.attrs) {
+      EXPECT_NE(std::find(all.begin(), all.end(), attr.name), all.end()) << attr.name;
+    }
+  }
+  EXPECT_EQ(CollectiveOpNames(),
+            (std::vector<std::string>{"psum", "pmean", "pmax", "pmin", "psum_scatter", "all_gather",
+                                      "all_to_all", "ppermute"}));
+  EXPECT_EQ(CollectiveOpNames(CollectiveKind::kAllReduce),
+            (std::vector<std::string>{"psum", "pmean", "pmax", "pmin"}));
+}
+
+// The message and key the builder refuses `op` with ("" if it takes it).
+std::pair<std::string, std::string> BuilderRefusal(OpSpec op) {
+  ProgramBuilder b({{"dp", 2}});
+  b.Input("x", {4, 4}, DType::kF32, PartitionSpec{});
+  try {
+    b.Add(std::move(op));
+  } catch (const SpecError& e) {
+    return {e.key(), e.what()};
+  }
+  return {"", ""};
+}
+
+TEST(OpAttrsTest, BuilderChecksAttributes) {
+  OpSpec einsum;
+  einsum.kind = OpKind::kEinsum;
+  einsum.in = {"x", "x"};
+  EXPECT_EQ(BuilderRefusal(einsum),
+            (std::pair<std::string, std::string>{"program.0.spec", "einsum needs spec"}));
+  einsum.spec = "ab->ba";
+  EXPECT_EQ(BuilderRefusal(einsum).first, "program.0.spec");
+  EXPECT_NE(BuilderRefusal(einsum).second.find("two operands"), std::string::npos);
+  einsum.spec = "ab,bc->ac";
+  EXPECT_EQ(BuilderRefusal(einsum).first, "");
+
+  OpSpec split;
+  split.kind = OpKind::kSplit;
+  split.in = {"x"};
+  EXPECT_EQ(BuilderRefusal(split), (std::pair<std::string, std::string>{
+                                       "program.0.sections", "split needs sections >= 1, got 0"}));
+  split.sections = 2;
+  split.out = {"a"};
+  EXPECT_EQ(BuilderRefusal(split),
+            (std::pair<std::string, std::string>{
+                "program.0.out", "split makes 2 outputs (sections: 2), got 1 names"}));
+  // Without names the builder makes one per section.
+  split.out.clear();
+  ProgramBuilder b({{"dp", 2}});
+  b.Input("x", {4, 4}, DType::kF32, PartitionSpec{});
+  b.Add(split);
+  EXPECT_EQ(b.program().ops.back().out, (std::vector<std::string>{"v0", "v1"}));
+
+  // An empty shape is a value (a reshape to a scalar), not a missing attribute.
+  OpSpec reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.in = {"x"};
+  EXPECT_EQ(BuilderRefusal(reshape).first, "");
+
+  OpSpec slice;
+  slice.kind = OpKind::kSlice;
+  slice.in = {"x"};
+  slice.start = -1;
+  slice.size = 2;
+  EXPECT_EQ(BuilderRefusal(slice), (std::pair<std::string, std::string>{
+                                       "program.0.start", "slice needs start >= 0, got -1"}));
+
+  OpSpec matmul;
+  matmul.kind = OpKind::kAllgatherMatmul;
+  matmul.in = {"x", "x"};
+  matmul.axis_name = {"dp"};
+  matmul.variant = "sideways";
+  EXPECT_EQ(BuilderRefusal(matmul),
+            (std::pair<std::string, std::string>{
+                "program.0.variant",
+                "variant must be one of blocking, unidirectional, bidirectional, got 'sideways'"}));
+
+  OpSpec permute;
+  permute.kind = OpKind::kPpermute;
+  permute.in = {"x"};
+  permute.axis_name = {"dp"};
+  permute.perm = {{0, 1}, {1, 0}};
+  permute.shift = 1;
+  EXPECT_EQ(BuilderRefusal(permute),
+            (std::pair<std::string, std::string>{"program.0.shift",
+                                                 "give either perm or shift, not both"}));
+  permute.shift.reset();
+  EXPECT_EQ(BuilderRefusal(permute).first, "");
 }
 
 TEST(ProgramBuilderTest, ChecksNamesAndArity) {
