@@ -259,7 +259,7 @@ void Executor::Start() {
         std::vector<const Array*> ins, outs;
         for (int v : op.in_values) ins.push_back(&lp.values[v]);
         for (int v : op.out_values) outs.push_back(&lp.values[v]);
-        OpCost cost = LocalOpCost(op.spec.kind, ins, outs, op.spec.spec);
+        OpCost cost = LocalOpCost(op.spec, ins, outs);
         op_duration_[i] = config_.compute_model->OpTime(op.spec.kind, cost, outs[0]->dtype());
       }
       continue;

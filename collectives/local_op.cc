@@ -40,6 +40,24 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     return One(Unary(*unary, *inputs[0]));
   }
   switch (op.kind) {
+    case OpKind::kConvert: {
+      need(1);
+      std::optional<DType> dtype = ParseDType(op.dtype);
+      if (!dtype) throw std::invalid_argument("convert: unknown dtype '" + op.dtype + "'");
+      return One(ConvertElementType(*inputs[0], *dtype));
+    }
+    case OpKind::kCustomCall: {
+      std::optional<DType> dtype = ParseDType(op.dtype);
+      if (!dtype) throw std::invalid_argument("custom_call: unknown dtype '" + op.dtype + "'");
+      for (int64_t d : op.shape) {
+        if (d < 0) throw std::invalid_argument("custom_call: shape sizes must be >= 0");
+      }
+      bool data = !inputs.empty() && inputs[0]->has_data();
+      if (!data) return One(Array::ShapeOnly(*dtype, op.shape));
+      return One(Array::FromValues(*dtype, op.shape,
+                                   std::vector<float>(static_cast<size_t>(NumElements(op.shape)),
+                                                      0.0f)));
+    }
     case OpKind::kMatmul:
       need(2);
       return One(Matmul(*inputs[0], *inputs[1]));

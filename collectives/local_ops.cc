@@ -8,6 +8,7 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <initializer_list>
 #include <stdexcept>
@@ -299,6 +300,40 @@ struct TanhFn {
 struct NegFn {
   float operator()(float x) const { return -x; }
 };
+// jax.nn.silu(x) = x * sigmoid(x) = x / (1 + exp(-x)).
+struct SiluFn {
+  float operator()(float x) const { return x / (1.0f + std::exp(-x)); }
+};
+struct LogFn {
+  float operator()(float x) const { return std::log(x); }
+};
+struct SqrtFn {
+  float operator()(float x) const { return std::sqrt(x); }
+};
+struct RsqrtFn {
+  float operator()(float x) const { return 1.0f / std::sqrt(x); }
+};
+struct SquareFn {
+  float operator()(float x) const { return x * x; }
+};
+struct AbsFn {
+  float operator()(float x) const { return std::fabs(x); }
+};
+struct SinFn {
+  float operator()(float x) const { return std::sin(x); }
+};
+struct CosFn {
+  float operator()(float x) const { return std::cos(x); }
+};
+struct IntSquareFn {
+  float operator()(float x) const { return WrapInt(UInt(x) * UInt(x)); }
+};
+struct IntAbsFn {
+  // abs(INT_MIN) wraps to INT_MIN, as XLA's.
+  float operator()(float x) const {
+    return WordToInt(x) < 0 ? WrapInt(0u - UInt(x)) : x;
+  }
+};
 
 // Calls fn with the functor of `kind`.
 template <typename Fn>
@@ -331,6 +366,22 @@ void DispatchUnary(UnaryKind kind, Fn fn) {
       return fn(TanhFn{});
     case UnaryKind::kNeg:
       return fn(NegFn{});
+    case UnaryKind::kSilu:
+      return fn(SiluFn{});
+    case UnaryKind::kLog:
+      return fn(LogFn{});
+    case UnaryKind::kSqrt:
+      return fn(SqrtFn{});
+    case UnaryKind::kRsqrt:
+      return fn(RsqrtFn{});
+    case UnaryKind::kSquare:
+      return fn(SquareFn{});
+    case UnaryKind::kAbs:
+      return fn(AbsFn{});
+    case UnaryKind::kSin:
+      return fn(SinFn{});
+    case UnaryKind::kCos:
+      return fn(CosFn{});
   }
 }
 
@@ -650,6 +701,22 @@ std::optional<UnaryKind> UnaryKindOf(OpKind kind) {
       return UnaryKind::kTanh;
     case OpKind::kNeg:
       return UnaryKind::kNeg;
+    case OpKind::kSilu:
+      return UnaryKind::kSilu;
+    case OpKind::kLog:
+      return UnaryKind::kLog;
+    case OpKind::kSqrt:
+      return UnaryKind::kSqrt;
+    case OpKind::kRsqrt:
+      return UnaryKind::kRsqrt;
+    case OpKind::kSquare:
+      return UnaryKind::kSquare;
+    case OpKind::kAbs:
+      return UnaryKind::kAbs;
+    case OpKind::kSin:
+      return UnaryKind::kSin;
+    case OpKind::kCos:
+      return UnaryKind::kCos;
     default:
       return std::nullopt;
   }
@@ -824,21 +891,27 @@ Array BinaryScalar(BinaryKind kind, const Array& a, double scalar) {
 
 Array Unary(UnaryKind kind, const Array& a) {
   DType dtype = a.dtype();
-  bool transcendental =
-      kind == UnaryKind::kGelu || kind == UnaryKind::kExp || kind == UnaryKind::kTanh;
-  if (dtype == DType::kI32 && transcendental) dtype = DType::kF32;
+  // Ops whose integer results stay integers: relu, neg, square and abs; the others of an i32
+  // operand compute in f32 (JAX promotes integer inputs of transcendental functions).
+  bool integral = kind == UnaryKind::kRelu || kind == UnaryKind::kNeg ||
+                  kind == UnaryKind::kSquare || kind == UnaryKind::kAbs;
+  if (dtype == DType::kI32 && !integral) dtype = DType::kF32;
   if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
   Array holder;
   const float* x = AsDType(a, dtype, holder).data();
   Array out(dtype, a.shape());
   float* o = out.data();
   int64_t n = a.size();
-  if (dtype == DType::kI32) {  // relu and neg stay integral (neg wraps INT_MIN to itself).
+  if (dtype == DType::kI32) {  // Wrapping like XLA: neg and abs of INT_MIN give INT_MIN.
     auto apply = [&](auto f) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
     };
     if (kind == UnaryKind::kNeg) {
       apply(IntNegFn{});
+    } else if (kind == UnaryKind::kSquare) {
+      apply(IntSquareFn{});
+    } else if (kind == UnaryKind::kAbs) {
+      apply(IntAbsFn{});
     } else {
       apply(IntReluFn{});
     }
@@ -849,6 +922,25 @@ Array Unary(UnaryKind kind, const Array& a) {
   });
   out.Round();
   return out;
+}
+
+Array ConvertElementType(const Array& a, DType dtype) {
+  if (a.dtype() == dtype) return a;
+  if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
+  if (dtype != DType::kI32) return ConvertTo(a, dtype);
+  std::vector<float> words(static_cast<size_t>(a.size()));
+  const float* x = a.data();
+  for (int64_t i = 0; i < a.size(); ++i) {
+    double v = std::trunc(static_cast<double>(x[i]));
+    int32_t w = std::isnan(v) ? 0
+                : v <= static_cast<double>(std::numeric_limits<int32_t>::min())
+                    ? std::numeric_limits<int32_t>::min()
+                : v >= static_cast<double>(std::numeric_limits<int32_t>::max())
+                    ? std::numeric_limits<int32_t>::max()
+                    : static_cast<int32_t>(v);
+    words[i] = IntToWord(w);
+  }
+  return Array::FromValues(dtype, a.shape(), std::move(words));
 }
 
 Array Reshape(const Array& a, const Shape& shape) {
@@ -1008,6 +1100,12 @@ Array Stack(const std::vector<Array>& arrays, int axis) {
   return out;
 }
 
+OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
+                   const std::vector<const Array*>& outputs) {
+  if (op.kind == OpKind::kCustomCall) return OpCost{op.flops.value_or(0), op.bytes.value_or(0)};
+  return LocalOpCost(op.kind, inputs, outputs, op.spec);
+}
+
 OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs, const std::string& einsum_spec) {
   double in_bytes = 0, out_bytes = 0, out_elements = 0;
@@ -1054,6 +1152,9 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
       return cost;
     case OpKind::kAxisIndex:
       return OpCost{0, out_bytes};
+    case OpKind::kConvert:
+      cost.flops = out_elements;
+      return cost;
     default:
       assert(false && "LocalOpCost of a collective op");
       return cost;

@@ -27,11 +27,25 @@ namespace shardsim {
 // Elementwise ops of two operands.
 enum class BinaryKind { kAdd, kSub, kMul, kDiv, kMax };
 // Elementwise ops of one operand.
-enum class UnaryKind { kRelu, kGelu, kExp, kTanh, kNeg };
+enum class UnaryKind {
+  kRelu,
+  kGelu,
+  kExp,
+  kTanh,
+  kNeg,
+  kSilu,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kAbs,
+  kSin,
+  kCos
+};
 
 // The BinaryKind of add/sub/mul/div/max; nullopt for other ops.
 std::optional<BinaryKind> BinaryKindOf(OpKind kind);
-// The UnaryKind of relu/gelu/exp/tanh/neg; nullopt for other ops.
+// The UnaryKind of an elementwise op of one operand; nullopt for other ops.
 std::optional<UnaryKind> UnaryKindOf(OpKind kind);
 // The dtype of an op on `a` and `b` (see the rules above).
 DType PromoteTypes(DType a, DType b);
@@ -56,6 +70,10 @@ Array Binary(BinaryKind kind, const Array& a, const Array& b);
 Array BinaryScalar(BinaryKind kind, const Array& a, double scalar);
 // relu, gelu (tanh approximation, jax.nn.gelu's default), exp, tanh, neg.
 Array Unary(UnaryKind kind, const Array& a);
+// jax.lax.convert_element_type(a, dtype): floats round to a narrower float type; floats to
+// i32 truncate toward zero, saturating at the int32 range, NaN to 0 (XLA's conversion);
+// i32 to floats round to the nearest representable value.
+Array ConvertElementType(const Array& a, DType dtype);
 
 // jnp.reshape: same elements in row-major order; one dimension may be -1 (inferred).
 Array Reshape(const Array& a, const Shape& shape);
@@ -85,9 +103,13 @@ struct OpCost {
 // The cost of a local op: matmul/einsum 2*M*N*K per batch element (einsum: 2 * product of
 // the sizes of its letters, plus one FLOP per element summed away first); elementwise ops
 // one FLOP per output element; every op reads its inputs and writes its outputs, except
-// reshape (free: a relabeling) and slice (reads only the slice). `einsum_spec` is needed
-// for einsum only. Collective kinds are not local ops (assert).
+// reshape (free: a relabeling) and slice (reads only the slice); convert one FLOP per element.
+// `einsum_spec` is needed for einsum only. Collective kinds are not local ops.
 OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs, const std::string& einsum_spec = "");
+// The cost of `op` itself: LocalOpCost of its kind, or, for custom_call, the FLOPs and bytes
+// the op states.
+OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
+                   const std::vector<const Array*>& outputs);
 
 }  // namespace shardsim

@@ -47,8 +47,12 @@ namespace {
 //   add/sub: max e_a + e_b, rms e_a (+) e_b (the operands' errors taken as uncorrelated);
 //     mul: |a| e_b + |b| e_a + e_a e_b (M for |a|, |b| in max, R in rms); div: e_a / min|b|
 //     + M(a) e_b / min|b|^2 (unbounded if min|b| <= 2 e_b); scalar ops scale by |s| (mul),
-//     1/|s| (div) or 1; exp: M(out) e^{e_a} e_a; tanh: e_a; gelu: 1.13 e_a (the largest
-//     slope of gelu); plus the rounding term.
+//     1/|s| (div) or 1; exp: M(out) e^{e_a} e_a; tanh, sin, cos: e_a (1-Lipschitz); gelu:
+//     1.13 e_a and silu: 1.1 e_a (their largest slopes); square: 2|a| e_a + e_a^2; log and
+//     rsqrt: e_a times the largest slope over [min|a| - e_a, inf) (unbounded if min|a| <=
+//     2 e_a); sqrt: min(sqrt(e_a), e_a / (2 sqrt(min|a| - e_a))); convert: e_a rounded to
+//     the new dtype, plus one unit when truncating to i32; custom_call: exact (zeros); plus
+//     the rounding term.
 //   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
@@ -238,9 +242,40 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
       return Rounded(Error{slope * a.max, slope * a.rms}, dtype, out);
     }
     case OpKind::kTanh:
+    case OpKind::kSin:
+    case OpKind::kCos:
       return Rounded(a, dtype, out);
     case OpKind::kGelu:
       return Rounded(Error{1.13 * a.max, 1.13 * a.rms}, dtype, out);
+    case OpKind::kSilu:
+      return Rounded(Error{1.1 * a.max, 1.1 * a.rms}, dtype, out);
+    case OpKind::kSquare:
+      return Rounded(Error{2 * sa.max_abs * a.max + a.max * a.max,
+                           2 * sa.rms * a.rms + a.rms * a.rms},
+                     dtype, out);
+    case OpKind::kLog:
+    case OpKind::kRsqrt: {
+      // |f(x + d) - f(x)| <= |d| max|f'| over [m - e, inf): log' = 1/x, rsqrt' = x^-1.5 / 2.
+      double m = sa.min_abs;
+      if (m <= 2 * a.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      double lo = m - a.max;
+      double slope = op.kind == OpKind::kLog ? 1 / lo : 0.5 / (lo * std::sqrt(lo));
+      return Rounded(Error{slope * a.max, slope * a.rms}, dtype, out);
+    }
+    case OpKind::kSqrt: {
+      // |sqrt(x + d) - sqrt(x)| <= min(sqrt|d|, |d| / (2 sqrt(m - |d|))).
+      double m = sa.min_abs;
+      double bound = std::sqrt(a.max);
+      if (m > a.max) bound = std::min(bound, a.max / (2 * std::sqrt(m - a.max)));
+      return Rounded(Error{bound, std::min(bound, a.rms / (2 * std::sqrt(std::max(m, 1e-300))))},
+                     dtype, out);
+    }
+    case OpKind::kConvert:
+      // Truncating to an integer can move a value across an integer: one more unit.
+      if (dtype == DType::kI32) return Error{a.max + 1, a.rms + 1};
+      return Rounded(a, dtype, out);
+    case OpKind::kCustomCall:
+      return Error{};  // Zeros on both sides.
     case OpKind::kMatmul:
     case OpKind::kEinsum:
       return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);

@@ -71,6 +71,21 @@ enum class OpKind {
   // dynamic_update_slice loop of the seed notebook's collective matmuls).
   kDynamicSlice,
   kDynamicConcat,
+  // Elementwise ops of SPEC's list beyond the first five.
+  kSilu,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kAbs,
+  kSin,
+  kCos,
+  // jax.lax.convert_element_type: a cast to `dtype`.
+  kConvert,
+  // An opaque kernel for timing (XLA's custom-call): costs `flops` and `bytes`, makes a `dtype`
+  // array of `shape` holding zeros. For model builders that price a kernel they do not spell
+  // out (a fused attention, say); its values carry no meaning.
+  kCustomCall,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -114,6 +129,9 @@ struct OpSpec {
   // slices off, the blocks it writes into its output): it takes no compute time.
   bool fused = false;
   int64_t block_offset = 0;  // Internal dynamic ops: see OpKind.
+  std::string dtype;             // convert, custom_call: the result's dtype name.
+  std::optional<double> flops;   // custom_call: floating-point operations it costs.
+  std::optional<double> bytes;   // custom_call: bytes of HBM traffic it costs.
   // Where the op runs: only on mesh positions whose coordinate along each named axis is the
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).

@@ -51,6 +51,9 @@ std::vector<OpDef> MakeRegistry() {
       OneOf("variant", &OpSpec::variant, {"blocking", "unidirectional", "bidirectional"},
             "How communication overlaps the matmuls (default blocking)");
   const std::vector<AttrDef> binary = {scalar};
+  const AttrDef dtype{"dtype", T::kOneOf, true, &OpSpec::dtype,
+                      {"f32", "bf16", "f16", "i32", "float32", "bfloat16", "float16", "int32"},
+                      nullptr, "The result's element type"};
   // name, visible, arity, multi-output, stream, collective, reduce, axis_name, attrs,
   // elementwise, exactly-one-of groups, output count. One row per op, laid out by hand.
   // clang-format off
@@ -134,6 +137,31 @@ std::vector<OpDef> MakeRegistry() {
        R::kSum, true, {}},
       {OpKind::kDynamicConcat, "dynamic_concat", false, A::kAtLeastTwo, false, S::kFree,
        C::kAllReduce, R::kSum, true, {}},
+      {OpKind::kSilu, "silu", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kLog, "log", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kSqrt, "sqrt", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kRsqrt, "rsqrt", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kSquare, "square", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {}, true},
+      {OpKind::kAbs, "abs", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kSin, "sin", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kCos, "cos", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {}, true},
+      {OpKind::kConvert, "convert", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {dtype}, true},
+      {OpKind::kCustomCall, "custom_call", true, A::kOneOrMore, false, S::kCompute,
+       C::kAllReduce, R::kSum, false,
+       {Req("shape", T::kShape, &OpSpec::shape, "The result's shape",
+            "a list of sizes like [64, 128]"),
+        dtype,
+        Opt("flops", T::kNumber, &OpSpec::flops, "Floating-point operations it costs"),
+        Opt("bytes", T::kBytes, &OpSpec::bytes, "Bytes of HBM traffic it costs (\"2 MiB\")")}},
   };
   // clang-format on
 }
@@ -365,6 +393,8 @@ std::string CheckArity(const OpSpec& op) {
              " input" + (n == 1 ? "" : "s") + (op.scalar ? "" : " and no scalar");
     case OpArity::kAtLeastTwo:
       return n >= 2 ? "" : name + " takes at least 2 inputs, got " + std::to_string(n);
+    case OpArity::kOneOrMore:
+      return n >= 1 ? "" : name + " takes at least one input, got none";
   }
   return "";
 }

@@ -24,6 +24,7 @@ enum class OpArity {
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
+  kOneOrMore,   // One or more (custom_call: the values it depends on).
 };
 
 // How an op is scheduled on a device.
@@ -45,6 +46,7 @@ enum class AttrType {
   kString,          // A string (the attribute's check may refuse some).
   kOneOf,           // One of the attribute's `values`.
   kNumber,          // A number.
+  kBytes,           // A size: "64 MiB" or a bare count of bytes (stored as a number).
   kPerm,            // [[source, destination], ...]: indices into the op's group, each once.
 };
 

@@ -691,6 +691,8 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
       return value.OneOf(std::vector<std::string>(attr.values.begin(), attr.values.end()));
     case AttrType::kNumber:
       return value.Number();
+    case AttrType::kBytes:
+      return static_cast<double>(value.ToBytes().count());
     case AttrType::kPerm:
       return ReadPerm(value, attr.expected, group, axis_name);
   }

@@ -43,6 +43,8 @@ Sample SampleOf(const AttrDef& attr) {
       return {attr.values.back(), std::string(attr.values.back())};
     case AttrType::kNumber:
       return {"2.5", 2.5};
+    case AttrType::kBytes:
+      return {"2 KiB", 2048.0};
     case AttrType::kPerm:
       return {"[[0, 1], [1, 0]]", std::vector<std::pair<int, int>>{{0, 1}, {1, 0}}};
   }
@@ -97,6 +99,7 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
     case OpArity::kNone:
       break;
     case OpArity::kOne:
+    case OpArity::kOneOrMore:
       entry += ", in: x";
       break;
     case OpArity::kBinary:  // The sample attributes include scalar: one input.
