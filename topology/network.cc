@@ -290,7 +290,8 @@ void Network::Drain(int32_t f) {
 void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // 1. The connected component: links reachable from the seeds through shared flows.
   ++epoch_;
-  std::vector<LinkId> comp_links;
+  std::vector<LinkId>& comp_links = comp_links_;
+  comp_links.clear();
   scratch_flows_.clear();
   for (LinkId l : seed_links) {
     if (scratch_[l].mark != epoch_) {
@@ -317,39 +318,124 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // unfrozen flows is smallest; that share is the max-min fair rate of those flows (no flow
   // through that link can get more without another getting less). Freeze them and charge
   // their share to every link they cross.
-  for (LinkId l : comp_links) {
-    scratch_[l].residual = links_[l].capacity;
-    scratch_[l].unfrozen = links_[l].flows.size();
+  //
+  // The next bottleneck comes from a min-heap rather than a scan of every link of the
+  // component per round (rounds x links was most of the run time on large collectives).
+  // The results are bit-identical to the scan's, because the scan's choice is reproduced
+  // exactly:
+  // - The scan takes the link with the smallest residual / unfrozen, computed in doubles, and
+  //   among equal shares the first in comp_links order. The heap orders entries by the same
+  //   double quotient, then by that position (`order`): a strict total order, so its top is
+  //   exactly the link the scan would pick, whatever the heap's internal arrangement.
+  // - Every link with unfrozen flows has one entry whose share is up to date: a round only
+  //   changes the residual and unfrozen count of links crossed by the flows it freezes; those
+  //   are collected in fill_touched_ and re-keyed (sifted up or down: rounding can make a
+  //   share smaller even though in exact arithmetic it only grows) or removed once they have
+  //   no unfrozen flow, after the round, before the next bottleneck is taken.
+  // - Flows are frozen, residuals charged (in the same order, so the same roundings) and
+  //   rates set (so drain events are scheduled in the same sequence) as the scan did.
+  // A round costs O(t log L) for t touched links of L instead of O(L).
+  fill_heap_.clear();
+  for (size_t i = 0; i < comp_links.size(); ++i) {
+    LinkId l = comp_links[i];
+    LinkScratch& s = scratch_[l];
+    s.residual = links_[l].capacity;
+    s.unfrozen = links_[l].flows.size();
+    s.order = static_cast<int32_t>(i);
+    s.heap_pos = -1;
+    if (s.unfrozen == 0) continue;
+    s.heap_pos = static_cast<int32_t>(fill_heap_.size());
+    fill_heap_.push_back(FillEntry{s.residual / s.unfrozen, s.order, l});
   }
+  for (size_t i = fill_heap_.size() / 2; i-- > 0;) FillSiftDown(i);
   size_t left = scratch_flows_.size();
-  while (left > 0) {
-    LinkId best = -1;
-    double best_share = std::numeric_limits<double>::infinity();
-    for (LinkId l : comp_links) {
-      const LinkScratch& s = scratch_[l];
-      if (s.unfrozen == 0) continue;
-      double share = s.residual / s.unfrozen;
-      if (share < best_share) {
-        best_share = share;
-        best = l;
-      }
+  while (!fill_heap_.empty()) {
+    const LinkId best = fill_heap_[0].link;
+    const double best_share = fill_heap_[0].share;
+    if (!(best_share < std::numeric_limits<double>::infinity())) {
+      throw std::logic_error("progressive filling found no finite fair share");
     }
-    assert(best >= 0);
+    fill_touched_.clear();
     for (int32_t f : links_[best].flows) {
       Flow& flow = flows_[f];
       if (flow.frozen) continue;
       flow.frozen = true;
       --left;
       for (LinkId m : flow.path) {
-        scratch_[m].residual = std::max(0.0, scratch_[m].residual - best_share);
-        --scratch_[m].unfrozen;
+        LinkScratch& s = scratch_[m];
+        s.residual = std::max(0.0, s.residual - best_share);
+        --s.unfrozen;
+        if (!s.touched) {
+          s.touched = true;
+          fill_touched_.push_back(m);
+        }
       }
       SetRate(f, best_share);
     }
+    for (LinkId m : fill_touched_) {
+      scratch_[m].touched = false;
+      FillUpdate(m);
+    }
+    if (scratch_[best].heap_pos >= 0) {
+      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
+    }
   }
+  if (left != 0) throw std::logic_error("progressive filling left flows without a rate");
   if (sim_.tracing()) {
     for (LinkId l : comp_links) TraceUtilization(l);
   }
+}
+
+void Network::FillPlace(size_t i, const FillEntry& e) {
+  fill_heap_[i] = e;
+  scratch_[e.link].heap_pos = static_cast<int32_t>(i);
+}
+
+void Network::FillSiftUp(size_t i) {
+  FillEntry e = fill_heap_[i];
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!FillBefore(e, fill_heap_[parent])) break;
+    FillPlace(i, fill_heap_[parent]);
+    i = parent;
+  }
+  FillPlace(i, e);
+}
+
+void Network::FillSiftDown(size_t i) {
+  FillEntry e = fill_heap_[i];
+  const size_t n = fill_heap_.size();
+  while (true) {
+    size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && FillBefore(fill_heap_[child + 1], fill_heap_[child])) ++child;
+    if (!FillBefore(fill_heap_[child], e)) break;
+    FillPlace(i, fill_heap_[child]);
+    i = child;
+  }
+  FillPlace(i, e);
+}
+
+void Network::FillUpdate(LinkId link) {
+  LinkScratch& s = scratch_[link];
+  if (s.heap_pos < 0) {
+    throw std::logic_error("progressive filling charged a link outside its heap");
+  }
+  size_t i = static_cast<size_t>(s.heap_pos);
+  if (s.unfrozen == 0) {
+    // Out of the heap: the last entry takes its place and moves up or down from there.
+    s.heap_pos = -1;
+    FillEntry last = fill_heap_.back();
+    fill_heap_.pop_back();
+    if (i == fill_heap_.size()) return;
+    FillPlace(i, last);
+    FillSiftUp(i);
+    FillSiftDown(static_cast<size_t>(scratch_[last.link].heap_pos));
+    return;
+  }
+  fill_heap_[i].share = s.residual / s.unfrozen;
+  FillSiftUp(i);
+  FillSiftDown(static_cast<size_t>(s.heap_pos));
 }
 
 void Network::TraceUtilization(LinkId link) {

@@ -114,6 +114,15 @@ class Network {
     int32_t unfrozen = 0;     // Progressive filling: flows without a rate yet.
     uint32_t mark = 0;        // Component search epoch.
     double traced_util = -1;  // Last utilization reported to the trace.
+    int32_t order = 0;        // Progressive filling: position in the component's link list.
+    int32_t heap_pos = -1;    // Progressive filling: index in fill_heap_, or -1 if not there.
+    bool touched = false;     // Progressive filling: in fill_touched_ this round.
+  };
+  // Progressive filling's candidate bottleneck: a link with unfrozen flows and its fair share.
+  struct FillEntry {
+    double share;   // residual / unfrozen of `link`.
+    int32_t order;  // The link's position in the component: breaks ties in share.
+    LinkId link;
   };
 
   int32_t AllocateFlow();
@@ -130,6 +139,16 @@ class Network {
   void MarkDirty(const LinkId* first, const LinkId* last);
   // Recomputes max-min fair rates of all flows connected to `seed_links`.
   void Rebalance(const std::vector<LinkId>& seed_links);
+  // Progressive filling's min-heap of FillEntry by (share, order): see Rebalance.
+  static bool FillBefore(const FillEntry& a, const FillEntry& b) {
+    return a.share < b.share || (a.share == b.share && a.order < b.order);
+  }
+  void FillSiftUp(size_t i);
+  void FillSiftDown(size_t i);
+  // Puts `e` at heap index `i` and records the index in its link's scratch.
+  void FillPlace(size_t i, const FillEntry& e);
+  // Gives link `link` (in the heap) its new share, or removes it if it has no unfrozen flow.
+  void FillUpdate(LinkId link);
   void SetRate(int32_t f, double rate);
   void ScheduleDrain(int32_t f);
   // When a flow's last byte leaves at its current rate; throws std::overflow_error beyond the
@@ -156,6 +175,9 @@ class Network {
   std::vector<LinkId> dirty_links_;
   bool rebalance_pending_ = false;
   std::vector<int32_t> scratch_flows_;
+  std::vector<LinkId> comp_links_;    // Rebalance: the component's links.
+  std::vector<FillEntry> fill_heap_;  // Rebalance: candidate bottlenecks.
+  std::vector<LinkId> fill_touched_;  // Rebalance: links whose share changed this round.
 };
 
 }  // namespace shardsim
