@@ -117,11 +117,15 @@ void Network::Admit(int32_t f) {
   Flow& flow = flows_[f];
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
-  for (LinkId l : flow.path) {
-    if (!links_[l].flows.empty()) SettleLazy(l);
-    alone = alone && links_[l].flows.empty();
-    bottleneck = std::min(bottleneck, links_[l].capacity);
-    links_[l].flows.push_back(f);
+  std::vector<int32_t>& slots = ends_[f].link_slots;
+  slots.resize(flow.path.size());
+  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
+    std::vector<LinkEntry>& on_link = links_[flow.path[hop]].flows;
+    if (!on_link.empty()) SettleLazy(flow.path[hop]);
+    alone = alone && on_link.empty();
+    bottleneck = std::min(bottleneck, links_[flow.path[hop]].capacity);
+    slots[hop] = static_cast<int32_t>(on_link.size());
+    on_link.push_back(LinkEntry{f, hop});
   }
   if (!alone) {
     MarkDirty(flow.path.begin(), flow.path.end());
@@ -145,9 +149,9 @@ void Network::Admit(int32_t f) {
 
 void Network::SettleLazy(LinkId link) {
   // A lazy flow is alone on its links, so at most one is found here.
-  const SmallVector<int32_t, 3>& on_link = links_[link].flows;
-  if (on_link.size() != 1 || !flows_[on_link[0]].lazy) return;
-  int32_t f = on_link[0];
+  const std::vector<LinkEntry>& on_link = links_[link].flows;
+  if (on_link.size() != 1 || !flows_[on_link[0].flow].lazy) return;
+  int32_t f = on_link[0].flow;
   Flow& flow = flows_[f];
   int64_t now = sim_.Now().picoseconds();
   if (flow.drain_ps <= now) {
@@ -169,12 +173,26 @@ void Network::ReleaseLinks(int32_t f) {
   flow.active = false;
   --active_;
   scratch_links_.clear();
-  for (LinkId l : flow.path) {
+  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
+    LinkId l = flow.path[hop];
     links_[l].bytes += flow.total;
-    SmallVector<int32_t, 3>& on_link = links_[l].flows;
-    on_link.erase(f);
-    if (!on_link.empty()) scratch_links_.push_back(l);
+    RemoveFromLink(f, hop);
+    if (!links_[l].flows.empty()) scratch_links_.push_back(l);
   }
+}
+
+void Network::RemoveFromLink(int32_t f, int32_t hop) {
+  std::vector<LinkEntry>& on_link = links_[flows_[f].path[hop]].flows;
+  const size_t i = static_cast<size_t>(ends_[f].link_slots[hop]);
+  if (i >= on_link.size() || on_link[i].flow != f || on_link[i].hop != hop) {
+    throw std::logic_error("a flow's index in a link's flow list is stale");
+  }
+  // Swap with the last entry, as SmallVector::erase did, so the order stays what it was.
+  const LinkEntry moved = on_link.back();
+  on_link.pop_back();
+  if (i == on_link.size()) return;
+  on_link[i] = moved;
+  ends_[moved.flow].link_slots[moved.hop] = static_cast<int32_t>(i);
 }
 
 void Network::FinishLazy(int32_t f) {
@@ -300,7 +318,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     }
   }
   for (size_t i = 0; i < comp_links.size(); ++i) {
-    for (int32_t f : links_[comp_links[i]].flows) {
+    for (const LinkEntry& e : links_[comp_links[i]].flows) {
+      const int32_t f = e.flow;
       Flow& flow = flows_[f];
       if (flow.mark == epoch_) continue;
       flow.mark = epoch_;
@@ -340,7 +359,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     LinkId l = comp_links[i];
     LinkScratch& s = scratch_[l];
     s.residual = links_[l].capacity;
-    s.unfrozen = links_[l].flows.size();
+    s.unfrozen = static_cast<int32_t>(links_[l].flows.size());
     s.order = static_cast<int32_t>(i);
     s.heap_pos = -1;
     if (s.unfrozen == 0) continue;
@@ -356,7 +375,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
       throw std::logic_error("progressive filling found no finite fair share");
     }
     fill_touched_.clear();
-    for (int32_t f : links_[best].flows) {
+    for (const LinkEntry& e : links_[best].flows) {
+      const int32_t f = e.flow;
       Flow& flow = flows_[f];
       if (flow.frozen) continue;
       flow.frozen = true;
@@ -441,7 +461,7 @@ void Network::FillUpdate(LinkId link) {
 void Network::TraceUtilization(LinkId link) {
   const LinkState& s = links_[link];
   double used = 0;
-  for (int32_t f : s.flows) used += flows_[f].rate;
+  for (const LinkEntry& e : s.flows) used += flows_[e.flow].rate;
   double util = std::min(1.0, used / s.capacity);
   // Round to 1e-6 so float noise does not emit spurious samples.
   util = std::round(util * 1e6) / 1e6;

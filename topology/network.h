@@ -100,13 +100,24 @@ class Network {
     std::string label;
     Time start;
     TransferId id = 0;
+    // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
+    // removal is O(1) (read only when the flow leaves a link or another one's removal moves
+    // its entry; kept here, out of the hot Flow).
+    std::vector<int32_t> link_slots;
+  };
+  // A flow on a link: its slot and which hop of its path the link is.
+  struct LinkEntry {
+    int32_t flow;
+    int32_t hop;
   };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {
-    double capacity = 0;            // Bytes per picosecond.
-    double bytes = 0;               // Bytes carried so far.
-    Time latency;                   // The link's latency (copied here: read per transfer).
-    SmallVector<int32_t, 3> flows;  // Active flow slots on this link.
+    double capacity = 0;  // Bytes per picosecond.
+    double bytes = 0;     // Bytes carried so far.
+    Time latency;         // The link's latency (copied here: read per transfer).
+    // Active flows on this link. Removal moves the last entry into the freed place, the order
+    // SmallVector::erase left before: progressive filling visits flows in this order.
+    std::vector<LinkEntry> flows;
   };
   // What only rebalancing and tracing touch.
   struct LinkScratch {
@@ -133,6 +144,8 @@ class Network {
   void SettleLazy(LinkId link);
   // Removes a drained flow from its links (links still shared go to scratch_links_).
   void ReleaseLinks(int32_t f);
+  // Removes flow `f`, hop `hop` of its path, from the flows of that link in O(1).
+  void RemoveFromLink(int32_t f, int32_t hop);
   // The one event of a lazy flow: releases its links if still held, and delivers.
   void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
