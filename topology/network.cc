@@ -73,6 +73,7 @@ int32_t Network::AllocateFlow() {
   }
   flows_.emplace_back();
   ends_.emplace_back();
+  flow_stamp_.push_back(0);
   return static_cast<int32_t>(flows_.size() - 1);
 }
 
@@ -307,7 +308,15 @@ void Network::Drain(int32_t f) {
 
 void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // 1. The connected component: links reachable from the seeds through shared flows.
-  ++epoch_;
+  // Each rebalance takes two stamps (see flow_stamp_); before they wrap around, every stamp
+  // goes back to zero so an old one cannot be mistaken for a current one.
+  if (epoch_ >= std::numeric_limits<uint32_t>::max() - 2) {
+    epoch_ = 0;
+    std::fill(flow_stamp_.begin(), flow_stamp_.end(), 0);
+    for (LinkScratch& s : scratch_) s.mark = 0;
+  }
+  epoch_ += 2;
+  const uint32_t frozen = epoch_ + 1;
   std::vector<LinkId>& comp_links = comp_links_;
   comp_links.clear();
   scratch_flows_.clear();
@@ -320,12 +329,10 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   for (size_t i = 0; i < comp_links.size(); ++i) {
     for (const LinkEntry& e : links_[comp_links[i]].flows) {
       const int32_t f = e.flow;
-      Flow& flow = flows_[f];
-      if (flow.mark == epoch_) continue;
-      flow.mark = epoch_;
-      flow.frozen = false;
+      if (flow_stamp_[f] == epoch_) continue;
+      flow_stamp_[f] = epoch_;
       scratch_flows_.push_back(f);
-      for (LinkId m : flow.path) {
+      for (LinkId m : flows_[f].path) {
         if (scratch_[m].mark != epoch_) {
           scratch_[m].mark = epoch_;
           comp_links.push_back(m);
@@ -377,11 +384,10 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     fill_touched_.clear();
     for (const LinkEntry& e : links_[best].flows) {
       const int32_t f = e.flow;
-      Flow& flow = flows_[f];
-      if (flow.frozen) continue;
-      flow.frozen = true;
+      if (flow_stamp_[f] == frozen) continue;
+      flow_stamp_[f] = frozen;
       --left;
-      for (LinkId m : flow.path) {
+      for (LinkId m : flows_[f].path) {
         LinkScratch& s = scratch_[m];
         s.residual = std::max(0.0, s.residual - best_share);
         --s.unfrozen;

@@ -76,19 +76,18 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
-  // What rate computation and link bookkeeping touch for every transfer.
-  struct Flow {
+  // What rate computation and link bookkeeping touch for every transfer. Progressive filling
+  // reads the path and, in SetRate, the rate and drain event: they share the first 64 bytes.
+  struct alignas(64) Flow {
     SmallVector<LinkId, 4> path;  // Route, first hop first.
-    double total = 0;             // Bytes of the whole transfer.
-    double remaining = 0;         // Bytes still to leave the source.
     double rate = 0;              // Bytes per picosecond.
-    int64_t updated_ps = 0;       // When `remaining` was last brought up to date.
-    int64_t drain_ps = 0;         // Lazy flows: when the last byte leaves.
     EventId drain_event;
+    double total = 0;        // Bytes of the whole transfer.
+    double remaining = 0;    // Bytes still to leave the source.
+    int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
+    int64_t drain_ps = 0;    // Lazy flows: when the last byte leaves.
     Time latency;
-    uint32_t mark = 0;         // Scratch: component search epoch.
     bool lazy = false;         // Alone since admission: one event drains and delivers it.
-    bool frozen = false;       // Scratch for progressive filling.
     bool active = false;       // Holds its links.
     bool wants_drain = false;  // Has an on_drained callback.
   };
@@ -175,6 +174,9 @@ class Network {
   const Topology& topo_;
   Router& router_;
   std::vector<Flow> flows_;
+  // By flow slot: epoch_ while in the component being rebalanced, epoch_ + 1 once frozen by
+  // progressive filling. Apart from Flow so the scans of long link lists stay in cache.
+  std::vector<uint32_t> flow_stamp_;
   std::vector<FlowEnds> ends_;  // By flow slot, like flows_.
   std::vector<int32_t> free_flows_;
   std::vector<LinkState> links_;
