@@ -118,14 +118,14 @@ void Network::Admit(int32_t f) {
   Flow& flow = flows_[f];
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
-  std::vector<int32_t>& slots = ends_[f].link_slots;
-  slots.resize(flow.path.size());
+  InlineList<int32_t, 4>& slots = ends_[f].link_slots;
+  slots.clear();
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
-    std::vector<LinkEntry>& on_link = links_[flow.path[hop]].flows;
+    InlineList<LinkEntry, 1>& on_link = links_[flow.path[hop]].flows;
     if (!on_link.empty()) SettleLazy(flow.path[hop]);
     alone = alone && on_link.empty();
     bottleneck = std::min(bottleneck, links_[flow.path[hop]].capacity);
-    slots[hop] = static_cast<int32_t>(on_link.size());
+    slots.push_back(on_link.size());
     on_link.push_back(LinkEntry{f, hop});
   }
   if (!alone) {
@@ -150,7 +150,7 @@ void Network::Admit(int32_t f) {
 
 void Network::SettleLazy(LinkId link) {
   // A lazy flow is alone on its links, so at most one is found here.
-  const std::vector<LinkEntry>& on_link = links_[link].flows;
+  const InlineList<LinkEntry, 1>& on_link = links_[link].flows;
   if (on_link.size() != 1 || !flows_[on_link[0].flow].lazy) return;
   int32_t f = on_link[0].flow;
   Flow& flow = flows_[f];
@@ -183,9 +183,9 @@ void Network::ReleaseLinks(int32_t f) {
 }
 
 void Network::RemoveFromLink(int32_t f, int32_t hop) {
-  std::vector<LinkEntry>& on_link = links_[flows_[f].path[hop]].flows;
-  const size_t i = static_cast<size_t>(ends_[f].link_slots[hop]);
-  if (i >= on_link.size() || on_link[i].flow != f || on_link[i].hop != hop) {
+  InlineList<LinkEntry, 1>& on_link = links_[flows_[f].path[hop]].flows;
+  const int32_t i = ends_[f].link_slots[hop];
+  if (i < 0 || i >= on_link.size() || on_link[i].flow != f || on_link[i].hop != hop) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
   }
   // Swap with the last entry, as SmallVector::erase did, so the order stays what it was.
@@ -193,7 +193,7 @@ void Network::RemoveFromLink(int32_t f, int32_t hop) {
   on_link.pop_back();
   if (i == on_link.size()) return;
   on_link[i] = moved;
-  ends_[moved.flow].link_slots[moved.hop] = static_cast<int32_t>(i);
+  ends_[moved.flow].link_slots[moved.hop] = i;
 }
 
 void Network::FinishLazy(int32_t f) {

@@ -1,8 +1,10 @@
 // Transfers between devices over a topology, with links shared by concurrent transfers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sim/callback.h"
@@ -76,6 +78,57 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
+  // Like SmallVector (the first N elements inline, then all in a heap vector), with the
+  // indexed writes and pop_back that O(1) removal from link lists needs.
+  template <typename T, int N>
+  class InlineList {
+    static_assert(std::is_trivially_copyable_v<T>);
+
+   public:
+    // Whether there are no elements.
+    bool empty() const { return size_ == 0; }
+    // Number of elements.
+    int32_t size() const { return size_; }
+    // The elements, as a contiguous range.
+    const T* begin() const { return size_ <= N ? inline_ : spill_.data(); }
+    const T* end() const { return begin() + size_; }
+    // The i-th element.
+    const T& operator[](int32_t i) const { return begin()[i]; }
+    T& operator[](int32_t i) { return (size_ <= N ? inline_ : spill_.data())[i]; }
+    // The last element (not empty).
+    const T& back() const { return begin()[size_ - 1]; }
+    // Removes every element (the heap vector keeps its capacity).
+    void clear() {
+      size_ = 0;
+      spill_.clear();
+    }
+    // Appends a value.
+    void push_back(const T& v) {
+      if (size_ < N) {
+        inline_[size_++] = v;
+        return;
+      }
+      if (size_ == N) spill_.assign(inline_, inline_ + N);
+      spill_.push_back(v);
+      ++size_;
+    }
+    // Removes the last element (not empty).
+    void pop_back() {
+      --size_;
+      if (size_ > N) {
+        spill_.pop_back();
+      } else if (size_ == N) {
+        std::copy(spill_.begin(), spill_.begin() + N, inline_);
+        spill_.clear();
+      }
+    }
+
+   private:
+    T inline_[N] = {};
+    int32_t size_ = 0;
+    std::vector<T> spill_;
+  };
+
   // What rate computation and link bookkeeping touch for every transfer. Progressive filling
   // reads the path and, in SetRate, the rate and drain event: they share the first 64 bytes.
   struct alignas(64) Flow {
@@ -102,7 +155,7 @@ class Network {
     // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
     // removal is O(1) (read only when the flow leaves a link or another one's removal moves
     // its entry; kept here, out of the hot Flow).
-    std::vector<int32_t> link_slots;
+    InlineList<int32_t, 4> link_slots;
   };
   // A flow on a link: its slot and which hop of its path the link is.
   struct LinkEntry {
@@ -115,8 +168,9 @@ class Network {
     double bytes = 0;     // Bytes carried so far.
     Time latency;         // The link's latency (copied here: read per transfer).
     // Active flows on this link. Removal moves the last entry into the freed place, the order
-    // SmallVector::erase left before: progressive filling visits flows in this order.
-    std::vector<LinkEntry> flows;
+    // SmallVector::erase left before: progressive filling visits flows in this order. One
+    // entry fits in this cache line: most links carry one flow at a time.
+    InlineList<LinkEntry, 1> flows;
   };
   // What only rebalancing and tracing touch.
   struct LinkScratch {
