@@ -121,12 +121,12 @@ void Network::Admit(int32_t f) {
   InlineList<int32_t, 4>& slots = ends_[f].link_slots;
   slots.clear();
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
-    InlineList<LinkEntry, 1>& on_link = links_[flow.path[hop]].flows;
+    InlineList<int32_t, 3>& on_link = links_[flow.path[hop]].flows;
     if (!on_link.empty()) SettleLazy(flow.path[hop]);
     alone = alone && on_link.empty();
     bottleneck = std::min(bottleneck, links_[flow.path[hop]].capacity);
     slots.push_back(on_link.size());
-    on_link.push_back(LinkEntry{f, hop});
+    on_link.push_back(f);
   }
   if (!alone) {
     MarkDirty(flow.path.begin(), flow.path.end());
@@ -150,9 +150,9 @@ void Network::Admit(int32_t f) {
 
 void Network::SettleLazy(LinkId link) {
   // A lazy flow is alone on its links, so at most one is found here.
-  const InlineList<LinkEntry, 1>& on_link = links_[link].flows;
-  if (on_link.size() != 1 || !flows_[on_link[0].flow].lazy) return;
-  int32_t f = on_link[0].flow;
+  const InlineList<int32_t, 3>& on_link = links_[link].flows;
+  if (on_link.size() != 1 || !flows_[on_link[0]].lazy) return;
+  int32_t f = on_link[0];
   Flow& flow = flows_[f];
   int64_t now = sim_.Now().picoseconds();
   if (flow.drain_ps <= now) {
@@ -183,17 +183,21 @@ void Network::ReleaseLinks(int32_t f) {
 }
 
 void Network::RemoveFromLink(int32_t f, int32_t hop) {
-  InlineList<LinkEntry, 1>& on_link = links_[flows_[f].path[hop]].flows;
+  const LinkId link = flows_[f].path[hop];
+  InlineList<int32_t, 3>& on_link = links_[link].flows;
   const int32_t i = ends_[f].link_slots[hop];
-  if (i < 0 || i >= on_link.size() || on_link[i].flow != f || on_link[i].hop != hop) {
+  if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
   }
   // Swap with the last entry, as SmallVector::erase did, so the order stays what it was.
-  const LinkEntry moved = on_link.back();
+  const int32_t moved = on_link.back();
   on_link.pop_back();
   if (i == on_link.size()) return;
   on_link[i] = moved;
-  ends_[moved.flow].link_slots[moved.hop] = i;
+  const SmallVector<LinkId, 4>& path = flows_[moved].path;
+  const LinkId* at = std::find(path.begin(), path.end(), link);
+  if (at == path.end()) throw std::logic_error("a flow on a link does not cross it");
+  ends_[moved].link_slots[static_cast<int32_t>(at - path.begin())] = i;
 }
 
 void Network::FinishLazy(int32_t f) {
@@ -327,8 +331,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     }
   }
   for (size_t i = 0; i < comp_links.size(); ++i) {
-    for (const LinkEntry& e : links_[comp_links[i]].flows) {
-      const int32_t f = e.flow;
+    for (int32_t f : links_[comp_links[i]].flows) {
       if (flow_stamp_[f] == epoch_) continue;
       flow_stamp_[f] = epoch_;
       scratch_flows_.push_back(f);
@@ -382,8 +385,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
       throw std::logic_error("progressive filling found no finite fair share");
     }
     fill_touched_.clear();
-    for (const LinkEntry& e : links_[best].flows) {
-      const int32_t f = e.flow;
+    for (int32_t f : links_[best].flows) {
       if (flow_stamp_[f] == frozen) continue;
       flow_stamp_[f] = frozen;
       --left;
@@ -467,7 +469,7 @@ void Network::FillUpdate(LinkId link) {
 void Network::TraceUtilization(LinkId link) {
   const LinkState& s = links_[link];
   double used = 0;
-  for (const LinkEntry& e : s.flows) used += flows_[e.flow].rate;
+  for (int32_t f : s.flows) used += flows_[f].rate;
   double util = std::min(1.0, used / s.capacity);
   // Round to 1e-6 so float noise does not emit spurious samples.
   util = std::round(util * 1e6) / 1e6;

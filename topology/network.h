@@ -157,20 +157,16 @@ class Network {
     // its entry; kept here, out of the hot Flow).
     InlineList<int32_t, 4> link_slots;
   };
-  // A flow on a link: its slot and which hop of its path the link is.
-  struct LinkEntry {
-    int32_t flow;
-    int32_t hop;
-  };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {
     double capacity = 0;  // Bytes per picosecond.
     double bytes = 0;     // Bytes carried so far.
     Time latency;         // The link's latency (copied here: read per transfer).
-    // Active flows on this link. Removal moves the last entry into the freed place, the order
-    // SmallVector::erase left before: progressive filling visits flows in this order. One
-    // entry fits in this cache line: most links carry one flow at a time.
-    InlineList<LinkEntry, 1> flows;
+    // Active flow slots on this link. Removal moves the last entry into the freed place, the
+    // order SmallVector::erase left before: progressive filling visits flows in this order.
+    // Plain slots (4 bytes) keep the lists that progressive filling walks compact; which hop
+    // of its path a moved flow is on is found on its (short) path.
+    InlineList<int32_t, 3> flows;
   };
   // What only rebalancing and tracing touch.
   struct LinkScratch {
