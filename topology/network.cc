@@ -174,17 +174,23 @@ void Network::ReleaseLinks(int32_t f) {
   flow.active = false;
   --active_;
   scratch_links_.clear();
+  const double total = flow.total;
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
-    LinkId l = flow.path[hop];
-    links_[l].bytes += flow.total;
-    RemoveFromLink(f, hop);
-    if (!links_[l].flows.empty()) scratch_links_.push_back(l);
+    const LinkId l = flow.path[hop];
+    LinkState& link = links_[l];
+    link.bytes += total;
+    RemoveFromLink(f, hop, link.flows);
+    if (!link.flows.empty()) scratch_links_.push_back(l);
   }
 }
 
-void Network::RemoveFromLink(int32_t f, int32_t hop) {
-  const LinkId link = flows_[f].path[hop];
-  InlineList<int32_t, 3>& on_link = links_[link].flows;
+void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link) {
+  if (on_link.size() == 1) {
+    // Alone (the common case on rings): no need to read the slot from the cold FlowEnds.
+    if (on_link[0] != f) throw std::logic_error("a flow is missing from a link it crosses");
+    on_link.pop_back();
+    return;
+  }
   const int32_t i = ends_[f].link_slots[hop];
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
@@ -194,6 +200,7 @@ void Network::RemoveFromLink(int32_t f, int32_t hop) {
   on_link.pop_back();
   if (i == on_link.size()) return;
   on_link[i] = moved;
+  const LinkId link = flows_[f].path[hop];
   const SmallVector<LinkId, 4>& path = flows_[moved].path;
   const LinkId* at = std::find(path.begin(), path.end(), link);
   if (at == path.end()) throw std::logic_error("a flow on a link does not cross it");

@@ -130,8 +130,8 @@ class Network {
   };
 
   // What rate computation and link bookkeeping touch for every transfer. Progressive filling
-  // reads the path and, in SetRate, the rate and drain event: they share the first 64 bytes.
-  struct alignas(64) Flow {
+  // reads the path, then (SetRate) the rate and drain event: they come first.
+  struct Flow {
     SmallVector<LinkId, 4> path;  // Route, first hop first.
     double rate = 0;              // Bytes per picosecond.
     EventId drain_event;
@@ -147,15 +147,15 @@ class Network {
   // What a transfer needs only when it starts and ends (kept apart so the hot state of many
   // flows in flight stays in cache).
   struct FlowEnds {
+    // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
+    // removal is O(1) (read only when the flow leaves a shared link or another one's removal
+    // moves its entry; kept here, out of the hot Flow).
+    InlineList<int32_t, 4> link_slots;
     Callback on_delivered;
     Callback on_drained;  // Optional.
     std::string label;
     Time start;
     TransferId id = 0;
-    // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
-    // removal is O(1) (read only when the flow leaves a link or another one's removal moves
-    // its entry; kept here, out of the hot Flow).
-    InlineList<int32_t, 4> link_slots;
   };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {
@@ -193,8 +193,8 @@ class Network {
   void SettleLazy(LinkId link);
   // Removes a drained flow from its links (links still shared go to scratch_links_).
   void ReleaseLinks(int32_t f);
-  // Removes flow `f`, hop `hop` of its path, from the flows of that link in O(1).
-  void RemoveFromLink(int32_t f, int32_t hop);
+  // Removes flow `f` from `on_link`, the flows of hop `hop` of its path, in O(1).
+  void RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link);
   // The one event of a lazy flow: releases its links if still held, and delivers.
   void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
