@@ -125,6 +125,7 @@ void Network::Admit(int32_t f) {
     if (!on_link.empty()) SettleLazy(flow.path[hop]);
     alone = alone && on_link.empty();
     bottleneck = std::min(bottleneck, links_[flow.path[hop]].capacity);
+    if (on_link.empty()) ++busy_links_;
     slots.push_back(on_link.size());
     on_link.push_back(f);
   }
@@ -189,6 +190,7 @@ void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_
     // Alone (the common case on rings): no need to read the slot from the cold FlowEnds.
     if (on_link[0] != f) throw std::logic_error("a flow is missing from a link it crosses");
     on_link.pop_back();
+    --busy_links_;
     return;
   }
   const int32_t i = ends_[f].link_slots[hop];
@@ -330,26 +332,29 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   const uint32_t frozen = epoch_ + 1;
   std::vector<LinkId>& comp_links = comp_links_;
   comp_links.clear();
-  scratch_flows_.clear();
-  for (LinkId l : seed_links) {
-    if (scratch_[l].mark != epoch_) {
-      scratch_[l].mark = epoch_;
-      comp_links.push_back(l);
-    }
-  }
-  for (size_t i = 0; i < comp_links.size(); ++i) {
+  // Links carrying flows found so far. Once that is every busy link of the network (a large
+  // all-to-all: one component), no further link can be found, so the search stops without
+  // walking the paths of the remaining flows; the links found, and their order, are the same.
+  int64_t busy_found = 0;
+  size_t comp_flows = 0;  // Flows found, while searching.
+  auto add_link = [&](LinkId l) {
+    if (scratch_[l].mark == epoch_) return;
+    scratch_[l].mark = epoch_;
+    comp_links.push_back(l);
+    if (!links_[l].flows.empty()) ++busy_found;
+  };
+  for (LinkId l : seed_links) add_link(l);
+  for (size_t i = 0; i < comp_links.size() && busy_found < busy_links_; ++i) {
     for (int32_t f : links_[comp_links[i]].flows) {
       if (flow_stamp_[f] == epoch_) continue;
       flow_stamp_[f] = epoch_;
-      scratch_flows_.push_back(f);
-      for (LinkId m : flows_[f].path) {
-        if (scratch_[m].mark != epoch_) {
-          scratch_[m].mark = epoch_;
-          comp_links.push_back(m);
-        }
-      }
+      ++comp_flows;
+      for (LinkId m : flows_[f].path) add_link(m);
+      if (busy_found == busy_links_) break;
     }
   }
+  // Every flow on a busy link is in the component when all busy links are.
+  if (busy_found == busy_links_) comp_flows = static_cast<size_t>(active_);
   // 2. Progressive filling: repeatedly find the link whose residual capacity split among its
   // unfrozen flows is smallest; that share is the max-min fair rate of those flows (no flow
   // through that link can get more without another getting less). Freeze them and charge
@@ -384,7 +389,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     fill_heap_.push_back(FillEntry{s.residual / s.unfrozen, s.order, l});
   }
   for (size_t i = fill_heap_.size() / 2; i-- > 0;) FillSiftDown(i);
-  size_t left = scratch_flows_.size();
+  size_t left = comp_flows;
   while (!fill_heap_.empty()) {
     const LinkId best = fill_heap_[0].link;
     const double best_share = fill_heap_[0].share;

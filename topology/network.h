@@ -235,11 +235,11 @@ class Network {
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;
+  int64_t busy_links_ = 0;  // Links with at least one active flow.
   uint32_t epoch_ = 0;
   std::vector<LinkId> scratch_links_;
   std::vector<LinkId> dirty_links_;
   bool rebalance_pending_ = false;
-  std::vector<int32_t> scratch_flows_;
   std::vector<LinkId> comp_links_;    // Rebalance: the component's links.
   std::vector<FillEntry> fill_heap_;  // Rebalance: candidate bottlenecks.
   std::vector<LinkId> fill_touched_;  // Rebalance: links whose share changed this round.
