@@ -197,7 +197,8 @@ void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
   }
-  // Swap with the last entry, as SmallVector::erase did, so the order stays what it was.
+  // Swap with the last entry, the order SmallVector::erase leaves: the order progressive
+  // filling follows depends only on the sequence of additions and removals.
   const int32_t moved = on_link.back();
   on_link.pop_back();
   if (i == on_link.size()) return;
@@ -361,9 +362,8 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // their share to every link they cross.
   //
   // The next bottleneck comes from a min-heap rather than a scan of every link of the
-  // component per round (rounds x links was most of the run time on large collectives).
-  // The results are bit-identical to the scan's, because the scan's choice is reproduced
-  // exactly:
+  // component per round (rounds x links was most of the run time on large collectives). It
+  // picks exactly the link such a scan picks, so rates and times are bit-identical to it:
   // - The scan takes the link with the smallest residual / unfrozen, computed in doubles, and
   //   among equal shares the first in comp_links order. The heap orders entries by the same
   //   double quotient, then by that position (`order`): a strict total order, so its top is

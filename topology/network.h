@@ -162,10 +162,10 @@ class Network {
     double capacity = 0;  // Bytes per picosecond.
     double bytes = 0;     // Bytes carried so far.
     Time latency;         // The link's latency (copied here: read per transfer).
-    // Active flow slots on this link. Removal moves the last entry into the freed place, the
-    // order SmallVector::erase left before: progressive filling visits flows in this order.
-    // Plain slots (4 bytes) keep the lists that progressive filling walks compact; which hop
-    // of its path a moved flow is on is found on its (short) path.
+    // Active flow slots on this link, in the order progressive filling visits them. Removal
+    // moves the last entry into the freed place (as SmallVector::erase does). Plain slots
+    // (4 bytes) keep the lists that progressive filling walks compact; which hop of its path
+    // a moved flow is on is found on its (short) path.
     InlineList<int32_t, 3> flows;
   };
   // What only rebalancing and tracing touch.
@@ -205,6 +205,7 @@ class Network {
   static bool FillBefore(const FillEntry& a, const FillEntry& b) {
     return a.share < b.share || (a.share == b.share && a.order < b.order);
   }
+  // Restore the heap order after fill_heap_[i] became smaller (up) or larger (down).
   void FillSiftUp(size_t i);
   void FillSiftDown(size_t i);
   // Puts `e` at heap index `i` and records the index in its link's scratch.
