@@ -118,15 +118,23 @@ void Network::Admit(int32_t f) {
   Flow& flow = flows_[f];
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
+  for (LinkId l : flow.path) {
+    if (!links_[l].flows.empty()) SettleLazy(l);
+    alone = alone && links_[l].flows.empty();
+    bottleneck = std::min(bottleneck, links_[l].capacity);
+  }
+  // Links are settled first and joined after: as interleaved per hop, since a lazy flow
+  // settled on one link is alone on all of its links, none of which the new flow has joined.
+  // A flow alone on its links sits first in each list and is never moved (removal moves the
+  // last entry to a lower index), so its slots all stay 0 and are not written: the cold
+  // FlowEnds stays out of the lone-flow path.
+  flow.slots_valid = !alone;
   InlineList<int32_t, 4>& slots = ends_[f].link_slots;
-  slots.clear();
-  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
-    InlineList<int32_t, 3>& on_link = links_[flow.path[hop]].flows;
-    if (!on_link.empty()) SettleLazy(flow.path[hop]);
-    alone = alone && on_link.empty();
-    bottleneck = std::min(bottleneck, links_[flow.path[hop]].capacity);
+  if (!alone) slots.clear();
+  for (LinkId l : flow.path) {
+    InlineList<int32_t, 3>& on_link = links_[l].flows;
     if (on_link.empty()) ++busy_links_;
-    slots.push_back(on_link.size());
+    if (!alone) slots.push_back(on_link.size());
     on_link.push_back(f);
   }
   if (!alone) {
@@ -193,7 +201,7 @@ void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_
     --busy_links_;
     return;
   }
-  const int32_t i = ends_[f].link_slots[hop];
+  const int32_t i = flows_[f].slots_valid ? ends_[f].link_slots[hop] : 0;
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
   }
@@ -204,10 +212,12 @@ void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_
   if (i == on_link.size()) return;
   on_link[i] = moved;
   const LinkId link = flows_[f].path[hop];
-  const SmallVector<LinkId, 4>& path = flows_[moved].path;
-  const LinkId* at = std::find(path.begin(), path.end(), link);
-  if (at == path.end()) throw std::logic_error("a flow on a link does not cross it");
-  ends_[moved].link_slots[static_cast<int32_t>(at - path.begin())] = i;
+  Flow& other = flows_[moved];
+  const LinkId* at = std::find(other.path.begin(), other.path.end(), link);
+  if (at == other.path.end()) throw std::logic_error("a flow on a link does not cross it");
+  // A moved entry was last and not first, so it never belongs to a flow admitted alone.
+  if (!other.slots_valid) throw std::logic_error("a lone flow's list entry was moved");
+  ends_[moved].link_slots[static_cast<int32_t>(at - other.path.begin())] = i;
 }
 
 void Network::FinishLazy(int32_t f) {

@@ -143,13 +143,14 @@ class Network {
     bool lazy = false;         // Alone since admission: one event drains and delivers it.
     bool active = false;       // Holds its links.
     bool wants_drain = false;  // Has an on_drained callback.
+    bool slots_valid = false;  // FlowEnds::link_slots is written; else every slot is 0.
   };
   // What a transfer needs only when it starts and ends (kept apart so the hot state of many
   // flows in flight stays in cache).
   struct FlowEnds {
     // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
     // removal is O(1) (read only when the flow leaves a shared link or another one's removal
-    // moves its entry; kept here, out of the hot Flow).
+    // moves its entry; kept here, out of the hot Flow). Only if Flow::slots_valid.
     InlineList<int32_t, 4> link_slots;
     Callback on_delivered;
     Callback on_drained;  // Optional.
