@@ -118,25 +118,27 @@ void Network::Admit(int32_t f) {
   Flow& flow = flows_[f];
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
-  for (LinkId l : flow.path) {
-    if (!links_[l].flows.empty()) SettleLazy(l);
-    alone = alone && links_[l].flows.empty();
-    bottleneck = std::min(bottleneck, links_[l].capacity);
-  }
-  // Links are settled first and joined after: as interleaved per hop, since a lazy flow
-  // settled on one link is alone on all of its links, none of which the new flow has joined.
   // A flow alone on its links sits first in each list and is never moved (removal moves the
   // last entry to a lower index), so its slots all stay 0 and are not written: the cold
-  // FlowEnds stays out of the lone-flow path.
-  flow.slots_valid = !alone;
+  // FlowEnds stays out of the lone-flow path. Slots are written from the first shared link
+  // on (those before it were empty: slot 0).
   InlineList<int32_t, 4>& slots = ends_[f].link_slots;
-  if (!alone) slots.clear();
-  for (LinkId l : flow.path) {
+  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
+    const LinkId l = flow.path[hop];
     InlineList<int32_t, 3>& on_link = links_[l].flows;
-    if (on_link.empty()) ++busy_links_;
+    if (!on_link.empty()) SettleLazy(l);
+    bottleneck = std::min(bottleneck, links_[l].capacity);
+    if (on_link.empty()) {
+      ++busy_links_;
+    } else if (alone) {
+      alone = false;
+      slots.clear();
+      for (int32_t h = 0; h < hop; ++h) slots.push_back(0);
+    }
     if (!alone) slots.push_back(on_link.size());
     on_link.push_back(f);
   }
+  flow.slots_valid = !alone;
   if (!alone) {
     MarkDirty(flow.path.begin(), flow.path.end());
     return;
