@@ -190,19 +190,19 @@ void Network::ReleaseLinks(int32_t f) {
     const LinkId l = flow.path[hop];
     LinkState& link = links_[l];
     link.bytes += total;
-    RemoveFromLink(f, hop, link.flows);
-    if (!link.flows.empty()) scratch_links_.push_back(l);
+    if (link.flows.size() == 1) {
+      // Alone (the common case on rings): no need to read the slot from the cold FlowEnds.
+      if (link.flows[0] != f) throw std::logic_error("a flow is missing from a link it crosses");
+      link.flows.pop_back();
+      --busy_links_;
+      continue;
+    }
+    RemoveFromSharedLink(f, hop, link.flows);
+    scratch_links_.push_back(l);
   }
 }
 
-void Network::RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link) {
-  if (on_link.size() == 1) {
-    // Alone (the common case on rings): no need to read the slot from the cold FlowEnds.
-    if (on_link[0] != f) throw std::logic_error("a flow is missing from a link it crosses");
-    on_link.pop_back();
-    --busy_links_;
-    return;
-  }
+void Network::RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link) {
   const int32_t i = flows_[f].slots_valid ? ends_[f].link_slots[hop] : 0;
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");

@@ -194,8 +194,9 @@ class Network {
   void SettleLazy(LinkId link);
   // Removes a drained flow from its links (links still shared go to scratch_links_).
   void ReleaseLinks(int32_t f);
-  // Removes flow `f` from `on_link`, the flows of hop `hop` of its path, in O(1).
-  void RemoveFromLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link);
+  // Removes flow `f` from `on_link`, the flows of hop `hop` of its path, in O(1); `on_link`
+  // holds other flows too.
+  void RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link);
   // The one event of a lazy flow: releases its links if still held, and delivers.
   void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
