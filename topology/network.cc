@@ -72,6 +72,7 @@ int32_t Network::AllocateFlow() {
   }
   flows_.emplace_back();
   ends_.emplace_back();
+  flow_stamp_.push_back(0);
   return static_cast<int32_t>(flows_.size() - 1);
 }
 
@@ -116,12 +117,27 @@ void Network::Admit(int32_t f) {
   Flow& flow = flows_[f];
   bool alone = true;
   double bottleneck = std::numeric_limits<double>::infinity();
-  for (LinkId l : flow.path) {
-    if (!links_[l].flows.empty()) SettleLazy(l);
-    alone = alone && links_[l].flows.empty();
+  // A flow alone on its links sits first in each list and is never moved (removal moves the
+  // last entry to a lower index), so its slots all stay 0 and are not written: the cold
+  // FlowEnds stays out of the lone-flow path. Slots are written from the first shared link
+  // on (those before it were empty: slot 0).
+  InlineList<int32_t, 4>& slots = ends_[f].link_slots;
+  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
+    const LinkId l = flow.path[hop];
+    InlineList<int32_t, 3>& on_link = links_[l].flows;
+    if (!on_link.empty()) SettleLazy(l);
     bottleneck = std::min(bottleneck, links_[l].capacity);
-    links_[l].flows.push_back(f);
+    if (on_link.empty()) {
+      ++busy_links_;
+    } else if (alone) {
+      alone = false;
+      slots.clear();
+      for (int32_t h = 0; h < hop; ++h) slots.push_back(0);
+    }
+    if (!alone) slots.push_back(on_link.size());
+    on_link.push_back(f);
   }
+  flow.slots_valid = !alone;
   if (!alone) {
     MarkDirty(flow.path.begin(), flow.path.end());
     return;
@@ -144,7 +160,7 @@ void Network::Admit(int32_t f) {
 
 void Network::SettleLazy(LinkId link) {
   // A lazy flow is alone on its links, so at most one is found here.
-  const SmallVector<int32_t, 3>& on_link = links_[link].flows;
+  const InlineList<int32_t, 3>& on_link = links_[link].flows;
   if (on_link.size() != 1 || !flows_[on_link[0]].lazy) return;
   int32_t f = on_link[0];
   Flow& flow = flows_[f];
@@ -168,12 +184,41 @@ void Network::ReleaseLinks(int32_t f) {
   flow.active = false;
   --active_;
   scratch_links_.clear();
-  for (LinkId l : flow.path) {
-    links_[l].bytes += flow.total;
-    SmallVector<int32_t, 3>& on_link = links_[l].flows;
-    on_link.erase(f);
-    if (!on_link.empty()) scratch_links_.push_back(l);
+  const double total = flow.total;
+  for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
+    const LinkId l = flow.path[hop];
+    LinkState& link = links_[l];
+    link.bytes += total;
+    if (link.flows.size() == 1) {
+      // Alone (the common case on rings): no need to read the slot from the cold FlowEnds.
+      if (link.flows[0] != f) throw std::logic_error("a flow is missing from a link it crosses");
+      link.flows.pop_back();
+      --busy_links_;
+      continue;
+    }
+    RemoveFromSharedLink(f, hop, link.flows);
+    scratch_links_.push_back(l);
   }
+}
+
+void Network::RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link) {
+  const int32_t i = flows_[f].slots_valid ? ends_[f].link_slots[hop] : 0;
+  if (i < 0 || i >= on_link.size() || on_link[i] != f) {
+    throw std::logic_error("a flow's index in a link's flow list is stale");
+  }
+  // Swap with the last entry, the order SmallVector::erase leaves: the order progressive
+  // filling follows depends only on the sequence of additions and removals.
+  const int32_t moved = on_link.back();
+  on_link.pop_back();
+  if (i == on_link.size()) return;
+  on_link[i] = moved;
+  const LinkId link = flows_[f].path[hop];
+  Flow& other = flows_[moved];
+  const LinkId* at = std::find(other.path.begin(), other.path.end(), link);
+  if (at == other.path.end()) throw std::logic_error("a flow on a link does not cross it");
+  // A moved entry was last and not first, so it never belongs to a flow admitted alone.
+  if (!other.slots_valid) throw std::logic_error("a lone flow's list entry was moved");
+  ends_[moved].link_slots[static_cast<int32_t>(at - other.path.begin())] = i;
 }
 
 void Network::FinishLazy(int32_t f) {
@@ -287,67 +332,160 @@ void Network::Drain(int32_t f) {
 
 void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // 1. The connected component: links reachable from the seeds through shared flows.
-  ++epoch_;
-  std::vector<LinkId> comp_links;
-  scratch_flows_.clear();
-  for (LinkId l : seed_links) {
-    if (scratch_[l].mark != epoch_) {
-      scratch_[l].mark = epoch_;
-      comp_links.push_back(l);
-    }
+  // Each rebalance takes two stamps (see flow_stamp_); before they wrap around, every stamp
+  // goes back to zero so an old one cannot be mistaken for a current one.
+  if (epoch_ >= std::numeric_limits<uint32_t>::max() - 2) {
+    epoch_ = 0;
+    std::fill(flow_stamp_.begin(), flow_stamp_.end(), 0);
+    for (LinkScratch& s : scratch_) s.mark = 0;
   }
-  for (size_t i = 0; i < comp_links.size(); ++i) {
+  epoch_ += 2;
+  const uint32_t frozen = epoch_ + 1;
+  std::vector<LinkId>& comp_links = comp_links_;
+  comp_links.clear();
+  // Links carrying flows found so far. Once that is every busy link of the network (a large
+  // all-to-all: one component), no further link can be found, so the search stops without
+  // walking the paths of the remaining flows; the links found, and their order, are the same.
+  int64_t busy_found = 0;
+  size_t comp_flows = 0;  // Flows found, while searching.
+  auto add_link = [&](LinkId l) {
+    if (scratch_[l].mark == epoch_) return;
+    scratch_[l].mark = epoch_;
+    comp_links.push_back(l);
+    if (!links_[l].flows.empty()) ++busy_found;
+  };
+  for (LinkId l : seed_links) add_link(l);
+  for (size_t i = 0; i < comp_links.size() && busy_found < busy_links_; ++i) {
     for (int32_t f : links_[comp_links[i]].flows) {
-      Flow& flow = flows_[f];
-      if (flow.mark == epoch_) continue;
-      flow.mark = epoch_;
-      flow.frozen = false;
-      scratch_flows_.push_back(f);
-      for (LinkId m : flow.path) {
-        if (scratch_[m].mark != epoch_) {
-          scratch_[m].mark = epoch_;
-          comp_links.push_back(m);
-        }
-      }
+      if (flow_stamp_[f] == epoch_) continue;
+      flow_stamp_[f] = epoch_;
+      ++comp_flows;
+      for (LinkId m : flows_[f].path) add_link(m);
+      if (busy_found == busy_links_) break;
     }
   }
+  // Every flow on a busy link is in the component when all busy links are.
+  if (busy_found == busy_links_) comp_flows = static_cast<size_t>(active_);
   // 2. Progressive filling: repeatedly find the link whose residual capacity split among its
   // unfrozen flows is smallest; that share is the max-min fair rate of those flows (no flow
   // through that link can get more without another getting less). Freeze them and charge
   // their share to every link they cross.
-  for (LinkId l : comp_links) {
-    scratch_[l].residual = links_[l].capacity;
-    scratch_[l].unfrozen = links_[l].flows.size();
+  //
+  // The next bottleneck comes from a min-heap rather than a scan of every link of the
+  // component per round (rounds x links was most of the run time on large collectives). It
+  // picks exactly the link such a scan picks, so rates and times are bit-identical to it:
+  // - The scan takes the link with the smallest residual / unfrozen, computed in doubles, and
+  //   among equal shares the first in comp_links order. The heap orders entries by the same
+  //   double quotient, then by that position (`order`): a strict total order, so its top is
+  //   exactly the link the scan would pick, whatever the heap's internal arrangement.
+  // - Every link with unfrozen flows has one entry whose share is up to date: a round only
+  //   changes the residual and unfrozen count of links crossed by the flows it freezes; those
+  //   are collected in fill_touched_ and re-keyed (sifted up or down: rounding can make a
+  //   share smaller even though in exact arithmetic it only grows) or removed once they have
+  //   no unfrozen flow, after the round, before the next bottleneck is taken.
+  // - Flows are frozen, residuals charged (in the same order, so the same roundings) and
+  //   rates set (so drain events are scheduled in the same sequence) as the scan did.
+  // A round costs O(t log L) for t touched links of L instead of O(L).
+  fill_heap_.clear();
+  for (size_t i = 0; i < comp_links.size(); ++i) {
+    LinkId l = comp_links[i];
+    LinkScratch& s = scratch_[l];
+    s.residual = links_[l].capacity;
+    s.unfrozen = static_cast<int32_t>(links_[l].flows.size());
+    s.order = static_cast<int32_t>(i);
+    s.heap_pos = -1;
+    if (s.unfrozen == 0) continue;
+    s.heap_pos = static_cast<int32_t>(fill_heap_.size());
+    fill_heap_.push_back(FillEntry{s.residual / s.unfrozen, s.order, l});
   }
-  size_t left = scratch_flows_.size();
-  while (left > 0) {
-    LinkId best = -1;
-    double best_share = std::numeric_limits<double>::infinity();
-    for (LinkId l : comp_links) {
-      const LinkScratch& s = scratch_[l];
-      if (s.unfrozen == 0) continue;
-      double share = s.residual / s.unfrozen;
-      if (share < best_share) {
-        best_share = share;
-        best = l;
-      }
+  for (size_t i = fill_heap_.size() / 2; i-- > 0;) FillSiftDown(i);
+  size_t left = comp_flows;
+  while (!fill_heap_.empty()) {
+    const LinkId best = fill_heap_[0].link;
+    const double best_share = fill_heap_[0].share;
+    if (!(best_share < std::numeric_limits<double>::infinity())) {
+      throw std::logic_error("progressive filling found no finite fair share");
     }
-    if (best < 0) throw std::logic_error("max-min sharing found no link with a finite share");
+    fill_touched_.clear();
     for (int32_t f : links_[best].flows) {
-      Flow& flow = flows_[f];
-      if (flow.frozen) continue;
-      flow.frozen = true;
+      if (flow_stamp_[f] == frozen) continue;
+      flow_stamp_[f] = frozen;
       --left;
-      for (LinkId m : flow.path) {
-        scratch_[m].residual = std::max(0.0, scratch_[m].residual - best_share);
-        --scratch_[m].unfrozen;
+      for (LinkId m : flows_[f].path) {
+        LinkScratch& s = scratch_[m];
+        s.residual = std::max(0.0, s.residual - best_share);
+        --s.unfrozen;
+        if (!s.touched) {
+          s.touched = true;
+          fill_touched_.push_back(m);
+        }
       }
       SetRate(f, best_share);
     }
+    for (LinkId m : fill_touched_) {
+      scratch_[m].touched = false;
+      FillUpdate(m);
+    }
+    if (scratch_[best].heap_pos >= 0) {
+      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
+    }
   }
+  if (left != 0) throw std::logic_error("progressive filling left flows without a rate");
   if (sim_.tracing()) {
     for (LinkId l : comp_links) TraceUtilization(l);
   }
+}
+
+void Network::FillPlace(size_t i, const FillEntry& e) {
+  fill_heap_[i] = e;
+  scratch_[e.link].heap_pos = static_cast<int32_t>(i);
+}
+
+void Network::FillSiftUp(size_t i) {
+  FillEntry e = fill_heap_[i];
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!FillBefore(e, fill_heap_[parent])) break;
+    FillPlace(i, fill_heap_[parent]);
+    i = parent;
+  }
+  FillPlace(i, e);
+}
+
+void Network::FillSiftDown(size_t i) {
+  FillEntry e = fill_heap_[i];
+  const size_t n = fill_heap_.size();
+  while (true) {
+    size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && FillBefore(fill_heap_[child + 1], fill_heap_[child])) ++child;
+    if (!FillBefore(fill_heap_[child], e)) break;
+    FillPlace(i, fill_heap_[child]);
+    i = child;
+  }
+  FillPlace(i, e);
+}
+
+void Network::FillUpdate(LinkId link) {
+  LinkScratch& s = scratch_[link];
+  if (s.heap_pos < 0) {
+    throw std::logic_error("progressive filling charged a link outside its heap");
+  }
+  size_t i = static_cast<size_t>(s.heap_pos);
+  if (s.unfrozen == 0) {
+    // Out of the heap: the last entry takes its place and moves up or down from there.
+    s.heap_pos = -1;
+    FillEntry last = fill_heap_.back();
+    fill_heap_.pop_back();
+    if (i == fill_heap_.size()) return;
+    FillPlace(i, last);
+    FillSiftUp(i);
+    FillSiftDown(static_cast<size_t>(scratch_[last.link].heap_pos));
+    return;
+  }
+  fill_heap_[i].share = s.residual / s.unfrozen;
+  FillSiftUp(i);
+  FillSiftDown(static_cast<size_t>(s.heap_pos));
 }
 
 void Network::TraceUtilization(LinkId link) {

@@ -1,8 +1,10 @@
 // Transfers between devices over a topology, with links shared by concurrent transfers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sim/callback.h"
@@ -76,25 +78,80 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
-  // What rate computation and link bookkeeping touch for every transfer.
+  // Like SmallVector (the first N elements inline, then all in a heap vector), with the
+  // indexed writes and pop_back that O(1) removal from link lists needs.
+  template <typename T, int N>
+  class InlineList {
+    static_assert(std::is_trivially_copyable_v<T>);
+
+   public:
+    // Whether there are no elements.
+    bool empty() const { return size_ == 0; }
+    // Number of elements.
+    int32_t size() const { return size_; }
+    // The elements, as a contiguous range.
+    const T* begin() const { return size_ <= N ? inline_ : spill_.data(); }
+    const T* end() const { return begin() + size_; }
+    // The i-th element.
+    const T& operator[](int32_t i) const { return begin()[i]; }
+    T& operator[](int32_t i) { return (size_ <= N ? inline_ : spill_.data())[i]; }
+    // The last element (not empty).
+    const T& back() const { return begin()[size_ - 1]; }
+    // Removes every element (the heap vector keeps its capacity).
+    void clear() {
+      size_ = 0;
+      spill_.clear();
+    }
+    // Appends a value.
+    void push_back(const T& v) {
+      if (size_ < N) {
+        inline_[size_++] = v;
+        return;
+      }
+      if (size_ == N) spill_.assign(inline_, inline_ + N);
+      spill_.push_back(v);
+      ++size_;
+    }
+    // Removes the last element (not empty).
+    void pop_back() {
+      --size_;
+      if (size_ > N) {
+        spill_.pop_back();
+      } else if (size_ == N) {
+        std::copy(spill_.begin(), spill_.begin() + N, inline_);
+        spill_.clear();
+      }
+    }
+
+   private:
+    T inline_[N] = {};
+    int32_t size_ = 0;
+    std::vector<T> spill_;
+  };
+
+  // What rate computation and link bookkeeping touch for every transfer. Progressive filling
+  // reads the path, then (SetRate) the rate and drain event: they come first.
   struct Flow {
     SmallVector<LinkId, 4> path;  // Route, first hop first.
-    double total = 0;             // Bytes of the whole transfer.
-    double remaining = 0;         // Bytes still to leave the source.
     double rate = 0;              // Bytes per picosecond.
-    int64_t updated_ps = 0;       // When `remaining` was last brought up to date.
-    int64_t drain_ps = 0;         // Lazy flows: when the last byte leaves.
     EventId drain_event;
+    double total = 0;        // Bytes of the whole transfer.
+    double remaining = 0;    // Bytes still to leave the source.
+    int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
+    int64_t drain_ps = 0;    // Lazy flows: when the last byte leaves.
     Time latency;
-    uint32_t mark = 0;         // Scratch: component search epoch.
     bool lazy = false;         // Alone since admission: one event drains and delivers it.
-    bool frozen = false;       // Scratch for progressive filling.
     bool active = false;       // Holds its links.
     bool wants_drain = false;  // Has an on_drained callback.
+    bool slots_valid = false;  // FlowEnds::link_slots is written; else every slot is 0.
   };
   // What a transfer needs only when it starts and ends (kept apart so the hot state of many
   // flows in flight stays in cache).
   struct FlowEnds {
+    // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
+    // removal is O(1) (read only when the flow leaves a shared link or another one's removal
+    // moves its entry; kept here, out of the hot Flow). Only if Flow::slots_valid.
+    InlineList<int32_t, 4> link_slots;
     Callback on_delivered;
     Callback on_drained;  // Optional.
     std::string label;
@@ -103,10 +160,14 @@ class Network {
   };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {
-    double capacity = 0;            // Bytes per picosecond.
-    double bytes = 0;               // Bytes carried so far.
-    Time latency;                   // The link's latency (copied here: read per transfer).
-    SmallVector<int32_t, 3> flows;  // Active flow slots on this link.
+    double capacity = 0;  // Bytes per picosecond.
+    double bytes = 0;     // Bytes carried so far.
+    Time latency;         // The link's latency (copied here: read per transfer).
+    // Active flow slots on this link, in the order progressive filling visits them. Removal
+    // moves the last entry into the freed place (as SmallVector::erase does). Plain slots
+    // (4 bytes) keep the lists that progressive filling walks compact; which hop of its path
+    // a moved flow is on is found on its (short) path.
+    InlineList<int32_t, 3> flows;
   };
   // What only rebalancing and tracing touch.
   struct LinkScratch {
@@ -114,6 +175,15 @@ class Network {
     int32_t unfrozen = 0;     // Progressive filling: flows without a rate yet.
     uint32_t mark = 0;        // Component search epoch.
     double traced_util = -1;  // Last utilization reported to the trace.
+    int32_t order = 0;        // Progressive filling: position in the component's link list.
+    int32_t heap_pos = -1;    // Progressive filling: index in fill_heap_, or -1 if not there.
+    bool touched = false;     // Progressive filling: in fill_touched_ this round.
+  };
+  // Progressive filling's candidate bottleneck: a link with unfrozen flows and its fair share.
+  struct FillEntry {
+    double share;   // residual / unfrozen of `link`.
+    int32_t order;  // The link's position in the component: breaks ties in share.
+    LinkId link;
   };
 
   int32_t AllocateFlow();
@@ -124,12 +194,26 @@ class Network {
   void SettleLazy(LinkId link);
   // Removes a drained flow from its links (links still shared go to scratch_links_).
   void ReleaseLinks(int32_t f);
+  // Removes flow `f` from `on_link`, the flows of hop `hop` of its path, in O(1); `on_link`
+  // holds other flows too.
+  void RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link);
   // The one event of a lazy flow: releases its links if still held, and delivers.
   void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
   void MarkDirty(const LinkId* first, const LinkId* last);
   // Recomputes max-min fair rates of all flows connected to `seed_links`.
   void Rebalance(const std::vector<LinkId>& seed_links);
+  // Progressive filling's min-heap of FillEntry by (share, order): see Rebalance.
+  static bool FillBefore(const FillEntry& a, const FillEntry& b) {
+    return a.share < b.share || (a.share == b.share && a.order < b.order);
+  }
+  // Restore the heap order after fill_heap_[i] became smaller (up) or larger (down).
+  void FillSiftUp(size_t i);
+  void FillSiftDown(size_t i);
+  // Puts `e` at heap index `i` and records the index in its link's scratch.
+  void FillPlace(size_t i, const FillEntry& e);
+  // Gives link `link` (in the heap) its new share, or removes it if it has no unfrozen flow.
+  void FillUpdate(LinkId link);
   void SetRate(int32_t f, double rate);
   void ScheduleDrain(int32_t f);
   // When a flow's last byte leaves at its current rate; throws std::overflow_error beyond the
@@ -143,6 +227,9 @@ class Network {
   const Topology& topo_;
   Router& router_;
   std::vector<Flow> flows_;
+  // By flow slot: epoch_ while in the component being rebalanced, epoch_ + 1 once frozen by
+  // progressive filling. Apart from Flow so the scans of long link lists stay in cache.
+  std::vector<uint32_t> flow_stamp_;
   std::vector<FlowEnds> ends_;  // By flow slot, like flows_.
   std::vector<int32_t> free_flows_;
   std::vector<LinkState> links_;
@@ -151,11 +238,14 @@ class Network {
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;
+  int64_t busy_links_ = 0;  // Links with at least one active flow.
   uint32_t epoch_ = 0;
   std::vector<LinkId> scratch_links_;
   std::vector<LinkId> dirty_links_;
   bool rebalance_pending_ = false;
-  std::vector<int32_t> scratch_flows_;
+  std::vector<LinkId> comp_links_;    // Rebalance: the component's links.
+  std::vector<FillEntry> fill_heap_;  // Rebalance: candidate bottlenecks.
+  std::vector<LinkId> fill_touched_;  // Rebalance: links whose share changed this round.
 };
 
 }  // namespace shardsim

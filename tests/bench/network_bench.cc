@@ -45,22 +45,18 @@ void BM_RingSteps(benchmark::State& state) {
 }
 BENCHMARK(BM_RingSteps)->Arg(64)->Arg(4096)->Unit(benchmark::kMillisecond);
 
-// All-to-all on a 2D torus: every device sends to every other at once, so flows share links
-// and every arrival and departure rebalances a large component.
-void BM_AllToAllTorus(benchmark::State& state) {
-  const int k = static_cast<int>(state.range(0));
-  Topology topo = BuildTorus({k, k}, {true, true}, Bandwidth::GBps(45), Time::Microseconds(1),
-                             LinkKind::kIci, DeviceSpec{}, "torus");
+// Every device of `topo` sends `bytes` to every other at once, so flows share links and every
+// arrival and departure rebalances a large component.
+void RunAllToAll(benchmark::State& state, const Topology& topo, Bytes bytes) {
+  const int n = topo.num_devices();
   int64_t transfers = 0, events = 0;
   for (auto _ : state) {
     Simulator sim;
     std::unique_ptr<Router> router = MakeRouter(topo);
     Network net(sim, topo, *router);
-    for (int a = 0; a < k * k; ++a) {
-      for (int b = 0; b < k * k; ++b) {
-        if (a != b) {
-          net.Start(topo.device_vertex(a), topo.device_vertex(b), Bytes::KiB(64), "a2a", [] {});
-        }
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        if (a != b) net.Start(topo.device_vertex(a), topo.device_vertex(b), bytes, "a2a", [] {});
       }
     }
     sim.Run();
@@ -72,7 +68,29 @@ void BM_AllToAllTorus(benchmark::State& state) {
   state.counters["events_per_s"] =
       benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
 }
+
+// All-to-all on a k x k torus with wraparound, 64 KiB per pair.
+void BM_AllToAllTorus(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  RunAllToAll(state,
+              BuildTorus({k, k}, {true, true}, Bandwidth::GBps(45), Time::Microseconds(1),
+                         LinkKind::kIci, DeviceSpec{}, "torus"),
+              Bytes::KiB(64));
+}
 BENCHMARK(BM_AllToAllTorus)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond);
+
+// All-to-all on a k x k torus without wraparound (a 2D mesh of lines), 4 KiB per pair: routes
+// are long, links carry hundreds of flows (24: 576 devices, 331k flows, the transfers of
+// configs/scale/line_torus24_alltoall.yaml), and removing a flow from its links was linear in
+// their flow counts before it became O(1).
+void BM_AllToAllLineTorus(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  RunAllToAll(state,
+              BuildTorus({k, k}, {false, false}, Bandwidth::GBps(45), Time::Microseconds(1),
+                         LinkKind::kIci, DeviceSpec{}, "line-torus"),
+              Bytes::KiB(4));
+}
+BENCHMARK(BM_AllToAllLineTorus)->Arg(12)->Arg(24)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace shardsim

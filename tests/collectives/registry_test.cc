@@ -137,9 +137,11 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         ASSERT_FALSE(attr.values.empty()) << attr.name;
         // An optional one's OpSpec default is one of the values.
         const std::string default_value = OpSpec{}.*std::get<std::string OpSpec::*>(attr.field);
-        if (!attr.required) EXPECT_TRUE(std::any_of(attr.values.begin(), attr.values.end(),
+        if (!attr.required) {
+          EXPECT_TRUE(std::any_of(attr.values.begin(), attr.values.end(),
                                 [&](const char* v) { return default_value == v; }))
             << attr.name << " defaults to " << default_value;
+        }
       } else {
         EXPECT_TRUE(attr.values.empty()) << attr.name;
       }
