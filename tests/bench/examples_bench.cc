@@ -1,6 +1,6 @@
-// End-to-end throughput of the seed examples (configs/examples): each run file is loaded once,
-// then every iteration simulates it the way `shardsim run` does (BuildHardware, the default
-// placement, a roofline compute model, a fresh Simulator/Network/Executor), with numerics on
+// End-to-end throughput of the seed examples (configs/examples): each run file is loaded,
+// placed and lowered once, then every iteration runs it through RunProgram as `shardsim run`
+// does (a fresh simulator and network on the same Machine), with numerics on
 // (real data, OpenBLAS sgemm) and off (timing only). BM_Sgemm gives this machine's sgemm rate
 // for comparison with the numerics runs' GFLOP/s.
 #include <benchmark/benchmark.h>
@@ -12,17 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "collectives/compute_model.h"
-#include "collectives/executor.h"
 #include "collectives/local_ops.h"
 #include "collectives/lowering.h"
 #include "collectives/mesh.h"
-#include "collectives/placement.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
 #include "sim/cli/run_file.h"
-#include "sim/simulator.h"
 #include "topology/build.h"
-#include "topology/network.h"
-#include "topology/routing.h"
 
 #ifndef SHARDSIM_SOURCE_DIR
 #error "SHARDSIM_SOURCE_DIR must name the source tree"
@@ -44,36 +40,37 @@ const char* const kExamples[] = {
     "mlp_fsdp_tp",
 };
 
-// Everything a run needs that does not change between iterations.
+// Everything a run needs that does not change between iterations: the machine wired once and
+// the program lowered once (lower once, run many times).
 struct Loaded {
   RunFile file;
-  Topology topo;
+  std::unique_ptr<Machine> machine;
   Mesh mesh;
+  LoweredProgram lowered;
   double matmul_flops = 0;  // 2*M*N*K of every matmul/einsum, summed over all devices.
 };
 
 std::unique_ptr<Loaded> Load(const std::string& name) {
   std::string path = std::string(SHARDSIM_SOURCE_DIR) + "/configs/examples/" + name + ".yaml";
   RunFile file = LoadRunFile(path);
-  Topology topo = BuildHardware(file.hardware);
-  const ProgramSpec& program = *file.program;
-  std::vector<int> devices = program.mesh_devices;
-  if (devices.empty()) devices = DefaultPlacement(program.mesh_axes, topo);
-  Mesh mesh(program.mesh_axes, devices);
-  CheckProgram(mesh, program);
+  auto machine = std::make_unique<Machine>(BuildHardware(file.hardware));
+  Mesh mesh = PlaceMesh(*machine, file.program->mesh_axes, file.program->mesh_devices);
+  auto l = std::make_unique<Loaded>(
+      Loaded{std::move(file), std::move(machine), std::move(mesh), LoweredProgram{}, 0});
+  const ProgramSpec& program = *l->file.program;
+  l->lowered = LowerProgram(l->mesh, program, l->file.options.algorithms);
+  CheckOutputs(l->mesh, program, l->lowered);
   // FLOPs from the lowered program's local shapes (collective matmuls already expanded).
-  LoweredProgram lowered = LowerProgram(mesh, program);
-  double flops = 0;
-  for (const LoweredOp& op : lowered.ops) {
+  for (const LoweredOp& op : l->lowered.ops) {
     if (op.collective) continue;
     if (op.spec.kind != OpKind::kMatmul && op.spec.kind != OpKind::kEinsum) continue;
     std::vector<const Array*> ins, outs;
-    for (int v : op.in_values) ins.push_back(&lowered.values[v]);
-    for (int v : op.out_values) outs.push_back(&lowered.values[v]);
-    flops += LocalOpCost(op.spec.kind, ins, outs, op.spec.spec).flops;
+    for (int v : op.in_values) ins.push_back(&l->lowered.values[v]);
+    for (int v : op.out_values) outs.push_back(&l->lowered.values[v]);
+    l->matmul_flops += LocalOpCost(op.spec, ins, outs).flops;
   }
-  flops *= mesh.size();
-  return std::make_unique<Loaded>(Loaded{std::move(file), std::move(topo), std::move(mesh), flops});
+  l->matmul_flops *= l->mesh.size();
+  return l;
 }
 
 void BM_Example(benchmark::State& state, const std::string& name, bool numerics) {
@@ -85,40 +82,25 @@ void BM_Example(benchmark::State& state, const std::string& name, bool numerics)
     return;
   }
   const ProgramSpec& program = *l->file.program;
-  RooflineModel compute(RooflineConfig::FromDevice(l->topo.device_spec()));
-  ExecutorConfig config;
+  RunConfig config;
   config.numerics = numerics;
-  config.compute_model = &compute;
-  config.comm_compute_slowdown = l->topo.device_spec().comm_compute_slowdown;
   config.algorithms = l->file.options.algorithms;
+  config.chunk_size = l->file.options.chunk_size;
   config.base_dir = std::filesystem::path(l->file.path).parent_path().string();
 
-  int64_t ops = 0, events = 0;
-  double start_s = 0;  // Wall time inside Executor::Start (making the inputs).
+  int64_t events = 0;
   for (auto _ : state) {
-    Simulator sim;
-    std::unique_ptr<Router> router = MakeRouter(l->topo);
-    Network network(sim, l->topo, *router);
-    Executor executor(sim, network, l->mesh, program, config);
-    auto t0 = std::chrono::steady_clock::now();
-    executor.Start();
-    start_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sim.Run();
-    if (!executor.finished()) {
-      state.SkipWithError("the program deadlocked");
-      return;
-    }
-    benchmark::DoNotOptimize(executor.end_time());
-    ops += executor.local_ops_run() + network.transfers_started();
-    events += static_cast<int64_t>(sim.events_dispatched());
+    RunResult r = RunProgram(*l->machine, l->mesh, program, config, &l->lowered);
+    benchmark::DoNotOptimize(r.end);
+    events += static_cast<int64_t>(r.events);
   }
   const double iters = static_cast<double>(state.iterations());
-  state.counters["ops_per_s"] =
-      benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
+  // Ops simulated: every lowered op on every device.
+  const double ops = static_cast<double>(l->lowered.ops.size()) * l->mesh.size();
+  state.counters["ops_per_s"] = benchmark::Counter(ops * iters, benchmark::Counter::kIsRate);
   state.counters["events_per_s"] =
       benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
-  state.counters["ops"] = static_cast<double>(ops) / iters;
-  state.counters["start_ms"] = start_s * 1e3 / iters;
+  state.counters["ops"] = ops;
   if (numerics) {
     // Counter in GFLOP so the rate reads directly as GFLOP/s (per wall second: UseRealTime).
     state.counters["GFLOPs"] =
