@@ -99,15 +99,21 @@ constexpr CollectiveKind kReduce = CollectiveKind::kAllReduce;
 
 const std::vector<AlgorithmDef>& AlgorithmRegistry() {
   static const std::vector<AlgorithmDef> registry = {
-      {"ring", {kGather, kScatter, kReduce}, false,
+      {"ring",
+       {kGather, kScatter, kReduce},
+       false,
        [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
          return MakeRingFamily("ring", n, j, axes);
        }},
-      {"bidirectional_ring", {kGather, kScatter, kReduce}, false,
+      {"bidirectional_ring",
+       {kGather, kScatter, kReduce},
+       false,
        [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
          return MakeRingFamily("bidirectional_ring", n, j, axes);
        }},
-      {"torus_2d", {kGather, kScatter, kReduce}, false,
+      {"torus_2d",
+       {kGather, kScatter, kReduce},
+       false,
        [](Network& n, CollectiveJob& j, const std::vector<int>& axes, Bytes) {
          return MakeRingFamily("torus_2d", n, j, axes);
        }},
@@ -117,7 +123,9 @@ const std::vector<AlgorithmDef>& AlgorithmRegistry() {
        [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
          return MakeDirectAlgorithm(n, j);
        }},
-      {"halving_doubling", {kGather, kScatter, kReduce}, true,
+      {"halving_doubling",
+       {kGather, kScatter, kReduce},
+       true,
        [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
          return MakeHalvingDoublingAlgorithm(n, j);
        }},

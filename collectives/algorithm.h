@@ -12,9 +12,9 @@ namespace shardsim {
 
 // One collective algorithm of the registry: its name, what it implements, and its factory.
 struct AlgorithmDef {
-  const char* name;                    // SPEC name ("ring").
-  std::vector<CollectiveKind> kinds;   // The collectives it implements.
-  bool power_of_two_groups;            // Needs a group of 2^k members.
+  const char* name;                   // SPEC name ("ring").
+  std::vector<CollectiveKind> kinds;  // The collectives it implements.
+  bool power_of_two_groups;           // Needs a group of 2^k members.
   // Builds it for `job`: axis_sizes are the group's mesh axes (first major), chunk_size the
   // pipelining unit (tree).
   std::unique_ptr<CollectiveAlgorithm> (*make)(Network& network, CollectiveJob& job,

@@ -24,8 +24,6 @@ int NormalizeAxis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-
-
 // The chunks a reduce-scatter or all-to-all splits its input into: G slices along `axis`,
 // each flattened, back to back.
 std::vector<float> ChunkedInput(const Array& x, int64_t axis, int g) {
@@ -90,7 +88,6 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
   }
 }
 
-
 // Trace tracks of the executor on each device process; the network's start at 1.
 constexpr int32_t kComputeTid = 0;
 constexpr int32_t kCollectiveTid = 1 << 29;
@@ -128,14 +125,16 @@ struct Executor::Device {
   std::vector<Array> values;     // By value id; numerics only.
   std::vector<char> ready;       // By value id.
   std::vector<int32_t> pending;  // By value id: readers that have not finished.
+  std::vector<char> absent;      // By value id: never made here (its op runs elsewhere).
+  std::vector<char> taken;       // By value id: its buffer became an elementwise op's output.
   size_t compute_pc = 0;         // Next entry of compute_ops_.
   size_t comm_pc = 0;            // Next entry of comm_ops_.
   bool busy = false;             // The compute stream runs an op.
   int in_flight = 0;             // Collectives issued and not finished.
   bool finished = false;
-  int64_t live = 0;              // Bytes of live buffers.
-  int64_t peak = 0;              // Most bytes live at once.
-  const char* peak_op = "";      // Op started or issued when the peak was reached.
+  int64_t live = 0;          // Bytes of live buffers.
+  int64_t peak = 0;          // Most bytes live at once.
+  const char* peak_op = "";  // Op started or issued when the peak was reached.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
 };
@@ -198,6 +197,8 @@ void Executor::Start() {
     Device& d = devices_[a];
     if (config_.numerics) d.values.resize(num_values);
     d.ready.assign(num_values, 0);
+    d.absent.assign(num_values, 0);
+    d.taken.assign(num_values, 0);
     d.pending = readers_;
     d.live = d.peak = input_bytes;
     // Ops that do not run here do not read here.
@@ -205,7 +206,7 @@ void Executor::Start() {
     for (const LoweredOp& op : lp.ops) {
       if (RunsHere(a, op)) continue;
       // Its outputs never exist here: collectives that read them see zeros, at once.
-      for (int v : op.out_values) d.ready[v] = 1;
+      for (int v : op.out_values) d.ready[v] = d.absent[v] = 1;
       for (size_t k = 0; k < op.in_values.size(); ++k) {
         int v = op.in_values[k];
         if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) ==
@@ -334,6 +335,9 @@ void Executor::BuildClasses() {
       throw SpecError(op.spec.algorithm.empty() ? op.spec.key : op.spec.key + ".algorithm",
                       std::string(op.def->name) + ": " + e.what());
     }
+    if (timing_index_.emplace(timings_[i].get(), timing_by_index_.size()).second) {
+      timing_by_index_.push_back(timings_[i].get());
+    }
     auto [it, made] = seen.try_emplace({op.axes, timings_[i].get()}, 0);
     if (made) distinct.push_back({&it->first.first, timings_[i].get()});
   }
@@ -419,9 +423,15 @@ bool Executor::Ready(int position, const LoweredOp& op) const {
 void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
   Device& d = devices_[position];
   for (int v : op.out_values) d.live += value_bytes_[v];
-  // Writing in place over a dying input of the same size allocates nothing new.
-  int r = op.reusable_input;
-  if (r >= 0 && !held_[r] && d.pending[r] == 1) d.live -= value_bytes_[r];
+  // Writing in place over a dying input of the same size allocates nothing new: the first
+  // input this op is the last reader of here, not the caller's and made here.
+  for (int r : op.reusable_inputs) {
+    if (!held_[r] && !d.absent[r] && !d.taken[r] && d.pending[r] == 1) {
+      d.live -= value_bytes_[r];
+      d.taken[r] = 1;
+      break;
+    }
+  }
   if (d.live > d.peak) {
     d.peak = d.live;
     d.peak_op = name;
@@ -430,7 +440,7 @@ void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
 
 void Executor::FreeValue(int position, int value) {
   Device& d = devices_[position];
-  if (held_[value]) return;
+  if (held_[value] || d.absent[value]) return;
   d.live -= value_bytes_[value];
   if (config_.numerics) d.values[value] = Array();
 }
@@ -439,14 +449,13 @@ void Executor::Release(int position, const LoweredOp& op) {
   Device& d = devices_[position];
   for (size_t k = 0; k < op.in_values.size(); ++k) {
     int v = op.in_values[k];
-    if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) !=
-        op.in_values.begin() + k) {
+    if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) != op.in_values.begin() + k) {
       continue;
     }
     if (--d.pending[v] > 0) continue;
-    if (v == op.reusable_input) {
+    if (d.taken[v]) {
       // Its buffer became the output's: nothing to free (the data itself is dropped).
-      if (!held_[v] && config_.numerics) d.values[v] = Array();
+      if (config_.numerics) d.values[v] = Array();
       continue;
     }
     FreeValue(position, v);
@@ -510,8 +519,7 @@ void Executor::Try(int position) {
       Allocate(position, lp.ops[i], lp.ops[i].spec.name.c_str());
       Arrive(position, i);
       progress = true;
-      while (d.comm_pc < comm_ops_.size() &&
-             !RunsHere(position, lp.ops[comm_ops_[d.comm_pc]])) {
+      while (d.comm_pc < comm_ops_.size() && !RunsHere(position, lp.ops[comm_ops_[d.comm_pc]])) {
         ++d.comm_pc;
       }
     }
@@ -697,24 +705,22 @@ void Executor::LaunchGroup(size_t op_index, int group) {
 // with each other op: min(f_I, f_J) when both were launched at the same instant (their ring
 // steps run in lockstep), f_I * f_J otherwise (independent phases)).
 double Executor::SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops) {
-  std::vector<int64_t> key = {reinterpret_cast<int64_t>(run.timing)};
+  // Timings are named by their index in program order (not their address), and the other ops
+  // taken in that order, so the sums below, and the rates, are the same in every run.
+  std::vector<std::pair<int64_t, int64_t>> others;  // (timing index, launched together).
   for (const SharedRun* other : ops) {
     if (other->op_index == run.op_index) continue;
-    key.push_back(reinterpret_cast<int64_t>(other->timing));
-    key.push_back(other->started == run.started);
+    others.push_back({timing_index_.at(other->timing), other->started == run.started});
   }
-  // Other ops in a canonical order: the rate does not depend on their order.
-  std::vector<std::pair<int64_t, int64_t>> others;
-  for (size_t k = 1; k + 1 < key.size(); k += 2) others.push_back({key[k], key[k + 1]});
   std::sort(others.begin(), others.end());
-  key.resize(1);
+  std::vector<int64_t> key = {timing_index_.at(run.timing)};
   for (auto [timing, aligned] : others) key.insert(key.end(), {timing, aligned});
   auto [it, made] = rates_.try_emplace(key, 1.0);
   if (!made) return it->second;
   const CollectiveTiming& t = *run.timing;
   link_load_.resize(network_.topology().links().size(), 0.0);
-  for (auto [timing, aligned] : others) {
-    const CollectiveTiming& u = *reinterpret_cast<const CollectiveTiming*>(timing);
+  for (auto [index, aligned] : others) {
+    const CollectiveTiming& u = *timing_by_index_[index];
     for (size_t i = 0, j = 0; i < t.links.size() && j < u.links.size();) {
       if (t.links[i] < u.links[j]) {
         ++i;
@@ -772,8 +778,8 @@ void Executor::Reshare(bool ops_changed) {
       run->updated = now;
       run->rate = op_rate_[run->op_index];
     }
-    double left = static_cast<double>(run->members[run->next].first.picoseconds()) -
-                  run->progress_ps;
+    double left =
+        static_cast<double>(run->members[run->next].first.picoseconds()) - run->progress_ps;
     Time delay =
         Time::Picoseconds(static_cast<int64_t>(std::ceil(std::max(0.0, left) / run->rate)));
     run->event = sim_.Schedule(delay, [this, run] { FinishShared(run); });
@@ -897,6 +903,5 @@ std::map<std::string, Array> Executor::Outputs() const {
   }
   return AssembleOutputs(mesh_, program_, std::move(env));
 }
-
 
 }  // namespace shardsim

@@ -159,12 +159,12 @@ class Executor {
   ExecutorConfig config_;
   LoweredProgram own_lowered_;               // When no lowered program was given.
   const LoweredProgram* lowered_ = nullptr;  // The program that runs.
-  std::vector<Time> op_duration_;     // Per lowered op: compute time before any slowdown.
-  std::vector<int32_t> readers_;      // Per value: lowered ops that read it.
-  std::vector<char> held_;            // Per value: an input or output, never freed.
-  std::vector<int64_t> value_bytes_;  // Per value: bytes of its local block.
-  std::vector<int> work_;             // Positions woken and not yet tried.
-  std::vector<char> queued_;          // Per position: in work_.
+  std::vector<Time> op_duration_;            // Per lowered op: compute time before any slowdown.
+  std::vector<int32_t> readers_;             // Per value: lowered ops that read it.
+  std::vector<char> held_;                   // Per value: an input or output, never freed.
+  std::vector<int64_t> value_bytes_;         // Per value: bytes of its local block.
+  std::vector<int> work_;                    // Positions woken and not yet tried.
+  std::vector<char> queued_;                 // Per position: in work_.
   bool draining_ = false;
   std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
   std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.
@@ -196,13 +196,15 @@ class Executor {
   std::map<size_t, double> op_rate_;                // Lowered op in flight -> its rate.
   std::vector<SharedRun*> unscheduled_;             // Runs waiting for their next event.
   std::vector<double> link_load_;  // Scratch of SharedRate: per directed link, collisions.
-  // SharedRate's answers by (own timing, other ops' timings and alignment).
+  // SharedRate's answers by (own timing, other ops' timings and alignment), timings named by
+  // their index in program order.
   std::map<std::vector<int64_t>, double> rates_;
+  std::map<const CollectiveTiming*, int64_t> timing_index_;
+  std::vector<const CollectiveTiming*> timing_by_index_;
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;
   Time end_;
 };
-
 
 }  // namespace shardsim

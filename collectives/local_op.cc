@@ -54,9 +54,8 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       }
       bool data = !inputs.empty() && inputs[0]->has_data();
       if (!data) return One(Array::ShapeOnly(*dtype, op.shape));
-      return One(Array::FromValues(*dtype, op.shape,
-                                   std::vector<float>(static_cast<size_t>(NumElements(op.shape)),
-                                                      0.0f)));
+      return One(Array::FromValues(
+          *dtype, op.shape, std::vector<float>(static_cast<size_t>(NumElements(op.shape)), 0.0f)));
     }
     case OpKind::kMatmul:
       need(2);

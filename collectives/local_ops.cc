@@ -8,9 +8,9 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
-#include <limits>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -330,9 +330,7 @@ struct IntSquareFn {
 };
 struct IntAbsFn {
   // abs(INT_MIN) wraps to INT_MIN, as XLA's.
-  float operator()(float x) const {
-    return WordToInt(x) < 0 ? WrapInt(0u - UInt(x)) : x;
-  }
+  float operator()(float x) const { return WordToInt(x) < 0 ? WrapInt(0u - UInt(x)) : x; }
 };
 
 // Calls fn with the functor of `kind`.

@@ -20,8 +20,7 @@ class Lowerer {
           const std::map<std::string, std::string>& algorithms)
       : mesh_(mesh), out_(out), algorithms_(algorithms) {}
 
-  int Define(const std::string& name, Array shape,
-             std::vector<std::pair<int, int>> where = {}) {
+  int Define(const std::string& name, Array shape, std::vector<std::pair<int, int>> where = {}) {
     int id = static_cast<int>(out_.values.size());
     out_.values.push_back(std::move(shape));
     value_where_.push_back(std::move(where));
@@ -39,8 +38,8 @@ class Lowerer {
       int a = mesh_.AxisIndex(name);
       if (a < 0) throw SpecError(op.key + ".where", "'" + name + "' is not a mesh axis");
       if (index < 0 || index >= mesh_.axes()[a].size) {
-        throw SpecError(op.key + ".where", "index " + std::to_string(index) +
-                                               " is beyond mesh axis '" + name + "'");
+        throw SpecError(op.key + ".where",
+                        "index " + std::to_string(index) + " is beyond mesh axis '" + name + "'");
       }
       for (const std::string& axis : op.axis_name) {
         if (axis == name && Op(op.kind).stream != OpStream::kFree) {
@@ -59,10 +58,10 @@ class Lowerer {
       if (it == current_.end()) continue;
       for (const auto& need : value_where_[it->second]) {
         if (std::find(lowered.where.begin(), lowered.where.end(), need) == lowered.where.end()) {
-          throw SpecError(op.key + ".in",
-                          "'" + name + "' is made only where " +
-                              mesh_.axes()[need.first].name + "=" + std::to_string(need.second) +
-                              ", but this op runs on other positions too");
+          throw SpecError(op.key + ".in", "'" + name + "' is made only where " +
+                                              mesh_.axes()[need.first].name + "=" +
+                                              std::to_string(need.second) +
+                                              ", but this op runs on other positions too");
         }
       }
     }
@@ -116,9 +115,11 @@ class Lowerer {
     // Elementwise ops may write over an input of the output's size (XLA's buffer sharing).
     if (def.elementwise) {
       for (size_t k = 0; k < inputs.size() && !results.empty(); ++k) {
-        if (inputs[k]->bytes() == results[0].bytes()) {
-          lowered.reusable_input = lowered.in_values[k];
-          break;
+        int v = lowered.in_values[k];
+        if (inputs[k]->bytes() == results[0].bytes() &&
+            std::find(lowered.reusable_inputs.begin(), lowered.reusable_inputs.end(), v) ==
+                lowered.reusable_inputs.end()) {
+          lowered.reusable_inputs.push_back(v);
         }
       }
     }
@@ -178,6 +179,7 @@ class Lowerer {
       }
     }
     out_.final_values = current_;
+    for (const OutputSpec& o : program.outputs) out_.output_values.push_back(current_.at(o.name));
   }
 
  private:
@@ -211,7 +213,7 @@ int64_t SequentialPeakElements(const LoweredProgram& lowered) {
     held[v] = 1;
     live += lowered.values[v].size();
   }
-  for (const auto& [name, v] : lowered.final_values) held[v] = 1;
+  for (int v : lowered.output_values) held[v] = 1;
   int64_t peak = live;
   for (size_t i = 0; i < lowered.ops.size(); ++i) {
     const LoweredOp& op = lowered.ops[i];
@@ -233,6 +235,16 @@ int64_t SequentialPeakElements(const LoweredProgram& lowered) {
 bool RunsAt(const LoweredOp& op, const std::vector<int>& coords) {
   for (const auto& [axis, index] : op.where) {
     if (coords[axis] != index) return false;
+  }
+  return true;
+}
+
+bool RunsAt(const OpSpec& op, const Mesh& mesh, int position) {
+  if (op.where.empty()) return true;
+  std::vector<int> coords = mesh.Coords(position);
+  for (const auto& [name, index] : op.where) {
+    int a = mesh.AxisIndex(name);
+    if (a >= 0 && coords[a] != index) return false;
   }
   return true;
 }

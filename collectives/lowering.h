@@ -32,9 +32,9 @@ struct LoweredOp {
   std::vector<int> destination;  // ppermute: per group index, the receiving index or -1.
   // Where it runs: (mesh axis index, coordinate) pairs a position must match; empty: all.
   std::vector<std::pair<int, int>> where;
-  // Elementwise ops: an input the output may take over in place (XLA's buffer sharing) when
-  // this op is its last reader; -1 if none.
-  int reusable_input = -1;
+  // Elementwise ops: the inputs (value ids, distinct) of the output's size whose buffer the
+  // output may take over in place (XLA's buffer sharing) when this op is their last reader.
+  std::vector<int> reusable_inputs;
 };
 
 // A program ready to run. Values are single-assignment: an array name written twice (allowed
@@ -45,11 +45,14 @@ struct LoweredProgram {
   std::vector<Array> values;   // Per value id: local shape and dtype (no data).
   std::vector<std::pair<std::string, int>> inputs;  // `arrays:` name -> value id.
   std::map<std::string, int> final_values;          // Name -> its last value id.
-  bool has_where = false;  // Some op runs on a subset of the positions.
+  std::vector<int> output_values;                   // Value ids of `outputs:`, in order.
+  bool has_where = false;                           // Some op runs on a subset of the positions.
 };
 
 // Whether op `op` runs at mesh position `coords` (the position's coordinates).
 bool RunsAt(const LoweredOp& op, const std::vector<int>& coords);
+// Whether `op` (its `where` by axis names) runs at mesh position `position`.
+bool RunsAt(const OpSpec& op, const Mesh& mesh, int position);
 
 // Lowers `program` on `mesh`, checking names, shapes, dtypes and parameters of every op on
 // the local shapes. Throws SpecError naming the op's key ("program.3") or the array's

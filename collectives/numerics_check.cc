@@ -11,6 +11,7 @@
 #include "collectives/init.h"
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
+#include "collectives/lowering.h"
 #include "collectives/outputs.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
@@ -250,9 +251,9 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     case OpKind::kSilu:
       return Rounded(Error{1.1 * a.max, 1.1 * a.rms}, dtype, out);
     case OpKind::kSquare:
-      return Rounded(Error{2 * sa.max_abs * a.max + a.max * a.max,
-                           2 * sa.rms * a.rms + a.rms * a.rms},
-                     dtype, out);
+      return Rounded(
+          Error{2 * sa.max_abs * a.max + a.max * a.max, 2 * sa.rms * a.rms + a.rms * a.rms}, dtype,
+          out);
     case OpKind::kLog:
     case OpKind::kRsqrt: {
       // |f(x + d) - f(x)| <= |d| max|f'| over [m - e, inf): log' = 1/x, rsqrt' = x^-1.5 / 2.
@@ -481,6 +482,19 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
     auto out = assembled.find(name);
     return out == assembled.end() || out->second[p] != 0;
   };
+  // An op with `where` makes its outputs only on the positions it runs at; elsewhere they are
+  // zeros, as collectives see them in the simulation (the outputs computed there are dropped).
+  auto zero_elsewhere = [&](const OpSpec& op) {
+    if (op.where.empty()) return;
+    for (int p = 0; p < n; ++p) {
+      if (RunsAt(op, mesh, p)) continue;
+      for (const std::string& name : op.out) {
+        Array& a = env[p][name];
+        a = Array::FromValues(a.dtype(), a.shape(), std::vector<float>(a.size(), 0.0f));
+      }
+    }
+    distinct.clear();  // Positions now differ.
+  };
   std::vector<std::string> dead;
   auto free_dead = [&] {
     for (const std::string& name : dead) {
@@ -529,6 +543,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         std::vector<Array> outs = ReferenceCollective(coll, mesh, products);
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
+      zero_elsewhere(op);
       track(op, [&](const Stats& s, DType dtype) {
         return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
                                      k);
@@ -541,6 +556,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       DType in_dtype = inputs[0].dtype();
       std::vector<Array> outs = ReferenceCollective(op, mesh, inputs);
       for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
+      zero_elsewhere(op);
       track(op, [&](const Stats& s, DType dtype) {
         if (op.kind == OpKind::kAxisIndex) return Error{};
         const Tracked& in = tracked.at(op.in.at(0));
@@ -591,6 +607,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         env[p][op.out[j]] = std::move(results[p][j]);
       }
     }
+    zero_elsewhere(op);
     track(op, [&](const Stats& s, DType dtype) {
       std::vector<const Tracked*> kept;
       for (const Tracked& t : in_copies) kept.push_back(&t);

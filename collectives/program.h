@@ -128,10 +128,10 @@ struct OpSpec {
   // Internal: a view or an in-place write XLA fuses away (the halves a collective matmul
   // slices off, the blocks it writes into its output): it takes no compute time.
   bool fused = false;
-  int64_t block_offset = 0;  // Internal dynamic ops: see OpKind.
-  std::string dtype;             // convert, custom_call: the result's dtype name.
-  std::optional<double> flops;   // custom_call: floating-point operations it costs.
-  std::optional<double> bytes;   // custom_call: bytes of HBM traffic it costs.
+  int64_t block_offset = 0;     // Internal dynamic ops: see OpKind.
+  std::string dtype;            // convert, custom_call: the result's dtype name.
+  std::optional<double> flops;  // custom_call: floating-point operations it costs.
+  std::optional<double> bytes;  // custom_call: bytes of HBM traffic it costs.
   // Where the op runs: only on mesh positions whose coordinate along each named axis is the
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).

@@ -51,9 +51,13 @@ std::vector<OpDef> MakeRegistry() {
       OneOf("variant", &OpSpec::variant, {"blocking", "unidirectional", "bidirectional"},
             "How communication overlaps the matmuls (default blocking)");
   const std::vector<AttrDef> binary = {scalar};
-  const AttrDef dtype{"dtype", T::kOneOf, true, &OpSpec::dtype,
+  const AttrDef dtype{"dtype",
+                      T::kOneOf,
+                      true,
+                      &OpSpec::dtype,
                       {"f32", "bf16", "f16", "i32", "float32", "bfloat16", "float16", "int32"},
-                      nullptr, "The result's element type"};
+                      nullptr,
+                      "The result's element type"};
   // name, visible, arity, multi-output, stream, collective, reduce, axis_name, attrs,
   // elementwise, exactly-one-of groups, output count. One row per op, laid out by hand.
   // clang-format off
@@ -384,8 +388,7 @@ std::string CheckArity(const OpSpec& op) {
     case OpArity::kOne:
       return n == 1 ? "" : name + " takes one input, got " + std::to_string(n);
     case OpArity::kTwo:
-      return n == 2 ? ""
-                    : name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
+      return n == 2 ? "" : name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";

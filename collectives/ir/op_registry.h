@@ -82,17 +82,17 @@ struct ExactlyOneOf {
 
 // One op of the registry.
 struct OpDef {
-  OpKind kind;                    // The op.
-  const char* name;               // SPEC name ("psum").
-  bool user_visible;              // Written in run files (false: internal lowering ops).
-  OpArity arity;                  // Inputs it takes.
-  bool multi_output;              // Makes one output per `sections` (split); else one.
-  OpStream stream;                // How it is scheduled.
-  CollectiveKind collective;      // kCollective: what the algorithms run.
-  ReduceOp reduce;                // kCollective reductions: how partial values combine.
-  bool takes_axis_name;           // Has `axis_name` (collectives, axis_index, internal ops).
-  std::vector<AttrDef> attrs;     // Attributes beyond op/in/out/name/where/axis_name/algorithm.
-  bool elementwise = false;       // Output element i depends on input element i only.
+  OpKind kind;                 // The op.
+  const char* name;            // SPEC name ("psum").
+  bool user_visible;           // Written in run files (false: internal lowering ops).
+  OpArity arity;               // Inputs it takes.
+  bool multi_output;           // Makes one output per `sections` (split); else one.
+  OpStream stream;             // How it is scheduled.
+  CollectiveKind collective;   // kCollective: what the algorithms run.
+  ReduceOp reduce;             // kCollective reductions: how partial values combine.
+  bool takes_axis_name;        // Has `axis_name` (collectives, axis_index, internal ops).
+  std::vector<AttrDef> attrs;  // Attributes beyond op/in/out/name/where/axis_name/algorithm.
+  bool elementwise = false;    // Output element i depends on input element i only.
   std::vector<ExactlyOneOf> exactly_one_of = {};  // Groups of mutually exclusive attributes.
   // multi_output: the kPositiveInt attribute that gives the number of outputs ("sections").
   const char* output_count = nullptr;

@@ -68,7 +68,8 @@ std::string ProgramBuilder::Add(OpSpec op) {
                                          std::to_string(op.out.size()) + " names");
   }
   for (const std::string& name : op.out) defined_.insert(name);
-  if (op.name.empty()) op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+  if (op.name.empty())
+    op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
   op_names_.insert(op.name);
   program_.ops.push_back(std::move(op));
   return program_.ops.back().out[0];
@@ -116,8 +117,7 @@ std::string ProgramBuilder::Unary(OpKind kind, const std::string& x, std::string
 }
 
 std::string ProgramBuilder::Collective(OpKind kind, const std::string& x,
-                                       std::vector<std::string> axes, std::string out,
-                                       OpSpec op) {
+                                       std::vector<std::string> axes, std::string out, OpSpec op) {
   op.kind = kind;
   op.in = {x};
   op.axis_name = std::move(axes);
@@ -125,8 +125,8 @@ std::string ProgramBuilder::Collective(OpKind kind, const std::string& x,
   return Add(std::move(op));
 }
 
-std::string ProgramBuilder::Reduce(OpKind kind, const std::string& x,
-                                   std::vector<std::string> axes, std::string out) {
+std::string ProgramBuilder::Reduce(OpKind kind, const std::string& x, std::vector<std::string> axes,
+                                   std::string out) {
   return Collective(kind, x, std::move(axes), std::move(out), OpSpec{});
 }
 
@@ -156,8 +156,8 @@ std::string ProgramBuilder::AllToAll(const std::string& x, std::vector<std::stri
   return Collective(OpKind::kAllToAll, x, std::move(axes), std::move(out), std::move(op));
 }
 
-std::string ProgramBuilder::Ppermute(const std::string& x, std::vector<std::string> axes,
-                                     int shift, std::string out) {
+std::string ProgramBuilder::Ppermute(const std::string& x, std::vector<std::string> axes, int shift,
+                                     std::string out) {
   OpSpec op;
   op.shift = shift;
   return Collective(OpKind::kPpermute, x, std::move(axes), std::move(out), std::move(op));

@@ -38,8 +38,7 @@ class ProgramBuilder {
   std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
                      std::string out = "");
   // An elementwise op of two inputs (add, sub, mul, div, max).
-  std::string Binary(OpKind kind, const std::string& a, const std::string& b,
-                     std::string out = "");
+  std::string Binary(OpKind kind, const std::string& a, const std::string& b, std::string out = "");
   // An elementwise op of one input (relu, gelu, exp, tanh, neg).
   std::string Unary(OpKind kind, const std::string& x, std::string out = "");
   // psum / pmean / pmax / pmin over `axes`.

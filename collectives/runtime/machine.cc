@@ -10,7 +10,8 @@ namespace shardsim {
 Machine::Machine(Topology topology)
     : topology_(std::move(topology)),
       router_(MakeRouter(topology_)),
-      compute_(std::make_unique<RooflineModel>(RooflineConfig::FromDevice(topology_.device_spec()))),
+      compute_(
+          std::make_unique<RooflineModel>(RooflineConfig::FromDevice(topology_.device_spec()))),
       comm_compute_slowdown_(topology_.device_spec().comm_compute_slowdown) {}
 
 Machine::Machine(Topology topology, std::unique_ptr<ComputeModel> compute,

@@ -38,7 +38,9 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   executor.Start();
   sim.Run();
   if (!executor.finished()) {
-    throw std::runtime_error("the program deadlocked: some devices never finished");
+    // Lowering checks every group can assemble and every input is made where it is read, so
+    // a device left waiting is a broken invariant.
+    throw std::logic_error("internal error: the program deadlocked: some devices never finished");
   }
   RunResult result;
   result.end = executor.end_time();

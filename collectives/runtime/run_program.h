@@ -41,23 +41,23 @@ struct RunConfig {
 
 // What a run gives.
 struct RunResult {
-  Time end;                                // When the last device finished.
-  uint64_t events = 0;                     // Events the engine dispatched.
-  int simulated_devices = 0;               // Devices simulated (classes on kCached).
-  std::vector<OpTiming> ops;               // One row per op of the program.
-  std::vector<DeviceTiming> per_device;    // By mesh position.
-  std::map<std::string, Array> outputs;    // Global outputs (shapes only without numerics).
-  std::map<std::string, Array> inputs;     // Global inputs made (with data under numerics).
-  Bytes peak_memory;                       // The largest per-device peak.
-  int peak_device = 0;                     // The device where it occurred.
-  std::string peak_op;                     // The op being started there when it did.
-  Bytes hbm_capacity;                      // Per device, from the machine.
-  bool fits = true;                        // peak_memory <= hbm_capacity.
+  Time end;                              // When the last device finished.
+  uint64_t events = 0;                   // Events the engine dispatched.
+  int simulated_devices = 0;             // Devices simulated (classes on kCached).
+  std::vector<OpTiming> ops;             // One row per op of the program.
+  std::vector<DeviceTiming> per_device;  // By mesh position.
+  std::map<std::string, Array> outputs;  // Global outputs (shapes only without numerics).
+  std::map<std::string, Array> inputs;   // Global inputs made (with data under numerics).
+  Bytes peak_memory;                     // The largest per-device peak.
+  int peak_device = 0;                   // The device where it occurred.
+  std::string peak_op;                   // The op being started there when it did.
+  Bytes hbm_capacity;                    // Per device, from the machine.
+  bool fits = true;                      // peak_memory <= hbm_capacity.
 };
 
 // Lowers `program` (unless `lowered` is given: lower once, run many times) and runs it on
 // `mesh` of `machine` with a fresh simulator and network. Throws SpecError for bad programs
-// and std::runtime_error when the program deadlocks.
+// and std::logic_error ("internal error: ...") if devices are left waiting.
 RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec& program,
                      const RunConfig& config, const LoweredProgram* lowered = nullptr);
 

@@ -44,8 +44,8 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     job.numerics = false;
     for (int p : groups[g]) job.members.push_back(topo.device_vertex(mesh.device(p)));
     job.total = request.elements;
-    bool chunked = job.kind == CollectiveKind::kReduceScatter ||
-                   job.kind == CollectiveKind::kAllToAll;
+    bool chunked =
+        job.kind == CollectiveKind::kReduceScatter || job.kind == CollectiveKind::kAllToAll;
     job.block = chunked ? request.elements / n : request.elements;
     job.destination = request.destination;
     const std::vector<int>& positions = groups[g];
@@ -53,8 +53,8 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
       timing.member_time[positions[member]] = sim.Now();
     };
     std::string resolved;
-    algorithms.push_back(MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved,
-                                       request.chunk_size));
+    algorithms.push_back(
+        MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved, request.chunk_size));
     if (timing.algorithm.empty()) timing.algorithm = resolved;
   }
   for (auto& algorithm : algorithms) algorithm->Start();
@@ -161,11 +161,10 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
   // The key: every field of the request, then the mesh (axis sizes and each position's
   // device). Algorithm names are spelled out character by character.
-  std::vector<int64_t> key = {static_cast<int64_t>(request.kind),
-                              static_cast<int64_t>(request.reduce),
-                              static_cast<int64_t>(request.dtype), request.elements,
-                              request.chunk_size.count(),
-                              static_cast<int64_t>(request.algorithm.size())};
+  std::vector<int64_t> key = {
+      static_cast<int64_t>(request.kind),  static_cast<int64_t>(request.reduce),
+      static_cast<int64_t>(request.dtype), request.elements,
+      request.chunk_size.count(),          static_cast<int64_t>(request.algorithm.size())};
   for (char c : request.algorithm) key.push_back(c);
   key.push_back(static_cast<int64_t>(request.axes.size()));
   key.insert(key.end(), request.axes.begin(), request.axes.end());

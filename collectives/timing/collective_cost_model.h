@@ -24,10 +24,10 @@ struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::kAllReduce;  // What the algorithms run.
   ReduceOp reduce = ReduceOp::kSum;                  // How partial values combine.
   DType dtype = DType::kF32;                         // Element type.
-  int64_t elements = 0;             // Elements of each member's input block.
-  std::string algorithm = "auto";   // Registry name or "auto".
-  std::vector<int> axes;            // Mesh axis indices, in the op's order.
-  std::vector<int> destination;     // kPermute: receiving group index per member, or -1.
+  int64_t elements = 0;                              // Elements of each member's input block.
+  std::string algorithm = "auto";                    // Registry name or "auto".
+  std::vector<int> axes;                             // Mesh axis indices, in the op's order.
+  std::vector<int> destination;      // kPermute: receiving group index per member, or -1.
   Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
 };
 
@@ -79,8 +79,7 @@ class NetworkCollectiveModel : public CollectiveCostModel {
                 const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
   // The translated-groups shortcut; false when it does not apply.
   bool SimulateByTranslation(const Mesh& mesh, const CollectiveRequest& request,
-                             const std::vector<std::vector<int>>& groups,
-                             CollectiveTiming& timing);
+                             const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
 
   const Machine& machine_;
   bool translate_groups_;

@@ -149,7 +149,11 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
     try {
       CheckProgram(mesh, program);
     } catch (const SpecError& e) {
-      throw InputError(std::string(e.key() == "--op" ? "--op " + o.op : e.key()) + ": " + e.what());
+      // The sweep's op is keyed "--op"; its algorithm "--op.algorithm" (refused at lowering).
+      std::string flag = e.key() == "--op"             ? "--op " + o.op
+                         : e.key() == "--op.algorithm" ? "--algorithm " + o.algorithm
+                                                       : e.key();
+      throw InputError(flag + ": " + e.what());
     }
     RunConfig config;
     config.numerics = o.numerics == "on";
@@ -157,7 +161,8 @@ int RunCollectiveCommand(const CollectiveCommandOptions& o) {
     try {
       result = RunProgram(machine, mesh, program, config);
     } catch (const SpecError& e) {
-      throw InputError("--algorithm " + o.algorithm + ": " + e.what());
+      // Refused while running (an algorithm `auto` cannot fit): name the op's flag.
+      throw InputError("--op " + o.op + ": " + e.what());
     } catch (const TimeRangeError& e) {
       throw InputError("--sizes " + o.sizes + ": " + e.what());
     }

@@ -13,7 +13,7 @@ struct CollectiveCommandOptions {
   std::optional<int> nodes;  // --nodes, if given.
   std::string mesh;          // --mesh dp=4,tp=2
   std::string op;            // --op: a collective of the op registry (CollectiveOpChoices()).
-  std::string axis;                 // --axis dp[,tp]
+  std::string axis;          // --axis dp[,tp]
   std::string sizes = "1KiB:1GiB";  // --sizes
   std::string algorithm = "auto";   // --algorithm
   std::string csv_path;             // --csv

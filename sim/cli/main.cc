@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
     return BadInput(e.what());
   } catch (const shardsim::TimeRangeError& e) {
     return BadInput(e.what());
+  } catch (const std::invalid_argument& e) {
+    // A model refusing a value the edge did not check: the input's fault, not a broken
+    // invariant (invalid_argument is a logic_error, so it is caught first).
+    return BadInput(e.what());
   } catch (const std::logic_error& e) {
     return InternalError(e.what());
   } catch (const std::overflow_error& e) {

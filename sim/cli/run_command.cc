@@ -12,8 +12,8 @@
 
 #include "collectives/compute_model.h"
 #include "collectives/executor.h"
-#include "collectives/numerics_check.h"
 #include "collectives/npy.h"
+#include "collectives/numerics_check.h"
 #include "collectives/placement.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
@@ -48,12 +48,12 @@ struct OpRow {
 
 // Device memory of a program run.
 struct MemoryReport {
-  bool known = false;      // A program ran (transfers: runs hold no buffers).
-  Bytes peak;              // The largest per-device peak of live buffers.
-  int peak_device = 0;     // Where.
-  std::string peak_op;     // The op started or issued when it peaked.
-  Bytes capacity;          // HBM per device.
-  bool fits = true;        // peak <= capacity.
+  bool known = false;   // A program ran (transfers: runs hold no buffers).
+  Bytes peak;           // The largest per-device peak of live buffers.
+  int peak_device = 0;  // Where.
+  std::string peak_op;  // The op started or issued when it peaked.
+  Bytes capacity;       // HBM per device.
+  bool fits = true;     // peak <= capacity.
 };
 
 // What a run reports, whichever kind of run file it was.
@@ -185,7 +185,8 @@ Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
   elements *= 2.0 * mesh.size();
   for (const ArraySpec& a : program.arrays) elements += static_cast<double>(NumElements(a.shape));
   double bytes = elements * 4;
-  return bytes >= 9e18 ? Bytes(int64_t{9'000'000'000'000'000'000}) : Bytes(static_cast<int64_t>(bytes));
+  return bytes >= 9e18 ? Bytes(int64_t{9'000'000'000'000'000'000})
+                       : Bytes(static_cast<int64_t>(bytes));
 }
 
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
@@ -235,11 +236,10 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
     report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, ""});
   }
   report.per_device = result.per_device;
-  report.memory = MemoryReport{true, result.peak_memory, result.peak_device, result.peak_op,
-                               result.hbm_capacity, result.fits};
+  report.memory = MemoryReport{true,           result.peak_memory,  result.peak_device,
+                               result.peak_op, result.hbm_capacity, result.fits};
   if (numerics) {
-    report.numerics =
-        CheckNumerics(result.outputs, mesh, program, config.base_dir, &result.inputs);
+    report.numerics = CheckNumerics(result.outputs, mesh, program, config.base_dir, &result.inputs);
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,

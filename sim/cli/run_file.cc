@@ -909,9 +909,9 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
 // op registry.
 std::vector<std::string> AlgorithmKeys() {
   std::vector<std::string> keys = CollectiveOpNames();
-  for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
-                              CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
-                              CollectiveKind::kPermute}) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather,
+        CollectiveKind::kAllToAll, CollectiveKind::kPermute}) {
     std::string name = CollectiveKindName(kind);
     if (!Contains(keys, name)) keys.push_back(name);
   }

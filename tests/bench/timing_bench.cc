@@ -12,8 +12,8 @@
 #include "collectives/ir/program_builder.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
-#include "tests/support/transformer_step.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "tests/support/transformer_step.h"
 #include "topology/build.h"
 #include "topology/presets.h"
 
@@ -68,8 +68,8 @@ void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bo
 void BM_ElementwiseOnPod(benchmark::State& state, TimingPath path) {
   Machine machine(BuildPreset("tpu-v5p", {16, 20, 28}));
   ProgramBuilder b({{"x", 16}, {"y", 20}, {"z", 28}});
-  std::string v = b.Input("a", {16 * 1024, 20 * 1024, 28}, DType::kBF16,
-                          PartitionSpec{{{"x"}, {"y"}, {"z"}}});
+  std::string v =
+      b.Input("a", {16 * 1024, 20 * 1024, 28}, DType::kBF16, PartitionSpec{{{"x"}, {"y"}, {"z"}}});
   for (int i = 0; i < 1000; ++i) v = b.Binary(OpKind::kAdd, v, v);
   b.Output(v, PartitionSpec{{{"x"}, {"y"}, {"z"}}});
   ProgramSpec program = std::move(b).Build();
@@ -102,13 +102,14 @@ BENCHMARK_CAPTURE(BM_TransformerStep, layer1_network, 1, TimingPath::kNetwork, f
 // is registered only when SHARDSIM_BENCH_SLOW is set.
 const bool kSlowRegistered = [] {
   if (std::getenv("SHARDSIM_BENCH_SLOW") == nullptr) return false;
-  benchmark::RegisterBenchmark("BM_TransformerStep/layer80_network", [](benchmark::State& s) {
-    BM_TransformerStep(s, 80, TimingPath::kNetwork, false);
-  })->Unit(benchmark::kMillisecond)->Iterations(1);
+  benchmark::RegisterBenchmark(
+      "BM_TransformerStep/layer80_network",
+      [](benchmark::State& s) { BM_TransformerStep(s, 80, TimingPath::kNetwork, false); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(1);
   return true;
 }();
-BENCHMARK_CAPTURE(BM_ElementwiseOnPod, cached, TimingPath::kCached)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ElementwiseOnPod, cached, TimingPath::kCached)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ElementwiseOnPod, network, TimingPath::kNetwork)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);

@@ -26,7 +26,8 @@ Array F32(std::vector<float> v) {
 void ExpectValues(const Array& got, std::vector<double> want) {
   ASSERT_EQ(got.size(), static_cast<int64_t>(want.size()));
   for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(got.at(static_cast<int64_t>(i)), want[i], 2.4e-7 * std::max(1.0, std::fabs(want[i])))
+    EXPECT_NEAR(got.at(static_cast<int64_t>(i)), want[i],
+                2.4e-7 * std::max(1.0, std::fabs(want[i])))
         << "element " << i;
   }
 }
@@ -111,8 +112,7 @@ TEST(CustomCallTest, PricedByItsStatedCostAndZeros) {
   RunConfig config;
   config.numerics = true;
   RunResult r = RunProgram(machine, mesh, program, config);
-  Time want = machine.compute_model()->OpTime(OpKind::kCustomCall, OpCost{1e12, 1e9},
-                                              DType::kBF16);
+  Time want = machine.compute_model()->OpTime(OpKind::kCustomCall, OpCost{1e12, 1e9}, DType::kBF16);
   EXPECT_EQ(r.ops[0].end - r.ops[0].start, want);
   EXPECT_EQ(r.outputs.at("k").dtype(), DType::kBF16);
   EXPECT_EQ(r.outputs.at("k").shape(), (Shape{64, 16}));

@@ -3,13 +3,13 @@
 // algorithms' closed forms, and bad programs fail before running with the key of the op at
 // fault.
 #include "collectives/executor.h"
-#include "collectives/numerics_check.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 
 #include "collectives/lowering.h"
+#include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"

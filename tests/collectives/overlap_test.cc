@@ -95,8 +95,8 @@ PartitionSpec P(std::vector<std::vector<std::string>> dims) {
 Topology Ring(double gbps) {
   DeviceSpec dev;
   dev.platform = "TPU";
-  return BuildTorus({kN}, {true}, Bandwidth::GBps(gbps), Time::Microseconds(1), LinkKind::kIci,
-                    dev, "ring");
+  return BuildTorus({kN}, {true}, Bandwidth::GBps(gbps), Time::Microseconds(1), LinkKind::kIci, dev,
+                    "ring");
 }
 
 // Runs `program` (timing only) on the ring with links of `gbps` GB/s.

@@ -20,9 +20,7 @@ Topology Tpu(const std::string& preset, std::vector<int> shape) {
   return BuildPreset(preset, std::move(shape));
 }
 
-Topology Gpu(const std::string& preset, int nodes) {
-  return BuildPreset(preset, {}, nodes);
-}
+Topology Gpu(const std::string& preset, int nodes) { return BuildPreset(preset, {}, nodes); }
 
 Mesh DefaultMesh(std::vector<MeshAxis> axes, const Topology& topo) {
   std::vector<int> devices = DefaultPlacement(axes, topo);

@@ -44,7 +44,8 @@ TEST(OpRegistryTest, KeysAndArity) {
   OpSpec add;
   add.kind = OpKind::kAdd;
   add.in = {"a"};
-  EXPECT_EQ(CheckArity(add), "add takes in: [a, b], or in: a with scalar:, got 1 input and no scalar");
+  EXPECT_EQ(CheckArity(add),
+            "add takes in: [a, b], or in: a with scalar:, got 1 input and no scalar");
   add.scalar = 1.0;
   EXPECT_EQ(CheckArity(add), "");
   OpSpec concat;
@@ -139,8 +140,8 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         const std::string default_value = OpSpec{}.*std::get<std::string OpSpec::*>(attr.field);
         if (!attr.required) {
           EXPECT_TRUE(std::any_of(attr.values.begin(), attr.values.end(),
-                                [&](const char* v) { return default_value == v; }))
-            << attr.name << " defaults to " << default_value;
+                                  [&](const char* v) { return default_value == v; }))
+              << attr.name << " defaults to " << default_value;
         }
       } else {
         EXPECT_TRUE(attr.values.empty()) << attr.name;

@@ -224,8 +224,8 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
     RunResult full = RunProgram(machine, mesh, program, RunConfig{});
     RunResult fast = RunProgram(machine, mesh, program, cached);
     EXPECT_NEAR(fast.end.seconds(), full.end.seconds(), 1e-6 * full.end.seconds())
-        << rows << " rows: full " << full.end.microseconds()
-                                  << " us, cached " << fast.end.microseconds() << " us";
+        << rows << " rows: full " << full.end.microseconds() << " us, cached "
+        << fast.end.microseconds() << " us";
   }
 }
 
@@ -306,6 +306,129 @@ TEST(WhereTest, LocalOpsNeedTheirInputsWhereTheyRun) {
   }
 }
 
+// A value made on stage 0 only is zeros on stage 1 to a collective: psum over the stage axis
+// gives relu(x) everywhere, in the simulation and in the reference alike.
+TEST(WhereTest, ReferenceZerosValuesWhereTheirOpDoesNotRun) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 2}));
+  ProgramBuilder b({{"stage", 2}, {"dp", 2}});
+  InitSpec normal;
+  normal.kind = InitSpec::Kind::kNormal;
+  b.Input("x", {8, 16}, DType::kF32, P({{"dp"}}), normal);
+  OpSpec first;
+  first.kind = OpKind::kRelu;
+  first.in = {"x"};
+  first.out = {"a"};
+  first.where = {{"stage", 0}};
+  b.Add(first);
+  b.Output(b.Reduce(OpKind::kPsum, "a", {"stage"}, "y"), P({{"dp"}}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, program, config);
+  const Array& x = r.inputs.at("x");
+  const Array& y = r.outputs.at("y");
+  for (int64_t i = 0; i < x.size(); ++i) EXPECT_EQ(y.at(i), std::max(0.0f, x.at(i))) << i;
+  NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+  EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
+  EXPECT_EQ(check.max_abs_error, 0.0);
+}
+
+// Memory of a two-stage program, by hand (x: 1 MiB per device, held):
+//   stage 0: h = relu(x) 1 MiB (live 2); r = ppermute(h) issued: 1 MiB (3); z is never made
+//            here, so the psum issues at once (its group waits for stage 1): y 2 MiB (5) <-
+//            peak, at y.
+//   stage 1: h is never made here (nothing to free when the ppermute reads it); r arrives
+//            (live 2); z = concatenate([r, r]) 2 MiB (4); r dies (3); psum's y 2 MiB: 5 MiB
+//            <- peak, at y. (Freeing the absent h would have left 4 MiB.)
+TEST(WhereTest, MemoryCountsOnlyWhatAPositionMakes) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  ProgramBuilder b({{"stage", 2}});
+  b.Input("x", {256, 1024}, DType::kF32, P({}));
+  OpSpec relu;
+  relu.kind = OpKind::kRelu;
+  relu.in = {"x"};
+  relu.out = {"h"};
+  relu.where = {{"stage", 0}};
+  b.Add(relu);
+  OpSpec send;
+  send.kind = OpKind::kPpermute;
+  send.in = {"h"};
+  send.out = {"r"};
+  send.axis_name = {"stage"};
+  send.perm = {{0, 1}};
+  b.Add(send);
+  OpSpec cat;
+  cat.kind = OpKind::kConcatenate;
+  cat.in = {"r", "r"};
+  cat.out = {"z"};
+  cat.where = {{"stage", 1}};
+  b.Add(cat);
+  b.Output(b.Reduce(OpKind::kPsum, "z", {"stage"}, "y"), P({}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  const int64_t mib = 1 << 20;
+  for (TimingPath path : {TimingPath::kNetwork, TimingPath::kCached}) {
+    RunConfig config;
+    config.timing = path;
+    RunResult r = RunProgram(machine, mesh, program, config);
+    EXPECT_EQ(r.per_device[0].peak_memory.count(), 5 * mib);
+    EXPECT_EQ(r.per_device[0].peak_op, "y");
+    EXPECT_EQ(r.per_device[1].peak_memory.count(), 5 * mib);
+    EXPECT_EQ(r.per_device[1].peak_op, "y");
+  }
+}
+
+// An elementwise op writes over an input only if it is that input's last reader when it
+// starts. x: 1 MiB per device (held).
+//   a = relu(x) 1 MiB (2); p = psum(a) issued 1 MiB (3); e = exp(a) starts while the psum
+//   still reads a: a new 1 MiB (4) <- peak, at e; the psum ends, a dies (3); z = add(e, p)
+//   writes over e (3), p dies (2); c = concatenate([z, x]) 2 MiB (4, not above the peak).
+// Had a's buffer been left for lost, c would reach 5 MiB.
+TEST(PeakMemoryTest, InPlaceOnlyOverAnInputNothingElseReads) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  ProgramBuilder b({{"dp", 2}});
+  b.Input("x", {512, 1024}, DType::kF32, P({{"dp"}}));
+  b.Unary(OpKind::kRelu, "x", "a");
+  b.Reduce(OpKind::kPsum, "a", {"dp"}, "p");
+  b.Unary(OpKind::kExp, "a", "e");
+  b.Binary(OpKind::kAdd, "e", "p", "z");
+  OpSpec cat;
+  cat.kind = OpKind::kConcatenate;
+  cat.in = {"z", "x"};
+  cat.out = {"c"};
+  b.Add(cat);
+  b.Output("c", P({{"dp"}}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunResult r = RunProgram(machine, mesh, program, RunConfig{});
+  ASSERT_LT(r.ops[2].end, r.ops[1].end) << "exp must finish while the psum runs";
+  EXPECT_EQ(r.peak_memory.count(), 4 << 20);
+  EXPECT_EQ(r.peak_op, "e");
+}
+
+// Which operand an add writes over does not depend on their order: never the caller's.
+TEST(PeakMemoryTest, InPlaceChoiceIgnoresOperandOrder) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  std::vector<int64_t> peaks;
+  for (bool input_first : {true, false}) {
+    ProgramBuilder b({{"dp", 2}});
+    b.Input("x", {512, 1024}, DType::kF32, P({{"dp"}}));
+    b.Unary(OpKind::kRelu, "x", "a");
+    if (input_first) {
+      b.Binary(OpKind::kAdd, "x", "a", "y");
+    } else {
+      b.Binary(OpKind::kAdd, "a", "x", "y");
+    }
+    b.Output("y", P({{"dp"}}));
+    ProgramSpec program = std::move(b).Build();
+    peaks.push_back(RunProgram(machine, PlaceMesh(machine, program.mesh_axes), program, RunConfig{})
+                        .peak_memory.count());
+  }
+  EXPECT_EQ(peaks[0], 2 << 20);  // x and a; y takes a's buffer.
+  EXPECT_EQ(peaks[1], 2 << 20);
+}
+
 // On a wrapped torus every device of a symmetric SPMD program has the same timeline: one
 // class. On lines, the ends differ from the middle.
 TEST(TimelineClassesTest, SymmetryFoundWhereItHolds) {
@@ -313,14 +436,14 @@ TEST(TimelineClassesTest, SymmetryFoundWhereItHolds) {
   cached.timing = TimingPath::kCached;
   Machine wrapped(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = SerialCollectives({{"dp", 16}, {"tp", 4}}, "dp", "tp");
-  EXPECT_EQ(RunProgram(wrapped, PlaceMesh(wrapped, program.mesh_axes), program, cached)
-                .simulated_devices,
-            1);
+  EXPECT_EQ(
+      RunProgram(wrapped, PlaceMesh(wrapped, program.mesh_axes), program, cached).simulated_devices,
+      1);
   Machine lines(BuildPreset("tpu-v5e", {4, 4}));
   ProgramSpec on_lines = SerialCollectives({{"dp", 4}, {"tp", 4}}, "dp", "tp");
-  EXPECT_GT(RunProgram(lines, PlaceMesh(lines, on_lines.mesh_axes), on_lines, cached)
-                .simulated_devices,
-            1);
+  EXPECT_GT(
+      RunProgram(lines, PlaceMesh(lines, on_lines.mesh_axes), on_lines, cached).simulated_devices,
+      1);
 }
 
 // A Llama-style step small enough for unit tests: FSDP 16 x TP 4 on 64 chips, 16 sequences,
@@ -364,8 +487,8 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
         request.axes = {axis};
         std::shared_ptr<const CollectiveTiming> a = fast.Estimate(mesh, request);
         std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
-        std::string what = c.preset + " axis " + std::to_string(axis) + " " +
-                           CollectiveKindName(kind);
+        std::string what =
+            c.preset + " axis " + std::to_string(axis) + " " + CollectiveKindName(kind);
         EXPECT_EQ(a->member_time, b->member_time) << what;
         EXPECT_EQ(a->links, b->links) << what;
         EXPECT_EQ(a->link_share, b->link_share) << what;
@@ -415,7 +538,7 @@ TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   RunResult fast = RunProgram(machine, mesh, program, cached);
   double rel = std::fabs(fast.end.seconds() - full.end.seconds()) / full.end.seconds();
   EXPECT_LT(rel, 0.015) << "full " << full.end.microseconds() << " us, cached "
-                       << fast.end.microseconds() << " us";
+                        << fast.end.microseconds() << " us";
   // Peak memory follows the schedule, which the sharing estimate shifts a little. With one
   // collective in flight nothing overlaps: both paths give the same schedule, hence the same
   // step time and the same peak.

@@ -87,19 +87,23 @@ ProgramSpec BuildTransformerStep(const TransformerShape& s) {
     const LayerSaved& a = saved[l];
     // MLP: dm = dy w2^T, dw2 = m^T dy (reduce-scattered over fsdp).
     std::string dm = b.Einsum("td,fd->tf", dy, gather_cols(w.w2));
-    grads.push_back({b.PsumScatter(b.Einsum("tf,td->fd", a.m, dy), {"fsdp"}, 1, true), Spec({{"tp"}, {"fsdp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("tf,td->fd", a.m, dy), {"fsdp"}, 1, true),
+                     Spec({{"tp"}, {"fsdp"}})});
     std::string dact = b.Binary(OpKind::kMul, dm, a.b);
     std::string db = b.Binary(OpKind::kMul, dm, a.act);
     std::string da = b.Binary(OpKind::kMul, dact, a.a);
     std::string dhn1 = b.Einsum("tf,df->td", da, gather_rows(w.w1));
     std::string dhn3 = b.Einsum("tf,df->td", db, gather_rows(w.w3));
     std::string dhn = b.Reduce(OpKind::kPsum, b.Binary(OpKind::kAdd, dhn1, dhn3), {"tp"});
-    grads.push_back({b.PsumScatter(b.Einsum("td,tf->df", a.hn, da), {"fsdp"}, 0, true), Spec({{"fsdp"}, {"tp"}})});
-    grads.push_back({b.PsumScatter(b.Einsum("td,tf->df", a.hn, db), {"fsdp"}, 0, true), Spec({{"fsdp"}, {"tp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("td,tf->df", a.hn, da), {"fsdp"}, 0, true),
+                     Spec({{"fsdp"}, {"tp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("td,tf->df", a.hn, db), {"fsdp"}, 0, true),
+                     Spec({{"fsdp"}, {"tp"}})});
     std::string dh = b.Binary(OpKind::kAdd, dy, b.Binary(OpKind::kMul, dhn, a.h));
     // Attention: do = dh wo^T, dwo = o^T dh.
     std::string d_o = b.Einsum("td,ed->te", dh, gather_cols(w.wo));
-    grads.push_back({b.PsumScatter(b.Einsum("te,td->ed", a.o, dh), {"fsdp"}, 1, true), Spec({{"tp"}, {"fsdp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("te,td->ed", a.o, dh), {"fsdp"}, 1, true),
+                     Spec({{"tp"}, {"fsdp"}})});
     std::string do5 = reshape(d_o, {bl, s.seq, kv, g, s.head_dim});
     std::string k4 = reshape(a.k, {bl, s.seq, kv, s.head_dim});
     std::string v4 = reshape(a.v, {bl, s.seq, kv, s.head_dim});
@@ -117,9 +121,12 @@ ProgramSpec BuildTransformerStep(const TransformerShape& s) {
     std::string dxv = b.Einsum("te,de->td", dv2, gather_rows(w.wv));
     std::string dxn = b.Reduce(
         OpKind::kPsum, b.Binary(OpKind::kAdd, b.Binary(OpKind::kAdd, dxq, dxk), dxv), {"tp"});
-    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dq2), {"fsdp"}, 0, true), Spec({{"fsdp"}, {"tp"}})});
-    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dk2), {"fsdp"}, 0, true), Spec({{"fsdp"}, {"tp"}})});
-    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dv2), {"fsdp"}, 0, true), Spec({{"fsdp"}, {"tp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dq2), {"fsdp"}, 0, true),
+                     Spec({{"fsdp"}, {"tp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dk2), {"fsdp"}, 0, true),
+                     Spec({{"fsdp"}, {"tp"}})});
+    grads.push_back({b.PsumScatter(b.Einsum("td,te->de", a.xn, dv2), {"fsdp"}, 0, true),
+                     Spec({{"fsdp"}, {"tp"}})});
     dy = b.Binary(OpKind::kAdd, dh, b.Binary(OpKind::kMul, dxn, a.x));
   }
   b.Output(dy, Spec({{"fsdp"}}));

@@ -13,16 +13,16 @@ namespace shardsim::testing {
 
 // Global sizes of the step (Llama-style decoder layers) and the mesh it runs on.
 struct TransformerShape {
-  int64_t batch = 32;     // Sequences per step (global).
-  int64_t seq = 4096;     // Tokens per sequence.
+  int64_t batch = 32;  // Sequences per step (global).
+  int64_t seq = 4096;  // Tokens per sequence.
   int64_t d_model = 8192;
   int64_t d_ff = 28672;
   int64_t heads = 64;
   int64_t kv_heads = 8;
   int64_t head_dim = 128;
   int layers = 1;
-  int fsdp = 128;         // Mesh axis `fsdp`: batch and weight rows sharded over it.
-  int tp = 4;             // Mesh axis `tp`: heads and d_ff sharded over it (Megatron).
+  int fsdp = 128;  // Mesh axis `fsdp`: batch and weight rows sharded over it.
+  int tp = 4;      // Mesh axis `tp`: heads and d_ff sharded over it (Megatron).
   DType dtype = DType::kBF16;
 };
 
