@@ -1,5 +1,7 @@
 // The shardsim command line.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
+
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -41,6 +43,11 @@ int InternalError(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Runs with data allocate and free arrays of tens of MiB per op. glibc serves those with
+  // mmap and unmaps them on free, so every new array faults its pages in again; serving them
+  // from the heap and keeping freed memory lets the next op reuse warm pages.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{
       "shardsim: a discrete-event simulator of multi-device collectives and sharding cost"};
   app.require_subcommand(1);
