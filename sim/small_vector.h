@@ -26,6 +26,8 @@ class SmallVector {
   const T* end() const { return begin() + size_; }
   // The i-th element.
   T operator[](int32_t i) const { return begin()[i]; }
+  // The i-th element, writable.
+  T& operator[](int32_t i) { return (size_ <= N ? inline_ : spill_.data())[i]; }
   // The last element (not empty).
   T back() const { return begin()[size_ - 1]; }
 
@@ -49,12 +51,8 @@ class SmallVector {
     clear();
     for (; first != last; ++first) push_back(*first);
   }
-  // Removes one element equal to `v`, which must be present; the last takes its place.
-  void erase(T v) {
-    T* data = size_ <= N ? inline_ : spill_.data();
-    T* it = std::find(data, data + size_, v);
-    assert(it != data + size_);
-    *it = data[size_ - 1];
+  // Removes the last element (not empty); back inline once N or fewer remain.
+  void pop_back() {
     --size_;
     if (size_ > N) {
       spill_.pop_back();
@@ -62,6 +60,14 @@ class SmallVector {
       std::copy(spill_.begin(), spill_.begin() + N, inline_);
       spill_.clear();
     }
+  }
+  // Removes one element equal to `v`, which must be present; the last takes its place.
+  void erase(T v) {
+    T* data = size_ <= N ? inline_ : spill_.data();
+    T* it = std::find(data, data + size_, v);
+    assert(it != data + size_);
+    *it = data[size_ - 1];
+    pop_back();
   }
 
  private:

@@ -121,10 +121,10 @@ void Network::Admit(int32_t f) {
   // last entry to a lower index), so its slots all stay 0 and are not written: the cold
   // FlowEnds stays out of the lone-flow path. Slots are written from the first shared link
   // on (those before it were empty: slot 0).
-  InlineList<int32_t, 4>& slots = ends_[f].link_slots;
+  SmallVector<int32_t, 4>& slots = ends_[f].link_slots;
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
     const LinkId l = flow.path[hop];
-    InlineList<int32_t, 3>& on_link = links_[l].flows;
+    SmallVector<int32_t, 3>& on_link = links_[l].flows;
     if (!on_link.empty()) SettleLazy(l);
     bottleneck = std::min(bottleneck, links_[l].capacity);
     if (on_link.empty()) {
@@ -160,7 +160,7 @@ void Network::Admit(int32_t f) {
 
 void Network::SettleLazy(LinkId link) {
   // A lazy flow is alone on its links, so at most one is found here.
-  const InlineList<int32_t, 3>& on_link = links_[link].flows;
+  const SmallVector<int32_t, 3>& on_link = links_[link].flows;
   if (on_link.size() != 1 || !flows_[on_link[0]].lazy) return;
   int32_t f = on_link[0];
   Flow& flow = flows_[f];
@@ -201,7 +201,7 @@ void Network::ReleaseLinks(int32_t f) {
   }
 }
 
-void Network::RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link) {
+void Network::RemoveFromSharedLink(int32_t f, int32_t hop, SmallVector<int32_t, 3>& on_link) {
   const int32_t i = flows_[f].slots_valid ? ends_[f].link_slots[hop] : 0;
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");

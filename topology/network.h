@@ -78,57 +78,6 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
-  // Like SmallVector (the first N elements inline, then all in a heap vector), with the
-  // indexed writes and pop_back that O(1) removal from link lists needs.
-  template <typename T, int N>
-  class InlineList {
-    static_assert(std::is_trivially_copyable_v<T>);
-
-   public:
-    // Whether there are no elements.
-    bool empty() const { return size_ == 0; }
-    // Number of elements.
-    int32_t size() const { return size_; }
-    // The elements, as a contiguous range.
-    const T* begin() const { return size_ <= N ? inline_ : spill_.data(); }
-    const T* end() const { return begin() + size_; }
-    // The i-th element.
-    const T& operator[](int32_t i) const { return begin()[i]; }
-    T& operator[](int32_t i) { return (size_ <= N ? inline_ : spill_.data())[i]; }
-    // The last element (not empty).
-    const T& back() const { return begin()[size_ - 1]; }
-    // Removes every element (the heap vector keeps its capacity).
-    void clear() {
-      size_ = 0;
-      spill_.clear();
-    }
-    // Appends a value.
-    void push_back(const T& v) {
-      if (size_ < N) {
-        inline_[size_++] = v;
-        return;
-      }
-      if (size_ == N) spill_.assign(inline_, inline_ + N);
-      spill_.push_back(v);
-      ++size_;
-    }
-    // Removes the last element (not empty).
-    void pop_back() {
-      --size_;
-      if (size_ > N) {
-        spill_.pop_back();
-      } else if (size_ == N) {
-        std::copy(spill_.begin(), spill_.begin() + N, inline_);
-        spill_.clear();
-      }
-    }
-
-   private:
-    T inline_[N] = {};
-    int32_t size_ = 0;
-    std::vector<T> spill_;
-  };
-
   // What rate computation and link bookkeeping touch for every transfer. Progressive filling
   // reads the path, then (SetRate) the rate and drain event: they come first.
   struct Flow {
@@ -151,7 +100,7 @@ class Network {
     // Per hop of the path: the index of this flow's entry in that link's `flows`, so that
     // removal is O(1) (read only when the flow leaves a shared link or another one's removal
     // moves its entry; kept here, out of the hot Flow). Only if Flow::slots_valid.
-    InlineList<int32_t, 4> link_slots;
+    SmallVector<int32_t, 4> link_slots;
     Callback on_delivered;
     Callback on_drained;  // Optional.
     std::string label;
@@ -167,7 +116,7 @@ class Network {
     // moves the last entry into the freed place (as SmallVector::erase does). Plain slots
     // (4 bytes) keep the lists that progressive filling walks compact; which hop of its path
     // a moved flow is on is found on its (short) path.
-    InlineList<int32_t, 3> flows;
+    SmallVector<int32_t, 3> flows;
   };
   // What only rebalancing and tracing touch.
   struct LinkScratch {
@@ -196,7 +145,7 @@ class Network {
   void ReleaseLinks(int32_t f);
   // Removes flow `f` from `on_link`, the flows of hop `hop` of its path, in O(1); `on_link`
   // holds other flows too.
-  void RemoveFromSharedLink(int32_t f, int32_t hop, InlineList<int32_t, 3>& on_link);
+  void RemoveFromSharedLink(int32_t f, int32_t hop, SmallVector<int32_t, 3>& on_link);
   // The one event of a lazy flow: releases its links if still held, and delivers.
   void FinishLazy(int32_t f);
   // Queues links whose flows changed; one rebalance runs at the current time for all of them.
