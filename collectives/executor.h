@@ -20,6 +20,9 @@
 
 namespace shardsim {
 
+// The default of ExecutorConfig::max_collectives_in_flight (see there).
+inline constexpr int kDefaultCollectivesInFlight = 2;
+
 // How a program runs.
 struct ExecutorConfig {
   bool numerics = true;  // Carry real data (else shapes only: timing runs).
@@ -38,15 +41,12 @@ struct ExecutorConfig {
   // one of each kind by default); shardsim counts all kinds together and allows two, so the
   // two directions of a bidirectional ppermute loop overlap while an FSDP program prefetches
   // one layer's weights ahead instead of issuing every layer's all-gather at once.
-  int max_collectives_in_flight = 2;
+  int max_collectives_in_flight = kDefaultCollectivesInFlight;
   // Prices collectives instead of simulating them on the network (not owned; null: every
   // collective runs its algorithm on the network). With a model the run is timing-only and
   // devices with provably identical timelines are simulated once (see Executor).
   CollectiveCostModel* collective_model = nullptr;
 };
-
-// The default of ExecutorConfig::max_collectives_in_flight, for documentation and tests.
-inline constexpr int kDefaultCollectivesInFlight = 2;
 
 // When one op of the program ran, over all devices.
 struct OpTiming {
@@ -93,10 +93,11 @@ struct DeviceTiming {
 // share links. Each op's standalone simulation tells which links it used and for what fraction
 // f of its time each was busy. Collectives issued together run in lockstep phases (every ring
 // step sends at once), so on a shared link op I's busy periods collide with op J's for
-// min(f_I, f_J) of I's time, and each collision costs the link's time twice: I progresses
-// through its standalone time at rate 1 / (1 + max over its links of the sum over the other
-// ops J in flight of min(f_I, f_J)). Two bandwidth-bound ops (f = 1) each run at half speed,
-// as max-min fair links give; latency-bound ones (small f) barely slow each other.
+// min(f_I, f_J) of I's time; ops issued at different instants have independent phases and
+// collide for f_I * f_J. Each collision costs the link's time twice: I progresses through its
+// standalone time at rate 1 / (1 + max over its links of the sum of the collisions with the
+// other ops J in flight). Two bandwidth-bound ops (f = 1) each run at half speed, as max-min
+// fair links give; latency-bound ones (small f) barely slow each other.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
