@@ -35,9 +35,9 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(2);
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
-  if (auto unary = UnaryKindOf(op.kind)) {
+  if (IsUnary(op.kind)) {
     need(1);
-    return One(Unary(*unary, *inputs[0]));
+    return One(Unary(op.kind, *inputs[0]));
   }
   switch (op.kind) {
     case OpKind::kConvert: {

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "collectives/ir/op_registry.h"
+
 namespace shardsim {
 namespace {
 
@@ -352,34 +354,37 @@ void DispatchBinary(BinaryKind kind, Fn fn) {
 
 // Calls fn with the functor of `kind`.
 template <typename Fn>
-void DispatchUnary(UnaryKind kind, Fn fn) {
+void DispatchUnary(OpKind kind, Fn fn) {
   switch (kind) {
-    case UnaryKind::kRelu:
+    case OpKind::kRelu:
       return fn(ReluFn{});
-    case UnaryKind::kGelu:
+    case OpKind::kGelu:
       return fn(GeluFn{});
-    case UnaryKind::kExp:
+    case OpKind::kExp:
       return fn(ExpFn{});
-    case UnaryKind::kTanh:
+    case OpKind::kTanh:
       return fn(TanhFn{});
-    case UnaryKind::kNeg:
+    case OpKind::kNeg:
       return fn(NegFn{});
-    case UnaryKind::kSilu:
+    case OpKind::kSilu:
       return fn(SiluFn{});
-    case UnaryKind::kLog:
+    case OpKind::kLog:
       return fn(LogFn{});
-    case UnaryKind::kSqrt:
+    case OpKind::kSqrt:
       return fn(SqrtFn{});
-    case UnaryKind::kRsqrt:
+    case OpKind::kRsqrt:
       return fn(RsqrtFn{});
-    case UnaryKind::kSquare:
+    case OpKind::kSquare:
       return fn(SquareFn{});
-    case UnaryKind::kAbs:
+    case OpKind::kAbs:
       return fn(AbsFn{});
-    case UnaryKind::kSin:
+    case OpKind::kSin:
       return fn(SinFn{});
-    case UnaryKind::kCos:
+    case OpKind::kCos:
       return fn(CosFn{});
+    default:
+      throw std::logic_error(std::string("internal error: ") + OpKindName(kind) +
+                             " has no elementwise kernel");
   }
 }
 
@@ -687,37 +692,9 @@ std::optional<BinaryKind> BinaryKindOf(OpKind kind) {
   }
 }
 
-std::optional<UnaryKind> UnaryKindOf(OpKind kind) {
-  switch (kind) {
-    case OpKind::kRelu:
-      return UnaryKind::kRelu;
-    case OpKind::kGelu:
-      return UnaryKind::kGelu;
-    case OpKind::kExp:
-      return UnaryKind::kExp;
-    case OpKind::kTanh:
-      return UnaryKind::kTanh;
-    case OpKind::kNeg:
-      return UnaryKind::kNeg;
-    case OpKind::kSilu:
-      return UnaryKind::kSilu;
-    case OpKind::kLog:
-      return UnaryKind::kLog;
-    case OpKind::kSqrt:
-      return UnaryKind::kSqrt;
-    case OpKind::kRsqrt:
-      return UnaryKind::kRsqrt;
-    case OpKind::kSquare:
-      return UnaryKind::kSquare;
-    case OpKind::kAbs:
-      return UnaryKind::kAbs;
-    case OpKind::kSin:
-      return UnaryKind::kSin;
-    case OpKind::kCos:
-      return UnaryKind::kCos;
-    default:
-      return std::nullopt;
-  }
+bool IsUnary(OpKind kind) {
+  const OpDef& def = Op(kind);
+  return def.elementwise && def.arity == OpArity::kOne && kind != OpKind::kConvert;
 }
 
 DType PromoteTypes(DType a, DType b) {
@@ -887,12 +864,12 @@ Array BinaryScalar(BinaryKind kind, const Array& a, double scalar) {
   return out;
 }
 
-Array Unary(UnaryKind kind, const Array& a) {
+Array Unary(OpKind kind, const Array& a) {
   DType dtype = a.dtype();
   // Ops whose integer results stay integers: relu, neg, square and abs; the others of an i32
   // operand compute in f32 (JAX promotes integer inputs of transcendental functions).
-  bool integral = kind == UnaryKind::kRelu || kind == UnaryKind::kNeg ||
-                  kind == UnaryKind::kSquare || kind == UnaryKind::kAbs;
+  bool integral = kind == OpKind::kRelu || kind == OpKind::kNeg || kind == OpKind::kSquare ||
+                  kind == OpKind::kAbs;
   if (dtype == DType::kI32 && !integral) dtype = DType::kF32;
   if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
   Array holder;
@@ -904,11 +881,11 @@ Array Unary(UnaryKind kind, const Array& a) {
     auto apply = [&](auto f) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
     };
-    if (kind == UnaryKind::kNeg) {
+    if (kind == OpKind::kNeg) {
       apply(IntNegFn{});
-    } else if (kind == UnaryKind::kSquare) {
+    } else if (kind == OpKind::kSquare) {
       apply(IntSquareFn{});
-    } else if (kind == UnaryKind::kAbs) {
+    } else if (kind == OpKind::kAbs) {
       apply(IntAbsFn{});
     } else {
       apply(IntReluFn{});
@@ -1113,7 +1090,7 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
     out_elements += static_cast<double>(a->size());
   }
   OpCost cost{0, in_bytes + out_bytes};
-  if (BinaryKindOf(kind) || UnaryKindOf(kind)) {
+  if (BinaryKindOf(kind) || Op(kind).elementwise) {
     cost.flops = out_elements;
     return cost;
   }
@@ -1150,9 +1127,6 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
       return cost;
     case OpKind::kAxisIndex:
       return OpCost{0, out_bytes};
-    case OpKind::kConvert:
-      cost.flops = out_elements;
-      return cost;
     default:
       assert(false && "LocalOpCost of a collective op");
       return cost;

@@ -26,27 +26,12 @@ namespace shardsim {
 
 // Elementwise ops of two operands.
 enum class BinaryKind { kAdd, kSub, kMul, kDiv, kMax };
-// Elementwise ops of one operand.
-enum class UnaryKind {
-  kRelu,
-  kGelu,
-  kExp,
-  kTanh,
-  kNeg,
-  kSilu,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kSquare,
-  kAbs,
-  kSin,
-  kCos
-};
 
 // The BinaryKind of add/sub/mul/div/max; nullopt for other ops.
 std::optional<BinaryKind> BinaryKindOf(OpKind kind);
-// The UnaryKind of an elementwise op of one operand; nullopt for other ops.
-std::optional<UnaryKind> UnaryKindOf(OpKind kind);
+// Whether `kind` is an elementwise op of one operand with a kernel in Unary: the registry's
+// elementwise ops of arity one, convert excepted (it takes a dtype: ConvertElementType).
+bool IsUnary(OpKind kind);
 // The dtype of an op on `a` and `b` (see the rules above).
 DType PromoteTypes(DType a, DType b);
 
@@ -68,8 +53,9 @@ int64_t EinsumContractionLength(const std::string& spec, const Array& a, const A
 Array Binary(BinaryKind kind, const Array& a, const Array& b);
 // a (op) scalar, elementwise.
 Array BinaryScalar(BinaryKind kind, const Array& a, double scalar);
-// relu, gelu (tanh approximation, jax.nn.gelu's default), exp, tanh, neg.
-Array Unary(UnaryKind kind, const Array& a);
+// Elementwise op `kind` (IsUnary) of one operand: relu, gelu (tanh approximation,
+// jax.nn.gelu's default), exp, tanh, neg, silu, log, sqrt, rsqrt, square, abs, sin, cos.
+Array Unary(OpKind kind, const Array& a);
 // jax.lax.convert_element_type(a, dtype): floats round to a narrower float type; floats to
 // i32 truncate toward zero, saturating at the int32 range, NaN to 0 (XLA's conversion);
 // i32 to floats round to the nearest representable value.

@@ -34,29 +34,28 @@ void ExpectValues(const Array& got, std::vector<double> want) {
 
 TEST(ElementwiseTest, ClosedForms) {
   const double e = std::exp(1.0), pi = std::acos(-1.0);
-  ExpectValues(Unary(UnaryKind::kSilu, F32({0, 1, -1})),
-               {0, 1 / (1 + std::exp(-1.0)), -1 / (1 + e)});
-  ExpectValues(Unary(UnaryKind::kLog, F32({1, static_cast<float>(e)})), {0, 1});
-  ExpectValues(Unary(UnaryKind::kSqrt, F32({4, 2})), {2, std::sqrt(2.0)});
-  ExpectValues(Unary(UnaryKind::kRsqrt, F32({4, 0.25})), {0.5, 2});
-  ExpectValues(Unary(UnaryKind::kSquare, F32({-3, 1.5})), {9, 2.25});
-  ExpectValues(Unary(UnaryKind::kAbs, F32({-2.5, 2.5, 0})), {2.5, 2.5, 0});
-  ExpectValues(Unary(UnaryKind::kSin, F32({0, static_cast<float>(pi / 2)})), {0, 1});
-  ExpectValues(Unary(UnaryKind::kCos, F32({0, static_cast<float>(pi)})), {1, -1});
-  EXPECT_TRUE(std::isnan(Unary(UnaryKind::kLog, F32({-1})).at(0)));
+  ExpectValues(Unary(OpKind::kSilu, F32({0, 1, -1})), {0, 1 / (1 + std::exp(-1.0)), -1 / (1 + e)});
+  ExpectValues(Unary(OpKind::kLog, F32({1, static_cast<float>(e)})), {0, 1});
+  ExpectValues(Unary(OpKind::kSqrt, F32({4, 2})), {2, std::sqrt(2.0)});
+  ExpectValues(Unary(OpKind::kRsqrt, F32({4, 0.25})), {0.5, 2});
+  ExpectValues(Unary(OpKind::kSquare, F32({-3, 1.5})), {9, 2.25});
+  ExpectValues(Unary(OpKind::kAbs, F32({-2.5, 2.5, 0})), {2.5, 2.5, 0});
+  ExpectValues(Unary(OpKind::kSin, F32({0, static_cast<float>(pi / 2)})), {0, 1});
+  ExpectValues(Unary(OpKind::kCos, F32({0, static_cast<float>(pi)})), {1, -1});
+  EXPECT_TRUE(std::isnan(Unary(OpKind::kLog, F32({-1})).at(0)));
 }
 
 TEST(ElementwiseTest, Int32SquareAndAbsWrapOthersPromote) {
   const int32_t min = std::numeric_limits<int32_t>::min();
   Array x = Array::FromInts({3}, {65536, -7, min});
-  Array sq = Unary(UnaryKind::kSquare, x);
+  Array sq = Unary(OpKind::kSquare, x);
   ASSERT_EQ(sq.dtype(), DType::kI32);
   EXPECT_EQ(sq.IntAt(0), 0);  // 2^32 wraps to 0.
   EXPECT_EQ(sq.IntAt(1), 49);
-  Array ab = Unary(UnaryKind::kAbs, x);
+  Array ab = Unary(OpKind::kAbs, x);
   EXPECT_EQ(ab.IntAt(1), 7);
   EXPECT_EQ(ab.IntAt(2), min);  // abs(INT_MIN) wraps to itself, as XLA's.
-  EXPECT_EQ(Unary(UnaryKind::kSqrt, x).dtype(), DType::kF32);
+  EXPECT_EQ(Unary(OpKind::kSqrt, x).dtype(), DType::kF32);
 }
 
 TEST(ConvertTest, FloatToIntTruncatesAndSaturates) {

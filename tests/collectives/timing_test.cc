@@ -229,6 +229,27 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
   }
 }
 
+// Op `kind` of `in` making `out`, run only on pipeline stage `stage` (`where: {stage: s}`).
+OpSpec OnStage(OpKind kind, std::vector<std::string> in, std::string out, int stage) {
+  OpSpec op;
+  op.kind = kind;
+  op.in = std::move(in);
+  op.out = {std::move(out)};
+  op.where = {{"stage", stage}};
+  return op;
+}
+
+// ppermute of `in` from stage 0 to stage 1 (stage 0 receives zeros).
+OpSpec SendToNextStage(std::string in, std::string out) {
+  OpSpec op;
+  op.kind = OpKind::kPpermute;
+  op.in = {std::move(in)};
+  op.out = {std::move(out)};
+  op.axis_name = {"stage"};
+  op.perm = {{0, 1}};
+  return op;
+}
+
 // Devices may run different op sequences (`where`): a two-stage pipeline where stage 0
 // multiplies by w0, ppermutes its result to stage 1, which multiplies by w1; a psum over the
 // stage axis (stage 0 taking part with zeros) gives every device the result.
@@ -237,25 +258,9 @@ ProgramSpec TwoStagePipeline() {
   b.Input("x", {8, 256}, DType::kF32, P({{"dp"}}), Arange());
   b.Input("w0", {256, 256}, DType::kF32, P({}), Arange());
   b.Input("w1", {256, 256}, DType::kF32, P({}), Arange());
-  OpSpec first;
-  first.kind = OpKind::kMatmul;
-  first.in = {"x", "w0"};
-  first.out = {"h"};
-  first.where = {{"stage", 0}};
-  b.Add(first);
-  OpSpec send;
-  send.kind = OpKind::kPpermute;
-  send.in = {"h"};
-  send.out = {"r"};
-  send.axis_name = {"stage"};
-  send.perm = {{0, 1}};
-  b.Add(send);
-  OpSpec second;
-  second.kind = OpKind::kMatmul;
-  second.in = {"r", "w1"};
-  second.out = {"z"};
-  second.where = {{"stage", 1}};
-  b.Add(second);
+  b.Add(OnStage(OpKind::kMatmul, {"x", "w0"}, "h", 0));
+  b.Add(SendToNextStage("h", "r"));
+  b.Add(OnStage(OpKind::kMatmul, {"r", "w1"}, "z", 1));
   b.Output(b.Reduce(OpKind::kPsum, "z", {"stage"}, "y"), P({{"dp"}}));
   return std::move(b).Build();
 }
@@ -314,12 +319,7 @@ TEST(WhereTest, ReferenceZerosValuesWhereTheirOpDoesNotRun) {
   InitSpec normal;
   normal.kind = InitSpec::Kind::kNormal;
   b.Input("x", {8, 16}, DType::kF32, P({{"dp"}}), normal);
-  OpSpec first;
-  first.kind = OpKind::kRelu;
-  first.in = {"x"};
-  first.out = {"a"};
-  first.where = {{"stage", 0}};
-  b.Add(first);
+  b.Add(OnStage(OpKind::kRelu, {"x"}, "a", 0));
   b.Output(b.Reduce(OpKind::kPsum, "a", {"stage"}, "y"), P({{"dp"}}));
   ProgramSpec program = std::move(b).Build();
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
@@ -345,25 +345,9 @@ TEST(WhereTest, MemoryCountsOnlyWhatAPositionMakes) {
   Machine machine(BuildPreset("tpu-v5e", {2, 1}));
   ProgramBuilder b({{"stage", 2}});
   b.Input("x", {256, 1024}, DType::kF32, P({}));
-  OpSpec relu;
-  relu.kind = OpKind::kRelu;
-  relu.in = {"x"};
-  relu.out = {"h"};
-  relu.where = {{"stage", 0}};
-  b.Add(relu);
-  OpSpec send;
-  send.kind = OpKind::kPpermute;
-  send.in = {"h"};
-  send.out = {"r"};
-  send.axis_name = {"stage"};
-  send.perm = {{0, 1}};
-  b.Add(send);
-  OpSpec cat;
-  cat.kind = OpKind::kConcatenate;
-  cat.in = {"r", "r"};
-  cat.out = {"z"};
-  cat.where = {{"stage", 1}};
-  b.Add(cat);
+  b.Add(OnStage(OpKind::kRelu, {"x"}, "h", 0));
+  b.Add(SendToNextStage("h", "r"));
+  b.Add(OnStage(OpKind::kConcatenate, {"r", "r"}, "z", 1));
   b.Output(b.Reduce(OpKind::kPsum, "z", {"stage"}, "y"), P({}));
   ProgramSpec program = std::move(b).Build();
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
