@@ -14,6 +14,18 @@ std::optional<OpKind> ParseOpKind(const std::string& name) {
 
 std::vector<std::string> OpKindNames() { return UserOpNames(); }
 
+const char* ProgramModeName(ProgramMode mode) {
+  switch (mode) {
+    case ProgramMode::kManual:
+      return "manual";
+    case ProgramMode::kExplicit:
+      return "explicit";
+    case ProgramMode::kAuto:
+      return "auto";
+  }
+  return "manual";
+}
+
 bool IsCollective(OpKind kind) {
   OpStream stream = Op(kind).stream;
   return stream == OpStream::kCollective || stream == OpStream::kComposite;

@@ -86,6 +86,10 @@ enum class OpKind {
   // array of `shape` holding zeros. For model builders that price a kernel they do not spell
   // out (a fused attention, say); its values carry no meaning.
   kCustomCall,
+  // Global programs only (mode: explicit | auto): jax.lax.with_sharding_constraint and
+  // jax.sharding.reshard, each with `sharding`. Partitioning removes them.
+  kShardingConstraint,
+  kReshard,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -136,6 +140,7 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
+  PartitionSpec sharding;  // sharding_constraint, reshard: the sharding asked for.
 };
 
 // One output (`outputs:`): an out_spec.
@@ -145,8 +150,19 @@ struct OutputSpec {
   std::string key;     // Run-file key for errors: "outputs.y".
 };
 
-// A whole shard_map program on a mesh.
+// Who writes the communication (SPEC "Partitioning modes").
+enum class ProgramMode {
+  kManual,    // A shard_map body: local blocks, every collective written.
+  kExplicit,  // Global arrays; each op's sharding rule gives its result's sharding.
+  kAuto,      // Global arrays; the partitioner propagates shardings and inserts collectives.
+};
+
+// The SPEC name of a mode ("manual", "explicit", "auto").
+const char* ProgramModeName(ProgramMode mode);
+
+// A whole program on a mesh: a shard_map body (manual) or a global program (explicit, auto).
 struct ProgramSpec {
+  ProgramMode mode = ProgramMode::kManual;  // `mode:`
   std::vector<MeshAxis> mesh_axes;  // `mesh.axes`, in order.
   std::vector<int> mesh_devices;    // `mesh.devices`, or empty for the default placement.
   std::vector<ArraySpec> arrays;    // `arrays:`

@@ -166,6 +166,14 @@ std::vector<OpDef> MakeRegistry() {
         dtype,
         Opt("flops", T::kNumber, &OpSpec::flops, "Floating-point operations it costs"),
         Opt("bytes", T::kBytes, &OpSpec::bytes, "Bytes of HBM traffic it costs (\"2 MiB\")")}},
+      {OpKind::kShardingConstraint, "sharding_constraint", true, A::kOne, false, S::kFree,
+       C::kAllReduce, R::kSum, false,
+       {Req("sharding", T::kSharding, &OpSpec::sharding, "The sharding the value must have here")},
+       false, {}, nullptr, /*global_only=*/true},
+      {OpKind::kReshard, "reshard", true, A::kOne, false, S::kFree, C::kAllReduce, R::kSum, false,
+       {Req("sharding", T::kSharding, &OpSpec::sharding,
+            "The new sharding (explicit mode's way to ask for a collective)")},
+       false, {}, nullptr, /*global_only=*/true},
   };
   // clang-format on
 }
@@ -184,7 +192,8 @@ bool AttrGiven(const OpSpec& op, const AttrDef& attr) {
       [&](auto member) -> bool {
         const auto& v = op.*member;
         using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool>) {
+        if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, bool> ||
+                      std::is_same_v<V, PartitionSpec>) {
           return true;
         } else if constexpr (std::is_same_v<V, std::optional<int>> ||
                              std::is_same_v<V, std::optional<double>>) {

@@ -48,17 +48,19 @@ enum class AttrType {
   kNumber,          // A number.
   kBytes,           // A size: "64 MiB" or a bare count of bytes (stored as a number).
   kPerm,            // [[source, destination], ...]: indices into the op's group, each once.
+  kSharding,        // A PartitionSpec: "P('dp', None)" or [dp, null], over the mesh's axes.
 };
 
 // Where an attribute's value is stored: a member of OpSpec of the type its AttrType reads.
 using AttrField =
     std::variant<int64_t OpSpec::*, bool OpSpec::*, std::optional<int> OpSpec::*,
                  std::optional<double> OpSpec::*, std::string OpSpec::*,
-                 std::vector<int64_t> OpSpec::*, std::vector<std::pair<int, int>> OpSpec::*>;
+                 std::vector<int64_t> OpSpec::*, std::vector<std::pair<int, int>> OpSpec::*,
+                 PartitionSpec OpSpec::*>;
 
 // A value read for an attribute, before it is stored in OpSpec.
 using AttrValue = std::variant<int64_t, bool, double, std::string, std::vector<int64_t>,
-                               std::vector<std::pair<int, int>>>;
+                               std::vector<std::pair<int, int>>, PartitionSpec>;
 
 // One attribute (run-file key) of an op.
 struct AttrDef {
@@ -96,6 +98,8 @@ struct OpDef {
   std::vector<ExactlyOneOf> exactly_one_of = {};  // Groups of mutually exclusive attributes.
   // multi_output: the kPositiveInt attribute that gives the number of outputs ("sections").
   const char* output_count = nullptr;
+  // Written only in global programs (mode: explicit | auto); partitioning removes it.
+  bool global_only = false;
 };
 
 // Every op, internal ones included, in SPEC order.

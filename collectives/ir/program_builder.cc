@@ -5,7 +5,9 @@
 
 namespace shardsim {
 
-ProgramBuilder::ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices) {
+ProgramBuilder::ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices,
+                               ProgramMode mode) {
+  program_.mode = mode;
   program_.mesh_axes = std::move(axes);
   program_.mesh_devices = std::move(devices);
 }
@@ -43,6 +45,17 @@ std::string ProgramBuilder::Add(OpSpec op) {
   const OpDef& def = Op(op.kind);
   if (!def.user_visible) {
     throw SpecError(op.key, std::string(def.name) + " is internal to lowering");
+  }
+  const bool manual = program_.mode == ProgramMode::kManual;
+  if (def.global_only && manual) {
+    throw SpecError(op.key + ".op", std::string(def.name) + " needs a global program (mode: " +
+                                        "explicit or auto)");
+  }
+  if (def.takes_axis_name && !manual) {
+    throw SpecError(op.key + ".op", std::string(def.name) + " names mesh axes: only in mode: manual");
+  }
+  if (!op.where.empty() && !manual) {
+    throw SpecError(op.key + ".where", "where: needs mode: manual");
   }
   std::string wrong = CheckArity(op);
   if (!wrong.empty()) throw SpecError(op.key + ".in", wrong);

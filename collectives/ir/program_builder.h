@@ -18,8 +18,10 @@ namespace shardsim {
 // ("program.3", "arrays.x", "outputs.y"). Ops without output names get fresh ones ("v0", ...).
 class ProgramBuilder {
  public:
-  // A program on a mesh of `axes` (first major); `devices` as `mesh.devices` (empty: default).
-  explicit ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices = {});
+  // A program on a mesh of `axes` (first major); `devices` as `mesh.devices` (empty: default);
+  // `mode`: a shard_map body (manual) or a global program (explicit, auto).
+  explicit ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices = {},
+                          ProgramMode mode = ProgramMode::kManual);
 
   // Declares input array `name`; returns the name.
   std::string Input(std::string name, Shape shape, DType dtype, PartitionSpec sharding,

@@ -27,11 +27,11 @@ namespace {
 
 // Keys a run file may have at its top level.
 std::vector<std::string> TopLevelKeys() {
-  return {"hardware", "transfers", "program", "mesh", "arrays", "outputs", "options"};
+  return {"hardware", "mode", "transfers", "program", "mesh", "arrays", "outputs", "options"};
 }
 
 // Top-level keys that belong to a program (not to a `transfers:` study).
-std::vector<std::string> ProgramOnlyKeys() { return {"mesh", "arrays", "outputs"}; }
+std::vector<std::string> ProgramOnlyKeys() { return {"mode", "mesh", "arrays", "outputs"}; }
 
 // The kinds of `hardware.topology`.
 std::vector<std::string> TopologyKinds() {
@@ -663,7 +663,7 @@ Shape ReadReshape(const YamlValue& value, const char* expected) {
 // The value of op attribute `attr`, read by its type; `group` and `axis_name` are the op's
 // group size and axes, for perm.
 AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
-                   const std::vector<std::string>& axis_name) {
+                   const std::vector<std::string>& axis_name, const std::vector<MeshAxis>& axes) {
   switch (attr.type) {
     case AttrType::kInt:
       // A field of C++ int (ppermute's shift) is range-checked here, with the location.
@@ -695,13 +695,15 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
       return static_cast<double>(value.ToBytes().count());
     case AttrType::kPerm:
       return ReadPerm(value, attr.expected, group, axis_name);
+    case AttrType::kSharding:
+      return ReadPartitionSpec(value, axes);
   }
   throw std::logic_error("internal error: attribute type without a reader");
 }
 
 // One op of `program:` (the entry at `index`).
 OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
-              NameFlow& flow, std::set<std::string>& op_names) {
+              ProgramMode mode, NameFlow& flow, std::set<std::string>& op_names) {
   OpSpec op;
   op.key = value.path();
   YamlMap any = value.Map({});
@@ -715,6 +717,15 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
                     (hint.empty() ? "; expected one of " + JoinNames(UserOpNames()) : hint));
   }
   op.kind = def->kind;
+  // Global-only ops need a global program; ops that name mesh axes need a shard_map body.
+  if (def->global_only && mode == ProgramMode::kManual) {
+    kind_value.Fail(kind_name + " works on global arrays: it needs mode: explicit or auto");
+  }
+  if (def->takes_axis_name && mode != ProgramMode::kManual) {
+    kind_value.Fail(kind_name + " names mesh axes, which only a shard_map body (mode: manual) " +
+                    "can; in mode: " + ProgramModeName(mode) +
+                    " write the global computation and let shardings place the communication");
+  }
   const std::vector<std::string> keys = OpKeys(op.kind);
   const std::vector<std::string> all_keys = AllOpKeys();
   for (const auto& [name, entry] : any.entries()) {
@@ -777,6 +788,9 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     }
   }
 
+  if (auto v = map.Find("where"); v && mode != ProgramMode::kManual) {
+    v->FailAtKey("where: runs an op on some devices of a shard_map body; it needs mode: manual");
+  }
   if (auto v = map.Find("where")) {
     // where: {axis: index, ...}: the positions the op runs on.
     YamlMap where = v->Map({});
@@ -811,7 +825,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   for (const AttrDef& attr : def->attrs) {
     std::optional<YamlValue> v = attr.required ? map.Get(attr.name) : map.Find(attr.name);
     if (!v) continue;
-    SetAttr(op, attr, ReadAttr(*v, attr, group, op.axis_name));
+    SetAttr(op, attr, ReadAttr(*v, attr, group, op.axis_name, axes));
     if (attr.check) {
       const std::string wrong = attr.check(op);
       if (!wrong.empty()) v->Fail(wrong);
@@ -841,7 +855,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
 
 // `program:` a list of ops.
 std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
-                            NameFlow& flow) {
+                            ProgramMode mode, NameFlow& flow) {
   if (!value.IsList()) {
     value.Expected("a list of ops like [{op: psum, in: x, out: y, axis_name: dp}]");
   }
@@ -851,7 +865,7 @@ std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>&
   std::set<std::string> op_names;  // Names given so far, for defaults that stay unique.
   std::vector<OpSpec> ops;
   for (size_t i = 0; i < entries.size(); ++i) {
-    ops.push_back(ReadOp(entries[i], i, axes, flow, op_names));
+    ops.push_back(ReadOp(entries[i], i, axes, mode, flow, op_names));
   }
   return ops;
 }
@@ -890,15 +904,21 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
                   "\"P('dp', None)\"})");
   }
   ProgramSpec read;
+  if (auto mode = map.Find("mode")) {
+    const std::string name = mode->OneOf({"manual", "explicit", "auto"});
+    read.mode = name == "explicit" ? ProgramMode::kExplicit
+                : name == "auto"   ? ProgramMode::kAuto
+                                   : ProgramMode::kManual;
+  }
   ReadMesh(*mesh, read);
   std::vector<ArraySpec> arrays;
   if (auto a = map.Find("arrays")) arrays = ReadArrays(*a, read.mesh_axes);
   NameFlow flow;
   for (const ArraySpec& array : arrays) flow.Add(array.name);
-  std::vector<OpSpec> program_ops = ReadOps(ops, read.mesh_axes, flow);
+  std::vector<OpSpec> program_ops = ReadOps(ops, read.mesh_axes, read.mode, flow);
   std::vector<OutputSpec> program_outputs = ReadOutputs(*outputs, read.mesh_axes, flow);
   // Validated with locations above; the builder assembles the program as for any client.
-  ProgramBuilder builder(std::move(read.mesh_axes), std::move(read.mesh_devices));
+  ProgramBuilder builder(std::move(read.mesh_axes), std::move(read.mesh_devices), read.mode);
   for (ArraySpec& array : arrays) builder.Input(std::move(array));
   for (OpSpec& op : program_ops) builder.Add(std::move(op));
   for (OutputSpec& output : program_outputs) builder.Output(output.name, std::move(output.spec));

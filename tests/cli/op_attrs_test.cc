@@ -47,6 +47,8 @@ Sample SampleOf(const AttrDef& attr) {
       return {"2 KiB", 2048.0};
     case AttrType::kPerm:
       return {"[[0, 1], [1, 0]]", std::vector<std::pair<int, int>>{{0, 1}, {1, 0}}};
+    case AttrType::kSharding:
+      return {"\"P('d', None)\"", PartitionSpec{{{"d"}, {}}}};
   }
   return {};
 }
@@ -68,6 +70,8 @@ std::string FieldText(const OpSpec& op, const AttrDef& attr) {
           for (int64_t x : v) text << x << ' ';
         } else if constexpr (std::is_same_v<V, std::vector<std::pair<int, int>>>) {
           for (const auto& [a, b] : v) text << a << ':' << b << ' ';
+        } else if constexpr (std::is_same_v<V, PartitionSpec>) {
+          text << FormatPartitionSpec(v);
         } else {
           text << v;
         }
@@ -118,6 +122,14 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
   return entry + "}";
 }
 
+// The mode a program holding `entry` ("{op: NAME, ...}") needs: global-only ops need a global
+// program.
+std::string ModeFor(const std::string& entry) {
+  const size_t start = entry.find("op: ") + 4;
+  const OpDef* def = FindOp(entry.substr(start, entry.find_first_of(",}", start) - start));
+  return def && def->global_only ? "explicit" : "manual";
+}
+
 // A temporary run file holding one program entry; removed when the test ends.
 class OpFile {
  public:
@@ -125,6 +137,9 @@ class OpFile {
       : path_(std::filesystem::temp_directory_path() /
               ("shardsim_op_attrs_" + std::to_string(getpid()) + ".yaml")) {
     std::ofstream(path_) << "hardware: {preset: tpu-v5e, shape: [2, 1]}\n"
+                            "mode: "
+                         << ModeFor(entry)
+                         << "\n"
                             "mesh: {axes: {d: 2}}\n"
                             "arrays: {x: {shape: [4, 4]}}\n"
                             "program:\n  - "

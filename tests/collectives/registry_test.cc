@@ -119,6 +119,8 @@ AttrValue SampleValue(const AttrDef& attr) {
       return 1.5;
     case AttrType::kPerm:
       return std::vector<std::pair<int, int>>{{0, 1}};
+    case AttrType::kSharding:
+      return PartitionSpec{{{"dp"}}};
   }
   return int64_t{0};
 }
