@@ -90,6 +90,10 @@ enum class OpKind {
   // jax.sharding.reshard, each with `sharding`. Partitioning removes them.
   kShardingConstraint,
   kReshard,
+  // Global programs only: jax.grad. Reverse mode over the ops before it, from the scalar `of`
+  // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
+  // ordinary ops before partitioning.
+  kGrad,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -140,7 +144,9 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;  // sharding_constraint, reshard: the sharding asked for.
+  PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
+  std::string of;                // grad: the scalar value differentiated.
+  std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
 };
 
 // One output (`outputs:`): an out_spec.

@@ -174,6 +174,12 @@ std::vector<OpDef> MakeRegistry() {
        {Req("sharding", T::kSharding, &OpSpec::sharding,
             "The new sharding (explicit mode's way to ask for a collective)")},
        false, {}, nullptr, /*global_only=*/true},
+      {OpKind::kGrad, "grad", true, A::kNone, true, S::kFree, C::kAllReduce, R::kSum, false,
+       {Req("of", T::kValueName, &OpSpec::of, "The scalar value differentiated (jax.grad's output)"),
+        Req("wrt", T::kValueNames, &OpSpec::wrt,
+            "The values it is differentiated with respect to, one output each",
+            "a list of value names like [w1, w2]")},
+       false, {}, "wrt", /*global_only=*/true},
   };
   // clang-format on
 }
@@ -320,11 +326,13 @@ std::optional<AttrError> CheckAttrs(const OpSpec& op) {
   const std::string name = def.name;
   for (const AttrDef& attr : def.attrs) {
     const bool given = AttrGiven(op, attr);
-    // Only a string or an optional can say "not given": an empty list is a value ([] is a
-    // reshape to a scalar), and an integer's default is one.
-    const bool tells_missing = std::holds_alternative<std::string OpSpec::*>(attr.field) ||
-                               std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
-                               std::holds_alternative<std::optional<double> OpSpec::*>(attr.field);
+    // Only a string, an optional or a list of value names can say "not given": another empty
+    // list is a value ([] is a reshape to a scalar), and an integer's default is one.
+    const bool tells_missing =
+        std::holds_alternative<std::string OpSpec::*>(attr.field) ||
+        std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
+        std::holds_alternative<std::optional<double> OpSpec::*>(attr.field) ||
+        attr.type == AttrType::kValueNames;
     if (attr.required && tells_missing && !given) {
       return AttrError{attr.name, name + " needs " + attr.name};
     }
@@ -385,6 +393,34 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
     }
   }
   return names;
+}
+
+int64_t OutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  if (!def.output_count) return 1;
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return static_cast<int64_t>(
+        (op.*std::get<std::vector<std::string> OpSpec::*>(attr.field)).size());
+  }
+  return IntAttr(op, attr);
+}
+
+std::string CheckOutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  const int64_t count = OutputCount(op);
+  const size_t got = op.out.size();
+  if (static_cast<int64_t>(got) == count) return "";
+  const std::string name = def.name;
+  const std::string names = std::to_string(got) + " names";
+  if (!def.output_count) return name + " makes one output, got " + names;
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return name + " makes one output per " + attr.name + " entry (" + std::to_string(count) +
+           "), got " + names;
+  }
+  return name + " makes " + std::to_string(count) + " outputs (" + attr.name + ": " +
+         std::to_string(count) + "), got " + names;
 }
 
 std::string CheckArity(const OpSpec& op) {
