@@ -94,6 +94,15 @@ enum class OpKind {
   // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
   // ordinary ops before partitioning.
   kGrad,
+  // Ops reverse mode emits (collectives/grad_ops.h), also written in run files of any mode:
+  // jnp.full_like(x, fill_value); jax.lax.broadcast_in_dim(x, shape, broadcast_dimensions);
+  // jnp.pad with zeros along one axis (low before, high after); unary_grad, g * f'(x) for the
+  // elementwise op `fn`; max_grad, g times where a is the maximum of (a, b) (half at ties).
+  kFullLike,
+  kBroadcastInDim,
+  kPad,
+  kUnaryGrad,
+  kMaxGrad,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -147,6 +156,11 @@ struct OpSpec {
   PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
   std::string of;                // grad: the scalar value differentiated.
   std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
+  std::optional<double> fill_value;           // full_like: the value of every element.
+  std::vector<int64_t> broadcast_dimensions;  // broadcast_in_dim: output dim of each input dim.
+  int64_t low = 0;                            // pad: zeros before, along `axis`.
+  int64_t high = 0;                           // pad: zeros after, along `axis`.
+  std::string fn;                             // unary_grad: the elementwise op differentiated.
 };
 
 // One output (`outputs:`): an out_spec.

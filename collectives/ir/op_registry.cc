@@ -180,6 +180,29 @@ std::vector<OpDef> MakeRegistry() {
             "The values it is differentiated with respect to, one output each",
             "a list of value names like [w1, w2]")},
        false, {}, "wrt", /*global_only=*/true},
+      // Ops reverse mode emits (collectives/grad_ops.h).
+      {OpKind::kFullLike, "full_like", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false,
+       {Req("fill_value", T::kNumber, &OpSpec::fill_value,
+            "The value of every element (shape and dtype are the input's)")}},
+      {OpKind::kBroadcastInDim, "broadcast_in_dim", true, A::kOne, false, S::kCompute,
+       C::kAllReduce, R::kSum, false,
+       {Req("shape", T::kShape, &OpSpec::shape, "The result's shape",
+            "a list of sizes like [8, 128]"),
+        Req("broadcast_dimensions", T::kIntList, &OpSpec::broadcast_dimensions,
+            "The result dimension of each input dimension, increasing",
+            "a list of dimensions like [1]")}},
+      {OpKind::kPad, "pad", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {axis, Opt("low", T::kNonNegativeInt, &OpSpec::low, "Zeros before, along axis"),
+        Opt("high", T::kNonNegativeInt, &OpSpec::high, "Zeros after, along axis")}},
+      {OpKind::kUnaryGrad, "unary_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false,
+       {AttrDef{"fn", T::kOneOf, true, &OpSpec::fn,
+                {"relu", "gelu", "silu", "tanh", "sqrt", "rsqrt", "square", "abs", "sin", "cos"},
+                nullptr, "The elementwise op f of in: [g, x]: the result is g * f'(x)"}},
+       true},
+      {OpKind::kMaxGrad, "max_grad", true, A::kThree, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {}, true},
   };
   // clang-format on
 }
@@ -434,6 +457,8 @@ std::string CheckArity(const OpSpec& op) {
       return n == 1 ? "" : name + " takes one input, got " + std::to_string(n);
     case OpArity::kTwo:
       return n == 2 ? "" : name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
+    case OpArity::kThree:
+      return n == 3 ? "" : name + " takes 3 inputs (in: [a, b, c]), got " + std::to_string(n);
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";

@@ -22,6 +22,7 @@ enum class OpArity {
   kNone,        // No array input (axis_index).
   kOne,         // One input.
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
+  kThree,       // Exactly three inputs (max_grad).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).

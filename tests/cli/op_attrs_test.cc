@@ -119,6 +119,9 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
     case OpArity::kAtLeastTwo:
       entry += ", in: [x, x]";
       break;
+    case OpArity::kThree:
+      entry += ", in: [x, x, x]";
+      break;
   }
   entry += ", out: y";
   if (def.takes_axis_name) entry += ", axis_name: d";
