@@ -196,6 +196,11 @@ struct Tracked {
 
 namespace {
 
+// No finite bound holds: infinite in max and rms, so neither the statistical cap nor an
+// rms-based estimate downstream makes it finite again.
+constexpr Error kUnbounded{std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::infinity()};
+
 // The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
 Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, double k,
                    const Stats& out, DType dtype) {
@@ -228,12 +233,12 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     case OpKind::kDiv: {
       if (op.scalar) {
         double s = std::fabs(*op.scalar);
-        if (s == 0) return Error{std::numeric_limits<double>::infinity(), 0};
+        if (s == 0) return kUnbounded;
         return Rounded(Error{a.max / s, a.rms / s}, dtype, out);
       }
       const Error& b = in[1]->error;
       double m = in[1]->stats.min_abs;
-      if (m <= 2 * b.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      if (m <= 2 * b.max) return kUnbounded;
       return Rounded(
           Error{a.max / m + sa.max_abs * b.max / (m * m), a.rms / m + sa.rms * b.rms / (m * m)},
           dtype, out);
@@ -258,7 +263,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     case OpKind::kRsqrt: {
       // |f(x + d) - f(x)| <= |d| max|f'| over [m - e, inf): log' = 1/x, rsqrt' = x^-1.5 / 2.
       double m = sa.min_abs;
-      if (m <= 2 * a.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      if (m <= 2 * a.max) return kUnbounded;
       double lo = m - a.max;
       double slope = op.kind == OpKind::kLog ? 1 / lo : 0.5 / (lo * std::sqrt(lo));
       return Rounded(Error{slope * a.max, slope * a.rms}, dtype, out);
@@ -457,7 +462,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       Error e = error_of(s, env[0].at(name).dtype());
       // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
       // is at most max(kSigmas, M/R) times their rms.
-      if (s.rms > 0) e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      // An unbounded error stays unbounded (inf * 0 in a propagation rule is NaN: unbounded).
+      if (std::isnan(e.max) || std::isnan(e.rms)) e = kUnbounded;
+      if (s.rms > 0 && std::isfinite(e.max)) {
+        e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      }
       tracked[name] = Tracked{e, s};
     }
   };
