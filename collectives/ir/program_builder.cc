@@ -42,6 +42,7 @@ std::string ProgramBuilder::Input(ArraySpec array) {
 std::string ProgramBuilder::Add(OpSpec op) {
   const size_t index = program_.ops.size();
   if (op.key.empty()) op.key = "program." + std::to_string(index);
+  op.kind = ResolveOpKind(op);  // max with one input and axes is reduce_max.
   const OpDef& def = Op(op.kind);
   if (!def.user_visible) {
     throw SpecError(op.key, std::string(def.name) + " is internal to lowering");
@@ -66,20 +67,11 @@ std::string ProgramBuilder::Add(OpSpec op) {
     if (!defined_.count(name)) throw SpecError(op.key + ".in", "'" + name + "' is not defined");
   }
   // Outputs: as many fresh names as the op makes when none are given.
-  const int64_t outputs = def.output_count ? IntAttr(op, *FindAttr(def, def.output_count)) : 1;
   if (op.out.empty()) {
-    for (int64_t i = 0; i < outputs; ++i) op.out.push_back(Fresh());
+    for (int64_t i = 0; i < OutputCount(op); ++i) op.out.push_back(Fresh());
   }
-  if (def.output_count && static_cast<int64_t>(op.out.size()) != outputs) {
-    throw SpecError(op.key + ".out", std::string(def.name) + " makes " + std::to_string(outputs) +
-                                         " outputs (" + def.output_count + ": " +
-                                         std::to_string(outputs) + "), got " +
-                                         std::to_string(op.out.size()) + " names");
-  }
-  if (!def.multi_output && op.out.size() != 1) {
-    throw SpecError(op.key + ".out", std::string(def.name) + " makes one output, got " +
-                                         std::to_string(op.out.size()) + " names");
-  }
+  wrong = CheckOutputCount(op);
+  if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
   for (const std::string& name : op.out) defined_.insert(name);
   if (op.name.empty())
     op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
