@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "collectives/local_ops.h"
+#include "collectives/nn_ops.h"
 #include "collectives/semantics.h"
 
 namespace shardsim {
@@ -35,6 +36,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(2);
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
+  if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (IsUnary(op.kind)) {
     need(1);
     return One(Unary(op.kind, *inputs[0]));
