@@ -6,6 +6,7 @@
 
 #include "collectives/grad_ops.h"
 #include "collectives/local_ops.h"
+#include "collectives/nn_ops.h"
 #include "collectives/semantics.h"
 
 namespace shardsim {
@@ -36,6 +37,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(2);
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
+  if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (IsGradOp(op.kind)) return ApplyGradOp(op, inputs);
   if (IsUnary(op.kind)) {
     need(1);

@@ -90,6 +90,22 @@ enum class OpKind {
   // jax.sharding.reshard, each with `sharding`. Partitioning removes them.
   kShardingConstraint,
   kReshard,
+  // Array ops of global programs, local ops too (collectives/nn_ops.h): the reductions
+  // jnp.sum, jnp.mean and jnp.max (`reduce_max`; `{op: max, in: x, axis: ...}` reads as it),
+  // jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm, jnp.take, the mean of
+  // optax.softmax_cross_entropy_with_integer_labels, jax.lax.top_k and
+  // jax.nn.dot_product_attention.
+  kSum,
+  kMean,
+  kReduceMax,
+  kSoftmax,
+  kLogSoftmax,
+  kRmsNorm,
+  kLayerNorm,
+  kTake,
+  kCrossEntropy,
+  kTopK,
+  kAttention,
   // Global programs only: jax.grad. Reverse mode over the ops before it, from the scalar `of`
   // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
   // ordinary ops before partitioning.
@@ -133,7 +149,8 @@ struct OpSpec {
   std::optional<double> scalar;           // Binary ops with one array input.
   std::string spec;                       // einsum: "bd,df->bf".
   Shape shape;                            // reshape.
-  std::vector<int64_t> axes;              // transpose (empty: reverse).
+  // transpose (empty: reverse); sum, mean, reduce_max: the axes reduced (`axis`; empty: all).
+  std::vector<int64_t> axes;
   int64_t sections = 0;                   // split.
   int64_t start = 0;                      // slice.
   int64_t size = 0;                       // slice.
@@ -153,7 +170,14 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
+  PartitionSpec sharding;  // sharding_constraint, reshard: the sharding asked for.
+  bool keepdims = false;   // sum, mean, reduce_max: keep reduced axes as size 1.
+  // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
+  // default is the last; `axis` itself is take's and the data-movement ops').
+  int64_t norm_axis = -1;
+  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
+  int64_t k = 0;              // top_k: how many of the largest values to keep.
+  bool causal = true;         // attention: each query sees only keys up to its position.
   std::string of;                // grad: the scalar value differentiated.
   std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
   std::optional<double> fill_value;           // full_like: the value of every element.
