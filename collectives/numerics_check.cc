@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/grad_ops.h"
 #include "collectives/init.h"
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
@@ -58,8 +59,11 @@ namespace {
 //   derivative ops (grad_ops.h): broadcast_in_dim and pad move data (as above); unary_grad
 //     g f'(x): D1 e_g + (M_g + e_g) D2 e_x with D1, D2 bounds on |f'|, |f''| over x's range
 //     (unbounded for sqrt and rsqrt if min|x| <= 2 e_x), plus, for relu and abs, a jump of 1
-//     or 2 times M_g when x may cross 0 (min|x| <= e_x); max_grad g m: e_g, plus M_g + e_g
-//     when a or b is inexact (the mask m in [0, 1] may flip); plus the rounding term.
+//     or 2 times M_g when x may cross 0 (min|x| <= e_x); max_grad and reduce_max_grad g m:
+//     e_g, plus M_g + e_g when a or b (x) is inexact (the mask m in [0, 1] may flip); the
+//     grads of softmax, log_softmax, the norms, take, cross_entropy, top_k and attention:
+//     first-order bounds through the forward op's Jacobian, derived beside each case of
+//     GradOpError (M_g counts g's own error in); plus the rounding term.
 //   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
@@ -232,11 +236,13 @@ namespace {
 
 // What the error of a local op depends on beyond its inputs' errors and statistics.
 struct OpFacts {
-  // matmul, einsum: products per output; sum, mean: terms per output; softmax, norms, top_k:
-  // the axis length; attention: the head dimension H.
+  // matmul, einsum: products per output; sum, mean: terms per output; softmax, norms, top_k
+  // and their grads: the axis length; attention, attention_grad: the head dimension H;
+  // take_grad: the ids; cross_entropy_grad: the labels.
   double k = 1;
   double norm_floor = 0;  // rms_norm, layer_norm: SmallestNormScale of the reference's x.
   size_t output = 0;      // Which output the error is for (top_k: 0 values, 1 indices).
+  double queries = 1;     // attention_grad: the queries that read each key (T N / K).
 };
 
 // No finite bound holds: infinite in max and rms, so neither the statistical cap nor an
@@ -359,6 +365,133 @@ Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
   return e;
 }
 
+// The error the derivative ops of grad_ops.h pass on (see ErrorBoundModel). g = in[0] is the
+// cotangent (M_g, e_g); first-order bounds, each derived beside its case.
+Error GradOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
+                  const Stats& out, DType dtype) {
+  const Tracked& g = *in[0];
+  const Error& eg = g.error;
+  const double mg = g.stats.max_abs + eg.max, rg = g.stats.rms + eg.rms;  // |g~| bounds.
+  const double n = facts.k;
+  // Whether input i (past g) carries an error.
+  auto inexact = [&](size_t i) { return !in.at(i)->error.exact(); };
+  switch (op.kind) {
+    case OpKind::kFullLike:
+      return Error{};  // A constant on both sides.
+    case OpKind::kBroadcastInDim:
+    case OpKind::kPad:
+      return eg;  // Data movement.
+    case OpKind::kUnaryGrad:
+      return Rounded(UnaryGradError(op, g, *in[1]), dtype, out);
+    case OpKind::kMaxGrad:
+    case OpKind::kReduceMaxGrad: {
+      // g m with m in [0, 1] (reduce_max_grad: g / count at the maxima): |g~ m~ - g m| <=
+      // e_g + |g~| |m~ - m|, the mask able to flip anywhere where a or b (x) is inexact.
+      Error e = eg;
+      if (inexact(1) || (in.size() > 2 && inexact(2))) e = Error{e.max + mg, e.rms + rg};
+      return Rounded(e, dtype, out);
+    }
+    case OpKind::kSoftmaxGrad: {
+      // dx = y (g - sum(g y)) with y in [0, 1] summing to 1 along the axis of n: g's error
+      // moves y g by e_g and the sum by e_g (a weighted mean); y's moves (g - sum) y by 2 M_g e_y
+      // and the sum by n M_g e_y.
+      const Error& ey = in[1]->error;
+      return Rounded(Error{2 * eg.max + (2 + n) * mg * ey.max, 2 * eg.rms + (2 + n) * rg * ey.rms},
+                     dtype, out);
+    }
+    case OpKind::kLogSoftmaxGrad: {
+      // dx = g - exp(y) sum(g), exp(y) <= 1: g's error (1 + n) e_g; y's moves exp(y) by a factor
+      // exp(e_y), so exp(y) sum(g) by n M_g expm1(e_y).
+      const Error& ey = in[1]->error;
+      return Rounded(Error{(1 + n) * eg.max + n * mg * std::expm1(ey.max),
+                           (1 + n) * eg.rms + n * rg * std::expm1(ey.rms)},
+                     dtype, out);
+    }
+    case OpKind::kRmsNormGrad:
+    case OpKind::kLayerNormGrad: {
+      // With r = 1 / sqrt(var + eps) <= 1 / lo (lo: the reference's smallest row scale less
+      // x's error), |xhat| <= u (as the forward bound), xhat moving by du: dx = r (g s -
+      // mean(g s) - xhat mean(g s xhat)) is at most r |g| |s| (2 + u); it moves by that with
+      // e_g or e_s for |g| or |s|, by a relative e_x / lo through r, and by r |g| |s| du (1 + u)
+      // through xhat. The second output g xhat moves by e_g u + |g| du.
+      const bool layer = op.kind == OpKind::kLayerNormGrad;
+      const Tracked& x = *in[1];
+      const Tracked& sc = *in[2];
+      const Error& ex = x.error;
+      const Error& es = sc.error;
+      if (!(facts.norm_floor > 2 * ex.max)) return kUnbounded;
+      const double lo = facts.norm_floor - ex.max;
+      const double u = std::min(std::sqrt(n), (layer ? 2 : 1) * x.stats.max_abs / facts.norm_floor);
+      const Error du{ex.max * ((layer ? 2 : 1) + u) / lo, 2 * ex.rms / lo};
+      if (facts.output == 1) {
+        return Rounded(Error{eg.max * u + mg * du.max, eg.rms * u + rg * du.rms}, dtype, out);
+      }
+      const double ms = sc.stats.max_abs + es.max, rs = sc.stats.rms + es.rms;
+      const Error e{(ms * eg.max + mg * es.max) * (2 + u) / lo +
+                        mg * ms * ((2 + u) * ex.max / lo + du.max * (1 + u)) / lo,
+                    (rs * eg.rms + rg * es.rms) * (2 + u) / lo +
+                        rg * rs * ((2 + u) * ex.rms / lo + du.rms * (1 + u)) / lo};
+      return Rounded(e, dtype, out);
+    }
+    case OpKind::kTakeGrad:
+    case OpKind::kTopKGrad: {
+      // Scatter-adds of g: sums of up to n (the ids) of its slices, as a sum's error (top_k's
+      // indices are distinct per row: n = 1). Inexact indices may move any slice elsewhere.
+      const double terms = op.kind == OpKind::kTakeGrad ? n : 1;
+      if (inexact(1)) return Error{2 * terms * mg, 2 * std::sqrt(terms) * rg};
+      Error e{std::min(terms * eg.max, kSigmas * std::sqrt(terms) * eg.rms),
+              std::sqrt(terms) * eg.rms};
+      return op.kind == OpKind::kTakeGrad ? Rounded(e, dtype, out) : e;
+    }
+    case OpKind::kCrossEntropyGrad: {
+      // g / N (p - onehot), |p - onehot| <= 1, N = n labels: g's error over N; the logits'
+      // moves p by a factor exp(2 e_x) (softmax), so by expm1(2 e_x); an inexact label moves the
+      // one-hot term (2 |g| / N).
+      const Error& ex = in[1]->error;
+      Error e{(eg.max + mg * std::expm1(2 * ex.max)) / n,
+              (eg.rms + rg * std::expm1(2 * ex.rms)) / n};
+      if (inexact(2)) e = Error{e.max + 2 * mg / n, e.rms + 2 * rg / n};
+      return Rounded(e, dtype, out);
+    }
+    case OpKind::kAttentionGrad: {
+      // Logits s = q k / sqrt(H) move by e_s (the forward's bound); p = softmax(s) by a factor
+      // exp(2 e_s): rho = expm1(2 e_s) of p. dp = g . v is at most H M_g M_v and moves by
+      // H (e_g M_v + M_g e_v); ds = p (dp - sum(p dp)) is at most 2 p H M_g M_v and moves by
+      // p E, E = 4 rho H M_g M_v + 2 e_dp. Summing p (or ds) over the keys (sum p = 1) or over
+      // the Q = facts.queries queries that read a key: dq moves by (E M_k + 2 H M_g M_v e_k) /
+      // sqrt(H), dk by Q (E M_q + 2 H M_g M_v e_q) / sqrt(H), dv by Q (rho M_g + e_g).
+      const double h = n, q_count = facts.queries;
+      const Tracked& q = *in[1];
+      const Tracked& k = *in[2];
+      const Tracked& v = *in[3];
+      auto bound = [&](bool rms) {
+        auto m = [&](const Tracked& t) {
+          return rms ? t.stats.rms + t.error.rms : t.stats.max_abs + t.error.max;
+        };
+        auto err = [&](const Tracked& t) { return rms ? t.error.rms : t.error.max; };
+        const double g_mag = rms ? rg : mg, g_err = err(g);
+        const double logit = std::sqrt(h) * (err(q) * m(k) + err(k) * m(q));
+        const double rho = std::min(2.0, std::expm1(2 * logit));
+        const double e_dp = h * (g_err * m(v) + g_mag * err(v));
+        const double big = 2 * h * g_mag * m(v);
+        const double e_ds = 2 * rho * big + 2 * e_dp;
+        const double spread = rms ? std::sqrt(q_count) : q_count;
+        switch (facts.output) {
+          case 0:
+            return (e_ds * m(k) + big * err(k)) / std::sqrt(h);
+          case 1:
+            return spread * (e_ds * m(q) + big * err(q)) / std::sqrt(h);
+          default:
+            return spread * (rho * g_mag + g_err);
+        }
+      };
+      return Rounded(Error{bound(false), bound(true)}, dtype, out);
+    }
+    default:
+      return kUnbounded;
+  }
+}
+
 // The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
 Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
                    const Stats& out, DType dtype) {
@@ -372,6 +505,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
     e.rms = std::max(e.rms, t->error.rms);
   }
   if (IsNnOp(op.kind)) return NnOpError(op, in, facts, out, dtype);
+  if (IsGradOp(op.kind)) return GradOpError(op, in, facts, out, dtype);
   const Error& a = in[0]->error;
   const Stats& sa = in[0]->stats;
   switch (op.kind) {
@@ -441,21 +575,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
       if (dtype == DType::kI32) return Error{a.max + 1, a.rms + 1};
       return Rounded(a, dtype, out);
     case OpKind::kCustomCall:
-    case OpKind::kFullLike:
-      return Error{};  // Constants on both sides.
-    case OpKind::kUnaryGrad:
-      return Rounded(UnaryGradError(op, *in[0], *in[1]), dtype, out);
-    case OpKind::kMaxGrad: {
-      // |g~ m~ - g m| <= |g~ - g| m~ + |g| |m~ - m|, m in [0, 1]: g's error, plus, where a or
-      // b is inexact, a mask that may flip anywhere (up to |g~|).
-      const Tracked& g = *in[0];
-      Error e = g.error;
-      if (!in[1]->error.exact() || !in[2]->error.exact()) {
-        e.max += g.stats.max_abs + g.error.max;
-        e.rms += g.stats.rms + g.error.rms;
-      }
-      return Rounded(e, dtype, out);
-    }
+      return Error{};  // Zeros on both sides.
     case OpKind::kMatmul:
     case OpKind::kEinsum:
       return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);
@@ -647,6 +767,34 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
     case OpKind::kAttention:
       facts.k = static_cast<double>(x.shape().back());
       break;
+    case OpKind::kSoftmaxGrad:
+    case OpKind::kLogSoftmaxGrad:
+      facts.k = axis_length(op.norm_axis);  // g has y's shape.
+      break;
+    case OpKind::kRmsNormGrad:
+    case OpKind::kLayerNormGrad: {
+      facts.k = axis_length(op.norm_axis);
+      OpSpec forward = op;  // SmallestNormScale of the forward op, with its eps default.
+      forward.kind = op.kind == OpKind::kRmsNormGrad ? OpKind::kRmsNorm : OpKind::kLayerNorm;
+      facts.norm_floor = std::numeric_limits<double>::infinity();
+      for (int p : distinct) {
+        facts.norm_floor = std::min(facts.norm_floor, SmallestNormScale(forward, *args[p][1]));
+      }
+      break;
+    }
+    case OpKind::kTakeGrad:
+      facts.k = static_cast<double>(args[0][1]->size());  // The ids.
+      break;
+    case OpKind::kCrossEntropyGrad:
+      facts.k = std::max<double>(1, static_cast<double>(args[0][2]->size()));  // The labels.
+      break;
+    case OpKind::kAttentionGrad: {
+      const Shape& q = args[0][1]->shape();
+      facts.k = static_cast<double>(q.at(3));  // H.
+      // T N / K: the queries that read each key.
+      facts.queries = static_cast<double>(q.at(1) * q.at(2) / args[0][2]->shape().at(2));
+      break;
+    }
     default:
       break;
   }

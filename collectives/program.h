@@ -119,6 +119,21 @@ enum class OpKind {
   kPad,
   kUnaryGrad,
   kMaxGrad,
+  // The derivative ops of the array ops above (collectives/grad_ops.h), each the cotangent of
+  // the forward op's input(s) from its output's cotangent g: reduce_max_grad (g split among the
+  // maxima), softmax_grad and log_softmax_grad (from the forward output y), rms_norm_grad and
+  // layer_norm_grad ([dx, g * xhat]), take_grad (a scatter-add into the table's rows),
+  // cross_entropy_grad, top_k_grad (a scatter along the last axis), attention_grad ([dq, dk,
+  // dv]).
+  kReduceMaxGrad,
+  kSoftmaxGrad,
+  kLogSoftmaxGrad,
+  kRmsNormGrad,
+  kLayerNormGrad,
+  kTakeGrad,
+  kCrossEntropyGrad,
+  kTopKGrad,
+  kAttentionGrad,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).

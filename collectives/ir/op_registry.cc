@@ -254,6 +254,29 @@ std::vector<OpDef> MakeRegistry() {
        true},
       {OpKind::kMaxGrad, "max_grad", true, A::kThree, false, S::kCompute, C::kAllReduce, R::kSum,
        false, {}, true},
+      {OpKind::kReduceMaxGrad, "reduce_max_grad", true, A::kTwo, false, S::kCompute,
+       C::kAllReduce, R::kSum, false, reduction},
+      {OpKind::kSoftmaxGrad, "softmax_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis}},
+      {OpKind::kLogSoftmaxGrad, "log_softmax_grad", true, A::kTwo, false, S::kCompute,
+       C::kAllReduce, R::kSum, false, {norm_axis}},
+      {OpKind::kRmsNormGrad, "rms_norm_grad", true, A::kThree, true, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis, eps}, false, {}, nullptr, false, /*outputs=*/2},
+      {OpKind::kLayerNormGrad, "layer_norm_grad", true, A::kThree, true, S::kCompute,
+       C::kAllReduce, R::kSum, false, {norm_axis, eps}, false, {}, nullptr, false, /*outputs=*/2},
+      {OpKind::kTakeGrad, "take_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
+       false,
+       {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)"),
+        Req("size", T::kPositiveInt, &OpSpec::size, "The table's length along axis")}},
+      {OpKind::kCrossEntropyGrad, "cross_entropy_grad", true, A::kThree, false, S::kCompute,
+       C::kAllReduce, R::kSum, false, {}},
+      {OpKind::kTopKGrad, "top_k_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {Req("size", T::kPositiveInt, &OpSpec::size, "The input's last axis length")}},
+      {OpKind::kAttentionGrad, "attention_grad", true, A::kFour, true, S::kCompute, C::kAllReduce,
+       R::kSum, false,
+       {Opt("causal", T::kBool, &OpSpec::causal,
+            "Each query sees only the keys up to its position (default true)")},
+       false, {}, nullptr, false, /*outputs=*/3},
   };
   // clang-format on
 }
@@ -523,6 +546,8 @@ std::string CheckArity(const OpSpec& op) {
       return n == 2 ? "" : name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
     case OpArity::kThree:
       return n == 3 ? "" : name + " takes 3 inputs (in: [a, b, c]), got " + std::to_string(n);
+    case OpArity::kFour:
+      return n == 4 ? "" : name + " takes 4 inputs (in: [a, b, c, d]), got " + std::to_string(n);
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";

@@ -26,6 +26,7 @@ enum class OpArity {
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).
   kThree,       // Exactly three inputs (attention: q, k, v; max_grad).
+  kFour,        // Exactly four inputs (attention_grad: g, q, k, v).
 };
 
 // How an op is scheduled on a device.

@@ -155,6 +155,106 @@ TEST(GradOpCostTest, DataMovementAndOneFlopPerElement) {
   EXPECT_EQ(LocalOpCost(op, {&x, &x, &x}, {&x}).bytes, 4 * 128);
 }
 
+// reduce_max_grad splits g evenly among tied maxima (JAX's rule for choosing reductions); a NaN
+// maximum gives NaN (0 * g / 0, as JAX's transpose).
+TEST(ReduceMaxGradTest, TiesSplitAndKeepdims) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Array x = F32({2, 3}, {1, 3, 3, 2, 0, 2});
+  EXPECT_EQ(Values(ReduceMaxGrad(F32({2}, {1, 4}), x, {1}, false)),
+            (std::vector<float>{0, 0.5f, 0.5f, 2, 0, 2}));
+  EXPECT_EQ(Values(ReduceMaxGrad(F32({1, 3}, {1, 2, 3}), x, {0}, true)),
+            (std::vector<float>{0, 2, 3, 1, 0, 0}));
+  EXPECT_EQ(Values(ReduceMaxGrad(F32({}, {6}), x, {}, false)),
+            (std::vector<float>{0, 3, 3, 0, 0, 0}));
+  Array with_nan = ReduceMaxGrad(F32({1}, {1}), F32({1, 2}, {nan, 1}), {-1}, false);
+  EXPECT_TRUE(std::isnan(with_nan.at(0)) && std::isnan(with_nan.at(1)));
+  EXPECT_THROW(ReduceMaxGrad(F32({3}, {1, 1, 1}), x, {1}, false), std::invalid_argument);
+}
+
+// take_grad adds g's slices at their ids: repeated ids accumulate, negative ones count from the
+// end, ids outside the table (read as the fill value) send nothing back.
+TEST(TakeGradTest, ScatterAddsWrapsAndDrops) {
+  Array g = F32({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Array ids = Array::FromInts({4}, {1, -1, 1, 7});
+  Array d = TakeGrad(g, ids, 0, 3);
+  EXPECT_EQ(d.shape(), (Shape{3, 2}));
+  EXPECT_EQ(Values(d), (std::vector<float>{0, 0, 6, 8, 3, 4}));
+  // Along axis 1 of a [2, 3] table: g is [2, 2] for ids [2, 0].
+  Array d1 = TakeGrad(F32({2, 2}, {1, 2, 3, 4}), Array::FromInts({2}, {2, 0}), 1, 3);
+  EXPECT_EQ(Values(d1), (std::vector<float>{2, 0, 1, 4, 0, 3}));
+  EXPECT_THROW(TakeGrad(g, F32({4}, {0, 0, 0, 0}), 0, 3), std::invalid_argument);  // Float ids.
+}
+
+// cross_entropy_grad: rows of softmax - onehot, scaled by g / N; each row sums to 0, and a label
+// outside the classes adds no onehot term.
+TEST(CrossEntropyGradTest, SoftmaxMinusOnehotOverN) {
+  Array logits = F32({2, 3}, {0, 0, 0, 1, 2, 3});
+  Array d = CrossEntropyGrad(F32({}, {2}), logits, Array::FromInts({2}, {-3, 9}));
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  // Row 0: label -3 is class 0; g / N = 1.
+  EXPECT_NEAR(d.at(0), 1.0 / 3 - 1, 1e-7);
+  EXPECT_NEAR(d.at(1), 1.0 / 3, 1e-7);
+  // Row 1: label 9 is outside: the softmax alone.
+  EXPECT_NEAR(d.at(5), std::exp(3.0) / z, 1e-7);
+  EXPECT_EQ(CrossEntropyGrad(F32({}, {1}), Array::FromValues(DType::kBF16, {1, 2}, {0, 0}),
+                             Array::FromInts({1}, {0}))
+                .dtype(),
+            DType::kBF16);
+}
+
+TEST(TopKGradTest, ScattersToTheChosenPositions) {
+  Array d = TopKGrad(F32({2, 2}, {1, 2, 3, 4}), Array::FromInts({2, 2}, {3, 0, 1, 2}), 4);
+  EXPECT_EQ(Values(d), (std::vector<float>{2, 0, 0, 1, 0, 3, 4, 0}));
+  EXPECT_THROW(TopKGrad(F32({1, 2}, {1, 2}), Array::FromInts({1, 2}, {0, 5}), 4),
+               std::invalid_argument);
+}
+
+// Softmax's cotangent sums to 0 along its axis (softmax's outputs sum to 1); log_softmax's is g
+// minus the probabilities times sum(g).
+TEST(SoftmaxGradTest, ClosedForms) {
+  Array y = F32({2, 2}, {0.25f, 0.75f, 0.5f, 0.5f});
+  Array d = SoftmaxGrad(F32({2, 2}, {1, 3, 2, 2}), y, -1);
+  EXPECT_NEAR(d.at(0), 0.25 * (1 - 2.5), 1e-7);
+  EXPECT_NEAR(d.at(0) + d.at(1), 0, 1e-7);
+  EXPECT_EQ(d.at(2), 0);
+  Array l = LogSoftmaxGrad(F32({2}, {1, 3}), F32({2}, {std::log(0.25f), std::log(0.75f)}), 0);
+  EXPECT_NEAR(l.at(0), 1 - 0.25 * 4, 1e-6);
+  EXPECT_NEAR(l.at(1), 3 - 0.75 * 4, 1e-6);
+}
+
+TEST(NormGradTest, OutputsAndShapes) {
+  // rms_norm over [3, 4] (mean square 12.5): xhat = x / sqrt(12.5 + eps); with g = 1 and
+  // s = 1, g xhat is xhat and dx = r (1 - xhat mean(xhat)).
+  Array x = F32({1, 2}, {3, 4});
+  std::vector<Array> d = NormGrad(false, F32({1, 2}, {1, 1}), x, F32({2}, {1, 1}), -1, 0);
+  const double r = 1 / std::sqrt(12.5);
+  EXPECT_NEAR(d[1].at(0), 3 * r, 1e-6);
+  EXPECT_NEAR(d[0].at(0), r * (1 - 3 * r * (7 * r / 2)), 1e-6);
+  std::vector<Array> shapes =
+      NormGrad(true, Array::ShapeOnly(DType::kBF16, {2, 8}), Array::ShapeOnly(DType::kBF16, {2, 8}),
+               Array::ShapeOnly(DType::kF32, {8}), 1, 1e-5);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].shape(), (Shape{2, 8}));
+  EXPECT_EQ(shapes[0].dtype(), DType::kBF16);
+  EXPECT_THROW(NormGrad(true, x, x, F32({3}, {1, 1, 1}), -1, 0), std::invalid_argument);
+}
+
+// attention_grad counts 2.5 times the forward's FLOPs (FlashAttention's backward: five passes
+// over the scored pairs against two).
+TEST(GradOpCostTest, AttentionGradIsTwoAndAHalfForwards) {
+  Array q = Array::ShapeOnly(DType::kBF16, {2, 16, 8, 64});
+  Array kv = Array::ShapeOnly(DType::kBF16, {2, 16, 2, 64});
+  OpSpec forward;
+  forward.kind = OpKind::kAttention;
+  OpSpec backward;
+  backward.kind = OpKind::kAttentionGrad;
+  const double f = LocalOpCost(forward, {&q, &kv, &kv}, {&q}).flops;
+  const OpCost b = LocalOpCost(backward, {&q, &q, &kv, &kv}, {&q, &kv, &kv});
+  EXPECT_DOUBLE_EQ(b.flops, 2.5 * f);
+  // Reads g, q, k, v; writes dq, dk, dv.
+  EXPECT_DOUBLE_EQ(b.bytes, 3.0 * q.bytes().count() + 4.0 * kv.bytes().count());
+}
+
 // A manual program of every new op, downstream of a psum (whose float32 sums differ from the
 // reference's by rounding): the simulation matches the reference within the derived bounds.
 TEST(GradOpsProgramTest, RunsAndPassesTheNumericsCheck) {
@@ -210,6 +310,88 @@ TEST(GradOpsProgramTest, RunsAndPassesTheNumericsCheck) {
   EXPECT_TRUE(check.checked);
   EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
   // Every bound is finite: each op has its entry in the error model.
+  std::map<std::string, double> bounds;
+  ReferenceOutputs(mesh, program, "", &r.inputs, &bounds);
+  for (const auto& [name, bound] : bounds) EXPECT_TRUE(std::isfinite(bound)) << name;
+}
+
+// The derivative ops of the array ops in a manual program, downstream of a psum: the simulated
+// run matches the reference within the derived bounds, and every bound is finite.
+TEST(GradOpsProgramTest, ArrayOpGradsPassTheNumericsCheck) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  ProgramBuilder b({{"dp", 4}});
+  InitSpec normal;
+  normal.kind = InitSpec::Kind::kNormal;
+  b.Input("x", {32, 16}, DType::kF32, PartitionSpec{{{"dp"}}}, normal);
+  normal.seed = 1;
+  b.Input("g", {8, 16}, DType::kF32, PartitionSpec{}, normal);
+  normal.seed = 2;
+  b.Input("scale", {16}, DType::kF32, PartitionSpec{}, normal);
+  InitSpec labels;
+  labels.kind = InitSpec::Kind::kValue;
+  labels.values = {0, 3, 15, 7, 1, 1, 9, 2};
+  b.Input("labels", {8}, DType::kI32, PartitionSpec{}, labels);
+  labels.values = {4, -1, 0};  // -1 is row 4 again: two slices add there.
+  b.Input("ids", {3}, DType::kI32, PartitionSpec{}, labels);
+  const std::string s = b.Reduce(OpKind::kPsum, "x", {"dp"});
+  auto add = [&](OpKind kind, std::vector<std::string> in, OpSpec op = {}) {
+    op.kind = kind;
+    op.in = std::move(in);
+    b.Add(op);
+    for (const std::string& out : b.program().ops.back().out) b.Output(out, PartitionSpec{});
+    return b.program().ops.back().out;
+  };
+  OpSpec axis1;
+  axis1.axes = {1};
+  OpSpec two;
+  two.k = 2;
+  const std::string y = b.Unary(OpKind::kSoftmax, s);
+  add(OpKind::kSoftmaxGrad, {"g", y});
+  add(OpKind::kLogSoftmaxGrad, {"g", b.Unary(OpKind::kLogSoftmax, s)});
+  add(OpKind::kReduceMaxGrad,
+      {b.Unary(OpKind::kRelu, b.Add([&] {
+         OpSpec m = axis1;
+         m.kind = OpKind::kReduceMax;
+         m.in = {s};
+         return m;
+       }())),
+       s},
+      axis1);
+  add(OpKind::kRmsNormGrad, {"g", s, "scale"});
+  add(OpKind::kLayerNormGrad, {"g", s, "scale"});
+  OpSpec rows;
+  rows.kind = OpKind::kSlice;
+  rows.in = {s};
+  rows.size = 3;
+  OpSpec take;
+  take.size = 5;
+  add(OpKind::kTakeGrad, {b.Add(rows), "ids"}, take);
+  OpSpec loss;
+  loss.kind = OpKind::kCrossEntropy;
+  loss.in = {s, "labels"};
+  add(OpKind::kCrossEntropyGrad, {b.Add(loss), s, "labels"});
+  OpSpec top = two;
+  top.kind = OpKind::kTopK;
+  top.in = {s};
+  b.Add(top);
+  const std::vector<std::string> chosen = b.program().ops.back().out;
+  OpSpec top_grad;
+  top_grad.size = 16;
+  add(OpKind::kTopKGrad, {chosen[0], chosen[1]}, top_grad);
+  OpSpec heads;
+  heads.kind = OpKind::kReshape;
+  heads.in = {s};
+  heads.shape = {1, 8, 4, 4};
+  const std::string h = b.Add(heads);
+  add(OpKind::kAttentionGrad, {h, h, h, h});
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, program, config);
+  NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+  EXPECT_TRUE(check.checked);
+  EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
   std::map<std::string, double> bounds;
   ReferenceOutputs(mesh, program, "", &r.inputs, &bounds);
   for (const auto& [name, bound] : bounds) EXPECT_TRUE(std::isfinite(bound)) << name;
