@@ -150,14 +150,40 @@ class Emitter {
     }
     return c.dtype() == t.dtype() ? ct : Convert(ct, t.dtype(), base);
   }
+  // sum(x, axes) (keepdims false).
+  std::string Sum(const std::string& x, std::vector<int64_t> axes, const std::string& base) {
+    OpSpec op;
+    op.axes = std::move(axes);
+    return Op(OpKind::kSum, {x}, base, std::move(op));
+  }
+  // `term`, of the shape `from` broadcasts to, summed over the broadcast dimensions and
+  // reshaped to `to` (the transpose of a broadcast): `kept[d]` says whether dimension d of
+  // `from` stays (it is also one of `to`'s at its size).
+  std::string SumBroadcast(const std::string& term, const std::vector<bool>& kept, const Shape& to,
+                           const std::string& base) {
+    std::vector<int64_t> axes;
+    for (size_t d = 0; d < kept.size(); ++d) {
+      if (!kept[d]) axes.push_back(static_cast<int64_t>(d));
+    }
+    const std::string summed = axes.empty() ? term : Sum(term, axes, base);
+    return Reshape(summed, to, base);
+  }
   // The broadcast term `term` (an op's result shape) summed down to the shape of `target`
-  // (NumPy broadcasting's transpose).
+  // (NumPy broadcasting's transpose: the leading dimensions `target` lacks and those where it
+  // has 1 are summed).
   std::string SumTo(const std::string& term, const std::string& target, const std::string& base) {
     const Shape& from = Type(term).shape();
-    const Shape& to = Type(target).shape();
+    const Shape to = Type(target).shape();
     if (from == to) return term;
-    throw SpecError(key_, "grad: the broadcast from " + FormatShape(to) + " to " +
-                              FormatShape(from) + " needs the sum op, not yet in this build");
+    const size_t lead = from.size() - to.size();
+    std::vector<bool> kept(from.size());
+    for (size_t d = lead; d < from.size(); ++d) kept[d] = to[d - lead] == from[d];
+    return SumBroadcast(term, kept, to, base);
+  }
+  // Appends `op` (outputs named fresh from `base`); returns all its outputs.
+  std::vector<std::string> EmitAll(OpSpec op, const std::string& base) {
+    Emit(std::move(op), base);
+    return ops_.back().out;
   }
 
  private:
@@ -449,6 +475,131 @@ std::vector<std::string> MatmulRule(const RuleArgs& r) {
   return d;
 }
 
+// An axis of a rank-`rank` value in [0, rank).
+int64_t Axis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+// Which dimensions of x (rank `rank`) a reduction over `axes` keeps (empty axes: none).
+std::vector<bool> KeptByReduction(const std::vector<int64_t>& axes, int64_t rank) {
+  std::vector<bool> kept(static_cast<size_t>(rank), !axes.empty());
+  for (int64_t a : axes) kept[static_cast<size_t>(Axis(a, rank))] = false;
+  return kept;
+}
+
+// g of a reduction's result shape broadcast back over x's (the transpose of a sum): the kept
+// dimensions map in order, or every dimension with keepdims (the reduced ones of size 1).
+std::string BroadcastBack(Emitter& e, const std::string& g, const OpSpec& op,
+                          const std::string& base) {
+  const Shape& xs = e.Type(op.in[0]).shape();
+  const std::vector<bool> kept = KeptByReduction(op.axes, static_cast<int64_t>(xs.size()));
+  OpSpec b;
+  b.shape = xs;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (kept[d] || op.keepdims) b.broadcast_dimensions.push_back(static_cast<int64_t>(d));
+  }
+  return e.Op(OpKind::kBroadcastInDim, {g}, base, std::move(b));
+}
+
+// sum: g broadcast back (each element of x adds into one result element).
+std::vector<std::string> SumRule(const RuleArgs& r) {
+  return {BroadcastBack(r.e, r.cts[0], r.op, r.Base(0))};
+}
+
+// mean: g / count broadcast back (divided on the smaller, reduced shape).
+std::vector<std::string> MeanRule(const RuleArgs& r) {
+  const Shape& xs = r.e.Type(r.op.in[0]).shape();
+  const std::vector<bool> kept = KeptByReduction(r.op.axes, static_cast<int64_t>(xs.size()));
+  double count = 1;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (!kept[d]) count *= static_cast<double>(xs[d]);
+  }
+  const std::string share = r.e.Scalar(OpKind::kDiv, r.cts[0], count, r.Base(0));
+  return {BroadcastBack(r.e, share, r.op, r.Base(0))};
+}
+
+// reduce_max: g split among the maxima (reduce_max_grad, with the reduction's attributes).
+std::vector<std::string> ReduceMaxRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axes = r.op.axes;
+  op.keepdims = r.op.keepdims;
+  return {r.e.Op(OpKind::kReduceMaxGrad, {r.cts[0], r.op.in[0]}, r.Base(0), std::move(op))};
+}
+
+// softmax, log_softmax: their derivative ops, from the forward result y.
+std::vector<std::string> SoftmaxRule(const RuleArgs& r) {
+  OpSpec op;
+  op.norm_axis = r.op.norm_axis;
+  const OpKind kind =
+      r.op.kind == OpKind::kSoftmax ? OpKind::kSoftmaxGrad : OpKind::kLogSoftmaxGrad;
+  return {r.e.Op(kind, {r.cts[0], r.op.out[0]}, r.Base(0), std::move(op))};
+}
+
+// rms_norm, layer_norm: [dx, g xhat] from their derivative op; the scale's cotangent is g xhat
+// summed over every axis but the normalized one.
+std::vector<std::string> NormRule(const RuleArgs& r) {
+  OpSpec op;
+  op.norm_axis = r.op.norm_axis;
+  op.eps = r.op.eps;
+  const OpKind kind = r.op.kind == OpKind::kRmsNorm ? OpKind::kRmsNormGrad : OpKind::kLayerNormGrad;
+  op.kind = kind;
+  op.in = {r.cts[0], r.op.in[0], r.op.in[1]};
+  const std::vector<std::string> out = r.e.EmitAll(std::move(op), r.Base(0));
+  std::vector<std::string> d = {out[0], ""};
+  if (r.needs[1]) {
+    const int64_t rank = r.e.Type(r.op.in[0]).rank();
+    std::vector<int64_t> axes;
+    for (int64_t a = 0; a < rank; ++a) {
+      if (a != Axis(r.op.norm_axis, rank)) axes.push_back(a);
+    }
+    d[1] = axes.empty() ? out[1] : r.e.Sum(out[1], axes, r.Base(1));
+  }
+  return d;
+}
+
+// take: g's slices added into the table's rows (take_grad); the ids get none.
+std::vector<std::string> TakeRule(const RuleArgs& r) {
+  const Shape& table = r.e.Type(r.op.in[0]).shape();
+  OpSpec op;
+  op.axis = Axis(r.op.axis, static_cast<int64_t>(table.size()));
+  op.size = table.at(static_cast<size_t>(op.axis));
+  return {r.e.Op(OpKind::kTakeGrad, {r.cts[0], r.op.in[1]}, r.Base(0), std::move(op)), ""};
+}
+
+// cross_entropy: g / N (softmax - onehot) for the logits; the labels get none.
+std::vector<std::string> CrossEntropyRule(const RuleArgs& r) {
+  return {r.e.Op(OpKind::kCrossEntropyGrad, {r.cts[0], r.op.in[0], r.op.in[1]}, r.Base(0)), ""};
+}
+
+// top_k: the values' cotangent scattered back to the positions the indices name.
+std::vector<std::string> TopKRule(const RuleArgs& r) {
+  if (r.cts[0].empty()) return {""};  // Only the (integer) indices were read.
+  OpSpec op;
+  op.size = r.e.Type(r.op.in[0]).shape().back();
+  return {r.e.Op(OpKind::kTopKGrad, {r.cts[0], r.op.out[1]}, r.Base(0), std::move(op))};
+}
+
+// attention: [dq, dk, dv] from one attention_grad (the backward pass recomputes the
+// probabilities, as FlashAttention's does).
+std::vector<std::string> AttentionRule(const RuleArgs& r) {
+  OpSpec op;
+  op.kind = OpKind::kAttentionGrad;
+  op.causal = r.op.causal;
+  op.in = {r.cts[0], r.op.in[0], r.op.in[1], r.op.in[2]};
+  return r.e.EmitAll(std::move(op), r.Base(0));
+}
+
+// broadcast_in_dim: g summed over the dimensions the broadcast made (new ones, and those the
+// input had as 1), then reshaped to the input.
+std::vector<std::string> BroadcastInDimRule(const RuleArgs& r) {
+  const Shape& xs = r.e.Type(r.op.in[0]).shape();
+  const Shape& os = r.e.Type(r.op.out[0]).shape();
+  std::vector<bool> kept(os.size(), false);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const size_t d = static_cast<size_t>(r.op.broadcast_dimensions[i]);
+    kept[d] = xs[i] == os[d];
+  }
+  return {r.e.SumBroadcast(r.cts[0], kept, xs, r.Base(0))};
+}
+
 // The transpose rule of each op kind that has one.
 const Rule* FindRule(OpKind kind) {
   static const std::map<OpKind, Rule> kRules = {
@@ -482,6 +633,18 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kShardingConstraint, ShardingRule},
       {OpKind::kReshard, ShardingRule},
       {OpKind::kFullLike, ConstantRule},
+      {OpKind::kBroadcastInDim, BroadcastInDimRule},
+      {OpKind::kSum, SumRule},
+      {OpKind::kMean, MeanRule},
+      {OpKind::kReduceMax, ReduceMaxRule},
+      {OpKind::kSoftmax, SoftmaxRule},
+      {OpKind::kLogSoftmax, SoftmaxRule},
+      {OpKind::kRmsNorm, NormRule},
+      {OpKind::kLayerNorm, NormRule},
+      {OpKind::kTake, TakeRule},
+      {OpKind::kCrossEntropy, CrossEntropyRule},
+      {OpKind::kTopK, TopKRule},
+      {OpKind::kAttention, AttentionRule},
   };
   auto it = kRules.find(kind);
   return it == kRules.end() ? nullptr : &it->second;

@@ -137,11 +137,13 @@ class FiniteDifferenceTest : public testing::TestWithParam<FdCase> {};
 // Central differences (L(w + h e_j) - L(w - h e_j)) / 2h of the f32 program against each
 // gradient element. With inputs of order 1 and h = 1e-2 the truncation error h^2 |L'''| / 6 is
 // below 2e-5 per unit third derivative; the loss is an f32 sum of at most 48 products of order
-// 1, whose rounding (~1e-6 absolute) over 2h adds ~1e-4. Measured, |g - fd| / (1 + |fd|) stays
-// below 6e-5 for every single rule, 3e-4 through f16 (its rounding over 2h = 0.5) and 6e-4 for
-// the grad of a grad (exp's third derivative). The tolerance, 2e-3 (1 + |fd|), sits above all
-// of these and far below what a wrong rule gives (a missing term, sign, factor or
-// transposition moves elements by O(|g|)).
+// 1, whose rounding (~1e-6 absolute) over 2h adds ~1e-4. The norms, curved by 1 / var, take
+// h = 3e-3. Measured, |g - fd| / (1 + |fd|) stays below 1e-4 for every single rule, 3e-4
+// through f16 (its rounding over 2h = 0.5) and 6e-4 for the grad of a grad (exp's third
+// derivative). The tolerance, 2e-3 (1 + |fd|), sits above all of these and far below what a
+// wrong rule gives (a missing term, sign, factor or transposition moves elements by O(|g|)).
+// Ties and kinks, where central differences mean nothing, are kept out of the data and tested
+// on the kernels (grad_ops_test.cc).
 TEST_P(FiniteDifferenceTest, GradientMatchesCentralDifferences) {
   const FdCase& c = GetParam();
   Program p;
@@ -379,6 +381,168 @@ std::vector<FdCase> Cases() {
                      constraint);
        },
        {"a"}},
+      {"AddBroadcastRow",  // b [3] broadcasts over a's rows: its cotangent sums them.
+       [](Program& p) {
+         return p.Op(OpKind::kAdd, {p.Normal("a", {2, 3}), p.Normal("b", {3})});
+       },
+       {"a", "b"}},
+      {"MulOuterBroadcast",  // [2, 1] * [1, 3]: each side sums over the other's axis.
+       [](Program& p) {
+         return p.Op(OpKind::kMul, {p.Normal("a", {2, 1}), p.Normal("b", {1, 3})});
+       },
+       {"a", "b"}},
+      {"DivByRank0",
+       [](Program& p) {
+         return p.Op(OpKind::kDiv, {p.Normal("a", {2, 3}), p.Normal("b", {}, AwayFromZero(0.7f))});
+       },
+       {"a", "b"}},
+      {"SubBroadcastLeading",
+       [](Program& p) {
+         return p.Op(OpKind::kSub, {p.Normal("a", {4}), p.Normal("b", {2, 3, 4})});
+       },
+       {"a", "b"}},
+      {"MaxBroadcast",  // a = b + off, off away from 0: no ties within h.
+       [](Program& p) {
+         const std::string b = p.Normal("b", {3});
+         const std::string a = p.Op(OpKind::kAdd, {b, p.Normal("off", {2, 3}, AwayFromZero(0.2f))});
+         return p.Op(OpKind::kMax, {a, b});
+       },
+       {"b", "off"}},
+      {"BroadcastInDim",
+       [](Program& p) {
+         return p.Op(OpKind::kBroadcastInDim, {p.Normal("a", {3, 1})}, Attrs([](OpSpec& op) {
+                       op.shape = {2, 3, 4};
+                       op.broadcast_dimensions = {1, 2};
+                     }));
+       },
+       {"a"}},
+      {"SumAxis",
+       [](Program& p) {
+         return p.Op(OpKind::kSum, {p.Normal("a", {2, 3, 2})},
+                     Attrs([](OpSpec& op) { op.axes = {-2}; }));
+       },
+       {"a"}},
+      {"SumKeepdims",
+       [](Program& p) {
+         return p.Op(OpKind::kSum, {p.Normal("a", {2, 3, 2})}, Attrs([](OpSpec& op) {
+                       op.axes = {0, 2};
+                       op.keepdims = true;
+                     }));
+       },
+       {"a"}},
+      {"SumAll",
+       [](Program& p) {
+         return p.Op(OpKind::kSum, {p.Normal("a", {2, 3})},
+                     Attrs([](OpSpec& op) { op.keepdims = true; }));
+       },
+       {"a"}},
+      {"Mean",
+       [](Program& p) {
+         return p.Op(OpKind::kMean, {p.Normal("a", {2, 3, 2})},
+                     Attrs([](OpSpec& op) { op.axes = {1}; }));
+       },
+       {"a"}},
+      {"ReduceMax",  // Distinct values 0.3 apart: no tie within h.
+       [](Program& p) {
+         const std::string a = p.In("a", {2, 3}, {0.3f, -0.9f, 1.2f, 0.0f, 0.6f, -0.3f});
+         return p.Op(OpKind::kReduceMax, {a}, Attrs([](OpSpec& op) { op.axes = {1}; }));
+       },
+       {"a"}},
+      {"ReduceMaxAllKeepdims",
+       [](Program& p) {
+         const std::string a = p.In("a", {2, 2}, {0.3f, -0.9f, 1.2f, 0.0f});
+         return p.Op(OpKind::kReduceMax, {a}, Attrs([](OpSpec& op) { op.keepdims = true; }));
+       },
+       {"a"}},
+      {"Softmax",
+       [](Program& p) {
+         return p.Op(OpKind::kSoftmax, {p.Normal("a", {2, 4})});
+       },
+       {"a"}},
+      {"SoftmaxAxis0",
+       [](Program& p) {
+         return p.Op(OpKind::kSoftmax, {p.Normal("a", {3, 2})},
+                     Attrs([](OpSpec& op) { op.norm_axis = 0; }));
+       },
+       {"a"}},
+      {"LogSoftmax",
+       [](Program& p) {
+         return p.Op(OpKind::kLogSoftmax, {p.Normal("a", {2, 4})});
+       },
+       {"a"}},
+      {"RmsNorm",
+       [](Program& p) {
+         return p.Op(OpKind::kRmsNorm, {p.Normal("x", {2, 4}), p.Normal("s", {4})});
+       },
+       {"x", "s"},
+       3e-3},
+      {"RmsNormAxis0Eps",
+       [](Program& p) {
+         return p.Op(OpKind::kRmsNorm, {p.Normal("x", {3, 2}), p.Normal("s", {3})},
+                     Attrs([](OpSpec& op) {
+                       op.norm_axis = 0;
+                       op.eps = 0.1;
+                     }));
+       },
+       {"x", "s"},
+       3e-3},
+      {"LayerNorm",
+       [](Program& p) {
+         return p.Op(OpKind::kLayerNorm, {p.Normal("x", {2, 4}), p.Normal("s", {4})});
+       },
+       {"x", "s"},
+       3e-3},
+      {"LayerNormXOnly",
+       [](Program& p) {
+         return p.Op(OpKind::kLayerNorm, {p.Normal("x", {3, 3}), p.Normal("s", {3})});
+       },
+       {"x"},
+       3e-3},
+      {"Take",  // Row 1 taken twice (its cotangents add), -1 counts from the end.
+       [](Program& p) {
+         const std::string ids = p.In("ids", {2, 2}, {1, 3, -1, 1}, DType::kI32);
+         return p.Op(OpKind::kTake, {p.Normal("table", {4, 3}), ids});
+       },
+       {"table"}},
+      {"TakeAxis1",
+       [](Program& p) {
+         const std::string ids = p.In("ids", {3}, {2, 0, 2}, DType::kI32);
+         return p.Op(OpKind::kTake, {p.Normal("table", {2, 3, 2}), ids},
+                     Attrs([](OpSpec& op) { op.axis = 1; }));
+       },
+       {"table"}},
+      {"CrossEntropy",
+       [](Program& p) {
+         const std::string labels = p.In("labels", {2, 2}, {0, 3, -1, 2}, DType::kI32);
+         return p.Op(OpKind::kCrossEntropy, {p.Normal("logits", {2, 2, 4}), labels});
+       },
+       {"logits"}},
+      {"TopK",  // Distinct values 0.3 apart.
+       [](Program& p) {
+         const std::string x =
+             p.In("x", {2, 4}, {0.3f, -0.9f, 1.2f, 0.0f, 0.6f, -0.3f, 0.9f, -0.6f});
+         OpSpec top;
+         top.k = 2;
+         p.Op(OpKind::kTopK, {x}, top, {"values", "indices"});
+         return p.Op(OpKind::kMul, {"values", "values"});
+       },
+       {"x"}},
+      {"AttentionCausalGrouped",  // 4 query heads on 2 kv heads, T = 3 < S = 4.
+       [](Program& p) {
+         return p.Op(OpKind::kAttention, {p.Normal("q", {1, 3, 4, 2}), p.Normal("k", {1, 4, 2, 2}),
+                                          p.Normal("v", {1, 4, 2, 2})});
+       },
+       {"q", "k", "v"}},
+      {"AttentionFull",
+       [](Program& p) {
+         OpSpec full;
+         full.causal = false;
+         return p.Op(OpKind::kAttention,
+                     {p.Normal("q", {2, 2, 1, 3}), p.Normal("k", {2, 3, 1, 3}),
+                      p.Normal("v", {2, 3, 1, 3})},
+                     full);
+       },
+       {"q", "k", "v"}},
       {"Mlp",
        [](Program& p) {
          const std::string h =
