@@ -137,8 +137,15 @@ std::vector<OpDef> MakeRegistry() {
        S::kComposite, C::kReduceScatter, R::kSum, true, {scatter_dimension, variant}},
       // Internal ops of collective matmul loops: XLA fuses the slice into the consuming matmul
       // and writes the concatenation's blocks in place, so neither costs a kernel.
-      {OpKind::kDynamicSlice, "dynamic_slice", false, A::kOne, false, S::kFree, C::kAllReduce,
-       R::kSum, true, {}},
+      // Also written by partitioned programs: the block of `sections` equal blocks along `axis`
+      // that (block_scale * axis_index + block_offset) mod sections picks.
+      {OpKind::kDynamicSlice, "dynamic_slice", true, A::kOne, false, S::kFree, C::kAllReduce,
+       R::kSum, true,
+       {Req("sections", T::kPositiveInt, &OpSpec::sections, "Equal blocks the axis is cut into"),
+        Opt("axis", T::kInt, &OpSpec::axis, "The dimension it slices"),
+        Opt("block_scale", T::kInt, &OpSpec::block_scale,
+            "Block taken: block_scale * axis_index + block_offset, mod sections (default 1)"),
+        Opt("block_offset", T::kInt, &OpSpec::block_offset, "See block_scale (default 0)")}},
       {OpKind::kDynamicConcat, "dynamic_concat", false, A::kAtLeastTwo, false, S::kFree,
        C::kAllReduce, R::kSum, true, {}},
       {OpKind::kSilu, "silu", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
