@@ -352,8 +352,10 @@ class Partitioner {
         if (v.sharding.partial.empty()) continue;
         const ValueSharding to = Reduced(v.sharding);
         const std::string reduced =
-            EmitReshard(id, to, std::string(OpKindName(op.kind)) + " " + op.name +
-                                    " sums its partial products");
+            EmitReshard(id, to,
+                        std::string(OpKindName(op.kind)) + " " + op.name +
+                            " sums its partial products",
+                        v.local);
         v.sharding = to;
         v.local = reduced;
         Define(name, std::move(v));
