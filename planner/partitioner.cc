@@ -151,6 +151,11 @@ class Partitioner {
           return bytes * static_cast<double>(n - 1) / static_cast<double>(n);
       }
     }
+    // The same step on the same mesh costs the same: ask the model once per distinct step.
+    std::vector<int64_t> key = {static_cast<int64_t>(step.kind), static_cast<int64_t>(dtype),
+                                elements};
+    key.insert(key.end(), step.axes.begin(), step.axes.end());
+    if (auto it = step_times_.find(key); it != step_times_.end()) return it->second;
     CollectiveRequest request;
     request.dtype = dtype;
     request.elements = elements;
@@ -174,7 +179,7 @@ class Partitioner {
     std::shared_ptr<const CollectiveTiming> t = costs_.collectives->Estimate(*costs_.mesh, request);
     Time longest;
     for (Time m : t->member_time) longest = std::max(longest, m);
-    return static_cast<double>(longest.picoseconds());
+    return step_times_[key] = static_cast<double>(longest.picoseconds());
   }
 
   // The time of running `op` locally under `s` (0 without a compute model).
@@ -404,6 +409,7 @@ class Partitioner {
   std::map<std::string, PartitionSpec> hint_specs_;
   std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
   Shape out_shapes_cache_;
+  std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
   PartitionResult result_;
 };
 
