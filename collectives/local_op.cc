@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "collectives/grad_ops.h"
 #include "collectives/local_ops.h"
 #include "collectives/semantics.h"
 
@@ -35,6 +36,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(2);
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
+  if (IsGradOp(op.kind)) return ApplyGradOp(op, inputs);
   if (IsUnary(op.kind)) {
     need(1);
     return One(Unary(op.kind, *inputs[0]));

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "collectives/grad_ops.h"
 #include "collectives/ir/op_registry.h"
 
 namespace shardsim {
@@ -1078,6 +1079,7 @@ Array Stack(const std::vector<Array>& arrays, int axis) {
 OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs) {
   if (op.kind == OpKind::kCustomCall) return OpCost{op.flops.value_or(0), op.bytes.value_or(0)};
+  if (IsGradOp(op.kind)) return GradOpCost(op, inputs, outputs);
   return LocalOpCost(op.kind, inputs, outputs, op.spec);
 }
 

@@ -52,8 +52,13 @@ namespace {
 //     1.13 e_a and silu: 1.1 e_a (their largest slopes); square: 2|a| e_a + e_a^2; log and
 //     rsqrt: e_a times the largest slope over [min|a| - e_a, inf) (unbounded if min|a| <=
 //     2 e_a); sqrt: min(sqrt(e_a), e_a / (2 sqrt(min|a| - e_a))); convert: e_a rounded to
-//     the new dtype, plus one unit when truncating to i32; custom_call: exact (zeros); plus
-//     the rounding term.
+//     the new dtype, plus one unit when truncating to i32; custom_call, full_like: exact
+//     (constants); plus the rounding term.
+//   derivative ops (grad_ops.h): broadcast_in_dim and pad move data (as above); unary_grad
+//     g f'(x): D1 e_g + (M_g + e_g) D2 e_x with D1, D2 bounds on |f'|, |f''| over x's range
+//     (unbounded for sqrt and rsqrt if min|x| <= 2 e_x), plus, for relu and abs, a jump of 1
+//     or 2 times M_g when x may cross 0 (min|x| <= e_x); max_grad g m: e_g, plus M_g + e_g
+//     when a or b is inexact (the mask m in [0, 1] may flip); plus the rounding term.
 //   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
@@ -196,6 +201,56 @@ struct Tracked {
 
 namespace {
 
+// The error of unary_grad's g f'(x) from g's and x's (see ErrorBoundModel): with D1 >= |f'| and
+// D2 >= |f''| over x's range widened by its error, |g~ f'(x~) - g f'(x)| <= D1 e_g +
+// (|g| + e_g) D2 e_x; relu' and abs' instead jump (by 1 and 2) where x may cross 0.
+Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Error& eg = g.error;
+  const Error& ex = x.error;
+  const double hi = x.stats.max_abs + ex.max;  // |x| <= hi.
+  const double lo = x.stats.min_abs - ex.max;  // |x| >= lo (when positive).
+  double d1 = 1, d2 = 0, jump = 0;
+  const std::optional<OpKind> fn = ParseOpKind(op.fn);
+  switch (fn.value_or(OpKind::kAdd)) {
+    case OpKind::kRelu:
+    case OpKind::kAbs:
+      if (!ex.exact() && x.stats.min_abs <= ex.max) jump = *fn == OpKind::kRelu ? 1 : 2;
+      break;
+    case OpKind::kGelu:  // Largest slopes of the tanh-approximate gelu: 1.129, 0.798.
+      d1 = 1.13, d2 = 0.8;
+      break;
+    case OpKind::kSilu:  // 1.0998 and 1/2 (at 0).
+      d1 = 1.1, d2 = 0.5;
+      break;
+    case OpKind::kTanh:  // 1 and 4 / (3 sqrt 3).
+      d2 = 0.77;
+      break;
+    case OpKind::kSin:
+    case OpKind::kCos:
+      d2 = 1;
+      break;
+    case OpKind::kSquare:  // 2x and 2.
+      d1 = 2 * hi, d2 = 2;
+      break;
+    case OpKind::kSqrt:   // 0.5 x^-0.5 and 0.25 x^-1.5 over [lo, inf).
+    case OpKind::kRsqrt:  // 0.5 x^-1.5 and 0.75 x^-2.5.
+      if (lo <= 0 || (!ex.exact() && x.stats.min_abs <= 2 * ex.max)) return Error{inf, 0};
+      d1 = *fn == OpKind::kSqrt ? 0.5 / std::sqrt(lo) : 0.5 / (lo * std::sqrt(lo));
+      d2 = *fn == OpKind::kSqrt ? 0.25 / (lo * std::sqrt(lo)) : 0.75 / (lo * lo * std::sqrt(lo));
+      break;
+    default:
+      return Error{inf, 0};
+  }
+  Error e;
+  if (!eg.exact()) e = Error{d1 * eg.max, d1 * eg.rms};
+  if (!ex.exact()) {
+    e.max += (g.stats.max_abs + eg.max) * (d2 * ex.max + jump);
+    e.rms += (g.stats.rms + eg.rms) * (d2 * ex.rms + jump);
+  }
+  return e;
+}
+
 // The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
 Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, double k,
                    const Stats& out, DType dtype) {
@@ -276,7 +331,21 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
       if (dtype == DType::kI32) return Error{a.max + 1, a.rms + 1};
       return Rounded(a, dtype, out);
     case OpKind::kCustomCall:
-      return Error{};  // Zeros on both sides.
+    case OpKind::kFullLike:
+      return Error{};  // Constants on both sides.
+    case OpKind::kUnaryGrad:
+      return Rounded(UnaryGradError(op, *in[0], *in[1]), dtype, out);
+    case OpKind::kMaxGrad: {
+      // |g~ m~ - g m| <= |g~ - g| m~ + |g| |m~ - m|, m in [0, 1]: g's error, plus, where a or
+      // b is inexact, a mask that may flip anywhere (up to |g~|).
+      const Tracked& g = *in[0];
+      Error e = g.error;
+      if (!in[1]->error.exact() || !in[2]->error.exact()) {
+        e.max += g.stats.max_abs + g.error.max;
+        e.rms += g.stats.rms + g.error.rms;
+      }
+      return Rounded(e, dtype, out);
+    }
     case OpKind::kMatmul:
     case OpKind::kEinsum:
       return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);

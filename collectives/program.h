@@ -90,6 +90,19 @@ enum class OpKind {
   // jax.sharding.reshard, each with `sharding`. Partitioning removes them.
   kShardingConstraint,
   kReshard,
+  // Global programs only: jax.grad. Reverse mode over the ops before it, from the scalar `of`
+  // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
+  // ordinary ops before partitioning.
+  kGrad,
+  // Ops reverse mode emits (collectives/grad_ops.h), also written in run files of any mode:
+  // jnp.full_like(x, fill_value); jax.lax.broadcast_in_dim(x, shape, broadcast_dimensions);
+  // jnp.pad with zeros along one axis (low before, high after); unary_grad, g * f'(x) for the
+  // elementwise op `fn`; max_grad, g times where a is the maximum of (a, b) (half at ties).
+  kFullLike,
+  kBroadcastInDim,
+  kPad,
+  kUnaryGrad,
+  kMaxGrad,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -140,7 +153,14 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;  // sharding_constraint, reshard: the sharding asked for.
+  PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
+  std::string of;                // grad: the scalar value differentiated.
+  std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
+  std::optional<double> fill_value;           // full_like: the value of every element.
+  std::vector<int64_t> broadcast_dimensions;  // broadcast_in_dim: output dim of each input dim.
+  int64_t low = 0;                            // pad: zeros before, along `axis`.
+  int64_t high = 0;                           // pad: zeros after, along `axis`.
+  std::string fn;                             // unary_grad: the elementwise op differentiated.
 };
 
 // One output (`outputs:`): an out_spec.

@@ -181,6 +181,35 @@ std::vector<OpDef> MakeRegistry() {
        {Req("sharding", T::kSharding, &OpSpec::sharding,
             "The new sharding (explicit mode's way to ask for a collective)")},
        false, {}, nullptr, /*global_only=*/true},
+      {OpKind::kGrad, "grad", true, A::kNone, true, S::kFree, C::kAllReduce, R::kSum, false,
+       {Req("of", T::kValueName, &OpSpec::of, "The scalar value differentiated (jax.grad's output)"),
+        Req("wrt", T::kValueNames, &OpSpec::wrt,
+            "The values it is differentiated with respect to, one output each",
+            "a list of value names like [w1, w2]")},
+       false, {}, "wrt", /*global_only=*/true},
+      // Ops reverse mode emits (collectives/grad_ops.h).
+      {OpKind::kFullLike, "full_like", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false,
+       {Req("fill_value", T::kNumber, &OpSpec::fill_value,
+            "The value of every element (shape and dtype are the input's)")}},
+      {OpKind::kBroadcastInDim, "broadcast_in_dim", true, A::kOne, false, S::kCompute,
+       C::kAllReduce, R::kSum, false,
+       {Req("shape", T::kShape, &OpSpec::shape, "The result's shape",
+            "a list of sizes like [8, 128]"),
+        Req("broadcast_dimensions", T::kIntList, &OpSpec::broadcast_dimensions,
+            "The result dimension of each input dimension, increasing",
+            "a list of dimensions like [1]")}},
+      {OpKind::kPad, "pad", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {axis, Opt("low", T::kNonNegativeInt, &OpSpec::low, "Zeros before, along axis"),
+        Opt("high", T::kNonNegativeInt, &OpSpec::high, "Zeros after, along axis")}},
+      {OpKind::kUnaryGrad, "unary_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false,
+       {AttrDef{"fn", T::kOneOf, true, &OpSpec::fn,
+                {"relu", "gelu", "silu", "tanh", "sqrt", "rsqrt", "square", "abs", "sin", "cos"},
+                nullptr, "The elementwise op f of in: [g, x]: the result is g * f'(x)"}},
+       true},
+      {OpKind::kMaxGrad, "max_grad", true, A::kThree, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {}, true},
   };
   // clang-format on
 }
@@ -327,11 +356,13 @@ std::optional<AttrError> CheckAttrs(const OpSpec& op) {
   const std::string name = def.name;
   for (const AttrDef& attr : def.attrs) {
     const bool given = AttrGiven(op, attr);
-    // Only a string or an optional can say "not given": an empty list is a value ([] is a
-    // reshape to a scalar), and an integer's default is one.
-    const bool tells_missing = std::holds_alternative<std::string OpSpec::*>(attr.field) ||
-                               std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
-                               std::holds_alternative<std::optional<double> OpSpec::*>(attr.field);
+    // Only a string, an optional or a list of value names can say "not given": another empty
+    // list is a value ([] is a reshape to a scalar), and an integer's default is one.
+    const bool tells_missing =
+        std::holds_alternative<std::string OpSpec::*>(attr.field) ||
+        std::holds_alternative<std::optional<int> OpSpec::*>(attr.field) ||
+        std::holds_alternative<std::optional<double> OpSpec::*>(attr.field) ||
+        attr.type == AttrType::kValueNames;
     if (attr.required && tells_missing && !given) {
       return AttrError{attr.name, name + " needs " + attr.name};
     }
@@ -394,6 +425,34 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
   return names;
 }
 
+int64_t OutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  if (!def.output_count) return 1;
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return static_cast<int64_t>(
+        (op.*std::get<std::vector<std::string> OpSpec::*>(attr.field)).size());
+  }
+  return IntAttr(op, attr);
+}
+
+std::string CheckOutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  const int64_t count = OutputCount(op);
+  const size_t got = op.out.size();
+  if (static_cast<int64_t>(got) == count) return "";
+  const std::string name = def.name;
+  const std::string names = std::to_string(got) + " names";
+  if (!def.output_count) return name + " makes one output, got " + names;
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return name + " makes one output per " + attr.name + " entry (" + std::to_string(count) +
+           "), got " + names;
+  }
+  return name + " makes " + std::to_string(count) + " outputs (" + attr.name + ": " +
+         std::to_string(count) + "), got " + names;
+}
+
 std::string CheckArity(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
   const size_t n = op.in.size();
@@ -405,6 +464,8 @@ std::string CheckArity(const OpSpec& op) {
       return n == 1 ? "" : name + " takes one input, got " + std::to_string(n);
     case OpArity::kTwo:
       return n == 2 ? "" : name + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
+    case OpArity::kThree:
+      return n == 3 ? "" : name + " takes 3 inputs (in: [a, b, c]), got " + std::to_string(n);
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";

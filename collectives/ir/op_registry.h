@@ -22,6 +22,7 @@ enum class OpArity {
   kNone,        // No array input (axis_index).
   kOne,         // One input.
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
+  kThree,       // Exactly three inputs (max_grad).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).
@@ -49,6 +50,8 @@ enum class AttrType {
   kBytes,           // A size: "64 MiB" or a bare count of bytes (stored as a number).
   kPerm,            // [[source, destination], ...]: indices into the op's group, each once.
   kSharding,        // A PartitionSpec: "P('dp', None)" or [dp, null], over the mesh's axes.
+  kValueName,       // The name of a value defined before the op (an array or an op's output).
+  kValueNames,      // A non-empty list of such names, like [w1, w2].
 };
 
 // Where an attribute's value is stored: a member of OpSpec of the type its AttrType reads.
@@ -56,11 +59,12 @@ using AttrField =
     std::variant<int64_t OpSpec::*, bool OpSpec::*, std::optional<int> OpSpec::*,
                  std::optional<double> OpSpec::*, std::string OpSpec::*,
                  std::vector<int64_t> OpSpec::*, std::vector<std::pair<int, int>> OpSpec::*,
-                 PartitionSpec OpSpec::*>;
+                 PartitionSpec OpSpec::*, std::vector<std::string> OpSpec::*>;
 
 // A value read for an attribute, before it is stored in OpSpec.
-using AttrValue = std::variant<int64_t, bool, double, std::string, std::vector<int64_t>,
-                               std::vector<std::pair<int, int>>, PartitionSpec>;
+using AttrValue =
+    std::variant<int64_t, bool, double, std::string, std::vector<int64_t>,
+                 std::vector<std::pair<int, int>>, PartitionSpec, std::vector<std::string>>;
 
 // One attribute (run-file key) of an op.
 struct AttrDef {
@@ -88,7 +92,7 @@ struct OpDef {
   const char* name;            // SPEC name ("psum").
   bool user_visible;           // Written in run files (false: internal lowering ops).
   OpArity arity;               // Inputs it takes.
-  bool multi_output;           // Makes one output per `sections` (split); else one.
+  bool multi_output;           // Makes output_count outputs (split, grad); else one.
   OpStream stream;             // How it is scheduled.
   CollectiveKind collective;   // kCollective: what the algorithms run.
   ReduceOp reduce;             // kCollective reductions: how partial values combine.
@@ -96,7 +100,8 @@ struct OpDef {
   std::vector<AttrDef> attrs;  // Attributes beyond op/in/out/name/where/axis_name/algorithm.
   bool elementwise = false;    // Output element i depends on input element i only.
   std::vector<ExactlyOneOf> exactly_one_of = {};  // Groups of mutually exclusive attributes.
-  // multi_output: the kPositiveInt attribute that gives the number of outputs ("sections").
+  // multi_output: the attribute that gives the number of outputs: a kPositiveInt's value
+  // (split's "sections") or a kValueNames list's length (grad's "wrt": one output each).
   const char* output_count = nullptr;
   // Written only in global programs (mode: explicit | auto); partitioning removes it.
   bool global_only = false;
@@ -133,6 +138,11 @@ struct AttrError {
 // tell "not given" from its default, so those required attributes are enforced by the loader
 // only.)
 std::optional<AttrError> CheckAttrs(const OpSpec& op);
+// The number of outputs `op` makes: 1, or what its output_count attribute says.
+int64_t OutputCount(const OpSpec& op);
+// Checks the output names of `op` against OutputCount; returns "" or what is wrong ("split
+// makes 3 outputs (sections: 3), got 2 names").
+std::string CheckOutputCount(const OpSpec& op);
 // Checks the input count of `op` against its arity; returns "" or what is wrong
 // ("matmul takes 2 inputs (in: [a, b]), got 1").
 std::string CheckArity(const OpSpec& op);

@@ -48,11 +48,12 @@ std::string ProgramBuilder::Add(OpSpec op) {
   }
   const bool manual = program_.mode == ProgramMode::kManual;
   if (def.global_only && manual) {
-    throw SpecError(op.key + ".op", std::string(def.name) + " needs a global program (mode: " +
-                                        "explicit or auto)");
+    throw SpecError(op.key + ".op", std::string(def.name) +
+                                        " needs a global program (mode: " + "explicit or auto)");
   }
   if (def.takes_axis_name && !manual) {
-    throw SpecError(op.key + ".op", std::string(def.name) + " names mesh axes: only in mode: manual");
+    throw SpecError(op.key + ".op",
+                    std::string(def.name) + " names mesh axes: only in mode: manual");
   }
   if (!op.where.empty() && !manual) {
     throw SpecError(op.key + ".where", "where: needs mode: manual");
@@ -65,21 +66,26 @@ std::string ProgramBuilder::Add(OpSpec op) {
   for (const std::string& name : op.in) {
     if (!defined_.count(name)) throw SpecError(op.key + ".in", "'" + name + "' is not defined");
   }
+  // Attributes that name values (grad's of and wrt) name values defined before the op.
+  for (const AttrDef& attr : def.attrs) {
+    std::vector<std::string> names;
+    if (attr.type == AttrType::kValueName) {
+      names = {op.*std::get<std::string OpSpec::*>(attr.field)};
+    } else if (attr.type == AttrType::kValueNames) {
+      names = op.*std::get<std::vector<std::string> OpSpec::*>(attr.field);
+    }
+    for (const std::string& name : names) {
+      if (!defined_.count(name)) {
+        throw SpecError(op.key + "." + attr.name, "'" + name + "' is not defined");
+      }
+    }
+  }
   // Outputs: as many fresh names as the op makes when none are given.
-  const int64_t outputs = def.output_count ? IntAttr(op, *FindAttr(def, def.output_count)) : 1;
   if (op.out.empty()) {
-    for (int64_t i = 0; i < outputs; ++i) op.out.push_back(Fresh());
+    for (int64_t i = 0, n = OutputCount(op); i < n; ++i) op.out.push_back(Fresh());
   }
-  if (def.output_count && static_cast<int64_t>(op.out.size()) != outputs) {
-    throw SpecError(op.key + ".out", std::string(def.name) + " makes " + std::to_string(outputs) +
-                                         " outputs (" + def.output_count + ": " +
-                                         std::to_string(outputs) + "), got " +
-                                         std::to_string(op.out.size()) + " names");
-  }
-  if (!def.multi_output && op.out.size() != 1) {
-    throw SpecError(op.key + ".out", std::string(def.name) + " makes one output, got " +
-                                         std::to_string(op.out.size()) + " names");
-  }
+  wrong = CheckOutputCount(op);
+  if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
   for (const std::string& name : op.out) defined_.insert(name);
   if (op.name.empty())
     op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
@@ -127,6 +133,17 @@ std::string ProgramBuilder::Unary(OpKind kind, const std::string& x, std::string
   op.in = {x};
   if (!out.empty()) op.out = {std::move(out)};
   return Add(std::move(op));
+}
+
+std::vector<std::string> ProgramBuilder::Grad(const std::string& of, std::vector<std::string> wrt,
+                                              std::vector<std::string> out) {
+  OpSpec op;
+  op.kind = OpKind::kGrad;
+  op.of = of;
+  op.wrt = std::move(wrt);
+  op.out = std::move(out);
+  Add(std::move(op));
+  return program_.ops.back().out;
 }
 
 std::string ProgramBuilder::Collective(OpKind kind, const std::string& x,

@@ -43,6 +43,10 @@ class ProgramBuilder {
   std::string Binary(OpKind kind, const std::string& a, const std::string& b, std::string out = "");
   // An elementwise op of one input (relu, gelu, exp, tanh, neg).
   std::string Unary(OpKind kind, const std::string& x, std::string out = "");
+  // jax.grad (global programs): the gradients of scalar `of` with respect to each of `wrt`,
+  // named `out` (fresh names when empty). Returns the output names.
+  std::vector<std::string> Grad(const std::string& of, std::vector<std::string> wrt,
+                                std::vector<std::string> out = {});
   // psum / pmean / pmax / pmin over `axes`.
   std::string Reduce(OpKind kind, const std::string& x, std::vector<std::string> axes,
                      std::string out = "");

@@ -582,6 +582,24 @@ struct NameFlow {
   }
 };
 
+// The name `entry` holds, which must be defined before op `index` (an array or an earlier op's
+// output).
+std::string DefinedName(const YamlValue& entry, const NameFlow& flow, size_t index) {
+  const std::string name = entry.String();
+  if (!flow.Has(name)) {
+    auto later = flow.made_by.find(name);
+    if (later != flow.made_by.end() && later->second >= index) {
+      entry.Fail("'" + name + "' is not defined before this op (" +
+                 (later->second == index
+                      ? std::string("this op makes it")
+                      : "program." + std::to_string(later->second) + " makes it") +
+                 ")");
+    }
+    entry.Fail("'" + name + "' is not defined" + flow.Hint(name));
+  }
+  return name;
+}
+
 // The ops' `out` names as written, before reading the ops, for "made only later" hints.
 std::map<std::string, size_t> OutputsByOp(const std::vector<YamlValue>& entries) {
   std::map<std::string, size_t> made_by;
@@ -660,10 +678,19 @@ Shape ReadReshape(const YamlValue& value, const char* expected) {
   return shape;
 }
 
-// The value of op attribute `attr`, read by its type; `group` and `axis_name` are the op's
-// group size and axes, for perm.
-AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
-                   const std::vector<std::string>& axis_name, const std::vector<MeshAxis>& axes) {
+// What reading an op's attributes needs beyond the value: the op's group size and axes (for
+// perm), the mesh axes (for shardings), and the names defined before op `index` (for value
+// names).
+struct AttrContext {
+  int group;
+  const std::vector<std::string>& axis_name;
+  const std::vector<MeshAxis>& axes;
+  const NameFlow& flow;
+  size_t index;
+};
+
+// The value of op attribute `attr`, read by its type.
+AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, const AttrContext& context) {
   switch (attr.type) {
     case AttrType::kInt:
       // A field of C++ int (ppermute's shift) is range-checked here, with the location.
@@ -694,9 +721,22 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, int group,
     case AttrType::kBytes:
       return static_cast<double>(value.ToBytes().count());
     case AttrType::kPerm:
-      return ReadPerm(value, attr.expected, group, axis_name);
+      return ReadPerm(value, attr.expected, context.group, context.axis_name);
     case AttrType::kSharding:
-      return ReadPartitionSpec(value, axes);
+      return ReadPartitionSpec(value, context.axes);
+    case AttrType::kValueName:
+      if (!value.IsScalar()) value.Expected("a value name");
+      return DefinedName(value, context.flow, context.index);
+    case AttrType::kValueNames: {
+      if (!value.IsList()) value.Expected(attr.expected);
+      std::vector<std::string> names;
+      for (const YamlValue& entry : value.List()) {
+        if (!entry.IsScalar()) entry.Expected("a value name");
+        names.push_back(DefinedName(entry, context.flow, context.index));
+      }
+      if (names.empty()) value.Fail("expected at least one value name, got an empty list");
+      return names;
+    }
   }
   throw std::logic_error("internal error: attribute type without a reader");
 }
@@ -742,19 +782,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   if (def->arity != OpArity::kNone) {
     in = map.Get("in");
     for (const YamlValue& entry : NameValues(*in, "an array name")) {
-      const std::string name = entry.String();
-      if (!flow.Has(name)) {
-        auto later = flow.made_by.find(name);
-        if (later != flow.made_by.end() && later->second >= index) {
-          entry.Fail("'" + name + "' is not defined before this op (" +
-                     (later->second == index
-                          ? std::string("this op makes it")
-                          : "program." + std::to_string(later->second) + " makes it") +
-                     ")");
-        }
-        entry.Fail("'" + name + "' is not defined" + flow.Hint(name));
-      }
-      op.in.push_back(name);
+      op.in.push_back(DefinedName(entry, flow, index));
     }
   }
 
@@ -825,18 +853,15 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   for (const AttrDef& attr : def->attrs) {
     std::optional<YamlValue> v = attr.required ? map.Get(attr.name) : map.Find(attr.name);
     if (!v) continue;
-    SetAttr(op, attr, ReadAttr(*v, attr, group, op.axis_name, axes));
+    SetAttr(op, attr, ReadAttr(*v, attr, AttrContext{group, op.axis_name, axes, flow, index}));
     if (attr.check) {
       const std::string wrong = attr.check(op);
       if (!wrong.empty()) v->Fail(wrong);
     }
   }
   if (def->output_count) {
-    const int64_t count = IntAttr(op, *FindAttr(*def, def->output_count));
-    if (static_cast<int64_t>(op.out.size()) != count) {
-      out.Fail(kind_name + " makes " + std::to_string(count) + " outputs (" + def->output_count +
-               ": " + std::to_string(count) + "), got " + std::to_string(op.out.size()) + " names");
-    }
+    const std::string wrong = CheckOutputCount(op);
+    if (!wrong.empty()) out.Fail(wrong);
   }
   if (auto v = map.Find("algorithm")) op.algorithm = v->OneOf(AlgorithmNames());
 

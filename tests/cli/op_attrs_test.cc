@@ -49,6 +49,10 @@ Sample SampleOf(const AttrDef& attr) {
       return {"[[0, 1], [1, 0]]", std::vector<std::pair<int, int>>{{0, 1}, {1, 0}}};
     case AttrType::kSharding:
       return {"\"P('d', None)\"", PartitionSpec{{{"d"}, {}}}};
+    case AttrType::kValueName:  // The test program's array.
+      return {"x", std::string("x")};
+    case AttrType::kValueNames:  // One name: a multi-output op then makes one output.
+      return {"[x]", std::vector<std::string>{"x"}};
   }
   return {};
 }
@@ -72,6 +76,8 @@ std::string FieldText(const OpSpec& op, const AttrDef& attr) {
           for (const auto& [a, b] : v) text << a << ':' << b << ' ';
         } else if constexpr (std::is_same_v<V, PartitionSpec>) {
           text << FormatPartitionSpec(v);
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          for (const std::string& x : v) text << x << ' ';
         } else {
           text << v;
         }
@@ -112,6 +118,9 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
     case OpArity::kTwo:
     case OpArity::kAtLeastTwo:
       entry += ", in: [x, x]";
+      break;
+    case OpArity::kThree:
+      entry += ", in: [x, x, x]";
       break;
   }
   entry += ", out: y";

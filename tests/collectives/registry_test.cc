@@ -121,6 +121,10 @@ AttrValue SampleValue(const AttrDef& attr) {
       return std::vector<std::pair<int, int>>{{0, 1}};
     case AttrType::kSharding:
       return PartitionSpec{{{"dp"}}};
+    case AttrType::kValueName:
+      return std::string("x");
+    case AttrType::kValueNames:
+      return std::vector<std::string>{"x"};
   }
   return int64_t{0};
 }
@@ -149,7 +153,7 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         EXPECT_TRUE(attr.values.empty()) << attr.name;
       }
       if (attr.type == AttrType::kIntList || attr.type == AttrType::kShape ||
-          attr.type == AttrType::kPerm) {
+          attr.type == AttrType::kPerm || attr.type == AttrType::kValueNames) {
         EXPECT_NE(attr.expected, nullptr) << attr.name << " needs its expected form";
       }
       // The field holds what the type reads.
@@ -168,7 +172,9 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
     EXPECT_EQ(def.output_count != nullptr, def.multi_output);
     if (def.output_count) {
       ASSERT_NE(FindAttr(def, def.output_count), nullptr);
-      EXPECT_EQ(FindAttr(def, def.output_count)->type, AttrType::kPositiveInt);
+      const AttrType count_type = FindAttr(def, def.output_count)->type;
+      EXPECT_TRUE(count_type == AttrType::kPositiveInt || count_type == AttrType::kValueNames)
+          << def.output_count;
       EXPECT_TRUE(FindAttr(def, def.output_count)->required);
     }
   }

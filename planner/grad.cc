@@ -1,0 +1,716 @@
+#include "planner/grad.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/ir/op_registry.h"
+#include "collectives/local_op.h"
+#include "collectives/mesh.h"
+#include "sim/spec_error.h"
+
+namespace shardsim::planner {
+namespace {
+
+// Each value's type (dtype and shape), as a shape-only array.
+using Types = std::map<std::string, Array>;
+
+// Every name a program uses, and fresh ones beside them.
+class Names {
+ public:
+  explicit Names(const ProgramSpec& program) {
+    for (const ArraySpec& a : program.arrays) used_.insert(a.name);
+    for (const OpSpec& op : program.ops) {
+      used_.insert(op.out.begin(), op.out.end());
+      used_.insert(op.name);
+    }
+    for (const OutputSpec& o : program.outputs) used_.insert(o.name);
+  }
+  // `base` if unused, else base_2, base_3, ...; marked used.
+  std::string Fresh(const std::string& base) {
+    std::string name = base;
+    for (int i = 2; used_.count(name); ++i) name = base + "_" + std::to_string(i);
+    used_.insert(name);
+    return name;
+  }
+
+ private:
+  std::set<std::string> used_;
+};
+
+// The shape-only results of `op` on values of `types` (the sharding ops pass their input on).
+std::vector<Array> InferTypes(const OpSpec& op, const Types& types) {
+  std::vector<const Array*> inputs;
+  for (const std::string& name : op.in) inputs.push_back(&types.at(name));
+  if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+    return {*inputs.at(0)};
+  }
+  static const Mesh kOnePosition({}, {0});  // Global-program ops do not read the mesh.
+  return ApplyLocalOp(op, inputs, kOnePosition, 0);
+}
+
+bool IsFloat(const Array& a) { return a.dtype() != DType::kI32; }
+
+// Appends the backward ops of one grad op, each typed as it is written.
+class Emitter {
+ public:
+  // Ops go to `ops` under the grad op's `key`; `scalar_source` is a float scalar value (the
+  // grad's of), the shape Constant copies.
+  Emitter(Types& types, Names& names, std::vector<OpSpec>& ops, std::string key,
+          std::string scalar_source)
+      : types_(types),
+        names_(names),
+        ops_(ops),
+        key_(std::move(key)),
+        scalar_source_(std::move(scalar_source)) {}
+
+  // The type of value `name`.
+  const Array& Type(const std::string& name) const { return types_.at(name); }
+
+  // Appends `op`, its outputs named fresh from `base` when unnamed; returns its first output.
+  std::string Emit(OpSpec op, const std::string& base) {
+    if (op.out.empty()) {
+      for (int64_t i = 0, n = OutputCount(op); i < n; ++i) op.out.push_back(names_.Fresh(base));
+    }
+    op.key = key_;
+    op.name = op.out[0];
+    std::vector<Array> results;
+    try {
+      results = InferTypes(op, types_);
+    } catch (const std::invalid_argument& e) {
+      throw std::logic_error(std::string("internal error: grad emitted an op that does not fit: ") +
+                             e.what());
+    }
+    for (size_t i = 0; i < op.out.size(); ++i) types_[op.out[i]] = std::move(results.at(i));
+    ops_.push_back(std::move(op));
+    return ops_.back().out[0];
+  }
+  // An op of `kind` on `in` with the attributes already set in `attrs`.
+  std::string Op(OpKind kind, std::vector<std::string> in, const std::string& base,
+                 OpSpec attrs = {}) {
+    attrs.kind = kind;
+    attrs.in = std::move(in);
+    return Emit(std::move(attrs), base);
+  }
+  // a (op) scalar.
+  std::string Scalar(OpKind kind, const std::string& a, double scalar, const std::string& base) {
+    OpSpec op;
+    op.scalar = scalar;
+    return Op(kind, {a}, base, std::move(op));
+  }
+  std::string Reshape(const std::string& x, const Shape& shape, const std::string& base) {
+    if (Type(x).shape() == shape) return x;
+    OpSpec op;
+    op.shape = shape;
+    return Op(OpKind::kReshape, {x}, base, std::move(op));
+  }
+  std::string Convert(const std::string& x, DType dtype, const std::string& base) {
+    OpSpec op;
+    op.dtype = DTypeName(dtype);
+    return Op(OpKind::kConvert, {x}, base, std::move(op));
+  }
+  std::string FullLike(const std::string& x, double value, const std::string& base) {
+    OpSpec op;
+    op.fill_value = value;
+    return Op(OpKind::kFullLike, {x}, base, std::move(op));
+  }
+  std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
+                     const std::string& base) {
+    OpSpec op;
+    op.spec = spec;
+    return Op(OpKind::kEinsum, {a, b}, base, std::move(op));
+  }
+  std::string Slice(const std::string& x, int64_t start, int64_t size, int64_t axis,
+                    const std::string& base) {
+    if (start == 0 && size == Type(x).shape().at(static_cast<size_t>(axis))) return x;
+    OpSpec op;
+    op.start = start;
+    op.size = size;
+    op.axis = axis;
+    return Op(OpKind::kSlice, {x}, base, std::move(op));
+  }
+  // A scalar of `dtype` holding `value`: full_like of the grad's scalar `of`, converted.
+  std::string Constant(DType dtype, double value, const std::string& base) {
+    std::string c = FullLike(scalar_source_, value, base);
+    return Type(c).dtype() == dtype ? c : Convert(c, dtype, base);
+  }
+  // Cotangent `ct` as one of value `target`: same shape (a rule's promise), converted to its
+  // dtype where promotion changed it.
+  std::string Match(const std::string& ct, const std::string& target, const std::string& base) {
+    const Array& c = Type(ct);
+    const Array& t = Type(target);
+    if (c.shape() != t.shape()) {
+      throw std::logic_error("internal error: grad made a cotangent " + c.TypeString() + " for '" +
+                             target + "' of type " + t.TypeString());
+    }
+    return c.dtype() == t.dtype() ? ct : Convert(ct, t.dtype(), base);
+  }
+  // The broadcast term `term` (an op's result shape) summed down to the shape of `target`
+  // (NumPy broadcasting's transpose).
+  std::string SumTo(const std::string& term, const std::string& target, const std::string& base) {
+    const Shape& from = Type(term).shape();
+    const Shape& to = Type(target).shape();
+    if (from == to) return term;
+    throw SpecError(key_, "grad: the broadcast from " + FormatShape(to) + " to " +
+                              FormatShape(from) + " needs the sum op, not yet in this build");
+  }
+
+ private:
+  Types& types_;
+  Names& names_;
+  std::vector<OpSpec>& ops_;
+  std::string key_;
+  std::string scalar_source_;
+};
+
+// What a transpose rule sees: the forward op, its outputs' cotangents ("" where none flows),
+// which inputs need one, and the emitter for the ops it writes.
+struct RuleArgs {
+  const OpSpec& op;
+  const std::vector<std::string>& cts;
+  const std::vector<bool>& needs;
+  Emitter& e;
+  // The base name of input k's cotangent values ("d_x").
+  std::string Base(size_t k) const { return "d_" + op.in.at(k); }
+};
+
+// A transpose rule: the cotangent of each input ("" for none: zero or not needed), in the
+// input's shape (the caller converts dtypes).
+using Rule = std::vector<std::string> (*)(const RuleArgs&);
+
+// add, sub, mul, div, max, with NumPy broadcasting and scalar forms. The terms are of the
+// result's shape, then summed to each operand's.
+std::vector<std::string> BinaryRule(const RuleArgs& r) {
+  const OpSpec& op = r.op;
+  Emitter& e = r.e;
+  const std::string& g = r.cts[0];
+  const bool scalar = op.scalar.has_value();
+  std::vector<std::string> d(op.in.size());
+  const bool need_a = r.needs[0], need_b = !scalar && r.needs[1];
+  switch (op.kind) {
+    case OpKind::kAdd:  // d(a + b) = da + db.
+      if (need_a) d[0] = g;
+      if (need_b) d[1] = g;
+      break;
+    case OpKind::kSub:  // d(a - b) = da - db.
+      if (need_a) d[0] = g;
+      if (need_b) d[1] = e.Op(OpKind::kNeg, {g}, r.Base(1));
+      break;
+    case OpKind::kMul:  // d(ab) = b da + a db.
+      if (scalar) {
+        d[0] = e.Scalar(OpKind::kMul, g, *op.scalar, r.Base(0));
+        break;
+      }
+      if (need_a) d[0] = e.Op(OpKind::kMul, {g, op.in[1]}, r.Base(0));
+      if (need_b) d[1] = e.Op(OpKind::kMul, {g, op.in[0]}, r.Base(1));
+      break;
+    case OpKind::kDiv: {  // d(a / b) = da / b - (a / b^2) db = (da - y db) / b, y = a / b.
+      if (scalar) {
+        d[0] = e.Scalar(OpKind::kDiv, g, *op.scalar, r.Base(0));
+        break;
+      }
+      const std::string t = e.Op(OpKind::kDiv, {g, op.in[1]}, r.Base(0));  // g / b.
+      if (need_a) d[0] = t;
+      if (need_b) {
+        d[1] = e.Op(OpKind::kNeg, {e.Op(OpKind::kMul, {t, op.out[0]}, r.Base(1))}, r.Base(1));
+      }
+      break;
+    }
+    case OpKind::kMax: {  // g where the operand is the maximum, g / 2 at ties (JAX).
+      const std::string b =
+          scalar ? e.Constant(e.Type(op.in[0]).dtype(), *op.scalar, r.Base(0)) : op.in[1];
+      if (need_a) d[0] = e.Op(OpKind::kMaxGrad, {g, op.in[0], b}, r.Base(0));
+      if (need_b) d[1] = e.Op(OpKind::kMaxGrad, {g, b, op.in[0]}, r.Base(1));
+      break;
+    }
+    default:
+      throw std::logic_error("internal error: BinaryRule of a non-binary op");
+  }
+  for (size_t k = 0; k < d.size(); ++k) {
+    if (!d[k].empty()) d[k] = e.SumTo(d[k], op.in[k], r.Base(k));
+  }
+  return d;
+}
+
+// The elementwise ops of one input: g f'(x). exp (g y), log (g / x) and neg (-g) are one
+// existing op each; the others one unary_grad, which recomputes f' from x in the kernel (XLA
+// fuses the same into one loop).
+std::vector<std::string> UnaryRule(const RuleArgs& r) {
+  const OpSpec& op = r.op;
+  const std::string& g = r.cts[0];
+  switch (op.kind) {
+    case OpKind::kExp:  // exp' = exp = y.
+      return {r.e.Op(OpKind::kMul, {g, op.out[0]}, r.Base(0))};
+    case OpKind::kLog:  // log' = 1 / x.
+      return {r.e.Op(OpKind::kDiv, {g, op.in[0]}, r.Base(0))};
+    case OpKind::kNeg:
+      return {r.e.Op(OpKind::kNeg, {g}, r.Base(0))};
+    default: {
+      OpSpec grad;
+      grad.fn = OpKindName(op.kind);
+      return {r.e.Op(OpKind::kUnaryGrad, {g, op.in[0]}, r.Base(0), std::move(grad))};
+    }
+  }
+}
+
+// convert: the cotangent converted back (Match does it); a linear map otherwise.
+std::vector<std::string> ConvertRule(const RuleArgs& r) { return {r.cts[0]}; }
+
+// reshape: reshape back.
+std::vector<std::string> ReshapeRule(const RuleArgs& r) {
+  return {r.e.Reshape(r.cts[0], r.e.Type(r.op.in[0]).shape(), r.Base(0))};
+}
+
+// transpose: by the inverse permutation (out dimension i is in dimension axes[i], so in
+// dimension axes[i] is out dimension i). Reversal (empty axes) is its own inverse.
+std::vector<std::string> TransposeRule(const RuleArgs& r) {
+  OpSpec op;
+  const int64_t rank = r.e.Type(r.op.in[0]).rank();
+  if (!r.op.axes.empty()) {
+    op.axes.resize(r.op.axes.size());
+    for (size_t i = 0; i < r.op.axes.size(); ++i) {
+      const int64_t a = r.op.axes[i] < 0 ? r.op.axes[i] + rank : r.op.axes[i];
+      op.axes[static_cast<size_t>(a)] = static_cast<int64_t>(i);
+    }
+  }
+  return {r.e.Op(OpKind::kTranspose, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// concatenate: each input's slice of the cotangent.
+std::vector<std::string> ConcatenateRule(const RuleArgs& r) {
+  const int64_t rank = r.e.Type(r.op.in[0]).rank();
+  const int64_t axis = r.op.axis < 0 ? r.op.axis + rank : r.op.axis;
+  std::vector<std::string> d(r.op.in.size());
+  int64_t start = 0;
+  for (size_t k = 0; k < r.op.in.size(); ++k) {
+    const int64_t size = r.e.Type(r.op.in[k]).shape().at(static_cast<size_t>(axis));
+    if (r.needs[k]) d[k] = r.e.Slice(r.cts[0], start, size, axis, r.Base(k));
+    start += size;
+  }
+  return d;
+}
+
+// split: the parts' cotangents concatenated (zeros for parts without one).
+std::vector<std::string> SplitRule(const RuleArgs& r) {
+  std::vector<std::string> parts;
+  for (size_t j = 0; j < r.op.out.size(); ++j) {
+    parts.push_back(r.cts[j].empty() ? r.e.FullLike(r.op.out[j], 0.0, r.Base(0)) : r.cts[j]);
+  }
+  if (parts.size() == 1) return {parts[0]};
+  OpSpec op;
+  op.axis = r.op.axis;
+  return {r.e.Op(OpKind::kConcatenate, parts, r.Base(0), std::move(op))};
+}
+
+// slice: the cotangent padded with zeros back to the input's extent (JAX pads).
+std::vector<std::string> SliceRule(const RuleArgs& r) {
+  const Shape& shape = r.e.Type(r.op.in[0]).shape();
+  const int64_t axis = r.op.axis < 0 ? r.op.axis + static_cast<int64_t>(shape.size()) : r.op.axis;
+  OpSpec op;
+  op.axis = axis;
+  op.low = r.op.start;
+  op.high = shape.at(static_cast<size_t>(axis)) - r.op.start - r.op.size;
+  if (op.low == 0 && op.high == 0) return {r.cts[0]};
+  return {r.e.Op(OpKind::kPad, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// pad: the slice the input filled.
+std::vector<std::string> PadRule(const RuleArgs& r) {
+  const Shape& shape = r.e.Type(r.op.in[0]).shape();
+  const int64_t axis = r.op.axis < 0 ? r.op.axis + static_cast<int64_t>(shape.size()) : r.op.axis;
+  return {r.e.Slice(r.cts[0], r.op.low, shape.at(static_cast<size_t>(axis)), axis, r.Base(0))};
+}
+
+// sharding_constraint, reshard: the same op on the cotangent, so the sharding carries into
+// the backward pass (JAX's transpose of both).
+std::vector<std::string> ShardingRule(const RuleArgs& r) {
+  OpSpec op;
+  op.sharding = r.op.sharding;
+  return {r.e.Op(r.op.kind, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// full_like: its value does not depend on its input's.
+std::vector<std::string> ConstantRule(const RuleArgs& r) { return {""}; }
+
+// The letters of a two-operand einsum spec, explicit (NumPy's implicit output: the letters seen
+// once, sorted).
+struct EinsumLetters {
+  std::string a, b, out;
+};
+
+EinsumLetters ParseLetters(const std::string& spec) {
+  std::string s;
+  for (char c : spec) {
+    if (c != ' ') s += c;
+  }
+  EinsumLetters l;
+  const size_t arrow = s.find("->");
+  const std::string lhs = s.substr(0, arrow);
+  const size_t comma = lhs.find(',');
+  l.a = lhs.substr(0, comma);
+  l.b = lhs.substr(comma + 1);
+  if (arrow != std::string::npos) {
+    l.out = s.substr(arrow + 2);
+  } else {
+    const std::string all = l.a + l.b;
+    for (char c : all) {
+      if (std::count(all.begin(), all.end(), c) == 1) l.out += c;
+    }
+    std::sort(l.out.begin(), l.out.end());
+  }
+  return l;
+}
+
+// The cotangent of operand `which` of einsum(letters, a, b) from the result's cotangent g: the
+// einsum of g with the other operand onto the operand's letters (those of its letters summed
+// away on their own, in neither the other operand nor the result, come back by broadcasting).
+std::string EinsumOperandGrad(Emitter& e, const EinsumLetters& l, const std::string& a,
+                              const std::string& b, const std::string& g, int which,
+                              const std::string& base) {
+  const std::string& own = which == 0 ? l.a : l.b;
+  const std::string& other = which == 0 ? l.b : l.a;
+  const std::string& operand = which == 0 ? a : b;
+  std::string kept;
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < own.size(); ++d) {
+    if (l.out.find(own[d]) != std::string::npos || other.find(own[d]) != std::string::npos) {
+      kept += own[d];
+      dims.push_back(static_cast<int64_t>(d));
+    }
+  }
+  std::string d = e.Einsum(l.out + "," + other + "->" + kept, g, which == 0 ? b : a, base);
+  if (kept.size() == own.size()) return d;
+  OpSpec op;
+  op.shape = e.Type(operand).shape();
+  op.broadcast_dimensions = dims;
+  return e.Op(OpKind::kBroadcastInDim, {d}, base, std::move(op));
+}
+
+// einsum: each operand's cotangent is an einsum of g and the other operand.
+std::vector<std::string> EinsumRule(const RuleArgs& r) {
+  const EinsumLetters l = ParseLetters(r.op.spec);
+  std::vector<std::string> d(2);
+  for (int k = 0; k < 2; ++k) {
+    if (r.needs[k]) {
+      d[k] = EinsumOperandGrad(r.e, l, r.op.in[0], r.op.in[1], r.cts[0], k, r.Base(k));
+    }
+  }
+  return d;
+}
+
+// matmul as the einsum it is (NumPy's matmul: vectors, broadcast batch dimensions). A batch
+// dimension of size 1 that broadcasts against a larger one is reshaped away first (einsum
+// letters do not broadcast) and its cotangent reshaped back, which sums over it.
+std::vector<std::string> MatmulRule(const RuleArgs& r) {
+  Emitter& e = r.e;
+  const Shape& sa = e.Type(r.op.in[0]).shape();
+  const Shape& sb = e.Type(r.op.in[1]).shape();
+  const bool a_vector = sa.size() == 1, b_vector = sb.size() == 1;
+  const size_t batch_a = a_vector ? 0 : sa.size() - 2, batch_b = b_vector ? 0 : sb.size() - 2;
+  const size_t batch = std::max(batch_a, batch_b);
+  const Shape& so = e.Type(r.op.out[0]).shape();
+  // Letters: batch dimensions 'A', 'B', ... (aligned at the right), then m, k, n.
+  auto operand = [&](const Shape& s, size_t own_batch, bool vector, bool lhs, Shape& kept) {
+    std::string letters;
+    for (size_t i = 0; i < own_batch; ++i) {
+      const size_t at = batch - own_batch + i;
+      if (s[i] == 1 && so[at] != 1) continue;  // Broadcast: reshaped away.
+      letters += static_cast<char>('A' + at);
+      kept.push_back(s[i]);
+    }
+    if (vector) {
+      letters += 'k';
+    } else {
+      letters += lhs ? "mk" : "kn";
+    }
+    kept.insert(kept.end(), s.end() - (vector ? 1 : 2), s.end());
+    return letters;
+  };
+  Shape kept_a, kept_b;
+  EinsumLetters l;
+  l.a = operand(sa, batch_a, a_vector, true, kept_a);
+  l.b = operand(sb, batch_b, b_vector, false, kept_b);
+  for (size_t i = 0; i < batch; ++i) l.out += static_cast<char>('A' + i);
+  if (!a_vector) l.out += 'm';
+  if (!b_vector) l.out += 'n';
+  const std::string a = e.Reshape(r.op.in[0], kept_a, r.Base(0));
+  const std::string b = e.Reshape(r.op.in[1], kept_b, r.Base(1));
+  std::vector<std::string> d(2);
+  for (int k = 0; k < 2; ++k) {
+    if (!r.needs[k]) continue;
+    d[k] = EinsumOperandGrad(e, l, a, b, r.cts[0], k, r.Base(k));
+    d[k] = e.Reshape(d[k], k == 0 ? sa : sb, r.Base(k));
+  }
+  return d;
+}
+
+// The transpose rule of each op kind that has one.
+const Rule* FindRule(OpKind kind) {
+  static const std::map<OpKind, Rule> kRules = {
+      {OpKind::kAdd, BinaryRule},
+      {OpKind::kSub, BinaryRule},
+      {OpKind::kMul, BinaryRule},
+      {OpKind::kDiv, BinaryRule},
+      {OpKind::kMax, BinaryRule},
+      {OpKind::kRelu, UnaryRule},
+      {OpKind::kGelu, UnaryRule},
+      {OpKind::kSilu, UnaryRule},
+      {OpKind::kExp, UnaryRule},
+      {OpKind::kLog, UnaryRule},
+      {OpKind::kTanh, UnaryRule},
+      {OpKind::kNeg, UnaryRule},
+      {OpKind::kSqrt, UnaryRule},
+      {OpKind::kRsqrt, UnaryRule},
+      {OpKind::kSquare, UnaryRule},
+      {OpKind::kAbs, UnaryRule},
+      {OpKind::kSin, UnaryRule},
+      {OpKind::kCos, UnaryRule},
+      {OpKind::kConvert, ConvertRule},
+      {OpKind::kReshape, ReshapeRule},
+      {OpKind::kTranspose, TransposeRule},
+      {OpKind::kConcatenate, ConcatenateRule},
+      {OpKind::kSplit, SplitRule},
+      {OpKind::kSlice, SliceRule},
+      {OpKind::kPad, PadRule},
+      {OpKind::kMatmul, MatmulRule},
+      {OpKind::kEinsum, EinsumRule},
+      {OpKind::kShardingConstraint, ShardingRule},
+      {OpKind::kReshard, ShardingRule},
+      {OpKind::kFullLike, ConstantRule},
+  };
+  auto it = kRules.find(kind);
+  return it == kRules.end() ? nullptr : &it->second;
+}
+
+// A program's ops in single-assignment form.
+struct Renamed {
+  std::vector<OpSpec> ops;
+  // The first `aliases` ops are the aliases of rebound arrays: the only readers of the arrays'
+  // own versions, which share their names with the arrays' last bindings.
+  size_t aliases = 0;
+};
+
+// The program in single-assignment form: where a name is bound more than once, every binding
+// but the last takes a fresh name and the ops reading it follow; an array rebound later is read
+// through a free reshape alias made first (an array keeps its name).
+Renamed SingleAssignment(const ProgramSpec& program, Names& names) {
+  std::map<std::string, size_t> last_def;  // Name -> 1 + the last op binding it.
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const std::string& name : program.ops[i].out) last_def[name] = i + 1;
+  }
+  std::map<std::string, std::string> binding;
+  Renamed renamed;
+  std::vector<OpSpec>& ops = renamed.ops;
+  for (const ArraySpec& a : program.arrays) {
+    if (!last_def.count(a.name)) continue;
+    OpSpec alias;
+    alias.kind = OpKind::kReshape;
+    alias.in = {a.name};
+    alias.shape = a.shape;
+    alias.out = {names.Fresh(a.name)};
+    alias.name = alias.out[0];
+    alias.key = "arrays." + a.name;
+    binding[a.name] = alias.out[0];
+    ops.push_back(std::move(alias));
+  }
+  renamed.aliases = ops.size();
+  auto bound = [&](const std::string& name) {
+    auto it = binding.find(name);
+    return it == binding.end() ? name : it->second;
+  };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    OpSpec op = program.ops[i];
+    for (std::string& name : op.in) name = bound(name);
+    if (!op.of.empty()) op.of = bound(op.of);
+    for (std::string& name : op.wrt) name = bound(name);
+    for (std::string& name : op.out) {
+      const std::string written = name;
+      if (last_def.at(written) != i + 1) name = names.Fresh(written);
+      binding[written] = name;
+    }
+    ops.push_back(std::move(op));
+  }
+  return renamed;
+}
+
+// Whether some name is bound twice (by two ops, or an array and an op).
+bool Rebinds(const ProgramSpec& program) {
+  std::set<std::string> bound;
+  for (const ArraySpec& a : program.arrays) bound.insert(a.name);
+  for (const OpSpec& op : program.ops) {
+    for (const std::string& name : op.out) {
+      if (!bound.insert(name).second) return true;
+    }
+  }
+  return false;
+}
+
+// Expands the grad ops of a program, op by op.
+class Expander {
+ public:
+  // Expands `program`'s grad ops, naming new values apart from `names`.
+  Expander(const ProgramSpec& program, Names& names) : names_(names) {
+    out_ = program;
+    out_.ops.clear();
+    for (const ArraySpec& a : program.arrays) types_[a.name] = Array::ShapeOnly(a.dtype, a.shape);
+  }
+
+  // The program with `renamed` (its ops, single-assignment) and every grad op expanded.
+  ProgramSpec Run(const Renamed& renamed) {
+    aliases_ = renamed.aliases;
+    for (const OpSpec& op : renamed.ops) {
+      if (op.kind == OpKind::kGrad) {
+        Expand(op);
+        continue;
+      }
+      std::vector<Array> results;
+      try {
+        results = InferTypes(op, types_);
+      } catch (const std::invalid_argument& e) {
+        throw SpecError(op.key, e.what());
+      }
+      for (size_t i = 0; i < op.out.size(); ++i) types_[op.out[i]] = std::move(results.at(i));
+      out_.ops.push_back(op);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // Replaces grad op `grad` by its backward ops.
+  void Expand(const OpSpec& grad) {
+    const Array& of = types_.at(grad.of);
+    if (of.rank() != 0 || !IsFloat(of)) {
+      throw SpecError(grad.key + ".of", "grad needs a float scalar of: (jax.grad's output), but '" +
+                                            grad.of + "' is " + of.TypeString());
+    }
+    for (size_t i = 0; i < grad.wrt.size(); ++i) {
+      const Array& w = types_.at(grad.wrt[i]);
+      if (!IsFloat(w)) {
+        throw SpecError(grad.key + ".wrt." + std::to_string(i),
+                        "grad differentiates float values only, but '" + grad.wrt[i] + "' is " +
+                            w.TypeString());
+      }
+    }
+    // The float values that depend on a wrt value, then the ops on a path from one to `of`
+    // (not the aliases: they read arrays' versions, not the later bindings of those names).
+    std::set<std::string> varies(grad.wrt.begin(), grad.wrt.end());
+    const std::vector<OpSpec>& ops = out_.ops;
+    for (size_t i = aliases_; i < ops.size(); ++i) {
+      const OpSpec& op = ops[i];
+      const bool depends = std::any_of(op.in.begin(), op.in.end(),
+                                       [&](const std::string& v) { return varies.count(v) > 0; });
+      if (!depends) continue;
+      for (const std::string& v : op.out) {
+        if (IsFloat(types_.at(v))) varies.insert(v);
+      }
+    }
+    std::set<std::string> needed;
+    if (varies.count(grad.of)) needed.insert(grad.of);
+    std::vector<size_t> path;  // In reverse program order.
+    for (size_t i = ops.size(); i-- > aliases_;) {
+      const OpSpec& op = ops[i];
+      if (std::none_of(op.out.begin(), op.out.end(),
+                       [&](const std::string& v) { return needed.count(v) > 0; })) {
+        continue;
+      }
+      path.push_back(i);
+      for (const std::string& v : op.in) {
+        if (varies.count(v)) needed.insert(v);
+      }
+    }
+    // The backward pass: seed 1 at `of`, each op's rule in reverse, cotangents accumulated.
+    std::vector<OpSpec> backward;
+    Emitter e(types_, names_, backward, grad.key, grad.of);
+    std::map<std::string, std::string> ct;
+    if (needed.count(grad.of)) ct[grad.of] = e.FullLike(grad.of, 1.0, "d_" + grad.of);
+    for (size_t i : path) {
+      const OpSpec& op = ops[i];
+      std::vector<std::string> cts(op.out.size());
+      bool any = false;
+      for (size_t j = 0; j < op.out.size(); ++j) {
+        auto it = ct.find(op.out[j]);
+        if (it != ct.end()) cts[j] = it->second, any = true;
+      }
+      if (!any) continue;  // Only zero cotangents reach it.
+      const Rule* rule = FindRule(op.kind);
+      if (!rule) {
+        throw SpecError(grad.key, "grad: " + std::string(OpKindName(op.kind)) + " '" + op.name +
+                                      "' (" + op.key + ") lies on the path to '" + grad.of +
+                                      "' but has no derivative rule");
+      }
+      std::vector<bool> needs(op.in.size());
+      for (size_t k = 0; k < op.in.size(); ++k) needs[k] = varies.count(op.in[k]) > 0;
+      const std::vector<std::string> d = (*rule)(RuleArgs{op, cts, needs, e});
+      for (size_t k = 0; k < op.in.size(); ++k) {
+        if (!needs[k] || k >= d.size() || d[k].empty()) continue;
+        const std::string& v = op.in[k];
+        const std::string c = e.Match(d[k], v, "d_" + v);
+        auto it = ct.find(v);
+        ct[v] = it == ct.end() ? c : e.Op(OpKind::kAdd, {it->second, c}, "d_" + v);
+      }
+    }
+    // Each gradient under its output name: the value computed last takes the name; a second
+    // output of the same value (a wrt named twice) is a free reshape of the first.
+    std::map<std::string, std::string> taken;  // Cotangent value -> the output it became.
+    for (size_t i = 0; i < grad.wrt.size(); ++i) {
+      auto it = ct.find(grad.wrt[i]);
+      const std::string c = it != ct.end() ? it->second : e.FullLike(grad.wrt[i], 0.0, grad.out[i]);
+      auto done = taken.find(c);
+      if (done != taken.end()) {
+        OpSpec alias;
+        alias.kind = OpKind::kReshape;
+        alias.in = {done->second};
+        alias.shape = types_.at(done->second).shape();
+        alias.out = {grad.out[i]};
+        e.Emit(std::move(alias), grad.out[i]);
+        continue;
+      }
+      Rename(backward, c, grad.out[i]);
+      taken[c] = grad.out[i];
+    }
+    for (OpSpec& op : backward) out_.ops.push_back(std::move(op));
+  }
+
+  // Renames value `from` (made by one of `ops`) to `to` everywhere in `ops` and in the types.
+  void Rename(std::vector<OpSpec>& ops, const std::string& from, const std::string& to) {
+    for (OpSpec& op : ops) {
+      for (std::string& name : op.in) {
+        if (name == from) name = to;
+      }
+      for (std::string& name : op.out) {
+        if (name == from) name = to;
+      }
+      if (op.name == from) op.name = to;
+    }
+    types_[to] = types_.at(from);
+    types_.erase(from);
+  }
+
+  ProgramSpec out_;
+  Types types_;
+  Names& names_;
+  size_t aliases_ = 0;  // Leading alias ops of rebound arrays (Renamed::aliases).
+};
+
+}  // namespace
+
+ProgramSpec ExpandGrads(const ProgramSpec& program) {
+  auto grad = std::find_if(program.ops.begin(), program.ops.end(),
+                           [](const OpSpec& op) { return op.kind == OpKind::kGrad; });
+  if (grad == program.ops.end()) return program;
+  if (program.mode == ProgramMode::kManual) {
+    throw SpecError(grad->key + ".op",
+                    "grad works on global arrays: it needs mode: explicit or auto");
+  }
+  Names names(program);
+  const Renamed renamed =
+      Rebinds(program) ? SingleAssignment(program, names) : Renamed{program.ops, 0};
+  return Expander(program, names).Run(renamed);
+}
+
+}  // namespace shardsim::planner
