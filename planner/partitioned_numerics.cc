@@ -1,11 +1,13 @@
 #include "planner/partitioned_numerics.h"
 
+#include "planner/grad.h"
+
 namespace shardsim::planner {
 
 std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const std::string& base_dir,
                                              const std::map<std::string, Array>* inputs) {
   // The same program as a shard_map body on a one-device mesh: whole arrays everywhere.
-  ProgramSpec whole = global;
+  ProgramSpec whole = ExpandGrads(global);
   whole.mode = ProgramMode::kManual;
   whole.mesh_axes = {MeshAxis{"whole", 1}};
   whole.mesh_devices.clear();

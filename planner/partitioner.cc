@@ -9,6 +9,7 @@
 #include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
+#include "planner/grad.h"
 #include "planner/reshard.h"
 #include "planner/rules/sharding_rule.h"
 #include "sim/spec_error.h"
@@ -416,7 +417,12 @@ class Partitioner {
 }  // namespace
 
 PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs) {
-  PartitionResult result = Partitioner(global, costs).Run();
+  if (global.mode == ProgramMode::kManual) {
+    throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
+  }
+  // Reverse mode first: the backward pass is partitioned like any other ops.
+  const ProgramSpec expanded = ExpandGrads(global);
+  PartitionResult result = Partitioner(expanded, costs).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = global.outputs;
   return result;

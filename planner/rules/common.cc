@@ -36,9 +36,14 @@ ShardingRule FindShardingRule(OpKind kind) {
       return &TransposeRule;
     case OpKind::kReshape:
       return &ReshapeRule;
+    case OpKind::kFullLike:  // Shaped like its input: laid out like it too.
+      return &ElementwiseRule;
+    case OpKind::kBroadcastInDim:
+      return &BroadcastRule;
     case OpKind::kConcatenate:
     case OpKind::kSplit:
     case OpKind::kSlice:
+    case OpKind::kPad:
       return &AlongAxisRule;
     default:
       return nullptr;

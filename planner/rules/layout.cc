@@ -133,4 +133,27 @@ std::vector<Strategy> AlongAxisRule(const RuleContext& ctx, bool explicit_mode) 
   return {s};
 }
 
+// broadcast_in_dim: input dimension j becomes result dimension broadcast_dimensions[j]; a
+// split carries where the sizes match (a size-1 dimension broadcast against a larger one is
+// read whole); new dimensions are whole.
+std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode) {
+  const Shape& in = ctx.in_shapes[0];
+  const Shape& out = ctx.out_shapes[0];
+  Strategy s;
+  ValueSharding operand = Reduced(ctx.in[0]);
+  ValueSharding result = Replicated(static_cast<int>(out.size()));
+  for (size_t j = 0; j < in.size(); ++j) {
+    const size_t d = static_cast<size_t>(ctx.op.broadcast_dimensions.at(j));
+    if (in[j] == out[d]) {
+      result.dims[d] = operand.dims[j];
+    } else {
+      operand.dims[j].clear();
+    }
+  }
+  s.operands = {operand};
+  s.results = {result};
+  s.why = "splits carried to the broadcast dimensions";
+  return {s};
+}
+
 }  // namespace shardsim::planner

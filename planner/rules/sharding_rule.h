@@ -55,6 +55,7 @@ std::vector<Strategy> ContractionRule(const RuleContext& ctx, bool explicit_mode
 std::vector<Strategy> TransposeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> ReshapeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> AlongAxisRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode);
 
 // Helpers the rules share.
 // The type of operand `i` in JAX notation ("f32[8@dp,4]").

@@ -58,6 +58,8 @@ std::string AttrYaml(const OpSpec& op, const AttrDef& attr) {
           return Quoted(v);
         } else if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
           return Ints(v);
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          return List(v);
         } else if constexpr (std::is_same_v<V, std::vector<std::pair<int, int>>>) {
           std::vector<std::string> pairs;
           for (const auto& [a, b] : v) pairs.push_back(Ints({a, b}));
