@@ -164,7 +164,7 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
     spans[t.dst].push_back({start, delivered});
     report.ops.push_back(OpRow{t.name, "transfer", t.bytes, start, delivered, "direct",
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
-                                   std::to_string(hops) + " hops"});
+                                   std::to_string(hops) + " hops", ""});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;
