@@ -201,11 +201,15 @@ struct Tracked {
 
 namespace {
 
+// No finite bound holds: infinite in max and rms, so neither the statistical cap nor an
+// rms-based estimate downstream makes it finite again.
+constexpr Error kUnbounded{std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::infinity()};
+
 // The error of unary_grad's g f'(x) from g's and x's (see ErrorBoundModel): with D1 >= |f'| and
 // D2 >= |f''| over x's range widened by its error, |g~ f'(x~) - g f'(x)| <= D1 e_g +
 // (|g| + e_g) D2 e_x; relu' and abs' instead jump (by 1 and 2) where x may cross 0.
 Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
-  const double inf = std::numeric_limits<double>::infinity();
   const Error& eg = g.error;
   const Error& ex = x.error;
   const double hi = x.stats.max_abs + ex.max;  // |x| <= hi.
@@ -235,12 +239,12 @@ Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
       break;
     case OpKind::kSqrt:   // 0.5 x^-0.5 and 0.25 x^-1.5 over [lo, inf).
     case OpKind::kRsqrt:  // 0.5 x^-1.5 and 0.75 x^-2.5.
-      if (lo <= 0 || (!ex.exact() && x.stats.min_abs <= 2 * ex.max)) return Error{inf, 0};
+      if (lo <= 0 || (!ex.exact() && x.stats.min_abs <= 2 * ex.max)) return kUnbounded;
       d1 = *fn == OpKind::kSqrt ? 0.5 / std::sqrt(lo) : 0.5 / (lo * std::sqrt(lo));
       d2 = *fn == OpKind::kSqrt ? 0.25 / (lo * std::sqrt(lo)) : 0.75 / (lo * lo * std::sqrt(lo));
       break;
     default:
-      return Error{inf, 0};
+      return kUnbounded;
   }
   Error e;
   if (!eg.exact()) e = Error{d1 * eg.max, d1 * eg.rms};
@@ -283,12 +287,12 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     case OpKind::kDiv: {
       if (op.scalar) {
         double s = std::fabs(*op.scalar);
-        if (s == 0) return Error{std::numeric_limits<double>::infinity(), 0};
+        if (s == 0) return kUnbounded;
         return Rounded(Error{a.max / s, a.rms / s}, dtype, out);
       }
       const Error& b = in[1]->error;
       double m = in[1]->stats.min_abs;
-      if (m <= 2 * b.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      if (m <= 2 * b.max) return kUnbounded;
       return Rounded(
           Error{a.max / m + sa.max_abs * b.max / (m * m), a.rms / m + sa.rms * b.rms / (m * m)},
           dtype, out);
@@ -313,7 +317,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     case OpKind::kRsqrt: {
       // |f(x + d) - f(x)| <= |d| max|f'| over [m - e, inf): log' = 1/x, rsqrt' = x^-1.5 / 2.
       double m = sa.min_abs;
-      if (m <= 2 * a.max) return Error{std::numeric_limits<double>::infinity(), 0};
+      if (m <= 2 * a.max) return kUnbounded;
       double lo = m - a.max;
       double slope = op.kind == OpKind::kLog ? 1 / lo : 0.5 / (lo * std::sqrt(lo));
       return Rounded(Error{slope * a.max, slope * a.rms}, dtype, out);
@@ -526,7 +530,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       Error e = error_of(s, env[0].at(name).dtype());
       // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
       // is at most max(kSigmas, M/R) times their rms.
-      if (s.rms > 0) e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      // An unbounded error stays unbounded (inf * 0 in a propagation rule is NaN: unbounded).
+      if (std::isnan(e.max) || std::isnan(e.rms)) e = kUnbounded;
+      if (s.rms > 0 && std::isfinite(e.max)) {
+        e.max = std::min(e.max, std::max(kSigmas, s.max_abs / s.rms) * e.rms);
+      }
       tracked[name] = Tracked{e, s};
     }
   };

@@ -296,5 +296,23 @@ TEST(NumericsCheckTest, ReductionBoundsCountTheGroupNotTheMesh) {
   }
 }
 
+// A division by an inexact value that may be zero has no finite bound; the statistical cap
+// must not turn that into a bound of zero, nor may ops downstream make it finite again.
+TEST(NumericsCheckTest, UnboundedErrorsStayUnbounded) {
+  ProgramSpec p;
+  p.mesh_axes = {{"x", 4}};
+  p.arrays = {Literal("a", {4, 2}, DType::kF32, {0, 1, 0, 2, 0, 3, 0, 4}, P({{"x"}, {}}))};
+  OpSpec div = Op(OpKind::kDiv, {"s", "s"}, "y");
+  OpSpec add = Op(OpKind::kAdd, {"y"}, "z");
+  add.scalar = 1.0;
+  p.ops = {Op(OpKind::kPsum, {"a"}, "s", {"x"}), div, add};  // s = [0, 10]: inexact, min 0.
+  p.outputs = {{"s", P({}), "outputs.s"}, {"y", P({}), "outputs.y"}, {"z", P({}), "outputs.z"}};
+  std::map<std::string, double> bounds;
+  ReferenceOutputs(Mesh(p.mesh_axes, {0, 1, 2, 3}), p, "", nullptr, &bounds);
+  EXPECT_GT(bounds.at("s"), 0.0);
+  EXPECT_EQ(bounds.at("y"), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(bounds.at("z"), std::numeric_limits<double>::infinity());
+}
+
 }  // namespace
 }  // namespace shardsim
