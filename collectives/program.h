@@ -103,6 +103,22 @@ enum class OpKind {
   kPad,
   kUnaryGrad,
   kMaxGrad,
+  // Array ops of global programs, local ops too (collectives/nn_ops.h): the reductions
+  // jnp.sum, jnp.mean and jnp.max (`reduce_max`; `{op: max, in: x, axis: ...}` reads as it),
+  // jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm, jnp.take, the mean of
+  // optax.softmax_cross_entropy_with_integer_labels, jax.lax.top_k and
+  // jax.nn.dot_product_attention.
+  kSum,
+  kMean,
+  kReduceMax,
+  kSoftmax,
+  kLogSoftmax,
+  kRmsNorm,
+  kLayerNorm,
+  kTake,
+  kCrossEntropy,
+  kTopK,
+  kAttention,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -133,7 +149,8 @@ struct OpSpec {
   std::optional<double> scalar;           // Binary ops with one array input.
   std::string spec;                       // einsum: "bd,df->bf".
   Shape shape;                            // reshape.
-  std::vector<int64_t> axes;              // transpose (empty: reverse).
+  // transpose (empty: reverse); sum, mean, reduce_max: the axes reduced (`axis`; empty: all).
+  std::vector<int64_t> axes;
   int64_t sections = 0;                   // split.
   int64_t start = 0;                      // slice.
   int64_t size = 0;                       // slice.
@@ -161,6 +178,13 @@ struct OpSpec {
   int64_t low = 0;                            // pad: zeros before, along `axis`.
   int64_t high = 0;                           // pad: zeros after, along `axis`.
   std::string fn;                             // unary_grad: the elementwise op differentiated.
+  bool keepdims = false;   // sum, mean, reduce_max: keep reduced axes as size 1.
+  // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
+  // default is the last; `axis` itself is take's and the data-movement ops').
+  int64_t norm_axis = -1;
+  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
+  int64_t k = 0;              // top_k: how many of the largest values to keep.
+  bool causal = true;         // attention: each query sees only keys up to its position.
 };
 
 // One output (`outputs:`): an out_spec.

@@ -1,7 +1,9 @@
 #include "collectives/ir/op_registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -39,6 +41,14 @@ std::string CheckEinsumSpec(const OpSpec& op) {
   return "expected an einsum spec with two operands like \"bd,df->bf\", got \"" + op.spec + "\"";
 }
 
+// eps is a finite number >= 0 (rsqrt(var + eps) must stay defined where var is 0 or more).
+std::string CheckEps(const OpSpec& op) {
+  if (op.eps && std::isfinite(*op.eps) && *op.eps >= 0) return "";
+  std::ostringstream got;
+  if (op.eps) got << *op.eps;
+  return "eps must be a finite number >= 0, got " + (op.eps ? got.str() : "none");
+}
+
 std::vector<OpDef> MakeRegistry() {
   const AttrDef tiled = Opt("tiled", T::kBool, &OpSpec::tiled,
                             "Concatenate blocks along the dimension instead of stacking");
@@ -58,8 +68,24 @@ std::vector<OpDef> MakeRegistry() {
                       {"f32", "bf16", "f16", "i32", "float32", "bfloat16", "float16", "int32"},
                       nullptr,
                       "The result's element type"};
+  // The array ops of global programs (collectives/nn_ops.h).
+  const std::vector<AttrDef> reduction = {
+      Opt("axis", T::kAxisList, &OpSpec::axes, "The axis or axes reduced (default: all)",
+          "an axis or a list of axes like [0, -1]"),
+      Opt("keepdims", T::kBool, &OpSpec::keepdims, "Keep reduced axes with size 1")};
+  const AttrDef norm_axis =
+      Opt("axis", T::kInt, &OpSpec::norm_axis, "The axis normalized over (default -1, the last)");
+  const AttrDef eps{"eps",
+                    T::kNumber,
+                    false,
+                    &OpSpec::eps,
+                    {},
+                    nullptr,
+                    "Added to the variance (default 1e-6 rms_norm, 1e-5 layer_norm, as Flax)",
+                    CheckEps};
   // name, visible, arity, multi-output, stream, collective, reduce, axis_name, attrs,
-  // elementwise, exactly-one-of groups, output count. One row per op, laid out by hand.
+  // elementwise, exactly-one-of groups, output count, global only, outputs, written as. One row
+  // per op, laid out by hand.
   // clang-format off
   return {
       {OpKind::kPsum, "psum", true, A::kOne, false, S::kCollective, C::kAllReduce, R::kSum, true,
@@ -210,6 +236,31 @@ std::vector<OpDef> MakeRegistry() {
        true},
       {OpKind::kMaxGrad, "max_grad", true, A::kThree, false, S::kCompute, C::kAllReduce, R::kSum,
        false, {}, true},
+      {OpKind::kSum, "sum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       reduction},
+      {OpKind::kMean, "mean", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       reduction},
+      {OpKind::kReduceMax, "reduce_max", true, A::kOne, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, reduction, false, {}, nullptr, false, 1, /*written_as=*/"max"},
+      {OpKind::kSoftmax, "softmax", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis}},
+      {OpKind::kLogSoftmax, "log_softmax", true, A::kOne, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis}},
+      {OpKind::kRmsNorm, "rms_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis, eps}},
+      {OpKind::kLayerNorm, "layer_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis, eps}},
+      {OpKind::kTake, "take", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)")}},
+      {OpKind::kCrossEntropy, "cross_entropy", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {}},
+      {OpKind::kTopK, "top_k", true, A::kOne, true, S::kCompute, C::kAllReduce, R::kSum, false,
+       {Req("k", T::kPositiveInt, &OpSpec::k, "How many of the largest values (last axis) to keep")},
+       false, {}, nullptr, false, /*outputs=*/2},
+      {OpKind::kAttention, "attention", true, A::kThree, false, S::kCompute, C::kAllReduce,
+       R::kSum, false,
+       {Opt("causal", T::kBool, &OpSpec::causal,
+            "Each query sees only the keys up to its position (default true)")}},
   };
   // clang-format on
 }
@@ -241,6 +292,26 @@ bool AttrGiven(const OpSpec& op, const AttrDef& attr) {
       attr.field);
 }
 
+// Whether the field of `attr` in `op` differs from a default OpSpec's: how a C++-built op says
+// it gives the attribute (ResolveOpKind).
+bool AttrDiffersFromDefault(const OpSpec& op, const AttrDef& attr) {
+  static const OpSpec kDefault;
+  return std::visit([&](auto member) { return !(op.*member == kDefault.*member); }, attr.field);
+}
+
+// ResolveOp's rule: `named` (may be null) or the op written as its name, by which attributes
+// given(attr) says the entry writes.
+template <typename Given>
+const OpDef* Resolve(std::string_view name, const OpDef* named, size_t inputs, const Given& given) {
+  const OpDef* alias = OpWrittenAs(name);
+  if (!alias || inputs != 1) return named;
+  auto any_given = [&](const OpDef& def) {
+    return std::any_of(def.attrs.begin(), def.attrs.end(), given);
+  };
+  if (any_given(*alias) && !(named && any_given(*named))) return alias;
+  return named;
+}
+
 }  // namespace
 
 const std::vector<OpDef>& OpRegistry() {
@@ -270,6 +341,27 @@ const OpDef* FindOp(std::string_view name) {
     if (def.user_visible && name == def.name) return &def;
   }
   return nullptr;
+}
+
+const OpDef* OpWrittenAs(std::string_view name) {
+  for (const OpDef& def : OpRegistry()) {
+    if (def.user_visible && def.written_as && name == def.written_as) return &def;
+  }
+  return nullptr;
+}
+
+const OpDef* ResolveOp(std::string_view name, size_t inputs, const std::vector<std::string>& keys) {
+  return Resolve(name, FindOp(name), inputs, [&](const AttrDef& attr) {
+    return std::find(keys.begin(), keys.end(), attr.name) != keys.end();
+  });
+}
+
+OpKind ResolveOpKind(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  if (!def.user_visible) return op.kind;
+  return Resolve(def.name, &def, op.in.size(),
+                 [&](const AttrDef& attr) { return AttrDiffersFromDefault(op, attr); })
+      ->kind;
 }
 
 std::vector<std::string> UserOpNames() {
@@ -427,7 +519,7 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
 
 int64_t OutputCount(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
-  if (!def.output_count) return 1;
+  if (!def.output_count) return def.outputs;
   const AttrDef& attr = *FindAttr(def, def.output_count);
   if (attr.type == AttrType::kValueNames) {
     return static_cast<int64_t>(
@@ -443,7 +535,10 @@ std::string CheckOutputCount(const OpSpec& op) {
   if (static_cast<int64_t>(got) == count) return "";
   const std::string name = def.name;
   const std::string names = std::to_string(got) + " names";
-  if (!def.output_count) return name + " makes one output, got " + names;
+  if (!def.output_count) {
+    if (count == 1) return name + " makes one output, got " + names;
+    return name + " makes " + std::to_string(count) + " outputs, got " + names;
+  }
   const AttrDef& attr = *FindAttr(def, def.output_count);
   if (attr.type == AttrType::kValueNames) {
     return name + " makes one output per " + attr.name + " entry (" + std::to_string(count) +
@@ -470,7 +565,11 @@ std::string CheckArity(const OpSpec& op) {
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";
       return name + " takes in: [a, b], or in: a with scalar:, got " + std::to_string(n) +
-             " input" + (n == 1 ? "" : "s") + (op.scalar ? "" : " and no scalar");
+             " input" + (n == 1 ? "" : "s") + (op.scalar ? "" : " and no scalar") +
+             (OpWrittenAs(name) && n == 1 && !op.scalar
+                  ? " (the reduction " + name + " of one input needs axis: or keepdims:, or is " +
+                        OpWrittenAs(name)->name + ")"
+                  : "");
     case OpArity::kAtLeastTwo:
       return n >= 2 ? "" : name + " takes at least 2 inputs, got " + std::to_string(n);
     case OpArity::kOneOrMore:

@@ -22,7 +22,7 @@ enum class OpArity {
   kNone,        // No array input (axis_index).
   kOne,         // One input.
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
-  kThree,       // Exactly three inputs (max_grad).
+  kThree,       // Exactly three inputs (max_grad; attention: q, k, v).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).
@@ -52,6 +52,7 @@ enum class AttrType {
   kSharding,        // A PartitionSpec: "P('dp', None)" or [dp, null], over the mesh's axes.
   kValueName,       // The name of a value defined before the op (an array or an op's output).
   kValueNames,      // A non-empty list of such names, like [w1, w2].
+  kAxisList,        // An axis or a non-empty list of axes (0, [0, -1]), stored as a list.
 };
 
 // Where an attribute's value is stored: a member of OpSpec of the type its AttrType reads.
@@ -92,7 +93,8 @@ struct OpDef {
   const char* name;            // SPEC name ("psum").
   bool user_visible;           // Written in run files (false: internal lowering ops).
   OpArity arity;               // Inputs it takes.
-  bool multi_output;           // Makes output_count outputs (split, grad); else one.
+  // Makes several outputs: as many as output_count says (split, grad), or `outputs` (top_k).
+  bool multi_output;
   OpStream stream;             // How it is scheduled.
   CollectiveKind collective;   // kCollective: what the algorithms run.
   ReduceOp reduce;             // kCollective reductions: how partial values combine.
@@ -105,6 +107,12 @@ struct OpDef {
   const char* output_count = nullptr;
   // Written only in global programs (mode: explicit | auto); partitioning removes it.
   bool global_only = false;
+  // How many outputs it makes when no attribute gives the count (top_k: values, indices).
+  int outputs = 1;
+  // Another op's name a run file may use for this op: an entry `{op: NAME, ...}` with one input
+  // that gives some of this op's attributes and none of NAME's means this op (ResolveOp):
+  // `{op: max, in: x, axis: 0}` is reduce_max (jnp.max), `{op: max, in: x, scalar: 0}` max.
+  const char* written_as = nullptr;
 };
 
 // Every op, internal ones included, in SPEC order.
@@ -113,6 +121,15 @@ const std::vector<OpDef>& OpRegistry();
 const OpDef& Op(OpKind kind);
 // The op a run file names, or nullptr (internal ops are not found).
 const OpDef* FindOp(std::string_view name);
+// The op a run-file entry `{op: name, ...}` means, given how many inputs it names and the keys
+// it writes: the op written_as `name` when the entry has one input and writes some of that op's
+// attributes but none of FindOp(name)'s; else FindOp(name).
+const OpDef* ResolveOp(std::string_view name, size_t inputs, const std::vector<std::string>& keys);
+// The kind `op` (built in C++) means: as ResolveOp, an attribute counting as written when its
+// field differs from a default OpSpec's ({kind: kMax, in: {x}, axes: {0}} is kReduceMax).
+OpKind ResolveOpKind(const OpSpec& op);
+// The op written_as `name` (reduce_max for "max"), or nullptr.
+const OpDef* OpWrittenAs(std::string_view name);
 // Names of the ops a run file may write, for "did you mean" and usage text.
 std::vector<std::string> UserOpNames();
 // The run-file keys op `kind` takes, `op` first.
@@ -138,7 +155,8 @@ struct AttrError {
 // tell "not given" from its default, so those required attributes are enforced by the loader
 // only.)
 std::optional<AttrError> CheckAttrs(const OpSpec& op);
-// The number of outputs `op` makes: 1, or what its output_count attribute says.
+// The number of outputs `op` makes: what its output_count attribute says, else its entry's
+// `outputs` (1 but for top_k).
 int64_t OutputCount(const OpSpec& op);
 // Checks the output names of `op` against OutputCount; returns "" or what is wrong ("split
 // makes 3 outputs (sections: 3), got 2 names").

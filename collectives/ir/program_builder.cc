@@ -42,6 +42,7 @@ std::string ProgramBuilder::Input(ArraySpec array) {
 std::string ProgramBuilder::Add(OpSpec op) {
   const size_t index = program_.ops.size();
   if (op.key.empty()) op.key = "program." + std::to_string(index);
+  op.kind = ResolveOpKind(op);  // max with one input and axes is reduce_max.
   const OpDef& def = Op(op.kind);
   if (!def.user_visible) {
     throw SpecError(op.key, std::string(def.name) + " is internal to lowering");

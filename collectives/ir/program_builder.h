@@ -28,8 +28,8 @@ class ProgramBuilder {
                     InitSpec init = {});
   // Declares an input from a full ArraySpec; returns its name.
   std::string Input(ArraySpec array);
-  // Appends `op`; fills its key, default name and missing output name. Returns its first
-  // output's name.
+  // Appends `op`; fills its key, default name and missing output names. A max of one input
+  // with axes or keepdims becomes reduce_max (ResolveOpKind). Returns its first output's name.
   std::string Add(OpSpec op);
   // Marks `name` as an output with out spec `spec`.
   void Output(const std::string& name, PartitionSpec spec);

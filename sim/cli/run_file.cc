@@ -737,6 +737,15 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, const AttrContex
       if (names.empty()) value.Fail("expected at least one value name, got an empty list");
       return names;
     }
+    case AttrType::kAxisList: {
+      if (value.IsScalar()) return std::vector<int64_t>{value.Int64()};
+      if (!value.IsList()) value.Expected(attr.expected);
+      std::vector<int64_t> list;
+      for (const YamlValue& entry : value.List()) list.push_back(entry.Int64());
+      // An empty list would read as "not given" (all axes): refused rather than misread.
+      if (list.empty()) value.Fail("expected at least one axis; leave axis out to reduce all");
+      return list;
+    }
   }
   throw std::logic_error("internal error: attribute type without a reader");
 }
@@ -750,7 +759,12 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   YamlValue kind_value = any.Get("op");
   if (!kind_value.IsScalar()) kind_value.Expected("an op name like psum or matmul");
   const std::string kind_name = kind_value.String();
-  const OpDef* def = FindOp(kind_name);
+  // The op the entry means: `{op: max, in: x, axis: 0}` is the reduction reduce_max.
+  std::vector<std::string> written;
+  for (const auto& [name, entry] : any.entries()) written.push_back(name);
+  size_t inputs = 0;
+  if (auto v = any.Find("in")) inputs = v->IsList() ? v->List().size() : 1;
+  const OpDef* def = ResolveOp(kind_name, inputs, written);
   if (!def) {
     const std::string hint = DidYouMean(kind_name, UserOpNames());
     kind_value.Fail("unknown op '" + kind_name + "'" +
@@ -770,6 +784,13 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   const std::vector<std::string> all_keys = AllOpKeys();
   for (const auto& [name, entry] : any.entries()) {
     if (!Contains(keys, name) && Contains(all_keys, name)) {
+      if (const OpDef* alias = OpWrittenAs(kind_name);
+          alias && alias != def && Contains(OpKeys(alias->kind), name)) {
+        entry.FailAtKey("key '" + name + "' does not apply to op " + kind_name + " with " +
+                        std::to_string(inputs) + " input" + (inputs == 1 ? "" : "s") +
+                        (any.Has("scalar") ? " and scalar:" : "") + "; the reduction " + kind_name +
+                        " (" + alias->name + ") takes one input and no scalar");
+      }
       const std::string hint = DidYouMean(name, keys);
       entry.FailAtKey("key '" + name + "' does not apply to op " + kind_name +
                       (hint.empty() ? " (it takes " + JoinNames(keys) + ")" : hint));
@@ -794,8 +815,9 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     if (Contains(op.out, name)) entry.Fail("'" + name + "' is named twice in out");
     op.out.push_back(name);
   }
-  if (!def->multi_output && op.out.size() != 1) {
-    out.Fail(kind_name + " makes one output, got " + std::to_string(op.out.size()) + " names");
+  // The count is known now unless an attribute gives it (split's sections, read below).
+  if (!def->output_count) {
+    if (const std::string wrong = CheckOutputCount(op); !wrong.empty()) out.Fail(wrong);
   }
 
   if (auto name = map.Find("name")) {

@@ -53,6 +53,8 @@ Sample SampleOf(const AttrDef& attr) {
       return {"x", std::string("x")};
     case AttrType::kValueNames:  // One name: a multi-output op then makes one output.
       return {"[x]", std::vector<std::string>{"x"}};
+    case AttrType::kAxisList:
+      return {"[1, 0]", std::vector<int64_t>{1, 0}};
   }
   return {};
 }
@@ -123,7 +125,10 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
       entry += ", in: [x, x, x]";
       break;
   }
-  entry += ", out: y";
+  // One name per output (top_k: two); the run file's outputs name the first, y.
+  std::string names = "y";
+  for (int i = 1; i < def.outputs; ++i) names += ", y" + std::to_string(i);
+  entry += def.outputs > 1 ? ", out: [" + names + "]" : ", out: y";
   if (def.takes_axis_name) entry += ", axis_name: d";
   for (const AttrDef* attr : attrs)
     entry += ", " + std::string(attr->name) + ": " + SampleOf(*attr).yaml;

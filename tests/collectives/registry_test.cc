@@ -109,6 +109,7 @@ AttrValue SampleValue(const AttrDef& attr) {
       return true;
     case AttrType::kIntList:
     case AttrType::kShape:
+    case AttrType::kAxisList:
       return std::vector<int64_t>{1, 0};
     case AttrType::kString:
       return std::string("ab,bc->ac");
@@ -153,7 +154,8 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         EXPECT_TRUE(attr.values.empty()) << attr.name;
       }
       if (attr.type == AttrType::kIntList || attr.type == AttrType::kShape ||
-          attr.type == AttrType::kPerm || attr.type == AttrType::kValueNames) {
+          attr.type == AttrType::kPerm || attr.type == AttrType::kValueNames ||
+          attr.type == AttrType::kAxisList) {
         EXPECT_NE(attr.expected, nullptr) << attr.name << " needs its expected form";
       }
       // The field holds what the type reads.
@@ -169,7 +171,15 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         EXPECT_FALSE(FindAttr(def, name)->required) << name << " is in an exactly-one-of group";
       }
     }
-    EXPECT_EQ(def.output_count != nullptr, def.multi_output);
+    // Several outputs come from an attribute (split's sections) or the entry's fixed count.
+    EXPECT_EQ(def.output_count != nullptr || def.outputs > 1, def.multi_output);
+    EXPECT_GE(def.outputs, 1);
+    if (def.written_as) {  // Another op's name: the alias must not shadow an attribute of it.
+      ASSERT_NE(FindOp(def.written_as), nullptr) << def.written_as;
+      for (const AttrDef& attr : def.attrs) {
+        EXPECT_EQ(FindAttr(*FindOp(def.written_as), attr.name), nullptr) << attr.name;
+      }
+    }
     if (def.output_count) {
       ASSERT_NE(FindAttr(def, def.output_count), nullptr);
       const AttrType count_type = FindAttr(def, def.output_count)->type;
@@ -276,6 +286,79 @@ TEST(OpAttrsTest, BuilderChecksAttributes) {
                                                  "give either perm or shift, not both"}));
   permute.shift.reset();
   EXPECT_EQ(BuilderRefusal(permute).first, "");
+}
+
+// `max` names two ops: the elementwise max (two inputs, or one and a scalar) and, with one
+// input and axis or keepdims, the reduction reduce_max (jnp.max).
+TEST(OpRegistryTest, MaxOfOneInputWithAxisIsTheReduction) {
+  const std::vector<std::string> axis = {"op", "in", "out", "axis"};
+  EXPECT_EQ(ResolveOp("max", 1, axis)->kind, OpKind::kReduceMax);
+  EXPECT_EQ(ResolveOp("max", 1, {"op", "in", "out", "keepdims"})->kind, OpKind::kReduceMax);
+  EXPECT_EQ(ResolveOp("max", 1, {"op", "in", "out", "scalar"})->kind, OpKind::kMax);
+  EXPECT_EQ(ResolveOp("max", 1, {"op", "in", "out", "scalar", "axis"})->kind, OpKind::kMax);
+  EXPECT_EQ(ResolveOp("max", 2, axis)->kind, OpKind::kMax);
+  EXPECT_EQ(ResolveOp("max", 1, {"op", "in", "out"})->kind, OpKind::kMax);
+  EXPECT_EQ(ResolveOp("reduce_max", 1, {"op", "in"})->kind, OpKind::kReduceMax);
+  EXPECT_EQ(ResolveOp("add", 1, axis)->kind, OpKind::kAdd);  // Only max has a reduction.
+  EXPECT_EQ(ResolveOp("nope", 1, axis), nullptr);
+
+  OpSpec op;
+  op.kind = OpKind::kMax;
+  op.in = {"x"};
+  op.axes = {0};
+  EXPECT_EQ(ResolveOpKind(op), OpKind::kReduceMax);
+  op.axes.clear();
+  op.keepdims = true;
+  EXPECT_EQ(ResolveOpKind(op), OpKind::kReduceMax);
+  op.scalar = 0.0;
+  EXPECT_EQ(ResolveOpKind(op), OpKind::kMax);
+  op.scalar.reset();
+  op.keepdims = false;
+  EXPECT_EQ(ResolveOpKind(op), OpKind::kMax);
+  op.in = {"x", "y"};
+  op.axes = {0};
+  EXPECT_EQ(ResolveOpKind(op), OpKind::kMax);
+}
+
+TEST(ProgramBuilderTest, ReadsMaxWithAxesAsReduceMaxAndCountsOutputs) {
+  ProgramBuilder b({{"dp", 2}});
+  b.Input("x", {4, 6}, DType::kF32, PartitionSpec{});
+  OpSpec max;
+  max.kind = OpKind::kMax;
+  max.in = {"x"};
+  max.axes = {1};
+  b.Add(max);
+  EXPECT_EQ(b.program().ops.back().kind, OpKind::kReduceMax);
+  // Without axes, keepdims or a scalar it is neither: the message says how to get either.
+  max.axes.clear();
+  EXPECT_EQ(BuilderRefusal(max),
+            (std::pair<std::string, std::string>{
+                "program.0.in",
+                "max takes in: [a, b], or in: a with scalar:, got 1 input and no scalar (the "
+                "reduction max of one input needs axis: or keepdims:, or is reduce_max)"}));
+  // top_k names two outputs (fresh ones when none are given).
+  OpSpec top;
+  top.kind = OpKind::kTopK;
+  top.in = {"x"};
+  top.k = 2;
+  b.Add(top);
+  EXPECT_EQ(b.program().ops.back().out, (std::vector<std::string>{"v1", "v2"}));
+  top.out = {"only"};
+  EXPECT_EQ(BuilderRefusal(top), (std::pair<std::string, std::string>{
+                                     "program.0.out", "top_k makes 2 outputs, got 1 names"}));
+  OpSpec norm;
+  norm.kind = OpKind::kRmsNorm;
+  norm.in = {"x", "x"};
+  norm.eps = -1;
+  EXPECT_EQ(BuilderRefusal(norm),
+            (std::pair<std::string, std::string>{"program.0.eps",
+                                                 "eps must be a finite number >= 0, got -1"}));
+  OpSpec attention;
+  attention.kind = OpKind::kAttention;
+  attention.in = {"x", "x"};
+  EXPECT_EQ(BuilderRefusal(attention),
+            (std::pair<std::string, std::string>{
+                "program.0.in", "attention takes 3 inputs (in: [a, b, c]), got 2"}));
 }
 
 TEST(ProgramBuilderTest, ChecksNamesAndArity) {
