@@ -6,6 +6,7 @@
 
 #include "collectives/grad_ops.h"
 #include "collectives/local_ops.h"
+#include "collectives/nn_ops.h"
 #include "collectives/semantics.h"
 
 namespace shardsim {
@@ -37,6 +38,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
   if (IsGradOp(op.kind)) return ApplyGradOp(op, inputs);
+  if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (IsUnary(op.kind)) {
     need(1);
     return One(Unary(op.kind, *inputs[0]));

@@ -16,6 +16,7 @@
 
 #include "collectives/grad_ops.h"
 #include "collectives/ir/op_registry.h"
+#include "collectives/nn_ops.h"
 
 namespace shardsim {
 namespace {
@@ -1080,6 +1081,7 @@ OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs) {
   if (op.kind == OpKind::kCustomCall) return OpCost{op.flops.value_or(0), op.bytes.value_or(0)};
   if (IsGradOp(op.kind)) return GradOpCost(op, inputs, outputs);
+  if (IsNnOp(op.kind)) return NnOpCost(op, inputs, outputs);
   return LocalOpCost(op.kind, inputs, outputs, op.spec);
 }
 
@@ -1092,6 +1094,11 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
     out_elements += static_cast<double>(a->size());
   }
   OpCost cost{0, in_bytes + out_bytes};
+  if (IsNnOp(kind)) {  // Their attributes at the defaults (attention causal).
+    OpSpec op;
+    op.kind = kind;
+    return NnOpCost(op, inputs, outputs);
+  }
   if (BinaryKindOf(kind) || Op(kind).elementwise) {
     cost.flops = out_elements;
     return cost;

@@ -91,11 +91,12 @@ struct OpCost {
 // one FLOP per output element; every op reads its inputs and writes its outputs, except
 // reshape (free: a relabeling) and slice (reads only the slice); convert one FLOP per element.
 // `einsum_spec` is needed for einsum only. Collective kinds are not local ops; the derivative
-// ops of grad_ops.h are costed by the OpSpec overload (GradOpCost).
+// ops of grad_ops.h are costed by the OpSpec overload (GradOpCost); the ops of nn_ops.h cost
+// NnOpCost, with their attributes at the defaults.
 OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs, const std::string& einsum_spec = "");
-// The cost of `op` itself: LocalOpCost of its kind, GradOpCost for the ops of grad_ops.h, or,
-// for custom_call, the FLOPs and bytes the op states.
+// The cost of `op` itself: LocalOpCost of its kind, GradOpCost for the ops of grad_ops.h,
+// NnOpCost for those of nn_ops.h, or, for custom_call, the FLOPs and bytes the op states.
 OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs);
 

@@ -1,0 +1,74 @@
+// The array ops global (jit) programs need, as local ops: the reductions jnp.sum, jnp.mean and
+// jnp.max (reduce_max), jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm (scale,
+// no bias), jnp.take, the mean of optax.softmax_cross_entropy_with_integer_labels,
+// jax.lax.top_k and jax.nn.dot_product_attention. They run per device in shard_map bodies and
+// on whole arrays as the reference of global programs.
+//
+// Conventions as local_ops.h: shape-only inputs give shape-only outputs; bad shapes, dtypes or
+// attributes throw std::invalid_argument with a message that starts with the op's name
+// ("softmax: axis 2 is out of range for f32[4,8]"); negative axes count from the end.
+//
+// Precision: every kernel reads its inputs' exact values, computes in double (at least the
+// float32 JAX and Flax use for statistics and softmax, whatever the input dtype; sums
+// therefore hardly depend on their order) and rounds each result once to the output dtype.
+// i32 sums wrap modulo 2^32 as XLA's do. attention alone rounds once more inside: its
+// probabilities are cast to the inputs' dtype before they weight v, as JAX does.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/local_ops.h"
+#include "collectives/program.h"
+
+namespace shardsim {
+
+// Whether `kind` is one of this file's ops (kSum ... kAttention).
+bool IsNnOp(OpKind kind);
+// Runs op `op` (IsNnOp) on `inputs`; one array per output (top_k: values, then indices).
+std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& inputs);
+// The FLOPs and HBM bytes of op `op` (IsNnOp) with these local inputs and outputs; the counts
+// are stated beside each case in nn_ops.cc.
+OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
+                const std::vector<const Array*>& outputs);
+
+// jnp.sum, jnp.mean or jnp.max (`kind` kSum, kMean, kReduceMax) over `axes` (empty: every
+// axis; each named once). sum and max keep the dtype (i32 sums wrap); mean of i32 is f32. An
+// empty sum is 0 and an empty mean NaN; max over no elements is an error (no identity).
+Array Reduction(OpKind kind, const Array& x, const std::vector<int64_t>& axes, bool keepdims);
+// jax.nn.softmax along `axis`: exp(x - max) / sum(exp(x - max)); i32 gives f32. A +inf or
+// NaN in a row makes the row NaN, as in JAX.
+Array Softmax(const Array& x, int64_t axis);
+// jax.nn.log_softmax along `axis`: (x - max) - log(sum(exp(x - max))); i32 gives f32.
+Array LogSoftmax(const Array& x, int64_t axis);
+// The eps Flax uses by default: 1e-6 for RMSNorm (kRmsNorm), 1e-5 for LayerNorm (kLayerNorm).
+double DefaultEps(OpKind kind);
+// Flax RMSNorm: x * rsqrt(mean(x^2, axis) + eps) * scale, scale of shape [x.shape[axis]]
+// broadcast along `axis`. x and scale are float; the result has their promoted dtype.
+Array RmsNorm(const Array& x, const Array& scale, int64_t axis, double eps);
+// Flax LayerNorm without bias: (x - mean) * rsqrt(var + eps) * scale (biased variance, as Flax).
+Array LayerNorm(const Array& x, const Array& scale, int64_t axis, double eps);
+// jnp.take(table, ids, axis): shape table.shape[:axis] + ids.shape + table.shape[axis+1:].
+// ids are i32; one in [-n, 0) counts from the end; one outside [-n, n) takes the fill value
+// (jnp.take's default mode "fill": NaN for float tables, the most negative int32 for i32).
+Array Take(const Array& table, const Array& ids, int64_t axis);
+// The mean over every label position of -log_softmax(logits)[label]: logits [..., C] float,
+// labels [...] i32 (optax.softmax_cross_entropy_with_integer_labels, then jnp.mean). The
+// result is an f32 scalar whatever the logits' dtype (the loss as training loops log it). A
+// label outside [-C, C) makes the loss NaN (take_along_axis's "fill"); one in [-C, 0) counts
+// from the end.
+Array CrossEntropy(const Array& logits, const Array& labels);
+// jax.lax.top_k: the k largest values along the last axis, in descending order, and their
+// indices (i32); equal values keep the lower index first. NaN ranks above every number.
+std::vector<Array> TopK(const Array& x, int64_t k);
+// jax.nn.dot_product_attention: q [B, T, N, H], k and v [B, S, K, H] of one float dtype, N a
+// multiple of K (query head n reads kv head n / (N / K)); softmax(q k^T / sqrt(H)) v in
+// double, the probabilities rounded to the dtype before weighting v. causal: query t sees keys
+// j <= t + S - T (the last query aligned with the last key; needs T <= S).
+Array Attention(const Array& q, const Array& k, const Array& v, bool causal);
+// The (query, key) pairs attention scores per batch element and head: T * S, or causally
+// T * S - T (T - 1) / 2.
+double AttentionPairs(int64_t t, int64_t s, bool causal);
+
+}  // namespace shardsim

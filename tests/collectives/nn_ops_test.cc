@@ -1,0 +1,705 @@
+// The array ops of global programs as local ops (collectives/nn_ops.h): each op against closed
+// forms, its shape and dtype rules and their errors, its FLOPs and bytes, and its registry
+// entry.
+#include "collectives/nn_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collectives/ir/op_registry.h"
+#include "collectives/ir/program_builder.h"
+#include "collectives/local_op.h"
+#include "collectives/local_ops.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
+#include "topology/presets.h"
+
+namespace shardsim {
+namespace {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kLn2 = std::log(2.0);
+const double kLn3 = std::log(3.0);
+
+// An array of `dtype` holding `values` (rounded to the dtype).
+Array A(DType dtype, Shape shape, std::vector<double> values) {
+  return Array::FromNumbers(dtype, std::move(shape), values);
+}
+Array F32(Shape shape, std::vector<double> values) {
+  return A(DType::kF32, std::move(shape), std::move(values));
+}
+Array I32(Shape shape, std::vector<double> values) {
+  return A(DType::kI32, std::move(shape), std::move(values));
+}
+// 0, 1, 2, ... as f32 of `shape`.
+Array Arange(Shape shape) {
+  std::vector<double> v(static_cast<size_t>(NumElements(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  return F32(std::move(shape), v);
+}
+
+// An op of `kind` with its attributes at their defaults.
+OpSpec MakeOp(OpKind kind) {
+  OpSpec op;
+  op.kind = kind;
+  return op;
+}
+// A reduction over `axes`.
+OpSpec Reduce(OpKind kind, std::vector<int64_t> axes, bool keepdims = false) {
+  OpSpec op = MakeOp(kind);
+  op.axes = std::move(axes);
+  op.keepdims = keepdims;
+  return op;
+}
+// softmax, log_softmax, rms_norm or layer_norm along `axis`, with `eps` when given.
+OpSpec Along(OpKind kind, int64_t axis, std::optional<double> eps = std::nullopt) {
+  OpSpec op = MakeOp(kind);
+  op.norm_axis = axis;
+  op.eps = eps;
+  return op;
+}
+OpSpec TakeAlong(int64_t axis) {
+  OpSpec op = MakeOp(OpKind::kTake);
+  op.axis = axis;
+  return op;
+}
+OpSpec TopKOf(int64_t k) {
+  OpSpec op = MakeOp(OpKind::kTopK);
+  op.k = k;
+  return op;
+}
+OpSpec AttentionOp(bool causal) {
+  OpSpec op = MakeOp(OpKind::kAttention);
+  op.causal = causal;
+  return op;
+}
+
+// Runs `op` through the local-op dispatcher, as the executor and the reference do.
+std::vector<Array> Apply(const OpSpec& op, const std::vector<Array>& inputs) {
+  static const Mesh mesh({{"d", 1}}, {0});
+  std::vector<const Array*> ptrs;
+  for (const Array& a : inputs) ptrs.push_back(&a);
+  return ApplyLocalOp(op, ptrs, mesh, 0);
+}
+
+// One output's expected type and values (NaN expects NaN).
+struct Expected {
+  DType dtype;
+  Shape shape;
+  std::vector<double> values;
+};
+
+// A named closed-form case: an op on inputs and what each of its outputs must be.
+struct KernelCase {
+  std::string name;
+  OpSpec op;
+  std::vector<Array> inputs;
+  std::vector<Expected> outputs;
+};
+
+std::ostream& operator<<(std::ostream& os, const KernelCase& c) { return os << c.name; }
+
+// The float value v rounded to `dtype`.
+double R(DType dtype, double v) { return RoundToDType(dtype, static_cast<float>(v)); }
+
+// softmax of {0, ln 2} (the bf16 case: ln 2 rounded to bf16 first), rounded to `dtype`.
+std::vector<double> SoftmaxOf0AndLn2(DType dtype) {
+  const double l = R(dtype, kLn2);
+  return {R(dtype, 1 / (1 + std::exp(l))), R(dtype, std::exp(l) / (1 + std::exp(l)))};
+}
+
+// Attention of q = 1 over keys {0, ln 2} (in f16) with values {0, 5}: the probabilities are
+// rounded to f16 before they weight v, as JAX does; returns that output.
+double F16AttentionOutput() {
+  const double l = R(DType::kF16, kLn2);
+  const double p1 = std::exp(l) / (1 + std::exp(l));
+  return R(DType::kF16, R(DType::kF16, p1) * 5);
+}
+
+std::vector<KernelCase> KernelCases() {
+  const int32_t kMin = std::numeric_limits<int32_t>::min();
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  const double rms = std::sqrt(12.5);  // rms of {3, 4}.
+  const DType f32 = DType::kF32, bf16 = DType::kBF16, f16 = DType::kF16, i32 = DType::kI32;
+  return {
+      // Reductions of [[0, 1, 2], [3, 4, 5]] and friends.
+      {"SumAll", Reduce(OpKind::kSum, {}), {Arange({2, 3})}, {{f32, {}, {15}}}},
+      {"SumAxis0", Reduce(OpKind::kSum, {0}), {Arange({2, 3})}, {{f32, {3}, {3, 5, 7}}}},
+      {"SumLastAxisKeepdims",
+       Reduce(OpKind::kSum, {-1}, true),
+       {Arange({2, 3})},
+       {{f32, {2, 1}, {3, 12}}}},
+      // x[a, b, c] = 6a + 2b + c summed over a and c: 14 + 8b.
+      {"SumTwoAxesOfThree",
+       Reduce(OpKind::kSum, {0, 2}),
+       {Arange({2, 3, 2})},
+       {{f32, {3}, {14, 22, 30}}}},
+      {"SumI32Wraps", Reduce(OpKind::kSum, {}), {I32({2}, {kMax, 1})}, {{i32, {}, {kMin}}}},
+      // 256 + 1 + 0.5 = 257.5, rounded once to bf16 (spacing 2 there) is 258; adding in bf16
+      // step by step would give 256.
+      {"SumBf16RoundsOnce",
+       Reduce(OpKind::kSum, {}),
+       {A(bf16, {3}, {256, 1, 0.5})},
+       {{bf16, {}, {258}}}},
+      {"SumOfNothingIsZero", Reduce(OpKind::kSum, {0}), {F32({0, 3}, {})}, {{f32, {3}, {0, 0, 0}}}},
+      {"MeanAxis1", Reduce(OpKind::kMean, {1}), {Arange({2, 3})}, {{f32, {2}, {1, 4}}}},
+      {"MeanOfI32IsF32", Reduce(OpKind::kMean, {}), {I32({2}, {1, 2})}, {{f32, {}, {1.5}}}},
+      {"MeanOfNothingIsNan",
+       Reduce(OpKind::kMean, {0}),
+       {F32({0, 2}, {})},
+       {{f32, {2}, {kNan, kNan}}}},
+      {"MaxAxis1",
+       Reduce(OpKind::kReduceMax, {1}),
+       {F32({2, 3}, {-1, -5, -2, 4, 0, 9})},
+       {{f32, {2}, {-1, 9}}}},
+      {"MaxPropagatesNan",
+       Reduce(OpKind::kReduceMax, {}),
+       {F32({3}, {1, kNan, 3})},
+       {{f32, {}, {kNan}}}},
+      {"MaxKeepsI32", Reduce(OpKind::kReduceMax, {0}), {I32({3}, {-3, 7, 2})}, {{i32, {}, {7}}}},
+      {"MaxAllKeepdims",
+       Reduce(OpKind::kReduceMax, {}, true),
+       {Arange({2, 3})},
+       {{f32, {1, 1}, {5}}}},
+      // softmax([0, ln 2]) = [1/3, 2/3]; log_softmax = [-ln 3, ln 2 - ln 3].
+      {"SoftmaxOf0AndLn2",
+       MakeOp(OpKind::kSoftmax),
+       {F32({2}, {0, kLn2})},
+       {{f32, {2}, {1.0 / 3, 2.0 / 3}}}},
+      {"LogSoftmaxOf0AndLn2",
+       MakeOp(OpKind::kLogSoftmax),
+       {F32({2}, {0, kLn2})},
+       {{f32, {2}, {-kLn3, kLn2 - kLn3}}}},
+      // Along axis 0 of [[0, 0], [ln 3, 0]]: columns [1/4, 3/4] and [1/2, 1/2].
+      {"SoftmaxAxis0",
+       Along(OpKind::kSoftmax, 0),
+       {F32({2, 2}, {0, 0, kLn3, 0})},
+       {{f32, {2, 2}, {0.25, 0.5, 0.75, 0.5}}}},
+      // exp(1000) overflows: only the max's subtraction keeps these finite.
+      {"SoftmaxOfLargeValuesIsStable",
+       MakeOp(OpKind::kSoftmax),
+       {F32({2}, {1000, 1000})},
+       {{f32, {2}, {0.5, 0.5}}}},
+      {"LogSoftmaxOfLargeValuesIsStable",
+       MakeOp(OpKind::kLogSoftmax),
+       {F32({2}, {1000, 1000})},
+       {{f32, {2}, {-kLn2, -kLn2}}}},
+      {"SoftmaxOfMinusInfIsZero",
+       MakeOp(OpKind::kSoftmax),
+       {F32({2}, {0, -kInf})},
+       {{f32, {2}, {1, 0}}}},
+      {"SoftmaxWithPlusInfIsNan",
+       MakeOp(OpKind::kSoftmax),
+       {F32({2}, {0, kInf})},
+       {{f32, {2}, {kNan, kNan}}}},
+      {"SoftmaxOfI32IsF32", MakeOp(OpKind::kSoftmax), {I32({2}, {0, 0})}, {{f32, {2}, {0.5, 0.5}}}},
+      {"SoftmaxBf16Rounds",
+       MakeOp(OpKind::kSoftmax),
+       {A(bf16, {2}, {0, kLn2})},
+       {{bf16, {2}, SoftmaxOf0AndLn2(bf16)}}},
+      // rms_norm([3, 4]) = [3, 4] / sqrt(12.5); layer_norm([1, 2, 3]) = [-1, 0, 1] sqrt(1.5).
+      {"RmsNorm",
+       Along(OpKind::kRmsNorm, -1, 0.0),
+       {F32({2}, {3, 4}), F32({2}, {1, 1})},
+       {{f32, {2}, {3 / rms, 4 / rms}}}},
+      {"RmsNormScale",
+       Along(OpKind::kRmsNorm, -1, 0.0),
+       {F32({2}, {3, 4}), F32({2}, {2, 0.5})},
+       {{f32, {2}, {6 / rms, 2 / rms}}}},
+      // Flax's default eps, 1e-6, doubles mean(x^2) = 1e-6 here: 1e-3 / sqrt(2e-6).
+      {"RmsNormDefaultEps",
+       MakeOp(OpKind::kRmsNorm),
+       {F32({2}, {1e-3, 1e-3}), F32({2}, {1, 1})},
+       {{f32, {2}, {1 / std::sqrt(2.0), 1 / std::sqrt(2.0)}}}},
+      {"LayerNorm",
+       Along(OpKind::kLayerNorm, -1, 0.0),
+       {F32({3}, {1, 2, 3}), F32({3}, {1, 1, 1})},
+       {{f32, {3}, {-std::sqrt(1.5), 0, std::sqrt(1.5)}}}},
+      // Columns of [[1, 5], [3, 5]] along axis 0, eps 1: (x - mean) / sqrt(var + 1) * scale[row].
+      {"LayerNormAxis0Scale",
+       Along(OpKind::kLayerNorm, 0, 1.0),
+       {F32({2, 2}, {1, 5, 3, 5}), F32({2}, {1, 2})},
+       {{f32, {2, 2}, {-1 / std::sqrt(2.0), 0, 2 / std::sqrt(2.0), 0}}}},
+      // Flax's default eps, 1e-5: var 1e-6, so +-1e-3 / sqrt(1.1e-5).
+      {"LayerNormDefaultEps",
+       MakeOp(OpKind::kLayerNorm),
+       {F32({2}, {0, 2e-3}), F32({2}, {1, 1})},
+       {{f32, {2}, {-1e-3 / std::sqrt(1.1e-5), 1e-3 / std::sqrt(1.1e-5)}}}},
+      {"RmsNormBf16WithF32ScaleIsF32",
+       Along(OpKind::kRmsNorm, -1, 0.0),
+       {A(bf16, {2}, {3, 4}), F32({2}, {1, 1})},
+       {{f32, {2}, {3 / rms, 4 / rms}}}},
+      {"RmsNormBf16Rounds",
+       Along(OpKind::kRmsNorm, -1, 0.0),
+       {A(bf16, {2}, {3, 4}), A(bf16, {2}, {1, 1})},
+       {{bf16, {2}, {R(bf16, 3 / rms), R(bf16, 4 / rms)}}}},
+      // take of [[0, 1], [2, 3], [4, 5]].
+      {"TakeRows",
+       MakeOp(OpKind::kTake),
+       {Arange({3, 2}), I32({2}, {2, 0})},
+       {{f32, {2, 2}, {4, 5, 0, 1}}}},
+      {"TakeAxis1With2dIds",
+       TakeAlong(1),
+       {Arange({3, 2}), I32({2, 1}, {1, 0})},
+       {{f32, {3, 2, 1}, {1, 0, 3, 2, 5, 4}}}},
+      {"TakeNegativeIdCountsFromTheEnd",
+       MakeOp(OpKind::kTake),
+       {Arange({3, 2}), I32({1}, {-1})},
+       {{f32, {1, 2}, {4, 5}}}},
+      {"TakeOutOfRangeFillsNan",
+       MakeOp(OpKind::kTake),
+       {Arange({3, 2}), I32({2}, {3, -4})},
+       {{f32, {2, 2}, {kNan, kNan, kNan, kNan}}}},
+      {"TakeI32FillsMostNegative",
+       MakeOp(OpKind::kTake),
+       {I32({2}, {7, 8}), I32({2}, {1, 2})},
+       {{i32, {2}, {8, kMin}}}},
+      {"TakeKeepsBf16",
+       MakeOp(OpKind::kTake),
+       {A(bf16, {2, 1}, {1.5, 2.5}), I32({1}, {1})},
+       {{bf16, {1, 1}, {2.5}}}},
+      // -log softmax([0, ln 2]) = [ln 3, ln 1.5].
+      {"CrossEntropyOneRow",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({1, 2}, {0, kLn2}), I32({1}, {1})},
+       {{f32, {}, {std::log(1.5)}}}},
+      {"CrossEntropyMeansRows",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({2, 2}, {0, kLn2, 0, kLn2}), I32({2}, {1, 0})},
+       {{f32, {}, {(std::log(1.5) + kLn3) / 2}}}},
+      {"CrossEntropyRank3",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({1, 2, 2}, {0, kLn2, 0, kLn2}), I32({1, 2}, {1, 0})},
+       {{f32, {}, {(std::log(1.5) + kLn3) / 2}}}},
+      {"CrossEntropyUniformIsLnC",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({2, 4}, {0, 0, 0, 0, 0, 0, 0, 0}), I32({2}, {3, 0})},
+       {{f32, {}, {std::log(4.0)}}}},
+      {"CrossEntropyNegativeLabel",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({1, 2}, {0, kLn2}), I32({1}, {-1})},
+       {{f32, {}, {std::log(1.5)}}}},
+      {"CrossEntropyOutOfRangeLabelIsNan",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({1, 2}, {0, kLn2}), I32({1}, {2})},
+       {{f32, {}, {kNan}}}},
+      {"CrossEntropyLargeLogitsStable",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({1, 2}, {1000, 1000}), I32({1}, {0})},
+       {{f32, {}, {kLn2}}}},
+      {"CrossEntropyOfBf16IsF32",
+       MakeOp(OpKind::kCrossEntropy),
+       {A(bf16, {1, 2}, {0, 0}), I32({1}, {0})},
+       {{f32, {}, {kLn2}}}},
+      {"TopK3",
+       TopKOf(3),
+       {F32({5}, {3, 1, 4, 1, 5})},
+       {{f32, {3}, {5, 4, 3}}, {i32, {3}, {4, 2, 0}}}},
+      {"TopKTiesTakeTheLowerIndex",
+       TopKOf(2),
+       {F32({5}, {2, 7, 7, 1, 7})},
+       {{f32, {2}, {7, 7}}, {i32, {2}, {1, 2}}}},
+      {"TopKPerRow",
+       TopKOf(1),
+       {F32({2, 2}, {1, 2, 4, 3})},
+       {{f32, {2, 1}, {2, 4}}, {i32, {2, 1}, {1, 0}}}},
+      {"TopKNanRanksFirst",
+       TopKOf(2),
+       {F32({3}, {1, kNan, 2})},
+       {{f32, {2}, {kNan, 2}}, {i32, {2}, {1, 2}}}},
+      {"TopKOfI32", TopKOf(2), {I32({3}, {5, -1, 9})}, {{i32, {2}, {9, 5}}, {i32, {2}, {2, 0}}}},
+      {"TopKWholeAxis",
+       TopKOf(2),
+       {A(bf16, {2}, {1, 2})},
+       {{bf16, {2}, {2, 1}}, {i32, {2}, {1, 0}}}},
+      // One query q = 1 over keys {0, ln 2}: probabilities [1/3, 2/3], values {3, 6}: 5.
+      {"AttentionOneQueryTwoKeys",
+       AttentionOp(false),
+       {F32({1, 1, 1, 1}, {1}), F32({1, 2, 1, 1}, {0, kLn2}), F32({1, 2, 1, 1}, {3, 6})},
+       {{f32, {1, 1, 1, 1}, {5}}}},
+      // Causal with T = 1 < S = 2: the last query is aligned with the last key and sees both
+      // (JAX's top-left tril would show it key 0 only: 3).
+      {"AttentionCausalAlignsBottomRight",
+       AttentionOp(true),
+       {F32({1, 1, 1, 1}, {1}), F32({1, 2, 1, 1}, {0, kLn2}), F32({1, 2, 1, 1}, {3, 6})},
+       {{f32, {1, 1, 1, 1}, {5}}}},
+      {"AttentionCausalSquare",
+       AttentionOp(true),
+       {F32({1, 2, 1, 1}, {1, 1}), F32({1, 2, 1, 1}, {0, kLn2}), F32({1, 2, 1, 1}, {3, 6})},
+       {{f32, {1, 2, 1, 1}, {3, 5}}}},
+      {"AttentionNotCausal",
+       AttentionOp(false),
+       {F32({1, 2, 1, 1}, {1, 1}), F32({1, 2, 1, 1}, {0, kLn2}), F32({1, 2, 1, 1}, {3, 6})},
+       {{f32, {1, 2, 1, 1}, {5, 5}}}},
+      // H = 4: q.k1 = 4 (ln 2 / 2) = 2 ln 2, scaled by 1 / sqrt(4) to ln 2.
+      {"AttentionScalesBySqrtH",
+       AttentionOp(false),
+       {F32({1, 1, 1, 4}, {1, 1, 1, 1}),
+        F32({1, 2, 1, 4}, {0, 0, 0, 0, kLn2 / 2, kLn2 / 2, kLn2 / 2, kLn2 / 2}),
+        F32({1, 2, 1, 4}, {3, 3, 3, 3, 6, 6, 6, 6})},
+       {{f32, {1, 1, 1, 4}, {5, 5, 5, 5}}}},
+      // N = 4 query heads over K = 2 kv heads: heads 0, 1 read kv head 0, heads 2, 3 kv head 1.
+      {"AttentionGroupedQuery",
+       AttentionOp(false),
+       {F32({1, 1, 4, 1}, {1, 1, 1, 1}), F32({1, 1, 2, 1}, {0, 0}), F32({1, 1, 2, 1}, {10, 20})},
+       {{f32, {1, 1, 4, 1}, {10, 10, 20, 20}}}},
+      {"AttentionPerBatch",
+       AttentionOp(false),
+       {F32({2, 1, 1, 1}, {1, 1}), F32({2, 2, 1, 1}, {0, kLn2, kLn2, 0}),
+        F32({2, 2, 1, 1}, {3, 6, 3, 6})},
+       {{f32, {2, 1, 1, 1}, {5, 4}}}},
+      {"AttentionF16RoundsProbabilities",
+       AttentionOp(false),
+       {A(f16, {1, 1, 1, 1}, {1}), A(f16, {1, 2, 1, 1}, {0, kLn2}), A(f16, {1, 2, 1, 1}, {0, 5})},
+       {{f16, {1, 1, 1, 1}, {F16AttentionOutput()}}}},
+  };
+}
+
+class KernelTest : public testing::TestWithParam<KernelCase> {};
+
+// Values as the closed form, within an ulp of f32 where it is rounded from double (and
+// exactly where the expectation is rounded to the dtype the same way); types exactly.
+TEST_P(KernelTest, MatchesClosedForm) {
+  const KernelCase& c = GetParam();
+  std::vector<Array> out = Apply(c.op, c.inputs);
+  ASSERT_EQ(out.size(), c.outputs.size());
+  for (size_t o = 0; o < out.size(); ++o) {
+    const Expected& want = c.outputs[o];
+    SCOPED_TRACE("output " + std::to_string(o));
+    EXPECT_EQ(out[o].dtype(), want.dtype);
+    ASSERT_EQ(out[o].shape(), want.shape);
+    ASSERT_TRUE(out[o].has_data());
+    ASSERT_EQ(out[o].size(), static_cast<int64_t>(want.values.size()));
+    for (size_t i = 0; i < want.values.size(); ++i) {
+      const double got = out[o].ValueAt(static_cast<int64_t>(i)), w = want.values[i];
+      if (std::isnan(w)) {
+        EXPECT_TRUE(std::isnan(got)) << "element " << i << ": " << got;
+      } else if (want.dtype == DType::kF32) {
+        EXPECT_NEAR(got, w, 1.2e-7 * std::max(1.0, std::fabs(w))) << "element " << i;
+      } else {
+        EXPECT_EQ(got, w) << "element " << i;
+      }
+    }
+  }
+}
+
+// The same op on shape-only inputs gives shape-only outputs of the same types.
+TEST_P(KernelTest, ShapeOnlyInputsGiveShapeOnlyOutputs) {
+  const KernelCase& c = GetParam();
+  std::vector<Array> inputs;
+  for (const Array& a : c.inputs) inputs.push_back(Array::ShapeOnly(a.dtype(), a.shape()));
+  std::vector<Array> out = Apply(c.op, inputs);
+  ASSERT_EQ(out.size(), c.outputs.size());
+  for (size_t o = 0; o < out.size(); ++o) {
+    EXPECT_FALSE(out[o].has_data());
+    EXPECT_EQ(out[o].dtype(), c.outputs[o].dtype);
+    EXPECT_EQ(out[o].shape(), c.outputs[o].shape);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NnOps, KernelTest, testing::ValuesIn(KernelCases()),
+                         [](const testing::TestParamInfo<KernelCase>& info) {
+                           return info.param.name;
+                         });
+
+// The f16 attention case means something: without rounding the probabilities first, the
+// output would be another f16 value.
+TEST(NnOpsTest, F16AttentionCaseTellsTheRoundingApart) {
+  const double l = R(DType::kF16, kLn2);
+  const double unrounded = R(DType::kF16, 5 * std::exp(l) / (1 + std::exp(l)));
+  EXPECT_NE(F16AttentionOutput(), unrounded);
+}
+
+// A bad shape, dtype or attribute, and the start of the message it gets.
+struct ErrorCase {
+  std::string name;
+  OpSpec op;
+  std::vector<Array> inputs;
+  std::string message;
+};
+
+std::ostream& operator<<(std::ostream& os, const ErrorCase& c) { return os << c.name; }
+
+std::vector<ErrorCase> ErrorCases() {
+  const DType bf16 = DType::kBF16;
+  return {
+      {"SumAxisOutOfRange",
+       Reduce(OpKind::kSum, {2}),
+       {Arange({2, 3})},
+       "sum: axis 2 is out of range for f32[2,3]"},
+      {"MeanAxisNamedTwice",
+       Reduce(OpKind::kMean, {1, -1}),
+       {Arange({2, 3})},
+       "mean: axis -1 names a dimension twice"},
+      {"MaxOfNothing",
+       Reduce(OpKind::kReduceMax, {0}),
+       {F32({0, 3}, {})},
+       "reduce_max: cannot reduce zero elements of f32[0,3] (max has no identity)"},
+      {"SoftmaxOfScalar",
+       MakeOp(OpKind::kSoftmax),
+       {F32({}, {1})},
+       "softmax: axis -1 is out of range for f32[]"},
+      {"LogSoftmaxAxisOutOfRange",
+       Along(OpKind::kLogSoftmax, 1),
+       {F32({3}, {1, 2, 3})},
+       "log_softmax: axis 1 is out of range for f32[3]"},
+      {"RmsNormScaleShape",
+       MakeOp(OpKind::kRmsNorm),
+       {Arange({2, 3}), F32({2}, {1, 1})},
+       "rms_norm: scale must have shape [3] (axis -1 of x f32[2,3]), got f32[2]"},
+      {"LayerNormOfI32",
+       MakeOp(OpKind::kLayerNorm),
+       {I32({2}, {1, 2}), F32({2}, {1, 1})},
+       "layer_norm: x must be a float array (f32, bf16, f16), got i32[2]"},
+      {"RmsNormI32Scale",
+       MakeOp(OpKind::kRmsNorm),
+       {F32({2}, {1, 2}), I32({2}, {1, 1})},
+       "rms_norm: scale must be a float array (f32, bf16, f16), got i32[2]"},
+      {"RmsNormNegativeEps",
+       Along(OpKind::kRmsNorm, -1, -1.0),
+       {F32({2}, {1, 2}), F32({2}, {1, 1})},
+       "rms_norm: eps must be finite and >= 0"},
+      {"TakeFloatIds",
+       MakeOp(OpKind::kTake),
+       {Arange({3, 2}), F32({1}, {0})},
+       "take: ids must be i32, got f32[1]"},
+      {"TakeFromScalar",
+       MakeOp(OpKind::kTake),
+       {F32({}, {1}), I32({1}, {0})},
+       "take: table must have rank >= 1, got f32[]"},
+      {"TakeAxisOutOfRange",
+       TakeAlong(2),
+       {Arange({3, 2}), I32({1}, {0})},
+       "take: axis 2 is out of range for f32[3,2]"},
+      {"CrossEntropyLabelShape",
+       MakeOp(OpKind::kCrossEntropy),
+       {Arange({2, 3}), I32({3}, {0, 0, 0})},
+       "cross_entropy: labels must have shape [2] (logits f32[2,3] without the class axis), got "
+       "i32[3]"},
+      {"CrossEntropyFloatLabels",
+       MakeOp(OpKind::kCrossEntropy),
+       {Arange({2, 3}), F32({2}, {0, 0})},
+       "cross_entropy: labels must be i32, got f32[2]"},
+      {"CrossEntropyI32Logits",
+       MakeOp(OpKind::kCrossEntropy),
+       {I32({1, 2}, {0, 0}), I32({1}, {0})},
+       "cross_entropy: logits must be a float array"},
+      {"CrossEntropyScalarLogits",
+       MakeOp(OpKind::kCrossEntropy),
+       {F32({}, {0}), I32({}, {0})},
+       "cross_entropy: logits must have a class axis [..., C], got f32[]"},
+      {"TopKTooMany",
+       TopKOf(4),
+       {Arange({2, 3})},
+       "top_k: k = 4 exceeds the last axis of f32[2,3] (3)"},
+      {"TopKOfScalar", TopKOf(1), {F32({}, {1})}, "top_k: x must have rank >= 1"},
+      {"TopKZero", TopKOf(0), {Arange({3})}, "top_k: k must be >= 1, got 0"},
+      {"AttentionRank",
+       AttentionOp(true),
+       {Arange({2, 2}), Arange({1, 1, 1, 2}), Arange({1, 1, 1, 2})},
+       "attention: q must be [B, T, N, H], got f32[2,2]"},
+      {"AttentionValueShape",
+       AttentionOp(true),
+       {Arange({1, 1, 1, 2}), Arange({1, 2, 1, 2}), Arange({1, 1, 1, 2})},
+       "attention: v must have k's shape [B, S, K, H] [1,2,1,2], got f32[1,1,1,2]"},
+      {"AttentionHeadDims",
+       AttentionOp(false),
+       {Arange({1, 1, 1, 4}), Arange({1, 2, 1, 2}), Arange({1, 2, 1, 2})},
+       "attention: q f32[1,1,1,4] and k f32[1,2,1,2] must agree in B (dimension 0) and H "
+       "(dimension 3)"},
+      {"AttentionGroups",
+       AttentionOp(false),
+       {Arange({1, 1, 3, 2}), Arange({1, 2, 2, 2}), Arange({1, 2, 2, 2})},
+       "attention: the query heads N = 3 must be a multiple of the key/value heads K = 2"},
+      {"AttentionDtypes",
+       AttentionOp(false),
+       {A(bf16, {1, 1, 1, 2}, {0, 0}), Arange({1, 2, 1, 2}), Arange({1, 2, 1, 2})},
+       "attention: q, k and v must share one float dtype, got bf16, f32, f32"},
+      {"AttentionCausalNeedsTAtMostS",
+       AttentionOp(true),
+       {Arange({1, 3, 1, 2}), Arange({1, 2, 1, 2}), Arange({1, 2, 1, 2})},
+       "attention: causal attention aligns the last query with the last key, so it needs T <= "
+       "S, got T = 3, S = 2"},
+      {"AttentionInputCount",
+       AttentionOp(true),
+       {Arange({1, 1, 1, 2}), Arange({1, 2, 1, 2})},
+       "attention: takes 3 input(s), got 2"},
+  };
+}
+
+class ErrorTest : public testing::TestWithParam<ErrorCase> {};
+
+// Refused with invalid_argument and a message naming what is wrong, with data or without
+// (the shape rules need no values).
+TEST_P(ErrorTest, RefusedWithItsMessage) {
+  const ErrorCase& c = GetParam();
+  std::vector<Array> shape_only;
+  for (const Array& a : c.inputs) shape_only.push_back(Array::ShapeOnly(a.dtype(), a.shape()));
+  for (const std::vector<Array>& inputs : {c.inputs, shape_only}) {
+    try {
+      Apply(c.op, inputs);
+      ADD_FAILURE() << (inputs[0].has_data() ? "accepted" : "accepted without data");
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).substr(0, c.message.size()), c.message) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NnOps, ErrorTest, testing::ValuesIn(ErrorCases()),
+                         [](const testing::TestParamInfo<ErrorCase>& info) {
+                           return info.param.name;
+                         });
+
+// An op on shape-only inputs, and its FLOPs and bytes in closed form.
+struct CostCase {
+  std::string name;
+  OpSpec op;
+  std::vector<Array> inputs;
+  double flops;
+  double bytes;
+};
+
+std::ostream& operator<<(std::ostream& os, const CostCase& c) { return os << c.name; }
+
+Array S(DType dtype, Shape shape) { return Array::ShapeOnly(dtype, std::move(shape)); }
+
+std::vector<CostCase> CostCases() {
+  const DType f32 = DType::kF32, bf16 = DType::kBF16, i32 = DType::kI32;
+  // Attention shapes: B 2, T 8, N 4, H 16 and S 8, K 2 (bf16): q and the output 1024
+  // elements, k and v 512 each: 3072 elements, 6144 bytes.
+  const std::vector<Array> qkv = {S(bf16, {2, 8, 4, 16}), S(bf16, {2, 8, 2, 16}),
+                                  S(bf16, {2, 8, 2, 16})};
+  return {
+      // 32 adds; reads 32 and writes 4 f32.
+      {"SumAxis1", Reduce(OpKind::kSum, {1}), {S(f32, {4, 8})}, 32, (32 + 4) * 4},
+      // 32 adds and one division.
+      {"MeanAll", Reduce(OpKind::kMean, {}), {S(f32, {4, 8})}, 33, (32 + 1) * 4},
+      {"MaxAxis0Bf16", Reduce(OpKind::kReduceMax, {0}), {S(bf16, {4, 8})}, 32, (32 + 8) * 2},
+      // 5 per element.
+      {"Softmax", MakeOp(OpKind::kSoftmax), {S(f32, {4, 8})}, 160, 256},
+      // 5 per element and a log per row: 8 rows along axis 0.
+      {"LogSoftmaxAxis0", Along(OpKind::kLogSoftmax, 0), {S(f32, {4, 8})}, 168, 256},
+      // 4 per element and 3 per row; reads x and scale, writes y.
+      {"RmsNorm",
+       MakeOp(OpKind::kRmsNorm),
+       {S(f32, {4, 8}), S(f32, {8})},
+       4 * 32 + 3 * 4,
+       (32 + 8 + 32) * 4},
+      {"LayerNormBf16",
+       MakeOp(OpKind::kLayerNorm),
+       {S(bf16, {4, 8}), S(bf16, {8})},
+       6 * 32 + 4 * 4,
+       (32 + 8 + 32) * 2},
+      // No arithmetic; the ids (40 B) and the rows taken (640 B) read, those rows written.
+      {"Take", MakeOp(OpKind::kTake), {S(f32, {100, 16}), S(i32, {10})}, 0, 40 + 2 * 640},
+      // 4 per logit, 4 per position, one division; reads logits and labels, writes 4 B.
+      {"CrossEntropyBf16",
+       MakeOp(OpKind::kCrossEntropy),
+       {S(bf16, {4, 10}), S(i32, {4})},
+       4 * 40 + 4 * 4 + 1,
+       80 + 16 + 4},
+      // 64 elements, each compared and sifted through log2(4) = 2 levels.
+      {"TopK4", TopKOf(4), {S(f32, {4, 16})}, 64 * 3, 256 + 64 + 64},
+      // 4 B N H T S = 4 * 2 * 4 * 16 * 64.
+      {"Attention", AttentionOp(false), qkv, 32768, 6144},
+      // Causal pairs T S - T (T - 1) / 2 = 64 - 28 = 36.
+      {"AttentionCausal", AttentionOp(true), qkv, 4.0 * 2 * 4 * 16 * 36, 6144},
+      // A decode step against a cache: T 2, S 8 causal: 16 - 1 = 15 pairs.
+      {"AttentionCausalDecode",
+       AttentionOp(true),
+       {S(bf16, {2, 2, 4, 16}), S(bf16, {2, 8, 2, 16}), S(bf16, {2, 8, 2, 16})},
+       4.0 * 2 * 4 * 16 * 15,
+       (256 + 512 + 512 + 256) * 2},
+  };
+}
+
+class CostTest : public testing::TestWithParam<CostCase> {};
+
+TEST_P(CostTest, MatchesClosedForm) {
+  const CostCase& c = GetParam();
+  std::vector<Array> out = Apply(c.op, c.inputs);
+  std::vector<const Array*> ins, outs;
+  for (const Array& a : c.inputs) ins.push_back(&a);
+  for (const Array& a : out) outs.push_back(&a);
+  OpCost cost = LocalOpCost(c.op, ins, outs);
+  EXPECT_DOUBLE_EQ(cost.flops, c.flops);
+  EXPECT_DOUBLE_EQ(cost.bytes, c.bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(NnOps, CostTest, testing::ValuesIn(CostCases()),
+                         [](const testing::TestParamInfo<CostCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST(NnOpsCostTest, CausalIsAboutHalf) {
+  // S (S + 1) / 2 of S^2 pairs: the halving plus the diagonal.
+  EXPECT_DOUBLE_EQ(AttentionPairs(1024, 1024, true) / AttentionPairs(1024, 1024, false),
+                   1025.0 / 2048);
+  // Decoding one token sees the whole cache: nothing to skip.
+  EXPECT_DOUBLE_EQ(AttentionPairs(1, 4096, true), 4096);
+}
+
+// The kind-only overload prices attention at its default (causal), and the executor times an
+// attention op on the roofline from the op's own attribute.
+TEST(NnOpsCostTest, ExecutorTimesAttentionFromItsAttributes) {
+  Array q = S(DType::kBF16, {1, 512, 8, 64}), kv = S(DType::kBF16, {1, 512, 8, 64});
+  Array o = S(DType::kBF16, {1, 512, 8, 64});
+  const std::vector<const Array*> ins = {&q, &kv, &kv}, outs = {&o};
+  EXPECT_EQ(LocalOpCost(OpKind::kAttention, ins, outs).flops,
+            LocalOpCost(AttentionOp(true), ins, outs).flops);
+
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal);
+    ProgramBuilder b({{"dp", 2}});
+    b.Input("q", {2, 512, 8, 64}, DType::kBF16, PartitionSpec{{{"dp"}}});
+    OpSpec att = AttentionOp(causal);
+    att.in = {"q", "q", "q"};
+    att.out = {"o"};
+    b.Add(att);
+    b.Output("o", PartitionSpec{{{"dp"}}});
+    ProgramSpec program = std::move(b).Build();
+    RunResult r = RunProgram(machine, PlaceMesh(machine, program.mesh_axes), program, {});
+    const Time want = machine.compute_model()->OpTime(
+        OpKind::kAttention, LocalOpCost(AttentionOp(causal), ins, outs), DType::kBF16);
+    EXPECT_EQ(r.ops.at(0).end - r.ops.at(0).start, want);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry entries.
+
+TEST(NnOpsRegistryTest, EntriesComputeAndAreNotElementwise) {
+  const std::vector<std::string> names = {"sum",           "mean",     "reduce_max", "softmax",
+                                          "log_softmax",   "rms_norm", "layer_norm", "take",
+                                          "cross_entropy", "top_k",    "attention"};
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    const OpDef* def = FindOp(name);
+    ASSERT_NE(def, nullptr);
+    EXPECT_TRUE(IsNnOp(def->kind));
+    EXPECT_EQ(def->stream, OpStream::kCompute);
+    EXPECT_FALSE(def->elementwise);
+    EXPECT_FALSE(def->global_only);  // Local ops: shard_map bodies use them too.
+    EXPECT_FALSE(def->takes_axis_name);
+    for (const AttrDef& attr : def->attrs) EXPECT_NE(std::string(attr.doc), "") << attr.name;
+  }
+  EXPECT_EQ(FindOp("attention")->arity, OpArity::kThree);
+  EXPECT_EQ(FindOp("rms_norm")->arity, OpArity::kTwo);
+  EXPECT_EQ(FindOp("top_k")->outputs, 2);
+  EXPECT_EQ(FindAttr(*FindOp("sum"), "axis")->type, AttrType::kAxisList);
+  EXPECT_EQ(FindAttr(*FindOp("softmax"), "axis")->type, AttrType::kInt);
+  EXPECT_FALSE(IsNnOp(OpKind::kMax));
+  EXPECT_EQ(DefaultEps(OpKind::kRmsNorm), 1e-6);
+  EXPECT_EQ(DefaultEps(OpKind::kLayerNorm), 1e-5);
+}
+
+}  // namespace
+}  // namespace shardsim
