@@ -479,6 +479,30 @@ Array Attention(const Array& q, const Array& k, const Array& v, bool causal) {
   return Array::FromValues(dtype, q.shape(), std::move(out));
 }
 
+double SmallestNormScale(const OpSpec& op, const Array& x) {
+  double smallest = std::numeric_limits<double>::infinity();
+  if (!x.has_data() || x.rank() == 0) return smallest;
+  const int ax = AxisOf(OpKindName(op.kind), op.norm_axis, x);
+  const Rows rows = RowsAlong(x.shape(), ax);
+  const double eps = op.eps.value_or(DefaultEps(op.kind));
+  const bool center = op.kind == OpKind::kLayerNorm;
+  for (int64_t o = 0; o < rows.outer; ++o) {
+    for (int64_t j = 0; j < rows.inner; ++j) {
+      double mean = 0, var = 0;
+      if (center) {
+        for (int64_t i = 0; i < rows.n; ++i) mean += x.ValueAt(rows.At(o, i, j));
+        mean /= static_cast<double>(rows.n);
+      }
+      for (int64_t i = 0; i < rows.n; ++i) {
+        const double c = x.ValueAt(rows.At(o, i, j)) - mean;
+        var += c * c;
+      }
+      smallest = std::min(smallest, std::sqrt(var / static_cast<double>(rows.n) + eps));
+    }
+  }
+  return smallest;
+}
+
 OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                 const std::vector<const Array*>& outputs) {
   double in_bytes = 0, out_bytes = 0;

@@ -70,5 +70,9 @@ Array Attention(const Array& q, const Array& k, const Array& v, bool causal);
 // The (query, key) pairs attention scores per batch element and head: T * S, or causally
 // T * S - T (T - 1) / 2.
 double AttentionPairs(int64_t t, int64_t s, bool causal);
+// For error bounds of rms_norm and layer_norm: the smallest, over the rows along the op's axis,
+// of the denominator sqrt(mean(x^2) + eps) (rms_norm) or sqrt(var + eps) (layer_norm) of `x`;
+// +inf when x has no rows or no data.
+double SmallestNormScale(const OpSpec& op, const Array& x);
 
 }  // namespace shardsim

@@ -12,6 +12,7 @@
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
 #include "collectives/lowering.h"
+#include "collectives/nn_ops.h"
 #include "collectives/outputs.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
@@ -63,6 +64,34 @@ namespace {
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
 //     max = min(worst case, kSigmas rms); plus the rounding term.
+//   The array ops of nn_ops.h compute in double and round once, so the same rounding term
+//   covers them; what each passes on (x's error e_x, n the terms or the axis length):
+//   sum of n terms as a matmul of length n: max min(n e_x, kSigmas sqrt(n) rms_x), rms
+//     sqrt(n) rms_x; mean that over n; reduce_max: 1-Lipschitz (exact, as max).
+//   softmax: s_i(x + d) / s_i(x) = e^{d_i} / sum_j s_j e^{d_j} lies in [e^{-2e}, e^{2e}], so
+//     |ds_i| <= M(out) (e^{2 e_x} - 1); also the Jacobian diag(s) - s s^T has row sums of
+//     |entries| 2 s_i (1 - s_i) <= 1/2, so |ds| <= e_x / 2: the smaller; rms min(2 R(out),
+//     1/2) rms_x. log_softmax: x_i - logsumexp(x), logsumexp 1-Lipschitz: 2 e_x, 2 rms_x.
+//   rms_norm, layer_norm: u = c / rho with c = x (rms) or x - mean(x) (layer) and rho =
+//     sqrt(mean(c^2) + eps), the 2-norm of (c / sqrt(n), sqrt(eps)): |d rho| <= rms of dc <=
+//     e_x (centering is a projection), and |dc_i| <= e_x (rms) or 2 e_x (layer). With rho_min
+//     the smallest rho over the reference's rows (SmallestNormScale) and U = max |u| <=
+//     min(sqrt(n), max|c| / rho_min), du = dc / rho' + u (rho - rho') / rho' gives
+//     |du| <= e_x (1 or 2, + U) / (rho_min - e_x) (unbounded if rho_min <= 2 e_x), rms
+//     2 rms_x / (rho_min - e_x); then y = u scale: e_u (M_s + e_s) + U e_s, rms likewise with
+//     R_s and rms(u) <= 1.
+//   take: data movement when the ids are exact; inexact ids may pick another row: 2 M(table)
+//     plus its error (an id pushed out of range gives NaN, a mismatch no bound covers).
+//   cross_entropy: logsumexp(x) - x_label per position, each term 1-Lipschitz: 2 e_x and
+//     2 rms_x, kept by the mean; inexact labels may pick another logit: 2 M(x) + 2 e_x.
+//   top_k: the j-th largest value is 1-Lipschitz (exact, as max); the indices of inexact
+//     values may be any other index of the axis: n - 1.
+//   attention, logits l = q.k / sqrt(H) over H products, as a matmul: worst sqrt(H) (e_q M_k
+//     + e_k M_q + e_q e_k), rms rms_q R_k + rms_k R_q + rms_q rms_k, max min(worst, kSigmas
+//     rms); a row's probabilities then move by at most min(2, e^{2 e_l} - 1) in 1-norm (as
+//     softmax), and their rounding to the dtype by u (p + p') more; the rounded ones sum to at
+//     most 1 + u, so |do| <= min(2, e^{2 e_l} - 1) M_v + 2 u M_v + (1 + u) e_v, rms 2 rms_l
+//     R_v + u R_v + rms_v; plus the rounding term.
 // Reducing collectives over a group of G (the op's group, not the mesh):
 //   psum/psum_scatter: the inputs' errors add: max = min(G max_in, kSigmas sqrt(G) rms_in),
 //     rms = sqrt(G) rms_in. Float32 accumulation in another order: partial sums s_j
@@ -201,6 +230,15 @@ struct Tracked {
 
 namespace {
 
+// What the error of a local op depends on beyond its inputs' errors and statistics.
+struct OpFacts {
+  // matmul, einsum: products per output; sum, mean: terms per output; softmax, norms, top_k:
+  // the axis length; attention: the head dimension H.
+  double k = 1;
+  double norm_floor = 0;  // rms_norm, layer_norm: SmallestNormScale of the reference's x.
+  size_t output = 0;      // Which output the error is for (top_k: 0 values, 1 indices).
+};
+
 // No finite bound holds: infinite in max and rms, so neither the statistical cap nor an
 // rms-based estimate downstream makes it finite again.
 constexpr Error kUnbounded{std::numeric_limits<double>::infinity(),
@@ -255,9 +293,76 @@ Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
   return e;
 }
 
+// The error the ops of nn_ops.h pass on (see ErrorBoundModel).
+Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
+                const Stats& out, DType dtype) {
+  const Error& a = in[0]->error;
+  const Stats& sa = in[0]->stats;
+  const double n = facts.k;
+  switch (op.kind) {
+    case OpKind::kSum:
+    case OpKind::kMean: {
+      Error e{std::min(n * a.max, kSigmas * std::sqrt(n) * a.rms), std::sqrt(n) * a.rms};
+      if (op.kind == OpKind::kMean && n > 0) e = Error{e.max / n, e.rms / n};
+      return Rounded(e, dtype, out);
+    }
+    case OpKind::kReduceMax:
+      return a;
+    case OpKind::kSoftmax:
+      return Rounded(Error{std::min(out.max_abs * std::expm1(2 * a.max), a.max / 2),
+                           std::min(2 * out.rms, 0.5) * a.rms},
+                     dtype, out);
+    case OpKind::kLogSoftmax:
+      return Rounded(Error{2 * a.max, 2 * a.rms}, dtype, out);
+    case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm: {
+      const bool layer = op.kind == OpKind::kLayerNorm;
+      const double floor = facts.norm_floor;
+      if (!(floor > 2 * a.max)) return kUnbounded;
+      const double lo = floor - a.max;
+      const double u_max = std::min(std::sqrt(n), (layer ? 2 : 1) * sa.max_abs / floor);
+      const Error du{a.max * ((layer ? 2 : 1) + u_max) / lo, 2 * a.rms / lo};
+      const Error& es = in[1]->error;
+      const Stats& ss = in[1]->stats;
+      return Rounded(Error{du.max * (ss.max_abs + es.max) + u_max * es.max,
+                           du.rms * (ss.rms + es.rms) + es.rms},
+                     dtype, out);
+    }
+    case OpKind::kTake:
+      if (in[1]->error.exact()) return a;
+      return Error{2 * sa.max_abs + a.max, 2 * sa.rms + a.rms};
+    case OpKind::kCrossEntropy:
+      if (in[1]->error.exact()) return Rounded(Error{2 * a.max, 2 * a.rms}, dtype, out);
+      return Rounded(Error{2 * sa.max_abs + 2 * a.max, 2 * sa.rms + 2 * a.rms}, dtype, out);
+    case OpKind::kTopK:
+      if (facts.output == 0) return a;
+      return Error{std::max(n - 1, 0.0), std::max(n - 1, 0.0)};
+    case OpKind::kAttention: {
+      const Error& eq = a;
+      const Error& ek = in[1]->error;
+      const Error& ev = in[2]->error;
+      const Stats& sq = sa;
+      const Stats& sk = in[1]->stats;
+      const Stats& sv = in[2]->stats;
+      const double worst =
+          std::sqrt(n) * (eq.max * sk.max_abs + ek.max * sq.max_abs + eq.max * ek.max);
+      const double logit_rms = eq.rms * sk.rms + ek.rms * sq.rms + eq.rms * ek.rms;
+      const double logit_max = std::min(worst, kSigmas * logit_rms);
+      const double u = UnitRoundoff(dtype);
+      const double moved = std::min(2.0, std::expm1(2 * logit_max));
+      return Rounded(Error{moved * sv.max_abs + 2 * u * sv.max_abs + (1 + u) * ev.max,
+                           2 * logit_rms * sv.rms + u * sv.rms + ev.rms},
+                     dtype, out);
+    }
+    default:
+      return kUnbounded;
+  }
+}
+
 // The error of local op `op`'s outputs from its inputs' (see ErrorBoundModel).
-Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, double k,
+Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
                    const Stats& out, DType dtype) {
+  const double k = facts.k;
   bool exact = true;
   for (const Tracked* t : in) exact = exact && t->error.exact();
   if (exact) return Error{};
@@ -266,6 +371,7 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, doub
     e.max = std::max(e.max, t->error.max);
     e.rms = std::max(e.rms, t->error.rms);
   }
+  if (IsNnOp(op.kind)) return NnOpError(op, in, facts, out, dtype);
   const Error& a = in[0]->error;
   const Stats& sa = in[0]->stats;
   switch (op.kind) {
@@ -499,6 +605,54 @@ Stats StatsOfValue(const std::vector<std::map<std::string, Array>>& env, const s
   return StatsOf(blocks);
 }
 
+// The OpFacts of local op `op` from every position's arguments and results (`distinct`: the
+// positions whose results were computed, the others being copies).
+OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& args,
+                const std::vector<std::vector<Array>>& results, const std::vector<int>& distinct) {
+  OpFacts facts;
+  if (args[0].empty()) return facts;  // axis_index.
+  const Array& x = *args[0][0];
+  auto axis_length = [&](int64_t axis) {
+    const int64_t r = x.rank();
+    return r == 0 ? 1.0 : static_cast<double>(x.shape()[static_cast<size_t>((axis % r + r) % r)]);
+  };
+  switch (op.kind) {
+    case OpKind::kMatmul:
+      facts.k = static_cast<double>(x.shape().back());
+      break;
+    case OpKind::kEinsum:
+      facts.k = static_cast<double>(EinsumContractionLength(op.spec, x, *args[0][1]));
+      break;
+    case OpKind::kSum:
+    case OpKind::kMean: {
+      const double out = static_cast<double>(results[distinct.at(0)].at(0).size());
+      facts.k = out > 0 ? static_cast<double>(x.size()) / out : 0;
+      break;
+    }
+    case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
+      facts.k = axis_length(op.norm_axis);
+      break;
+    case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
+      facts.k = axis_length(op.norm_axis);
+      facts.norm_floor = std::numeric_limits<double>::infinity();
+      for (int p : distinct) {
+        facts.norm_floor = std::min(facts.norm_floor, SmallestNormScale(op, *args[p][0]));
+      }
+      break;
+    case OpKind::kTopK:
+      facts.k = static_cast<double>(x.shape().back());
+      break;
+    case OpKind::kAttention:
+      facts.k = static_cast<double>(x.shape().back());
+      break;
+    default:
+      break;
+  }
+  return facts;
+}
+
 }  // namespace
 
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
@@ -525,9 +679,10 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   std::vector<int> distinct;  // Positions with distinct results of the current op (empty: all).
   auto track = [&](const OpSpec& op, auto error_of) {
     if (!bounds) return;
-    for (const std::string& name : op.out) {
+    for (size_t j = 0; j < op.out.size(); ++j) {
+      const std::string& name = op.out[j];
       Stats s = StatsOfValue(env, name, distinct);
-      Error e = error_of(s, env[0].at(name).dtype());
+      Error e = error_of(s, env[0].at(name).dtype(), j);
       // The statistical cap (ErrorBoundModel): errors spread like the data, so the largest
       // is at most max(kSigmas, M/R) times their rms.
       // An unbounded error stays unbounded (inf * 0 in a propagation rule is NaN: unbounded).
@@ -621,7 +776,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       }
       zero_elsewhere(op);
-      track(op, [&](const Stats& s, DType dtype) {
+      track(op, [&](const Stats& s, DType dtype, size_t) {
         return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
                                      k);
       });
@@ -634,7 +789,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       std::vector<Array> outs = ReferenceCollective(op, mesh, inputs);
       for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       zero_elsewhere(op);
-      track(op, [&](const Stats& s, DType dtype) {
+      track(op, [&](const Stats& s, DType dtype, size_t) {
         if (op.kind == OpKind::kAxisIndex) return Error{};
         const Tracked& in = tracked.at(op.in.at(0));
         if (op.kind == OpKind::kPsum || op.kind == OpKind::kPmean ||
@@ -668,11 +823,8 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         distinct.push_back(p);
       }
     }
-    double k = 1;
-    if (op.kind == OpKind::kMatmul) k = static_cast<double>(args[0][0]->shape().back());
-    if (op.kind == OpKind::kEinsum) {
-      k = static_cast<double>(EinsumContractionLength(op.spec, *args[0][0], *args[0][1]));
-    }
+    OpFacts facts;
+    if (bounds) facts = FactsOf(op, args, results, distinct);
     std::vector<const Tracked*> in;
     if (bounds) {
       for (const std::string& name : op.in) in.push_back(&tracked.at(name));
@@ -685,10 +837,12 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       }
     }
     zero_elsewhere(op);
-    track(op, [&](const Stats& s, DType dtype) {
+    track(op, [&](const Stats& s, DType dtype, size_t output) {
       std::vector<const Tracked*> kept;
       for (const Tracked& t : in_copies) kept.push_back(&t);
-      return LocalOpError(op, kept, k, s, dtype);
+      OpFacts at = facts;
+      at.output = output;
+      return LocalOpError(op, kept, at, s, dtype);
     });
   }
   free_dead();

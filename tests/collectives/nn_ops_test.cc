@@ -1,12 +1,13 @@
 // The array ops of global programs as local ops (collectives/nn_ops.h): each op against closed
-// forms, its shape and dtype rules and their errors, its FLOPs and bytes, and its registry
-// entry.
+// forms, its shape and dtype rules and their errors, its FLOPs and bytes, its registry entry,
+// and its error bounds in the numerics check.
 #include "collectives/nn_ops.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 #include "collectives/ir/program_builder.h"
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
+#include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "topology/presets.h"
@@ -699,6 +701,165 @@ TEST(NnOpsRegistryTest, EntriesComputeAndAreNotElementwise) {
   EXPECT_FALSE(IsNnOp(OpKind::kMax));
   EXPECT_EQ(DefaultEps(OpKind::kRmsNorm), 1e-6);
   EXPECT_EQ(DefaultEps(OpKind::kLayerNorm), 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error bounds in the numerics check.
+
+// A program on a 4-device data-parallel mesh: every op of nn_ops.h on y = pmax of x @
+// all_gather(w) (an overlapped allgather_matmul: each device adds four partial products
+// rounded to the dtype in its own order, the reference rounds one matmul; pmax makes the
+// devices agree), so y and everything after it differ a little from the reference; or, when
+// `exact`, on x itself.
+ProgramSpec EveryOpProgram(DType dtype, bool exact) {
+  ProgramBuilder b({{"dp", 4}});
+  InitSpec normal;
+  normal.kind = InitSpec::Kind::kNormal;
+  normal.seed = 5;
+  b.Input("x", {4, 32}, dtype, PartitionSpec{}, normal);
+  normal.seed = 7;
+  b.Input("w", {32, 32}, dtype, PartitionSpec{{{"dp"}}}, normal);
+  normal.seed = 6;
+  b.Input("scale", {32}, dtype, PartitionSpec{}, normal);
+  InitSpec ids;
+  ids.kind = InitSpec::Kind::kValue;
+  ids.values = {3, 0, -1};
+  b.Input("ids", {3}, DType::kI32, PartitionSpec{}, ids);
+  InitSpec labels;
+  labels.kind = InitSpec::Kind::kValue;
+  labels.values = {31, 0, 7, 2};
+  b.Input("labels", {4}, DType::kI32, PartitionSpec{}, labels);
+  auto add = [&](OpSpec op, std::vector<std::string> in, std::vector<std::string> out) {
+    op.in = std::move(in);
+    op.out = std::move(out);
+    b.Add(op);
+  };
+  const std::string x = exact ? "x" : "y";
+  if (!exact) {
+    OpSpec matmul = MakeOp(OpKind::kAllgatherMatmul);
+    matmul.axis_name = {"dp"};
+    matmul.variant = "unidirectional";
+    add(matmul, {"x", "w"}, {"partial"});
+    b.Reduce(OpKind::kPmax, "partial", {"dp"}, "y");  // One of the devices' variants: replicated.
+  }
+  add(Reduce(OpKind::kSum, {1}), {x}, {"sum"});
+  add(Reduce(OpKind::kMean, {}), {x}, {"mean"});
+  OpSpec max = MakeOp(OpKind::kMax);  // Read as reduce_max.
+  max.axes = {0};
+  add(max, {x}, {"max"});
+  add(MakeOp(OpKind::kSoftmax), {x}, {"softmax"});
+  add(Along(OpKind::kLogSoftmax, 0), {x}, {"log_softmax"});
+  add(MakeOp(OpKind::kRmsNorm), {x, "scale"}, {"rms_norm"});
+  add(MakeOp(OpKind::kLayerNorm), {x, "scale"}, {"layer_norm"});
+  add(MakeOp(OpKind::kTake), {x, "ids"}, {"take"});
+  add(MakeOp(OpKind::kCrossEntropy), {x, "labels"}, {"cross_entropy"});
+  add(TopKOf(5), {x}, {"top_values", "top_indices"});
+  OpSpec reshape = MakeOp(OpKind::kReshape);
+  reshape.shape = {1, 4, 2, 16};
+  add(reshape, {x}, {"q"});
+  reshape.shape = {1, 8, 1, 16};
+  add(reshape, {x}, {"kv"});
+  add(AttentionOp(true), {"q", "kv", "kv"}, {"attention"});
+  // Scores of order 1 (y / 20), and exact values: only the probabilities carry y's error.
+  OpSpec shrink = MakeOp(OpKind::kMul);
+  shrink.scalar = 0.05;
+  add(shrink, {x}, {"small"});
+  add(reshape, {"small"}, {"small_kv"});
+  reshape.shape = {1, 4, 2, 16};
+  add(reshape, {"small"}, {"small_q"});
+  reshape.shape = {1, 8, 1, 16};
+  add(reshape, {"x"}, {"v"});
+  add(AttentionOp(false), {"small_q", "small_kv", "v"}, {"attention_scores"});
+  for (const char* name :
+       {"sum", "mean", "max", "softmax", "log_softmax", "rms_norm", "layer_norm", "take",
+        "cross_entropy", "top_values", "top_indices", "attention", "attention_scores"}) {
+    b.Output(name, PartitionSpec{});
+  }
+  if (!exact) b.Output("y", PartitionSpec{});
+  return std::move(b).Build();
+}
+
+// Runs `program` with data on 4 TPU v5e chips and returns the check of its outputs.
+NumericsReport RunAndCheck(const ProgramSpec& program) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, program, config);
+  return CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+}
+
+std::map<std::string, double> Bounds(const ProgramSpec& program) {
+  std::map<std::string, double> bounds;
+  ReferenceOutputs(Mesh(program.mesh_axes, {0, 1, 2, 3}), program, "", nullptr, &bounds);
+  return bounds;
+}
+
+TEST(NnOpsNumericsTest, ExactInputsGiveExactResults) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    ProgramSpec program = EveryOpProgram(dtype, /*exact=*/true);
+    for (const auto& [name, bound] : Bounds(program)) EXPECT_EQ(bound, 0.0) << name;
+    NumericsReport r = RunAndCheck(program);
+    EXPECT_TRUE(r.passed) << r.worst_output;
+    EXPECT_EQ(r.max_abs_error, 0.0);
+  }
+}
+
+TEST(NnOpsNumericsTest, InexactInputsPassWithinFiniteBounds) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    ProgramSpec program = EveryOpProgram(dtype, /*exact=*/false);
+    std::map<std::string, double> bounds = Bounds(program);
+    const double y = bounds.at("y");
+    ASSERT_GT(y, 0.0);
+    for (const auto& [name, bound] : bounds) {
+      EXPECT_GT(bound, 0.0) << name;
+      EXPECT_TRUE(std::isfinite(bound)) << name;
+    }
+    // Closed forms of the propagation: the max and the top values move no more than y; the
+    // indices of inexact values may be any of the 32.
+    EXPECT_LE(bounds.at("max"), y);
+    EXPECT_LE(bounds.at("top_values"), y);
+    EXPECT_EQ(bounds.at("top_indices"), 31.0);
+    // softmax moves at most half as far as its input, plus one rounding of values <= 1.
+    EXPECT_LE(bounds.at("softmax"), y / 2 + 2 * std::ldexp(1.0, dtype == DType::kF32 ? -24 : -8));
+    NumericsReport r = RunAndCheck(program);
+    EXPECT_TRUE(r.passed) << r.worst_output << ": " << r.max_abs_error << " > " << r.tolerance;
+    EXPECT_GT(r.max_abs_error, 0.0);  // The run really differs from the reference.
+  }
+}
+
+// A row far smaller than its error's bound (1e-30 beside values near 1) normalized with eps 0:
+// its scale may be anything, so no finite bound holds; Flax's eps keeps the bound finite.
+TEST(NnOpsNumericsTest, NormOfATinyRowIsUnbounded) {
+  ProgramBuilder b({{"dp", 4}});
+  InitSpec rows;  // Each device's [2, 4] block: a row near 1, a row near 1e-30.
+  rows.kind = InitSpec::Kind::kValue;
+  for (int i = 0; i < 32; ++i) {
+    rows.values.push_back((i / 4) % 2 == 0 ? 1.0f + 0.1f * static_cast<float>(i % 7)
+                                           : 1e-30f * static_cast<float>(i % 5 + 1));
+  }
+  b.Input("x", {8, 4}, DType::kF32, PartitionSpec{{{"dp"}}}, rows);
+  InitSpec ones;
+  ones.kind = InitSpec::Kind::kOnes;
+  b.Input("scale", {4}, DType::kF32, PartitionSpec{}, ones);
+  const std::string xs = b.Reduce(OpKind::kPsum, "x", {"dp"});
+  OpSpec norm = Along(OpKind::kRmsNorm, -1, 0.0);
+  norm.in = {xs, "scale"};
+  norm.out = {"y"};
+  b.Add(norm);
+  OpSpec norm_eps = MakeOp(OpKind::kRmsNorm);  // eps 1e-6 keeps it finite.
+  norm_eps.in = {xs, "scale"};
+  norm_eps.out = {"z"};
+  b.Add(norm_eps);
+  b.Output("y", PartitionSpec{});
+  b.Output("z", PartitionSpec{});
+  ProgramSpec program = std::move(b).Build();
+  std::map<std::string, double> bounds = Bounds(program);
+  EXPECT_EQ(bounds.at("y"), kInf);
+  EXPECT_TRUE(std::isfinite(bounds.at("z")));
+  EXPECT_TRUE(RunAndCheck(program).passed);
 }
 
 }  // namespace
