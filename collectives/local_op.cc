@@ -37,8 +37,8 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(2);
     return One(Binary(*binary, *inputs[0], *inputs[1]));
   }
-  if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (IsGradOp(op.kind)) return ApplyGradOp(op, inputs);
+  if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (IsUnary(op.kind)) {
     need(1);
     return One(Unary(op.kind, *inputs[0]));
@@ -61,6 +61,11 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       return One(Array::FromValues(
           *dtype, op.shape, std::vector<float>(static_cast<size_t>(NumElements(op.shape)), 0.0f)));
     }
+    case OpKind::kShardingConstraint:
+    case OpKind::kReshard:
+      // On whole arrays (the reference of a global program) a layout change is the identity.
+      need(1);
+      return One(*inputs[0]);
     case OpKind::kMatmul:
       need(2);
       return One(Matmul(*inputs[0], *inputs[1]));

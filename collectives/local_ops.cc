@@ -1080,8 +1080,8 @@ Array Stack(const std::vector<Array>& arrays, int axis) {
 OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs) {
   if (op.kind == OpKind::kCustomCall) return OpCost{op.flops.value_or(0), op.bytes.value_or(0)};
-  if (IsNnOp(op.kind)) return NnOpCost(op, inputs, outputs);
   if (IsGradOp(op.kind)) return GradOpCost(op, inputs, outputs);
+  if (IsNnOp(op.kind)) return NnOpCost(op, inputs, outputs);
   return LocalOpCost(op.kind, inputs, outputs, op.spec);
 }
 

@@ -250,6 +250,55 @@ struct OpFacts {
 constexpr Error kUnbounded{std::numeric_limits<double>::infinity(),
                            std::numeric_limits<double>::infinity()};
 
+// The error of unary_grad's g f'(x) from g's and x's (see ErrorBoundModel): with D1 >= |f'| and
+// D2 >= |f''| over x's range widened by its error, |g~ f'(x~) - g f'(x)| <= D1 e_g +
+// (|g| + e_g) D2 e_x; relu' and abs' instead jump (by 1 and 2) where x may cross 0.
+Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
+  const Error& eg = g.error;
+  const Error& ex = x.error;
+  const double hi = x.stats.max_abs + ex.max;  // |x| <= hi.
+  const double lo = x.stats.min_abs - ex.max;  // |x| >= lo (when positive).
+  double d1 = 1, d2 = 0, jump = 0;
+  const std::optional<OpKind> fn = ParseOpKind(op.fn);
+  switch (fn.value_or(OpKind::kAdd)) {
+    case OpKind::kRelu:
+    case OpKind::kAbs:
+      if (!ex.exact() && x.stats.min_abs <= ex.max) jump = *fn == OpKind::kRelu ? 1 : 2;
+      break;
+    case OpKind::kGelu:  // Largest slopes of the tanh-approximate gelu: 1.129, 0.798.
+      d1 = 1.13, d2 = 0.8;
+      break;
+    case OpKind::kSilu:  // 1.0998 and 1/2 (at 0).
+      d1 = 1.1, d2 = 0.5;
+      break;
+    case OpKind::kTanh:  // 1 and 4 / (3 sqrt 3).
+      d2 = 0.77;
+      break;
+    case OpKind::kSin:
+    case OpKind::kCos:
+      d2 = 1;
+      break;
+    case OpKind::kSquare:  // 2x and 2.
+      d1 = 2 * hi, d2 = 2;
+      break;
+    case OpKind::kSqrt:   // 0.5 x^-0.5 and 0.25 x^-1.5 over [lo, inf).
+    case OpKind::kRsqrt:  // 0.5 x^-1.5 and 0.75 x^-2.5.
+      if (lo <= 0 || (!ex.exact() && x.stats.min_abs <= 2 * ex.max)) return kUnbounded;
+      d1 = *fn == OpKind::kSqrt ? 0.5 / std::sqrt(lo) : 0.5 / (lo * std::sqrt(lo));
+      d2 = *fn == OpKind::kSqrt ? 0.25 / (lo * std::sqrt(lo)) : 0.75 / (lo * lo * std::sqrt(lo));
+      break;
+    default:
+      return kUnbounded;
+  }
+  Error e;
+  if (!eg.exact()) e = Error{d1 * eg.max, d1 * eg.rms};
+  if (!ex.exact()) {
+    e.max += (g.stats.max_abs + eg.max) * (d2 * ex.max + jump);
+    e.rms += (g.stats.rms + eg.rms) * (d2 * ex.rms + jump);
+  }
+  return e;
+}
+
 // The error the ops of nn_ops.h pass on (see ErrorBoundModel).
 Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
                 const Stats& out, DType dtype) {
@@ -314,55 +363,6 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
     default:
       return kUnbounded;
   }
-}
-
-// The error of unary_grad's g f'(x) from g's and x's (see ErrorBoundModel): with D1 >= |f'| and
-// D2 >= |f''| over x's range widened by its error, |g~ f'(x~) - g f'(x)| <= D1 e_g +
-// (|g| + e_g) D2 e_x; relu' and abs' instead jump (by 1 and 2) where x may cross 0.
-Error UnaryGradError(const OpSpec& op, const Tracked& g, const Tracked& x) {
-  const Error& eg = g.error;
-  const Error& ex = x.error;
-  const double hi = x.stats.max_abs + ex.max;  // |x| <= hi.
-  const double lo = x.stats.min_abs - ex.max;  // |x| >= lo (when positive).
-  double d1 = 1, d2 = 0, jump = 0;
-  const std::optional<OpKind> fn = ParseOpKind(op.fn);
-  switch (fn.value_or(OpKind::kAdd)) {
-    case OpKind::kRelu:
-    case OpKind::kAbs:
-      if (!ex.exact() && x.stats.min_abs <= ex.max) jump = *fn == OpKind::kRelu ? 1 : 2;
-      break;
-    case OpKind::kGelu:  // Largest slopes of the tanh-approximate gelu: 1.129, 0.798.
-      d1 = 1.13, d2 = 0.8;
-      break;
-    case OpKind::kSilu:  // 1.0998 and 1/2 (at 0).
-      d1 = 1.1, d2 = 0.5;
-      break;
-    case OpKind::kTanh:  // 1 and 4 / (3 sqrt 3).
-      d2 = 0.77;
-      break;
-    case OpKind::kSin:
-    case OpKind::kCos:
-      d2 = 1;
-      break;
-    case OpKind::kSquare:  // 2x and 2.
-      d1 = 2 * hi, d2 = 2;
-      break;
-    case OpKind::kSqrt:   // 0.5 x^-0.5 and 0.25 x^-1.5 over [lo, inf).
-    case OpKind::kRsqrt:  // 0.5 x^-1.5 and 0.75 x^-2.5.
-      if (lo <= 0 || (!ex.exact() && x.stats.min_abs <= 2 * ex.max)) return kUnbounded;
-      d1 = *fn == OpKind::kSqrt ? 0.5 / std::sqrt(lo) : 0.5 / (lo * std::sqrt(lo));
-      d2 = *fn == OpKind::kSqrt ? 0.25 / (lo * std::sqrt(lo)) : 0.75 / (lo * lo * std::sqrt(lo));
-      break;
-    default:
-      return kUnbounded;
-  }
-  Error e;
-  if (!eg.exact()) e = Error{d1 * eg.max, d1 * eg.rms};
-  if (!ex.exact()) {
-    e.max += (g.stats.max_abs + eg.max) * (d2 * ex.max + jump);
-    e.rms += (g.stats.rms + eg.rms) * (d2 * ex.rms + jump);
-  }
-  return e;
 }
 
 // The error the derivative ops of grad_ops.h pass on (see ErrorBoundModel). g = in[0] is the
@@ -1083,6 +1083,11 @@ NumericsReport CheckNumerics(const std::map<std::string, Array>& simulated, cons
 NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
                               const std::map<std::string, Array>& reference, int mesh_size,
                               int64_t reduction_length) {
+  return CompareOutputs(simulated, reference, CoarseBounds(reference, mesh_size, reduction_length));
+}
+
+std::map<std::string, double> CoarseBounds(const std::map<std::string, Array>& reference,
+                                           int mesh_size, int64_t reduction_length) {
   std::map<std::string, double> bounds;
   for (const auto& [name, ref] : reference) {
     if (!ref.has_data() || ref.dtype() == DType::kI32) continue;  // i32: exact.
@@ -1090,7 +1095,7 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
     double f32_roundings = mesh_size + 1 + 4 * std::sqrt(static_cast<double>(reduction_length));
     bounds[name] = (2 * Epsilon(ref.dtype()) + f32_roundings * kU32) * scale;
   }
-  return CompareOutputs(simulated, reference, bounds);
+  return bounds;
 }
 
 int64_t LongestReduction(const ProgramSpec& program) {

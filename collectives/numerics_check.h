@@ -56,6 +56,11 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
                               const std::map<std::string, Array>& reference, int mesh_size,
                               int64_t reduction_length = 1);
 
+// The coarse bounds of CompareOutputs(simulated, reference, mesh_size, reduction_length), by
+// output name (i32 outputs have none: they compare exactly).
+std::map<std::string, double> CoarseBounds(const std::map<std::string, Array>& reference,
+                                           int mesh_size, int64_t reduction_length);
+
 // A bound on the longest contraction of the program's matmuls and einsums, for the coarse
 // CompareOutputs: the largest dimension of its input arrays' global shapes.
 int64_t LongestReduction(const ProgramSpec& program);

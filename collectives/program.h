@@ -90,6 +90,19 @@ enum class OpKind {
   // jax.sharding.reshard, each with `sharding`. Partitioning removes them.
   kShardingConstraint,
   kReshard,
+  // Global programs only: jax.grad. Reverse mode over the ops before it, from the scalar `of`
+  // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
+  // ordinary ops before partitioning.
+  kGrad,
+  // Ops reverse mode emits (collectives/grad_ops.h), also written in run files of any mode:
+  // jnp.full_like(x, fill_value); jax.lax.broadcast_in_dim(x, shape, broadcast_dimensions);
+  // jnp.pad with zeros along one axis (low before, high after); unary_grad, g * f'(x) for the
+  // elementwise op `fn`; max_grad, g times where a is the maximum of (a, b) (half at ties).
+  kFullLike,
+  kBroadcastInDim,
+  kPad,
+  kUnaryGrad,
+  kMaxGrad,
   // Array ops of global programs, local ops too (collectives/nn_ops.h): the reductions
   // jnp.sum, jnp.mean and jnp.max (`reduce_max`; `{op: max, in: x, axis: ...}` reads as it),
   // jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm, jnp.take, the mean of
@@ -106,19 +119,6 @@ enum class OpKind {
   kCrossEntropy,
   kTopK,
   kAttention,
-  // Global programs only: jax.grad. Reverse mode over the ops before it, from the scalar `of`
-  // to each value of `wrt`, one output per wrt entry. planner::ExpandGrads replaces it with
-  // ordinary ops before partitioning.
-  kGrad,
-  // Ops reverse mode emits (collectives/grad_ops.h), also written in run files of any mode:
-  // jnp.full_like(x, fill_value); jax.lax.broadcast_in_dim(x, shape, broadcast_dimensions);
-  // jnp.pad with zeros along one axis (low before, high after); unary_grad, g * f'(x) for the
-  // elementwise op `fn`; max_grad, g times where a is the maximum of (a, b) (half at ties).
-  kFullLike,
-  kBroadcastInDim,
-  kPad,
-  kUnaryGrad,
-  kMaxGrad,
   // The derivative ops of the array ops above (collectives/grad_ops.h), each the cotangent of
   // the forward op's input(s) from its output's cotangent g: reduce_max_grad (g split among the
   // maxima), softmax_grad and log_softmax_grad (from the forward output y), rms_norm_grad and
@@ -185,14 +185,7 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;  // sharding_constraint, reshard: the sharding asked for.
-  bool keepdims = false;   // sum, mean, reduce_max: keep reduced axes as size 1.
-  // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
-  // default is the last; `axis` itself is take's and the data-movement ops').
-  int64_t norm_axis = -1;
-  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
-  int64_t k = 0;              // top_k: how many of the largest values to keep.
-  bool causal = true;         // attention: each query sees only keys up to its position.
+  PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
   std::string of;                // grad: the scalar value differentiated.
   std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
   std::optional<double> fill_value;           // full_like: the value of every element.
@@ -200,6 +193,13 @@ struct OpSpec {
   int64_t low = 0;                            // pad: zeros before, along `axis`.
   int64_t high = 0;                           // pad: zeros after, along `axis`.
   std::string fn;                             // unary_grad: the elementwise op differentiated.
+  bool keepdims = false;   // sum, mean, reduce_max: keep reduced axes as size 1.
+  // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
+  // default is the last; `axis` itself is take's and the data-movement ops').
+  int64_t norm_axis = -1;
+  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
+  int64_t k = 0;              // top_k: how many of the largest values to keep.
+  bool causal = true;         // attention: each query sees only keys up to its position.
 };
 
 // One output (`outputs:`): an out_spec.

@@ -163,8 +163,15 @@ std::vector<OpDef> MakeRegistry() {
        S::kComposite, C::kReduceScatter, R::kSum, true, {scatter_dimension, variant}},
       // Internal ops of collective matmul loops: XLA fuses the slice into the consuming matmul
       // and writes the concatenation's blocks in place, so neither costs a kernel.
-      {OpKind::kDynamicSlice, "dynamic_slice", false, A::kOne, false, S::kFree, C::kAllReduce,
-       R::kSum, true, {}},
+      // Also written by partitioned programs: the block of `sections` equal blocks along `axis`
+      // that (block_scale * axis_index + block_offset) mod sections picks.
+      {OpKind::kDynamicSlice, "dynamic_slice", true, A::kOne, false, S::kFree, C::kAllReduce,
+       R::kSum, true,
+       {Req("sections", T::kPositiveInt, &OpSpec::sections, "Equal blocks the axis is cut into"),
+        Opt("axis", T::kInt, &OpSpec::axis, "The dimension it slices"),
+        Opt("block_scale", T::kInt, &OpSpec::block_scale,
+            "Block taken: block_scale * axis_index + block_offset, mod sections (default 1)"),
+        Opt("block_offset", T::kInt, &OpSpec::block_offset, "See block_scale (default 0)")}},
       {OpKind::kDynamicConcat, "dynamic_concat", false, A::kAtLeastTwo, false, S::kFree,
        C::kAllReduce, R::kSum, true, {}},
       {OpKind::kSilu, "silu", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
@@ -200,31 +207,6 @@ std::vector<OpDef> MakeRegistry() {
        {Req("sharding", T::kSharding, &OpSpec::sharding,
             "The new sharding (explicit mode's way to ask for a collective)")},
        false, {}, nullptr, /*global_only=*/true},
-      {OpKind::kSum, "sum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       reduction},
-      {OpKind::kMean, "mean", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       reduction},
-      {OpKind::kReduceMax, "reduce_max", true, A::kOne, false, S::kCompute, C::kAllReduce,
-       R::kSum, false, reduction, false, {}, nullptr, false, 1, /*written_as=*/"max"},
-      {OpKind::kSoftmax, "softmax", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
-       false, {norm_axis}},
-      {OpKind::kLogSoftmax, "log_softmax", true, A::kOne, false, S::kCompute, C::kAllReduce,
-       R::kSum, false, {norm_axis}},
-      {OpKind::kRmsNorm, "rms_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
-       false, {norm_axis, eps}},
-      {OpKind::kLayerNorm, "layer_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce,
-       R::kSum, false, {norm_axis, eps}},
-      {OpKind::kTake, "take", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)")}},
-      {OpKind::kCrossEntropy, "cross_entropy", true, A::kTwo, false, S::kCompute, C::kAllReduce,
-       R::kSum, false, {}},
-      {OpKind::kTopK, "top_k", true, A::kOne, true, S::kCompute, C::kAllReduce, R::kSum, false,
-       {Req("k", T::kPositiveInt, &OpSpec::k, "How many of the largest values (last axis) to keep")},
-       false, {}, nullptr, false, /*outputs=*/2},
-      {OpKind::kAttention, "attention", true, A::kThree, false, S::kCompute, C::kAllReduce,
-       R::kSum, false,
-       {Opt("causal", T::kBool, &OpSpec::causal,
-            "Each query sees only the keys up to its position (default true)")}},
       {OpKind::kGrad, "grad", true, A::kNone, true, S::kFree, C::kAllReduce, R::kSum, false,
        {Req("of", T::kValueName, &OpSpec::of, "The scalar value differentiated (jax.grad's output)"),
         Req("wrt", T::kValueNames, &OpSpec::wrt,
@@ -254,6 +236,31 @@ std::vector<OpDef> MakeRegistry() {
        true},
       {OpKind::kMaxGrad, "max_grad", true, A::kThree, false, S::kCompute, C::kAllReduce, R::kSum,
        false, {}, true},
+      {OpKind::kSum, "sum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       reduction},
+      {OpKind::kMean, "mean", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       reduction},
+      {OpKind::kReduceMax, "reduce_max", true, A::kOne, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, reduction, false, {}, nullptr, false, 1, /*written_as=*/"max"},
+      {OpKind::kSoftmax, "softmax", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis}},
+      {OpKind::kLogSoftmax, "log_softmax", true, A::kOne, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis}},
+      {OpKind::kRmsNorm, "rms_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis, eps}},
+      {OpKind::kLayerNorm, "layer_norm", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {norm_axis, eps}},
+      {OpKind::kTake, "take", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
+       {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)")}},
+      {OpKind::kCrossEntropy, "cross_entropy", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {}},
+      {OpKind::kTopK, "top_k", true, A::kOne, true, S::kCompute, C::kAllReduce, R::kSum, false,
+       {Req("k", T::kPositiveInt, &OpSpec::k, "How many of the largest values (last axis) to keep")},
+       false, {}, nullptr, false, /*outputs=*/2},
+      {OpKind::kAttention, "attention", true, A::kThree, false, S::kCompute, C::kAllReduce,
+       R::kSum, false,
+       {Opt("causal", T::kBool, &OpSpec::causal,
+            "Each query sees only the keys up to its position (default true)")}},
       {OpKind::kReduceMaxGrad, "reduce_max_grad", true, A::kTwo, false, S::kCompute,
        C::kAllReduce, R::kSum, false, reduction},
       {OpKind::kSoftmaxGrad, "softmax_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce,
@@ -533,6 +540,37 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
   return names;
 }
 
+int64_t OutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  if (!def.output_count) return def.outputs;
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return static_cast<int64_t>(
+        (op.*std::get<std::vector<std::string> OpSpec::*>(attr.field)).size());
+  }
+  return IntAttr(op, attr);
+}
+
+std::string CheckOutputCount(const OpSpec& op) {
+  const OpDef& def = Op(op.kind);
+  const int64_t count = OutputCount(op);
+  const size_t got = op.out.size();
+  if (static_cast<int64_t>(got) == count) return "";
+  const std::string name = def.name;
+  const std::string names = std::to_string(got) + " names";
+  if (!def.output_count) {
+    if (count == 1) return name + " makes one output, got " + names;
+    return name + " makes " + std::to_string(count) + " outputs, got " + names;
+  }
+  const AttrDef& attr = *FindAttr(def, def.output_count);
+  if (attr.type == AttrType::kValueNames) {
+    return name + " makes one output per " + attr.name + " entry (" + std::to_string(count) +
+           "), got " + names;
+  }
+  return name + " makes " + std::to_string(count) + " outputs (" + attr.name + ": " +
+         std::to_string(count) + "), got " + names;
+}
+
 std::string CheckArity(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
   const size_t n = op.in.size();
@@ -563,35 +601,6 @@ std::string CheckArity(const OpSpec& op) {
       return n >= 1 ? "" : name + " takes at least one input, got none";
   }
   return "";
-}
-
-int64_t OutputCount(const OpSpec& op) {
-  const OpDef& def = Op(op.kind);
-  if (!def.output_count) return def.outputs;
-  const AttrDef& attr = *FindAttr(def, def.output_count);
-  if (attr.type == AttrType::kValueNames) {
-    return static_cast<int64_t>(
-        (op.*std::get<std::vector<std::string> OpSpec::*>(attr.field)).size());
-  }
-  return IntAttr(op, attr);
-}
-
-std::string CheckOutputCount(const OpSpec& op) {
-  const OpDef& def = Op(op.kind);
-  const int64_t want = OutputCount(op);
-  const size_t got = op.out.size();
-  if (static_cast<int64_t>(got) == want) return "";
-  const std::string name = def.name;
-  if (def.output_count && FindAttr(def, def.output_count)->type == AttrType::kValueNames) {
-    return name + " makes one output per " + def.output_count + " entry (" +
-           std::to_string(want) + "), got " + std::to_string(got) + " names";
-  }
-  if (want == 1) return name + " makes one output, got " + std::to_string(got) + " names";
-  const std::string why =
-      def.output_count ? std::string(" (") + def.output_count + ": " + std::to_string(want) + ")"
-                       : "";
-  return name + " makes " + std::to_string(want) + " outputs" + why + ", got " +
-         std::to_string(got) + " names";
 }
 
 }  // namespace shardsim

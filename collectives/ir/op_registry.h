@@ -22,11 +22,11 @@ enum class OpArity {
   kNone,        // No array input (axis_index).
   kOne,         // One input.
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
+  kThree,       // Exactly three inputs (max_grad; attention: q, k, v).
+  kFour,        // Exactly four inputs (attention_grad: g, q, k, v).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).
-  kThree,       // Exactly three inputs (attention: q, k, v; max_grad).
-  kFour,        // Exactly four inputs (attention_grad: g, q, k, v).
 };
 
 // How an op is scheduled on a device.
@@ -51,9 +51,9 @@ enum class AttrType {
   kBytes,           // A size: "64 MiB" or a bare count of bytes (stored as a number).
   kPerm,            // [[source, destination], ...]: indices into the op's group, each once.
   kSharding,        // A PartitionSpec: "P('dp', None)" or [dp, null], over the mesh's axes.
-  kAxisList,        // An axis or a non-empty list of axes (0, [0, -1]), stored as a list.
   kValueName,       // The name of a value defined before the op (an array or an op's output).
   kValueNames,      // A non-empty list of such names, like [w1, w2].
+  kAxisList,        // An axis or a non-empty list of axes (0, [0, -1]), stored as a list.
 };
 
 // Where an attribute's value is stored: a member of OpSpec of the type its AttrType reads.
@@ -94,7 +94,7 @@ struct OpDef {
   const char* name;            // SPEC name ("psum").
   bool user_visible;           // Written in run files (false: internal lowering ops).
   OpArity arity;               // Inputs it takes.
-  // Makes several outputs: one per `sections` (split) or wrt entry (grad), or `outputs`.
+  // Makes several outputs: as many as output_count says (split, grad), or `outputs` (top_k).
   bool multi_output;
   OpStream stream;             // How it is scheduled.
   CollectiveKind collective;   // kCollective: what the algorithms run.
@@ -156,15 +156,15 @@ struct AttrError {
 // tell "not given" from its default, so those required attributes are enforced by the loader
 // only.)
 std::optional<AttrError> CheckAttrs(const OpSpec& op);
+// The number of outputs `op` makes: what its output_count attribute says, else its entry's
+// `outputs` (1 but for top_k).
+int64_t OutputCount(const OpSpec& op);
+// Checks the output names of `op` against OutputCount; returns "" or what is wrong ("split
+// makes 3 outputs (sections: 3), got 2 names").
+std::string CheckOutputCount(const OpSpec& op);
 // Checks the input count of `op` against its arity; returns "" or what is wrong
 // ("matmul takes 2 inputs (in: [a, b]), got 1").
 std::string CheckArity(const OpSpec& op);
-// Checks the output count of `op` (OutputCount): "" or what is wrong ("split makes 2 outputs
-// (sections: 2), got 1 names").
-std::string CheckOutputCount(const OpSpec& op);
-// How many outputs `op` makes: its output-count attribute (split's sections, the length of
-// grad's wrt), else its entry's.
-int64_t OutputCount(const OpSpec& op);
 // The attribute CheckArity's complaint is about when it is not the inputs ("scalar" for a
 // binary op given two inputs and a scalar), or nullptr.
 const char* ArityBlamesAttr(const OpSpec& op);

@@ -12,6 +12,7 @@
 #include "sim/cli/collective_command.h"
 #include "sim/cli/run_command.h"
 #include "sim/cli/run_file.h"
+#include "sim/cli/lower_command.h"
 #include "sim/cli/show_sharding_command.h"
 #include "sim/cli/topo_command.h"
 #include "sim/spec_error.h"
@@ -106,6 +107,12 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--hardware", show.hardware, "Place the mesh on a preset's devices");
   show_cmd->add_option("--hw-shape", show.hw_shape, "The preset's torus shape, e.g. 4x2");
 
+  shardsim::LowerCommandOptions lower;
+  CLI::App* lower_cmd = app.add_subcommand(
+      "lower", "Partition a mode: explicit|auto program into its shard_map body (a run file)");
+  lower_cmd->add_option("file", lower.file, "The run file (YAML)")->required();
+  lower_cmd->add_option("-o,--out", lower.out_path, "Write the lowered run file here");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -125,6 +132,10 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
     if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
+    if (app.got_subcommand(lower_cmd)) {
+      shardsim::RunLowerCommand(lower);
+      return 0;
+    }
     if (app.got_subcommand(show_cmd)) {
       shardsim::RunShowShardingCommand(show);
       return 0;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -18,6 +19,8 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/sharding.h"
+#include "planner/partitioned_numerics.h"
+#include "planner/partitioner.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
@@ -43,7 +46,8 @@ struct OpRow {
   Time start;
   Time end;
   std::string algorithm;
-  std::string detail;  // Transfers: "0 -> 5, 2 hops".
+  std::string detail;  // Transfers: "0 -> 5, 2 hops"; partitioned programs: the reason.
+  std::string reason;  // Collectives the partitioner inserted: why.
 };
 
 // Device memory of a program run.
@@ -160,7 +164,7 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
     spans[t.dst].push_back({start, delivered});
     report.ops.push_back(OpRow{t.name, "transfer", t.bytes, start, delivered, "direct",
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
-                                   std::to_string(hops) + " hops"});
+                                   std::to_string(hops) + " hops", ""});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;
@@ -192,9 +196,13 @@ Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
                                              const Machine& machine, Observer* tracer,
                                              RunReport& report) {
-  const ProgramSpec& program = *file.program;
-  Mesh mesh = PlaceMesh(machine, program.mesh_axes, program.mesh_devices);
+  const ProgramSpec& written = *file.program;
+  Mesh mesh = PlaceMesh(machine, written.mesh_axes, written.mesh_devices);
   report.placement = DescribePlacement(mesh, machine.topology());
+  // A global program (mode: explicit | auto) runs as the shard_map body it partitions into.
+  std::optional<planner::PartitionResult> partitioned;
+  if (written.mode != ProgramMode::kManual) partitioned = planner::PartitionOnMachine(written, machine, mesh);
+  const ProgramSpec& program = partitioned ? partitioned->program : written;
   LoweredProgram lowered = LowerProgram(mesh, program, file.options.algorithms);
   CheckOutputs(mesh, program, lowered);
 
@@ -232,14 +240,19 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   report.end = result.end;
   report.events = result.events;
   report.simulated_devices = result.simulated_devices;
-  for (const OpTiming& t : result.ops) {
-    report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, ""});
+  for (size_t i = 0; i < result.ops.size(); ++i) {
+    const OpTiming& t = result.ops[i];
+    const std::string reason = partitioned ? partitioned->reasons.at(i) : "";
+    report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, reason, reason});
   }
   report.per_device = result.per_device;
   report.memory = MemoryReport{true,           result.peak_memory,  result.peak_device,
                                result.peak_op, result.hbm_capacity, result.fits};
   if (numerics) {
-    report.numerics = CheckNumerics(result.outputs, mesh, program, config.base_dir, &result.inputs);
+    report.numerics =
+        partitioned ? planner::CheckPartitionedNumerics(result.outputs, mesh, written, program,
+                                                        config.base_dir, &result.inputs)
+                    : CheckNumerics(result.outputs, mesh, program, config.base_dir, &result.inputs);
     char line[200];
     std::snprintf(line, sizeof(line), "%s: max_abs_error %.3g (tolerance %.3g, worst %s)",
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
@@ -343,6 +356,10 @@ std::string Json(const RunReport& r) {
     AppendJsonNumber(j, o.end.seconds());
     j += ", \"algorithm\": ";
     AppendJsonString(j, o.algorithm);
+    if (!o.reason.empty()) {
+      j += ", \"reason\": ";
+      AppendJsonString(j, o.reason);
+    }
     j += "}";
   }
   j += "\n  ],\n  \"per_device\": [";

@@ -724,15 +724,6 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, const AttrContex
       return ReadPerm(value, attr.expected, context.group, context.axis_name);
     case AttrType::kSharding:
       return ReadPartitionSpec(value, context.axes);
-    case AttrType::kAxisList: {
-      if (value.IsScalar()) return std::vector<int64_t>{value.Int64()};
-      if (!value.IsList()) value.Expected(attr.expected);
-      std::vector<int64_t> list;
-      for (const YamlValue& entry : value.List()) list.push_back(entry.Int64());
-      // An empty list would read as "not given" (all axes): refused rather than misread.
-      if (list.empty()) value.Fail("expected at least one axis; leave axis out to reduce all");
-      return list;
-    }
     case AttrType::kValueName:
       if (!value.IsScalar()) value.Expected("a value name");
       return DefinedName(value, context.flow, context.index);
@@ -745,6 +736,15 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, const AttrContex
       }
       if (names.empty()) value.Fail("expected at least one value name, got an empty list");
       return names;
+    }
+    case AttrType::kAxisList: {
+      if (value.IsScalar()) return std::vector<int64_t>{value.Int64()};
+      if (!value.IsList()) value.Expected(attr.expected);
+      std::vector<int64_t> list;
+      for (const YamlValue& entry : value.List()) list.push_back(entry.Int64());
+      // An empty list would read as "not given" (all axes): refused rather than misread.
+      if (list.empty()) value.Fail("expected at least one axis; leave axis out to reduce all");
+      return list;
     }
   }
   throw std::logic_error("internal error: attribute type without a reader");
@@ -882,7 +882,8 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     }
   }
   if (def->output_count) {
-    if (const std::string wrong = CheckOutputCount(op); !wrong.empty()) out.Fail(wrong);
+    const std::string wrong = CheckOutputCount(op);
+    if (!wrong.empty()) out.Fail(wrong);
   }
   if (auto v = map.Find("algorithm")) op.algorithm = v->OneOf(AlgorithmNames());
 

@@ -49,12 +49,12 @@ Sample SampleOf(const AttrDef& attr) {
       return {"[[0, 1], [1, 0]]", std::vector<std::pair<int, int>>{{0, 1}, {1, 0}}};
     case AttrType::kSharding:
       return {"\"P('d', None)\"", PartitionSpec{{{"d"}, {}}}};
-    case AttrType::kAxisList:
-      return {"[1, 0]", std::vector<int64_t>{1, 0}};
     case AttrType::kValueName:  // The test program's array.
       return {"x", std::string("x")};
     case AttrType::kValueNames:  // One name: a multi-output op then makes one output.
       return {"[x]", std::vector<std::string>{"x"}};
+    case AttrType::kAxisList:
+      return {"[1, 0]", std::vector<int64_t>{1, 0}};
   }
   return {};
 }

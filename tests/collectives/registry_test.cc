@@ -154,8 +154,8 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         EXPECT_TRUE(attr.values.empty()) << attr.name;
       }
       if (attr.type == AttrType::kIntList || attr.type == AttrType::kShape ||
-          attr.type == AttrType::kPerm || attr.type == AttrType::kAxisList ||
-          attr.type == AttrType::kValueNames) {
+          attr.type == AttrType::kPerm || attr.type == AttrType::kValueNames ||
+          attr.type == AttrType::kAxisList) {
         EXPECT_NE(attr.expected, nullptr) << attr.name << " needs its expected form";
       }
       // The field holds what the type reads.

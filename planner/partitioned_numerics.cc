@@ -1,0 +1,32 @@
+#include "planner/partitioned_numerics.h"
+
+#include "planner/grad.h"
+
+namespace shardsim::planner {
+
+std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const std::string& base_dir,
+                                             const std::map<std::string, Array>* inputs) {
+  // The same program as a shard_map body on a one-device mesh: whole arrays everywhere.
+  ProgramSpec whole = ExpandGrads(global);
+  whole.mode = ProgramMode::kManual;
+  whole.mesh_axes = {MeshAxis{"whole", 1}};
+  whole.mesh_devices.clear();
+  for (ArraySpec& a : whole.arrays) a.sharding = PartitionSpec{};
+  for (OutputSpec& o : whole.outputs) o.spec = PartitionSpec{};
+  return ReferenceOutputs(Mesh(whole.mesh_axes, {0}), whole, base_dir, inputs);
+}
+
+NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simulated,
+                                        const Mesh& mesh, const ProgramSpec& global,
+                                        const ProgramSpec& lowered, const std::string& base_dir,
+                                        const std::map<std::string, Array>* inputs) {
+  std::map<std::string, double> bounds;
+  ReferenceOutputs(mesh, lowered, base_dir, inputs, &bounds);
+  std::map<std::string, Array> reference = GlobalReference(global, base_dir, inputs);
+  std::map<std::string, double> coarse =
+      CoarseBounds(reference, mesh.size(), LongestReduction(global));
+  for (const auto& [name, bound] : coarse) bounds[name] += bound;
+  return CompareOutputs(simulated, reference, bounds);
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,31 @@
+// The numerics check of a partitioned program: the sharded run against the unsharded global
+// program evaluated on whole arrays.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "collectives/array.h"
+#include "collectives/mesh.h"
+#include "collectives/numerics_check.h"
+#include "collectives/program.h"
+
+namespace shardsim::planner {
+
+// Evaluates `global` on whole arrays (one device, layout ops as identities): the reference a
+// partitioned run must reproduce. `inputs`: the global inputs already made, if any.
+std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const std::string& base_dir,
+                                             const std::map<std::string, Array>* inputs = nullptr);
+
+// Compares `simulated` (the run of `lowered` on `mesh`) with GlobalReference(global). Each
+// output's tolerance is the bound the lowered program's own op chain gives (the sharded
+// reductions' reordering, ErrorBoundModel) plus the coarse bound of a reordered contraction
+// of the global program's longest dimension (CoarseBounds): partitioning splits each
+// contraction into local partial sums and a cross-device sum, which rounds differently from
+// one contraction on whole arrays.
+NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simulated,
+                                        const Mesh& mesh, const ProgramSpec& global,
+                                        const ProgramSpec& lowered, const std::string& base_dir,
+                                        const std::map<std::string, Array>* inputs = nullptr);
+
+}  // namespace shardsim::planner

@@ -1,0 +1,438 @@
+#include "planner/partitioner.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "collectives/ir/op_registry.h"
+#include "collectives/local_op.h"
+#include "collectives/local_ops.h"
+#include "planner/grad.h"
+#include "planner/reshard.h"
+#include "planner/rules/sharding_rule.h"
+#include "sim/spec_error.h"
+
+namespace shardsim::planner {
+namespace {
+
+// One definition of a global value.
+struct Value {
+  Shape shape;              // Global shape.
+  DType dtype = DType::kF32;
+  ValueSharding sharding;   // As the lowered program holds it.
+  std::string local;        // Its name in the lowered program.
+};
+
+class Partitioner {
+ public:
+  Partitioner(const ProgramSpec& global, const PartitionCosts& costs)
+      : global_(global),
+        costs_(costs),
+        axes_(global.mesh_axes),
+        explicit_(global.mode == ProgramMode::kExplicit),
+        shape_mesh_(MakeShapeMesh(global.mesh_axes)) {
+    for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
+    for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
+  }
+
+  PartitionResult Run() {
+    if (global_.mode == ProgramMode::kManual) {
+      throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
+    }
+    result_.program.mode = ProgramMode::kManual;
+    result_.program.mesh_axes = global_.mesh_axes;
+    result_.program.mesh_devices = global_.mesh_devices;
+    result_.program.arrays = global_.arrays;
+    for (const ArraySpec& a : global_.arrays) {
+      Value v;
+      v.shape = a.shape;
+      v.dtype = a.dtype;
+      v.sharding = FromSpec(a.sharding, static_cast<int>(a.shape.size()), axes_);
+      v.local = a.name;
+      Define(a.name, std::move(v));
+    }
+    if (!explicit_) Hints();
+    for (size_t i = 0; i < global_.ops.size(); ++i) Emit(global_.ops[i], i);
+    for (const OutputSpec& o : global_.outputs) EmitOutput(o);
+    return std::move(result_);
+  }
+
+ private:
+  static Mesh MakeShapeMesh(const std::vector<MeshAxis>& axes) {
+    int n = 1;
+    for (const MeshAxis& a : axes) n *= a.size;
+    std::vector<int> devices(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) devices[static_cast<size_t>(p)] = p;
+    return Mesh(axes, devices);
+  }
+
+  void Define(const std::string& name, Value v) {
+    current_[name] = static_cast<int>(values_.size());
+    values_.push_back(std::move(v));
+  }
+
+  const Value& Current(const std::string& name, const std::string& key) const {
+    auto it = current_.find(name);
+    if (it == current_.end()) throw SpecError(key, "'" + name + "' is not defined");
+    return values_[static_cast<size_t>(it->second)];
+  }
+
+  // A name no value of the program has, from `base`.
+  std::string Fresh(const std::string& base) {
+    for (int k = 1;; ++k) {
+      std::string name = base + "_" + std::to_string(k);
+      if (taken_.insert(name).second) return name;
+    }
+  }
+
+  // Global result shapes of `op` from its operands' global shapes.
+  std::vector<Array> InferShapes(const OpSpec& op, const std::vector<const Value*>& in) const {
+    std::vector<Array> arrays;
+    for (const Value* v : in) arrays.push_back(Array::ShapeOnly(v->dtype, v->shape));
+    std::vector<const Array*> ptrs;
+    for (const Array& a : arrays) ptrs.push_back(&a);
+    try {
+      return ApplyLocalOp(op, ptrs, shape_mesh_, 0);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key, std::string(OpKindName(op.kind)) + ": " + e.what());
+    }
+  }
+
+  // Auto mode's hints: outputs' out_shardings and constraints, carried backwards through
+  // ops whose operands take their result's layout (elementwise ops of the same shape,
+  // transposes, constraints).
+  void Hints() {
+    std::map<std::string, ValueSharding> hint;
+    std::map<std::string, Shape> ranks;
+    for (const OutputSpec& o : global_.outputs) hint_specs_[o.name] = o.spec;
+    for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
+      const OpSpec& op = *it;
+      std::optional<PartitionSpec> want;
+      if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+        want = op.sharding;
+      } else if (auto h = hint_specs_.find(op.out[0]); h != hint_specs_.end()) {
+        want = h->second;
+      }
+      op_hint_[&op] = want;
+      if (!want) continue;
+      const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
+      if (passes) {
+        for (const std::string& in : op.in) hint_specs_.emplace(in, *want);
+      }
+    }
+  }
+
+  // The time of moving `v` from `from` to `to` (0 when equal).
+  double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to) {
+    if (from == to) return 0;
+    std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
+    double total = 0;
+    for (const ReshardStep& step : steps) {
+      if (!StepCommunicates(step)) continue;
+      total += StepTime(step, v.dtype);
+    }
+    return total;
+  }
+
+  double StepTime(const ReshardStep& step, DType dtype) {
+    const int64_t elements = NumElements(step.local_in);
+    if (!costs_.collectives || !costs_.mesh) {
+      // Bytes each device sends (ring algorithms): (n-1)/n of the data it ends with.
+      int64_t n = 1;
+      for (int a : step.axes) n *= axes_[static_cast<size_t>(a)].size;
+      const double bytes = static_cast<double>(elements) * DTypeSize(dtype);
+      switch (step.kind) {
+        case ReshardStep::Kind::kAllGather:
+          return bytes * static_cast<double>(n - 1);
+        case ReshardStep::Kind::kPsum:
+          return 2 * bytes * static_cast<double>(n - 1) / static_cast<double>(n);
+        default:
+          return bytes * static_cast<double>(n - 1) / static_cast<double>(n);
+      }
+    }
+    // The same step on the same mesh costs the same: ask the model once per distinct step.
+    std::vector<int64_t> key = {static_cast<int64_t>(step.kind), static_cast<int64_t>(dtype),
+                                elements};
+    key.insert(key.end(), step.axes.begin(), step.axes.end());
+    if (auto it = step_times_.find(key); it != step_times_.end()) return it->second;
+    CollectiveRequest request;
+    request.dtype = dtype;
+    request.elements = elements;
+    request.axes = step.axes;
+    switch (step.kind) {
+      case ReshardStep::Kind::kPsum:
+        request.kind = CollectiveKind::kAllReduce;
+        break;
+      case ReshardStep::Kind::kPsumScatter:
+        request.kind = CollectiveKind::kReduceScatter;
+        break;
+      case ReshardStep::Kind::kAllToAll:
+        request.kind = CollectiveKind::kAllToAll;
+        break;
+      case ReshardStep::Kind::kAllGather:
+        request.kind = CollectiveKind::kAllGather;
+        break;
+      case ReshardStep::Kind::kDynamicSlice:
+        return 0;
+    }
+    std::shared_ptr<const CollectiveTiming> t = costs_.collectives->Estimate(*costs_.mesh, request);
+    Time longest;
+    for (Time m : t->member_time) longest = std::max(longest, m);
+    return step_times_[key] = static_cast<double>(longest.picoseconds());
+  }
+
+  // The time of running `op` locally under `s` (0 without a compute model).
+  double ComputeCost(const OpSpec& op, const std::vector<const Value*>& in, const Strategy& s) {
+    if (!costs_.compute) return 0;
+    std::vector<Array> arrays;
+    for (size_t i = 0; i < in.size(); ++i) {
+      arrays.push_back(Array::ShapeOnly(in[i]->dtype, LocalShape(in[i]->shape, s.operands[i], axes_)));
+    }
+    std::vector<const Array*> ptrs;
+    for (const Array& a : arrays) ptrs.push_back(&a);
+    OpSpec local = LocalOp(op, in, s);
+    std::vector<Array> outs = ApplyLocalOp(local, ptrs, shape_mesh_, 0);
+    std::vector<const Array*> out_ptrs;
+    for (const Array& a : outs) out_ptrs.push_back(&a);
+    const OpCost cost = LocalOpCost(local, ptrs, out_ptrs);
+    const DType dtype = outs.empty() ? DType::kF32 : outs[0].dtype();
+    return static_cast<double>(costs_.compute->OpTime(op.kind, cost, dtype).picoseconds());
+  }
+
+  // `op` with the attributes that depend on global shapes made local under `s`.
+  OpSpec LocalOp(const OpSpec& op, const std::vector<const Value*>& in, const Strategy& s) const {
+    OpSpec local = op;
+    if (op.kind == OpKind::kReshape) {
+      local.shape = LocalShape(out_shapes_cache_, s.results[0], axes_);
+    }
+    return local;
+  }
+
+  // Emits the steps taking value `v` to `to`; returns the local name holding it. A value
+  // resharded once to a layout is reused by later ops that want the same layout.
+  std::string EmitReshard(int id, const ValueSharding& to, const std::string& reason,
+                          const std::string& final_name = "") {
+    Value v = values_[static_cast<size_t>(id)];
+    if (v.sharding == to && final_name.empty()) return v.local;
+    const std::string key = std::to_string(id) + FormatType(v.dtype, v.shape, to, axes_);
+    if (final_name.empty()) {
+      if (auto it = reshards_.find(key); it != reshards_.end()) return it->second;
+    }
+    std::vector<ReshardStep> steps = PlanReshard(v.shape, v.sharding, to, axes_);
+    std::string name = v.local;
+    ValueSharding cur = v.sharding;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const bool last = k + 1 == steps.size();
+      const std::string out = last && !final_name.empty() ? final_name : Fresh(v.local);
+      OpSpec op = ReshardOp(steps[k], name, out, axes_);
+      op.name = out;
+      op.key = "program";
+      result_.program.ops.push_back(std::move(op));
+      result_.reasons.push_back(reason + ": " + DescribeStep(steps[k], axes_));
+      result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+      name = out;
+    }
+    if (final_name.empty()) reshards_[key] = name;
+    return name;
+  }
+
+  void Emit(const OpSpec& op, size_t index) {
+    if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+      const int id = current_.at(op.in[0]);
+      Value v = values_[static_cast<size_t>(id)];
+      ValueSharding to;
+      try {
+        to = FromSpec(op.sharding, static_cast<int>(v.shape.size()), axes_);
+        LocalShape(v.shape, to, axes_);
+      } catch (const std::invalid_argument& e) {
+        throw SpecError(op.key + ".sharding", e.what());
+      }
+      if (explicit_ && op.kind == OpKind::kShardingConstraint && !(Reduced(v.sharding) == to)) {
+        throw SpecError(op.key, "sharding_constraint: " + op.in[0] + " is " +
+                                    FormatType(v.dtype, v.shape, v.sharding, axes_) +
+                                    ", not " + FormatPartitionSpec(op.sharding) +
+                                    "; in explicit mode change a sharding with reshard");
+      }
+      const std::string reason =
+          std::string(OpKindName(op.kind)) + " " + op.name + " to " + FormatPartitionSpec(op.sharding);
+      Value out = v;
+      out.local = EmitReshard(id, to, reason);
+      out.sharding = to;
+      Define(op.out[0], std::move(out));
+      return;
+    }
+    if (op.kind == OpKind::kCustomCall) {
+      throw SpecError(op.key, "custom_call has no sharding rule: its cost is per device, so "
+                              "write it in a mode: manual program");
+    }
+    ShardingRule rule = FindShardingRule(op.kind);
+    if (!rule) {
+      throw SpecError(op.key, std::string(OpKindName(op.kind)) +
+                                  " has no sharding rule yet (partitioning it is not supported)");
+    }
+    std::vector<const Value*> in;
+    std::vector<int> ids;
+    for (const std::string& name : op.in) {
+      ids.push_back(current_.at(name));
+      in.push_back(&values_[static_cast<size_t>(ids.back())]);
+    }
+    std::vector<Array> outs = InferShapes(op, in);
+    RuleContext ctx{op, {}, {}, {}, {}, axes_, std::nullopt};
+    for (const Value* v : in) {
+      ctx.in_shapes.push_back(v->shape);
+      ctx.in_dtypes.push_back(v->dtype);
+      ctx.in.push_back(v->sharding);
+    }
+    for (const Array& a : outs) ctx.out_shapes.push_back(a.shape());
+    if (auto h = op_hint_.find(&op); h != op_hint_.end() && h->second) {
+      try {
+        ctx.preferred = FromSpec(*h->second, static_cast<int>(ctx.out_shapes[0].size()), axes_);
+        LocalShape(ctx.out_shapes[0], *ctx.preferred, axes_);
+      } catch (const std::invalid_argument&) {
+        ctx.preferred.reset();  // A hint that does not fit this value is no hint.
+      }
+    }
+    std::vector<Strategy> candidates;
+    try {
+      candidates = rule(ctx, explicit_);
+    } catch (const RuleError& e) {
+      throw SpecError(op.key, std::string(OpKindName(op.kind)) + " " + op.name + ": " + e.what());
+    }
+    // Drop candidates whose layouts do not divide the shapes.
+    std::vector<Strategy> valid;
+    for (Strategy& s : candidates) {
+      bool ok = true;
+      try {
+        for (size_t i = 0; i < in.size(); ++i) LocalShape(in[i]->shape, s.operands[i], axes_);
+        for (size_t r = 0; r < outs.size(); ++r) LocalShape(outs[r].shape(), s.results[r], axes_);
+      } catch (const std::invalid_argument&) {
+        ok = false;
+      }
+      if (ok) valid.push_back(std::move(s));
+    }
+    if (valid.empty()) {
+      throw SpecError(op.key, std::string(OpKindName(op.kind)) + " " + op.name +
+                                  ": no layout of its operands divides their shapes");
+    }
+    out_shapes_cache_ = outs[0].shape();
+    size_t best = 0;
+    if (!explicit_ && valid.size() > 1) {
+      double best_cost = std::numeric_limits<double>::infinity();
+      for (size_t c = 0; c < valid.size(); ++c) {
+        double cost = ComputeCost(op, in, valid[c]);
+        for (size_t i = 0; i < in.size(); ++i) cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i]);
+        if (ctx.preferred) {
+          Value r{outs[0].shape(), outs[0].dtype(), valid[c].results[0], ""};
+          cost += ReshardCost(r, valid[c].results[0], *ctx.preferred);
+        }
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = c;
+        }
+      }
+    }
+    const Strategy& s = valid[best];
+    // Operands resharded as the strategy needs.
+    OpSpec local = LocalOp(op, in, s);
+    for (size_t i = 0; i < in.size(); ++i) {
+      local.in[i] = EmitReshard(ids[i], s.operands[i],
+                                std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
+                                    ") needs " + op.in[i] + " as " +
+                                    FormatType(in[i]->dtype, in[i]->shape, s.operands[i], axes_));
+    }
+    result_.program.ops.push_back(local);
+    result_.reasons.push_back("");
+    result_.types.push_back(FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_));
+    for (size_t r = 0; r < op.out.size(); ++r) {
+      Value v{outs[r].shape(), outs[r].dtype(), s.results[r], op.out[r]};
+      Define(op.out[r], std::move(v));
+    }
+    // Explicit mode's types hold no partial sums: a contraction over a split dimension is
+    // summed right away (JAX inserts that all-reduce itself).
+    if (explicit_) {
+      for (const std::string& name : op.out) {
+        const int id = current_.at(name);
+        Value v = values_[static_cast<size_t>(id)];
+        if (v.sharding.partial.empty()) continue;
+        const ValueSharding to = Reduced(v.sharding);
+        const std::string reduced =
+            EmitReshard(id, to,
+                        std::string(OpKindName(op.kind)) + " " + op.name +
+                            " sums its partial products",
+                        v.local);
+        v.sharding = to;
+        v.local = reduced;
+        Define(name, std::move(v));
+      }
+    }
+    (void)index;
+  }
+
+  void EmitOutput(const OutputSpec& o) {
+    const int id = current_.at(o.name);
+    const Value& v = values_[static_cast<size_t>(id)];
+    ValueSharding to;
+    try {
+      to = FromSpec(o.spec, static_cast<int>(v.shape.size()), axes_);
+      LocalShape(v.shape, to, axes_);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(o.key, e.what());
+    }
+    if (v.sharding == to && v.local == o.name) return;
+    if (v.sharding == to) {
+      // Same layout under another local name: a free relabel to the output's name.
+      OpSpec op;
+      op.kind = OpKind::kReshape;
+      op.in = {v.local};
+      op.out = {o.name};
+      op.name = o.name;
+      op.key = "program";
+      op.shape = LocalShape(v.shape, to, axes_);
+      result_.program.ops.push_back(std::move(op));
+      result_.reasons.push_back("output " + o.name + " named");
+      result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+    } else {
+      EmitReshard(id, to, "output " + o.name + " as " + FormatPartitionSpec(o.spec), o.name);
+    }
+  }
+
+  const ProgramSpec& global_;
+  PartitionCosts costs_;
+  std::vector<MeshAxis> axes_;
+  bool explicit_;
+  Mesh shape_mesh_;
+  std::vector<Value> values_;
+  std::map<std::string, int> current_;
+  std::set<std::string> taken_;
+  std::map<std::string, std::string> reshards_;
+  std::map<std::string, PartitionSpec> hint_specs_;
+  std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
+  Shape out_shapes_cache_;
+  std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
+  PartitionResult result_;
+};
+
+}  // namespace
+
+PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs) {
+  if (global.mode == ProgramMode::kManual) {
+    throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
+  }
+  // Reverse mode first: the backward pass is partitioned like any other ops.
+  const ProgramSpec expanded = ExpandGrads(global);
+  PartitionResult result = Partitioner(expanded, costs).Run();
+  // Outputs keep the global program's out specs.
+  result.program.outputs = global.outputs;
+  return result;
+}
+
+PartitionResult PartitionOnMachine(const ProgramSpec& global, const Machine& machine,
+                                   const Mesh& mesh) {
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  return Partition(global, PartitionCosts{&mesh, &cache, machine.compute_model()});
+}
+
+}  // namespace shardsim::planner

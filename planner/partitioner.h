@@ -1,0 +1,44 @@
+// The SPMD partitioner: a global program (mode: explicit | auto) becomes the per-device
+// shard_map body (mode: manual) the executor runs, with the collectives its shardings need.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/compute_model.h"
+#include "collectives/mesh.h"
+#include "collectives/program.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
+
+namespace shardsim::planner {
+
+// What auto mode prices candidate layouts with. Without a collective model it counts the
+// bytes each device sends at 1 byte per picosecond (a stand-in for tests of the rules alone).
+struct PartitionCosts {
+  const Mesh* mesh = nullptr;                     // The placed mesh (with the model).
+  CollectiveCostModel* collectives = nullptr;     // Prices inserted collectives.
+  const ComputeModel* compute = nullptr;          // Prices local ops (null: free).
+};
+
+// The partitioned program.
+struct PartitionResult {
+  ProgramSpec program;               // mode: manual, same arrays, outputs and op names.
+  std::vector<std::string> reasons;  // Per op of `program`: why it was inserted ("" if not).
+  // Per op of `program`: its first result's global type ("f32[1024@dp,4096]").
+  std::vector<std::string> types;
+};
+
+// Partitions `global`. Explicit mode follows each op's rule and refuses (SpecError at the op's
+// key, naming the operands' types and the fix) what JAX refuses; auto mode propagates the
+// output shardings and sharding constraints backwards as hints and picks, op by op, the
+// candidate layout whose reshards, local compute and later reshard to the hint cost least.
+// Throws SpecError for programs it cannot partition.
+PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs = {});
+
+// Partitions `global` for `mesh` on `machine`, pricing collectives by the network simulation
+// (cached across the candidates) and local ops by the machine's compute model.
+PartitionResult PartitionOnMachine(const ProgramSpec& global, const Machine& machine,
+                                   const Mesh& mesh);
+
+}  // namespace shardsim::planner

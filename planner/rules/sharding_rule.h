@@ -1,0 +1,70 @@
+// Sharding rules, one file per op family (XLA's spmd handlers): given the shardings an op's
+// operands have, the layouts the op can run in: what each operand must be resharded to and
+// what sharding each result has (possibly partial sums).
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collectives/array.h"
+#include "collectives/dtype.h"
+#include "collectives/mesh.h"
+#include "collectives/program.h"
+#include "planner/value_sharding.h"
+
+namespace shardsim::planner {
+
+// What a rule sees of one op.
+struct RuleContext {
+  const OpSpec& op;                         // The global op.
+  std::vector<Shape> in_shapes;             // Operands' global shapes.
+  std::vector<DType> in_dtypes;             // Operands' dtypes.
+  std::vector<ValueSharding> in;            // Operands' current shardings.
+  std::vector<Shape> out_shapes;            // Results' global shapes.
+  const std::vector<MeshAxis>& axes;        // The mesh.
+  // Auto mode: the sharding propagation would like the first result to have (a hint).
+  std::optional<ValueSharding> preferred;
+};
+
+// One way to run an op.
+struct Strategy {
+  std::vector<ValueSharding> operands;  // The sharding each operand must have (no partials
+                                        // unless the op is linear in it).
+  std::vector<ValueSharding> results;   // Each result's sharding.
+  std::string why;                      // A few words: "contracting d split over tp".
+};
+
+// An op explicit mode refuses (JAX would raise): the message names what is wrong and the fix.
+class RuleError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The candidate strategies for an op. The first candidate is explicit mode's: it must need no
+// operand resharding (else the rule throws RuleError in explicit mode); auto mode weighs all.
+using ShardingRule = std::vector<Strategy> (*)(const RuleContext& ctx, bool explicit_mode);
+
+// The rule of `kind`, or nullptr when the op has none yet.
+ShardingRule FindShardingRule(OpKind kind);
+
+// Rules by family (rules/*.cc).
+std::vector<Strategy> ElementwiseRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> ContractionRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> TransposeRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> ReshapeRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> AlongAxisRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode);
+
+// Helpers the rules share.
+// The type of operand `i` in JAX notation ("f32[8@dp,4]").
+std::string OperandType(const RuleContext& ctx, size_t i);
+// Whether `s` uses mesh axis `a` on any dimension.
+bool UsesAxis(const ValueSharding& s, int a);
+// `s` with every split of dimension `dim` removed.
+ValueSharding Unsplit(ValueSharding s, int dim);
+// `s` without partial axes.
+ValueSharding Reduced(ValueSharding s);
+
+}  // namespace shardsim::planner

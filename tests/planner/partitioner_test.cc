@@ -1,0 +1,309 @@
+// The partitioner's collectives, derived by hand from shapes and shardings; explicit mode's
+// refusals; and sharded runs against the unsharded program.
+#include "planner/partitioner.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "collectives/ir/program_builder.h"
+#include "collectives/runtime/run_program.h"
+#include "planner/partitioned_numerics.h"
+#include "planner/reshard.h"
+#include "sim/spec_error.h"
+#include "topology/presets.h"
+
+namespace shardsim::planner {
+namespace {
+
+PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{std::move(dims)}; }
+
+// A collective the partitioner inserted: kind, axes, and bytes of its input on one device.
+struct Inserted {
+  OpKind kind;
+  std::vector<std::string> axes;
+  int64_t bytes;
+  bool operator==(const Inserted&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Inserted& c) {
+  os << OpKindName(c.kind) << " over";
+  for (const std::string& a : c.axes) os << " " << a;
+  return os << " (" << c.bytes << " B)";
+}
+
+// The collectives of `lowered`, with per-device input bytes from the global shapes and the
+// lowered types (the comment types hold global shapes and shardings).
+std::vector<Inserted> Collectives(const ProgramSpec& global, const PartitionResult& lowered) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh mesh = PlaceMesh(machine, lowered.program.mesh_axes);
+  RunResult r = RunProgram(machine, mesh, lowered.program, RunConfig{});
+  std::vector<Inserted> out;
+  for (size_t i = 0; i < lowered.program.ops.size(); ++i) {
+    const OpSpec& op = lowered.program.ops[i];
+    if (!IsCollective(op.kind)) continue;
+    out.push_back({op.kind, op.axis_name, r.ops[i].bytes.count()});
+  }
+  return out;
+}
+
+// The Scaling Book's matmul: einsum('bd,df->bf', square(In), W), In: P('X', 'Y'),
+// W: P('Y', None), on a 4x2 mesh.
+ProgramSpec ScalingBookMatmul(ProgramMode mode, PartitionSpec w_spec, PartitionSpec out_spec) {
+  ProgramBuilder b({{"X", 4}, {"Y", 2}}, {}, mode);
+  b.Input("In", {64, 128}, DType::kF32, P({{"X"}, {"Y"}}), InitSpec{InitSpec::Kind::kNormal, 0});
+  b.Input("W", {128, 32}, DType::kF32, std::move(w_spec), InitSpec{InitSpec::Kind::kNormal, 1});
+  std::string sq = b.Unary(OpKind::kSquare, "In", "sq");
+  b.Einsum("bd,df->bf", sq, "W", "out");
+  b.Output("out", std::move(out_spec));
+  return std::move(b).Build();
+}
+
+// Runs `global` partitioned on a TPU v5e 4x2 with numerics and checks it against the
+// unsharded program.
+void ExpectNumericsPass(const ProgramSpec& global) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, lowered.program, config);
+  NumericsReport report =
+      CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
+  EXPECT_TRUE(report.checked);
+  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
+                             << " tolerance " << report.tolerance;
+}
+
+TEST(PartitionerTest, ElementwiseKeepsTheShardingAndInsertsNothing) {
+  ProgramBuilder b({{"X", 4}, {"Y", 2}}, {}, ProgramMode::kAuto);
+  b.Input("x", {64, 64}, DType::kF32, P({{"X"}, {"Y"}}), InitSpec{InitSpec::Kind::kNormal, 0});
+  b.Unary(OpKind::kSin, "x", "y");
+  b.Output("y", P({{"X"}, {"Y"}}));
+  ProgramSpec global = std::move(b).Build();
+  PartitionResult lowered = Partition(global);
+  ASSERT_EQ(lowered.program.ops.size(), 1u);
+  EXPECT_EQ(lowered.program.ops[0].kind, OpKind::kSin);
+  EXPECT_EQ(lowered.types[0], "f32[64@X,64@Y]");
+  ExpectNumericsPass(global);
+}
+
+// d is split over Y on both sides: local products of [64/4, 32] summed over Y. Out P('X',
+// None): one psum of 16 x 32 x 4 B = 2048 B; out P('X', 'Y'): a psum_scatter instead.
+TEST(PartitionerTest, ContractionOverASplitDimensionSumsItsPartials) {
+  for (ProgramMode mode : {ProgramMode::kAuto, ProgramMode::kExplicit}) {
+    SCOPED_TRACE(ProgramModeName(mode));
+    ProgramSpec global = ScalingBookMatmul(mode, P({{"Y"}, {}}), P({{"X"}, {}}));
+    EXPECT_EQ(Collectives(global, Partition(global)),
+              (std::vector<Inserted>{{OpKind::kPsum, {"Y"}, 16 * 32 * 4}}));
+    ExpectNumericsPass(global);
+  }
+  ProgramSpec scatter = ScalingBookMatmul(ProgramMode::kAuto, P({{"Y"}, {}}), P({{"X"}, {"Y"}}));
+  EXPECT_EQ(Collectives(scatter, Partition(scatter)),
+            (std::vector<Inserted>{{OpKind::kPsumScatter, {"Y"}, 16 * 32 * 4}}));
+  ExpectNumericsPass(scatter);
+}
+
+// W replicated while In's d is split over Y: auto slices W's rows locally (no communication)
+// and sums the partial products over Y; explicit mode refuses, as JAX does.
+TEST(PartitionerTest, ContractingSplitOnOneSideOnly) {
+  ProgramSpec global = ScalingBookMatmul(ProgramMode::kAuto, P({}), P({{"X"}, {}}));
+  PartitionResult lowered = Partition(global);
+  EXPECT_EQ(Collectives(global, lowered),
+            (std::vector<Inserted>{{OpKind::kPsum, {"Y"}, 16 * 32 * 4}}));
+  bool sliced = false;
+  for (const OpSpec& op : lowered.program.ops) sliced = sliced || op.kind == OpKind::kDynamicSlice;
+  EXPECT_TRUE(sliced);
+  ExpectNumericsPass(global);
+  ProgramSpec strict = ScalingBookMatmul(ProgramMode::kExplicit, P({}), P({{"X"}, {}}));
+  try {
+    Partition(strict);
+    FAIL() << "partitioned";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "program.1");
+    EXPECT_NE(std::string(e.what()).find("f32[64@X,128@Y] and f32[128,32]"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("reshard"), std::string::npos) << e.what();
+  }
+}
+
+// Megatron's MLP under tensor parallelism: x [B, D] replicated, w1 [D, F] column-split over
+// tp, w2 [F, D] row-split: h = relu(x @ w1) stays split over tp, h @ w2 is a partial sum over
+// tp, and the replicated output takes exactly one psum of B x D x 4 bytes.
+TEST(PartitionerTest, TensorParallelMlpTakesOneAllReduce) {
+  ProgramBuilder b({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
+  b.Input("x", {16, 32}, DType::kF32, P({}), InitSpec{InitSpec::Kind::kNormal, 0});
+  b.Input("w1", {32, 64}, DType::kF32, P({{}, {"tp"}}), InitSpec{InitSpec::Kind::kNormal, 1});
+  b.Input("w2", {64, 32}, DType::kF32, P({{"tp"}, {}}), InitSpec{InitSpec::Kind::kNormal, 2});
+  std::string h = b.Unary(OpKind::kRelu, b.Matmul("x", "w1"));
+  b.Matmul(h, "w2", "y");
+  b.Output("y", P({}));
+  ProgramSpec global = std::move(b).Build();
+  EXPECT_EQ(Collectives(global, Partition(global)),
+            (std::vector<Inserted>{{OpKind::kPsum, {"tp"}, 16 * 32 * 4}}));
+  ExpectNumericsPass(global);
+}
+
+// Data parallelism: x split over dp, w replicated: no communication in the forward pass.
+TEST(PartitionerTest, DataParallelForwardIsLocal) {
+  for (ProgramMode mode : {ProgramMode::kAuto, ProgramMode::kExplicit}) {
+    ProgramBuilder b({{"dp", 8}}, {}, mode);
+    b.Input("x", {64, 32}, DType::kF32, P({{"dp"}}), InitSpec{InitSpec::Kind::kNormal, 0});
+    b.Input("w", {32, 16}, DType::kF32, P({}), InitSpec{InitSpec::Kind::kNormal, 1});
+    b.Matmul("x", "w", "y");
+    b.Output("y", P({{"dp"}}));
+    ProgramSpec global = std::move(b).Build();
+    EXPECT_TRUE(Collectives(global, Partition(global)).empty());
+  }
+}
+
+// FSDP: w's rows split over fsdp with x's batch split over fsdp too: the contraction would
+// need fsdp twice, so auto gathers w (8 devices x 4 x 16 x 4 B) before the matmul.
+TEST(PartitionerTest, FsdpGathersTheWeight) {
+  ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
+  b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), InitSpec{InitSpec::Kind::kNormal, 0});
+  b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), InitSpec{InitSpec::Kind::kNormal, 1});
+  b.Matmul("x", "w", "y");
+  b.Output("y", P({{"fsdp"}}));
+  ProgramSpec global = std::move(b).Build();
+  EXPECT_EQ(Collectives(global, Partition(global)),
+            (std::vector<Inserted>{{OpKind::kAllGather, {"fsdp"}, 4 * 16 * 4}}));
+  ExpectNumericsPass(global);
+}
+
+TEST(ReshardTest, PlansTheCheapestMoves) {
+  const std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
+  auto plan = [&](const char* from, const char* to, std::vector<int> partial = {}) {
+    ValueSharding f = FromSpec(ParsePartitionSpec(from), 2, axes);
+    f.partial = std::move(partial);
+    std::string text;
+    for (const ReshardStep& s :
+         PlanReshard({64, 64}, f, FromSpec(ParsePartitionSpec(to), 2, axes), axes)) {
+      text += (text.empty() ? "" : "; ") + DescribeStep(s, axes);
+    }
+    return text;
+  };
+  EXPECT_EQ(plan("P('dp')", "P('dp')"), "");
+  EXPECT_EQ(plan("P(('dp', 'tp'))", "P('dp')"), "all_gather over tp (dim 0)");
+  EXPECT_EQ(plan("P()", "P(None, 'tp')"), "slice over tp (dim 1)");
+  EXPECT_EQ(plan("P('dp')", "P(None, 'dp')"), "all_to_all over dp (dim 0 to dim 1)");
+  EXPECT_EQ(plan("P('dp')", "P('dp', 'tp')", {1}), "psum_scatter over tp (dim 1)");
+  EXPECT_EQ(plan("P('dp')", "P()", {1}), "psum over tp; all_gather over dp (dim 0)");
+  EXPECT_EQ(plan("P(('tp', 'dp'))", "P('dp')"),
+            "all_gather over tp,dp (dim 0); slice over dp (dim 0)");
+}
+
+// Explicit mode refuses what JAX refuses, at the op, naming the operands' types and the fix.
+struct Refusal {
+  std::string name;
+  std::function<ProgramSpec()> build;
+  std::string key;
+  std::string message;
+};
+
+class ExplicitRefusesTest : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(ExplicitRefusesTest, NamesTheOpAndTheFix) {
+  try {
+    Partition(GetParam().build());
+    FAIL() << "partitioned";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), GetParam().key);
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+// An explicit program on dp=4 x tp=2 with inputs a [8, 8] and b [8, 8] of the given specs
+// and one op made by `add`.
+std::function<ProgramSpec()> Two(PartitionSpec a, PartitionSpec b,
+                                 std::function<void(ProgramBuilder&)> add) {
+  return [=] {
+    ProgramBuilder builder({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kExplicit);
+    builder.Input("a", {8, 8}, DType::kF32, a);
+    builder.Input("b", {8, 8}, DType::kF32, b);
+    add(builder);
+    builder.Output("y", P({}));
+    return std::move(builder).Build();
+  };
+}
+
+OpSpec AlongAxis(OpKind kind, std::vector<std::string> in, int64_t axis) {
+  OpSpec op;
+  op.kind = kind;
+  op.in = std::move(in);
+  op.out = {"y"};
+  op.axis = axis;
+  if (kind == OpKind::kSlice) op.size = 4;
+  if (kind == OpKind::kSplit) {
+    op.sections = 2;
+    op.out = {"y", "z"};
+  }
+  return op;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Programs, ExplicitRefusesTest,
+    ::testing::Values(
+        Refusal{"AddSplitDifferently", Two(P({{"dp"}}), P({{"tp"}}),
+                                           [](ProgramBuilder& b) { b.Binary(OpKind::kAdd, "a", "b", "y"); }),
+                "program.0", "f32[8@dp,8] and f32[8@tp,8] are sharded incompatibly"},
+        Refusal{"MulOneAxisOnTwoDims", Two(P({{"dp"}}), P({{}, {"dp"}}),
+                                           [](ProgramBuilder& b) { b.Binary(OpKind::kMul, "a", "b", "y"); }),
+                "program.0", "one mesh axis would split two dimensions"},
+        Refusal{"ContractingSplitOneSide", Two(P({{}, {"tp"}}), P({}),
+                                               [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+                "program.0", "split in the first operand only"},
+        Refusal{"ContractingSplitDifferently", Two(P({{}, {"tp"}}), P({{"dp"}}),
+                                                   [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+                "program.0", "split differently in the two operands"},
+        Refusal{"FreeDimsOnOneAxis", Two(P({{"dp"}}), P({{}, {"dp"}}),
+                                         [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+                "program.0", "one mesh axis would split two dimensions of the result"},
+        Refusal{"EinsumBatchSplitDifferently",
+                Two(P({{"dp"}}), P({{"tp"}}),
+                    [](ProgramBuilder& b) { b.Einsum("bi,bj->bij", "a", "b", "y"); }),
+                "program.0", "letter 'b' is split differently"},
+        Refusal{"ConcatenateAlongSplitAxis", Two(P({{"dp"}}), P({{"dp"}}),
+                                                 [](ProgramBuilder& b) {
+                                                   b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
+                                                 }),
+                "program.0", "dimension 0 is split; reshard it first"},
+        Refusal{"ConcatenateOperandsDiffer", Two(P({{}, {"dp"}}), P({}),
+                                                 [](ProgramBuilder& b) {
+                                                   b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
+                                                 }),
+                "program.0", "operands are split differently"},
+        Refusal{"SliceAlongSplitAxis", Two(P({{}, {"tp"}}), P({}),
+                                           [](ProgramBuilder& b) {
+                                             b.Add(AlongAxis(OpKind::kSlice, {"a"}, 1));
+                                           }),
+                "program.0", "dimension 1 is split"},
+        Refusal{"SplitAlongSplitAxis", Two(P({{"dp"}}), P({}),
+                                           [](ProgramBuilder& b) {
+                                             b.Add(AlongAxis(OpKind::kSplit, {"a"}, 0));
+                                           }),
+                "program.0", "dimension 0 is split"},
+        Refusal{"ReshapeCannotCarry", Two(P({{}, {"dp"}}), P({}),
+                                          [](ProgramBuilder& b) {
+                                            OpSpec op;
+                                            op.kind = OpKind::kReshape;
+                                            op.in = {"a"};
+                                            op.out = {"y"};
+                                            op.shape = {2, 32};
+                                            b.Add(op);
+                                          }),
+                "program.0", "split cannot carry into shape [2,32]"},
+        Refusal{"ConstraintThatDisagrees", Two(P({{"dp"}}), P({}),
+                                               [](ProgramBuilder& b) {
+                                                 OpSpec op;
+                                                 op.kind = OpKind::kShardingConstraint;
+                                                 op.in = {"a"};
+                                                 op.out = {"y"};
+                                                 op.sharding = P({{"tp"}});
+                                                 b.Add(op);
+                                               }),
+                "program.0", "in explicit mode change a sharding with reshard"}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace shardsim::planner
