@@ -31,6 +31,18 @@ struct CollectiveRequest {
   Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
 };
 
+// How a collective (or one group of it) used one directed link in its standalone run: the
+// fraction of its time some transfer of it held the link, how many held it at once on
+// average while any did, and how fast each moved. Transfer-time on a link is summed over
+// transfers from their start until their last byte left (a fluid transfer holds every link of
+// its route at once).
+struct LinkUse {
+  LinkId link = 0;
+  double duty = 0;       // Time held / its longest member time, in (0, 1].
+  double flows = 0;      // Transfer-time / time held: transfers at once while held, >= 1.
+  double flow_rate = 0;  // Bytes / transfer-time: one transfer's rate there, bytes per second.
+};
+
 // The answer: per mesh position, the time from the launch until that member's output is
 // complete (zero for members of a group of one), and the algorithm that ran.
 struct CollectiveTiming {
@@ -40,6 +52,13 @@ struct CollectiveTiming {
   // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
   // longest member time (bytes / (bandwidth * time)), in (0, 1].
   std::vector<double> link_share;
+  // Per entry of `links`: how the whole op used it (durations relative to its longest member
+  // time).
+  std::vector<LinkUse> link_use;
+  // Per group of the op's axes (Mesh::Groups order): the links its members' transfers held,
+  // ascending, and how (durations relative to the group's longest member time). The cached
+  // timing path reads them to tell how ops in flight together share links (see Executor).
+  std::vector<std::vector<LinkUse>> group_use;
 };
 
 // Prices one collective op over a mesh. Implementations must be deterministic: the same

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "collectives/ir/program_builder.h"
 #include "collectives/lowering.h"
@@ -447,8 +448,15 @@ testing::TransformerShape SmallStep(int layers, int64_t seq, int64_t d_model, in
   return shape;
 }
 
+// LinkUse entries as comparable tuples.
+std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<LinkUse>& uses) {
+  std::vector<std::tuple<LinkId, double, double, double>> out;
+  for (const LinkUse& u : uses) out.emplace_back(u.link, u.duty, u.flows, u.flow_rate);
+  return out;
+}
+
 // Simulating one group for all its translations gives the same timing as simulating every
-// group: member times, links and shares alike, on wrapped tori and on lines.
+// group: member times, links, shares and link use alike, on wrapped tori and on lines.
 TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
   struct Case {
     std::string preset;
@@ -477,9 +485,56 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
         EXPECT_EQ(a->links, b->links) << what;
         EXPECT_EQ(a->link_share, b->link_share) << what;
         EXPECT_EQ(a->algorithm, b->algorithm) << what;
+        EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << what;
+        ASSERT_EQ(a->group_use.size(), b->group_use.size()) << what;
+        for (size_t g = 0; g < a->group_use.size(); ++g) {
+          EXPECT_EQ(Uses(a->group_use[g]), Uses(b->group_use[g])) << what << " group " << g;
+        }
       }
     }
     EXPECT_GT(fast.translated(), 0) << c.preset;
+  }
+}
+
+// How a ring all-gather uses its links: on a wrapped torus each group's ring has every link to
+// itself, one transfer at a time at the link's full bandwidth; the op's per-link use is its
+// group's (no two groups meet). On TPU v5p 8x8x8 with FSDP 128 x TP 4 the four FSDP rings
+// cross between the halves of z (4 hops) on links they share: many transfers at once there,
+// each far below the link's bandwidth.
+TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllGather;
+  request.dtype = DType::kBF16;
+  request.elements = 1 << 16;
+  request.axes = {0};
+  {
+    Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+    Mesh mesh = PlaceMesh(machine, {{"dp", 16}, {"tp", 4}});
+    NetworkCollectiveModel model(machine, /*translate_groups=*/false);
+    std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
+    ASSERT_EQ(t->group_use.size(), 4u);
+    ASSERT_EQ(t->link_use.size(), t->links.size());
+    size_t group_links = 0;
+    for (const std::vector<LinkUse>& uses : t->group_use) {
+      group_links += uses.size();
+      for (const LinkUse& u : uses) {
+        double bandwidth = machine.topology().link(u.link).bandwidth.bytes_per_second();
+        EXPECT_DOUBLE_EQ(u.flows, 1.0);
+        EXPECT_NEAR(u.flow_rate, bandwidth, 1e-5 * bandwidth);  // Drains round up to 1 ps.
+        EXPECT_GT(u.duty, 0.25);
+        EXPECT_LE(u.duty, 1.0);
+      }
+    }
+    EXPECT_EQ(group_links, t->links.size());
+  }
+  {
+    Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
+    Mesh mesh = PlaceMesh(machine, {{"fsdp", 128}, {"tp", 4}});
+    NetworkCollectiveModel model(machine);
+    std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
+    double most = 0;
+    for (const LinkUse& u : t->link_use) most = std::max(most, u.flows);
+    EXPECT_GT(most, 10.0);
   }
 }
 
