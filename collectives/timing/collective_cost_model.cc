@@ -38,35 +38,35 @@ class LinkAccounting : public FlowRecorder {
     }
     timing.group_use.assign(groups.size(), {});
     timing.link_use.clear();
+    std::vector<Use> group(groups.size());
+    std::vector<int> touched;
     for (LinkId l : timing.links) {
       std::vector<Held>& held = held_[l];
-      // By group, then start: each group's intervals in order (usually already so).
+      // Intervals by start, as the unions below need (usually so already: the transfers on a
+      // link drain, and are recorded, in the order they started).
       auto before = [](const Held& a, const Held& b) {
-        return std::tie(a.group, a.start, a.end, a.bytes) <
-               std::tie(b.group, b.start, b.end, b.bytes);
+        return std::tie(a.start, a.end, a.group, a.bytes) <
+               std::tie(b.start, b.end, b.group, b.bytes);
       };
       if (!std::is_sorted(held.begin(), held.end(), before)) {
         std::sort(held.begin(), held.end(), before);
       }
-      for (size_t i = 0; i < held.size();) {
-        size_t j = i;
-        Use use;
-        while (j < held.size() && held[j].group == held[i].group) use.Add(held[j++]);
-        int g = held[i].group;
-        if (g >= 0 && group_longest[g] > Time()) {
-          timing.group_use[g].push_back(use.Finish(l, group_longest[g]));
-        }
-        i = j;
+      Use whole;
+      for (const Held& h : held) {
+        whole.Add(h);
+        if (h.group < 0) continue;
+        if (group[h.group].transfer_ps == 0) touched.push_back(h.group);
+        group[h.group].Add(h);
       }
-      // The whole op: the same, over every group's intervals by start.
-      std::vector<Held> all = held;
-      std::sort(all.begin(), all.end(), [](const Held& a, const Held& b) {
-        return std::tie(a.start, a.end, a.group, a.bytes) <
-               std::tie(b.start, b.end, b.group, b.bytes);
-      });
-      Use use;
-      for (const Held& h : all) use.Add(h);
-      timing.link_use.push_back(use.Finish(l, longest));
+      timing.link_use.push_back(whole.Finish(l, longest));
+      std::sort(touched.begin(), touched.end());
+      for (int g : touched) {
+        if (group_longest[g] > Time()) {
+          timing.group_use[g].push_back(group[g].Finish(l, group_longest[g]));
+        }
+        group[g] = Use();
+      }
+      touched.clear();
     }
   }
 
