@@ -230,6 +230,55 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
   }
 }
 
+// A collective whose transfers are held below their fair share by a bottleneck of their own
+// is not slowed by another op on its other links; the other op is slowed there instead. On TPU
+// v5p 4x4x8 with FSDP 32 x TP 4, each FSDP ring crosses between the halves of z by 4-hop
+// transfers at the two columns where its snake turns, and the four rings' crossings share z
+// links there: that is the reduce-scatter's bottleneck. A TP psum (z rings of 4) issued with
+// it shares the reduce-scatter's links only at those columns. The full simulation leaves the
+// reduce-scatter at its standalone time and stretches the psum's groups at those columns.
+// The per-group, max-min sharing rule does the same (the rule it replaced, one rate per op
+// from average link shares, slowed both).
+TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  ProgramBuilder b({{"fsdp", 32}, {"tp", 4}});
+  std::string rs =
+      b.PsumScatter(b.Input("g", {1408 * 4, 2048}, DType::kBF16, P({{"tp"}})), {"fsdp"}, 1, true);
+  std::string ps =
+      b.Reduce(OpKind::kPsum, b.Input("x", {1024 * 32, 1024}, DType::kBF16, P({{"fsdp"}})), {"tp"});
+  b.Output(rs, P({}));
+  b.Output(ps, P({}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  NetworkCollectiveModel model(machine);
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kReduceScatter;
+  request.dtype = DType::kBF16;
+  request.elements = 1408 * 2048;
+  request.axes = {0};
+  auto longest = [&](const CollectiveRequest& r) {
+    std::shared_ptr<const CollectiveTiming> timing = model.Estimate(mesh, r);
+    return *std::max_element(timing->member_time.begin(), timing->member_time.end());
+  };
+  Time alone = longest(request);
+  request.kind = CollectiveKind::kAllReduce;
+  request.elements = 1024 * 1024;
+  request.axes = {1};
+  Time psum_alone = longest(request);
+  RunResult full = RunProgram(machine, mesh, program, RunConfig{});
+  RunConfig cached;
+  cached.timing = TimingPath::kCached;
+  RunResult fast = RunProgram(machine, mesh, program, cached);
+  ASSERT_EQ(full.ops[0].op, "psum_scatter");
+  EXPECT_EQ(full.ops[0].end, alone);
+  EXPECT_EQ(fast.ops[0].end, alone);
+  // The psum: 140.8 us in the full simulation (45.0 alone), 149.8 us here.
+  EXPECT_GT(full.ops[1].end.seconds(), 2 * psum_alone.seconds());
+  EXPECT_GT(fast.ops[1].end.seconds(), 2 * psum_alone.seconds());
+  EXPECT_NEAR(fast.ops[1].end.seconds(), full.ops[1].end.seconds(),
+              0.1 * full.ops[1].end.seconds());
+}
+
 // Op `kind` of `in` making `out`, run only on pipeline stage `stage` (`where: {stage: s}`).
 OpSpec OnStage(OpKind kind, std::vector<std::string> in, std::string out, int stage) {
   OpSpec op;
@@ -564,9 +613,13 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
 
 // A transformer step's collectives overlap compute and each other (two in flight: FSDP
 // gathers prefetched beside TP psums and gradient reduce-scatters). The cached path prices
-// their sharing of links from the standalone simulations (see Executor); measured 1.1% below
-// the full network simulation here. The bound, 1.5%, is what this approximation guarantees
-// on this step, not the 1% asked for search (see the README's known limits).
+// their sharing of links from the standalone simulations (see Executor); measured 1.12% below
+// the full network simulation here. Nearly all of it is one overlap: each layer's dw1 and dw3
+// reduce-scatters run 15.1 us apart, and at that offset the two rings' steps fall into a
+// resonance of the fluid model: scanning the offset from 13.6 to 16.1 us moves the pair's
+// duration in the full simulation between 55.0 and 64.8 us (64.3 at 15.1), 58.4 us on average,
+// where the sharing rule puts it (58.4). The bound, 1.5%, is what this approximation
+// guarantees on this step, not the 1% asked for search (see the README's known limits).
 TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = testing::BuildTransformerStep(SmallStep(2, 512, 2048, 128));
