@@ -284,14 +284,15 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   return true;
 }
 
-std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
-    const Mesh& mesh, const CollectiveRequest& request) {
-  // The key: every field of the request, then the mesh (axis sizes and each position's
-  // device). Algorithm names are spelled out character by character.
-  std::vector<int64_t> key = {
-      static_cast<int64_t>(request.kind),  static_cast<int64_t>(request.reduce),
-      static_cast<int64_t>(request.dtype), request.elements,
-      request.chunk_size.count(),          static_cast<int64_t>(request.algorithm.size())};
+namespace {
+
+// Every field of `request` but its kind and reduction, then the mesh (axis sizes and each
+// position's device). Algorithm names are spelled out character by character.
+std::vector<int64_t> RequestKey(const Mesh& mesh, const CollectiveRequest& request,
+                                int64_t elements) {
+  std::vector<int64_t> key = {static_cast<int64_t>(request.dtype), elements,
+                              request.chunk_size.count(),
+                              static_cast<int64_t>(request.algorithm.size())};
   for (char c : request.algorithm) key.push_back(c);
   key.push_back(static_cast<int64_t>(request.axes.size()));
   key.insert(key.end(), request.axes.begin(), request.axes.end());
@@ -300,13 +301,47 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
   key.push_back(static_cast<int64_t>(mesh.axes().size()));
   for (const MeshAxis& axis : mesh.axes()) key.push_back(axis.size);
   for (int p = 0; p < mesh.size(); ++p) key.push_back(mesh.device(p));
+  return key;
+}
+
+}  // namespace
+
+std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
+    const Mesh& mesh, const CollectiveRequest& request) {
+  std::vector<int64_t> key = RequestKey(mesh, request, request.elements);
+  key.insert(key.begin(),
+             {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     ++hits_;
     return it->second;
   }
+  // A ring pass: a reduce-scatter of G blocks sends, step for step, the transfers of the
+  // all-gather of one block (it forwards chunk r - s - 1 where the gather forwards r - s, all
+  // chunks one block), so on one ring, or two opposite ones, their timings are one. `auto`
+  // resolves both alike (it reads the bytes per member, G blocks either way).
+  std::vector<int64_t> pass;
+  if (request.kind == CollectiveKind::kAllGather ||
+      request.kind == CollectiveKind::kReduceScatter) {
+    int64_t g = 1;
+    for (int a : request.axes) g *= mesh.axes()[a].size;
+    bool scatter = request.kind == CollectiveKind::kReduceScatter;
+    if (!scatter || request.elements % g == 0) {
+      pass = RequestKey(mesh, request, scatter ? request.elements / g : request.elements);
+      auto found = ring_passes_.find(pass);
+      if (found != ring_passes_.end()) {
+        ++hits_;
+        ++ring_pass_hits_;
+        cache_.emplace(std::move(key), found->second);
+        return found->second;
+      }
+    }
+  }
   ++misses_;
   std::shared_ptr<const CollectiveTiming> timing = inner_.Estimate(mesh, request);
+  if (!pass.empty() && (timing->algorithm == "ring" || timing->algorithm == "bidirectional_ring")) {
+    ring_passes_.emplace(std::move(pass), timing);
+  }
   cache_.emplace(std::move(key), timing);
   return timing;
 }

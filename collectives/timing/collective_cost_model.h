@@ -108,7 +108,10 @@ class NetworkCollectiveModel : public CollectiveCostModel {
 
 // Memoizes another model by everything that determines its answer: the request and the
 // mesh's axes and device placement (which fixes each group's members and the links they
-// use). A hit returns the very answer the inner model gave for the same key.
+// use). A hit returns the very answer the inner model gave for the same key. A reduce-scatter
+// and an all-gather that run as the same ring pass (one ring or two opposite ones, the
+// scatter of G blocks and the gather of one) move the same transfers at the same times: once
+// one is known, the other is a hit too.
 class CachedCollectiveModel : public CollectiveCostModel {
  public:
   // `inner` must outlive the cache.
@@ -119,12 +122,17 @@ class CachedCollectiveModel : public CollectiveCostModel {
   int64_t hits() const { return hits_; }
   // Requests passed to the inner model.
   int64_t misses() const { return misses_; }
+  // Hits answered by the other kind's ring pass.
+  int64_t ring_pass_hits() const { return ring_pass_hits_; }
 
  private:
   CollectiveCostModel& inner_;
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
+  // Ring passes timed so far, by their request without kind or reduction, per-block elements.
+  std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> ring_passes_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
+  int64_t ring_pass_hits_ = 0;
 };
 
 }  // namespace shardsim

@@ -587,6 +587,58 @@ TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
   }
 }
 
+// A reduce-scatter of G blocks and an all-gather of one block run the same ring pass: the
+// network model gives them the very same timing (on one ring and on two opposite ones, groups
+// sharing links or not), so the cache answers one from the other.
+TEST(CachedCollectiveModelTest, ReduceScatterAndAllGatherShareTheirRingPass) {
+  struct Case {
+    std::string preset;
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+    std::vector<int> op_axes;
+    std::string algorithm;
+  };
+  for (const Case& c :
+       {Case{"tpu-v5p", {4, 4, 4}, {{"dp", 16}, {"tp", 4}}, {0}, "auto"},    // Two rings.
+        Case{"tpu-v5p", {4, 4, 8}, {{"fsdp", 32}, {"tp", 4}}, {0}, "auto"},  // Shared links.
+        Case{"tpu-v5e", {4, 4}, {{"dp", 4}, {"tp", 4}}, {0, 1}, "ring"},     // One ring.
+        Case{"h100-dgx", {}, {{"dp", 2}, {"tp", 4}}, {1}, "bidirectional_ring"}}) {
+    Machine machine(BuildPreset(c.preset, c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    int g = 1;
+    for (int a : c.op_axes) g *= c.axes[a].size;
+    CollectiveRequest gather;
+    gather.kind = CollectiveKind::kAllGather;
+    gather.dtype = DType::kBF16;
+    gather.elements = 3 << 14;
+    gather.axes = c.op_axes;
+    gather.algorithm = c.algorithm;
+    CollectiveRequest scatter = gather;
+    scatter.kind = CollectiveKind::kReduceScatter;
+    scatter.reduce = ReduceOp::kMax;
+    scatter.elements = gather.elements * g;
+    NetworkCollectiveModel model(machine);
+    std::shared_ptr<const CollectiveTiming> a = model.Estimate(mesh, gather);
+    std::shared_ptr<const CollectiveTiming> b = model.Estimate(mesh, scatter);
+    ASSERT_TRUE(a->algorithm == "ring" || a->algorithm == "bidirectional_ring") << a->algorithm;
+    EXPECT_EQ(a->algorithm, b->algorithm) << c.preset;
+    EXPECT_EQ(a->member_time, b->member_time) << c.preset;
+    EXPECT_EQ(a->links, b->links) << c.preset;
+    EXPECT_EQ(a->link_share, b->link_share) << c.preset;
+    EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << c.preset;
+    ASSERT_EQ(a->group_use.size(), b->group_use.size());
+    for (size_t k = 0; k < a->group_use.size(); ++k) {
+      EXPECT_EQ(Uses(a->group_use[k]), Uses(b->group_use[k])) << c.preset;
+    }
+    NetworkCollectiveModel inner(machine);
+    CachedCollectiveModel cache(inner);
+    std::shared_ptr<const CollectiveTiming> first = cache.Estimate(mesh, scatter);
+    EXPECT_EQ(cache.Estimate(mesh, gather), first);
+    EXPECT_EQ(inner.simulations(), 1);
+    EXPECT_EQ(cache.ring_pass_hits(), 1);
+  }
+}
+
 // The cache returns what the model behind it computed, and runs through it equal runs that
 // ask the network model directly.
 TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
