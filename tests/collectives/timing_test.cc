@@ -1,7 +1,7 @@
 // The timing path for search and the run's bookkeeping: peak memory on hand-computed programs,
 // bounded collectives in flight, deep chains without recursion, and the cached collective
 // model against the full network simulation (exact where no two collectives share links at
-// once, within 1% on transformer steps) on tori, NVSwitch nodes and fat trees.
+// once, within 1.25% on a transformer step) on tori, NVSwitch nodes and fat trees.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -670,8 +670,9 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
 // reduce-scatters run 15.1 us apart, and at that offset the two rings' steps fall into a
 // resonance of the fluid model: scanning the offset from 13.6 to 16.1 us moves the pair's
 // duration in the full simulation between 55.0 and 64.8 us (64.3 at 15.1), 58.4 us on average,
-// where the sharing rule puts it (58.4). The bound, 1.5%, is what this approximation
-// guarantees on this step, not the 1% asked for search (see the README's known limits).
+// where the sharing rule puts it (58.4). The bound, 1.25%, is what this approximation
+// achieves on this step (deterministic here: the 64-chip machine is symmetric), not the 1%
+// asked for search (see the README's known limits).
 TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = testing::BuildTransformerStep(SmallStep(2, 512, 2048, 128));
@@ -681,8 +682,8 @@ TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   cached.timing = TimingPath::kCached;
   RunResult fast = RunProgram(machine, mesh, program, cached);
   double rel = std::fabs(fast.end.seconds() - full.end.seconds()) / full.end.seconds();
-  EXPECT_LT(rel, 0.015) << "full " << full.end.microseconds() << " us, cached "
-                        << fast.end.microseconds() << " us";
+  EXPECT_LT(rel, 0.0125) << "full " << full.end.microseconds() << " us, cached "
+                         << fast.end.microseconds() << " us";
   // Peak memory follows the schedule, which the sharing estimate shifts a little. With one
   // collective in flight nothing overlaps: both paths give the same schedule, hence the same
   // step time and the same peak.
