@@ -754,36 +754,50 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   if (!made || others.empty()) return it->second;
   const CollectiveTiming& t = *run.timing;
   const std::vector<Link>& links = network_.topology().links();
-  std::vector<double> group_rate(t.group_use.size(), 1.0);
-  for (size_t g = 0; g < t.group_use.size(); ++g) {
-    const std::vector<LinkUse>& mine = t.group_use[g];
-    link_load_.assign(mine.size(), 0.0);
-    for (auto [index, aligned] : others) {
-      const CollectiveTiming& u = *timing_by_index_[index];
-      for (size_t i = 0, j = 0; i < mine.size() && j < u.link_use.size();) {
-        if (mine[i].link < u.link_use[j].link) {
-          ++i;
-        } else if (u.link_use[j].link < mine[i].link) {
-          ++j;
-        } else {
-          const LinkUse& a = mine[i];
-          const LinkUse& b = u.link_use[j];
-          // This op's whole use of the link (its other groups there too).
-          const LinkUse& whole =
-              t.link_use[std::lower_bound(t.links.begin(), t.links.end(), a.link) -
-                         t.links.begin()];
-          double capacity = links[a.link].bandwidth.bytes_per_second();
-          double level = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
-          double kept = std::min(a.flow_rate, level);
-          double overlap = aligned ? std::min(a.duty, b.duty) : a.duty * b.duty;
-          link_load_[i] += overlap * (a.flow_rate / kept - 1.0);
-          ++i;
-          ++j;
-        }
+  // Per link of the op's groups, one after another: the summed costs.
+  size_t entries = 0;
+  for (const std::vector<LinkUse>& mine : t.group_use) entries += mine.size();
+  link_load_.assign(entries, 0.0);
+  level_.resize(links.size(), -1.0);
+  overlap_with_.resize(links.size(), 0.0);
+  for (auto [index, aligned] : others) {
+    const CollectiveTiming& u = *timing_by_index_[index];
+    // The links both ops use: the fair rate the other op leaves this one's transfers there.
+    for (size_t i = 0, j = 0; i < t.link_use.size() && j < u.link_use.size();) {
+      const LinkUse& whole = t.link_use[i];
+      const LinkUse& b = u.link_use[j];
+      if (whole.link < b.link) {
+        ++i;
+      } else if (b.link < whole.link) {
+        ++j;
+      } else {
+        double capacity = links[b.link].bandwidth.bytes_per_second();
+        level_[b.link] = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
+        overlap_with_[b.link] = b.duty;
+        ++i;
+        ++j;
       }
     }
+    size_t e = 0;
+    for (const std::vector<LinkUse>& mine : t.group_use) {
+      for (const LinkUse& a : mine) {
+        double level = level_[a.link];
+        if (level >= 0) {
+          double kept = std::min(a.flow_rate, level);
+          double other = overlap_with_[a.link];
+          double overlap = aligned ? std::min(a.duty, other) : a.duty * other;
+          link_load_[e] += overlap * (a.flow_rate / kept - 1.0);
+        }
+        ++e;
+      }
+    }
+    for (const LinkUse& b : u.link_use) level_[b.link] = -1.0;
+  }
+  std::vector<double> group_rate(t.group_use.size(), 1.0);
+  size_t e = 0;
+  for (size_t g = 0; g < t.group_use.size(); ++g) {
     double worst = 0;
-    for (double load : link_load_) worst = std::max(worst, load);
+    for (size_t k = 0; k < t.group_use[g].size(); ++k) worst = std::max(worst, link_load_[e++]);
     group_rate[g] = 1.0 / (1.0 + worst);
   }
   for (size_t a = 0; a < layout.groups.size(); ++a) {

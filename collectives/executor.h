@@ -207,7 +207,11 @@ class Executor {
   // Lowered op in flight -> the rate of each of its groups (entries of rates_).
   std::map<size_t, const std::vector<double>*> op_rates_;
   std::vector<SharedRun*> unscheduled_;  // Runs waiting for their next event.
-  std::vector<double> link_load_;        // Scratch of SharedRates: per link of a group, collisions.
+  // Scratch of SharedRates: per link of each group, the summed costs; per directed link, the
+  // fair rate another op leaves (-1: not shared) and that op's duty there.
+  std::vector<double> link_load_;
+  std::vector<double> level_;
+  std::vector<double> overlap_with_;
   // SharedRates' answers (per group of the op's layout) by (own timing, other ops' timings and
   // alignment), timings named by their index in program order.
   std::map<std::vector<int64_t>, std::vector<double>> rates_;
