@@ -272,12 +272,18 @@ void Executor::Start() {
         // Agents' groups: the classes met in each group of positions (the same set for every
         // member of a class, by the refinement).
         std::map<std::vector<int>, int> seen;
-        for (const std::vector<int>& group : PositionGroups(op.axes)) {
+        const std::vector<std::vector<int>>& position_groups = PositionGroups(op.axes);
+        for (size_t pg = 0; pg < position_groups.size(); ++pg) {
           std::vector<int> agents;
-          for (int p : group) agents.push_back(agent_of_[p]);
+          for (int p : position_groups[pg]) agents.push_back(agent_of_[p]);
           std::sort(agents.begin(), agents.end());
           agents.erase(std::unique(agents.begin(), agents.end()), agents.end());
-          if (seen.emplace(agents, 0).second) it->second.groups.push_back(std::move(agents));
+          auto [at, fresh] = seen.emplace(agents, static_cast<int>(it->second.groups.size()));
+          if (fresh) {
+            it->second.groups.push_back(std::move(agents));
+            it->second.position_groups.emplace_back();
+          }
+          it->second.position_groups[at->second].push_back(static_cast<int>(pg));
         }
       } else {
         it->second.groups = mesh_.Groups(op.axes);
@@ -701,10 +707,38 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   run.in.shrink_to_fit();
 }
 
-// The rate of an op in flight beside others: 1 / (1 + max over its links of the collisions
-// with each other op: min(f_I, f_J) when both were launched at the same instant (their ring
-// steps run in lockstep), f_I * f_J otherwise (independent phases)).
-double Executor::SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops) {
+namespace {
+
+// Max-min fair sharing of one link of `capacity` (bytes per second) by two sets of transfers,
+// `n1` at once each wanting at most `r1` and `n2` each wanting at most `r2` (what they got
+// alone): the rate each transfer not held below it gets, or infinity when both sets fit.
+double FairLevel(double n1, double r1, double n2, double r2, double capacity) {
+  if (n1 * r1 + n2 * r2 <= capacity) return std::numeric_limits<double>::infinity();
+  if (r2 < r1) {
+    std::swap(n1, n2);
+    std::swap(r1, r2);
+  }
+  // The slower set keeps its rate if the faster set's transfers still get more.
+  if ((n1 + n2) * r1 < capacity) return (capacity - n1 * r1) / n2;
+  return capacity / (n1 + n2);
+}
+
+}  // namespace
+
+// The rates of an op's groups in flight beside other ops. Each group is slowed by its most
+// contended link: there, every other op J in flight costs it
+//   overlap * (r / r' - 1)
+// of its time, where r is the rate its transfers had on the link alone (standalone run) and r'
+// the max-min fair rate they keep when J's transfers share it too (each set holding the link
+// as many at once, and wanting as much, as alone: FairLevel), and `overlap` the fraction of
+// its time both hold the link: min(d_I, d_J) of the duties if they were launched at the same
+// instant (ring steps in lockstep), d_I * d_J otherwise (independent phases). Transfers held
+// below their share elsewhere (a bottleneck of their own op) leave the rest of the link to
+// others, so an op is slowed only where the others take bandwidth it used. A group's rate is
+// 1 / (1 + its costliest link's sum); a group of agents takes the slowest of the groups of
+// positions it stands for.
+const std::vector<double>& Executor::SharedRates(const SharedRun& run,
+                                                 const std::vector<const SharedRun*>& ops) {
   // Timings are named by their index in program order (not their address), and the other ops
   // taken in that order, so the sums below, and the rates, are the same in every run.
   std::vector<std::pair<int64_t, int64_t>> others;  // (timing index, launched together).
@@ -715,31 +749,62 @@ double Executor::SharedRate(const SharedRun& run, const std::vector<const Shared
   std::sort(others.begin(), others.end());
   std::vector<int64_t> key = {timing_index_.at(run.timing)};
   for (auto [timing, aligned] : others) key.insert(key.end(), {timing, aligned});
-  auto [it, made] = rates_.try_emplace(key, 1.0);
-  if (!made) return it->second;
+  const GroupLayout& layout = *layout_of_op_[run.op_index];
+  auto [it, made] = rates_.try_emplace(key, layout.groups.size(), 1.0);
+  if (!made || others.empty()) return it->second;
   const CollectiveTiming& t = *run.timing;
-  link_load_.resize(network_.topology().links().size(), 0.0);
+  const std::vector<Link>& links = network_.topology().links();
+  // Per link of the op's groups, one after another: the summed costs.
+  size_t entries = 0;
+  for (const std::vector<LinkUse>& mine : t.group_use) entries += mine.size();
+  link_load_.assign(entries, 0.0);
+  level_.resize(links.size(), -1.0);
+  overlap_with_.resize(links.size(), 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
-    for (size_t i = 0, j = 0; i < t.links.size() && j < u.links.size();) {
-      if (t.links[i] < u.links[j]) {
+    // The links both ops use: the fair rate the other op leaves this one's transfers there.
+    for (size_t i = 0, j = 0; i < t.link_use.size() && j < u.link_use.size();) {
+      const LinkUse& whole = t.link_use[i];
+      const LinkUse& b = u.link_use[j];
+      if (whole.link < b.link) {
         ++i;
-      } else if (u.links[j] < t.links[i]) {
+      } else if (b.link < whole.link) {
         ++j;
       } else {
-        link_load_[t.links[i]] += aligned ? std::min(t.link_share[i], u.link_share[j])
-                                          : t.link_share[i] * u.link_share[j];
+        double capacity = links[b.link].bandwidth.bytes_per_second();
+        level_[b.link] = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
+        overlap_with_[b.link] = b.duty;
         ++i;
         ++j;
       }
     }
+    size_t e = 0;
+    for (const std::vector<LinkUse>& mine : t.group_use) {
+      for (const LinkUse& a : mine) {
+        double level = level_[a.link];
+        if (level >= 0) {
+          double kept = std::min(a.flow_rate, level);
+          double other = overlap_with_[a.link];
+          double overlap = aligned ? std::min(a.duty, other) : a.duty * other;
+          link_load_[e] += overlap * (a.flow_rate / kept - 1.0);
+        }
+        ++e;
+      }
+    }
+    for (const LinkUse& b : u.link_use) level_[b.link] = -1.0;
   }
-  double worst = 0;
-  for (LinkId l : t.links) {
-    worst = std::max(worst, link_load_[l]);
-    link_load_[l] = 0.0;
+  std::vector<double> group_rate(t.group_use.size(), 1.0);
+  size_t e = 0;
+  for (size_t g = 0; g < t.group_use.size(); ++g) {
+    double worst = 0;
+    for (size_t k = 0; k < t.group_use[g].size(); ++k) worst = std::max(worst, link_load_[e++]);
+    group_rate[g] = 1.0 / (1.0 + worst);
   }
-  it->second = 1.0 / (1.0 + worst);
+  for (size_t a = 0; a < layout.groups.size(); ++a) {
+    for (int pg : layout.position_groups[a]) {
+      it->second[a] = std::min(it->second[a], group_rate[pg]);
+    }
+  }
   return it->second;
 }
 
@@ -759,10 +824,10 @@ void Executor::Reshare(bool ops_changed) {
       for (const SharedRun* o : ops) seen = seen || o->op_index == run->op_index;
       if (!seen) ops.push_back(run.get());
     }
-    op_rate_.clear();
-    for (const SharedRun* op : ops) op_rate_[op->op_index] = SharedRate(*op, ops);
+    op_rates_.clear();
+    for (const SharedRun* op : ops) op_rates_[op->op_index] = &SharedRates(*op, ops);
     for (auto& run : shared_) {
-      double rate = op_rate_[run->op_index];
+      double rate = (*op_rates_[run->op_index])[run->group];
       if (run->scheduled && rate != run->rate) {
         sim_.Cancel(run->event);
         run->scheduled = false;
@@ -776,7 +841,7 @@ void Executor::Reshare(bool ops_changed) {
     if (!ops_changed) {
       run->progress_ps += run->rate * static_cast<double>((now - run->updated).picoseconds());
       run->updated = now;
-      run->rate = op_rate_[run->op_index];
+      run->rate = (*op_rates_[run->op_index])[run->group];
     }
     double left =
         static_cast<double>(run->members[run->next].first.picoseconds()) - run->progress_ps;

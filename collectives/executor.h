@@ -90,14 +90,20 @@ struct DeviceTiming {
 // induction over events, members of one class start and finish every op at the same times,
 // so one representative per class is simulated (one for every device of a symmetric SPMD
 // program) and its timings stand for the class. Collectives of different ops in flight at once
-// share links. Each op's standalone simulation tells which links it used and for what fraction
-// f of its time each was busy. Collectives issued together run in lockstep phases (every ring
-// step sends at once), so on a shared link op I's busy periods collide with op J's for
-// min(f_I, f_J) of I's time; ops issued at different instants have independent phases and
-// collide for f_I * f_J. Each collision costs the link's time twice: I progresses through its
-// standalone time at rate 1 / (1 + max over its links of the sum of the collisions with the
-// other ops J in flight). Two bandwidth-bound ops (f = 1) each run at half speed, as max-min
-// fair links give; latency-bound ones (small f) barely slow each other.
+// share links. Each op's standalone simulation tells, per group and per link, for what fraction
+// d of its time transfers of it held the link, how many at once, and at what rate each moved
+// (LinkUse). Collectives issued together run in lockstep phases (every ring step sends at
+// once), so on a shared link group g of op I holds it while op J does for min(d_g, d_J) of its
+// time; ops issued at different instants have independent phases and overlap for d_g * d_J.
+// While they overlap, g's transfers there get the max-min fair rate the link leaves them
+// beside J's (each set of transfers as many and as fast as alone, so transfers held back by a
+// bottleneck elsewhere leave the rest to the others), r' instead of r alone: each overlap costs
+// g (r / r' - 1) of its time. Group g progresses through its standalone times at rate
+// 1 / (1 + max over its links of the sum over the other ops J in flight). Two bandwidth-bound
+// ops sharing a ring (d = 1, r' = r / 2) each run at half speed; latency-bound ones (small d)
+// barely slow each other; an op whose transfers are throttled by its own bottleneck is not
+// slowed where another op only takes the bandwidth it left, while the other op's groups there
+// are.
 class Executor {
  public:
   // `sim`, `network` and `mesh` must outlive the executor.
@@ -148,7 +154,8 @@ class Executor {
   void BuildClasses();
   struct SharedRun;
   void Reshare(bool ops_changed);
-  double SharedRate(const SharedRun& run, const std::vector<const SharedRun*>& ops);
+  const std::vector<double>& SharedRates(const SharedRun& run,
+                                         const std::vector<const SharedRun*>& ops);
   void FinishShared(SharedRun* run);
 
   const std::vector<std::vector<int>>& PositionGroups(const std::vector<int>& axes);
@@ -178,6 +185,9 @@ class Executor {
   struct GroupLayout {
     std::vector<std::vector<int>> groups;
     std::vector<std::pair<int, int>> membership;
+    // With a collective model: per group of agents, the groups of positions (Mesh::Groups
+    // order) it stands for.
+    std::vector<std::vector<int>> position_groups;
   };
   std::map<std::vector<int>, GroupLayout> layouts_;
   std::vector<const GroupLayout*> layout_of_op_;  // Per lowered op (collectives only).
@@ -194,12 +204,17 @@ class Executor {
   std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
   std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
   std::map<size_t, int> ops_in_flight_;             // Lowered op -> its runs in flight.
-  std::map<size_t, double> op_rate_;                // Lowered op in flight -> its rate.
-  std::vector<SharedRun*> unscheduled_;             // Runs waiting for their next event.
-  std::vector<double> link_load_;  // Scratch of SharedRate: per directed link, collisions.
-  // SharedRate's answers by (own timing, other ops' timings and alignment), timings named by
-  // their index in program order.
-  std::map<std::vector<int64_t>, double> rates_;
+  // Lowered op in flight -> the rate of each of its groups (entries of rates_).
+  std::map<size_t, const std::vector<double>*> op_rates_;
+  std::vector<SharedRun*> unscheduled_;  // Runs waiting for their next event.
+  // Scratch of SharedRates: per link of each group, the summed costs; per directed link, the
+  // fair rate another op leaves (-1: not shared) and that op's duty there.
+  std::vector<double> link_load_;
+  std::vector<double> level_;
+  std::vector<double> overlap_with_;
+  // SharedRates' answers (per group of the op's layout) by (own timing, other ops' timings and
+  // alignment), timings named by their index in program order.
+  std::map<std::vector<int64_t>, std::vector<double>> rates_;
   std::map<const CollectiveTiming*, int64_t> timing_index_;
   std::vector<const CollectiveTiming*> timing_by_index_;
   int finished_positions_ = 0;

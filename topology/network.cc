@@ -184,6 +184,11 @@ void Network::ReleaseLinks(int32_t f) {
   flow.active = false;
   --active_;
   scratch_links_.clear();
+  if (recorder_) {
+    // Lazy and ordinary flows alike hold drain_ps, the instant their last byte left.
+    recorder_->OnFlow(topo_.link(flow.path[0]).src, flow.path.begin(), flow.path.size(),
+                      ends_[f].start, Time::Picoseconds(flow.drain_ps), flow.total);
+  }
   const double total = flow.total;
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
     const LinkId l = flow.path[hop];

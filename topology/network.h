@@ -20,6 +20,17 @@ namespace shardsim {
 // Identifies a transfer started on a Network.
 using TransferId = int64_t;
 
+// Told of every transfer when it leaves its links: which links it held and for how long (the
+// cost models' accounting of how a collective used the network).
+class FlowRecorder {
+ public:
+  virtual ~FlowRecorder() = default;
+  // A transfer of `bytes` from `src` held every link of `path` (`hops` links) from `start`
+  // until `drain`, when its last byte left the source.
+  virtual void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
+                      double bytes) = 0;
+};
+
 // Moves bytes between vertices of a Topology as a fluid flow model with max-min fair sharing.
 //
 // Model (chosen over chunked FIFO links; see README "How it works"):
@@ -73,6 +84,10 @@ class Network {
   }
   // Whether the simulation is traced (so transfer labels are worth building).
   bool tracing() const { return sim_.tracing(); }
+
+  // Tells `recorder` (not owned; null: nobody) of every transfer from now on as it leaves its
+  // links. Recording changes no timing.
+  void set_flow_recorder(FlowRecorder* recorder) { recorder_ = recorder; }
 
   // Trace process id of a vertex: devices first (pid = device index), then switches.
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
@@ -195,6 +210,7 @@ class Network {
   std::vector<LinkId> comp_links_;    // Rebalance: the component's links.
   std::vector<FillEntry> fill_heap_;  // Rebalance: candidate bottlenecks.
   std::vector<LinkId> fill_touched_;  // Rebalance: links whose share changed this round.
+  FlowRecorder* recorder_ = nullptr;
 };
 
 }  // namespace shardsim

@@ -1,6 +1,7 @@
 #include "collectives/timing/collective_cost_model.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "collectives/algorithm.h"
 #include "collectives/runtime/machine.h"
@@ -9,6 +10,107 @@
 #include "topology/torus.h"
 
 namespace shardsim {
+namespace {
+
+// Records, per directed link, the intervals during which transfers of each group held it.
+class LinkAccounting : public FlowRecorder {
+ public:
+  // `group_of_vertex`: the group whose member sends from each vertex (-1: none).
+  LinkAccounting(size_t links, std::vector<int> group_of_vertex)
+      : held_(links), group_of_vertex_(std::move(group_of_vertex)) {}
+
+  void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
+              double bytes) override {
+    int group = group_of_vertex_[src];
+    for (int h = 0; h < hops; ++h) {
+      held_[path[h]].push_back({group, start.picoseconds(), drain.picoseconds(), bytes});
+    }
+  }
+
+  // Fills `timing`'s link_use (for each of timing.links) and group_use (per group), durations
+  // relative to the longest member time of the op and of each group.
+  void Summarize(const std::vector<std::vector<int>>& groups, CollectiveTiming& timing) {
+    Time longest;
+    std::vector<Time> group_longest(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int p : groups[g]) group_longest[g] = std::max(group_longest[g], timing.member_time[p]);
+      longest = std::max(longest, group_longest[g]);
+    }
+    timing.group_use.assign(groups.size(), {});
+    timing.link_use.clear();
+    std::vector<Use> group(groups.size());
+    std::vector<int> touched;
+    for (LinkId l : timing.links) {
+      std::vector<Held>& held = held_[l];
+      // Intervals by start, as the unions below need (usually so already: the transfers on a
+      // link drain, and are recorded, in the order they started).
+      auto before = [](const Held& a, const Held& b) {
+        return std::tie(a.start, a.end, a.group, a.bytes) <
+               std::tie(b.start, b.end, b.group, b.bytes);
+      };
+      if (!std::is_sorted(held.begin(), held.end(), before)) {
+        std::sort(held.begin(), held.end(), before);
+      }
+      Use whole;
+      for (const Held& h : held) {
+        whole.Add(h);
+        if (h.group < 0) continue;
+        if (group[h.group].transfer_ps == 0) touched.push_back(h.group);
+        group[h.group].Add(h);
+      }
+      timing.link_use.push_back(whole.Finish(l, longest));
+      std::sort(touched.begin(), touched.end());
+      for (int g : touched) {
+        if (group_longest[g] > Time()) {
+          timing.group_use[g].push_back(group[g].Finish(l, group_longest[g]));
+        }
+        group[g] = Use();
+      }
+      touched.clear();
+    }
+  }
+
+ private:
+  struct Held {
+    int group;
+    int64_t start, end;  // Picoseconds.
+    double bytes;
+  };
+  // Sums over intervals taken in order of their starts.
+  struct Use {
+    double bytes = 0;
+    int64_t transfer_ps = 0;                 // Sum of the intervals' lengths.
+    int64_t held_ps = 0;                     // Length of their union.
+    int64_t open_start = -1, open_end = -1;  // The union's last stretch, not yet counted.
+    void Add(const Held& h) {
+      bytes += h.bytes;
+      transfer_ps += h.end - h.start;
+      if (h.start > open_end) {
+        if (open_end > open_start) held_ps += open_end - open_start;
+        open_start = h.start;
+        open_end = h.end;
+      } else {
+        open_end = std::max(open_end, h.end);
+      }
+    }
+    LinkUse Finish(LinkId l, Time longest) {
+      if (open_end > open_start) held_ps += open_end - open_start;
+      open_start = open_end = -1;
+      LinkUse u;
+      u.link = l;
+      double held = static_cast<double>(std::max<int64_t>(held_ps, 1));
+      double transfer = static_cast<double>(std::max<int64_t>(transfer_ps, 1));
+      u.duty = std::min(1.0, held / static_cast<double>(longest.picoseconds()));
+      u.flows = transfer / held;
+      u.flow_rate = bytes / transfer * 1e12;
+      return u;
+    }
+  };
+  std::vector<std::vector<Held>> held_;
+  std::vector<int> group_of_vertex_;
+};
+
+}  // namespace
 
 std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
@@ -31,6 +133,13 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
   const Topology& topo = machine_.topology();
   Simulator sim;
   Network network(sim, topo, machine_.router());
+  std::vector<int> group_of_vertex(topo.num_vertices(), -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int p : groups[g])
+      group_of_vertex[topo.device_vertex(mesh.device(p))] = static_cast<int>(g);
+  }
+  LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex));
+  network.set_flow_recorder(&accounting);
   std::vector<int> axis_sizes;
   for (int a : request.axes) axis_sizes.push_back(mesh.axes()[a].size);
   std::vector<CollectiveJob> jobs(groups.size());
@@ -69,6 +178,7 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
     timing.link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
   }
+  accounting.Summarize(groups, timing);
 }
 
 bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
@@ -110,8 +220,16 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   Simulate(mesh, request, {first}, solo);
   // Its links, translated to every group: they must exist, match, and never meet.
   std::vector<char> used(topo.links().size(), 0);
-  std::vector<std::pair<LinkId, double>> links;
-  for (const std::vector<int>& t : offsets) {
+  std::vector<std::tuple<LinkId, double, LinkUse>> links;
+  // The first group's use of each of its links, by link.
+  std::vector<LinkUse> first_use(solo.links.size());
+  for (const LinkUse& u : solo.group_use[0]) {
+    first_use[std::lower_bound(solo.links.begin(), solo.links.end(), u.link) - solo.links.begin()] =
+        u;
+  }
+  timing.group_use.assign(groups.size(), {});
+  for (size_t g = 0; g < offsets.size(); ++g) {
+    const std::vector<int>& t = offsets[g];
     for (size_t k = 0; k < solo.links.size(); ++k) {
       const Link& link = topo.links()[solo.links[k]];
       std::vector<int> src = topo.node(link.src).coords, dst = topo.node(link.dst).coords;
@@ -140,8 +258,15 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
         return false;
       }
       used[moved] = 1;
-      links.push_back({moved, solo.link_share[k]});
+      LinkUse use = first_use[k];
+      use.link = moved;
+      timing.group_use[g].push_back(use);
+      use = solo.link_use[k];
+      use.link = moved;
+      links.push_back({moved, solo.link_share[k], use});
     }
+    std::sort(timing.group_use[g].begin(), timing.group_use[g].end(),
+              [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
   }
   for (const std::vector<int>& group : groups) {
     for (size_t m = 0; m < group.size(); ++m) {
@@ -149,22 +274,25 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
     }
   }
   timing.algorithm = solo.algorithm;
-  std::sort(links.begin(), links.end());
-  for (const auto& [l, share] : links) {
+  std::sort(links.begin(), links.end(),
+            [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  for (const auto& [l, share, use] : links) {
     timing.links.push_back(l);
     timing.link_share.push_back(share);
+    timing.link_use.push_back(use);
   }
   return true;
 }
 
-std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
-    const Mesh& mesh, const CollectiveRequest& request) {
-  // The key: every field of the request, then the mesh (axis sizes and each position's
-  // device). Algorithm names are spelled out character by character.
-  std::vector<int64_t> key = {
-      static_cast<int64_t>(request.kind),  static_cast<int64_t>(request.reduce),
-      static_cast<int64_t>(request.dtype), request.elements,
-      request.chunk_size.count(),          static_cast<int64_t>(request.algorithm.size())};
+namespace {
+
+// Every field of `request` but its kind and reduction, then the mesh (axis sizes and each
+// position's device). Algorithm names are spelled out character by character.
+std::vector<int64_t> RequestKey(const Mesh& mesh, const CollectiveRequest& request,
+                                int64_t elements) {
+  std::vector<int64_t> key = {static_cast<int64_t>(request.dtype), elements,
+                              request.chunk_size.count(),
+                              static_cast<int64_t>(request.algorithm.size())};
   for (char c : request.algorithm) key.push_back(c);
   key.push_back(static_cast<int64_t>(request.axes.size()));
   key.insert(key.end(), request.axes.begin(), request.axes.end());
@@ -173,13 +301,47 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
   key.push_back(static_cast<int64_t>(mesh.axes().size()));
   for (const MeshAxis& axis : mesh.axes()) key.push_back(axis.size);
   for (int p = 0; p < mesh.size(); ++p) key.push_back(mesh.device(p));
+  return key;
+}
+
+}  // namespace
+
+std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
+    const Mesh& mesh, const CollectiveRequest& request) {
+  std::vector<int64_t> key = RequestKey(mesh, request, request.elements);
+  key.insert(key.begin(),
+             {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     ++hits_;
     return it->second;
   }
+  // A ring pass: a reduce-scatter of G blocks sends, step for step, the transfers of the
+  // all-gather of one block (it forwards chunk r - s - 1 where the gather forwards r - s, all
+  // chunks one block), so on one ring, or two opposite ones, their timings are one. `auto`
+  // resolves both alike (it reads the bytes per member, G blocks either way).
+  std::vector<int64_t> pass;
+  if (request.kind == CollectiveKind::kAllGather ||
+      request.kind == CollectiveKind::kReduceScatter) {
+    int64_t g = 1;
+    for (int a : request.axes) g *= mesh.axes()[a].size;
+    bool scatter = request.kind == CollectiveKind::kReduceScatter;
+    if (!scatter || request.elements % g == 0) {
+      pass = RequestKey(mesh, request, scatter ? request.elements / g : request.elements);
+      auto found = ring_passes_.find(pass);
+      if (found != ring_passes_.end()) {
+        ++hits_;
+        ++ring_pass_hits_;
+        cache_.emplace(std::move(key), found->second);
+        return found->second;
+      }
+    }
+  }
   ++misses_;
   std::shared_ptr<const CollectiveTiming> timing = inner_.Estimate(mesh, request);
+  if (!pass.empty() && (timing->algorithm == "ring" || timing->algorithm == "bidirectional_ring")) {
+    ring_passes_.emplace(std::move(pass), timing);
+  }
   cache_.emplace(std::move(key), timing);
   return timing;
 }

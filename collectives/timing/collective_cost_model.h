@@ -31,6 +31,18 @@ struct CollectiveRequest {
   Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
 };
 
+// How a collective (or one group of it) used one directed link in its standalone run: the
+// fraction of its time some transfer of it held the link, how many held it at once on
+// average while any did, and how fast each moved. Transfer-time on a link is summed over
+// transfers from their start until their last byte left (a fluid transfer holds every link of
+// its route at once).
+struct LinkUse {
+  LinkId link = 0;
+  double duty = 0;       // Time held / its longest member time, in (0, 1].
+  double flows = 0;      // Transfer-time / time held: transfers at once while held, >= 1.
+  double flow_rate = 0;  // Bytes / transfer-time: one transfer's rate there, bytes per second.
+};
+
 // The answer: per mesh position, the time from the launch until that member's output is
 // complete (zero for members of a group of one), and the algorithm that ran.
 struct CollectiveTiming {
@@ -40,6 +52,13 @@ struct CollectiveTiming {
   // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
   // longest member time (bytes / (bandwidth * time)), in (0, 1].
   std::vector<double> link_share;
+  // Per entry of `links`: how the whole op used it (durations relative to its longest member
+  // time).
+  std::vector<LinkUse> link_use;
+  // Per group of the op's axes (Mesh::Groups order): the links its members' transfers held,
+  // ascending, and how (durations relative to the group's longest member time). The cached
+  // timing path reads them to tell how ops in flight together share links (see Executor).
+  std::vector<std::vector<LinkUse>> group_use;
 };
 
 // Prices one collective op over a mesh. Implementations must be deterministic: the same
@@ -89,7 +108,10 @@ class NetworkCollectiveModel : public CollectiveCostModel {
 
 // Memoizes another model by everything that determines its answer: the request and the
 // mesh's axes and device placement (which fixes each group's members and the links they
-// use). A hit returns the very answer the inner model gave for the same key.
+// use). A hit returns the very answer the inner model gave for the same key. A reduce-scatter
+// and an all-gather that run as the same ring pass (one ring or two opposite ones, the
+// scatter of G blocks and the gather of one) move the same transfers at the same times: once
+// one is known, the other is a hit too.
 class CachedCollectiveModel : public CollectiveCostModel {
  public:
   // `inner` must outlive the cache.
@@ -100,12 +122,17 @@ class CachedCollectiveModel : public CollectiveCostModel {
   int64_t hits() const { return hits_; }
   // Requests passed to the inner model.
   int64_t misses() const { return misses_; }
+  // Hits answered by the other kind's ring pass.
+  int64_t ring_pass_hits() const { return ring_pass_hits_; }
 
  private:
   CollectiveCostModel& inner_;
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
+  // Ring passes timed so far, by their request without kind or reduction, per-block elements.
+  std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> ring_passes_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
+  int64_t ring_pass_hits_ = 0;
 };
 
 }  // namespace shardsim

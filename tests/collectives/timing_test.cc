@@ -1,11 +1,12 @@
 // The timing path for search and the run's bookkeeping: peak memory on hand-computed programs,
 // bounded collectives in flight, deep chains without recursion, and the cached collective
 // model against the full network simulation (exact where no two collectives share links at
-// once, within 1% on transformer steps) on tori, NVSwitch nodes and fat trees.
+// once, within 1.25% on a transformer step) on tori, NVSwitch nodes and fat trees.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "collectives/ir/program_builder.h"
 #include "collectives/lowering.h"
@@ -229,6 +230,55 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
   }
 }
 
+// A collective whose transfers are held below their fair share by a bottleneck of their own
+// is not slowed by another op on its other links; the other op is slowed there instead. On TPU
+// v5p 4x4x8 with FSDP 32 x TP 4, each FSDP ring crosses between the halves of z by 4-hop
+// transfers at the two columns where its snake turns, and the four rings' crossings share z
+// links there: that is the reduce-scatter's bottleneck. A TP psum (z rings of 4) issued with
+// it shares the reduce-scatter's links only at those columns. The full simulation leaves the
+// reduce-scatter at its standalone time and stretches the psum's groups at those columns.
+// The per-group, max-min sharing rule does the same (the rule it replaced, one rate per op
+// from average link shares, slowed both).
+TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  ProgramBuilder b({{"fsdp", 32}, {"tp", 4}});
+  std::string rs =
+      b.PsumScatter(b.Input("g", {1408 * 4, 2048}, DType::kBF16, P({{"tp"}})), {"fsdp"}, 1, true);
+  std::string ps =
+      b.Reduce(OpKind::kPsum, b.Input("x", {1024 * 32, 1024}, DType::kBF16, P({{"fsdp"}})), {"tp"});
+  b.Output(rs, P({}));
+  b.Output(ps, P({}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  NetworkCollectiveModel model(machine);
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kReduceScatter;
+  request.dtype = DType::kBF16;
+  request.elements = 1408 * 2048;
+  request.axes = {0};
+  auto longest = [&](const CollectiveRequest& r) {
+    std::shared_ptr<const CollectiveTiming> timing = model.Estimate(mesh, r);
+    return *std::max_element(timing->member_time.begin(), timing->member_time.end());
+  };
+  Time alone = longest(request);
+  request.kind = CollectiveKind::kAllReduce;
+  request.elements = 1024 * 1024;
+  request.axes = {1};
+  Time psum_alone = longest(request);
+  RunResult full = RunProgram(machine, mesh, program, RunConfig{});
+  RunConfig cached;
+  cached.timing = TimingPath::kCached;
+  RunResult fast = RunProgram(machine, mesh, program, cached);
+  ASSERT_EQ(full.ops[0].op, "psum_scatter");
+  EXPECT_EQ(full.ops[0].end, alone);
+  EXPECT_EQ(fast.ops[0].end, alone);
+  // The psum: 140.8 us in the full simulation (45.0 alone), 149.8 us here.
+  EXPECT_GT(full.ops[1].end.seconds(), 2 * psum_alone.seconds());
+  EXPECT_GT(fast.ops[1].end.seconds(), 2 * psum_alone.seconds());
+  EXPECT_NEAR(fast.ops[1].end.seconds(), full.ops[1].end.seconds(),
+              0.1 * full.ops[1].end.seconds());
+}
+
 // Op `kind` of `in` making `out`, run only on pipeline stage `stage` (`where: {stage: s}`).
 OpSpec OnStage(OpKind kind, std::vector<std::string> in, std::string out, int stage) {
   OpSpec op;
@@ -447,8 +497,15 @@ testing::TransformerShape SmallStep(int layers, int64_t seq, int64_t d_model, in
   return shape;
 }
 
+// LinkUse entries as comparable tuples.
+std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<LinkUse>& uses) {
+  std::vector<std::tuple<LinkId, double, double, double>> out;
+  for (const LinkUse& u : uses) out.emplace_back(u.link, u.duty, u.flows, u.flow_rate);
+  return out;
+}
+
 // Simulating one group for all its translations gives the same timing as simulating every
-// group: member times, links and shares alike, on wrapped tori and on lines.
+// group: member times, links, shares and link use alike, on wrapped tori and on lines.
 TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
   struct Case {
     std::string preset;
@@ -477,9 +534,108 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
         EXPECT_EQ(a->links, b->links) << what;
         EXPECT_EQ(a->link_share, b->link_share) << what;
         EXPECT_EQ(a->algorithm, b->algorithm) << what;
+        EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << what;
+        ASSERT_EQ(a->group_use.size(), b->group_use.size()) << what;
+        for (size_t g = 0; g < a->group_use.size(); ++g) {
+          EXPECT_EQ(Uses(a->group_use[g]), Uses(b->group_use[g])) << what << " group " << g;
+        }
       }
     }
     EXPECT_GT(fast.translated(), 0) << c.preset;
+  }
+}
+
+// How a ring all-gather uses its links: on a wrapped torus each group's ring has every link to
+// itself, one transfer at a time at the link's full bandwidth; the op's per-link use is its
+// group's (no two groups meet). On TPU v5p 8x8x8 with FSDP 128 x TP 4 the four FSDP rings
+// cross between the halves of z (4 hops) on links they share: many transfers at once there,
+// each far below the link's bandwidth.
+TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllGather;
+  request.dtype = DType::kBF16;
+  request.elements = 1 << 16;
+  request.axes = {0};
+  {
+    Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+    Mesh mesh = PlaceMesh(machine, {{"dp", 16}, {"tp", 4}});
+    NetworkCollectiveModel model(machine, /*translate_groups=*/false);
+    std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
+    ASSERT_EQ(t->group_use.size(), 4u);
+    ASSERT_EQ(t->link_use.size(), t->links.size());
+    size_t group_links = 0;
+    for (const std::vector<LinkUse>& uses : t->group_use) {
+      group_links += uses.size();
+      for (const LinkUse& u : uses) {
+        double bandwidth = machine.topology().link(u.link).bandwidth.bytes_per_second();
+        EXPECT_DOUBLE_EQ(u.flows, 1.0);
+        EXPECT_NEAR(u.flow_rate, bandwidth, 1e-5 * bandwidth);  // Drains round up to 1 ps.
+        EXPECT_GT(u.duty, 0.25);
+        EXPECT_LE(u.duty, 1.0);
+      }
+    }
+    EXPECT_EQ(group_links, t->links.size());
+  }
+  {
+    Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
+    Mesh mesh = PlaceMesh(machine, {{"fsdp", 128}, {"tp", 4}});
+    NetworkCollectiveModel model(machine);
+    std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
+    double most = 0;
+    for (const LinkUse& u : t->link_use) most = std::max(most, u.flows);
+    EXPECT_GT(most, 10.0);
+  }
+}
+
+// A reduce-scatter of G blocks and an all-gather of one block run the same ring pass: the
+// network model gives them the very same timing (on one ring and on two opposite ones, groups
+// sharing links or not), so the cache answers one from the other.
+TEST(CachedCollectiveModelTest, ReduceScatterAndAllGatherShareTheirRingPass) {
+  struct Case {
+    std::string preset;
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+    std::vector<int> op_axes;
+    std::string algorithm;
+  };
+  for (const Case& c :
+       {Case{"tpu-v5p", {4, 4, 4}, {{"dp", 16}, {"tp", 4}}, {0}, "auto"},    // Two rings.
+        Case{"tpu-v5p", {4, 4, 8}, {{"fsdp", 32}, {"tp", 4}}, {0}, "auto"},  // Shared links.
+        Case{"tpu-v5e", {4, 4}, {{"dp", 4}, {"tp", 4}}, {0, 1}, "ring"},     // One ring.
+        Case{"h100-dgx", {}, {{"dp", 2}, {"tp", 4}}, {1}, "bidirectional_ring"}}) {
+    Machine machine(BuildPreset(c.preset, c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    int g = 1;
+    for (int a : c.op_axes) g *= c.axes[a].size;
+    CollectiveRequest gather;
+    gather.kind = CollectiveKind::kAllGather;
+    gather.dtype = DType::kBF16;
+    gather.elements = 3 << 14;
+    gather.axes = c.op_axes;
+    gather.algorithm = c.algorithm;
+    CollectiveRequest scatter = gather;
+    scatter.kind = CollectiveKind::kReduceScatter;
+    scatter.reduce = ReduceOp::kMax;
+    scatter.elements = gather.elements * g;
+    NetworkCollectiveModel model(machine);
+    std::shared_ptr<const CollectiveTiming> a = model.Estimate(mesh, gather);
+    std::shared_ptr<const CollectiveTiming> b = model.Estimate(mesh, scatter);
+    ASSERT_TRUE(a->algorithm == "ring" || a->algorithm == "bidirectional_ring") << a->algorithm;
+    EXPECT_EQ(a->algorithm, b->algorithm) << c.preset;
+    EXPECT_EQ(a->member_time, b->member_time) << c.preset;
+    EXPECT_EQ(a->links, b->links) << c.preset;
+    EXPECT_EQ(a->link_share, b->link_share) << c.preset;
+    EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << c.preset;
+    ASSERT_EQ(a->group_use.size(), b->group_use.size());
+    for (size_t k = 0; k < a->group_use.size(); ++k) {
+      EXPECT_EQ(Uses(a->group_use[k]), Uses(b->group_use[k])) << c.preset;
+    }
+    NetworkCollectiveModel inner(machine);
+    CachedCollectiveModel cache(inner);
+    std::shared_ptr<const CollectiveTiming> first = cache.Estimate(mesh, scatter);
+    EXPECT_EQ(cache.Estimate(mesh, gather), first);
+    EXPECT_EQ(inner.simulations(), 1);
+    EXPECT_EQ(cache.ring_pass_hits(), 1);
   }
 }
 
@@ -509,9 +665,14 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
 
 // A transformer step's collectives overlap compute and each other (two in flight: FSDP
 // gathers prefetched beside TP psums and gradient reduce-scatters). The cached path prices
-// their sharing of links from the standalone simulations (see Executor); measured 1.1% below
-// the full network simulation here. The bound, 1.5%, is what this approximation guarantees
-// on this step, not the 1% asked for search (see the README's known limits).
+// their sharing of links from the standalone simulations (see Executor); measured 1.12% below
+// the full network simulation here. Nearly all of it is one overlap: each layer's dw1 and dw3
+// reduce-scatters run 15.1 us apart, and at that offset the two rings' steps fall into a
+// resonance of the fluid model: scanning the offset from 13.6 to 16.1 us moves the pair's
+// duration in the full simulation between 55.0 and 64.8 us (64.3 at 15.1), 58.4 us on average,
+// where the sharing rule puts it (58.4). The bound, 1.25%, is what this approximation
+// achieves on this step (deterministic here: the 64-chip machine is symmetric), not the 1%
+// asked for search (see the README's known limits).
 TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = testing::BuildTransformerStep(SmallStep(2, 512, 2048, 128));
@@ -521,8 +682,8 @@ TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   cached.timing = TimingPath::kCached;
   RunResult fast = RunProgram(machine, mesh, program, cached);
   double rel = std::fabs(fast.end.seconds() - full.end.seconds()) / full.end.seconds();
-  EXPECT_LT(rel, 0.015) << "full " << full.end.microseconds() << " us, cached "
-                        << fast.end.microseconds() << " us";
+  EXPECT_LT(rel, 0.0125) << "full " << full.end.microseconds() << " us, cached "
+                         << fast.end.microseconds() << " us";
   // Peak memory follows the schedule, which the sharing estimate shifts a little. With one
   // collective in flight nothing overlaps: both paths give the same schedule, hence the same
   // step time and the same peak.

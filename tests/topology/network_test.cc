@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "sim/simulator.h"
@@ -189,6 +190,46 @@ TEST(NetworkTest, CountsBytesPerLink) {
     bool forward = link.src + 1 == link.dst;
     EXPECT_EQ(h.net.link_bytes(l), forward ? kS : 0.0);
   }
+}
+
+// A recorder sees every transfer once, when it leaves its links: its route, its start and
+// when its last byte left (before the latency), for lone (lazy) and shared transfers alike.
+TEST(NetworkTest, RecorderSeesEachTransferItsLinksAndItsDrain) {
+  struct Seen {
+    VertexId src;
+    std::vector<LinkId> path;
+    Time start, drain;
+    double bytes;
+  };
+  struct Recorder : FlowRecorder {
+    std::vector<Seen> seen;
+    void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
+                double bytes) override {
+      seen.push_back({src, std::vector<LinkId>(path, path + hops), start, drain, bytes});
+    }
+  } recorder;
+  Harness h(Line(3, kBw, kLat));
+  h.net.set_flow_recorder(&recorder);
+  h.Start(0, 2, kSize);                                    // Alone: drains at S/B.
+  h.Start(1, 2, kSize, Time::FromSeconds(4 * kS / 45e9));  // Shares 1->2 with the next.
+  h.Start(0, 2, kSize, Time::FromSeconds(4 * kS / 45e9));
+  h.sim.Run();
+  ASSERT_EQ(recorder.seen.size(), 3u);
+  std::sort(recorder.seen.begin(), recorder.seen.end(), [](const Seen& a, const Seen& b) {
+    return std::tie(a.start, a.src) < std::tie(b.start, b.src);
+  });
+  EXPECT_EQ(recorder.seen[0].src, h.topo.device_vertex(0));
+  EXPECT_EQ(recorder.seen[0].path,
+            h.router->Route(h.topo.device_vertex(0), h.topo.device_vertex(2)));
+  EXPECT_EQ(recorder.seen[0].start, Time());
+  ExpectNear(recorder.seen[0].drain, kS / 45e9);
+  EXPECT_EQ(recorder.seen[0].bytes, kS);
+  // The two later ones share link 1->2 at B/2 each: both drain 2 S/B after they started.
+  for (int i : {1, 2}) {
+    EXPECT_EQ(recorder.seen[i].start, Time::FromSeconds(4 * kS / 45e9));
+    ExpectNear(recorder.seen[i].drain, 6 * kS / 45e9);
+  }
+  EXPECT_EQ(h.delivered[0], recorder.seen[0].drain + kLat + kLat);
 }
 
 }  // namespace
