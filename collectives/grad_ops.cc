@@ -11,31 +11,20 @@
 #include <utility>
 
 #include "collectives/ir/op_registry.h"
+#include "collectives/kernel_support.h"
 #include "collectives/nn_ops.h"
 
 namespace shardsim {
 namespace {
 
-// Throws std::invalid_argument("OP: WHAT").
-[[noreturn]] void Fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-// An axis in [-rank, rank) as an index in [0, rank).
-int NormalizeAxis(const char* op, int64_t axis, const Array& a) {
-  const int rank = a.rank();
-  if (axis < -rank || axis >= rank) {
-    Fail(op, "axis " + std::to_string(axis) + " is out of range for " + a.TypeString());
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
-// Product of shape[begin, end).
-int64_t Product(const Shape& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
-}
+using kernel::Fail;
+using kernel::ForEachRow;
+using kernel::NormalizeAxis;
+using kernel::One;
+using kernel::Product;
+using kernel::RowMax;
+using kernel::Rows;
+using kernel::RowsAlong;
 
 // Row-major strides of `shape` read as the larger `out` shape through `dims` (input dimension
 // i is output dimension dims[i]); 0 along output dimensions the input repeats over.
@@ -155,53 +144,12 @@ void DispatchUnaryGrad(OpKind kind, Fn fn) {
   }
 }
 
-// An array seen as rows along one axis: element i of row (o, j) at (o * n + i) * inner + j.
-struct Rows {
-  int64_t outer = 1;  // Product of the dimensions before the axis.
-  int64_t n = 1;      // The axis's length.
-  int64_t inner = 1;  // Product of the dimensions after it.
-  // Flat index of element i of row (o, j).
-  int64_t At(int64_t o, int64_t i, int64_t j) const { return (o * n + i) * inner + j; }
-};
-
-Rows RowsAlong(const Shape& shape, int axis) {
-  return Rows{Product(shape, 0, static_cast<size_t>(axis)), shape[static_cast<size_t>(axis)],
-              Product(shape, static_cast<size_t>(axis) + 1, shape.size())};
-}
-
-// Calls fn(o, j) for every row of `rows`.
-template <typename Fn>
-void ForEachRow(const Rows& rows, Fn fn) {
-  for (int64_t o = 0; o < rows.outer; ++o) {
-    for (int64_t j = 0; j < rows.inner; ++j) fn(o, j);
-  }
-}
-
 // Refuses a g whose shape is not `shape` or that is not float.
 void RequireCotangent(const char* op, const Array& g, const Shape& shape) {
   if (g.dtype() == DType::kI32) Fail(op, "g must be a float array, got " + g.TypeString());
   if (g.shape() != shape) {
     Fail(op, "g must have shape " + FormatShape(shape) + ", got " + g.TypeString());
   }
-}
-
-// The largest of a row, NaN if any element is (jnp.max propagates NaN).
-template <typename Get>
-double RowMax(int64_t n, const Get& get) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = get(i);
-    if (std::isnan(v)) return v;
-    m = std::max(m, v);
-  }
-  return m;
-}
-
-// A one-output result.
-std::vector<Array> One(Array a) {
-  std::vector<Array> out;
-  out.push_back(std::move(a));
-  return out;
 }
 
 }  // namespace

@@ -5,22 +5,14 @@
 #include <utility>
 
 #include "collectives/grad_ops.h"
+#include "collectives/kernel_support.h"
 #include "collectives/local_ops.h"
 #include "collectives/nn_ops.h"
 #include "collectives/semantics.h"
 
 namespace shardsim {
-namespace {
 
-// A one-output result. (`return {array};` would copy: initializer lists hold const elements.)
-std::vector<Array> One(Array a) {
-  std::vector<Array> out;
-  out.push_back(std::move(a));
-  return out;
-}
-
-}  // namespace
-
+using kernel::One;
 std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*>& inputs,
                                 const Mesh& mesh, int position) {
   auto need = [&](size_t n) {

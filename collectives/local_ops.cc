@@ -16,23 +16,15 @@
 
 #include "collectives/grad_ops.h"
 #include "collectives/ir/op_registry.h"
+#include "collectives/kernel_support.h"
 #include "collectives/nn_ops.h"
 
 namespace shardsim {
 namespace {
 
-// Throws std::invalid_argument("OP: WHAT").
-[[noreturn]] void Fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-// An axis in [-rank, rank) as an index in [0, rank).
-int NormalizeAxis(const char* op, int64_t axis, int rank, const std::string& type) {
-  if (axis < -rank || axis >= rank) {
-    Fail(op, "axis " + std::to_string(axis) + " is out of range for " + type);
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
+using kernel::AnyShapeOnly;
+using kernel::Fail;
+using kernel::NormalizeAxis;
 
 // Row-major strides (in elements) of a shape.
 std::vector<int64_t> RowMajorStrides(const Shape& shape) {
@@ -452,14 +444,6 @@ void BroadcastApply(F f, const float* a, const float* b, float* out, Shape shape
     }
     out += len;
   });
-}
-
-// Whether any input lacks data (then ops compute shapes only).
-bool AnyShapeOnly(std::initializer_list<const Array*> arrays) {
-  for (const Array* a : arrays) {
-    if (!a->has_data()) return true;
-  }
-  return false;
 }
 
 // The letters of a parsed two-operand einsum and each letter's size.

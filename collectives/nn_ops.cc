@@ -11,27 +11,19 @@
 #include <utility>
 
 #include "collectives/ir/op_registry.h"
+#include "collectives/kernel_support.h"
 
 namespace shardsim {
 namespace {
 
-// Throws std::invalid_argument("OP: WHAT").
-[[noreturn]] void Fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-// `axis` of `x` in [0, rank), or an error naming both.
-int AxisOf(const char* op, int64_t axis, const Array& x) {
-  const int rank = x.rank();
-  if (axis < -rank || axis >= rank) {
-    Fail(op, "axis " + std::to_string(axis) + " is out of range for " + x.TypeString());
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
-bool AnyShapeOnly(std::initializer_list<const Array*> arrays) {
-  return std::any_of(arrays.begin(), arrays.end(), [](const Array* a) { return !a->has_data(); });
-}
+using kernel::AnyShapeOnly;
+using kernel::Fail;
+using kernel::NormalizeAxis;
+using kernel::One;
+using kernel::Product;
+using kernel::RowMax;
+using kernel::Rows;
+using kernel::RowsAlong;
 
 // Refuses an i32 array where a float one is needed.
 void RequireFloat(const char* op, const char* what, const Array& a) {
@@ -40,46 +32,9 @@ void RequireFloat(const char* op, const char* what, const Array& a) {
   }
 }
 
-// Product of shape[begin, end).
-int64_t Product(const Shape& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
-}
-
-// An array seen as rows along one axis: element (o, i, j) at (o * n + i) * inner + j, i the
-// index along the axis.
-struct Rows {
-  int64_t outer = 1;  // Product of the dimensions before the axis.
-  int64_t n = 1;      // The axis's length.
-  int64_t inner = 1;  // Product of the dimensions after it.
-
-  // Flat index of element i of row (o, j).
-  int64_t At(int64_t o, int64_t i, int64_t j) const { return (o * n + i) * inner + j; }
-  // Number of rows.
-  int64_t count() const { return outer * inner; }
-};
-
-Rows RowsAlong(const Shape& shape, int axis) {
-  return Rows{Product(shape, 0, static_cast<size_t>(axis)), shape[axis],
-              Product(shape, static_cast<size_t>(axis) + 1, shape.size())};
-}
-
-// Max of a row that is NaN when any element is (jnp.max propagates NaN).
-template <typename Get>
-double RowMax(int64_t n, const Get& get) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = get(i);
-    if (std::isnan(v)) return v;
-    m = std::max(m, v);
-  }
-  return m;
-}
-
 // softmax (log = false) or log_softmax (log = true) along `axis`.
 Array SoftmaxImpl(const char* op, const Array& x, int64_t axis, bool log) {
-  const int ax = AxisOf(op, axis, x);
+  const int ax = NormalizeAxis(op, axis, x);
   const DType dtype = x.dtype() == DType::kI32 ? DType::kF32 : x.dtype();
   if (!x.has_data()) return Array::ShapeOnly(dtype, x.shape());
   const Rows rows = RowsAlong(x.shape(), ax);
@@ -106,7 +61,7 @@ Array NormImpl(const char* op, const Array& x, const Array& scale, int64_t axis,
                bool center) {
   RequireFloat(op, "x", x);
   RequireFloat(op, "scale", scale);
-  const int ax = AxisOf(op, axis, x);
+  const int ax = NormalizeAxis(op, axis, x);
   if (scale.shape() != Shape{x.shape()[ax]}) {
     Fail(op, "scale must have shape [" + std::to_string(x.shape()[ax]) + "] (axis " +
                  std::to_string(axis) + " of x " + x.TypeString() + "), got " + scale.TypeString());
@@ -147,13 +102,6 @@ size_t InputCount(OpKind kind) {
     default:
       return 1;
   }
-}
-
-// One output. (`return {array};` would copy: initializer lists hold const elements.)
-std::vector<Array> One(Array a) {
-  std::vector<Array> out;
-  out.push_back(std::move(a));
-  return out;
 }
 
 }  // namespace
@@ -215,7 +163,7 @@ Array Reduction(OpKind kind, const Array& x, const std::vector<int64_t>& axes, b
   const int r = x.rank();
   std::vector<char> reduced(static_cast<size_t>(r), axes.empty());
   for (int64_t a : axes) {
-    const int d = AxisOf(op, a, x);
+    const int d = NormalizeAxis(op, a, x);
     if (reduced[d]) Fail(op, "axis " + std::to_string(a) + " names a dimension twice");
     reduced[d] = 1;
   }
@@ -299,7 +247,7 @@ Array Take(const Array& table, const Array& ids, int64_t axis) {
   const char* op = "take";
   if (table.rank() == 0) Fail(op, "table must have rank >= 1, got " + table.TypeString());
   if (ids.dtype() != DType::kI32) Fail(op, "ids must be i32, got " + ids.TypeString());
-  const int ax = AxisOf(op, axis, table);
+  const int ax = NormalizeAxis(op, axis, table);
   Shape shape(table.shape().begin(), table.shape().begin() + ax);
   shape.insert(shape.end(), ids.shape().begin(), ids.shape().end());
   shape.insert(shape.end(), table.shape().begin() + ax + 1, table.shape().end());
@@ -482,7 +430,7 @@ Array Attention(const Array& q, const Array& k, const Array& v, bool causal) {
 double SmallestNormScale(const OpSpec& op, const Array& x) {
   double smallest = std::numeric_limits<double>::infinity();
   if (!x.has_data() || x.rank() == 0) return smallest;
-  const int ax = AxisOf(OpKindName(op.kind), op.norm_axis, x);
+  const int ax = NormalizeAxis(OpKindName(op.kind), op.norm_axis, x);
   const Rows rows = RowsAlong(x.shape(), ax);
   const double eps = op.eps.value_or(DefaultEps(op.kind));
   const bool center = op.kind == OpKind::kLayerNorm;

@@ -218,6 +218,9 @@ enum class ProgramMode {
 
 // The SPEC name of a mode ("manual", "explicit", "auto").
 const char* ProgramModeName(ProgramMode mode);
+// Every mode, in SPEC order.
+inline constexpr ProgramMode kProgramModes[] = {ProgramMode::kManual, ProgramMode::kExplicit,
+                                                ProgramMode::kAuto};
 
 // A whole program on a mesh: a shard_map body (manual) or a global program (explicit, auto).
 struct ProgramSpec {

@@ -38,9 +38,6 @@ class Partitioner {
   }
 
   PartitionResult Run() {
-    if (global_.mode == ProgramMode::kManual) {
-      throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
-    }
     result_.program.mode = ProgramMode::kManual;
     result_.program.mesh_axes = global_.mesh_axes;
     result_.program.mesh_devices = global_.mesh_devices;
@@ -54,7 +51,7 @@ class Partitioner {
       Define(a.name, std::move(v));
     }
     if (!explicit_) Hints();
-    for (size_t i = 0; i < global_.ops.size(); ++i) Emit(global_.ops[i], i);
+    for (const OpSpec& op : global_.ops) Emit(op);
     for (const OutputSpec& o : global_.outputs) EmitOutput(o);
     return std::move(result_);
   }
@@ -71,12 +68,6 @@ class Partitioner {
   void Define(const std::string& name, Value v) {
     current_[name] = static_cast<int>(values_.size());
     values_.push_back(std::move(v));
-  }
-
-  const Value& Current(const std::string& name, const std::string& key) const {
-    auto it = current_.find(name);
-    if (it == current_.end()) throw SpecError(key, "'" + name + "' is not defined");
-    return values_[static_cast<size_t>(it->second)];
   }
 
   // A name no value of the program has, from `base`.
@@ -104,8 +95,6 @@ class Partitioner {
   // ops whose operands take their result's layout (elementwise ops of the same shape,
   // transposes, constraints).
   void Hints() {
-    std::map<std::string, ValueSharding> hint;
-    std::map<std::string, Shape> ranks;
     for (const OutputSpec& o : global_.outputs) hint_specs_[o.name] = o.spec;
     for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
       const OpSpec& op = *it;
@@ -184,7 +173,8 @@ class Partitioner {
   }
 
   // The time of running `op` locally under `s` (0 without a compute model).
-  double ComputeCost(const OpSpec& op, const std::vector<const Value*>& in, const Strategy& s) {
+  double ComputeCost(const OpSpec& op, const std::vector<const Value*>& in,
+                     const Shape& result_shape, const Strategy& s) {
     if (!costs_.compute) return 0;
     std::vector<Array> arrays;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -192,7 +182,7 @@ class Partitioner {
     }
     std::vector<const Array*> ptrs;
     for (const Array& a : arrays) ptrs.push_back(&a);
-    OpSpec local = LocalOp(op, in, s);
+    OpSpec local = LocalOp(op, result_shape, s);
     std::vector<Array> outs = ApplyLocalOp(local, ptrs, shape_mesh_, 0);
     std::vector<const Array*> out_ptrs;
     for (const Array& a : outs) out_ptrs.push_back(&a);
@@ -201,12 +191,11 @@ class Partitioner {
     return static_cast<double>(costs_.compute->OpTime(op.kind, cost, dtype).picoseconds());
   }
 
-  // `op` with the attributes that depend on global shapes made local under `s`.
-  OpSpec LocalOp(const OpSpec& op, const std::vector<const Value*>& in, const Strategy& s) const {
+  // `op` (first result of global `result_shape`) with the attributes that depend on global
+  // shapes made local under `s`.
+  OpSpec LocalOp(const OpSpec& op, const Shape& result_shape, const Strategy& s) const {
     OpSpec local = op;
-    if (op.kind == OpKind::kReshape) {
-      local.shape = LocalShape(out_shapes_cache_, s.results[0], axes_);
-    }
+    if (op.kind == OpKind::kReshape) local.shape = LocalShape(result_shape, s.results[0], axes_);
     return local;
   }
 
@@ -238,7 +227,7 @@ class Partitioner {
     return name;
   }
 
-  void Emit(const OpSpec& op, size_t index) {
+  void Emit(const OpSpec& op) {
     if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
       const int id = current_.at(op.in[0]);
       Value v = values_[static_cast<size_t>(id)];
@@ -316,12 +305,11 @@ class Partitioner {
       throw SpecError(op.key, std::string(OpKindName(op.kind)) + " " + op.name +
                                   ": no layout of its operands divides their shapes");
     }
-    out_shapes_cache_ = outs[0].shape();
     size_t best = 0;
     if (!explicit_ && valid.size() > 1) {
       double best_cost = std::numeric_limits<double>::infinity();
       for (size_t c = 0; c < valid.size(); ++c) {
-        double cost = ComputeCost(op, in, valid[c]);
+        double cost = ComputeCost(op, in, outs[0].shape(), valid[c]);
         for (size_t i = 0; i < in.size(); ++i) cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i]);
         if (ctx.preferred) {
           Value r{outs[0].shape(), outs[0].dtype(), valid[c].results[0], ""};
@@ -335,7 +323,7 @@ class Partitioner {
     }
     const Strategy& s = valid[best];
     // Operands resharded as the strategy needs.
-    OpSpec local = LocalOp(op, in, s);
+    OpSpec local = LocalOp(op, outs[0].shape(), s);
     for (size_t i = 0; i < in.size(); ++i) {
       local.in[i] = EmitReshard(ids[i], s.operands[i],
                                 std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
@@ -367,7 +355,6 @@ class Partitioner {
         Define(name, std::move(v));
       }
     }
-    (void)index;
   }
 
   void EmitOutput(const OutputSpec& o) {
@@ -409,7 +396,6 @@ class Partitioner {
   std::map<std::string, std::string> reshards_;
   std::map<std::string, PartitionSpec> hint_specs_;
   std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
-  Shape out_shapes_cache_;
   std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
   PartitionResult result_;
 };

@@ -20,11 +20,6 @@ void RunLowerCommand(const LowerCommandOptions& options) {
     throw InputError(options.file + ": lower needs a program:, not transfers:");
   }
   const ProgramSpec& program = *file.program;
-  if (program.mode == ProgramMode::kManual) {
-    throw InputError(options.file +
-                     ": the program is already a shard_map body (mode: manual); lower "
-                     "partitions mode: explicit or auto programs");
-  }
   planner::PartitionResult lowered;
   try {
     Machine machine(BuildHardware(file.hardware));

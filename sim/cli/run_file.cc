@@ -952,10 +952,12 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
   }
   ProgramSpec read;
   if (auto mode = map.Find("mode")) {
-    const std::string name = mode->OneOf({"manual", "explicit", "auto"});
-    read.mode = name == "explicit" ? ProgramMode::kExplicit
-                : name == "auto"   ? ProgramMode::kAuto
-                                   : ProgramMode::kManual;
+    std::vector<std::string> names;
+    for (ProgramMode m : kProgramModes) names.push_back(ProgramModeName(m));
+    const std::string name = mode->OneOf(names);
+    for (ProgramMode m : kProgramModes) {
+      if (name == ProgramModeName(m)) read.mode = m;
+    }
   }
   ReadMesh(*mesh, read);
   std::vector<ArraySpec> arrays;

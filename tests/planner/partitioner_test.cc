@@ -18,6 +18,14 @@ namespace {
 
 PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{std::move(dims)}; }
 
+// init: normal with `seed`.
+InitSpec Normal(uint64_t seed) {
+  InitSpec init;
+  init.kind = InitSpec::Kind::kNormal;
+  init.seed = seed;
+  return init;
+}
+
 // A collective the partitioner inserted: kind, axes, and bytes of its input on one device.
 struct Inserted {
   OpKind kind;
@@ -51,8 +59,8 @@ std::vector<Inserted> Collectives(const ProgramSpec& global, const PartitionResu
 // W: P('Y', None), on a 4x2 mesh.
 ProgramSpec ScalingBookMatmul(ProgramMode mode, PartitionSpec w_spec, PartitionSpec out_spec) {
   ProgramBuilder b({{"X", 4}, {"Y", 2}}, {}, mode);
-  b.Input("In", {64, 128}, DType::kF32, P({{"X"}, {"Y"}}), InitSpec{InitSpec::Kind::kNormal, 0});
-  b.Input("W", {128, 32}, DType::kF32, std::move(w_spec), InitSpec{InitSpec::Kind::kNormal, 1});
+  b.Input("In", {64, 128}, DType::kF32, P({{"X"}, {"Y"}}), Normal(0));
+  b.Input("W", {128, 32}, DType::kF32, std::move(w_spec), Normal(1));
   std::string sq = b.Unary(OpKind::kSquare, "In", "sq");
   b.Einsum("bd,df->bf", sq, "W", "out");
   b.Output("out", std::move(out_spec));
@@ -77,7 +85,7 @@ void ExpectNumericsPass(const ProgramSpec& global) {
 
 TEST(PartitionerTest, ElementwiseKeepsTheShardingAndInsertsNothing) {
   ProgramBuilder b({{"X", 4}, {"Y", 2}}, {}, ProgramMode::kAuto);
-  b.Input("x", {64, 64}, DType::kF32, P({{"X"}, {"Y"}}), InitSpec{InitSpec::Kind::kNormal, 0});
+  b.Input("x", {64, 64}, DType::kF32, P({{"X"}, {"Y"}}), Normal(0));
   b.Unary(OpKind::kSin, "x", "y");
   b.Output("y", P({{"X"}, {"Y"}}));
   ProgramSpec global = std::move(b).Build();
@@ -132,9 +140,9 @@ TEST(PartitionerTest, ContractingSplitOnOneSideOnly) {
 // tp, and the replicated output takes exactly one psum of B x D x 4 bytes.
 TEST(PartitionerTest, TensorParallelMlpTakesOneAllReduce) {
   ProgramBuilder b({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
-  b.Input("x", {16, 32}, DType::kF32, P({}), InitSpec{InitSpec::Kind::kNormal, 0});
-  b.Input("w1", {32, 64}, DType::kF32, P({{}, {"tp"}}), InitSpec{InitSpec::Kind::kNormal, 1});
-  b.Input("w2", {64, 32}, DType::kF32, P({{"tp"}, {}}), InitSpec{InitSpec::Kind::kNormal, 2});
+  b.Input("x", {16, 32}, DType::kF32, P({}), Normal(0));
+  b.Input("w1", {32, 64}, DType::kF32, P({{}, {"tp"}}), Normal(1));
+  b.Input("w2", {64, 32}, DType::kF32, P({{"tp"}, {}}), Normal(2));
   std::string h = b.Unary(OpKind::kRelu, b.Matmul("x", "w1"));
   b.Matmul(h, "w2", "y");
   b.Output("y", P({}));
@@ -148,8 +156,8 @@ TEST(PartitionerTest, TensorParallelMlpTakesOneAllReduce) {
 TEST(PartitionerTest, DataParallelForwardIsLocal) {
   for (ProgramMode mode : {ProgramMode::kAuto, ProgramMode::kExplicit}) {
     ProgramBuilder b({{"dp", 8}}, {}, mode);
-    b.Input("x", {64, 32}, DType::kF32, P({{"dp"}}), InitSpec{InitSpec::Kind::kNormal, 0});
-    b.Input("w", {32, 16}, DType::kF32, P({}), InitSpec{InitSpec::Kind::kNormal, 1});
+    b.Input("x", {64, 32}, DType::kF32, P({{"dp"}}), Normal(0));
+    b.Input("w", {32, 16}, DType::kF32, P({}), Normal(1));
     b.Matmul("x", "w", "y");
     b.Output("y", P({{"dp"}}));
     ProgramSpec global = std::move(b).Build();
@@ -161,8 +169,8 @@ TEST(PartitionerTest, DataParallelForwardIsLocal) {
 // need fsdp twice, so auto gathers w (8 devices x 4 x 16 x 4 B) before the matmul.
 TEST(PartitionerTest, FsdpGathersTheWeight) {
   ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
-  b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), InitSpec{InitSpec::Kind::kNormal, 0});
-  b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), InitSpec{InitSpec::Kind::kNormal, 1});
+  b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
+  b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), Normal(1));
   b.Matmul("x", "w", "y");
   b.Output("y", P({{"fsdp"}}));
   ProgramSpec global = std::move(b).Build();

@@ -29,7 +29,7 @@ ProgramSpec BuildTransformerStep(const TransformerShape& s) {
   const int64_t bl = s.batch / s.fsdp;  // Sequences per device.
   const int64_t t = bl * s.seq;         // Tokens per device.
   const int64_t h = s.heads / s.tp, kv = s.kv_heads / s.tp, g = s.heads / s.kv_heads;
-  const int64_t e = h * s.head_dim, ekv = kv * s.head_dim, ff = s.d_ff / s.tp;
+  const int64_t e = h * s.head_dim, ekv = kv * s.head_dim;
   const int64_t d = s.d_model;
   std::vector<LayerWeights> weights(s.layers);
   for (int l = 0; l < s.layers; ++l) {
