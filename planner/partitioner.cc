@@ -35,6 +35,7 @@ class Partitioner {
         shape_mesh_(MakeShapeMesh(global.mesh_axes)) {
     for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
     for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
+    CountUses();
   }
 
   PartitionResult Run() {
@@ -63,6 +64,37 @@ class Partitioner {
     std::vector<int> devices(static_cast<size_t>(n));
     for (int p = 0; p < n; ++p) devices[static_cast<size_t>(p)] = p;
     return Mesh(axes, devices);
+  }
+
+  // How many ops (and outputs) read the value each operand of each op names: one count per
+  // definition, names being rebindable.
+  void CountUses() {
+    std::map<std::string, int> def;  // Name -> its current definition.
+    std::vector<int> uses;
+    auto define = [&](const std::string& name) {
+      def[name] = static_cast<int>(uses.size());
+      uses.push_back(0);
+    };
+    for (const ArraySpec& a : global_.arrays) define(a.name);
+    std::vector<std::vector<int>> read(global_.ops.size());
+    for (size_t k = 0; k < global_.ops.size(); ++k) {
+      for (const std::string& name : global_.ops[k].in) {
+        const auto it = def.find(name);
+        read[k].push_back(it == def.end() ? -1 : it->second);
+        // full_like reads only the shape: it needs no sum.
+        const bool reads = global_.ops[k].kind != OpKind::kFullLike;
+        if (it != def.end() && reads) ++uses[static_cast<size_t>(it->second)];
+      }
+      for (const std::string& name : global_.ops[k].out) define(name);
+    }
+    for (const OutputSpec& o : global_.outputs) {
+      if (auto it = def.find(o.name); it != def.end()) ++uses[static_cast<size_t>(it->second)];
+    }
+    for (size_t k = 0; k < read.size(); ++k) {
+      std::vector<int> counts;
+      for (int d : read[k]) counts.push_back(d < 0 ? 0 : uses[static_cast<size_t>(d)]);
+      operand_uses_[&global_.ops[k]] = std::move(counts);
+    }
   }
 
   void Define(const std::string& name, Value v) {
@@ -113,9 +145,12 @@ class Partitioner {
     }
   }
 
-  // The time of moving `v` from `from` to `to` (0 when equal).
-  double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to) {
+  // The time of moving `v` from `from` to `to` (0 when equal, or when value `id`'s reshard to
+  // `to` was emitted already and will be reused).
+  double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to,
+                     int id = -1) {
     if (from == to) return 0;
+    if (id >= 0 && reshards_.count(ReshardKey(id, v, to))) return 0;
     std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
     double total = 0;
     for (const ReshardStep& step : steps) {
@@ -195,8 +230,41 @@ class Partitioner {
   // shapes made local under `s`.
   OpSpec LocalOp(const OpSpec& op, const Shape& result_shape, const Strategy& s) const {
     OpSpec local = op;
-    if (op.kind == OpKind::kReshape) local.shape = LocalShape(result_shape, s.results[0], axes_);
+    if (op.kind == OpKind::kReshape || op.kind == OpKind::kBroadcastInDim) {
+      local.shape = LocalShape(result_shape, s.results[0], axes_);
+    }
     return local;
+  }
+
+  // The key of value `id`'s reshard to `to` among those emitted.
+  std::string ReshardKey(int id, const Value& v, const ValueSharding& to) const {
+    return std::to_string(id) + FormatType(v.dtype, v.shape, to, axes_);
+  }
+
+  // Emits `op` (kind and attributes set) on value `v`'s local block, into a fresh name it
+  // returns; `reason` is the table's (empty for a local op).
+  std::string EmitLocal(OpSpec op, const Value& v, const std::string& reason) {
+    const std::string out = Fresh(v.local);
+    op.in = {v.local};
+    op.out = {out};
+    op.name = out;
+    op.key = "program";
+    result_.program.ops.push_back(std::move(op));
+    result_.reasons.push_back(reason);
+    result_.types.push_back(FormatType(v.dtype, v.shape, v.sharding, axes_));
+    return out;
+  }
+
+  std::vector<std::string> AxisNames(const std::vector<int>& ids) const {
+    std::vector<std::string> names;
+    for (int a : ids) names.push_back(axes_[static_cast<size_t>(a)].name);
+    return names;
+  }
+
+  static std::string Joined(const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
+    return text;
   }
 
   // Emits the steps taking value `v` to `to`; returns the local name holding it. A value
@@ -205,7 +273,7 @@ class Partitioner {
                           const std::string& final_name = "") {
     Value v = values_[static_cast<size_t>(id)];
     if (v.sharding == to && final_name.empty()) return v.local;
-    const std::string key = std::to_string(id) + FormatType(v.dtype, v.shape, to, axes_);
+    const std::string key = ReshardKey(id, v, to);
     if (final_name.empty()) {
       if (auto it = reshards_.find(key); it != reshards_.end()) return it->second;
     }
@@ -261,6 +329,21 @@ class Partitioner {
       throw SpecError(op.key, std::string(OpKindName(op.kind)) +
                                   " has no sharding rule yet (partitioning it is not supported)");
     }
+    // A partial value read by several ops is summed once, up front, rather than carried
+    // partial through a linear op and summed again by another reader (Adam reads a gradient
+    // both scaled and squared: one psum, as XLA's all-reduce after the dot).
+    const std::vector<int>& uses = operand_uses_.at(&op);
+    for (size_t i = 0; i < op.in.size(); ++i) {
+      const int id = current_.at(op.in[i]);
+      const Value& v = values_[static_cast<size_t>(id)];
+      if (v.sharding.partial.empty() || uses[i] < 2) continue;
+      Value reduced = v;
+      reduced.sharding = Reduced(v.sharding);
+      reduced.local = EmitReshard(id, reduced.sharding,
+                                  op.in[i] + " is read by " + std::to_string(uses[i]) +
+                                      " ops: its partial sums are summed once");
+      Define(op.in[i], std::move(reduced));
+    }
     std::vector<const Value*> in;
     std::vector<int> ids;
     for (const std::string& name : op.in) {
@@ -310,11 +393,14 @@ class Partitioner {
       double best_cost = std::numeric_limits<double>::infinity();
       for (size_t c = 0; c < valid.size(); ++c) {
         double cost = ComputeCost(op, in, outs[0].shape(), valid[c]);
-        for (size_t i = 0; i < in.size(); ++i) cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i]);
-        if (ctx.preferred) {
-          Value r{outs[0].shape(), outs[0].dtype(), valid[c].results[0], ""};
-          cost += ReshardCost(r, valid[c].results[0], *ctx.preferred);
+        for (size_t i = 0; i < in.size(); ++i) {
+          cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i], ids[i]);
         }
+        // The result's later reshard: to the layout wanted later, or else out of partial
+        // sums (what any nonlinear consumer needs first).
+        const ValueSharding& result = valid[c].results[0];
+        Value r{outs[0].shape(), outs[0].dtype(), result, ""};
+        cost += ReshardCost(r, result, ctx.preferred ? *ctx.preferred : Reduced(result));
         if (cost < best_cost) {
           best_cost = cost;
           best = c;
@@ -335,6 +421,20 @@ class Partitioner {
     result_.types.push_back(FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_));
     for (size_t r = 0; r < op.out.size(); ++r) {
       Value v{outs[r].shape(), outs[r].dtype(), s.results[r], op.out[r]};
+      if (!s.result_max_over.empty()) {
+        OpSpec pmax;
+        pmax.kind = OpKind::kPmax;
+        pmax.axis_name = AxisNames(s.result_max_over);
+        const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " (" +
+                                   s.why + ") takes the maximum over " + Joined(pmax.axis_name);
+        v.local = EmitLocal(std::move(pmax), v, reason);
+      }
+      if (s.result_scale != 1) {
+        OpSpec scale;
+        scale.kind = OpKind::kMul;
+        scale.scalar = s.result_scale;
+        v.local = EmitLocal(std::move(scale), v, "");
+      }
       Define(op.out[r], std::move(v));
     }
     // Explicit mode's types hold no partial sums: a contraction over a split dimension is
@@ -396,6 +496,7 @@ class Partitioner {
   std::map<std::string, std::string> reshards_;
   std::map<std::string, PartitionSpec> hint_specs_;
   std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
+  std::map<const OpSpec*, std::vector<int>> operand_uses_;  // Readers of each operand's value.
   std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
   PartitionResult result_;
 };

@@ -39,6 +39,15 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
       throw std::logic_error("internal error: a reshard cannot make a value partial");
     }
   }
+  for (const ValueSharding* s : {&from, &to}) {
+    for (const std::vector<int>& dim : s->dims) {
+      for (int a : dim) {
+        if (Has(s->partial, a)) {
+          throw std::logic_error("internal error: a mesh axis both splits and sums a value");
+        }
+      }
+    }
+  }
   std::vector<ReshardStep> steps;
   ValueSharding cur = from;
   // Partial axes the target keeps stay as they are (gathers and slices are linear).
@@ -51,7 +60,8 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
     steps.push_back(std::move(step));
   };
   // 1. Partial sums: a dimension `to` splits next over partial axes takes a psum_scatter over
-  // them (the reduce-scatter XLA fuses a psum and a slice into); the rest is one psum.
+  // them (the reduce-scatter XLA fuses a psum and a slice into); the rest is one psum, after
+  // the slices that need no communication.
   auto drop_partial = [&](int a) {
     cur.partial.erase(std::find(cur.partial.begin(), cur.partial.end(), a));
     resolve.erase(std::find(resolve.begin(), resolve.end(), a));
@@ -71,6 +81,26 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
     }
   }
   if (!resolve.empty()) {
+    // Slicing is linear: axes `to` adds to a dimension that no partial sum and no other
+    // dimension holds are sliced first, so the psum sums only the block the target keeps.
+    auto used = [&](int a) {
+      if (Has(cur.partial, a)) return true;
+      for (const std::vector<int>& dim : cur.dims) {
+        if (Has(dim, a)) return true;
+      }
+      return false;
+    };
+    for (size_t d = 0; d < cur.dims.size(); ++d) {
+      const std::vector<int>& want = to.dims[d];
+      if (CommonPrefix(cur.dims[d], want) != cur.dims[d].size()) continue;
+      std::vector<int> run;
+      for (size_t i = cur.dims[d].size(); i < want.size() && !used(want[i]); ++i) {
+        run.push_back(want[i]);
+      }
+      if (run.empty()) continue;
+      push({ReshardStep::Kind::kDynamicSlice, run, static_cast<int>(d), 0, {}});
+      cur.dims[d].insert(cur.dims[d].end(), run.begin(), run.end());
+    }
     push({ReshardStep::Kind::kPsum, resolve, 0, 0, {}});
     for (int a : std::vector<int>(resolve)) drop_partial(a);
   }

@@ -26,6 +26,28 @@ ValueSharding Reduced(ValueSharding s) {
   return s;
 }
 
+int NormalAxis(int64_t axis, size_t rank) {
+  return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+}
+
+int64_t AxesSize(const std::vector<int>& mesh_axes, const std::vector<MeshAxis>& axes) {
+  int64_t n = 1;
+  for (int a : mesh_axes) n *= axes.at(static_cast<size_t>(a)).size;
+  return n;
+}
+
+bool AxesDistinct(const std::vector<std::vector<int>>& dims) {
+  std::vector<int> used;
+  for (const std::vector<int>& dim : dims) used.insert(used.end(), dim.begin(), dim.end());
+  std::sort(used.begin(), used.end());
+  return std::adjacent_find(used.begin(), used.end()) == used.end();
+}
+
+void Refuse(const RuleContext& ctx, size_t i, const std::string& what) {
+  throw RuleError(std::string(OpKindName(ctx.op.kind)) + " of " + OperandType(ctx, i) + ": " +
+                  what + "; reshard it first");
+}
+
 ShardingRule FindShardingRule(OpKind kind) {
   if (Op(kind).elementwise) return &ElementwiseRule;
   switch (kind) {
@@ -36,8 +58,33 @@ ShardingRule FindShardingRule(OpKind kind) {
       return &TransposeRule;
     case OpKind::kReshape:
       return &ReshapeRule;
-    case OpKind::kFullLike:  // Shaped like its input: laid out like it too.
+    case OpKind::kFullLike:
+      return &FullLikeRule;
+    case OpKind::kUnaryGrad:
+    case OpKind::kMaxGrad:
       return &ElementwiseRule;
+    case OpKind::kSum:
+    case OpKind::kMean:
+    case OpKind::kReduceMax:
+      return &ReductionRule;
+    case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
+    case OpKind::kSoftmaxGrad:
+    case OpKind::kLogSoftmaxGrad:
+    case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
+    case OpKind::kRmsNormGrad:
+    case OpKind::kLayerNormGrad:
+    case OpKind::kTopK:
+    case OpKind::kTopKGrad:
+    case OpKind::kCrossEntropy:
+    case OpKind::kCrossEntropyGrad:
+    case OpKind::kReduceMaxGrad:
+    case OpKind::kTake:
+    case OpKind::kTakeGrad:
+    case OpKind::kAttention:
+    case OpKind::kAttentionGrad:
+      return &MappedRule;
     case OpKind::kBroadcastInDim:
       return &BroadcastRule;
     case OpKind::kConcatenate:

@@ -1,4 +1,5 @@
-// Elementwise ops (binary with NumPy broadcasting, unary, convert): the result keeps the
+// Elementwise ops (binary with NumPy broadcasting, unary, convert, and the derivative ops
+// unary_grad and max_grad): the result keeps the
 // layout its operands share; JAX's broadcasting sharding rule merges a split dimension with an
 // unsplit one and refuses two different splits of one dimension.
 #include <algorithm>
@@ -29,6 +30,13 @@ std::vector<int> KeptPartial(const RuleContext& ctx) {
   for (const ValueSharding& s : ctx.in) any = any || !s.partial.empty();
   if (!any) return none;
   if (kind == OpKind::kNeg || kind == OpKind::kConvert) return ctx.in[0].partial;
+  // unary_grad and max_grad scale the cotangent g (operand 0) by a factor of the others.
+  if (kind == OpKind::kUnaryGrad || kind == OpKind::kMaxGrad) {
+    for (size_t i = 1; i < n; ++i) {
+      if (!ctx.in[i].partial.empty()) return none;
+    }
+    return ctx.in[0].partial;
+  }
   if (ctx.op.scalar && (kind == OpKind::kMul || kind == OpKind::kDiv)) return ctx.in[0].partial;
   if (n == 2 && (kind == OpKind::kAdd || kind == OpKind::kSub) &&
       ctx.in[0].partial == ctx.in[1].partial) {
@@ -44,7 +52,13 @@ std::vector<int> KeptPartial(const RuleContext& ctx) {
 
 // The strategy that gives the result the split dims `dims` (and `partial`).
 Strategy With(const RuleContext& ctx, const std::vector<std::vector<int>>& dims,
-              const std::vector<int>& partial, std::string why) {
+              std::vector<int> partial, std::string why) {
+  // A mesh axis cannot both split the result and hold partial sums of it: those are summed.
+  for (const std::vector<int>& dim : dims) {
+    for (int a : dim) {
+      if (std::find(partial.begin(), partial.end(), a) != partial.end()) partial.clear();
+    }
+  }
   Strategy s;
   const int rank = static_cast<int>(ctx.out_shapes[0].size());
   for (size_t i = 0; i < ctx.in.size(); ++i) {
@@ -87,13 +101,8 @@ std::vector<Strategy> ElementwiseRule(const RuleContext& ctx, bool explicit_mode
       }
     }
   }
-  if (conflict.empty()) {
-    std::vector<int> used;
-    for (const std::vector<int>& dim : merged) used.insert(used.end(), dim.begin(), dim.end());
-    std::sort(used.begin(), used.end());
-    if (std::adjacent_find(used.begin(), used.end()) != used.end()) {
-      conflict = "one mesh axis would split two dimensions";
-    }
+  if (conflict.empty() && !AxesDistinct(merged)) {
+    conflict = "one mesh axis would split two dimensions";
   }
   // Explicit mode needs no implicit communication, reductions of partial sums aside (a
   // nonlinear op of a partial value sums it first, as JAX's types never hold partials).
@@ -121,6 +130,21 @@ std::vector<Strategy> ElementwiseRule(const RuleContext& ctx, bool explicit_mode
     candidates.push_back(With(ctx, ctx.preferred->dims, partial, "the layout wanted later"));
   }
   return candidates;
+}
+
+}  // namespace shardsim::planner
+
+namespace shardsim::planner {
+
+// full_like reads no element of its operand, only its shape: any layout of the operand will
+// do, partial sums included (the cotangent seed of a loss still partial over dp needs no
+// psum), and the constant is laid out as the operand's blocks.
+std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode) {
+  Strategy s;
+  s.operands = {ctx.in[0]};
+  s.results = {Reduced(ctx.in[0])};
+  s.why = "laid out like its operand";
+  return {s};
 }
 
 }  // namespace shardsim::planner

@@ -6,20 +6,6 @@
 #include "planner/rules/sharding_rule.h"
 
 namespace shardsim::planner {
-namespace {
-
-// The op's axis counted from the front, for an operand of `rank`.
-int NormalAxis(int64_t axis, size_t rank) {
-  return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
-}
-
-// Refuses in explicit mode, naming the operand and the fix.
-void Refuse(const RuleContext& ctx, size_t i, const std::string& what) {
-  throw RuleError(std::string(OpKindName(ctx.op.kind)) + " of " + OperandType(ctx, i) + ": " +
-                  what + "; reshard it first");
-}
-
-}  // namespace
 
 std::vector<Strategy> TransposeRule(const RuleContext& ctx, bool explicit_mode) {
   const size_t rank = ctx.in_shapes[0].size();

@@ -34,6 +34,12 @@ struct Strategy {
                                         // unless the op is linear in it).
   std::vector<ValueSharding> results;   // Each result's sharding.
   std::string why;                      // A few words: "contracting d split over tp".
+  // Each result is multiplied by this after the local op: a mean over split dimensions is, on
+  // each device, its block's mean, n times its share of the global mean (1: none).
+  double result_scale = 1;
+  // Mesh axes each result is a maximum over after the local op (a max over split
+  // dimensions): the partitioner takes pmax over them at once (empty: none).
+  std::vector<int> result_max_over;
 };
 
 // An op explicit mode refuses (JAX would raise): the message names what is wrong and the fix.
@@ -56,6 +62,9 @@ std::vector<Strategy> TransposeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> ReshapeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> AlongAxisRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> ReductionRule(const RuleContext& ctx, bool explicit_mode);
+std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode);
 
 // Helpers the rules share.
 // The type of operand `i` in JAX notation ("f32[8@dp,4]").
@@ -66,5 +75,13 @@ bool UsesAxis(const ValueSharding& s, int a);
 ValueSharding Unsplit(ValueSharding s, int dim);
 // `s` without partial axes.
 ValueSharding Reduced(ValueSharding s);
+// `axis` counted from the front for a value of `rank` dimensions.
+int NormalAxis(int64_t axis, size_t rank);
+// The number of positions `mesh_axes` span (the product of their sizes).
+int64_t AxesSize(const std::vector<int>& mesh_axes, const std::vector<MeshAxis>& axes);
+// Whether no mesh axis splits two dimensions of `dims`.
+bool AxesDistinct(const std::vector<std::vector<int>>& dims);
+// Refuses (RuleError) in explicit mode, naming operand `i`, what is wrong and the fix.
+[[noreturn]] void Refuse(const RuleContext& ctx, size_t i, const std::string& what);
 
 }  // namespace shardsim::planner

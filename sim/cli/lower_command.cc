@@ -15,7 +15,7 @@
 namespace shardsim {
 
 void RunLowerCommand(const LowerCommandOptions& options) {
-  RunFile file = LoadRunFile(options.file);
+  RunFile file = LoadRunFile(options.file, options.overrides);
   if (!file.program) {
     throw InputError(options.file + ": lower needs a program:, not transfers:");
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace shardsim {
 
@@ -10,6 +11,7 @@ namespace shardsim {
 struct LowerCommandOptions {
   std::string file;      // The run file.
   std::string out_path;  // -o: write here instead of stdout.
+  std::vector<std::string> overrides;  // --set KEY=VALUE, as `shardsim run` takes them.
 };
 
 // Partitions the run file's program and prints (or writes) the lowered run file: the same

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
       "lower", "Partition a mode: explicit|auto program into its shard_map body (a run file)");
   lower_cmd->add_option("file", lower.file, "The run file (YAML)")->required();
   lower_cmd->add_option("-o,--out", lower.out_path, "Write the lowered run file here");
+  lower_cmd->add_option("--set", lower.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
 
   try {
     app.parse(argc, argv);

@@ -48,6 +48,7 @@ struct OpRow {
   std::string algorithm;
   std::string detail;  // Transfers: "0 -> 5, 2 hops"; partitioned programs: the reason.
   std::string reason;  // Collectives the partitioner inserted: why.
+  std::vector<std::string> axis_name;  // Collectives: the mesh axes they run over.
 };
 
 // Device memory of a program run.
@@ -243,7 +244,9 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   for (size_t i = 0; i < result.ops.size(); ++i) {
     const OpTiming& t = result.ops[i];
     const std::string reason = partitioned ? partitioned->reasons.at(i) : "";
-    report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, reason, reason});
+    const OpSpec& op = program.ops.at(i);
+    report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, reason, reason,
+                               IsCollective(op.kind) ? op.axis_name : std::vector<std::string>{}});
   }
   report.per_device = result.per_device;
   report.memory = MemoryReport{true,           result.peak_memory,  result.peak_device,
@@ -356,6 +359,14 @@ std::string Json(const RunReport& r) {
     AppendJsonNumber(j, o.end.seconds());
     j += ", \"algorithm\": ";
     AppendJsonString(j, o.algorithm);
+    if (!o.axis_name.empty()) {
+      j += ", \"axis_name\": [";
+      for (size_t a = 0; a < o.axis_name.size(); ++a) {
+        if (a) j += ", ";
+        AppendJsonString(j, o.axis_name[a]);
+      }
+      j += "]";
+    }
     if (!o.reason.empty()) {
       j += ", \"reason\": ";
       AppendJsonString(j, o.reason);

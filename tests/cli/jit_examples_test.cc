@@ -1,0 +1,225 @@
+// The examples of configs/jit/: for each, the collectives the partitioner must insert (kind,
+// mesh axes, bytes each device sends in), derived by hand beside the entry from the shapes and
+// shardings; every example passes its numerics check (the large ones with their dimensions
+// made smaller through --set, the same program) and round-trips through `shardsim lower` to
+// the same simulated time and outputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/cli/subprocess.h"
+
+namespace shardsim::cli_test {
+namespace {
+
+// An inserted collective: op, mesh axes, bytes of its input on one device.
+struct Coll {
+  std::string op;
+  std::vector<std::string> axes;
+  int64_t bytes;
+  bool operator<(const Coll& o) const {
+    return std::tie(op, axes, bytes) < std::tie(o.op, o.axes, o.bytes);
+  }
+  bool operator==(const Coll&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Coll& c) {
+  os << c.op << " over";
+  for (const std::string& a : c.axes) os << " " << a;
+  return os << " (" << c.bytes << " B)";
+}
+
+struct Example {
+  std::vector<Coll> collectives;  // At the file's own sizes, in any order.
+  // --set overrides making the example small enough to check on CPU; empty: as written.
+  std::vector<std::string> smaller;
+};
+
+constexpr int64_t kF32 = 4;
+
+// The seed MLP at batch 64 and hidden 64 (784 inputs and 10 classes kept).
+const std::vector<std::string> kSmallerSeedMlp = {
+    "--set", "arrays.x.shape=[64,784]", "--set", "arrays.labels.shape=[64]",
+    "--set", "arrays.w1.shape=[784,64]", "--set", "arrays.w2.shape=[64,64]",
+    "--set", "arrays.w3.shape=[64,64]",  "--set", "arrays.w4.shape=[64,10]"};
+
+std::map<std::string, Example> Examples() {
+  // The seed MLP: x [8192, 784], w1 [784, 8192], w2 and w3 [8192, 8192], w4 [8192, 10].
+  const int64_t b = 8192, i = 784, h = 8192, c = 10;
+  // The notebook's small MLP: x [512, 32], w1 [32, 128], w2 [128, 256], w3 [256, 128],
+  // w4 [128, 4].
+  const int64_t sb = 512, s0 = 32, s1 = 128, s2 = 256, s3 = 128, s4 = 4;
+  return {
+      // An elementwise op keeps In's sharding: nothing to insert.
+      {"sin", {{}, {}}},
+      // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of
+      // [512, 1024] summed over Y for out P('X', None).
+      {"einsum_auto", {{{"psum", {"Y"}, 512 * 1024 * kF32}}, {}}},
+      // The same once W is resharded to P('Y', None) (a local slice of the replicated W).
+      {"einsum_explicit", {{{"psum", {"Y"}, 512 * 1024 * kF32}}, {}}},
+      // DP over 8 on 32-128-4: each weight gradient psummed over dp (its bytes), the loss 4 B.
+      {"mlp_dp_grad",
+       {{{"psum", {"dp"}, 4}, {"psum", {"dp"}, 32 * 128 * kF32}, {"psum", {"dp"}, 128 * 4 * kF32}},
+        {}}},
+      // DP over 8: one psum over dp per weight gradient, their bytes the parameters' bytes.
+      {"mlp_seed_dp",
+       {{{"psum", {"dp"}, 4},
+         {"psum", {"dp"}, i * h * kF32},
+         {"psum", {"dp"}, h * h * kF32},
+         {"psum", {"dp"}, h * h * kF32},
+         {"psum", {"dp"}, h * c * kF32}},
+        kSmallerSeedMlp}},
+      // FSDP over 8: each weight's [rows / 8, cols] block all-gathered; each gradient (whole,
+      // partial over fsdp) psum_scattered.
+      {"mlp_seed_fsdp",
+       {{{"all_gather", {"fsdp"}, i / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * c * kF32},
+         {"psum_scatter", {"fsdp"}, i * h * kF32},
+         {"psum_scatter", {"fsdp"}, h * h * kF32},
+         {"psum_scatter", {"fsdp"}, h * h * kF32},
+         {"psum_scatter", {"fsdp"}, h * c * kF32},
+         {"psum", {"fsdp"}, 4}},
+        kSmallerSeedMlp}},
+      // dp 4 x tp 2: z2, the logits (forward) and dh2 (backward) psummed over tp on a quarter
+      // of the batch; each gradient's tp block psummed over dp.
+      {"mlp_seed_dp4_tp2",
+       {{{"psum", {"tp"}, b / 4 * h * kF32},
+         {"psum", {"tp"}, b / 4 * c * kF32},
+         {"psum", {"tp"}, b / 4 * h * kF32},
+         {"psum", {"dp"}, 4},
+         {"psum", {"dp"}, i * h / 2 * kF32},
+         {"psum", {"dp"}, h / 2 * h * kF32},
+         {"psum", {"dp"}, h * h / 2 * kF32},
+         {"psum", {"dp"}, h / 2 * c * kF32}},
+        kSmallerSeedMlp}},
+      {"mlp_small_dp",
+       {{{"psum", {"dp"}, s0 * s1 * kF32},
+         {"psum", {"dp"}, s1 * s2 * kF32},
+         {"psum", {"dp"}, s2 * s3 * kF32},
+         {"psum", {"dp"}, s3 * s4 * kF32},
+         {"psum", {"dp"}, 4}},
+        {}}},
+      {"mlp_small_fsdp",
+       {{{"all_gather", {"fsdp"}, s0 / 8 * s1 * kF32},
+         {"all_gather", {"fsdp"}, s1 / 8 * s2 * kF32},
+         {"all_gather", {"fsdp"}, s2 / 8 * s3 * kF32},
+         {"all_gather", {"fsdp"}, s3 / 8 * s4 * kF32},
+         {"psum_scatter", {"fsdp"}, s0 * s1 * kF32},
+         {"psum_scatter", {"fsdp"}, s1 * s2 * kF32},
+         {"psum_scatter", {"fsdp"}, s2 * s3 * kF32},
+         {"psum_scatter", {"fsdp"}, s3 * s4 * kF32},
+         {"psum", {"fsdp"}, 4}},
+        {}}},
+      // TP over 8, whole batch: z2 [512, 256], logits [512, 4], dh2 [512, 256].
+      {"mlp_small_tp",
+       {{{"psum", {"tp"}, sb * s2 * kF32},
+         {"psum", {"tp"}, sb * s4 * kF32},
+         {"psum", {"tp"}, sb * s2 * kF32}},
+        {}}},
+      // fsdp 4 x tp 2: each weight's block ([rows/4 or /2, cols/2 or /4]) gathered over fsdp
+      // to its tp block; TP's psums on 128 rows; each gradient's tp block, partial over fsdp,
+      // psum_scattered.
+      {"mlp_small_fsdp_tp",
+       {{{"all_gather", {"fsdp"}, s0 / 4 * s1 / 2 * kF32},
+         {"all_gather", {"fsdp"}, s1 / 2 * s2 / 4 * kF32},
+         {"all_gather", {"fsdp"}, s2 / 4 * s3 / 2 * kF32},
+         {"all_gather", {"fsdp"}, s3 / 2 * s4 / 4 * kF32},
+         {"psum", {"tp"}, sb / 4 * s2 * kF32},
+         {"psum", {"tp"}, sb / 4 * s4 * kF32},
+         {"psum", {"tp"}, sb / 4 * s2 * kF32},
+         {"psum_scatter", {"fsdp"}, s0 * s1 / 2 * kF32},
+         {"psum_scatter", {"fsdp"}, s1 / 2 * s2 * kF32},
+         {"psum_scatter", {"fsdp"}, s2 * s3 / 2 * kF32},
+         {"psum_scatter", {"fsdp"}, s3 / 2 * s4 * kF32},
+         {"psum", {"fsdp"}, 4}},
+        {}}},
+      // 128-512-128 on data 2 x model 4, batch 64: y [32, 128] psummed over model; each
+      // gradient's [128, 128] model block psummed once over data (both Adam moments read the
+      // sum); the loss 4 B.
+      {"flax_mlp_adam",
+       {{{"psum", {"model"}, 32 * 128 * kF32},
+         {"psum", {"data"}, 128 * 128 * kF32},
+         {"psum", {"data"}, 128 * 128 * kF32},
+         {"psum", {"data"}, 4}},
+        {}}},
+  };
+}
+
+class JitExampleTest : public CliFixture {
+ protected:
+  // `shardsim run` of `file` with `extra` arguments; the summary's JSON.
+  nlohmann::json RunJson(const std::string& file, const std::string& tag,
+                         std::vector<std::string> extra) {
+    const std::string json = (out() / (tag + ".json")).string();
+    std::vector<std::string> args = {"run", file, "--json", json};
+    args.insert(args.end(), extra.begin(), extra.end());
+    RunOk(args);
+    return nlohmann::json::parse(ReadFile(json));
+  }
+};
+
+std::vector<Coll> Inserted(const nlohmann::json& summary) {
+  std::vector<Coll> out;
+  for (const auto& op : summary["ops"]) {
+    if (!op.contains("axis_name") || !op.contains("reason")) continue;
+    out.push_back({op["op"], op["axis_name"].get<std::vector<std::string>>(), op["bytes"]});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(JitExampleTest, EveryExampleInsertsWhatItShouldAndRoundTrips) {
+  const std::map<std::string, Example> examples = Examples();
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SourceDir()) / "configs" / "jit")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string stem = entry.path().stem().string();
+    const std::string file = entry.path().string();
+    SCOPED_TRACE(stem);
+    const auto it = examples.find(stem);
+    ASSERT_NE(it, examples.end()) << "configs/jit/" << stem << ".yaml has no entry here";
+    ++seen;
+    const Example& ex = it->second;
+    // At its own size: the collectives, and the lowered file's simulated time.
+    nlohmann::json full = RunJson(file, stem, {"--numerics", "off"});
+    std::vector<Coll> want = ex.collectives;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(Inserted(full), want);
+    const std::string lowered = (out() / (stem + "_lowered.yaml")).string();
+    RunOk({"lower", file, "-o", lowered});
+    EXPECT_NE(ReadFile(lowered).find("mode: manual"), std::string::npos);
+    nlohmann::json again = RunJson(lowered, stem + "_lowered", {"--numerics", "off"});
+    EXPECT_EQ(again["simulated_time_s"], full["simulated_time_s"]);
+    // Numerics (smaller where the example is large), and the same outputs once lowered.
+    const std::string dump = (out() / (stem + "_dump")).string();
+    std::vector<std::string> check = {"--numerics", "on", "--dump", dump};
+    check.insert(check.end(), ex.smaller.begin(), ex.smaller.end());
+    nlohmann::json small = RunJson(file, stem + "_small", check);
+    EXPECT_EQ(small["numerics"]["passed"], true);
+    const std::string lowered_small = (out() / (stem + "_lowered_small.yaml")).string();
+    std::vector<std::string> lower = {"lower", file, "-o", lowered_small};
+    lower.insert(lower.end(), ex.smaller.begin(), ex.smaller.end());
+    RunOk(lower);
+    const std::string dump2 = (out() / (stem + "_lowered_dump")).string();
+    nlohmann::json small2 =
+        RunJson(lowered_small, stem + "_lowered_small", {"--numerics", "on", "--dump", dump2});
+    EXPECT_EQ(small2["simulated_time_s"], small["simulated_time_s"]);
+    for (const auto& npy : fs::directory_iterator(dump)) {
+      EXPECT_EQ(ReadFile((fs::path(dump2) / npy.path().filename()).string()),
+                ReadFile(npy.path().string()))
+          << npy.path().filename();
+    }
+  }
+  EXPECT_EQ(seen, static_cast<int>(examples.size())) << "an entry has no example file";
+}
+
+}  // namespace
+}  // namespace shardsim::cli_test
