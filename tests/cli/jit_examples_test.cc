@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/cli/subprocess.h"
@@ -49,13 +51,40 @@ const std::vector<std::string> kSmallerSeedMlp = {
     "--set", "arrays.w1.shape=[784,64]", "--set", "arrays.w2.shape=[64,64]",
     "--set", "arrays.w3.shape=[64,64]",  "--set", "arrays.w4.shape=[64,10]"};
 
+// Two Llama layers at d 64, 8 heads of 8, ff 128, 16 tokens, in f32 (bf16 through attention
+// and the norms of data this large leaves the error bound infinite: no check).
+std::vector<std::string> SmallerLlama() {
+  std::vector<std::string> set = {"--set", "arrays.x.shape=[1,16,64]", "--set",
+                                  "arrays.x.dtype=f32"};
+  const std::vector<std::pair<std::string, std::string>> shapes = {
+      {"attn_norm", "[64]"},   {"mlp_norm", "[64]"},     {"wq", "[64,8,8]"},
+      {"wk", "[64,8,8]"},      {"wv", "[64,8,8]"},       {"wo", "[8,8,64]"},
+      {"w_gate", "[64,128]"},  {"w_up", "[64,128]"},     {"w_down", "[128,64]"}};
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const auto& [name, shape] : shapes) {
+      const std::string key = "arrays." + name + std::to_string(layer);
+      set.insert(set.end(), {"--set", key + ".shape=" + shape, "--set", key + ".dtype=f32"});
+    }
+  }
+  return set;
+}
+
 std::map<std::string, Example> Examples() {
   // The seed MLP: x [8192, 784], w1 [784, 8192], w2 and w3 [8192, 8192], w4 [8192, 10].
   const int64_t b = 8192, i = 784, h = 8192, c = 10;
   // The notebook's small MLP: x [512, 32], w1 [32, 128], w2 [128, 256], w3 [256, 128],
   // w4 [128, 4].
   const int64_t sb = 512, s0 = 32, s1 = 128, s2 = 256, s3 = 128, s4 = 4;
+  const int64_t kBf16 = 2;
   return {
+      // Megatron TP over 8: attention's wo and the MLP's w_down contract the tp-split heads
+      // and ff; their [1, 2048, 4096] bf16 outputs psummed over tp, two per layer.
+      {"llama2_7b_tp8_forward",
+       {{{"psum", {"tp"}, 2048 * 4096 * kBf16},
+         {"psum", {"tp"}, 2048 * 4096 * kBf16},
+         {"psum", {"tp"}, 2048 * 4096 * kBf16},
+         {"psum", {"tp"}, 2048 * 4096 * kBf16}},
+        SmallerLlama()}},
       // An elementwise op keeps In's sharding: nothing to insert.
       {"sin", {{}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of
@@ -204,6 +233,9 @@ TEST_F(JitExampleTest, EveryExampleInsertsWhatItShouldAndRoundTrips) {
     check.insert(check.end(), ex.smaller.begin(), ex.smaller.end());
     nlohmann::json small = RunJson(file, stem + "_small", check);
     EXPECT_EQ(small["numerics"]["passed"], true);
+    EXPECT_TRUE(small["numerics"]["tolerance"].is_number() &&
+                std::isfinite(small["numerics"]["tolerance"].get<double>()))
+        << "an infinite bound checks nothing";
     const std::string lowered_small = (out() / (stem + "_lowered_small.yaml")).string();
     std::vector<std::string> lower = {"lower", file, "-o", lowered_small};
     lower.insert(lower.end(), ex.smaller.begin(), ex.smaller.end());
