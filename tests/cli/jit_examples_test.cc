@@ -69,6 +69,24 @@ std::vector<std::string> SmallerLlama() {
   return set;
 }
 
+// transformer_fsdp8's collectives: per parameter (elements), an all_gather of its eighth
+// and a psum_scatter of its whole gradient; the loss's psum.
+std::vector<Coll> FsdpTransformer() {
+  std::vector<int64_t> params = {128 * 64, 64, 64 * 128};  // embed, final_norm, unembed.
+  for (int layer = 0; layer < 2; ++layer) {
+    // attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down.
+    for (int64_t n : {64, 64 * 64, 64 * 64, 64 * 64, 64 * 64, 64, 64 * 128, 64 * 128, 128 * 64}) {
+      params.push_back(n);
+    }
+  }
+  std::vector<Coll> c = {{"psum", {"fsdp"}, 4}};
+  for (int64_t n : params) {
+    c.push_back({"all_gather", {"fsdp"}, n / 8 * kF32});
+    c.push_back({"psum_scatter", {"fsdp"}, n * kF32});
+  }
+  return c;
+}
+
 std::map<std::string, Example> Examples() {
   // The seed MLP: x [8192, 784], w1 [784, 8192], w2 and w3 [8192, 8192], w4 [8192, 10].
   const int64_t b = 8192, i = 784, h = 8192, c = 10;
@@ -85,6 +103,9 @@ std::map<std::string, Example> Examples() {
          {"psum", {"tp"}, 2048 * 4096 * kBf16},
          {"psum", {"tp"}, 2048 * 4096 * kBf16}},
         SmallerLlama()}},
+      // FSDP over 8 of the small transformer: each parameter's block gathered over fsdp,
+      // each gradient psum_scattered (whole parameter in), the loss psummed.
+      {"transformer_fsdp8", {FsdpTransformer(), {}}},
       // An elementwise op keeps In's sharding: nothing to insert.
       {"sin", {{}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of
