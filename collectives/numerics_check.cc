@@ -552,9 +552,9 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
     case OpKind::kSquare:
       // (x + d)^2 - x^2 = 2 x d + d^2. The rms of 2 x d is at most 2 max|x| rms(d), not 2
       // rms(x) rms(d): rounding errors grow with |x|, so the two are not independent.
-      return Rounded(Error{2 * sa.max_abs * a.max + a.max * a.max,
-                           2 * sa.max_abs * a.rms + a.max * a.rms},
-                     dtype, out);
+      return Rounded(
+          Error{2 * sa.max_abs * a.max + a.max * a.max, 2 * sa.max_abs * a.rms + a.max * a.rms},
+          dtype, out);
     case OpKind::kLog:
     case OpKind::kRsqrt: {
       // |f(x + d) - f(x)| <= |d| max|f'| over [m - e, inf): log' = 1/x, rsqrt' = x^-1.5 / 2.

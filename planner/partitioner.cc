@@ -19,10 +19,10 @@ namespace {
 
 // One definition of a global value.
 struct Value {
-  Shape shape;              // Global shape.
+  Shape shape;  // Global shape.
   DType dtype = DType::kF32;
-  ValueSharding sharding;   // As the lowered program holds it.
-  std::string local;        // Its name in the lowered program.
+  ValueSharding sharding;  // As the lowered program holds it.
+  std::string local;       // Its name in the lowered program.
 };
 
 class Partitioner {
@@ -213,7 +213,8 @@ class Partitioner {
     if (!costs_.compute) return 0;
     std::vector<Array> arrays;
     for (size_t i = 0; i < in.size(); ++i) {
-      arrays.push_back(Array::ShapeOnly(in[i]->dtype, LocalShape(in[i]->shape, s.operands[i], axes_)));
+      arrays.push_back(
+          Array::ShapeOnly(in[i]->dtype, LocalShape(in[i]->shape, s.operands[i], axes_)));
     }
     std::vector<const Array*> ptrs;
     for (const Array& a : arrays) ptrs.push_back(&a);
@@ -308,12 +309,12 @@ class Partitioner {
       }
       if (explicit_ && op.kind == OpKind::kShardingConstraint && !(Reduced(v.sharding) == to)) {
         throw SpecError(op.key, "sharding_constraint: " + op.in[0] + " is " +
-                                    FormatType(v.dtype, v.shape, v.sharding, axes_) +
-                                    ", not " + FormatPartitionSpec(op.sharding) +
+                                    FormatType(v.dtype, v.shape, v.sharding, axes_) + ", not " +
+                                    FormatPartitionSpec(op.sharding) +
                                     "; in explicit mode change a sharding with reshard");
       }
-      const std::string reason =
-          std::string(OpKindName(op.kind)) + " " + op.name + " to " + FormatPartitionSpec(op.sharding);
+      const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " to " +
+                                 FormatPartitionSpec(op.sharding);
       Value out = v;
       out.local = EmitReshard(id, to, reason);
       out.sharding = to;
@@ -321,8 +322,9 @@ class Partitioner {
       return;
     }
     if (op.kind == OpKind::kCustomCall) {
-      throw SpecError(op.key, "custom_call has no sharding rule: its cost is per device, so "
-                              "write it in a mode: manual program");
+      throw SpecError(op.key,
+                      "custom_call has no sharding rule: its cost is per device, so "
+                      "write it in a mode: manual program");
     }
     ShardingRule rule = FindShardingRule(op.kind);
     if (!rule) {
@@ -425,8 +427,8 @@ class Partitioner {
         OpSpec pmax;
         pmax.kind = OpKind::kPmax;
         pmax.axis_name = AxisNames(s.result_max_over);
-        const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " (" +
-                                   s.why + ") takes the maximum over " + Joined(pmax.axis_name);
+        const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
+                                   ") takes the maximum over " + Joined(pmax.axis_name);
         v.local = EmitLocal(std::move(pmax), v, reason);
       }
       if (s.result_scale != 1) {
@@ -445,11 +447,9 @@ class Partitioner {
         Value v = values_[static_cast<size_t>(id)];
         if (v.sharding.partial.empty()) continue;
         const ValueSharding to = Reduced(v.sharding);
-        const std::string reduced =
-            EmitReshard(id, to,
-                        std::string(OpKindName(op.kind)) + " " + op.name +
-                            " sums its partial products",
-                        v.local);
+        const std::string reduced = EmitReshard(
+            id, to, std::string(OpKindName(op.kind)) + " " + op.name + " sums its partial products",
+            v.local);
         v.sharding = to;
         v.local = reduced;
         Define(name, std::move(v));

@@ -127,7 +127,8 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
   for (size_t d = 0; d < cur.dims.size(); ++d) {
     const size_t keep = CommonPrefix(cur.dims[d], to.dims[d]);
     if (keep == cur.dims[d].size()) continue;
-    std::vector<int> drop(cur.dims[d].begin() + static_cast<std::ptrdiff_t>(keep), cur.dims[d].end());
+    std::vector<int> drop(cur.dims[d].begin() + static_cast<std::ptrdiff_t>(keep),
+                          cur.dims[d].end());
     push({ReshardStep::Kind::kAllGather, drop, static_cast<int>(d), 0, {}});
     cur.dims[d].resize(keep);
   }

@@ -32,8 +32,9 @@ struct ReshardStep {
 // The steps that take a value of global `shape` from `from` to `to` (whose partial axes must
 // be partial in `from` too: those stay unreduced), in order: partial sums resolved
 // (psum_scatter where `to` splits a dimension over a partial axis next, psum otherwise, after
-// slicing the axes `to` adds that the value does not use yet), single axes moved between dimensions by all-to-all,
-// axes no longer wanted gathered, new axes sliced locally. Empty when they are equal.
+// slicing the axes `to` adds that the value does not use yet), single axes moved between dimensions
+// by all-to-all, axes no longer wanted gathered, new axes sliced locally. Empty when they are
+// equal.
 std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& from,
                                      const ValueSharding& to, const std::vector<MeshAxis>& axes);
 

@@ -57,23 +57,22 @@ std::vector<Strategy> ReshapeRule(const RuleContext& ctx, bool explicit_mode) {
     }
     bool minor_split = false;
     for (size_t d = i + 1; d < i1; ++d) minor_split = minor_split || !from.dims[d].empty();
-    const bool carries = i < i1 && o < o1 && !from.dims[i].empty() && !minor_split &&
-                         out[o] % blocks == 0;
+    const bool carries =
+        i < i1 && o < o1 && !from.dims[i].empty() && !minor_split && out[o] % blocks == 0;
     if (carries) {
       result.dims[o] = from.dims[i];
     } else {
       for (size_t d = i; d < i1; ++d) {
         if (!operand.dims[d].empty()) {
           if (explicit_mode) {
-            Refuse(ctx, 0,
-                   "dimension " + std::to_string(d) + "'s split cannot carry into shape [" +
-                       [&] {
-                         std::string t;
-                         for (size_t k = 0; k < out.size(); ++k)
-                           t += (k ? "," : "") + std::to_string(out[k]);
-                         return t;
-                       }() +
-                       "]");
+            Refuse(
+                ctx,
+                0, "dimension " + std::to_string(d) + "'s split cannot carry into shape [" + [&] {
+                  std::string t;
+                  for (size_t k = 0; k < out.size(); ++k)
+                    t += (k ? "," : "") + std::to_string(out[k]);
+                  return t;
+                }() + "]");
           }
           operand.dims[d].clear();
           gathered = true;

@@ -161,7 +161,7 @@ Mapping MappingOf(const RuleContext& ctx) {
       m.linear_in_first = true;
       break;
     }
-    case OpKind::kAttention:       // (q, k, v) -> like q.
+    case OpKind::kAttention:        // (q, k, v) -> like q.
     case OpKind::kAttentionGrad: {  // (g, q, k, v) -> [dq, dk, dv].
       m.rank = 4;
       const std::vector<int> q = {0, kWhole, 2, kWhole};
@@ -196,8 +196,8 @@ std::vector<std::vector<int>> Place(const std::vector<int>& map,
 }
 
 // The strategy running the op with the layout space split as `layout`.
-Strategy WithLayout(const RuleContext& ctx, const Mapping& m,
-                    std::vector<std::vector<int>> layout, const std::string& why) {
+Strategy WithLayout(const RuleContext& ctx, const Mapping& m, std::vector<std::vector<int>> layout,
+                    const std::string& why) {
   for (int d : m.whole) layout[static_cast<size_t>(d)].clear();
   std::vector<int> split;
   for (const std::vector<int>& dim : layout) split.insert(split.end(), dim.begin(), dim.end());

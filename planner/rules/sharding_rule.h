@@ -18,12 +18,12 @@ namespace shardsim::planner {
 
 // What a rule sees of one op.
 struct RuleContext {
-  const OpSpec& op;                         // The global op.
-  std::vector<Shape> in_shapes;             // Operands' global shapes.
-  std::vector<DType> in_dtypes;             // Operands' dtypes.
-  std::vector<ValueSharding> in;            // Operands' current shardings.
-  std::vector<Shape> out_shapes;            // Results' global shapes.
-  const std::vector<MeshAxis>& axes;        // The mesh.
+  const OpSpec& op;                   // The global op.
+  std::vector<Shape> in_shapes;       // Operands' global shapes.
+  std::vector<DType> in_dtypes;       // Operands' dtypes.
+  std::vector<ValueSharding> in;      // Operands' current shardings.
+  std::vector<Shape> out_shapes;      // Results' global shapes.
+  const std::vector<MeshAxis>& axes;  // The mesh.
   // Auto mode: the sharding propagation would like the first result to have (a hint).
   std::optional<ValueSharding> preferred;
 };

@@ -9,8 +9,8 @@ namespace shardsim {
 
 // What `shardsim lower` was asked.
 struct LowerCommandOptions {
-  std::string file;      // The run file.
-  std::string out_path;  // -o: write here instead of stdout.
+  std::string file;                    // The run file.
+  std::string out_path;                // -o: write here instead of stdout.
   std::vector<std::string> overrides;  // --set KEY=VALUE, as `shardsim run` takes them.
 };
 

@@ -1,7 +1,7 @@
 // The shardsim command line.
-#include <CLI/CLI.hpp>
 #include <malloc.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -10,9 +10,9 @@
 #include <string>
 
 #include "sim/cli/collective_command.h"
+#include "sim/cli/lower_command.h"
 #include "sim/cli/run_command.h"
 #include "sim/cli/run_file.h"
-#include "sim/cli/lower_command.h"
 #include "sim/cli/show_sharding_command.h"
 #include "sim/cli/topo_command.h"
 #include "sim/spec_error.h"
@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
       "lower", "Partition a mode: explicit|auto program into its shard_map body (a run file)");
   lower_cmd->add_option("file", lower.file, "The run file (YAML)")->required();
   lower_cmd->add_option("-o,--out", lower.out_path, "Write the lowered run file here");
-  lower_cmd->add_option("--set", lower.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
+  lower_cmd->add_option("--set", lower.overrides,
+                        "Override a run-file key: KEY=VALUE (repeatable)");
 
   try {
     app.parse(argc, argv);

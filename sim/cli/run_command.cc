@@ -165,7 +165,8 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
     spans[t.dst].push_back({start, delivered});
     report.ops.push_back(OpRow{t.name, "transfer", t.bytes, start, delivered, "direct",
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
-                                   std::to_string(hops) + " hops", ""});
+                                   std::to_string(hops) + " hops",
+                               ""});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;
@@ -202,7 +203,8 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   report.placement = DescribePlacement(mesh, machine.topology());
   // A global program (mode: explicit | auto) runs as the shard_map body it partitions into.
   std::optional<planner::PartitionResult> partitioned;
-  if (written.mode != ProgramMode::kManual) partitioned = planner::PartitionOnMachine(written, machine, mesh);
+  if (written.mode != ProgramMode::kManual)
+    partitioned = planner::PartitionOnMachine(written, machine, mesh);
   const ProgramSpec& program = partitioned ? partitioned->program : written;
   LoweredProgram lowered = LowerProgram(mesh, program, file.options.algorithms);
   CheckOutputs(mesh, program, lowered);

@@ -47,7 +47,7 @@ constexpr int64_t kF32 = 4;
 
 // The seed MLP at batch 64 and hidden 64 (784 inputs and 10 classes kept).
 const std::vector<std::string> kSmallerSeedMlp = {
-    "--set", "arrays.x.shape=[64,784]", "--set", "arrays.labels.shape=[64]",
+    "--set", "arrays.x.shape=[64,784]",  "--set", "arrays.labels.shape=[64]",
     "--set", "arrays.w1.shape=[784,64]", "--set", "arrays.w2.shape=[64,64]",
     "--set", "arrays.w3.shape=[64,64]",  "--set", "arrays.w4.shape=[64,10]"};
 
@@ -57,9 +57,9 @@ std::vector<std::string> SmallerLlama() {
   std::vector<std::string> set = {"--set", "arrays.x.shape=[1,16,64]", "--set",
                                   "arrays.x.dtype=f32"};
   const std::vector<std::pair<std::string, std::string>> shapes = {
-      {"attn_norm", "[64]"},   {"mlp_norm", "[64]"},     {"wq", "[64,8,8]"},
-      {"wk", "[64,8,8]"},      {"wv", "[64,8,8]"},       {"wo", "[8,8,64]"},
-      {"w_gate", "[64,128]"},  {"w_up", "[64,128]"},     {"w_down", "[128,64]"}};
+      {"attn_norm", "[64]"},  {"mlp_norm", "[64]"}, {"wq", "[64,8,8]"},
+      {"wk", "[64,8,8]"},     {"wv", "[64,8,8]"},   {"wo", "[8,8,64]"},
+      {"w_gate", "[64,128]"}, {"w_up", "[64,128]"}, {"w_down", "[128,64]"}};
   for (int layer = 0; layer < 2; ++layer) {
     for (const auto& [name, shape] : shapes) {
       const std::string key = "arrays." + name + std::to_string(layer);

@@ -25,8 +25,9 @@ TEST_F(LowerCliTest, InsertedCollectivesSayWhy) {
   EXPECT_FALSE(j["ops"][1].contains("reason"));
 }
 
-const char* kHead = "hardware: {preset: tpu-v5e, shape: [2, 1]}\nmesh: {axes: {d: 2}}\n"
-                    "arrays: {x: {shape: [4, 4], sharding: \"P('d')\"}}\n";
+const char* kHead =
+    "hardware: {preset: tpu-v5e, shape: [2, 1]}\nmesh: {axes: {d: 2}}\n"
+    "arrays: {x: {shape: [4, 4], sharding: \"P('d')\"}}\n";
 
 TEST_F(LowerCliTest, ModesKeepTheirOwnOps) {
   std::string manual = WriteInput(
@@ -35,8 +36,9 @@ TEST_F(LowerCliTest, ModesKeepTheirOwnOps) {
                     "\"P()\"}\n");
   Result r = Run({"run", manual});
   EXPECT_EQ(r.exit_code, 2) << r;
-  EXPECT_NE(r.err.find("m.yaml:5:10: reshard works on global arrays: it needs mode: explicit or auto"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("m.yaml:5:10: reshard works on global arrays: it needs mode: explicit or auto"),
+      std::string::npos)
       << r;
   std::string global = WriteInput(
       "g.yaml", std::string(kHead) +

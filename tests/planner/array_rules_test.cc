@@ -179,9 +179,8 @@ std::vector<RuleCase> Cases() {
          g.b().Output("dscale", P({{"Y"}}));
          return std::move(g).Build();
        },
-       std::vector<Inserted>{{OpKind::kAllGather, {"Y"}, 16},
-                             {OpKind::kPsum, {"X"}, 4},
-                             {OpKind::kPsum, {"X"}, 16}}},
+       std::vector<Inserted>{
+           {OpKind::kAllGather, {"Y"}, 16}, {OpKind::kPsum, {"X"}, 4}, {OpKind::kPsum, {"X"}, 16}}},
       {"LayerNormGradOverASplitAxis",
        [] {
          Global g;

@@ -15,7 +15,9 @@
 
 namespace shardsim::planner {
 
-inline PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{std::move(dims)}; }
+inline PartitionSpec P(std::vector<std::vector<std::string>> dims) {
+  return PartitionSpec{std::move(dims)};
+}
 
 // init: normal with `seed`.
 inline InitSpec Normal(uint64_t seed) {
@@ -41,7 +43,8 @@ inline std::ostream& operator<<(std::ostream& os, const Inserted& c) {
 
 // The collectives of `lowered`, with per-device input bytes from the global shapes and the
 // lowered types (the comment types hold global shapes and shardings).
-inline std::vector<Inserted> Collectives(const ProgramSpec& global, const PartitionResult& lowered) {
+inline std::vector<Inserted> Collectives(const ProgramSpec& global,
+                                         const PartitionResult& lowered) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   Mesh mesh = PlaceMesh(machine, lowered.program.mesh_axes);
   RunResult r = RunProgram(machine, mesh, lowered.program, RunConfig{});

@@ -198,64 +198,70 @@ OpSpec AlongAxis(OpKind kind, std::vector<std::string> in, int64_t axis) {
 INSTANTIATE_TEST_SUITE_P(
     Programs, ExplicitRefusesTest,
     ::testing::Values(
-        Refusal{"AddSplitDifferently", Two(P({{"dp"}}), P({{"tp"}}),
-                                           [](ProgramBuilder& b) { b.Binary(OpKind::kAdd, "a", "b", "y"); }),
+        Refusal{"AddSplitDifferently",
+                Two(P({{"dp"}}), P({{"tp"}}),
+                    [](ProgramBuilder& b) { b.Binary(OpKind::kAdd, "a", "b", "y"); }),
                 "program.0", "f32[8@dp,8] and f32[8@tp,8] are sharded incompatibly"},
-        Refusal{"MulOneAxisOnTwoDims", Two(P({{"dp"}}), P({{}, {"dp"}}),
-                                           [](ProgramBuilder& b) { b.Binary(OpKind::kMul, "a", "b", "y"); }),
+        Refusal{"MulOneAxisOnTwoDims",
+                Two(P({{"dp"}}), P({{}, {"dp"}}),
+                    [](ProgramBuilder& b) { b.Binary(OpKind::kMul, "a", "b", "y"); }),
                 "program.0", "one mesh axis would split two dimensions"},
-        Refusal{"ContractingSplitOneSide", Two(P({{}, {"tp"}}), P({}),
-                                               [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+        Refusal{"ContractingSplitOneSide",
+                Two(P({{}, {"tp"}}), P({}), [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
                 "program.0", "split in the first operand only"},
-        Refusal{"ContractingSplitDifferently", Two(P({{}, {"tp"}}), P({{"dp"}}),
-                                                   [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
-                "program.0", "split differently in the two operands"},
-        Refusal{"FreeDimsOnOneAxis", Two(P({{"dp"}}), P({{}, {"dp"}}),
-                                         [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
-                "program.0", "one mesh axis would split two dimensions of the result"},
+        Refusal{
+            "ContractingSplitDifferently",
+            Two(P({{}, {"tp"}}), P({{"dp"}}), [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+            "program.0", "split differently in the two operands"},
+        Refusal{
+            "FreeDimsOnOneAxis",
+            Two(P({{"dp"}}), P({{}, {"dp"}}), [](ProgramBuilder& b) { b.Matmul("a", "b", "y"); }),
+            "program.0", "one mesh axis would split two dimensions of the result"},
         Refusal{"EinsumBatchSplitDifferently",
                 Two(P({{"dp"}}), P({{"tp"}}),
                     [](ProgramBuilder& b) { b.Einsum("bi,bj->bij", "a", "b", "y"); }),
                 "program.0", "letter 'b' is split differently"},
-        Refusal{"ConcatenateAlongSplitAxis", Two(P({{"dp"}}), P({{"dp"}}),
-                                                 [](ProgramBuilder& b) {
-                                                   b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
-                                                 }),
+        Refusal{"ConcatenateAlongSplitAxis",
+                Two(P({{"dp"}}), P({{"dp"}}),
+                    [](ProgramBuilder& b) {
+                      b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
+                    }),
                 "program.0", "dimension 0 is split; reshard it first"},
-        Refusal{"ConcatenateOperandsDiffer", Two(P({{}, {"dp"}}), P({}),
-                                                 [](ProgramBuilder& b) {
-                                                   b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
-                                                 }),
+        Refusal{"ConcatenateOperandsDiffer",
+                Two(P({{}, {"dp"}}), P({}),
+                    [](ProgramBuilder& b) {
+                      b.Add(AlongAxis(OpKind::kConcatenate, {"a", "b"}, 0));
+                    }),
                 "program.0", "operands are split differently"},
-        Refusal{"SliceAlongSplitAxis", Two(P({{}, {"tp"}}), P({}),
-                                           [](ProgramBuilder& b) {
-                                             b.Add(AlongAxis(OpKind::kSlice, {"a"}, 1));
-                                           }),
+        Refusal{"SliceAlongSplitAxis",
+                Two(P({{}, {"tp"}}), P({}),
+                    [](ProgramBuilder& b) { b.Add(AlongAxis(OpKind::kSlice, {"a"}, 1)); }),
                 "program.0", "dimension 1 is split"},
-        Refusal{"SplitAlongSplitAxis", Two(P({{"dp"}}), P({}),
-                                           [](ProgramBuilder& b) {
-                                             b.Add(AlongAxis(OpKind::kSplit, {"a"}, 0));
-                                           }),
+        Refusal{"SplitAlongSplitAxis",
+                Two(P({{"dp"}}), P({}),
+                    [](ProgramBuilder& b) { b.Add(AlongAxis(OpKind::kSplit, {"a"}, 0)); }),
                 "program.0", "dimension 0 is split"},
-        Refusal{"ReshapeCannotCarry", Two(P({{}, {"dp"}}), P({}),
-                                          [](ProgramBuilder& b) {
-                                            OpSpec op;
-                                            op.kind = OpKind::kReshape;
-                                            op.in = {"a"};
-                                            op.out = {"y"};
-                                            op.shape = {2, 32};
-                                            b.Add(op);
-                                          }),
+        Refusal{"ReshapeCannotCarry",
+                Two(P({{}, {"dp"}}), P({}),
+                    [](ProgramBuilder& b) {
+                      OpSpec op;
+                      op.kind = OpKind::kReshape;
+                      op.in = {"a"};
+                      op.out = {"y"};
+                      op.shape = {2, 32};
+                      b.Add(op);
+                    }),
                 "program.0", "split cannot carry into shape [2,32]"},
-        Refusal{"ConstraintThatDisagrees", Two(P({{"dp"}}), P({}),
-                                               [](ProgramBuilder& b) {
-                                                 OpSpec op;
-                                                 op.kind = OpKind::kShardingConstraint;
-                                                 op.in = {"a"};
-                                                 op.out = {"y"};
-                                                 op.sharding = P({{"tp"}});
-                                                 b.Add(op);
-                                               }),
+        Refusal{"ConstraintThatDisagrees",
+                Two(P({{"dp"}}), P({}),
+                    [](ProgramBuilder& b) {
+                      OpSpec op;
+                      op.kind = OpKind::kShardingConstraint;
+                      op.in = {"a"};
+                      op.out = {"y"};
+                      op.sharding = P({{"tp"}});
+                      b.Add(op);
+                    }),
                 "program.0", "in explicit mode change a sharding with reshard"}),
     [](const auto& info) { return info.param.name; });
 
