@@ -153,14 +153,13 @@ class Partitioner {
     if (id >= 0 && reshards_.count(ReshardKey(id, v, to))) return 0;
     std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
     double total = 0;
-    for (const ReshardStep& step : steps) {
-      if (!StepCommunicates(step)) continue;
-      total += StepTime(step, v.dtype);
-    }
+    for (const ReshardStep& step : steps) total += StepTime(step, v.dtype);
     return total;
   }
 
+  // The time of one reshard step (0 for a local slice).
   double StepTime(const ReshardStep& step, DType dtype) {
+    if (!StepCommunicates(step)) return 0;
     const int64_t elements = NumElements(step.local_in);
     if (!costs_.collectives || !costs_.mesh) {
       // Bytes each device sends (ring algorithms): (n-1)/n of the data it ends with.
@@ -182,25 +181,10 @@ class Partitioner {
     key.insert(key.end(), step.axes.begin(), step.axes.end());
     if (auto it = step_times_.find(key); it != step_times_.end()) return it->second;
     CollectiveRequest request;
+    request.kind = Op(ReshardOp(step, "", "", axes_).kind).collective;
     request.dtype = dtype;
     request.elements = elements;
     request.axes = step.axes;
-    switch (step.kind) {
-      case ReshardStep::Kind::kPsum:
-        request.kind = CollectiveKind::kAllReduce;
-        break;
-      case ReshardStep::Kind::kPsumScatter:
-        request.kind = CollectiveKind::kReduceScatter;
-        break;
-      case ReshardStep::Kind::kAllToAll:
-        request.kind = CollectiveKind::kAllToAll;
-        break;
-      case ReshardStep::Kind::kAllGather:
-        request.kind = CollectiveKind::kAllGather;
-        break;
-      case ReshardStep::Kind::kDynamicSlice:
-        return 0;
-    }
     std::shared_ptr<const CollectiveTiming> t = costs_.collectives->Estimate(*costs_.mesh, request);
     Time longest;
     for (Time m : t->member_time) longest = std::max(longest, m);
@@ -254,12 +238,6 @@ class Partitioner {
     result_.reasons.push_back(reason);
     result_.types.push_back(FormatType(v.dtype, v.shape, v.sharding, axes_));
     return out;
-  }
-
-  std::vector<std::string> AxisNames(const std::vector<int>& ids) const {
-    std::vector<std::string> names;
-    for (int a : ids) names.push_back(axes_[static_cast<size_t>(a)].name);
-    return names;
   }
 
   static std::string Joined(const std::vector<std::string>& names) {
@@ -426,7 +404,7 @@ class Partitioner {
       if (!s.result_max_over.empty()) {
         OpSpec pmax;
         pmax.kind = OpKind::kPmax;
-        pmax.axis_name = AxisNames(s.result_max_over);
+        pmax.axis_name = AxisNames(s.result_max_over, axes_);
         const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
                                    ") takes the maximum over " + Joined(pmax.axis_name);
         v.local = EmitLocal(std::move(pmax), v, reason);

@@ -24,12 +24,6 @@ size_t CommonPrefix(const std::vector<int>& a, const std::vector<int>& b) {
   return k;
 }
 
-std::vector<std::string> Names(const std::vector<int>& list, const std::vector<MeshAxis>& axes) {
-  std::vector<std::string> names;
-  for (int a : list) names.push_back(axes.at(static_cast<size_t>(a)).name);
-  return names;
-}
-
 }  // namespace
 
 std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& from,
@@ -149,7 +143,7 @@ OpSpec ReshardOp(const ReshardStep& step, const std::string& in, const std::stri
   OpSpec op;
   op.in = {in};
   op.out = {out};
-  op.axis_name = Names(step.axes, axes);
+  op.axis_name = AxisNames(step.axes, axes);
   switch (step.kind) {
     case ReshardStep::Kind::kPsum:
       op.kind = OpKind::kPsum;
@@ -187,7 +181,8 @@ bool StepCommunicates(const ReshardStep& step) {
 
 std::string DescribeStep(const ReshardStep& step, const std::vector<MeshAxis>& axes) {
   std::string over;
-  for (const std::string& name : Names(step.axes, axes)) over += (over.empty() ? "" : ",") + name;
+  for (const std::string& name : AxisNames(step.axes, axes))
+    over += (over.empty() ? "" : ",") + name;
   const std::string dim = " (dim " + std::to_string(step.dim) + ")";
   switch (step.kind) {
     case ReshardStep::Kind::kPsum:

@@ -19,8 +19,8 @@ ValueSharding FromSpec(const PartitionSpec& spec, int rank, const std::vector<Me
   ValueSharding s = Replicated(rank);
   for (size_t d = 0; d < spec.dims.size(); ++d) {
     for (const std::string& name : spec.dims[d]) {
-      auto it = std::find_if(axes.begin(), axes.end(),
-                             [&](const MeshAxis& a) { return a.name == name; });
+      auto it =
+          std::find_if(axes.begin(), axes.end(), [&](const MeshAxis& a) { return a.name == name; });
       if (it == axes.end()) throw std::invalid_argument("'" + name + "' is not a mesh axis");
       s.dims[d].push_back(static_cast<int>(it - axes.begin()));
     }
@@ -44,6 +44,12 @@ std::vector<int> SplitAxes(const ValueSharding& sharding) {
   for (const std::vector<int>& dim : sharding.dims) used.insert(used.end(), dim.begin(), dim.end());
   std::sort(used.begin(), used.end());
   return used;
+}
+
+std::vector<std::string> AxisNames(const std::vector<int>& ids, const std::vector<MeshAxis>& axes) {
+  std::vector<std::string> names;
+  for (int a : ids) names.push_back(axes.at(static_cast<size_t>(a)).name);
+  return names;
 }
 
 Shape LocalShape(const Shape& shape, const ValueSharding& sharding,

@@ -31,6 +31,8 @@ ValueSharding FromSpec(const PartitionSpec& spec, int rank, const std::vector<Me
 // The PartitionSpec of `sharding` (partial axes are not part of a PartitionSpec), trailing
 // unsplit dimensions dropped as JAX prints them.
 PartitionSpec ToSpec(const ValueSharding& sharding, const std::vector<MeshAxis>& axes);
+// The names of mesh axes `ids` (indices into `axes`), in that order.
+std::vector<std::string> AxisNames(const std::vector<int>& ids, const std::vector<MeshAxis>& axes);
 // Mesh axes the value uses to split some dimension, ascending.
 std::vector<int> SplitAxes(const ValueSharding& sharding);
 // The block shape each position holds of a value of global `shape`. Throws

@@ -42,10 +42,25 @@ std::vector<int> Identity(size_t rank) {
   return m;
 }
 
-// The first `n` layout dimensions (labels: the logits' dimensions but the class axis).
-std::vector<int> Prefix(size_t n) { return Identity(n); }
-
 std::vector<int> AllWhole(size_t rank) { return std::vector<int>(rank, kWhole); }
+
+// take's maps onto its result's dimensions: the table's (its `axis` read whole, the ids'
+// dimensions in its place) and the ids'.
+struct TakeMaps {
+  std::vector<int> table;
+  std::vector<int> ids;
+};
+
+TakeMaps TakeMapsOf(size_t table_rank, size_t ids_rank, int64_t take_axis) {
+  const int axis = NormalAxis(take_axis, table_rank);
+  const int ids = static_cast<int>(ids_rank);
+  TakeMaps t;
+  for (int j = 0; j < static_cast<int>(table_rank); ++j) {
+    t.table.push_back(j < axis ? j : j == axis ? kWhole : j - 1 + ids);
+  }
+  for (int j = 0; j < ids; ++j) t.ids.push_back(axis + j);
+  return t;
+}
 
 Mapping MappingOf(const RuleContext& ctx) {
   Mapping m;
@@ -97,15 +112,15 @@ Mapping MappingOf(const RuleContext& ctx) {
       break;
     case OpKind::kCrossEntropy:  // (logits [..., C], labels [...]) -> scalar.
       m.rank = s[0].size();
-      m.operand = {Identity(m.rank), Prefix(m.rank - 1)};
+      m.operand = {Identity(m.rank), Identity(m.rank - 1)};
       m.result = std::vector<std::vector<int>>(1);
       m.whole = {static_cast<int>(m.rank) - 1};
-      m.summed = Prefix(m.rank - 1);
+      m.summed = Identity(m.rank - 1);
       m.mean_of_rows = true;
       break;
     case OpKind::kCrossEntropyGrad:  // (g scalar, logits, labels) -> logits' shape.
       m.rank = s[1].size();
-      m.operand = {{}, Identity(m.rank), Prefix(m.rank - 1)};
+      m.operand = {{}, Identity(m.rank), Identity(m.rank - 1)};
       m.result = {Identity(m.rank)};
       m.whole = {static_cast<int>(m.rank) - 1};
       m.linear_in_first = true;
@@ -130,42 +145,28 @@ Mapping MappingOf(const RuleContext& ctx) {
       break;
     }
     case OpKind::kTake: {  // (table, ids) -> table[:axis] + ids + table[axis+1:].
-      const size_t table = s[0].size(), ids = s[1].size();
-      const int axis = NormalAxis(op.axis, table);
-      m.rank = table - 1 + ids;
-      std::vector<int> t;
-      for (int j = 0; j < static_cast<int>(table); ++j) {
-        t.push_back(j < axis ? j : j == axis ? kWhole : j - 1 + static_cast<int>(ids));
-      }
-      std::vector<int> i;
-      for (size_t j = 0; j < ids; ++j) i.push_back(axis + static_cast<int>(j));
-      m.operand = {t, i};
+      const TakeMaps t = TakeMapsOf(s[0].size(), s[1].size(), op.axis);
+      m.rank = t.table.size() - 1 + t.ids.size();
+      m.operand = {t.table, t.ids};
       m.result = {Identity(m.rank)};
       m.linear_in_first = true;
       break;
     }
     case OpKind::kTakeGrad: {  // (g, ids) -> the table, `size` long along `axis`.
-      const size_t ids = s[1].size();
       m.rank = s[0].size();
-      const size_t table = m.rank + 1 - ids;
-      const int axis = NormalAxis(op.axis, table);
-      std::vector<int> t;
-      for (int j = 0; j < static_cast<int>(table); ++j) {
-        t.push_back(j < axis ? j : j == axis ? kWhole : j - 1 + static_cast<int>(ids));
-      }
-      std::vector<int> i;
-      for (size_t j = 0; j < ids; ++j) i.push_back(axis + static_cast<int>(j));
-      m.operand = {Identity(m.rank), i};
-      m.result = {t};
-      m.summed = i;
+      const TakeMaps t = TakeMapsOf(m.rank + 1 - s[1].size(), s[1].size(), op.axis);
+      m.operand = {Identity(m.rank), t.ids};
+      m.result = {t.table};
+      m.summed = t.ids;
       m.linear_in_first = true;
       break;
     }
     case OpKind::kAttention:        // (q, k, v) -> like q.
     case OpKind::kAttentionGrad: {  // (g, q, k, v) -> [dq, dk, dv].
       m.rank = 4;
+      // q [B, T, N, H] and k, v [B, S, K, H] alike: batch, then heads (N or K).
       const std::vector<int> q = {0, kWhole, 2, kWhole};
-      const std::vector<int> kv = {0, kWhole, 2, kWhole};
+      const std::vector<int>& kv = q;
       if (op.kind == OpKind::kAttention) {
         m.operand = {q, kv, kv};
         m.result = {q};
@@ -247,6 +248,20 @@ std::vector<std::vector<int>> LayoutOf(const Mapping& m, const std::vector<int>&
   return layout;
 }
 
+// Merges layout `own` into `layout` (a dimension split by one and whole in the other takes the
+// split); returns the first dimension they split differently, or -1.
+int MergeInto(std::vector<std::vector<int>>& layout, const std::vector<std::vector<int>>& own) {
+  for (size_t d = 0; d < layout.size(); ++d) {
+    if (own[d].empty()) continue;
+    if (layout[d].empty()) {
+      layout[d] = own[d];
+    } else if (layout[d] != own[d]) {
+      return static_cast<int>(d);
+    }
+  }
+  return -1;
+}
+
 std::string AxisWords(const Mapping& m) {
   std::string words;
   for (int d : m.whole) words += (words.empty() ? "" : ", ") + std::to_string(d);
@@ -274,13 +289,8 @@ std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode) {
           Refuse(ctx, i, "the op reads dimension " + std::to_string(d) + " whole but it is split");
         }
       }
-      for (size_t d = 0; d < m.rank; ++d) {
-        if (own[d].empty()) continue;
-        if (layout[d].empty()) {
-          layout[d] = own[d];
-        } else if (layout[d] != own[d]) {
-          Refuse(ctx, i, "the operands split dimension " + std::to_string(d) + " differently");
-        }
+      if (const int d = MergeInto(layout, own); d >= 0) {
+        Refuse(ctx, i, "the operands split dimension " + std::to_string(d) + " differently");
       }
     }
     return {WithLayout(ctx, m, layout, whole)};
@@ -300,16 +310,8 @@ std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode) {
   // others takes the split), as explicit mode would run it.
   std::vector<std::vector<int>> merged(m.rank);
   bool agree = true;
-  for (size_t i = 0; i < ctx.in.size(); ++i) {
-    const std::vector<std::vector<int>> own = LayoutOf(m, m.operand[i], ctx.in[i]);
-    for (size_t d = 0; d < m.rank; ++d) {
-      if (own[d].empty()) continue;
-      if (merged[d].empty()) {
-        merged[d] = own[d];
-      } else if (merged[d] != own[d]) {
-        agree = false;
-      }
-    }
+  for (size_t i = 0; i < ctx.in.size() && agree; ++i) {
+    agree = MergeInto(merged, LayoutOf(m, m.operand[i], ctx.in[i])) < 0;
   }
   if (agree) add(merged, whole + ", operands merged");
   for (size_t i = 0; i < ctx.in.size(); ++i) {

@@ -13,11 +13,14 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
+#include "tests/support/make_op.h"
 #include "topology/switch.h"
 #include "topology/torus.h"
 
 namespace shardsim {
 namespace {
+
+using test::MakeOp;
 
 ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding,
                     InitSpec::Kind init = InitSpec::Kind::kArange, uint64_t seed = 0) {
@@ -28,19 +31,6 @@ ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding,
   a.init.kind = init;
   a.init.seed = seed;
   return a;
-}
-
-OpSpec MakeOp(OpKind kind, std::vector<std::string> in, std::string out,
-              std::vector<std::string> axes = {}) {
-  static int counter = 0;
-  OpSpec op;
-  op.kind = kind;
-  op.in = std::move(in);
-  op.out = {std::move(out)};
-  op.axis_name = std::move(axes);
-  op.name = std::string(OpKindName(kind)) + std::to_string(counter);
-  op.key = "program." + std::to_string(counter++);
-  return op;
 }
 
 PartitionSpec P(std::vector<std::vector<std::string>> dims) {

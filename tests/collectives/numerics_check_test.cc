@@ -13,11 +13,14 @@
 
 #include "collectives/executor.h"
 #include "collectives/placement.h"
+#include "tests/support/make_op.h"
 #include "topology/routing.h"
 #include "topology/torus.h"
 
 namespace shardsim {
 namespace {
+
+using test::MakeOp;
 
 PartitionSpec P(std::vector<std::vector<std::string>> dims) {
   return PartitionSpec{std::move(dims)};
@@ -45,19 +48,6 @@ ArraySpec Normal(std::string name, Shape shape, DType dtype, uint64_t seed,
   a.init.kind = InitSpec::Kind::kNormal;
   a.init.seed = seed;
   return a;
-}
-
-OpSpec Op(OpKind kind, std::vector<std::string> in, std::string out,
-          std::vector<std::string> axes = {}) {
-  static int counter = 0;
-  OpSpec op;
-  op.kind = kind;
-  op.in = std::move(in);
-  op.out = {std::move(out)};
-  op.axis_name = std::move(axes);
-  op.name = std::string(OpKindName(kind)) + std::to_string(counter);
-  op.key = "program." + std::to_string(counter++);
-  return op;
 }
 
 // Runs `program` on a ring of `n` TPU-like chips (mesh axes `axes`) and returns its outputs.
@@ -96,9 +86,9 @@ TEST(NumericsCheckTest, Int32PsumWrapsExactlyOnEveryAlgorithm) {
     p.arrays = {Literal("a", {4, 2}, DType::kI32,
                         {16777218, 1073741952, 1, 1073741952, 1, 1073741952, 1, 1073741952},
                         P({{"x"}, {}}))};
-    OpSpec sum = Op(OpKind::kPsum, {"a"}, "s", {"x"});
-    OpSpec mean = Op(OpKind::kPmean, {"a"}, "m", {"x"});
-    OpSpec max = Op(OpKind::kPmax, {"a"}, "hi", {"x"});
+    OpSpec sum = MakeOp(OpKind::kPsum, {"a"}, "s", {"x"});
+    OpSpec mean = MakeOp(OpKind::kPmean, {"a"}, "m", {"x"});
+    OpSpec max = MakeOp(OpKind::kPmax, {"a"}, "hi", {"x"});
     sum.algorithm = mean.algorithm = max.algorithm = algorithm;
     p.ops = {sum, mean, max};
     p.outputs = {{"s", P({}), "outputs.s"}, {"m", P({}), "outputs.m"}, {"hi", P({}), "outputs.hi"}};
@@ -136,8 +126,8 @@ TEST(NumericsCheckTest, NanPropagatesThroughPminAndPmaxOnEveryAlgorithm) {
     ProgramSpec p;
     p.mesh_axes = axes;
     p.arrays = {Literal("a", {4, 2}, DType::kF32, {1, 1, nan, -inf, 3, 3, 2, 2}, P({{"x"}, {}}))};
-    OpSpec lo = Op(OpKind::kPmin, {"a"}, "lo", {"x"});
-    OpSpec hi = Op(OpKind::kPmax, {"a"}, "hi", {"x"});
+    OpSpec lo = MakeOp(OpKind::kPmin, {"a"}, "lo", {"x"});
+    OpSpec hi = MakeOp(OpKind::kPmax, {"a"}, "hi", {"x"});
     lo.algorithm = hi.algorithm = algorithm;
     p.ops = {lo, hi};
     p.outputs = {{"lo", P({}), "outputs.lo"}, {"hi", P({}), "outputs.hi"}};
@@ -192,8 +182,8 @@ TEST(NumericsCheckTest, ReferenceSharesReplicatedResultsExactly) {
   p.mesh_axes = axes;
   p.arrays = {Normal("a", {8, 16}, DType::kF32, 3, P({})),
               Normal("b", {16, 8}, DType::kF32, 4, P({}))};
-  p.ops = {Op(OpKind::kMatmul, {"a", "b"}, "y"), Op(OpKind::kAdd, {"y", "y"}, "z"),
-           Op(OpKind::kMatmul, {"y", "z"}, "w")};
+  p.ops = {MakeOp(OpKind::kMatmul, {"a", "b"}, "y"), MakeOp(OpKind::kAdd, {"y", "y"}, "z"),
+           MakeOp(OpKind::kMatmul, {"y", "z"}, "w")};
   p.outputs = {{"y", P({}), "outputs.y"}, {"z", P({}), "outputs.z"}, {"w", P({}), "outputs.w"}};
   std::map<std::string, Array> out = RunOnRing(axes, 4, p);
   NumericsReport r = CheckNumerics(out, Mesh(axes, {0, 1, 2, 3}), p, "");
@@ -213,20 +203,20 @@ ProgramSpec DeepMlp(int blocks) {
     std::string id = std::to_string(b);
     p.arrays.push_back(Normal("w1_" + id, {64, 128}, DType::kBF16, 2 * b, P({{"dp"}, {}})));
     p.arrays.push_back(Normal("w2_" + id, {128, 64}, DType::kBF16, 2 * b + 1, P({{"dp"}, {}})));
-    OpSpec up = Op(OpKind::kAllgatherMatmul, {x, "w1_" + id}, "u" + id, {"dp"});
+    OpSpec up = MakeOp(OpKind::kAllgatherMatmul, {x, "w1_" + id}, "u" + id, {"dp"});
     up.variant = "bidirectional";
-    OpSpec scale_up = Op(OpKind::kMul, {"u" + id}, "us" + id);
+    OpSpec scale_up = MakeOp(OpKind::kMul, {"u" + id}, "us" + id);
     scale_up.scalar = 1.0 / 8;  // 1/sqrt(64): keeps activations O(1).
-    OpSpec down = Op(OpKind::kAllgatherMatmul, {"h" + id, "w2_" + id}, "d" + id, {"dp"});
+    OpSpec down = MakeOp(OpKind::kAllgatherMatmul, {"h" + id, "w2_" + id}, "d" + id, {"dp"});
     down.variant = "bidirectional";
-    OpSpec scale_down = Op(OpKind::kMul, {"d" + id}, "ds" + id);
+    OpSpec scale_down = MakeOp(OpKind::kMul, {"d" + id}, "ds" + id);
     scale_down.scalar = 1.0 / std::sqrt(128.0);
     p.ops.push_back(up);
     p.ops.push_back(scale_up);
-    p.ops.push_back(Op(OpKind::kRelu, {"us" + id}, "h" + id));
+    p.ops.push_back(MakeOp(OpKind::kRelu, {"us" + id}, "h" + id));
     p.ops.push_back(down);
     p.ops.push_back(scale_down);
-    p.ops.push_back(Op(OpKind::kAdd, {x, "ds" + id}, "x" + std::to_string(b + 1)));
+    p.ops.push_back(MakeOp(OpKind::kAdd, {x, "ds" + id}, "x" + std::to_string(b + 1)));
     x = "x" + std::to_string(b + 1);
   }
   p.outputs = {{x, P({{"dp"}, {}}), "outputs." + x}};
@@ -265,7 +255,7 @@ double PsumBound(const std::vector<std::string>& axes, std::map<std::string, Arr
   ProgramSpec& p = *program;
   p.mesh_axes = {{"a", 16}, {"b", 4}};
   p.arrays = {Normal("x", {64, 256}, DType::kF32, 7, P({{"a", "b"}, {}}))};
-  p.ops = {Op(OpKind::kPsum, {"x"}, "y", axes)};
+  p.ops = {MakeOp(OpKind::kPsum, {"x"}, "y", axes)};
   p.outputs = {{"y", P({{"a", "b"}, {}}), "outputs.y"}};
   std::vector<int> devices(64);
   for (int i = 0; i < 64; ++i) devices[i] = i;
@@ -302,10 +292,10 @@ TEST(NumericsCheckTest, UnboundedErrorsStayUnbounded) {
   ProgramSpec p;
   p.mesh_axes = {{"x", 4}};
   p.arrays = {Literal("a", {4, 2}, DType::kF32, {0, 1, 0, 2, 0, 3, 0, 4}, P({{"x"}, {}}))};
-  OpSpec div = Op(OpKind::kDiv, {"s", "s"}, "y");
-  OpSpec add = Op(OpKind::kAdd, {"y"}, "z");
+  OpSpec div = MakeOp(OpKind::kDiv, {"s", "s"}, "y");
+  OpSpec add = MakeOp(OpKind::kAdd, {"y"}, "z");
   add.scalar = 1.0;
-  p.ops = {Op(OpKind::kPsum, {"a"}, "s", {"x"}), div, add};  // s = [0, 10]: inexact, min 0.
+  p.ops = {MakeOp(OpKind::kPsum, {"a"}, "s", {"x"}), div, add};  // s = [0, 10]: inexact, min 0.
   p.outputs = {{"s", P({}), "outputs.s"}, {"y", P({}), "outputs.y"}, {"z", P({}), "outputs.z"}};
   std::map<std::string, double> bounds;
   ReferenceOutputs(Mesh(p.mesh_axes, {0, 1, 2, 3}), p, "", nullptr, &bounds);
