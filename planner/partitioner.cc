@@ -123,10 +123,46 @@ class Partitioner {
     }
   }
 
-  // Auto mode's hints: outputs' out_shardings and constraints, carried backwards through
-  // ops whose operands take their result's layout (elementwise ops of the same shape,
-  // transposes, constraints).
+  // Global shapes of every op's results, inferred once up front: auto mode's hints read the
+  // shapes of values not partitioned yet, and Emit reuses them. Stops quietly at an op whose
+  // shapes do not infer (Emit reports it, in program order).
+  void InferAllShapes() {
+    std::map<std::string, Value> defined;
+    for (const ArraySpec& a : global_.arrays) defined[a.name] = Value{a.shape, a.dtype, {}, ""};
+    for (const OpSpec& op : global_.ops) {
+      std::vector<const Value*> in;
+      for (const std::string& name : op.in) {
+        const auto it = defined.find(name);
+        if (it == defined.end()) return;
+        in.push_back(&it->second);
+      }
+      std::vector<Shape>& shapes = op_in_shapes_[&op];
+      for (const Value* v : in) shapes.push_back(v->shape);
+      if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+        defined[op.out[0]] = *in[0];
+        continue;
+      }
+      std::vector<Array> outs;
+      try {
+        outs = InferShapes(op, in);
+      } catch (const std::exception&) {
+        return;
+      }
+      for (size_t r = 0; r < op.out.size() && r < outs.size(); ++r) {
+        defined[op.out[r]] = Value{outs[r].shape(), outs[r].dtype(), {}, ""};
+      }
+      op_out_shapes_[&op] = std::move(outs);
+    }
+  }
+
+  // Auto mode's hints, carried backwards from the ops that want them:
+  // - a layout: outputs' out_shardings and constraints, carried through ops whose operands
+  //   take their result's layout (elementwise ops, constraints);
+  // - dimensions to keep whole: those a row op or attention reads whole (its rows, the
+  //   sequences), carried through elementwise ops of the same rank, so a producer does not
+  //   split what its reader would gather at once (sequence parallelism's q, k and v).
   void Hints() {
+    InferAllShapes();
     for (const OutputSpec& o : global_.outputs) hint_specs_[o.name] = o.spec;
     for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
       const OpSpec& op = *it;
@@ -137,10 +173,23 @@ class Partitioner {
         want = h->second;
       }
       op_hint_[&op] = want;
-      if (!want) continue;
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
-      if (passes) {
+      if (want && passes) {
         for (const std::string& in : op.in) hint_specs_.emplace(in, *want);
+      }
+      const auto shapes = op_in_shapes_.find(&op);
+      if (shapes == op_in_shapes_.end()) continue;
+      const std::set<int> whole = whole_dims_[op.out[0]];
+      op_whole_[&op] = whole;
+      const std::vector<std::vector<int>> reads = WholeOperandDims(op, shapes->second);
+      for (size_t i = 0; i < op.in.size(); ++i) {
+        std::set<int>& dims = whole_dims_[op.in[i]];
+        dims.insert(reads[i].begin(), reads[i].end());
+        const auto outs = op_out_shapes_.find(&op);
+        if (Op(op.kind).elementwise && outs != op_out_shapes_.end() &&
+            shapes->second[i].size() == outs->second[0].shape().size()) {
+          dims.insert(whole.begin(), whole.end());
+        }
       }
     }
   }
@@ -330,7 +379,8 @@ class Partitioner {
       ids.push_back(current_.at(name));
       in.push_back(&values_[static_cast<size_t>(ids.back())]);
     }
-    std::vector<Array> outs = InferShapes(op, in);
+    const auto known = op_out_shapes_.find(&op);
+    std::vector<Array> outs = known != op_out_shapes_.end() ? known->second : InferShapes(op, in);
     RuleContext ctx{op, {}, {}, {}, {}, axes_, std::nullopt};
     for (const Value* v : in) {
       ctx.in_shapes.push_back(v->shape);
@@ -380,7 +430,15 @@ class Partitioner {
         // sums (what any nonlinear consumer needs first).
         const ValueSharding& result = valid[c].results[0];
         Value r{outs[0].shape(), outs[0].dtype(), result, ""};
-        cost += ReshardCost(r, result, ctx.preferred ? *ctx.preferred : Reduced(result));
+        ValueSharding later = ctx.preferred ? *ctx.preferred : Reduced(result);
+        if (!ctx.preferred) {
+          if (const auto w = op_whole_.find(&op); w != op_whole_.end()) {
+            for (int d : w->second) {
+              if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
+            }
+          }
+        }
+        cost += ReshardCost(r, result, later);
         if (cost < best_cost) {
           best_cost = cost;
           best = c;
@@ -474,6 +532,12 @@ class Partitioner {
   std::map<std::string, std::string> reshards_;
   std::map<std::string, PartitionSpec> hint_specs_;
   std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
+  // Auto mode: per op, its operands' global shapes and its results' (shape-only arrays).
+  std::map<const OpSpec*, std::vector<Shape>> op_in_shapes_;
+  std::map<const OpSpec*, std::vector<Array>> op_out_shapes_;
+  // Dimensions a later reader wants whole: per value name, and per op of its first result.
+  std::map<std::string, std::set<int>> whole_dims_;
+  std::map<const OpSpec*, std::set<int>> op_whole_;
   std::map<const OpSpec*, std::vector<int>> operand_uses_;  // Readers of each operand's value.
   std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
   PartitionResult result_;

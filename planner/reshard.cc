@@ -53,30 +53,11 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
     step.local_in = LocalShape(shape, cur, axes);
     steps.push_back(std::move(step));
   };
-  // 1. Partial sums: a dimension `to` splits next over partial axes takes a psum_scatter over
-  // them (the reduce-scatter XLA fuses a psum and a slice into); the rest is one psum, after
-  // the slices that need no communication.
-  auto drop_partial = [&](int a) {
-    cur.partial.erase(std::find(cur.partial.begin(), cur.partial.end(), a));
-    resolve.erase(std::find(resolve.begin(), resolve.end(), a));
-  };
-  for (size_t d = 0; d < cur.dims.size() && !resolve.empty(); ++d) {
-    const std::vector<int>& want = to.dims[d];
-    if (CommonPrefix(cur.dims[d], want) != cur.dims[d].size()) continue;
-    std::vector<int> run;
-    for (size_t i = cur.dims[d].size(); i < want.size() && Has(resolve, want[i]); ++i) {
-      run.push_back(want[i]);
-    }
-    if (run.empty()) continue;
-    push({ReshardStep::Kind::kPsumScatter, run, static_cast<int>(d), 0, {}});
-    for (int a : run) {
-      drop_partial(a);
-      cur.dims[d].push_back(a);
-    }
-  }
-  if (!resolve.empty()) {
-    // Slicing is linear: axes `to` adds to a dimension that no partial sum and no other
-    // dimension holds are sliced first, so the psum sums only the block the target keeps.
+  // Slicing is linear: while partial sums remain, axes `to` adds next to a dimension that no
+  // partial sum and no other dimension holds are sliced first (no communication), so the
+  // psum_scatter or psum moves only the block the target keeps.
+  auto slice_free_axes = [&]() {
+    if (resolve.empty()) return;
     auto used = [&](int a) {
       if (Has(cur.partial, a)) return true;
       for (const std::vector<int>& dim : cur.dims) {
@@ -95,6 +76,31 @@ std::vector<ReshardStep> PlanReshard(const Shape& shape, const ValueSharding& fr
       push({ReshardStep::Kind::kDynamicSlice, run, static_cast<int>(d), 0, {}});
       cur.dims[d].insert(cur.dims[d].end(), run.begin(), run.end());
     }
+  };
+  // 1. Partial sums: a dimension `to` splits next over partial axes takes a psum_scatter over
+  // them (the reduce-scatter XLA fuses a psum and a slice into); the rest is one psum, after
+  // the slices that need no communication.
+  slice_free_axes();
+  auto drop_partial = [&](int a) {
+    cur.partial.erase(std::find(cur.partial.begin(), cur.partial.end(), a));
+    resolve.erase(std::find(resolve.begin(), resolve.end(), a));
+  };
+  for (size_t d = 0; d < cur.dims.size() && !resolve.empty(); ++d) {
+    const std::vector<int>& want = to.dims[d];
+    if (CommonPrefix(cur.dims[d], want) != cur.dims[d].size()) continue;
+    std::vector<int> run;
+    for (size_t i = cur.dims[d].size(); i < want.size() && Has(resolve, want[i]); ++i) {
+      run.push_back(want[i]);
+    }
+    if (run.empty()) continue;
+    push({ReshardStep::Kind::kPsumScatter, run, static_cast<int>(d), 0, {}});
+    for (int a : run) {
+      drop_partial(a);
+      cur.dims[d].push_back(a);
+    }
+  }
+  slice_free_axes();
+  if (!resolve.empty()) {
     push({ReshardStep::Kind::kPsum, resolve, 0, 0, {}});
     for (int a : std::vector<int>(resolve)) drop_partial(a);
   }

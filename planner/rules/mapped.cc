@@ -270,6 +270,24 @@ std::string AxisWords(const Mapping& m) {
 
 }  // namespace
 
+std::vector<std::vector<int>> WholeOperandDims(const OpSpec& op,
+                                               const std::vector<Shape>& in_shapes) {
+  std::vector<std::vector<int>> whole(in_shapes.size());
+  if (FindShardingRule(op.kind) != &MappedRule) return whole;
+  const std::vector<MeshAxis> no_axes;
+  RuleContext ctx{op, in_shapes, {}, {}, {}, no_axes, std::nullopt};
+  const Mapping m = MappingOf(ctx);
+  for (size_t i = 0; i < in_shapes.size() && i < m.operand.size(); ++i) {
+    for (size_t j = 0; j < m.operand[i].size(); ++j) {
+      const int d = m.operand[i][j];
+      if (d == kWhole || std::find(m.whole.begin(), m.whole.end(), d) != m.whole.end()) {
+        whole[i].push_back(static_cast<int>(j));
+      }
+    }
+  }
+  return whole;
+}
+
 std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode) {
   const Mapping m = MappingOf(ctx);
   const std::string whole = AxisWords(m) + " whole";

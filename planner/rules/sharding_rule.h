@@ -66,6 +66,12 @@ std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> ReductionRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode);
 
+// Per operand of `op` (operands of global shapes `in_shapes`), the dimensions its sharding
+// rule reads whole (a row op's rows, attention's sequences); empty lists for ops whose rule
+// may split every dimension.
+std::vector<std::vector<int>> WholeOperandDims(const OpSpec& op,
+                                               const std::vector<Shape>& in_shapes);
+
 // Helpers the rules share.
 // The type of operand `i` in JAX notation ("f32[8@dp,4]").
 std::string OperandType(const RuleContext& ctx, size_t i);

@@ -87,6 +87,62 @@ std::vector<Coll> FsdpTransformer() {
   return c;
 }
 
+// transformer_fsdp4_tp2's collectives (the header of the example derives them).
+std::vector<Coll> FsdpTpTransformer() {
+  const int64_t b = 8 / 4, t = 16, d = 64, v = 128;  // Batch per fsdp position.
+  std::vector<Coll> c = {
+      {"all_gather", {"fsdp"}, v / 4 * d * kF32},      // embed: take reads the vocabulary whole.
+      {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // unembed's [64/4, 128/2] block.
+      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // logits: the loss reads vocab whole.
+      {"psum", {"fsdp"}, 4},                           // The loss.
+      {"psum_scatter", {"fsdp"}, v * d * kF32},        // d_embed: ids split over fsdp.
+      {"psum_scatter", {"fsdp"}, d * v / 2 * kF32},    // d_unembed's tp block.
+  };
+  for (int norm = 0; norm < 5; ++norm) {  // attn_norm, mlp_norm per layer; final_norm.
+    c.push_back({"all_gather", {"fsdp"}, d / 4 * kF32});
+    c.push_back({"psum_scatter", {"fsdp"}, d * kF32});
+    c.push_back({"psum", {"tp"}, d / 4 * kF32});
+  }
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int w = 0; w < 4; ++w) {  // wq, wk, wv [64, 8, 8]; wo [8, 8, 64]: 4096 elements.
+      c.push_back({"all_gather", {"fsdp"}, 64 * 64 / 8 * kF32});
+      c.push_back({"psum_scatter", {"fsdp"}, 64 * 64 / 2 * kF32});
+    }
+    for (int w = 0; w < 3; ++w) {  // w_gate, w_up [64, 128]; w_down [128, 64].
+      c.push_back({"all_gather", {"fsdp"}, 64 * 128 / 8 * kF32});
+      c.push_back({"psum_scatter", {"fsdp"}, 64 * 128 / 2 * kF32});
+    }
+    // Forward: after o and w_down; backward: the residual cotangents after q/k/v and gate/up.
+    for (int k = 0; k < 4; ++k) c.push_back({"psum", {"tp"}, b * t * d * kF32});
+  }
+  c.push_back({"psum", {"tp"}, b * t * d * kF32});  // d_y1: out of the unembedding (vocab@tp).
+  return c;
+}
+
+// transformer_dp2_tp4_sp's collectives (the header of the example derives them).
+std::vector<Coll> SequenceParallelTransformer() {
+  const int64_t b = 8 / 2, t = 16 / 4, d = 64, v = 128;  // Batch per data, length per tp.
+  std::vector<Coll> c = {
+      {"psum", {"data", "tp"}, 4},                   // The loss.
+      {"psum", {"data", "tp"}, d * v * kF32},        // d_unembed (replicated).
+      {"all_gather", {"data"}, b * t * d * kF32},    // d_x0 for the embedding gradient,
+      {"all_gather", {"tp"}, 2 * b * t * d * kF32},  // then over the sequence;
+      {"all_gather", {"data"}, b * t * 4},           // the ids (i32) alike.
+      {"all_gather", {"tp"}, 2 * b * t * 4},
+  };
+  for (int norm = 0; norm < 5; ++norm) c.push_back({"psum", {"data", "tp"}, d * kF32});
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int w = 0; w < 4; ++w) c.push_back({"psum", {"data"}, 64 * 64 / 4 * kF32});
+    for (int w = 0; w < 3; ++w) c.push_back({"psum", {"data"}, 64 * 128 / 4 * kF32});
+    // Two blocks, forward and backward: gather the sequence in, scatter it out.
+    for (int k = 0; k < 4; ++k) {
+      c.push_back({"all_gather", {"tp"}, b * t * d * kF32});
+      c.push_back({"psum_scatter", {"tp"}, b * 4 * t * d * kF32});
+    }
+  }
+  return c;
+}
+
 std::map<std::string, Example> Examples() {
   // The seed MLP: x [8192, 784], w1 [784, 8192], w2 and w3 [8192, 8192], w4 [8192, 10].
   const int64_t b = 8192, i = 784, h = 8192, c = 10;
@@ -106,6 +162,8 @@ std::map<std::string, Example> Examples() {
       // FSDP over 8 of the small transformer: each parameter's block gathered over fsdp,
       // each gradient psum_scattered (whole parameter in), the loss psummed.
       {"transformer_fsdp8", {FsdpTransformer(), {}}},
+      {"transformer_fsdp4_tp2", {FsdpTpTransformer(), {}}},
+      {"transformer_dp2_tp4_sp", {SequenceParallelTransformer(), {}}},
       // An elementwise op keeps In's sharding: nothing to insert.
       {"sin", {{}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of
