@@ -143,6 +143,9 @@ TEST(ReshardTest, PlansTheCheapestMoves) {
   EXPECT_EQ(plan("P('dp')", "P(None, 'dp')"), "all_to_all over dp (dim 0 to dim 1)");
   EXPECT_EQ(plan("P('dp')", "P('dp', 'tp')", {1}), "psum_scatter over tp (dim 1)");
   EXPECT_EQ(plan("P('dp')", "P()", {1}), "psum over tp; all_gather over dp (dim 0)");
+  // A free axis is sliced before the sum moves: the psum_scatter carries half the block.
+  EXPECT_EQ(plan("P()", "P('dp', 'tp')", {0}),
+            "slice over tp (dim 1); psum_scatter over dp (dim 0)");
   EXPECT_EQ(plan("P(('tp', 'dp'))", "P('dp')"),
             "all_gather over tp,dp (dim 0); slice over dp (dim 0)");
 }
