@@ -1,0 +1,204 @@
+#include "planner/models/transformer.h"
+
+#include <stdexcept>
+
+#include "collectives/ir/program_builder.h"
+
+namespace shardsim::planner {
+namespace {
+
+// Builds one step; each member appends a part of the program.
+class TrainStepBuilder {
+ public:
+  TrainStepBuilder(const TransformerConfig& model, const TrainConfig& train,
+                   const std::vector<MeshAxis>& axes, const LogicalRules& rules)
+      : model_(model), train_(train), rules_(rules), pb_(axes, {}, ProgramMode::kAuto) {}
+
+  ProgramSpec Build() && {
+    const int64_t d = model_.d_model;
+    InitSpec ids;
+    ids.kind = InitSpec::Kind::kArange;
+    const PartitionSpec tokens = rules_.Spec({"batch", "length"});
+    pb_.Input("tokens", {train_.batch, train_.seq_len}, DType::kI32, tokens, ids);
+    pb_.Input("labels", {train_.batch, train_.seq_len}, DType::kI32, tokens, ids);
+    Param("embed", {model_.vocab, d}, {"vocab", "embed"});
+    for (int64_t l = 0; l < model_.layers; ++l) {
+      const std::string L = std::to_string(l);
+      Param("attn_norm" + L, {d}, {"embed"}, /*ones=*/true);
+      Param("wq" + L, {d, model_.heads, model_.head_dim}, {"embed", "heads", "head_dim"});
+      Param("wk" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
+      Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
+      Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"});
+      Param("mlp_norm" + L, {d}, {"embed"}, /*ones=*/true);
+      if (model_.mlp == MlpKind::kSwiGlu) Param("w_gate" + L, {d, model_.d_ff}, {"embed", "mlp"});
+      Param("w_up" + L, {d, model_.d_ff}, {"embed", "mlp"});
+      Param("w_down" + L, {model_.d_ff, d}, {"mlp", "embed"});
+    }
+    Param("final_norm", {d}, {"embed"}, /*ones=*/true);
+    Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
+
+    std::string x = Op(OpKind::kTake, {"embed", "tokens"}, "x0");
+    for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
+    const std::string xf = Norm(x, "final_norm", "xf");
+    const std::string logits = Einsum("btd,dv->btv", xf, "unembed", "logits");
+    Op(OpKind::kCrossEntropy, {logits, "labels"}, "loss");
+    std::vector<std::string> grads;
+    for (const Parameter& p : params_) grads.push_back("d_" + p.name);
+    pb_.Grad("loss", Names(), grads);
+    pb_.Output("loss", PartitionSpec{});
+    switch (train_.optimizer) {
+      case Optimizer::kNone:
+        for (const Parameter& p : params_) pb_.Output("d_" + p.name, p.spec);
+        break;
+      case Optimizer::kSgd:
+        for (const Parameter& p : params_) {
+          const std::string step = Scalar(OpKind::kMul, "d_" + p.name, train_.learning_rate);
+          pb_.Output(Op(OpKind::kSub, {p.name, step}, p.name + "_new"), p.spec);
+        }
+        break;
+      case Optimizer::kAdam:
+        for (const Parameter& p : params_) Adam(p);
+        break;
+    }
+    return std::move(pb_).Build();
+  }
+
+ private:
+  struct Parameter {
+    std::string name;
+    Shape shape;
+    PartitionSpec spec;
+  };
+
+  void Param(const std::string& name, Shape shape, const std::vector<std::string>& dims,
+             bool ones = false) {
+    InitSpec init;
+    init.kind = ones ? InitSpec::Kind::kOnes : InitSpec::Kind::kNormal;
+    if (!ones) init.seed = ++seed_;
+    const PartitionSpec spec = rules_.Spec(dims);
+    pb_.Input(name, shape, train_.dtype, spec, init);
+    params_.push_back({name, std::move(shape), spec});
+  }
+
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const Parameter& p : params_) names.push_back(p.name);
+    return names;
+  }
+
+  std::string Op(OpKind kind, std::vector<std::string> in, std::string out) {
+    OpSpec op;
+    op.kind = kind;
+    op.in = std::move(in);
+    op.out = {std::move(out)};
+    return pb_.Add(std::move(op));
+  }
+
+  std::string Scalar(OpKind kind, const std::string& x, double scalar, std::string out = "") {
+    OpSpec op;
+    op.kind = kind;
+    op.in = {x};
+    op.scalar = scalar;
+    if (!out.empty()) op.out = {std::move(out)};
+    return pb_.Add(std::move(op));
+  }
+
+  std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
+                     std::string out) {
+    return pb_.Einsum(spec, a, b, std::move(out));
+  }
+
+  std::string Norm(const std::string& x, const std::string& scale, std::string out) {
+    return Op(model_.norm == NormKind::kRms ? OpKind::kRmsNorm : OpKind::kLayerNorm, {x, scale},
+              std::move(out));
+  }
+
+  // Sequence parallelism: the residual stream held as [batch, length, -] (none otherwise).
+  std::string Residual(const std::string& x, std::string out) {
+    if (rules_.Axes("length").empty()) return x;
+    OpSpec op;
+    op.kind = OpKind::kShardingConstraint;
+    op.in = {x};
+    op.out = {std::move(out)};
+    op.sharding = rules_.Spec({"batch", "length"});
+    return pb_.Add(std::move(op));
+  }
+
+  std::string Layer(std::string x, const std::string& L) {
+    x = Residual(x, "r" + L);
+    const std::string na = Norm(x, "attn_norm" + L, "n" + L + "a");
+    const std::string q = Einsum("btd,dhk->bthk", na, "wq" + L, "q" + L);
+    const std::string k = Einsum("btd,dhk->bthk", na, "wk" + L, "k" + L);
+    const std::string v = Einsum("btd,dhk->bthk", na, "wv" + L, "v" + L);
+    const std::string a = Op(OpKind::kAttention, {q, k, v}, "a" + L);
+    const std::string o = Einsum("bthk,hkd->btd", a, "wo" + L, "o" + L);
+    std::string h = Op(OpKind::kAdd, {x, o}, "h" + L);
+    h = Residual(h, "hc" + L);
+    const std::string nm = Norm(h, "mlp_norm" + L, "n" + L + "m");
+    std::string m;
+    if (model_.mlp == MlpKind::kSwiGlu) {
+      const std::string gate = Einsum("btd,df->btf", nm, "w_gate" + L, "gate" + L);
+      const std::string up = Einsum("btd,df->btf", nm, "w_up" + L, "up" + L);
+      const std::string act = Op(OpKind::kSilu, {gate}, "act" + L);
+      m = Op(OpKind::kMul, {act, up}, "m" + L);
+    } else {
+      const std::string up = Einsum("btd,df->btf", nm, "w_up" + L, "up" + L);
+      m = Op(OpKind::kGelu, {up}, "act" + L);
+    }
+    const std::string down = Einsum("btf,fd->btd", m, "w_down" + L, "d" + L);
+    return Op(OpKind::kAdd, {h, down}, "y" + L);
+  }
+
+  // optax.adam's first step from zero moments (b1 0.9, b2 0.999, eps 1e-8): m = (1 - b1) g,
+  // v = (1 - b2) g^2 written as the general updates m = b1 m + (1 - b1) g, v = b2 v +
+  // (1 - b2) g^2 so the moments are real state; bias corrections 1 - b1 and 1 - b2 (t = 1);
+  // w -= lr m_hat / (sqrt(v_hat) + eps).
+  void Adam(const Parameter& p) {
+    constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const std::string g = "d_" + p.name, m = "m_" + p.name, v = "v_" + p.name;
+    pb_.Input(m, p.shape, train_.dtype, p.spec);
+    pb_.Input(v, p.shape, train_.dtype, p.spec);
+    const std::string m_new =
+        Op(OpKind::kAdd, {Scalar(OpKind::kMul, m, b1), Scalar(OpKind::kMul, g, 1 - b1)},
+           m + "_new");
+    const std::string g2 = Op(OpKind::kSquare, {g}, g + "_sq");
+    const std::string v_new =
+        Op(OpKind::kAdd, {Scalar(OpKind::kMul, v, b2), Scalar(OpKind::kMul, g2, 1 - b2)},
+           v + "_new");
+    const std::string root = Op(OpKind::kSqrt, {Scalar(OpKind::kDiv, v_new, 1 - b2)}, v + "_root");
+    const std::string den = Scalar(OpKind::kAdd, root, eps);
+    const std::string update =
+        Op(OpKind::kDiv, {Scalar(OpKind::kDiv, m_new, 1 - b1), den}, p.name + "_update");
+    const std::string step = Scalar(OpKind::kMul, update, train_.learning_rate);
+    pb_.Output(Op(OpKind::kSub, {p.name, step}, p.name + "_new"), p.spec);
+    pb_.Output(m_new, p.spec);
+    pb_.Output(v_new, p.spec);
+  }
+
+  const TransformerConfig& model_;
+  const TrainConfig& train_;
+  const LogicalRules& rules_;
+  ProgramBuilder pb_;
+  std::vector<Parameter> params_;
+  uint64_t seed_ = 0;
+};
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+}  // namespace
+
+ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
+                           const std::vector<MeshAxis>& axes, const LogicalRules& rules) {
+  Check(model.layers >= 1 && model.d_model >= 1 && model.heads >= 1 && model.kv_heads >= 1 &&
+            model.head_dim >= 1 && model.d_ff >= 1 && model.vocab >= 1,
+        "transformer sizes must be >= 1");
+  Check(model.heads % model.kv_heads == 0,
+        "heads (" + std::to_string(model.heads) + ") must be a multiple of kv_heads (" +
+            std::to_string(model.kv_heads) + ")");
+  Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
+  return TrainStepBuilder(model, train, axes, rules).Build();
+}
+
+}  // namespace shardsim::planner

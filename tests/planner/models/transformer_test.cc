@@ -1,0 +1,95 @@
+// The transformer step builder: the programs it builds for the configs/jit transformer examples'
+// models and logical axis rules are, op for op and sharding for sharding, the hand-written and
+// hand-checked example programs (whose collectives jit_examples_test derives by hand).
+#include "planner/models/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "sim/cli/program_writer.h"
+#include "sim/cli/run_file.h"
+
+namespace shardsim::planner {
+namespace {
+
+std::string Example(const std::string& stem) {
+  const char* dir = std::getenv("SHARDSIM_SOURCE_DIR");
+  return std::string(dir ? dir : ".") + "/configs/jit/" + stem + ".yaml";
+}
+
+// The examples' model: vocabulary 128, d 64, 2 layers, 8 heads of 8, SwiGLU ff 128, RMSNorm;
+// batch 8 x 16, f32, gradients only.
+TransformerConfig SmallModel() {
+  TransformerConfig m;
+  m.layers = 2;
+  m.d_model = 64;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.head_dim = 8;
+  m.d_ff = 128;
+  m.vocab = 128;
+  return m;
+}
+
+struct Case {
+  std::string example;
+  std::vector<MeshAxis> mesh;
+  std::map<std::string, std::vector<std::string>> rules;
+};
+
+class BuiltStepTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BuiltStepTest, IsTheHandWrittenExample) {
+  const Case& c = GetParam();
+  const RunFile file = LoadRunFile(Example(c.example));
+  ASSERT_TRUE(file.program.has_value());
+  const ProgramSpec built =
+      BuildTrainStep(SmallModel(), TrainConfig{}, c.mesh, LogicalRules(c.rules, c.mesh));
+  EXPECT_EQ(ProgramYaml(built), ProgramYaml(*file.program));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Examples, BuiltStepTest,
+    ::testing::Values(
+        Case{"transformer_fsdp8", {{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}},
+        Case{"transformer_fsdp4_tp2",
+             {{"fsdp", 4}, {"tp", 2}},
+             {{"batch", {"fsdp"}},
+              {"embed", {"fsdp"}},
+              {"heads", {"tp"}},
+              {"kv_heads", {"tp"}},
+              {"mlp", {"tp"}},
+              {"vocab", {"tp"}}}},
+        Case{"transformer_dp2_tp4_sp",
+             {{"data", 2}, {"tp", 4}},
+             {{"batch", {"data"}},
+              {"length", {"tp"}},
+              {"heads", {"tp"}},
+              {"kv_heads", {"tp"}},
+              {"mlp", {"tp"}}}}),
+    [](const auto& info) { return info.param.example; });
+
+TEST(LogicalRulesTest, MapsDimensionsAndDropsAnAxisTakenEarlier) {
+  const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}, {"tp", 2}};
+  const LogicalRules rules({{"batch", {"data", "fsdp"}}, {"embed", {"fsdp"}}, {"mlp", {"tp"}}},
+                           mesh);
+  EXPECT_EQ(FormatPartitionSpec(rules.Spec({"embed", "mlp"})), "P('fsdp', 'tp')");
+  EXPECT_EQ(FormatPartitionSpec(rules.Spec({"batch", "length", "embed"})),
+            "P(('data', 'fsdp'),)");
+  EXPECT_EQ(FormatPartitionSpec(rules.Spec({"vocab", "embed"})), "P(None, 'fsdp')");
+  EXPECT_THROW(rules.Spec({"hidden"}), std::invalid_argument);
+  EXPECT_THROW(LogicalRules({{"batch", {"dp"}}}, mesh), std::invalid_argument);
+  EXPECT_THROW(LogicalRules({{"batch", {"data", "data"}}}, mesh), std::invalid_argument);
+}
+
+TEST(TransformerTest, RefusesHeadsNotAMultipleOfKvHeads) {
+  TransformerConfig m = SmallModel();
+  m.kv_heads = 3;
+  EXPECT_THROW(BuildTrainStep(m, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace shardsim::planner
