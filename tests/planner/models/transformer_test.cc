@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sim/cli/program_writer.h"
+#include "tests/planner/partition_test_support.h"
 #include "sim/cli/run_file.h"
 
 namespace shardsim::planner {
@@ -70,6 +71,48 @@ INSTANTIATE_TEST_SUITE_P(
               {"kv_heads", {"tp"}},
               {"mlp", {"tp"}}}}),
     [](const auto& info) { return info.param.example; });
+
+// Every variant of the step, partitioned under FSDP 4 x TP 2, computes what the unsharded step
+// computes (the numerics check's per-output error bounds): Adam and SGD updates, GELU with
+// LayerNorm, grouped-query attention (8 heads on 2 kv heads, one per tp position).
+struct Variant {
+  std::string name;
+  MlpKind mlp;
+  NormKind norm;
+  int64_t kv_heads;
+  Optimizer optimizer;
+};
+
+class StepVariantTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
+  const Variant& v = GetParam();
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  m.mlp = v.mlp;
+  m.norm = v.norm;
+  m.kv_heads = v.kv_heads;
+  TrainConfig train;
+  train.optimizer = v.optimizer;
+  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
+  const LogicalRules rules({{"batch", {"fsdp"}},
+                            {"embed", {"fsdp"}},
+                            {"heads", {"tp"}},
+                            {"kv_heads", {"tp"}},
+                            {"mlp", {"tp"}}},
+                           mesh);
+  ExpectNumericsPass(BuildTrainStep(m, train, mesh, rules));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, StepVariantTest,
+    ::testing::Values(Variant{"swiglu_rms_adam", MlpKind::kSwiGlu, NormKind::kRms, 8,
+                              Optimizer::kAdam},
+                      Variant{"gelu_layernorm_sgd", MlpKind::kGelu, NormKind::kLayer, 8,
+                              Optimizer::kSgd},
+                      Variant{"grouped_query", MlpKind::kSwiGlu, NormKind::kRms, 2,
+                              Optimizer::kNone}),
+    [](const auto& info) { return info.param.name; });
 
 TEST(LogicalRulesTest, MapsDimensionsAndDropsAnAxisTakenEarlier) {
   const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}, {"tp", 2}};
