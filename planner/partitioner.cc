@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
@@ -35,6 +36,7 @@ class Partitioner {
         shape_mesh_(MakeShapeMesh(global.mesh_axes)) {
     for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
     for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
+    info_.resize(global.ops.size());
     CountUses();
   }
 
@@ -93,7 +95,7 @@ class Partitioner {
     for (size_t k = 0; k < read.size(); ++k) {
       std::vector<int> counts;
       for (int d : read[k]) counts.push_back(d < 0 ? 0 : uses[static_cast<size_t>(d)]);
-      operand_uses_[&global_.ops[k]] = std::move(counts);
+      info_[k].uses = std::move(counts);
     }
   }
 
@@ -136,7 +138,9 @@ class Partitioner {
         if (it == defined.end()) return;
         in.push_back(&it->second);
       }
-      std::vector<Shape>& shapes = op_in_shapes_[&op];
+      OpInfo& info = Info(op);
+      info.shapes_known = true;
+      std::vector<Shape>& shapes = info.in_shapes;
       for (const Value* v : in) shapes.push_back(v->shape);
       if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
         defined[op.out[0]] = *in[0];
@@ -151,7 +155,8 @@ class Partitioner {
       for (size_t r = 0; r < op.out.size() && r < outs.size(); ++r) {
         defined[op.out[r]] = Value{outs[r].shape(), outs[r].dtype(), {}, ""};
       }
-      op_out_shapes_[&op] = std::move(outs);
+      info.out_shapes = std::move(outs);
+      info.outs_known = true;
     }
   }
 
@@ -172,22 +177,21 @@ class Partitioner {
       } else if (auto h = hint_specs_.find(op.out[0]); h != hint_specs_.end()) {
         want = h->second;
       }
-      op_hint_[&op] = want;
+      OpInfo& info = Info(op);
+      info.hint = want;
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
       if (want && passes) {
         for (const std::string& in : op.in) hint_specs_.emplace(in, *want);
       }
-      const auto shapes = op_in_shapes_.find(&op);
-      if (shapes == op_in_shapes_.end()) continue;
+      if (!info.shapes_known) continue;
       const std::set<int> whole = whole_dims_[op.out[0]];
-      op_whole_[&op] = whole;
-      const std::vector<std::vector<int>> reads = WholeOperandDims(op, shapes->second);
+      info.whole = whole;
+      const std::vector<std::vector<int>> reads = WholeOperandDims(op, info.in_shapes);
       for (size_t i = 0; i < op.in.size(); ++i) {
         std::set<int>& dims = whole_dims_[op.in[i]];
         dims.insert(reads[i].begin(), reads[i].end());
-        const auto outs = op_out_shapes_.find(&op);
-        if (Op(op.kind).elementwise && outs != op_out_shapes_.end() &&
-            shapes->second[i].size() == outs->second[0].shape().size()) {
+        if (Op(op.kind).elementwise && info.outs_known &&
+            info.in_shapes[i].size() == info.out_shapes[0].shape().size()) {
           dims.insert(whole.begin(), whole.end());
         }
       }
@@ -199,7 +203,7 @@ class Partitioner {
   double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to,
                      int id = -1) {
     if (from == to) return 0;
-    if (id >= 0 && reshards_.count(ReshardKey(id, v, to))) return 0;
+    if (id >= 0 && reshards_.count(ReshardKey(id, to))) return 0;
     std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
     double total = 0;
     for (const ReshardStep& step : steps) total += StepTime(step, v.dtype);
@@ -270,9 +274,11 @@ class Partitioner {
     return local;
   }
 
-  // The key of value `id`'s reshard to `to` among those emitted.
-  std::string ReshardKey(int id, const Value& v, const ValueSharding& to) const {
-    return std::to_string(id) + FormatType(v.dtype, v.shape, to, axes_);
+  // The key of value `id`'s reshard to `to` among those emitted (a value's shape and dtype are
+  // its id's).
+  using ReshardKeyType = std::tuple<int, std::vector<std::vector<int>>, std::vector<int>>;
+  static ReshardKeyType ReshardKey(int id, const ValueSharding& to) {
+    return {id, to.dims, to.partial};
   }
 
   // Emits `op` (kind and attributes set) on value `v`'s local block, into a fresh name it
@@ -301,7 +307,7 @@ class Partitioner {
                           const std::string& final_name = "") {
     Value v = values_[static_cast<size_t>(id)];
     if (v.sharding == to && final_name.empty()) return v.local;
-    const std::string key = ReshardKey(id, v, to);
+    const ReshardKeyType key = ReshardKey(id, to);
     if (final_name.empty()) {
       if (auto it = reshards_.find(key); it != reshards_.end()) return it->second;
     }
@@ -361,7 +367,8 @@ class Partitioner {
     // A partial value read by several ops is summed once, up front, rather than carried
     // partial through a linear op and summed again by another reader (Adam reads a gradient
     // both scaled and squared: one psum, as XLA's all-reduce after the dot).
-    const std::vector<int>& uses = operand_uses_.at(&op);
+    const OpInfo& info = Info(op);
+    const std::vector<int>& uses = info.uses;
     for (size_t i = 0; i < op.in.size(); ++i) {
       const int id = current_.at(op.in[i]);
       const Value& v = values_[static_cast<size_t>(id)];
@@ -379,8 +386,7 @@ class Partitioner {
       ids.push_back(current_.at(name));
       in.push_back(&values_[static_cast<size_t>(ids.back())]);
     }
-    const auto known = op_out_shapes_.find(&op);
-    std::vector<Array> outs = known != op_out_shapes_.end() ? known->second : InferShapes(op, in);
+    std::vector<Array> outs = info.outs_known ? info.out_shapes : InferShapes(op, in);
     RuleContext ctx{op, {}, {}, {}, {}, axes_, std::nullopt};
     for (const Value* v : in) {
       ctx.in_shapes.push_back(v->shape);
@@ -388,9 +394,9 @@ class Partitioner {
       ctx.in.push_back(v->sharding);
     }
     for (const Array& a : outs) ctx.out_shapes.push_back(a.shape());
-    if (auto h = op_hint_.find(&op); h != op_hint_.end() && h->second) {
+    if (info.hint) {
       try {
-        ctx.preferred = FromSpec(*h->second, static_cast<int>(ctx.out_shapes[0].size()), axes_);
+        ctx.preferred = FromSpec(*info.hint, static_cast<int>(ctx.out_shapes[0].size()), axes_);
         LocalShape(ctx.out_shapes[0], *ctx.preferred, axes_);
       } catch (const std::invalid_argument&) {
         ctx.preferred.reset();  // A hint that does not fit this value is no hint.
@@ -432,10 +438,8 @@ class Partitioner {
         Value r{outs[0].shape(), outs[0].dtype(), result, ""};
         ValueSharding later = ctx.preferred ? *ctx.preferred : Reduced(result);
         if (!ctx.preferred) {
-          if (const auto w = op_whole_.find(&op); w != op_whole_.end()) {
-            for (int d : w->second) {
-              if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
-            }
+          for (int d : info.whole) {
+            if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
           }
         }
         cost += ReshardCost(r, result, later);
@@ -529,16 +533,26 @@ class Partitioner {
   std::vector<Value> values_;
   std::map<std::string, int> current_;
   std::set<std::string> taken_;
-  std::map<std::string, std::string> reshards_;
+  std::map<ReshardKeyType, std::string> reshards_;
   std::map<std::string, PartitionSpec> hint_specs_;
-  std::map<const OpSpec*, std::optional<PartitionSpec>> op_hint_;
-  // Auto mode: per op, its operands' global shapes and its results' (shape-only arrays).
-  std::map<const OpSpec*, std::vector<Shape>> op_in_shapes_;
-  std::map<const OpSpec*, std::vector<Array>> op_out_shapes_;
-  // Dimensions a later reader wants whole: per value name, and per op of its first result.
+
+  // Dimensions a later reader wants whole, per value name.
   std::map<std::string, std::set<int>> whole_dims_;
-  std::map<const OpSpec*, std::set<int>> op_whole_;
-  std::map<const OpSpec*, std::vector<int>> operand_uses_;  // Readers of each operand's value.
+  // What is known of each global op, by its position in the program.
+  struct OpInfo {
+    std::vector<int> uses;  // Readers of each operand's value.
+    // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
+    // later reader wants whole.
+    std::optional<PartitionSpec> hint;
+    std::set<int> whole;
+    // Auto mode: its operands' global shapes and its results' (shape-only arrays), when known.
+    bool shapes_known = false;
+    std::vector<Shape> in_shapes;
+    bool outs_known = false;
+    std::vector<Array> out_shapes;
+  };
+  std::vector<OpInfo> info_;
+  OpInfo& Info(const OpSpec& op) { return info_[static_cast<size_t>(&op - global_.ops.data())]; }
   std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
   PartitionResult result_;
 };

@@ -11,8 +11,7 @@ void CheckName(const std::string& name) {
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string known;
     for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown logical dimension '" + name + "' (known: " + known +
-                                ")");
+    throw std::invalid_argument("unknown logical dimension '" + name + "' (known: " + known + ")");
   }
 }
 
@@ -30,8 +29,8 @@ LogicalRules::LogicalRules(std::map<std::string, std::vector<std::string>> rules
         throw std::invalid_argument("logical dimension '" + name + "' maps to mesh axis '" +
                                     mapped[i] + "', which the mesh does not have");
       }
-      if (std::find(mapped.begin(), mapped.begin() + static_cast<std::ptrdiff_t>(i),
-                    mapped[i]) != mapped.begin() + static_cast<std::ptrdiff_t>(i)) {
+      if (std::find(mapped.begin(), mapped.begin() + static_cast<std::ptrdiff_t>(i), mapped[i]) !=
+          mapped.begin() + static_cast<std::ptrdiff_t>(i)) {
         throw std::invalid_argument("logical dimension '" + name + "' names mesh axis '" +
                                     mapped[i] + "' twice");
       }
@@ -65,9 +64,9 @@ PartitionSpec LogicalRules::Spec(const std::vector<std::string>& dims) const {
 }
 
 const std::vector<std::string>& LogicalRules::Names() {
-  static const std::vector<std::string> kNames = {
-      "batch", "length", "embed", "mlp", "heads", "kv_heads", "head_dim", "vocab", "expert",
-      "layers"};
+  static const std::vector<std::string> kNames = {"batch",  "length",   "embed",    "mlp",
+                                                  "heads",  "kv_heads", "head_dim", "vocab",
+                                                  "expert", "layers"};
   return kNames;
 }
 

@@ -158,13 +158,11 @@ class TrainStepBuilder {
     const std::string g = "d_" + p.name, m = "m_" + p.name, v = "v_" + p.name;
     pb_.Input(m, p.shape, train_.dtype, p.spec);
     pb_.Input(v, p.shape, train_.dtype, p.spec);
-    const std::string m_new =
-        Op(OpKind::kAdd, {Scalar(OpKind::kMul, m, b1), Scalar(OpKind::kMul, g, 1 - b1)},
-           m + "_new");
+    const std::string m_new = Op(
+        OpKind::kAdd, {Scalar(OpKind::kMul, m, b1), Scalar(OpKind::kMul, g, 1 - b1)}, m + "_new");
     const std::string g2 = Op(OpKind::kSquare, {g}, g + "_sq");
-    const std::string v_new =
-        Op(OpKind::kAdd, {Scalar(OpKind::kMul, v, b2), Scalar(OpKind::kMul, g2, 1 - b2)},
-           v + "_new");
+    const std::string v_new = Op(
+        OpKind::kAdd, {Scalar(OpKind::kMul, v, b2), Scalar(OpKind::kMul, g2, 1 - b2)}, v + "_new");
     const std::string root = Op(OpKind::kSqrt, {Scalar(OpKind::kDiv, v_new, 1 - b2)}, v + "_root");
     const std::string den = Scalar(OpKind::kAdd, root, eps);
     const std::string update =
@@ -194,9 +192,9 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
   Check(model.layers >= 1 && model.d_model >= 1 && model.heads >= 1 && model.kv_heads >= 1 &&
             model.head_dim >= 1 && model.d_ff >= 1 && model.vocab >= 1,
         "transformer sizes must be >= 1");
-  Check(model.heads % model.kv_heads == 0,
-        "heads (" + std::to_string(model.heads) + ") must be a multiple of kv_heads (" +
-            std::to_string(model.kv_heads) + ")");
+  Check(model.heads % model.kv_heads == 0, "heads (" + std::to_string(model.heads) +
+                                               ") must be a multiple of kv_heads (" +
+                                               std::to_string(model.kv_heads) + ")");
   Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
   return TrainStepBuilder(model, train, axes, rules).Build();
 }

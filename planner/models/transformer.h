@@ -25,13 +25,13 @@ enum class NormKind { kRms, kLayer };
 
 // A decoder-only transformer (SPEC's `kind: transformer` map).
 struct TransformerConfig {
-  int64_t layers = 1;     // Decoder layers.
-  int64_t d_model = 64;   // Model width.
-  int64_t heads = 8;      // Query heads.
-  int64_t kv_heads = 8;   // Key/value heads (grouped-query attention when fewer).
-  int64_t head_dim = 8;   // Width of one head.
-  int64_t d_ff = 128;     // MLP width.
-  int64_t vocab = 128;    // Vocabulary.
+  int64_t layers = 1;    // Decoder layers.
+  int64_t d_model = 64;  // Model width.
+  int64_t heads = 8;     // Query heads.
+  int64_t kv_heads = 8;  // Key/value heads (grouped-query attention when fewer).
+  int64_t head_dim = 8;  // Width of one head.
+  int64_t d_ff = 128;    // MLP width.
+  int64_t vocab = 128;   // Vocabulary.
   MlpKind mlp = MlpKind::kSwiGlu;
   NormKind norm = NormKind::kRms;
 };
@@ -45,11 +45,11 @@ enum class Optimizer {
 
 // One training step's batch and numerics.
 struct TrainConfig {
-  int64_t batch = 8;                  // Sequences per step (global).
-  int64_t seq_len = 16;               // Tokens per sequence.
-  DType dtype = DType::kF32;          // Parameters' and activations' element type.
+  int64_t batch = 8;          // Sequences per step (global).
+  int64_t seq_len = 16;       // Tokens per sequence.
+  DType dtype = DType::kF32;  // Parameters' and activations' element type.
   Optimizer optimizer = Optimizer::kNone;
-  double learning_rate = 1e-3;        // sgd and adam.
+  double learning_rate = 1e-3;  // sgd and adam.
 };
 
 // The global program (mode auto) of one training step of `model` on `train`'s batch over a

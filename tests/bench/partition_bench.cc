@@ -8,14 +8,19 @@
 #include <benchmark/benchmark.h>
 
 #include "collectives/ir/program_builder.h"
+#include "collectives/lowering.h"
 #include "collectives/runtime/machine.h"
+#include "planner/grad.h"
+#include "planner/models/transformer.h"
 #include "planner/partitioner.h"
 #include "topology/presets.h"
 
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{std::move(dims)}; }
+PartitionSpec P(std::vector<std::vector<std::string>> dims) {
+  return PartitionSpec{std::move(dims)};
+}
 
 // One layer: x [B, S, D] batch-split over fsdp; weights [D, F] split (fsdp, tp).
 ProgramSpec Step(int layers) {
@@ -93,6 +98,60 @@ void BM_Partition(benchmark::State& state, Pricing pricing) {
   state.counters["lowered_ops"] = static_cast<double>(ops);
   state.counters["inserted"] = static_cast<double>(inserted);
 }
+
+// The target workload: a Llama-2-70B-shaped training step (80 layers, d 8192, 64 heads
+// on 8 kv heads of 128, SwiGLU 28672, vocabulary 32000; batch 256 x 4096, bf16, Adam) built
+// by the model builder under FSDP 128 x TP 4 rules (MaxText's), then expanded (grad),
+// partitioned in auto mode and lowered for the executor, on 512 v5p chips.
+void BM_TrainStep(benchmark::State& state, Pricing pricing) {
+  Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
+  planner::TransformerConfig model;
+  model.layers = 80;
+  model.d_model = 8192;
+  model.heads = 64;
+  model.kv_heads = 8;
+  model.head_dim = 128;
+  model.d_ff = 28672;
+  model.vocab = 32000;
+  planner::TrainConfig train;
+  train.batch = 256;
+  train.seq_len = 4096;
+  train.dtype = DType::kBF16;
+  train.optimizer = planner::Optimizer::kAdam;
+  const std::vector<MeshAxis> axes = {{"fsdp", 128}, {"tp", 4}};
+  const planner::LogicalRules rules({{"batch", {"fsdp"}},
+                                     {"embed", {"fsdp"}},
+                                     {"heads", {"tp"}},
+                                     {"kv_heads", {"tp"}},
+                                     {"mlp", {"tp"}},
+                                     {"vocab", {"tp"}}},
+                                    axes);
+  const ProgramSpec program = planner::BuildTrainStep(model, train, axes, rules);
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  size_t global_ops = 0, lowered_ops = 0, inserted = 0;
+  for (auto _ : state) {
+    planner::PartitionResult r =
+        pricing == Pricing::kCold ? planner::PartitionOnMachine(program, machine, mesh)
+        : pricing == Pricing::kWarm
+            ? planner::Partition(program, {&mesh, &cache, machine.compute_model()})
+            : planner::Partition(program);
+    LoweredProgram lowered = LowerProgram(mesh, r.program);
+    benchmark::DoNotOptimize(lowered);
+    lowered_ops = r.program.ops.size();
+    inserted = 0;
+    for (const std::string& reason : r.reasons) inserted += !reason.empty();
+  }
+  global_ops = planner::ExpandGrads(program).ops.size();
+  state.counters["global_ops"] = static_cast<double>(global_ops);
+  state.counters["lowered_ops"] = static_cast<double>(lowered_ops);
+  state.counters["inserted"] = static_cast<double>(inserted);
+}
+
+BENCHMARK_CAPTURE(BM_TrainStep, llama70b_cold, Pricing::kCold)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TrainStep, llama70b_warm, Pricing::kWarm)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TrainStep, llama70b_bytes, Pricing::kBytes)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_Partition, layer80_cold, Pricing::kCold)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Partition, layer80_warm, Pricing::kWarm)->Unit(benchmark::kMillisecond);

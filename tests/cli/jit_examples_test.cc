@@ -91,12 +91,12 @@ std::vector<Coll> FsdpTransformer() {
 std::vector<Coll> FsdpTpTransformer() {
   const int64_t b = 8 / 4, t = 16, d = 64, v = 128;  // Batch per fsdp position.
   std::vector<Coll> c = {
-      {"all_gather", {"tp"}, v / 2 * d / 4 * kF32},  // embed [128@tp, 64@fsdp]: take reads
-      {"all_gather", {"fsdp"}, v * d / 4 * kF32},    // it whole.
+      {"all_gather", {"tp"}, v / 2 * d / 4 * kF32},    // embed [128@tp, 64@fsdp]: take reads
+      {"all_gather", {"fsdp"}, v * d / 4 * kF32},      // it whole.
       {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // unembed's [64/4, 128/2] block.
       {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // logits: the loss reads vocab whole.
       {"psum", {"fsdp"}, 4},                           // The loss.
-      {"psum_scatter", {"fsdp"}, v / 2 * d * kF32},  // d_embed's tp block: ids on fsdp.
+      {"psum_scatter", {"fsdp"}, v / 2 * d * kF32},    // d_embed's tp block: ids on fsdp.
       {"psum_scatter", {"fsdp"}, d * v / 2 * kF32},    // d_unembed's tp block.
   };
   for (int norm = 0; norm < 5; ++norm) {  // attn_norm, mlp_norm per layer; final_norm.

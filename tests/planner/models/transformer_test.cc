@@ -9,8 +9,8 @@
 #include <string>
 
 #include "sim/cli/program_writer.h"
-#include "tests/planner/partition_test_support.h"
 #include "sim/cli/run_file.h"
+#include "tests/planner/partition_test_support.h"
 
 namespace shardsim::planner {
 namespace {
@@ -51,26 +51,26 @@ TEST_P(BuiltStepTest, IsTheHandWrittenExample) {
   EXPECT_EQ(ProgramYaml(built), ProgramYaml(*file.program));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Examples, BuiltStepTest,
-    ::testing::Values(
-        Case{"transformer_fsdp8", {{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}},
-        Case{"transformer_fsdp4_tp2",
-             {{"fsdp", 4}, {"tp", 2}},
-             {{"batch", {"fsdp"}},
-              {"embed", {"fsdp"}},
-              {"heads", {"tp"}},
-              {"kv_heads", {"tp"}},
-              {"mlp", {"tp"}},
-              {"vocab", {"tp"}}}},
-        Case{"transformer_dp2_tp4_sp",
-             {{"data", 2}, {"tp", 4}},
-             {{"batch", {"data"}},
-              {"length", {"tp"}},
-              {"heads", {"tp"}},
-              {"kv_heads", {"tp"}},
-              {"mlp", {"tp"}}}}),
-    [](const auto& info) { return info.param.example; });
+INSTANTIATE_TEST_SUITE_P(Examples, BuiltStepTest,
+                         ::testing::Values(Case{"transformer_fsdp8",
+                                                {{"fsdp", 8}},
+                                                {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}},
+                                           Case{"transformer_fsdp4_tp2",
+                                                {{"fsdp", 4}, {"tp", 2}},
+                                                {{"batch", {"fsdp"}},
+                                                 {"embed", {"fsdp"}},
+                                                 {"heads", {"tp"}},
+                                                 {"kv_heads", {"tp"}},
+                                                 {"mlp", {"tp"}},
+                                                 {"vocab", {"tp"}}}},
+                                           Case{"transformer_dp2_tp4_sp",
+                                                {{"data", 2}, {"tp", 4}},
+                                                {{"batch", {"data"}},
+                                                 {"length", {"tp"}},
+                                                 {"heads", {"tp"}},
+                                                 {"kv_heads", {"tp"}},
+                                                 {"mlp", {"tp"}}}}),
+                         [](const auto& info) { return info.param.example; });
 
 // Every variant of the step, partitioned under FSDP 4 x TP 2, computes what the unsharded step
 // computes (the numerics check's per-output error bounds): Adam and SGD updates, GELU with
@@ -104,23 +104,21 @@ TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
   ExpectNumericsPass(BuildTrainStep(m, train, mesh, rules));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Variants, StepVariantTest,
-    ::testing::Values(Variant{"swiglu_rms_adam", MlpKind::kSwiGlu, NormKind::kRms, 8,
-                              Optimizer::kAdam},
-                      Variant{"gelu_layernorm_sgd", MlpKind::kGelu, NormKind::kLayer, 8,
-                              Optimizer::kSgd},
-                      Variant{"grouped_query", MlpKind::kSwiGlu, NormKind::kRms, 2,
-                              Optimizer::kNone}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Variants, StepVariantTest,
+                         ::testing::Values(Variant{"swiglu_rms_adam", MlpKind::kSwiGlu,
+                                                   NormKind::kRms, 8, Optimizer::kAdam},
+                                           Variant{"gelu_layernorm_sgd", MlpKind::kGelu,
+                                                   NormKind::kLayer, 8, Optimizer::kSgd},
+                                           Variant{"grouped_query", MlpKind::kSwiGlu,
+                                                   NormKind::kRms, 2, Optimizer::kNone}),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(LogicalRulesTest, MapsDimensionsAndDropsAnAxisTakenEarlier) {
   const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}, {"tp", 2}};
   const LogicalRules rules({{"batch", {"data", "fsdp"}}, {"embed", {"fsdp"}}, {"mlp", {"tp"}}},
                            mesh);
   EXPECT_EQ(FormatPartitionSpec(rules.Spec({"embed", "mlp"})), "P('fsdp', 'tp')");
-  EXPECT_EQ(FormatPartitionSpec(rules.Spec({"batch", "length", "embed"})),
-            "P(('data', 'fsdp'),)");
+  EXPECT_EQ(FormatPartitionSpec(rules.Spec({"batch", "length", "embed"})), "P(('data', 'fsdp'),)");
   EXPECT_EQ(FormatPartitionSpec(rules.Spec({"vocab", "embed"})), "P(None, 'fsdp')");
   EXPECT_THROW(rules.Spec({"hidden"}), std::invalid_argument);
   EXPECT_THROW(LogicalRules({{"batch", {"dp"}}}, mesh), std::invalid_argument);
