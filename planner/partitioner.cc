@@ -453,12 +453,16 @@ class Partitioner {
     // Operands resharded as the strategy needs.
     OpSpec local = LocalOp(op, outs[0].shape(), s);
     for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i]->sharding == s.operands[i]) {
+        local.in[i] = in[i]->local;  // As it is: no reshard (and no reason to format).
+        continue;
+      }
       local.in[i] = EmitReshard(ids[i], s.operands[i],
                                 std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
                                     ") needs " + op.in[i] + " as " +
                                     FormatType(in[i]->dtype, in[i]->shape, s.operands[i], axes_));
     }
-    result_.program.ops.push_back(local);
+    result_.program.ops.push_back(std::move(local));
     result_.reasons.push_back("");
     result_.types.push_back(FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_));
     for (size_t r = 0; r < op.out.size(); ++r) {
