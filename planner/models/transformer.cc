@@ -37,10 +37,20 @@ class TrainStepBuilder {
     Param("final_norm", {d}, {"embed"}, /*ones=*/true);
     Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
 
-    std::string x = Op(OpKind::kTake, {"embed", "tokens"}, "x0");
+    if (train_.param_dtype != train_.dtype) {
+      for (const Parameter& p : params_) {
+        OpSpec cast;
+        cast.kind = OpKind::kConvert;
+        cast.in = {p.name};
+        cast.out = {p.name + "_c"};
+        cast.dtype = std::string(DTypeName(train_.dtype));
+        pb_.Add(std::move(cast));
+      }
+    }
+    std::string x = Op(OpKind::kTake, {W("embed"), "tokens"}, "x0");
     for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
-    const std::string xf = Norm(x, "final_norm", "xf");
-    const std::string logits = Einsum("btd,dv->btv", xf, "unembed", "logits");
+    const std::string xf = Norm(x, W("final_norm"), "xf");
+    const std::string logits = Einsum("btd,dv->btv", xf, W("unembed"), "logits");
     Op(OpKind::kCrossEntropy, {logits, "labels"}, "loss");
     std::vector<std::string> grads;
     for (const Parameter& p : params_) grads.push_back("d_" + p.name);
@@ -76,8 +86,13 @@ class TrainStepBuilder {
     init.kind = ones ? InitSpec::Kind::kOnes : InitSpec::Kind::kNormal;
     if (!ones) init.seed = ++seed_;
     const PartitionSpec spec = rules_.Spec(dims);
-    pb_.Input(name, shape, train_.dtype, spec, init);
+    pb_.Input(name, shape, train_.param_dtype, spec, init);
     params_.push_back({name, std::move(shape), spec});
+  }
+
+  // The value the forward pass reads for parameter `name`: its compute-dtype copy.
+  std::string W(const std::string& name) const {
+    return train_.param_dtype == train_.dtype ? name : name + "_c";
   }
 
   std::vector<std::string> Names() const {
@@ -126,26 +141,26 @@ class TrainStepBuilder {
 
   std::string Layer(std::string x, const std::string& L) {
     x = Residual(x, "r" + L);
-    const std::string na = Norm(x, "attn_norm" + L, "n" + L + "a");
-    const std::string q = Einsum("btd,dhk->bthk", na, "wq" + L, "q" + L);
-    const std::string k = Einsum("btd,dhk->bthk", na, "wk" + L, "k" + L);
-    const std::string v = Einsum("btd,dhk->bthk", na, "wv" + L, "v" + L);
+    const std::string na = Norm(x, W("attn_norm" + L), "n" + L + "a");
+    const std::string q = Einsum("btd,dhk->bthk", na, W("wq" + L), "q" + L);
+    const std::string k = Einsum("btd,dhk->bthk", na, W("wk" + L), "k" + L);
+    const std::string v = Einsum("btd,dhk->bthk", na, W("wv" + L), "v" + L);
     const std::string a = Op(OpKind::kAttention, {q, k, v}, "a" + L);
-    const std::string o = Einsum("bthk,hkd->btd", a, "wo" + L, "o" + L);
+    const std::string o = Einsum("bthk,hkd->btd", a, W("wo" + L), "o" + L);
     std::string h = Op(OpKind::kAdd, {x, o}, "h" + L);
     h = Residual(h, "hc" + L);
-    const std::string nm = Norm(h, "mlp_norm" + L, "n" + L + "m");
+    const std::string nm = Norm(h, W("mlp_norm" + L), "n" + L + "m");
     std::string m;
     if (model_.mlp == MlpKind::kSwiGlu) {
-      const std::string gate = Einsum("btd,df->btf", nm, "w_gate" + L, "gate" + L);
-      const std::string up = Einsum("btd,df->btf", nm, "w_up" + L, "up" + L);
+      const std::string gate = Einsum("btd,df->btf", nm, W("w_gate" + L), "gate" + L);
+      const std::string up = Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
       const std::string act = Op(OpKind::kSilu, {gate}, "act" + L);
       m = Op(OpKind::kMul, {act, up}, "m" + L);
     } else {
-      const std::string up = Einsum("btd,df->btf", nm, "w_up" + L, "up" + L);
+      const std::string up = Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
       m = Op(OpKind::kGelu, {up}, "act" + L);
     }
-    const std::string down = Einsum("btf,fd->btd", m, "w_down" + L, "d" + L);
+    const std::string down = Einsum("btf,fd->btd", m, W("w_down" + L), "d" + L);
     return Op(OpKind::kAdd, {h, down}, "y" + L);
   }
 
@@ -156,8 +171,8 @@ class TrainStepBuilder {
   void Adam(const Parameter& p) {
     constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
     const std::string g = "d_" + p.name, m = "m_" + p.name, v = "v_" + p.name;
-    pb_.Input(m, p.shape, train_.dtype, p.spec);
-    pb_.Input(v, p.shape, train_.dtype, p.spec);
+    pb_.Input(m, p.shape, train_.param_dtype, p.spec);
+    pb_.Input(v, p.shape, train_.param_dtype, p.spec);
     const std::string m_new = Op(
         OpKind::kAdd, {Scalar(OpKind::kMul, m, b1), Scalar(OpKind::kMul, g, 1 - b1)}, m + "_new");
     const std::string g2 = Op(OpKind::kSquare, {g}, g + "_sq");

@@ -45,9 +45,10 @@ enum class Optimizer {
 
 // One training step's batch and numerics.
 struct TrainConfig {
-  int64_t batch = 8;          // Sequences per step (global).
-  int64_t seq_len = 16;       // Tokens per sequence.
-  DType dtype = DType::kF32;  // Parameters' and activations' element type.
+  int64_t batch = 8;                // Sequences per step (global).
+  int64_t seq_len = 16;             // Tokens per sequence.
+  DType dtype = DType::kF32;        // Compute: activations and the parameters' copies.
+  DType param_dtype = DType::kF32;  // Parameters, gradients and optimizer state.
   Optimizer optimizer = Optimizer::kNone;
   double learning_rate = 1e-3;  // sgd and adam.
 };
@@ -60,7 +61,10 @@ struct TrainConfig {
 // (sequence parallelism) the residual stream is constrained to [batch, length, -] at each
 // block's entry, so the norms and residual adds run on the sequence shard. Values are named
 // as the configs/jit transformer examples name them (x0, n0a, q0, ..., loss; gradients d_<p>;
-// updated parameters <p>_new and Adam moments m_<p>, v_<p>). Token ids and labels are arange
+// updated parameters <p>_new and Adam moments m_<p>, v_<p>). With a param_dtype other than
+// dtype (mixed precision: f32 master weights, bf16 compute) every parameter is converted to
+// dtype once, up front, as its sharded block (<p>_c; the FSDP gathers then move dtype), and the
+// gradients, taken through the converts, are in param_dtype. Token ids and labels are arange
 // (valid ids when batch x seq_len <= vocab; timing never reads them); parameters are normal
 // with seeds in declaration order, norm scales ones. Throws std::invalid_argument for a
 // configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1).

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -112,6 +113,35 @@ INSTANTIATE_TEST_SUITE_P(Variants, StepVariantTest,
                                            Variant{"grouped_query", MlpKind::kSwiGlu,
                                                    NormKind::kRms, 2, Optimizer::kNone}),
                          [](const auto& info) { return info.param.name; });
+
+// Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
+// its block, so each one's FSDP all-gather moves bf16 blocks: embed [128, 64/8], w_gate/w_up
+// [64/8, 128], w_down [128, 64/8], unembed [64/8, 128]: 2 KiB each; wq/wk/wv/wo an eighth of
+// 64 x 64: 1 KiB; the three norms 64/8: 16 B (f32 would be twice each).
+TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  TrainConfig train;
+  train.dtype = DType::kBF16;
+  train.param_dtype = DType::kF32;
+  const std::vector<MeshAxis> mesh = {{"fsdp", 8}};
+  const ProgramSpec global = BuildTrainStep(
+      m, train, mesh, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, mesh));
+  for (const ArraySpec& a : global.arrays) {
+    if (a.dtype != DType::kI32) EXPECT_EQ(a.dtype, DType::kF32) << a.name;
+  }
+  std::vector<int64_t> gathers;
+  for (const Inserted& c : Collectives(global, Partition(global))) {
+    if (c.kind == OpKind::kAllGather) gathers.push_back(c.bytes);
+  }
+  const std::vector<int64_t> parameters = {2048, 2048, 2048, 2048, 2048, 1024,
+                                           1024, 1024, 1024, 16,   16,   16};
+  for (int64_t bytes : parameters) {
+    const auto it = std::find(gathers.begin(), gathers.end(), bytes);
+    ASSERT_NE(it, gathers.end()) << "no all_gather of " << bytes << " B";
+    gathers.erase(it);
+  }
+}
 
 TEST(LogicalRulesTest, MapsDimensionsAndDropsAnAxisTakenEarlier) {
   const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}, {"tp", 2}};
