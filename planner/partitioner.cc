@@ -367,7 +367,7 @@ class Partitioner {
     // A partial value read by several ops is summed once, up front, rather than carried
     // partial through a linear op and summed again by another reader (Adam reads a gradient
     // both scaled and squared: one psum, as XLA's all-reduce after the dot).
-    const OpInfo& info = Info(op);
+    OpInfo& info = Info(op);
     const std::vector<int>& uses = info.uses;
     for (size_t i = 0; i < op.in.size(); ++i) {
       const int id = current_.at(op.in[i]);
@@ -386,7 +386,9 @@ class Partitioner {
       ids.push_back(current_.at(name));
       in.push_back(&values_[static_cast<size_t>(ids.back())]);
     }
-    std::vector<Array> outs = info.outs_known ? info.out_shapes : InferShapes(op, in);
+    // Each op is emitted once: its shapes inferred up front are moved, not copied.
+    std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
+    info.outs_known = false;
     RuleContext ctx{op, {}, {}, {}, {}, axes_, std::nullopt};
     for (const Value* v : in) {
       ctx.in_shapes.push_back(v->shape);

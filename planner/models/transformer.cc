@@ -50,7 +50,7 @@ class TrainStepBuilder {
     std::string x = Op(OpKind::kTake, {W("embed"), "tokens"}, "x0");
     for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
     const std::string xf = Norm(x, W("final_norm"), "xf");
-    const std::string logits = Einsum("btd,dv->btv", xf, W("unembed"), "logits");
+    const std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), "logits");
     Op(OpKind::kCrossEntropy, {logits, "labels"}, "loss");
     std::vector<std::string> grads;
     for (const Parameter& p : params_) grads.push_back("d_" + p.name);
@@ -118,11 +118,6 @@ class TrainStepBuilder {
     return pb_.Add(std::move(op));
   }
 
-  std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
-                     std::string out) {
-    return pb_.Einsum(spec, a, b, std::move(out));
-  }
-
   std::string Norm(const std::string& x, const std::string& scale, std::string out) {
     return Op(model_.norm == NormKind::kRms ? OpKind::kRmsNorm : OpKind::kLayerNorm, {x, scale},
               std::move(out));
@@ -142,25 +137,25 @@ class TrainStepBuilder {
   std::string Layer(std::string x, const std::string& L) {
     x = Residual(x, "r" + L);
     const std::string na = Norm(x, W("attn_norm" + L), "n" + L + "a");
-    const std::string q = Einsum("btd,dhk->bthk", na, W("wq" + L), "q" + L);
-    const std::string k = Einsum("btd,dhk->bthk", na, W("wk" + L), "k" + L);
-    const std::string v = Einsum("btd,dhk->bthk", na, W("wv" + L), "v" + L);
+    const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), "q" + L);
+    const std::string k = pb_.Einsum("btd,dhk->bthk", na, W("wk" + L), "k" + L);
+    const std::string v = pb_.Einsum("btd,dhk->bthk", na, W("wv" + L), "v" + L);
     const std::string a = Op(OpKind::kAttention, {q, k, v}, "a" + L);
-    const std::string o = Einsum("bthk,hkd->btd", a, W("wo" + L), "o" + L);
+    const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), "o" + L);
     std::string h = Op(OpKind::kAdd, {x, o}, "h" + L);
     h = Residual(h, "hc" + L);
     const std::string nm = Norm(h, W("mlp_norm" + L), "n" + L + "m");
     std::string m;
     if (model_.mlp == MlpKind::kSwiGlu) {
-      const std::string gate = Einsum("btd,df->btf", nm, W("w_gate" + L), "gate" + L);
-      const std::string up = Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
+      const std::string gate = pb_.Einsum("btd,df->btf", nm, W("w_gate" + L), "gate" + L);
+      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
       const std::string act = Op(OpKind::kSilu, {gate}, "act" + L);
       m = Op(OpKind::kMul, {act, up}, "m" + L);
     } else {
-      const std::string up = Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
+      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
       m = Op(OpKind::kGelu, {up}, "act" + L);
     }
-    const std::string down = Einsum("btf,fd->btd", m, W("w_down" + L), "d" + L);
+    const std::string down = pb_.Einsum("btf,fd->btd", m, W("w_down" + L), "d" + L);
     return Op(OpKind::kAdd, {h, down}, "y" + L);
   }
 
