@@ -724,10 +724,11 @@ class Expander {
   }
 
   // The program with `renamed` (its ops, single-assignment) and every grad op expanded.
-  ProgramSpec Run(const Renamed& renamed) {
+  ProgramSpec Run(const Renamed& renamed, std::vector<size_t>* backward_starts) {
     aliases_ = renamed.aliases;
     for (const OpSpec& op : renamed.ops) {
       if (op.kind == OpKind::kGrad) {
+        if (backward_starts) backward_starts->push_back(out_.ops.size());
         Expand(op);
         continue;
       }
@@ -862,7 +863,7 @@ class Expander {
 
 }  // namespace
 
-ProgramSpec ExpandGrads(const ProgramSpec& program) {
+ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* backward_starts) {
   auto grad = std::find_if(program.ops.begin(), program.ops.end(),
                            [](const OpSpec& op) { return op.kind == OpKind::kGrad; });
   if (grad == program.ops.end()) return program;
@@ -873,7 +874,7 @@ ProgramSpec ExpandGrads(const ProgramSpec& program) {
   Names names(program);
   const Renamed renamed =
       Rebinds(program) ? SingleAssignment(program, names) : Renamed{program.ops, 0};
-  return Expander(program, names).Run(renamed);
+  return Expander(program, names).Run(renamed, backward_starts);
 }
 
 }  // namespace shardsim::planner

@@ -28,8 +28,10 @@ struct Value {
 
 class Partitioner {
  public:
-  Partitioner(const ProgramSpec& global, const PartitionCosts& costs)
+  Partitioner(const ProgramSpec& global, const PartitionCosts& costs,
+              std::vector<size_t> backward_starts)
       : global_(global),
+        backward_starts_(std::move(backward_starts)),
         costs_(costs),
         axes_(global.mesh_axes),
         explicit_(global.mode == ProgramMode::kExplicit),
@@ -54,7 +56,17 @@ class Partitioner {
       Define(a.name, std::move(v));
     }
     if (!explicit_) Hints();
-    for (const OpSpec& op : global_.ops) Emit(op);
+    size_t next_backward = 0;
+    for (size_t i = 0; i < global_.ops.size(); ++i) {
+      // A backward pass starts: autodiff saved the program's values, not the copies the
+      // partitioner resharded them into, so its reshards are made anew (FSDP gathers each
+      // weight in the forward and again in the backward, as JAX under jit does).
+      if (next_backward < backward_starts_.size() && backward_starts_[next_backward] == i) {
+        reshards_.clear();
+        ++next_backward;
+      }
+      Emit(global_.ops[i]);
+    }
     for (const OutputSpec& o : global_.outputs) EmitOutput(o);
     return std::move(result_);
   }
@@ -302,7 +314,8 @@ class Partitioner {
   }
 
   // Emits the steps taking value `v` to `to`; returns the local name holding it. A value
-  // resharded once to a layout is reused by later ops that want the same layout.
+  // resharded once to a layout is reused by later ops of the same pass that want the same
+  // layout (a backward pass makes its own).
   std::string EmitReshard(int id, const ValueSharding& to, const std::string& reason,
                           const std::string& final_name = "") {
     Value v = values_[static_cast<size_t>(id)];
@@ -532,6 +545,7 @@ class Partitioner {
   }
 
   const ProgramSpec& global_;
+  const std::vector<size_t> backward_starts_;  // Index of each grad's first backward op.
   PartitionCosts costs_;
   std::vector<MeshAxis> axes_;
   bool explicit_;
@@ -570,8 +584,9 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
   }
   // Reverse mode first: the backward pass is partitioned like any other ops.
-  const ProgramSpec expanded = ExpandGrads(global);
-  PartitionResult result = Partitioner(expanded, costs).Run();
+  std::vector<size_t> backward_starts;
+  const ProgramSpec expanded = ExpandGrads(global, &backward_starts);
+  PartitionResult result = Partitioner(expanded, costs, std::move(backward_starts)).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = global.outputs;
   return result;

@@ -69,8 +69,9 @@ std::vector<std::string> SmallerLlama() {
   return set;
 }
 
-// transformer_fsdp8's collectives: per parameter (elements), an all_gather of its eighth
-// and a psum_scatter of its whole gradient; the loss's psum.
+// transformer_fsdp8's collectives: per parameter (elements), an all_gather of its eighth in
+// the forward and again in the backward (all but the embedding table, which take's gradient
+// does not read), a psum_scatter of its whole gradient; the loss's psum.
 std::vector<Coll> FsdpTransformer() {
   std::vector<int64_t> params = {128 * 64, 64, 64 * 128};  // embed, final_norm, unembed.
   for (int layer = 0; layer < 2; ++layer) {
@@ -80,8 +81,11 @@ std::vector<Coll> FsdpTransformer() {
     }
   }
   std::vector<Coll> c = {{"psum", {"fsdp"}, 4}};
-  for (int64_t n : params) {
-    c.push_back({"all_gather", {"fsdp"}, n / 8 * kF32});
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int64_t n = params[p];
+    for (int pass = p == 0 ? 1 : 0; pass < 2; ++pass) {
+      c.push_back({"all_gather", {"fsdp"}, n / 8 * kF32});
+    }
     c.push_back({"psum_scatter", {"fsdp"}, n * kF32});
   }
   return c;
@@ -93,30 +97,37 @@ std::vector<Coll> FsdpTpTransformer() {
   std::vector<Coll> c = {
       {"all_gather", {"tp"}, v / 2 * d / 4 * kF32},    // embed [128@tp, 64@fsdp]: take reads
       {"all_gather", {"fsdp"}, v * d / 4 * kF32},      // it whole.
-      {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // unembed's [64/4, 128/2] block.
-      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // logits: the loss reads vocab whole.
+      {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // unembed's [64/4, 128/2] block,
+      {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // forward and backward.
+      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // logits: the loss reads vocab whole,
+      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // forward and backward; so d_xf takes
+      {"all_gather", {"tp"}, d * v / 2 * kF32},        // unembed whole over tp.
       {"psum", {"fsdp"}, 4},                           // The loss.
       {"psum_scatter", {"fsdp"}, v / 2 * d * kF32},    // d_embed's tp block: ids on fsdp.
       {"psum_scatter", {"fsdp"}, d * v / 2 * kF32},    // d_unembed's tp block.
   };
+  // Every weight but the embedding is gathered in the forward and again in the backward.
   for (int norm = 0; norm < 5; ++norm) {  // attn_norm, mlp_norm per layer; final_norm.
     c.push_back({"all_gather", {"fsdp"}, d / 4 * kF32});
+    c.push_back({"all_gather", {"fsdp"}, d / 4 * kF32});
     c.push_back({"psum_scatter", {"fsdp"}, d * kF32});
-    c.push_back({"psum", {"tp"}, d / 4 * kF32});
+    // The layers' norms' cotangents are partial over tp (final_norm's is not: d_xf is whole).
+    if (norm < 4) c.push_back({"psum", {"tp"}, d / 4 * kF32});
   }
   for (int layer = 0; layer < 2; ++layer) {
     for (int w = 0; w < 4; ++w) {  // wq, wk, wv [64, 8, 8]; wo [8, 8, 64]: 4096 elements.
       c.push_back({"all_gather", {"fsdp"}, 64 * 64 / 8 * kF32});
+      c.push_back({"all_gather", {"fsdp"}, 64 * 64 / 8 * kF32});
       c.push_back({"psum_scatter", {"fsdp"}, 64 * 64 / 2 * kF32});
     }
     for (int w = 0; w < 3; ++w) {  // w_gate, w_up [64, 128]; w_down [128, 64].
+      c.push_back({"all_gather", {"fsdp"}, 64 * 128 / 8 * kF32});
       c.push_back({"all_gather", {"fsdp"}, 64 * 128 / 8 * kF32});
       c.push_back({"psum_scatter", {"fsdp"}, 64 * 128 / 2 * kF32});
     }
     // Forward: after o and w_down; backward: the residual cotangents after q/k/v and gate/up.
     for (int k = 0; k < 4; ++k) c.push_back({"psum", {"tp"}, b * t * d * kF32});
   }
-  c.push_back({"psum", {"tp"}, b * t * d * kF32});  // d_y1: out of the unembedding (vocab@tp).
   return c;
 }
 
@@ -135,11 +146,13 @@ std::vector<Coll> SequenceParallelTransformer() {
   for (int layer = 0; layer < 2; ++layer) {
     for (int w = 0; w < 4; ++w) c.push_back({"psum", {"data"}, 64 * 64 / 4 * kF32});
     for (int w = 0; w < 3; ++w) c.push_back({"psum", {"data"}, 64 * 128 / 4 * kF32});
-    // Two blocks, forward and backward: gather the sequence in, scatter it out.
+    // Two blocks, forward and backward: gather the sequence in, scatter it out; the
+    // backward gathers each block's normed input again for its weight gradients.
     for (int k = 0; k < 4; ++k) {
       c.push_back({"all_gather", {"tp"}, b * t * d * kF32});
       c.push_back({"psum_scatter", {"tp"}, b * 4 * t * d * kF32});
     }
+    for (int k = 0; k < 2; ++k) c.push_back({"all_gather", {"tp"}, b * t * d * kF32});
   }
   return c;
 }
@@ -184,10 +197,14 @@ std::map<std::string, Example> Examples() {
          {"psum", {"dp"}, h * h * kF32},
          {"psum", {"dp"}, h * c * kF32}},
         kSmallerSeedMlp}},
-      // FSDP over 8: each weight's [rows / 8, cols] block all-gathered; each gradient (whole,
-      // partial over fsdp) psum_scattered.
+      // FSDP over 8: each weight's [rows / 8, cols] block all-gathered, and again in the
+      // backward for the activations' cotangents (all but w1: x is not differentiated); each
+      // gradient (whole, partial over fsdp) psum_scattered.
       {"mlp_seed_fsdp",
        {{{"all_gather", {"fsdp"}, i / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * h * kF32},
+         {"all_gather", {"fsdp"}, h / 8 * c * kF32},
          {"all_gather", {"fsdp"}, h / 8 * h * kF32},
          {"all_gather", {"fsdp"}, h / 8 * h * kF32},
          {"all_gather", {"fsdp"}, h / 8 * c * kF32},
@@ -221,6 +238,9 @@ std::map<std::string, Example> Examples() {
          {"all_gather", {"fsdp"}, s1 / 8 * s2 * kF32},
          {"all_gather", {"fsdp"}, s2 / 8 * s3 * kF32},
          {"all_gather", {"fsdp"}, s3 / 8 * s4 * kF32},
+         {"all_gather", {"fsdp"}, s1 / 8 * s2 * kF32},  // The backward's, as mlp_seed_fsdp.
+         {"all_gather", {"fsdp"}, s2 / 8 * s3 * kF32},
+         {"all_gather", {"fsdp"}, s3 / 8 * s4 * kF32},
          {"psum_scatter", {"fsdp"}, s0 * s1 * kF32},
          {"psum_scatter", {"fsdp"}, s1 * s2 * kF32},
          {"psum_scatter", {"fsdp"}, s2 * s3 * kF32},
@@ -234,10 +254,13 @@ std::map<std::string, Example> Examples() {
          {"psum", {"tp"}, sb * s2 * kF32}},
         {}}},
       // fsdp 4 x tp 2: each weight's block ([rows/4 or /2, cols/2 or /4]) gathered over fsdp
-      // to its tp block; TP's psums on 128 rows; each gradient's tp block, partial over fsdp,
-      // psum_scattered.
+      // to its tp block (w2..w4 again in the backward); TP's psums on 128 rows; each
+      // gradient's tp block, partial over fsdp, psum_scattered.
       {"mlp_small_fsdp_tp",
        {{{"all_gather", {"fsdp"}, s0 / 4 * s1 / 2 * kF32},
+         {"all_gather", {"fsdp"}, s1 / 2 * s2 / 4 * kF32},
+         {"all_gather", {"fsdp"}, s2 / 4 * s3 / 2 * kF32},
+         {"all_gather", {"fsdp"}, s3 / 2 * s4 / 4 * kF32},
          {"all_gather", {"fsdp"}, s1 / 2 * s2 / 4 * kF32},
          {"all_gather", {"fsdp"}, s2 / 4 * s3 / 2 * kF32},
          {"all_gather", {"fsdp"}, s3 / 2 * s4 / 4 * kF32},
