@@ -724,12 +724,13 @@ class Expander {
   }
 
   // The program with `renamed` (its ops, single-assignment) and every grad op expanded.
-  ProgramSpec Run(const Renamed& renamed, std::vector<size_t>* backward_starts) {
+  ProgramSpec Run(const Renamed& renamed, std::vector<size_t>* pass_starts) {
     aliases_ = renamed.aliases;
     for (const OpSpec& op : renamed.ops) {
       if (op.kind == OpKind::kGrad) {
-        if (backward_starts) backward_starts->push_back(out_.ops.size());
+        if (pass_starts) pass_starts->push_back(out_.ops.size());
         Expand(op);
+        if (pass_starts) pass_starts->push_back(out_.ops.size());
         continue;
       }
       std::vector<Array> results;
@@ -863,7 +864,7 @@ class Expander {
 
 }  // namespace
 
-ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* backward_starts) {
+ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* pass_starts) {
   auto grad = std::find_if(program.ops.begin(), program.ops.end(),
                            [](const OpSpec& op) { return op.kind == OpKind::kGrad; });
   if (grad == program.ops.end()) return program;
@@ -874,7 +875,7 @@ ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* backwar
   Names names(program);
   const Renamed renamed =
       Rebinds(program) ? SingleAssignment(program, names) : Renamed{program.ops, 0};
-  return Expander(program, names).Run(renamed, backward_starts);
+  return Expander(program, names).Run(renamed, pass_starts);
 }
 
 }  // namespace shardsim::planner

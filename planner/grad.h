@@ -21,9 +21,8 @@ namespace shardsim::planner {
 // version it means. Programs without grad ops come back unchanged. Throws SpecError keyed at
 // the grad op ("program.4.of": not a scalar; "program.4.wrt.1": an integer value; "program.4":
 // an op on the path without a derivative rule, a manual program) or at a forward op whose
-// shapes do not fit. When `backward_starts` is given it receives, per grad op in order, the
-// index in the result of the first op of its backward pass.
-ProgramSpec ExpandGrads(const ProgramSpec& program,
-                        std::vector<size_t>* backward_starts = nullptr);
+// shapes do not fit. When `pass_starts` is given it receives, per grad op in order, the
+// index in the result of the first op of its backward pass and of the first op after it.
+ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* pass_starts = nullptr);
 
 }  // namespace shardsim::planner

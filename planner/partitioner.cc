@@ -29,9 +29,9 @@ struct Value {
 class Partitioner {
  public:
   Partitioner(const ProgramSpec& global, const PartitionCosts& costs,
-              std::vector<size_t> backward_starts)
+              std::vector<size_t> pass_starts)
       : global_(global),
-        backward_starts_(std::move(backward_starts)),
+        pass_starts_(std::move(pass_starts)),
         costs_(costs),
         axes_(global.mesh_axes),
         explicit_(global.mode == ProgramMode::kExplicit),
@@ -56,14 +56,15 @@ class Partitioner {
       Define(a.name, std::move(v));
     }
     if (!explicit_) Hints();
-    size_t next_backward = 0;
+    size_t next_pass = 0;
     for (size_t i = 0; i < global_.ops.size(); ++i) {
-      // A backward pass starts: autodiff saved the program's values, not the copies the
-      // partitioner resharded them into, so its reshards are made anew (FSDP gathers each
-      // weight in the forward and again in the backward, as JAX under jit does).
-      if (next_backward < backward_starts_.size() && backward_starts_[next_backward] == i) {
+      // A backward pass starts or ends: autodiff saved the program's values, not the copies
+      // the partitioner resharded them into, so each pass makes its reshards anew (FSDP
+      // gathers each weight in the forward and again in the backward, as JAX under jit does;
+      // the next microbatch's forward gathers again).
+      while (next_pass < pass_starts_.size() && pass_starts_[next_pass] == i) {
         reshards_.clear();
-        ++next_backward;
+        ++next_pass;
       }
       Emit(global_.ops[i]);
     }
@@ -545,7 +546,7 @@ class Partitioner {
   }
 
   const ProgramSpec& global_;
-  const std::vector<size_t> backward_starts_;  // Index of each grad's first backward op.
+  const std::vector<size_t> pass_starts_;  // Where each backward pass starts and ends.
   PartitionCosts costs_;
   std::vector<MeshAxis> axes_;
   bool explicit_;
@@ -584,9 +585,9 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
   }
   // Reverse mode first: the backward pass is partitioned like any other ops.
-  std::vector<size_t> backward_starts;
-  const ProgramSpec expanded = ExpandGrads(global, &backward_starts);
-  PartitionResult result = Partitioner(expanded, costs, std::move(backward_starts)).Run();
+  std::vector<size_t> pass_starts;
+  const ProgramSpec expanded = ExpandGrads(global, &pass_starts);
+  PartitionResult result = Partitioner(expanded, costs, std::move(pass_starts)).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = global.outputs;
   return result;

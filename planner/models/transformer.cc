@@ -18,9 +18,14 @@ class TrainStepBuilder {
     const int64_t d = model_.d_model;
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
+    const int64_t micro = train_.microbatches;
     const PartitionSpec tokens = rules_.Spec({"batch", "length"});
-    pb_.Input("tokens", {train_.batch, train_.seq_len}, DType::kI32, tokens, ids);
-    pb_.Input("labels", {train_.batch, train_.seq_len}, DType::kI32, tokens, ids);
+    for (int64_t i = 0; i < micro; ++i) {
+      sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
+      const Shape shape = {train_.batch / micro, train_.seq_len};
+      pb_.Input(N("tokens"), shape, DType::kI32, tokens, ids);
+      pb_.Input(N("labels"), shape, DType::kI32, tokens, ids);
+    }
     Param("embed", {model_.vocab, d}, {"vocab", "embed"});
     for (int64_t l = 0; l < model_.layers; ++l) {
       const std::string L = std::to_string(l);
@@ -47,14 +52,31 @@ class TrainStepBuilder {
         pb_.Add(std::move(cast));
       }
     }
-    std::string x = Op(OpKind::kTake, {W("embed"), "tokens"}, "x0");
-    for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
-    const std::string xf = Norm(x, W("final_norm"), "xf");
-    const std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), "logits");
-    Op(OpKind::kCrossEntropy, {logits, "labels"}, "loss");
-    std::vector<std::string> grads;
-    for (const Parameter& p : params_) grads.push_back("d_" + p.name);
-    pb_.Grad("loss", Names(), grads);
+    // Each microbatch: its forward, then its backward; the gradients summed as they come.
+    std::string loss_sum;
+    for (int64_t i = 0; i < micro; ++i) {
+      sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
+      std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
+      for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
+      const std::string xf = Norm(x, W("final_norm"), N("xf"));
+      const std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
+      const std::string loss = Op(OpKind::kCrossEntropy, {logits, N("labels")}, N("loss"));
+      std::vector<std::string> grads;
+      for (const Parameter& p : params_) grads.push_back(N("d_" + p.name));
+      pb_.Grad(loss, Names(), grads);
+      if (micro == 1) break;
+      loss_sum = i == 0 ? loss : Op(OpKind::kAdd, {loss_sum, loss}, N("loss_sum"));
+      for (Parameter& p : params_) {
+        const std::string g = N("d_" + p.name);
+        p.acc = i == 0 ? g : Op(OpKind::kAdd, {p.acc, g}, N("acc_" + p.name));
+      }
+    }
+    if (micro > 1) {
+      sfx_.clear();
+      const double mean = 1.0 / static_cast<double>(micro);
+      Scalar(OpKind::kMul, loss_sum, mean, "loss");
+      for (const Parameter& p : params_) Scalar(OpKind::kMul, p.acc, mean, "d_" + p.name);
+    }
     pb_.Output("loss", PartitionSpec{});
     switch (train_.optimizer) {
       case Optimizer::kNone:
@@ -78,7 +100,11 @@ class TrainStepBuilder {
     std::string name;
     Shape shape;
     PartitionSpec spec;
+    std::string acc;  // Microbatches: the sum of its gradients so far.
   };
+
+  // Value `base` of the current microbatch.
+  std::string N(const std::string& base) const { return base + sfx_; }
 
   void Param(const std::string& name, Shape shape, const std::vector<std::string>& dims,
              bool ones = false) {
@@ -87,7 +113,7 @@ class TrainStepBuilder {
     if (!ones) init.seed = ++seed_;
     const PartitionSpec spec = rules_.Spec(dims);
     pb_.Input(name, shape, train_.param_dtype, spec, init);
-    params_.push_back({name, std::move(shape), spec});
+    params_.push_back({name, std::move(shape), spec, ""});
   }
 
   // The value the forward pass reads for parameter `name`: its compute-dtype copy.
@@ -135,28 +161,28 @@ class TrainStepBuilder {
   }
 
   std::string Layer(std::string x, const std::string& L) {
-    x = Residual(x, "r" + L);
-    const std::string na = Norm(x, W("attn_norm" + L), "n" + L + "a");
-    const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), "q" + L);
-    const std::string k = pb_.Einsum("btd,dhk->bthk", na, W("wk" + L), "k" + L);
-    const std::string v = pb_.Einsum("btd,dhk->bthk", na, W("wv" + L), "v" + L);
-    const std::string a = Op(OpKind::kAttention, {q, k, v}, "a" + L);
-    const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), "o" + L);
-    std::string h = Op(OpKind::kAdd, {x, o}, "h" + L);
-    h = Residual(h, "hc" + L);
-    const std::string nm = Norm(h, W("mlp_norm" + L), "n" + L + "m");
+    x = Residual(x, N("r" + L));
+    const std::string na = Norm(x, W("attn_norm" + L), N("n" + L + "a"));
+    const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), N("q" + L));
+    const std::string k = pb_.Einsum("btd,dhk->bthk", na, W("wk" + L), N("k" + L));
+    const std::string v = pb_.Einsum("btd,dhk->bthk", na, W("wv" + L), N("v" + L));
+    const std::string a = Op(OpKind::kAttention, {q, k, v}, N("a" + L));
+    const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), N("o" + L));
+    std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
+    h = Residual(h, N("hc" + L));
+    const std::string nm = Norm(h, W("mlp_norm" + L), N("n" + L + "m"));
     std::string m;
     if (model_.mlp == MlpKind::kSwiGlu) {
-      const std::string gate = pb_.Einsum("btd,df->btf", nm, W("w_gate" + L), "gate" + L);
-      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
-      const std::string act = Op(OpKind::kSilu, {gate}, "act" + L);
-      m = Op(OpKind::kMul, {act, up}, "m" + L);
+      const std::string gate = pb_.Einsum("btd,df->btf", nm, W("w_gate" + L), N("gate" + L));
+      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), N("up" + L));
+      const std::string act = Op(OpKind::kSilu, {gate}, N("act" + L));
+      m = Op(OpKind::kMul, {act, up}, N("m" + L));
     } else {
-      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), "up" + L);
-      m = Op(OpKind::kGelu, {up}, "act" + L);
+      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), N("up" + L));
+      m = Op(model_.mlp == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {up}, N("act" + L));
     }
-    const std::string down = pb_.Einsum("btf,fd->btd", m, W("w_down" + L), "d" + L);
-    return Op(OpKind::kAdd, {h, down}, "y" + L);
+    const std::string down = pb_.Einsum("btf,fd->btd", m, W("w_down" + L), N("d" + L));
+    return Op(OpKind::kAdd, {h, down}, N("y" + L));
   }
 
   // optax.adam's first step from zero moments (b1 0.9, b2 0.999, eps 1e-8): m = (1 - b1) g,
@@ -188,6 +214,7 @@ class TrainStepBuilder {
   const LogicalRules& rules_;
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
+  std::string sfx_;  // The current microbatch's suffix ("" with one).
   uint64_t seed_ = 0;
 };
 
@@ -206,6 +233,11 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
                                                ") must be a multiple of kv_heads (" +
                                                std::to_string(model.kv_heads) + ")");
   Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
+  Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
+        "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
+            std::to_string(train.batch) + ")");
+  Check(model.experts == 0, "MoE layers (experts: " + std::to_string(model.experts) +
+                                ") are not built yet: the step builder makes dense models only");
   return TrainStepBuilder(model, train, axes, rules).Build();
 }
 

@@ -18,6 +18,7 @@ namespace shardsim::planner {
 enum class MlpKind {
   kSwiGlu,  // down(silu(x W_gate) * (x W_up)) (Llama).
   kGelu,    // down(gelu(x W_up)) (GPT-3, Megatron).
+  kRelu,    // down(relu(x W_up)) (MaxText's 2023 global_parameter_scale models).
 };
 
 // The normalization of a decoder layer.
@@ -34,6 +35,15 @@ struct TransformerConfig {
   int64_t vocab = 128;   // Vocabulary.
   MlpKind mlp = MlpKind::kSwiGlu;
   NormKind norm = NormKind::kRms;
+  // Mixture of experts (SPEC's experts, top_k, capacity_factor, shared_experts,
+  // expert_d_ff): 0 experts is a dense model. The step builder does not build MoE layers yet
+  // and refuses a model with experts; presets carry them so the figures are in one place.
+  int64_t experts = 0;
+  int64_t top_k = 2;              // Experts each token is routed to.
+  double capacity_factor = 1.25;  // Expert capacity over an even split of the tokens.
+  int64_t shared_experts = 0;     // Experts every token goes through.
+  int64_t expert_d_ff = 0;        // MLP width of one expert (0: d_ff).
+  int64_t dense_layers = 0;       // Leading layers with a dense MLP (DeepSeek-V3's first 3).
 };
 
 // The parameter update after the gradients.
@@ -51,6 +61,10 @@ struct TrainConfig {
   DType param_dtype = DType::kF32;  // Parameters, gradients and optimizer state.
   Optimizer optimizer = Optimizer::kNone;
   double learning_rate = 1e-3;  // sgd and adam.
+  // Gradient accumulation: the batch runs as this many microbatches of batch / microbatches
+  // sequences, one after another (each its forward, then its backward), their gradients
+  // summed and averaged before one update.
+  int64_t microbatches = 1;
 };
 
 // The global program (mode auto) of one training step of `model` on `train`'s batch over a
@@ -61,13 +75,17 @@ struct TrainConfig {
 // (sequence parallelism) the residual stream is constrained to [batch, length, -] at each
 // block's entry, so the norms and residual adds run on the sequence shard. Values are named
 // as the configs/jit transformer examples name them (x0, n0a, q0, ..., loss; gradients d_<p>;
-// updated parameters <p>_new and Adam moments m_<p>, v_<p>). With a param_dtype other than
+// updated parameters <p>_new and Adam moments m_<p>, v_<p>). With microbatches each has its
+// token ids and labels (tokens_mb<i>, labels_mb<i>), forward values suffixed _mb<i>, and its
+// own grad; the gradients accumulate (acc_<p>_mb<i>) and d_<p> is their mean, loss the mean
+// of the microbatches' losses. With a param_dtype other than
 // dtype (mixed precision: f32 master weights, bf16 compute) every parameter is converted to
 // dtype once, up front, as its sharded block (<p>_c; the FSDP gathers then move dtype), and the
 // gradients, taken through the converts, are in param_dtype. Token ids and labels are arange
 // (valid ids when batch x seq_len <= vocab; timing never reads them); parameters are normal
 // with seeds in declaration order, norm scales ones. Throws std::invalid_argument for a
-// configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1).
+// configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1,
+// microbatches not dividing the batch, experts > 0).
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules);
 

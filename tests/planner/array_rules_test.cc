@@ -165,7 +165,8 @@ std::vector<RuleCase> Cases() {
        std::vector<Inserted>{{OpKind::kPsum, {"X"}, 4}, {OpKind::kPsum, {"X"}, 128}}},
       // rms_norm of x [16@X, 8] with scale [8@Y]: the scale is gathered over Y ([4] f32, 16
       // B), in the forward and again in the backward (dx reads it; autodiff saved the sharded
-      // scale, not the gathered copy). The loss psums over X (4 B). dscale, g * xhat summed over the split rows, is a [8]
+      // scale, not the gathered copy). The loss psums over X (4 B). dscale, g * xhat summed over
+      // the split rows, is a [8]
       // partial over X; out P('Y') slices it over Y locally, then psums the [4] over X (16
       // B); dx stays [16@X, 8].
       {"RmsNormGradSumsTheScaleOverTheBatch",
@@ -180,11 +181,10 @@ std::vector<RuleCase> Cases() {
          g.b().Output("dscale", P({{"Y"}}));
          return std::move(g).Build();
        },
-       std::vector<Inserted>{
-           {OpKind::kAllGather, {"Y"}, 16},
-           {OpKind::kAllGather, {"Y"}, 16},
-           {OpKind::kPsum, {"X"}, 4},
-           {OpKind::kPsum, {"X"}, 16}}},
+       std::vector<Inserted>{{OpKind::kAllGather, {"Y"}, 16},
+                             {OpKind::kAllGather, {"Y"}, 16},
+                             {OpKind::kPsum, {"X"}, 4},
+                             {OpKind::kPsum, {"X"}, 16}}},
       {"LayerNormGradOverASplitAxis",
        [] {
          Global g;

@@ -75,13 +75,16 @@ INSTANTIATE_TEST_SUITE_P(Examples, BuiltStepTest,
 
 // Every variant of the step, partitioned under FSDP 4 x TP 2, computes what the unsharded step
 // computes (the numerics check's per-output error bounds): Adam and SGD updates, GELU with
-// LayerNorm, grouped-query attention (8 heads on 2 kv heads, one per tp position).
+// LayerNorm, ReLU, grouped-query attention (8 heads on 2 kv heads, one per tp position), and
+// gradient accumulation over 2 and 4 microbatches (each its own forward and grad, the
+// gradients averaged).
 struct Variant {
   std::string name;
   MlpKind mlp;
   NormKind norm;
   int64_t kv_heads;
   Optimizer optimizer;
+  int64_t microbatches = 1;
 };
 
 class StepVariantTest : public ::testing::TestWithParam<Variant> {};
@@ -95,6 +98,8 @@ TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
   m.kv_heads = v.kv_heads;
   TrainConfig train;
   train.optimizer = v.optimizer;
+  train.microbatches = v.microbatches;
+  train.batch = 8 * v.microbatches;  // Each microbatch still splits over fsdp.
   const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
   const LogicalRules rules({{"batch", {"fsdp"}},
                             {"embed", {"fsdp"}},
@@ -105,14 +110,16 @@ TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
   ExpectNumericsPass(BuildTrainStep(m, train, mesh, rules));
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, StepVariantTest,
-                         ::testing::Values(Variant{"swiglu_rms_adam", MlpKind::kSwiGlu,
-                                                   NormKind::kRms, 8, Optimizer::kAdam},
-                                           Variant{"gelu_layernorm_sgd", MlpKind::kGelu,
-                                                   NormKind::kLayer, 8, Optimizer::kSgd},
-                                           Variant{"grouped_query", MlpKind::kSwiGlu,
-                                                   NormKind::kRms, 2, Optimizer::kNone}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, StepVariantTest,
+    ::testing::Values(
+        Variant{"swiglu_rms_adam", MlpKind::kSwiGlu, NormKind::kRms, 8, Optimizer::kAdam},
+        Variant{"gelu_layernorm_sgd", MlpKind::kGelu, NormKind::kLayer, 8, Optimizer::kSgd},
+        Variant{"grouped_query", MlpKind::kSwiGlu, NormKind::kRms, 2, Optimizer::kNone},
+        Variant{"relu", MlpKind::kRelu, NormKind::kRms, 8, Optimizer::kNone},
+        Variant{"microbatches2_adam", MlpKind::kSwiGlu, NormKind::kRms, 8, Optimizer::kAdam, 2},
+        Variant{"microbatches4", MlpKind::kSwiGlu, NormKind::kRms, 2, Optimizer::kNone, 4}),
+    [](const auto& info) { return info.param.name; });
 
 // Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
 // its block, so each one's FSDP all-gather moves bf16 blocks: embed [128, 64/8], w_gate/w_up
@@ -128,7 +135,9 @@ TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
   const ProgramSpec global = BuildTrainStep(
       m, train, mesh, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, mesh));
   for (const ArraySpec& a : global.arrays) {
-    if (a.dtype != DType::kI32) EXPECT_EQ(a.dtype, DType::kF32) << a.name;
+    if (a.dtype != DType::kI32) {
+      EXPECT_EQ(a.dtype, DType::kF32) << a.name;
+    }
   }
   std::vector<int64_t> gathers;
   for (const Inserted& c : Collectives(global, Partition(global))) {
@@ -160,6 +169,46 @@ TEST(TransformerTest, RefusesHeadsNotAMultipleOfKvHeads) {
   m.kv_heads = 3;
   EXPECT_THROW(BuildTrainStep(m, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
                std::invalid_argument);
+}
+
+TEST(TransformerTest, RefusesMicrobatchesNotDividingTheBatchAndExperts) {
+  TrainConfig train;
+  train.microbatches = 3;
+  EXPECT_THROW(BuildTrainStep(SmallModel(), train, {{"dp", 2}}, LogicalRules()),
+               std::invalid_argument);
+  TransformerConfig moe = SmallModel();
+  moe.experts = 2;
+  EXPECT_THROW(BuildTrainStep(moe, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
+               std::invalid_argument);
+}
+
+// With microbatches, each microbatch's forward runs after the previous one's backward, so the
+// step holds one microbatch's activations at a time: under FSDP its peak memory is below the
+// single-batch step's, and it gathers each weight once per microbatch and pass.
+TEST(TransformerTest, MicrobatchesRunOneAfterAnother) {
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  const std::vector<MeshAxis> mesh = {{"fsdp", 8}};
+  const LogicalRules rules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, mesh);
+  TrainConfig one;
+  one.batch = 64;
+  one.seq_len = 64;
+  TrainConfig four = one;
+  four.microbatches = 4;
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh placed = PlaceMesh(machine, mesh);
+  auto run = [&](const TrainConfig& train, int* gathers) {
+    const ProgramSpec global = BuildTrainStep(m, train, mesh, rules);
+    const PartitionResult p = PartitionOnMachine(global, machine, placed);
+    *gathers = 0;
+    for (const OpSpec& op : p.program.ops) *gathers += op.kind == OpKind::kAllGather;
+    return RunProgram(machine, placed, p.program, RunConfig{}).peak_memory;
+  };
+  int gathers_one = 0, gathers_four = 0;
+  const Bytes peak_one = run(one, &gathers_one);
+  const Bytes peak_four = run(four, &gathers_four);
+  EXPECT_LT(peak_four, peak_one);
+  EXPECT_EQ(gathers_four, 4 * gathers_one);
 }
 
 }  // namespace

@@ -1,0 +1,27 @@
+#include "planner/models/model_flops.h"
+
+namespace shardsim::planner {
+
+ParameterCounts CountParameters(const TransformerConfig& model) {
+  const int64_t d = model.d_model, hd = model.head_dim;
+  const int64_t attention = d * model.heads * hd * 2 + d * model.kv_heads * hd * 2;
+  const int64_t mlp = (model.mlp == MlpKind::kSwiGlu ? 3 : 2) * d * model.d_ff;
+  ParameterCounts c;
+  c.embedding = model.vocab * d;
+  c.per_layer = attention + mlp + 2 * d;
+  c.head = d + d * model.vocab;
+  c.matmul = model.layers * (attention + mlp) + d * model.vocab;
+  c.total = c.embedding + model.layers * c.per_layer + c.head;
+  return c;
+}
+
+double TrainStepModelFlops(const TransformerConfig& model, const TrainConfig& train) {
+  const double tokens = static_cast<double>(train.batch) * static_cast<double>(train.seq_len);
+  const double n = static_cast<double>(CountParameters(model).matmul);
+  const double attention = 12.0 * static_cast<double>(model.layers) *
+                           static_cast<double>(model.heads) * static_cast<double>(model.head_dim) *
+                           static_cast<double>(train.seq_len);
+  return tokens * (6.0 * n + attention);
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,31 @@
+// Parameter counts and model FLOPs of a transformer: the figures MFU is defined by.
+#pragma once
+
+#include <cstdint>
+
+#include "planner/models/transformer.h"
+
+namespace shardsim::planner {
+
+// The parameters of a dense decoder-only transformer, by where they sit.
+struct ParameterCounts {
+  int64_t embedding = 0;  // The token embedding table, vocab x d (a gather, not a matmul).
+  int64_t per_layer = 0;  // One decoder layer: q, k, v, o projections, the MLP, two norms.
+  int64_t head = 0;       // The final norm and the unembedding, d x vocab.
+  int64_t matmul = 0;     // Weights of matmuls: the layers' projections and the unembedding.
+  int64_t total = 0;      // All of them.
+};
+
+// The parameters of `model`: per layer d·H·hd + 2·d·KV·hd (q; k, v) + H·hd·d (o) + 3·d·ff
+// (SwiGLU: gate, up, down; 2·d·ff for GELU/ReLU) + 2·d (norms); head d + d·V. Llama-2-7B gives
+// 6,738,415,616, the count Meta and Hugging Face report.
+ParameterCounts CountParameters(const TransformerConfig& model);
+
+// Model FLOPs of one training step, PaLM's definition (Chowdhery et al. 2022, Appendix B):
+// per token 6·N + 12·L·H·hd·T, N the matmul weights (CountParameters().matmul: the embedding
+// table, a gather, and the norms excluded), T the sequence length: the forward's matmuls
+// 2·N and the attention scores and weighted sum 2·2·L·H·hd·T, the backward twice the
+// forward. Causality is not discounted and recomputation is not counted, as MFU requires.
+double TrainStepModelFlops(const TransformerConfig& model, const TrainConfig& train);
+
+}  // namespace shardsim::planner

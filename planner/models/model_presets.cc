@@ -1,0 +1,82 @@
+#include "planner/models/model_presets.h"
+
+namespace shardsim::planner {
+namespace {
+
+// A dense decoder with head_dim = d_model / heads (every preset below but those that say).
+TransformerConfig Dense(int64_t layers, int64_t d, int64_t heads, int64_t kv_heads, int64_t ff,
+                        int64_t vocab, MlpKind mlp, NormKind norm) {
+  TransformerConfig c;
+  c.layers = layers;
+  c.d_model = d;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = d / heads;
+  c.d_ff = ff;
+  c.vocab = vocab;
+  c.mlp = mlp;
+  c.norm = norm;
+  return c;
+}
+
+TransformerConfig Llama(int64_t layers, int64_t d, int64_t heads, int64_t kv_heads, int64_t ff,
+                        int64_t vocab) {
+  return Dense(layers, d, heads, kv_heads, ff, vocab, MlpKind::kSwiGlu, NormKind::kRms);
+}
+
+TransformerConfig Gpt(int64_t layers, int64_t d, int64_t heads, int64_t ff) {
+  // Megatron pads GPT's 50257-token vocabulary to 51200 (a multiple of 128 x TP).
+  return Dense(layers, d, heads, heads, ff, 51200, MlpKind::kGelu, NormKind::kLayer);
+}
+
+TransformerConfig Mixtral() {
+  TransformerConfig c = Llama(32, 4096, 32, 8, 14336, 32000);
+  c.experts = 8;
+  c.top_k = 2;
+  c.expert_d_ff = 14336;
+  return c;
+}
+
+std::vector<ModelPreset> MakePresets() {
+  const std::string korthikanti =
+      "Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer "
+      "Models', Table 3";
+  return {
+      {"llama-2-7b", Llama(32, 4096, 32, 32, 11008, 32000),
+       "Touvron et al. 2023, 'Llama 2', Table 1; meta-llama/Llama-2-7b-hf config.json"},
+      {"llama-2-70b", Llama(80, 8192, 64, 8, 28672, 32000),
+       "Touvron et al. 2023, 'Llama 2', Table 1; meta-llama/Llama-2-70b-hf config.json"},
+      {"llama-3-8b", Llama(32, 4096, 32, 8, 14336, 128256),
+       "Meta Llama 3 model card; meta-llama/Meta-Llama-3-8B config.json"},
+      {"llama-3-70b", Llama(80, 8192, 64, 8, 28672, 128256),
+       "Meta Llama 3 model card; meta-llama/Meta-Llama-3-70B config.json"},
+      {"llama-3.1-405b", Llama(126, 16384, 128, 8, 53248, 128256),
+       "Llama Team 2024, 'The Llama 3 Herd of Models', Table 3"},
+      {"gpt3-175b", Gpt(96, 12288, 96, 49152),
+       "Brown et al. 2020, 'Language Models are Few-Shot Learners', Table 2.1; vocabulary "
+       "padded to 51200 as Megatron-LM does"},
+      {"megatron-22b", Gpt(48, 6144, 64, 24576), korthikanti},
+      {"megatron-175b", Gpt(96, 12288, 96, 49152), korthikanti},
+      {"megatron-530b", Gpt(105, 20480, 128, 81920), korthikanti},
+      {"megatron-1t", Gpt(128, 25600, 160, 102400), korthikanti},
+      {"mixtral-8x7b", Mixtral(),
+       "Jiang et al. 2024, 'Mixtral of Experts', Table 1; mistralai/Mixtral-8x7B-v0.1 "
+       "config.json"},
+  };
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& ModelPresets() {
+  static const std::vector<ModelPreset> presets = MakePresets();
+  return presets;
+}
+
+const ModelPreset* FindModelPreset(std::string_view name) {
+  for (const ModelPreset& p : ModelPresets()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,178 @@
+#include "planner/models/train_step_run.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "collectives/dtype.h"
+#include "collectives/lowering.h"
+#include "collectives/runtime/run_program.h"
+#include "collectives/timing/collective_cost_model.h"
+#include "planner/models/logical_rules.h"
+#include "planner/models/model_flops.h"
+#include "planner/partitioner.h"
+#include "sim/spec_error.h"
+
+namespace shardsim::planner {
+namespace {
+
+// Bytes of `array`'s block on the device holding the most of it: each dimension divided by
+// the product of the mesh axes it is split over, rounded up.
+Bytes LocalBytes(const ArraySpec& array, const Mesh& mesh) {
+  int64_t elements = 1;
+  for (size_t d = 0; d < array.shape.size(); ++d) {
+    int64_t split = 1;
+    if (d < array.sharding.dims.size()) {
+      for (const std::string& axis : array.sharding.dims[d]) {
+        split *= mesh.axes()[static_cast<size_t>(mesh.AxisIndex(axis))].size;
+      }
+    }
+    elements *= (array.shape[d] + split - 1) / split;
+  }
+  return Bytes(elements * DTypeSize(array.dtype));
+}
+
+bool IsMoment(const std::string& name) {
+  return name.rfind("m_", 0) == 0 || name.rfind("v_", 0) == 0;
+}
+
+// a + (b - a) * k, field by field: the figures of a step with k layers more than a's, b being
+// one layer more than a.
+Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
+Bytes Extrapolate(Bytes a, Bytes b, int64_t k) { return a + (b - a) * k; }
+
+StepFigures Compose(const StepFigures& a, const StepFigures& b, int64_t k) {
+  StepFigures f;
+  f.end = Extrapolate(a.end, b.end, k);
+  f.compute = Extrapolate(a.compute, b.compute, k);
+  f.comm = Extrapolate(a.comm, b.comm, k);
+  f.exposed_comm = Extrapolate(a.exposed_comm, b.exposed_comm, k);
+  f.peak = Extrapolate(a.peak, b.peak, k);
+  f.state.params = Extrapolate(a.state.params, b.state.params, k);
+  f.state.grads = Extrapolate(a.state.grads, b.state.grads, k);
+  f.state.optimizer = Extrapolate(a.state.optimizer, b.state.optimizer, k);
+  f.events = a.events + b.events;  // The work done, not a figure of the step.
+  return f;
+}
+
+// Simulates the step of `model` (whatever its layer count) and reads its figures.
+StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
+                            const TransformerConfig& model, const TrainConfig& train,
+                            const StepPlan& plan, const LogicalRules& rules,
+                            CollectiveCostModel& collectives) {
+  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules);
+  PartitionResult partitioned;
+  try {
+    partitioned = Partition(global, PartitionCosts{&mesh, &collectives, machine.compute_model()});
+  } catch (const SpecError& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  }
+  const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
+  RunConfig config;
+  config.algorithms = plan.algorithms;
+  config.timing = TimingPath::kCached;
+  config.collective_model = &collectives;
+  const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
+  StepFigures f;
+  f.end = run.end;
+  for (const DeviceTiming& d : run.per_device) {
+    if (d.compute + d.exposed_comm > f.compute + f.exposed_comm) {
+      f.compute = d.compute;
+      f.comm = d.comm;
+      f.exposed_comm = d.exposed_comm;
+    }
+  }
+  f.peak = run.peak_memory;
+  f.state = StepStateBytes(global, mesh);
+  f.events = run.events;
+  return f;
+}
+
+}  // namespace
+
+StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh) {
+  StateBytes s;
+  for (const ArraySpec& a : global.arrays) {
+    if (a.dtype == DType::kI32) continue;  // Token ids and labels: the batch, not state.
+    Bytes& kind = IsMoment(a.name) ? s.optimizer : s.params;
+    kind = kind + LocalBytes(a, mesh);
+  }
+  // Gradients: one per parameter, in param_dtype, sharded as the parameter.
+  s.grads = s.params;
+  return s;
+}
+
+TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
+                                    const TransformerConfig& model, const TrainConfig& train,
+                                    const StepFigures& figures,
+                                    std::vector<int64_t> simulated_layers) {
+  TrainStepReport r;
+  r.step_time = figures.end;
+  r.devices = mesh.size();
+  const double seconds = figures.end.seconds();
+  const double tokens = static_cast<double>(train.batch) * static_cast<double>(train.seq_len);
+  r.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  r.tokens_per_s_per_device = r.tokens_per_s / r.devices;
+  r.model_flops = TrainStepModelFlops(model, train);
+  const auto& rates = machine.topology().device_spec().flops;
+  const auto rate = rates.find(std::string(DTypeName(train.dtype)));
+  r.peak_flops = rate != rates.end() ? rate->second.per_second() : 0;
+  r.mfu =
+      seconds > 0 && r.peak_flops > 0 ? r.model_flops / (seconds * r.devices * r.peak_flops) : 0;
+  r.compute = figures.compute;
+  r.comm = figures.comm;
+  r.exposed_comm = figures.exposed_comm;
+  StepMemory& m = r.memory;
+  m.params = figures.state.params;
+  m.grads = figures.state.grads;
+  m.optimizer = figures.state.optimizer;
+  m.peak = figures.peak;
+  const Bytes state = m.params + m.grads + m.optimizer;
+  m.activations = m.peak > state ? m.peak - state : Bytes(0);
+  m.capacity = machine.hbm_capacity();
+  m.fits = m.peak <= m.capacity;
+  r.events = figures.events;
+  r.simulated_layers = std::move(simulated_layers);
+  return r;
+}
+
+TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
+                                  const TrainConfig& train, const StepPlan& plan,
+                                  const TrainStepOptions& options) {
+  Mesh mesh = [&] {
+    try {
+      return PlaceMesh(machine, plan.mesh, plan.devices);
+    } catch (const SpecError& e) {
+      throw SpecError("plan.mesh", e.what());
+    }
+  }();
+  LogicalRules rules = [&] {
+    try {
+      return LogicalRules(plan.rules, plan.mesh);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError("plan.rules", e.what());
+    }
+  }();
+  std::unique_ptr<NetworkCollectiveModel> network;
+  std::unique_ptr<CachedCollectiveModel> cache;
+  CollectiveCostModel* collectives = options.collective_model;
+  if (!collectives) {
+    network = std::make_unique<NetworkCollectiveModel>(machine);
+    cache = std::make_unique<CachedCollectiveModel>(*network);
+    collectives = cache.get();
+  }
+  constexpr int64_t kShort = 2;  // Composed from kShort and kShort + 1 layers.
+  if (!options.compose || model.layers <= kShort + 1) {
+    const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives);
+    return MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
+  }
+  TransformerConfig shorter = model;
+  shorter.layers = kShort;
+  const StepFigures a = SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives);
+  shorter.layers = kShort + 1;
+  const StepFigures b = SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives);
+  return MakeTrainStepReport(machine, mesh, model, train, Compose(a, b, model.layers - kShort),
+                             {kShort, kShort + 1});
+}
+
+}  // namespace shardsim::planner
