@@ -66,6 +66,8 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
     partitioned = Partition(global, PartitionCosts{&mesh, &collectives, machine.compute_model()});
   } catch (const SpecError& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   }
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;

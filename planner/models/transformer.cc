@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "collectives/ir/program_builder.h"
+#include "sim/spec_error.h"
 
 namespace shardsim::planner {
 namespace {
@@ -12,7 +13,11 @@ class TrainStepBuilder {
  public:
   TrainStepBuilder(const TransformerConfig& model, const TrainConfig& train,
                    const std::vector<MeshAxis>& axes, const LogicalRules& rules)
-      : model_(model), train_(train), rules_(rules), pb_(axes, {}, ProgramMode::kAuto) {}
+      : model_(model),
+        train_(train),
+        rules_(rules),
+        axes_(axes),
+        pb_(axes, {}, ProgramMode::kAuto) {}
 
   ProgramSpec Build() && {
     const int64_t d = model_.d_model;
@@ -112,6 +117,20 @@ class TrainStepBuilder {
     init.kind = ones ? InitSpec::Kind::kOnes : InitSpec::Kind::kNormal;
     if (!ones) init.seed = ++seed_;
     const PartitionSpec spec = rules_.Spec(dims);
+    for (size_t d = 0; d < spec.dims.size(); ++d) {
+      int64_t blocks = 1;
+      for (const std::string& axis : spec.dims[d]) {
+        for (const MeshAxis& a : axes_) blocks *= a.name == axis ? a.size : 1;
+      }
+      if (shape[d] % blocks == 0) continue;
+      std::string dims_text;
+      for (const std::string& n : dims) dims_text += (dims_text.empty() ? "" : ", ") + n;
+      throw SpecError("plan.rules", "the rules shard parameter " + name + " [" + dims_text +
+                                        "] as " + FormatPartitionSpec(spec) + ", but its " +
+                                        dims[d] + " dimension (" + std::to_string(shape[d]) +
+                                        ") does not divide into " + std::to_string(blocks) +
+                                        " blocks");
+    }
     pb_.Input(name, shape, train_.param_dtype, spec, init);
     params_.push_back({name, std::move(shape), spec, ""});
   }
@@ -212,6 +231,7 @@ class TrainStepBuilder {
   const TransformerConfig& model_;
   const TrainConfig& train_;
   const LogicalRules& rules_;
+  const std::vector<MeshAxis>& axes_;
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
   std::string sfx_;  // The current microbatch's suffix ("" with one).

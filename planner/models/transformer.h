@@ -85,7 +85,8 @@ struct TrainConfig {
 // (valid ids when batch x seq_len <= vocab; timing never reads them); parameters are normal
 // with seeds in declaration order, norm scales ones. Throws std::invalid_argument for a
 // configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1,
-// microbatches not dividing the batch, experts > 0).
+// microbatches not dividing the batch, experts > 0), and SpecError "plan.rules" naming the
+// parameter whose dimension the rules split into blocks that do not divide it.
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules);
 

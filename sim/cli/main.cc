@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   run_cmd
       ->add_option("--timing", run.timing,
-                   "How collectives are timed: network (simulate every transfer; default) or "
-                   "cached (a memoized per-collective cost, one device per timeline class; "
-                   "timing only)")
+                   "How collectives are timed: network (simulate every transfer; the default "
+                   "for programs) or cached (a memoized per-collective cost, one device per "
+                   "timeline class; timing only; the default for model runs, whose step is "
+                   "composed from 2 and 3 simulated layers)")
       ->check(CLI::IsMember({"network", "cached"}));
   run_cmd->add_option("--set", run.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
 

@@ -19,6 +19,9 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/sharding.h"
+#include "planner/models/logical_rules.h"
+#include "planner/models/model_flops.h"
+#include "planner/models/train_step_run.h"
 #include "planner/partitioned_numerics.h"
 #include "planner/partitioner.h"
 #include "sim/atomic_file.h"
@@ -76,6 +79,10 @@ struct RunReport {
   std::string numerics_note;
   int simulated_devices = 0;
   MemoryReport memory;
+  // A model run: what it ran and its step report.
+  std::string model;
+  std::string plan;
+  std::optional<planner::TrainStepReport> step;
 };
 
 // Microseconds with three decimals: one unit down a table column.
@@ -270,7 +277,149 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   return std::move(result.outputs);
 }
 
+// "data=16 x fsdp=64" for the summary.
+std::string DescribeMesh(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const MeshAxis& a : axes) {
+    text += (text.empty() ? "" : " x ") + a.name + "=" + std::to_string(a.size);
+  }
+  return text;
+}
+
+// "batch: data, embed: fsdp" for the summary, in SPEC's order of logical names.
+std::string DescribeRules(const std::map<std::string, std::vector<std::string>>& rules) {
+  std::string text;
+  for (const std::string& name : planner::LogicalRules::Names()) {
+    auto it = rules.find(name);
+    if (it == rules.end() || it->second.empty()) continue;
+    std::string axes;
+    for (const std::string& a : it->second) axes += (axes.empty() ? "" : "+") + a;
+    text += (text.empty() ? "" : ", ") + name + ": " + axes;
+  }
+  return text.empty() ? "(none: replicated)" : text;
+}
+
+// A model run: the step built from the model and plan. Timing-only runs (the default) use
+// the cached collective costs on 2 and 3 layers, composed; numerics, traces, dumps and
+// --timing network run the whole step's program the way every program runs.
+std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommandOptions& options,
+                                           const Machine& machine, Observer* tracer,
+                                           RunReport& report) {
+  const ModelRunSpec& run = *file.model;
+  const planner::ParameterCounts counts = planner::CountParameters(run.model);
+  const double n = static_cast<double>(counts.total);
+  const auto [scale, suffix] = n >= 1e9   ? std::pair{1e9, "B"}
+                               : n >= 1e6 ? std::pair{1e6, "M"}
+                                          : std::pair{1e3, "K"};
+  char line[256];
+  std::snprintf(line, sizeof(line), "%s (%.4g%s parameters; %lld layers, d_model %lld)",
+                run.name.c_str(), n / scale, suffix, static_cast<long long>(run.model.layers),
+                static_cast<long long>(run.model.d_model));
+  report.model = line;
+  report.plan = "mesh " + DescribeMesh(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
+  const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
+  const bool whole =
+      mode == "on" || tracer || !options.dump_dir.empty() || options.timing == "network";
+  std::map<std::string, Array> outputs;
+  try {
+    if (!whole) {
+      planner::TrainStepOptions step_options;
+      report.step =
+          planner::SimulateTrainStep(machine, run.model, run.train, run.plan, step_options);
+      report.end = report.step->step_time;
+      report.events = report.step->events;
+      report.numerics.checked = false;
+      report.numerics_note =
+          "off: a model run is timing only by default (--numerics on simulates the whole step "
+          "with real data and checks it against the unsharded step)";
+      return outputs;
+    }
+    const planner::LogicalRules rules = [&] {
+      try {
+        return planner::LogicalRules(run.plan.rules, run.plan.mesh);
+      } catch (const std::invalid_argument& e) {
+        throw SpecError("plan.rules", e.what());
+      }
+    }();
+    RunFile as_program = file;
+    as_program.model.reset();
+    as_program.program = planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules);
+    as_program.program->mesh_devices = run.plan.devices;
+    for (const auto& [op, algorithm] : run.plan.algorithms) {
+      as_program.options.algorithms[op] = algorithm;
+    }
+    RunCommandOptions program_options = options;
+    if (program_options.timing.empty()) program_options.timing = "network";
+    outputs = SimulateProgram(as_program, program_options, machine, tracer, report);
+    planner::StepFigures f;
+    f.end = report.end;
+    for (const DeviceTiming& d : report.per_device) {
+      if (d.compute + d.exposed_comm > f.compute + f.exposed_comm) {
+        f.compute = d.compute;
+        f.comm = d.comm;
+        f.exposed_comm = d.exposed_comm;
+      }
+    }
+    f.peak = report.memory.peak;
+    const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
+    f.state = planner::StepStateBytes(*as_program.program, mesh);
+    f.events = report.events;
+    report.step =
+        planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f, {run.model.layers});
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("model", e.what());
+  }
+  return outputs;
+}
+
+// Seconds with four significant digits and a unit (a step report's times).
+std::string Seconds(Time t) { return FormatTime(t); }
+
+std::string ModelSummary(const RunReport& r) {
+  const planner::TrainStepReport& s = *r.step;
+  std::ostringstream out;
+  char line[512];
+  out << "hardware:       " << r.hardware << "\n";
+  if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
+  out << "model:          " << r.model << "\n";
+  out << "plan:           " << r.plan << "\n";
+  if (s.simulated_layers.size() == 2) {
+    std::snprintf(line, sizeof(line),
+                  "simulated:      %lld and %lld layers, composed (layers are identical; every "
+                  "figure affine in their count)\n",
+                  static_cast<long long>(s.simulated_layers[0]),
+                  static_cast<long long>(s.simulated_layers[1]));
+  } else {
+    std::snprintf(line, sizeof(line), "simulated:      the whole step (%lld layers)\n",
+                  static_cast<long long>(s.simulated_layers.at(0)));
+  }
+  out << line;
+  std::snprintf(line, sizeof(line), "events:         %llu in %.3f s wall\n\n",
+                static_cast<unsigned long long>(r.events), r.wall_s);
+  out << line;
+  out << "simulated time: " << Seconds(s.step_time) << " (one training step)\n";
+  std::snprintf(line, sizeof(line), "tokens/s:       %.6g (%.6g per device, %d devices)\n",
+                s.tokens_per_s, s.tokens_per_s_per_device, s.devices);
+  out << line;
+  std::snprintf(line, sizeof(line),
+                "MFU:            %.2f%% (model FLOPs %.4g per step: 6N + 12·L·H·hd·T per token, "
+                "PaLM's definition; peak %.4g TFLOP/s per device)\n",
+                100 * s.mfu, s.model_flops, s.peak_flops / 1e12);
+  out << line;
+  out << "breakdown:      compute " << Seconds(s.compute) << ", communication " << Seconds(s.comm)
+      << " (exposed " << Seconds(s.exposed_comm)
+      << "), bubble 0 s (no pipeline), recompute 0 s (remat: none)\n";
+  const planner::StepMemory& m = s.memory;
+  out << "memory/device:  params " << FormatBytes(m.params) << ", grads " << FormatBytes(m.grads)
+      << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
+      << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
+      << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  out << "\nnumerics:       " << r.numerics_note << "\n";
+  return out.str();
+}
+
 std::string Summary(const RunReport& r) {
+  if (r.step) return ModelSummary(r);
   std::ostringstream out;
   out << "hardware:       " << r.hardware << "\n";
   if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
@@ -315,6 +464,44 @@ std::string Summary(const RunReport& r) {
   return out.str();
 }
 
+// A model run's fields (SPEC "Models, training and serving steps").
+void AppendStepJson(std::string& j, const RunReport& r) {
+  const planner::TrainStepReport& s = *r.step;
+  auto number = [&j](const char* key, double value) {
+    j += ",\n  \"" + std::string(key) + "\": ";
+    AppendJsonNumber(j, value);
+  };
+  j += ",\n  \"model\": ";
+  AppendJsonString(j, r.model);
+  j += ",\n  \"plan\": ";
+  AppendJsonString(j, r.plan);
+  number("step_time_s", s.step_time.seconds());
+  number("tokens_per_s", s.tokens_per_s);
+  number("tokens_per_s_per_device", s.tokens_per_s_per_device);
+  number("mfu", s.mfu);
+  number("model_flops", s.model_flops);
+  number("peak_flops_per_device", s.peak_flops);
+  number("compute_s", s.compute.seconds());
+  number("comm_s", s.comm.seconds());
+  number("exposed_comm_s", s.exposed_comm.seconds());
+  number("bubble_s", 0);
+  number("recompute_s", 0);
+  const planner::StepMemory& m = s.memory;
+  j += ",\n  \"step_memory\": {\"params\": " + std::to_string(m.params.count()) +
+       ", \"grads\": " + std::to_string(m.grads.count()) +
+       ", \"optimizer\": " + std::to_string(m.optimizer.count()) +
+       ", \"activations\": " + std::to_string(m.activations.count()) +
+       ", \"peak\": " + std::to_string(m.peak.count()) +
+       ", \"capacity\": " + std::to_string(m.capacity.count()) + "}";
+  j += ",\n  \"fits\": ";
+  j += m.fits ? "true" : "false";
+  j += ",\n  \"simulated_layers\": [";
+  for (size_t i = 0; i < s.simulated_layers.size(); ++i) {
+    j += (i ? ", " : "") + std::to_string(s.simulated_layers[i]);
+  }
+  j += "]";
+}
+
 std::string Json(const RunReport& r) {
   std::string j = "{\n  \"file\": ";
   AppendJsonString(j, r.file);
@@ -328,6 +515,7 @@ std::string Json(const RunReport& r) {
   j += ",\n  \"events\": " + std::to_string(r.events);
   j += ",\n  \"wall_time_s\": ";
   AppendJsonNumber(j, r.wall_s);
+  if (r.step) AppendStepJson(j, r);
   if (r.memory.known) {
     j += ",\n  \"simulated_devices\": " + std::to_string(r.simulated_devices);
     j += ",\n  \"memory\": {\"peak_bytes\": " + std::to_string(r.memory.peak.count()) +
@@ -432,7 +620,9 @@ int RunRunCommand(const RunCommandOptions& options) {
       }
       tracer->KeepOnlyProcesses(std::move(keep));
     }
-    if (file.program) {
+    if (file.model) {
+      outputs = SimulateModel(file, options, machine, observer, report);
+    } else if (file.program) {
       outputs = SimulateProgram(file, options, machine, observer, report);
     } else {
       if (options.timing == "cached") {

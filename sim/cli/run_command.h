@@ -14,7 +14,7 @@ struct RunCommandOptions {
   std::string json_path;               // --json, or empty.
   std::string dump_dir;                // --dump, or empty.
   std::string numerics;                // --numerics auto|on|off, or empty (the file's option).
-  std::string timing = "network";      // --timing network|cached.
+  std::string timing;                  // --timing network|cached, or empty (the run's kind's).
   std::vector<std::string> overrides;  // --set KEY=VALUE.
 };
 

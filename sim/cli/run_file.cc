@@ -27,7 +27,8 @@ namespace {
 
 // Keys a run file may have at its top level.
 std::vector<std::string> TopLevelKeys() {
-  return {"hardware", "mode", "transfers", "program", "mesh", "arrays", "outputs", "options"};
+  return {"hardware", "mode",  "transfers", "program", "mesh", "arrays",
+          "outputs",  "model", "train",     "serve",   "plan", "options"};
 }
 
 // Top-level keys that belong to a program (not to a `transfers:` study).
@@ -974,8 +975,8 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
   return std::move(builder).Build();
 }
 
-// The keys of `options.algorithms`: JAX's collective names and the generic kinds, from the
-// op registry.
+}  // namespace
+
 std::vector<std::string> AlgorithmKeys() {
   std::vector<std::string> keys = CollectiveOpNames();
   for (CollectiveKind kind :
@@ -986,6 +987,8 @@ std::vector<std::string> AlgorithmKeys() {
   }
   return keys;
 }
+
+namespace {
 
 RunOptions ReadOptions(const YamlValue& value) {
   YamlMap map = value.Map({"numerics", "algorithms", "chunk_size"});
@@ -1040,11 +1043,25 @@ RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& ove
   file.hardware = ReadHardware(map.Get("hardware"));
   std::optional<YamlValue> transfers = map.Find("transfers");
   std::optional<YamlValue> program = map.Find("program");
+  if (auto model = map.Find("model")) {
+    for (const std::string& key : {"transfers", "program", "mode", "mesh", "arrays", "outputs"}) {
+      if (auto v = map.Find(key)) {
+        v->FailAtKey(key + ": does not go with model: (a model run builds its program)");
+      }
+    }
+    file.model = ReadModelRun(map);
+    if (auto options = map.Find("options")) file.options = ReadOptions(*options);
+    file.locations = source.locations();
+    return file;
+  }
+  for (const char* key : {"train", "serve", "plan"}) {
+    if (auto v = map.Find(key)) v->FailAtKey(std::string(key) + ": applies only with model:");
+  }
   if (transfers && program) {
     Later(*transfers, *program).FailAtKey("give either transfers: or program:, not both");
   }
   if (!transfers && !program) {
-    top.FailChild("transfers", "missing required key 'transfers' (or 'program')");
+    top.FailChild("transfers", "missing required key 'transfers' (or 'program', or 'model')");
   }
   if (transfers) {
     for (const std::string& key : ProgramOnlyKeys()) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/program.h"
+#include "sim/cli/model_run_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -58,6 +59,9 @@ struct RunFile {
   // `mesh:`, `arrays:`, `program:`, `outputs:`; set exactly when `transfers` is not given.
   // Init file paths stay as written: relative ones are relative to the folder of `path`.
   std::optional<ProgramSpec> program;
+  // `model:`, `train:`, `plan:` (a model run); set exactly when neither program nor transfers
+  // is given.
+  std::optional<ModelRunSpec> model;
   RunOptions options;                            // `options:`
   std::map<std::string, KeyLocation> locations;  // Dotted key path -> where it was written.
 
@@ -76,6 +80,10 @@ struct RunFile {
 // An op's `name` defaults to its first output's name, or "op<i>" when an earlier op already
 // has that name. An op may rebind a name (e.g. `out: acc` again); later ops see the new one.
 RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The keys of `algorithms:` maps: JAX's collective names and the generic kinds, from the op
+// registry.
+std::vector<std::string> AlgorithmKeys();
 
 // Reads a topology description for `shardsim topo FILE.yaml`: a run file's `hardware:`
 // section, or a file whose top level is that section. Throws InputError.

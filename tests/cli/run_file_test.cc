@@ -196,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"PresetAndTopology", "bad_preset_and_topology.yaml", "3:3", "hardware.topology",
                     "give either preset or topology, not both"},
         BadFileCase{"NoTransfers", "bad_no_transfers.yaml", "1:1", "transfers",
-                    "missing required key 'transfers' (or 'program')"},
+                    "missing required key 'transfers' (or 'program', or 'model')"},
         BadFileCase{"TransfersAndProgram", "bad_program.yaml", "3:1", "program",
                     "give either transfers: or program:, not both"},
         BadFileCase{"MeshWithTransfers", "bad_transfers_with_mesh.yaml", "3:1", "mesh",

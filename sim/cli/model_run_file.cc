@@ -1,0 +1,240 @@
+#include "sim/cli/model_run_file.h"
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/dtype.h"
+#include "planner/models/logical_rules.h"
+#include "planner/models/model_presets.h"
+#include "sim/cli/run_file.h"
+#include "sim/cli/yaml_reader.h"
+#include "sim/closest_name.h"
+
+namespace shardsim {
+namespace {
+
+using planner::MlpKind;
+using planner::NormKind;
+using planner::Optimizer;
+using planner::TransformerConfig;
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const planner::ModelPreset& p : planner::ModelPresets()) names.push_back(p.name);
+  return names;
+}
+
+// A preset by name, failing at `at` with the list (or a did-you-mean) otherwise.
+const TransformerConfig& Preset(const YamlValue& at, const std::string& name) {
+  if (const planner::ModelPreset* p = planner::FindModelPreset(name)) return p->config;
+  const std::string suggestion = SuggestKey(name, PresetNames());
+  at.Fail("unknown model preset '" + name + "'" +
+          (suggestion.empty() ? " (presets: " + JoinNames(PresetNames()) + ")"
+                              : "; did you mean '" + suggestion + "'?"));
+}
+
+// `model:` a preset name, or a map: `kind: transformer` with its sizes, or `preset:` with
+// some sizes overridden (e.g. {preset: llama-3-8b, layers: 2}).
+std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
+  if (value.IsScalar()) {
+    const std::string name = value.String();
+    return {name, Preset(value, name)};
+  }
+  YamlMap map =
+      value.Map({"kind", "preset", "layers", "d_model", "d_ff", "heads", "kv_heads", "head_dim",
+                 "vocab", "mlp", "norm", "experts", "top_k", "capacity_factor", "shared_experts",
+                 "expert_d_ff", "layer_sizes", "activation"});
+  std::string name = "transformer";
+  TransformerConfig m;
+  if (auto preset = map.Find("preset")) {
+    name = preset->String();
+    m = Preset(*preset, name);
+  } else {
+    YamlValue kind = map.Get("kind");
+    if (kind.OneOf({"transformer", "mlp"}) == "mlp") {
+      kind.Fail(
+          "kind: mlp models are not built yet (write the MLP as a mode: auto program, as "
+          "configs/jit/mlp_seed_fsdp.yaml does)");
+    }
+    for (const char* key : {"layers", "d_model", "d_ff", "heads", "vocab"}) map.Get(key);
+  }
+  if (auto k = map.Find("kind"); k && map.Has("preset")) {
+    k->FailAtKey("give either preset: or kind:, not both");
+  }
+  for (const char* key : {"layer_sizes", "activation"}) {
+    if (auto v = map.Find(key)) v->FailAtKey(std::string(key) + ": belongs to kind: mlp");
+  }
+  if (auto v = map.Find("layers")) m.layers = v->Int64(1);
+  if (auto v = map.Find("d_model")) m.d_model = v->Int64(1);
+  if (auto v = map.Find("d_ff")) m.d_ff = v->Int64(1);
+  if (auto v = map.Find("heads")) m.heads = v->Int64(1);
+  m.kv_heads = map.Has("preset") ? m.kv_heads : m.heads;
+  if (auto v = map.Find("kv_heads")) m.kv_heads = v->Int64(1);
+  if (!map.Has("preset") || map.Has("d_model") || map.Has("heads")) {
+    if (m.d_model % m.heads != 0 && !map.Has("head_dim")) {
+      map.self().FailChild("head_dim", "d_model (" + std::to_string(m.d_model) +
+                                           ") is not a multiple of heads (" +
+                                           std::to_string(m.heads) + "): give head_dim");
+    }
+    m.head_dim = m.d_model / m.heads;
+  }
+  if (auto v = map.Find("head_dim")) m.head_dim = v->Int64(1);
+  if (m.heads % m.kv_heads != 0) {
+    map.self().FailChild("kv_heads", "heads (" + std::to_string(m.heads) +
+                                         ") must be a multiple of kv_heads (" +
+                                         std::to_string(m.kv_heads) + ")");
+  }
+  if (auto v = map.Find("vocab")) m.vocab = v->Int64(1);
+  if (auto v = map.Find("mlp")) {
+    const std::string mlp = v->OneOf({"swiglu", "gelu", "relu"});
+    m.mlp = mlp == "swiglu" ? MlpKind::kSwiGlu : mlp == "gelu" ? MlpKind::kGelu : MlpKind::kRelu;
+  }
+  if (auto v = map.Find("norm"))
+    m.norm = v->OneOf({"rms", "layer"}) == "rms" ? NormKind::kRms : NormKind::kLayer;
+  if (auto v = map.Find("experts")) m.experts = v->Int64(0);
+  if (auto v = map.Find("top_k")) m.top_k = v->Int64(1);
+  if (auto v = map.Find("capacity_factor")) m.capacity_factor = v->Number();
+  if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);
+  if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);
+  if (m.experts > 0) {
+    const std::optional<YamlValue> at = map.Find("experts");
+    (at ? *at : value)
+        .Fail("mixture-of-experts layers (experts: " + std::to_string(m.experts) +
+              ") are not built yet: model runs simulate dense transformers");
+  }
+  return {name, m};
+}
+
+DType ReadDtype(const YamlValue& value) {
+  return *ParseDType(value.OneOf({"f32", "bf16", "f16", "float32", "bfloat16"}));
+}
+
+// `train:` {global_batch, seq_len, microbatches, optimizer, dtype, param_dtype,
+// learning_rate}.
+planner::TrainConfig ReadTrain(const YamlValue& value) {
+  YamlMap map = value.Map({"global_batch", "seq_len", "microbatches", "optimizer", "dtype",
+                           "param_dtype", "learning_rate"});
+  planner::TrainConfig t;
+  t.batch = map.Get("global_batch").Int64(1);
+  t.seq_len = map.Get("seq_len").Int64(1);
+  t.optimizer = Optimizer::kAdam;
+  t.dtype = DType::kBF16;
+  t.param_dtype = DType::kF32;
+  if (auto v = map.Find("microbatches")) {
+    t.microbatches = v->Int64(1);
+    if (t.batch % t.microbatches != 0) {
+      v->Fail("microbatches (" + std::to_string(t.microbatches) + ") must divide global_batch (" +
+              std::to_string(t.batch) + ")");
+    }
+  }
+  if (auto v = map.Find("optimizer")) {
+    const std::string o = v->OneOf({"adam", "sgd", "none"});
+    t.optimizer = o == "adam" ? Optimizer::kAdam : o == "sgd" ? Optimizer::kSgd : Optimizer::kNone;
+  }
+  if (auto v = map.Find("dtype")) t.dtype = ReadDtype(*v);
+  if (auto v = map.Find("param_dtype")) t.param_dtype = ReadDtype(*v);
+  if (auto v = map.Find("learning_rate")) t.learning_rate = v->Number();
+  return t;
+}
+
+// One rule's mesh axes: an axis name, a list of them, or null (replicated).
+std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
+  std::vector<YamlValue> entries;
+  if (value.node().IsNull()) return {};
+  if (value.IsList()) {
+    entries = value.List();
+  } else {
+    entries = {value};
+  }
+  std::vector<std::string> names;
+  for (const YamlValue& e : entries) {
+    const std::string axis = e.String();
+    bool known = false;
+    for (const MeshAxis& a : mesh) known = known || a.name == axis;
+    if (!known) {
+      std::vector<std::string> axes;
+      for (const MeshAxis& a : mesh) axes.push_back(a.name);
+      e.Fail("'" + axis + "' is not an axis of plan.mesh (" + JoinNames(axes) + ")");
+    }
+    for (const std::string& n : names) {
+      if (n == axis) e.Fail("mesh axis '" + axis + "' is named twice in one rule");
+    }
+    names.push_back(axis);
+  }
+  return names;
+}
+
+// `plan:` {mesh, devices, rules, remat, pipeline, collective_matmul, algorithms}.
+planner::StepPlan ReadPlan(const YamlValue& value) {
+  YamlMap map = value.Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul",
+                           "algorithms", "microbatches"});
+  planner::StepPlan plan;
+  YamlValue mesh = map.Get("mesh");
+  YamlMap axes = mesh.Map({});
+  if (axes.entries().empty()) mesh.Fail("expected at least one axis, like {data: 4, tensor: 2}");
+  int64_t positions = 1;
+  for (const auto& [name, size] : axes.entries()) {
+    plan.mesh.push_back(MeshAxis{name, size.Int(1)});
+    positions *= plan.mesh.back().size;
+    if (positions > (int64_t{1} << 30)) size.Fail("the mesh has too many positions");
+  }
+  if (auto devices = map.Find("devices")) {
+    std::vector<YamlValue> entries = devices->List();
+    for (const YamlValue& e : entries) plan.devices.push_back(e.Int(0));
+    if (static_cast<int64_t>(entries.size()) != positions) {
+      devices->Fail("has " + std::to_string(entries.size()) + " devices but the mesh has " +
+                    std::to_string(positions) + " positions");
+    }
+  }
+  if (auto rules = map.Find("rules")) {
+    YamlMap entries = rules->Map(planner::LogicalRules::Names());
+    for (const auto& [name, axes_value] : entries.entries()) {
+      plan.rules[name] = ReadRuleAxes(axes_value, plan.mesh);
+    }
+  }
+  if (auto v = map.Find("remat"); v && v->OneOf({"none", "selective", "full"}) != "none") {
+    v->Fail("remat: " + v->String() +
+            " is not built yet (model runs save every activation: remat: none)");
+  }
+  if (auto v = map.Find("pipeline")) {
+    v->FailAtKey("pipeline: pipeline parallelism is not built yet");
+  }
+  if (auto v = map.Find("collective_matmul");
+      v && v->OneOf({"off", "unidirectional", "bidirectional", "auto"}) != "off") {
+    v->Fail("collective_matmul: " + v->String() +
+            " is not built yet for model runs (the partitioner inserts blocking collectives)");
+  }
+  if (auto v = map.Find("microbatches")) {
+    v->FailAtKey("microbatches: belongs to train: (train: {microbatches: 4})");
+  }
+  if (auto a = map.Find("algorithms")) {
+    YamlMap algorithms = a->Map(AlgorithmKeys());
+    for (const auto& [op, algorithm] : algorithms.entries()) {
+      plan.algorithms[op] = algorithm.OneOf(AlgorithmNames());
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+ModelRunSpec ReadModelRun(const YamlMap& top) {
+  if (auto serve = top.Find("serve")) {
+    serve->FailAtKey("serve: serving steps (prefill, decode) are not built yet; use train:");
+  }
+  ModelRunSpec run;
+  std::tie(run.name, run.model) = ReadModel(top.Get("model"));
+  std::optional<YamlValue> train = top.Find("train");
+  if (!train) {
+    top.self().FailChild("train",
+                         "missing required key 'train' (the batch, like train: {global_batch: "
+                         "256, seq_len: 4096})");
+  }
+  run.train = ReadTrain(*train);
+  run.plan = ReadPlan(top.Get("plan"));
+  return run;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,136 @@
+// Model runs (SPEC "Models, training and serving steps"): a `model:` run file prints the step
+// report and its JSON; with --numerics on the whole step runs on real data and matches the
+// unsharded step; the composed timing-only run agrees with the whole step; bad or unbuilt
+// plans are located errors; every configs/models example runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/cli/subprocess.h"
+
+namespace shardsim::cli_test {
+namespace {
+
+class ModelRunTest : public CliFixture {
+ protected:
+  // A tiny model under FSDP 4 x TP 2 with two microbatches; `extra` appended to the file.
+  std::string Tiny(const std::string& extra = "") const {
+    return WriteInput("tiny.yaml",
+                      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+                      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8,\n"
+                      "        kv_heads: 2, vocab: 128}\n"
+                      "train: {global_batch: 16, seq_len: 16, microbatches: 2, optimizer: adam,\n"
+                      "        dtype: f32, param_dtype: f32}\n"
+                      "plan:\n"
+                      "  mesh: {fsdp: 4, tensor: 2}\n"
+                      "  rules: {batch: fsdp, embed: fsdp, heads: tensor, kv_heads: tensor,\n"
+                      "          mlp: tensor, vocab: tensor}\n" +
+                          extra);
+  }
+
+  nlohmann::json RunJson(const std::vector<std::string>& args) {
+    std::vector<std::string> all = args;
+    const std::string json = (out() / "s.json").string();
+    all.insert(all.end(), {"--json", json});
+    RunOk(all);
+    return nlohmann::json::parse(ReadFile(json));
+  }
+};
+
+TEST_F(ModelRunTest, ReportsTheStepAndItsJson) {
+  const std::string file = Tiny();
+  const Result r = RunOk({"run", file});
+  for (const char* line : {"simulated time:", "tokens/s:", "MFU:", "memory/device:", "fits"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  const nlohmann::json j = RunJson({"run", file});
+  for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_device", "mfu",
+                          "compute_s", "exposed_comm_s", "bubble_s", "recompute_s", "fits"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["simulated_layers"], nlohmann::json::array({2, 3}));
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 16 * 16 / j["step_time_s"].get<double>());
+  const nlohmann::json& m = j["step_memory"];
+  EXPECT_EQ(m["grads"], m["params"]);
+  EXPECT_EQ(m["optimizer"].get<int64_t>(), 2 * m["params"].get<int64_t>());
+  EXPECT_TRUE(j["fits"].get<bool>());
+}
+
+// --numerics on runs the whole step with real data (microbatches, Adam, FSDP x TP) and checks
+// it against the unsharded step; its step time is the composed run's within 1%.
+TEST_F(ModelRunTest, NumericsOnRunsTheWholeStepAndPasses) {
+  const std::string file = Tiny();
+  const nlohmann::json whole = RunJson({"run", file, "--numerics", "on"});
+  EXPECT_TRUE(whole["numerics"]["checked"].get<bool>());
+  EXPECT_TRUE(whole["numerics"]["passed"].get<bool>());
+  EXPECT_EQ(whole["simulated_layers"], nlohmann::json::array({4}));
+  const nlohmann::json composed = RunJson({"run", file});
+  EXPECT_NEAR(composed["step_time_s"].get<double>(), whole["step_time_s"].get<double>(),
+              0.01 * whole["step_time_s"].get<double>());
+}
+
+struct BadModel {
+  std::string name;
+  std::string set;      // A --set override.
+  std::string key;      // The key the error names.
+  std::string message;  // A fragment of the message.
+};
+
+class BadModelTest : public ModelRunTest, public testing::WithParamInterface<BadModel> {};
+
+TEST_P(BadModelTest, IsALocatedError) {
+  const BadModel& c = GetParam();
+  const Result r = Run({"run", Tiny(), "--set", c.set});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find("(key " + c.key + ")"), std::string::npos) << r;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r;
+  EXPECT_EQ(r.out, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadModelTest,
+    testing::Values(BadModel{"UnknownPreset", "model=llama-5-8b", "model", "unknown model preset"},
+                    BadModel{"RuleAxisNotInMesh", "plan.rules.mlp=tp", "plan.rules.mlp",
+                             "'tp' is not an axis of plan.mesh"},
+                    BadModel{"UnknownLogicalName", "plan.rules.hidden=fsdp", "plan.rules.hidden",
+                             "unknown key 'hidden'"},
+                    BadModel{"MicrobatchesNotDividing", "train.microbatches=3",
+                             "train.microbatches", "must divide global_batch"},
+                    BadModel{"RematNotBuilt", "plan.remat=full", "plan.remat", "not built yet"},
+                    BadModel{"PipelineNotBuilt", "plan.pipeline={axis: stage}", "plan.pipeline",
+                             "not built yet"},
+                    BadModel{"MoeNotBuilt", "model=mixtral-8x7b", "model", "not built yet"},
+                    BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh",
+                             "devices"},
+                    BadModel{"KvHeadsNotDividingTensor", "plan.mesh={fsdp: 2, tensor: 4}",
+                             "plan.rules", "parameter wk0 [embed, kv_heads, head_dim]"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST_F(ModelRunTest, ProgramKeysDoNotGoWithAModel) {
+  const Result r = Run({"run", Tiny("mesh: {axes: {dp: 8}}\n")});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.err.find("does not go with model:"), std::string::npos) << r;
+}
+
+// Every example in configs/models runs and fits.
+TEST_F(ModelRunTest, EveryExampleRuns) {
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SourceDir()) / "configs" / "models")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    const nlohmann::json j = RunJson({"run", entry.path().string()});
+    EXPECT_GT(j["step_time_s"].get<double>(), 0);
+    EXPECT_GT(j["mfu"].get<double>(), 0);
+    EXPECT_LT(j["mfu"].get<double>(), 1);
+    ++seen;
+  }
+  EXPECT_GE(seen, 1);
+}
+
+}  // namespace
+}  // namespace shardsim::cli_test
