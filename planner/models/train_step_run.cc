@@ -75,22 +75,27 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
   config.timing = TimingPath::kCached;
   config.collective_model = &collectives;
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
+  return FiguresOfRun(run.end, run.per_device, run.peak_memory, run.events, global, mesh);
+}
+
+}  // namespace
+
+StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Bytes peak,
+                         uint64_t events, const ProgramSpec& global, const Mesh& mesh) {
   StepFigures f;
-  f.end = run.end;
-  for (const DeviceTiming& d : run.per_device) {
+  f.end = end;
+  for (const DeviceTiming& d : per_device) {
     if (d.compute + d.exposed_comm > f.compute + f.exposed_comm) {
       f.compute = d.compute;
       f.comm = d.comm;
       f.exposed_comm = d.exposed_comm;
     }
   }
-  f.peak = run.peak_memory;
+  f.peak = peak;
   f.state = StepStateBytes(global, mesh);
-  f.events = run.events;
+  f.events = events;
   return f;
 }
-
-}  // namespace
 
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh) {
   StateBytes s;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/executor.h"
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
@@ -92,6 +93,12 @@ struct TrainStepOptions {
 // BuildTrainStep program) holds on `mesh`: its float inputs but the Adam moments m_<p>, v_<p>
 // are parameters; gradients match them; the moments are the optimizer state.
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh);
+
+// The figures of a run of `global` (a BuildTrainStep program, partitioned) on `mesh`: its end,
+// the times of the busiest device (most compute plus exposed communication), the peak, the
+// events, and the state bytes.
+StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Bytes peak,
+                         uint64_t events, const ProgramSpec& global, const Mesh& mesh);
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

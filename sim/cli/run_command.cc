@@ -351,19 +351,10 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     RunCommandOptions program_options = options;
     if (program_options.timing.empty()) program_options.timing = "network";
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report);
-    planner::StepFigures f;
-    f.end = report.end;
-    for (const DeviceTiming& d : report.per_device) {
-      if (d.compute + d.exposed_comm > f.compute + f.exposed_comm) {
-        f.compute = d.compute;
-        f.comm = d.comm;
-        f.exposed_comm = d.exposed_comm;
-      }
-    }
-    f.peak = report.memory.peak;
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
-    f.state = planner::StepStateBytes(*as_program.program, mesh);
-    f.events = report.events;
+    const planner::StepFigures f =
+        planner::FiguresOfRun(report.end, report.per_device, report.memory.peak, report.events,
+                              *as_program.program, mesh);
     report.step =
         planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f, {run.model.layers});
   } catch (const std::invalid_argument& e) {
