@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "collectives/dtype.h"
@@ -11,29 +12,18 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/partitioner.h"
+#include "planner/value_sharding.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
 namespace {
 
-// Bytes of `array`'s block on the device holding the most of it: each dimension divided by
-// the product of the mesh axes it is split over, rounded up.
-Bytes LocalBytes(const ArraySpec& array, const Mesh& mesh) {
-  int64_t elements = 1;
-  for (size_t d = 0; d < array.shape.size(); ++d) {
-    int64_t split = 1;
-    if (d < array.sharding.dims.size()) {
-      for (const std::string& axis : array.sharding.dims[d]) {
-        split *= mesh.axes()[static_cast<size_t>(mesh.AxisIndex(axis))].size;
-      }
-    }
-    elements *= (array.shape[d] + split - 1) / split;
-  }
-  return Bytes(elements * DTypeSize(array.dtype));
-}
-
-bool IsMoment(const std::string& name) {
-  return name.rfind("m_", 0) == 0 || name.rfind("v_", 0) == 0;
+// Bytes of `array`'s block on one device (the plan's shardings divide every parameter: the
+// step builder checks).
+Bytes LocalBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
+  const Shape local = LocalShape(
+      array.shape, FromSpec(array.sharding, static_cast<int>(array.shape.size()), axes), axes);
+  return Bytes(NumElements(local) * DTypeSize(array.dtype));
 }
 
 // a + (b - a) * k, field by field: the figures of a step with k layers more than a's, b being
@@ -97,12 +87,25 @@ StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, 
   return f;
 }
 
+LogicalRules PlanRules(const StepPlan& plan) {
+  try {
+    return LogicalRules(plan.rules, plan.mesh);
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("plan.rules", e.what());
+  }
+}
+
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh) {
+  // The parameters are what the step differentiates (every grad op's wrt is the same list).
+  std::set<std::string> params;
+  for (const OpSpec& op : global.ops) {
+    if (op.kind == OpKind::kGrad) params.insert(op.wrt.begin(), op.wrt.end());
+  }
   StateBytes s;
   for (const ArraySpec& a : global.arrays) {
     if (a.dtype == DType::kI32) continue;  // Token ids and labels: the batch, not state.
-    Bytes& kind = IsMoment(a.name) ? s.optimizer : s.params;
-    kind = kind + LocalBytes(a, mesh);
+    Bytes& kind = params.count(a.name) ? s.params : s.optimizer;
+    kind = kind + LocalBytes(a, mesh.axes());
   }
   // Gradients: one per parameter, in param_dtype, sharded as the parameter.
   s.grads = s.params;
@@ -153,13 +156,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
       throw SpecError("plan.mesh", e.what());
     }
   }();
-  LogicalRules rules = [&] {
-    try {
-      return LogicalRules(plan.rules, plan.mesh);
-    } catch (const std::invalid_argument& e) {
-      throw SpecError("plan.rules", e.what());
-    }
-  }();
+  const LogicalRules rules = PlanRules(plan);
   std::unique_ptr<NetworkCollectiveModel> network;
   std::unique_ptr<CachedCollectiveModel> cache;
   CollectiveCostModel* collectives = options.collective_model;

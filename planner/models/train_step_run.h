@@ -11,6 +11,7 @@
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
+#include "planner/models/logical_rules.h"
 #include "planner/models/transformer.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -89,10 +90,14 @@ struct TrainStepOptions {
   CollectiveCostModel* collective_model = nullptr;
 };
 
-// Per device, the largest bytes of parameters, gradients and optimizer state `global` (a
-// BuildTrainStep program) holds on `mesh`: its float inputs but the Adam moments m_<p>, v_<p>
-// are parameters; gradients match them; the moments are the optimizer state.
+// Per device, the bytes of parameters, gradients and optimizer state `global` (a
+// BuildTrainStep program) holds on `mesh`: the values its grad ops differentiate are the
+// parameters, its other float inputs (Adam's moments) the optimizer state; gradients match
+// the parameters.
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh);
+
+// The plan's logical axis rules; throws SpecError "plan.rules" for an unknown name or axis.
+LogicalRules PlanRules(const StepPlan& plan);
 
 // The figures of a run of `global` (a BuildTrainStep program, partitioned) on `mesh`: its end,
 // the times of the busiest device (most compute plus exposed communication), the peak, the

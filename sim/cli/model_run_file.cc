@@ -58,6 +58,7 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
           "kind: mlp models are not built yet (write the MLP as a mode: auto program, as "
           "configs/jit/mlp_seed_fsdp.yaml does)");
     }
+    // A map without a preset gives every size but kv_heads and head_dim (derived below).
     for (const char* key : {"layers", "d_model", "d_ff", "heads", "vocab"}) map.Get(key);
   }
   if (auto k = map.Find("kind"); k && map.Has("preset")) {
@@ -70,7 +71,7 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   if (auto v = map.Find("d_model")) m.d_model = v->Int64(1);
   if (auto v = map.Find("d_ff")) m.d_ff = v->Int64(1);
   if (auto v = map.Find("heads")) m.heads = v->Int64(1);
-  m.kv_heads = map.Has("preset") ? m.kv_heads : m.heads;
+  if (!map.Has("preset")) m.kv_heads = m.heads;  // No grouped-query attention unless given.
   if (auto v = map.Find("kv_heads")) m.kv_heads = v->Int64(1);
   if (!map.Has("preset") || map.Has("d_model") || map.Has("heads")) {
     if (m.d_model % m.heads != 0 && !map.Has("head_dim")) {
@@ -171,23 +172,8 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
   YamlMap map = value.Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul",
                            "algorithms", "microbatches"});
   planner::StepPlan plan;
-  YamlValue mesh = map.Get("mesh");
-  YamlMap axes = mesh.Map({});
-  if (axes.entries().empty()) mesh.Fail("expected at least one axis, like {data: 4, tensor: 2}");
-  int64_t positions = 1;
-  for (const auto& [name, size] : axes.entries()) {
-    plan.mesh.push_back(MeshAxis{name, size.Int(1)});
-    positions *= plan.mesh.back().size;
-    if (positions > (int64_t{1} << 30)) size.Fail("the mesh has too many positions");
-  }
-  if (auto devices = map.Find("devices")) {
-    std::vector<YamlValue> entries = devices->List();
-    for (const YamlValue& e : entries) plan.devices.push_back(e.Int(0));
-    if (static_cast<int64_t>(entries.size()) != positions) {
-      devices->Fail("has " + std::to_string(entries.size()) + " devices but the mesh has " +
-                    std::to_string(positions) + " positions");
-    }
-  }
+  plan.mesh = ReadMeshAxes(map.Get("mesh"));
+  if (auto devices = map.Find("devices")) plan.devices = ReadMeshDevices(*devices, plan.mesh);
   if (auto rules = map.Find("rules")) {
     YamlMap entries = rules->Map(planner::LogicalRules::Names());
     for (const auto& [name, axes_value] : entries.entries()) {

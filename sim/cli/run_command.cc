@@ -170,10 +170,16 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
     report.end = std::max(report.end, delivered);
     spans[t.src].push_back({start, delivered});
     spans[t.dst].push_back({start, delivered});
-    report.ops.push_back(OpRow{t.name, "transfer", t.bytes, start, delivered, "direct",
+    report.ops.push_back(OpRow{t.name,
+                               "transfer",
+                               t.bytes,
+                               start,
+                               delivered,
+                               "direct",
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
                                    std::to_string(hops) + " hops",
-                               ""});
+                               "",
+                               {}});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
     DeviceTiming dt;
@@ -277,15 +283,6 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   return std::move(result.outputs);
 }
 
-// "data=16 x fsdp=64" for the summary.
-std::string DescribeMesh(const std::vector<MeshAxis>& axes) {
-  std::string text;
-  for (const MeshAxis& a : axes) {
-    text += (text.empty() ? "" : " x ") + a.name + "=" + std::to_string(a.size);
-  }
-  return text;
-}
-
 // "batch: data, embed: fsdp" for the summary, in SPEC's order of logical names.
 std::string DescribeRules(const std::map<std::string, std::vector<std::string>>& rules) {
   std::string text;
@@ -316,7 +313,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                 run.name.c_str(), n / scale, suffix, static_cast<long long>(run.model.layers),
                 static_cast<long long>(run.model.d_model));
   report.model = line;
-  report.plan = "mesh " + DescribeMesh(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
+  report.plan =
+      "mesh " + DescribeMeshAxes(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
   const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
   const bool whole =
       mode == "on" || tracer || !options.dump_dir.empty() || options.timing == "network";
@@ -334,13 +332,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           "with real data and checks it against the unsharded step)";
       return outputs;
     }
-    const planner::LogicalRules rules = [&] {
-      try {
-        return planner::LogicalRules(run.plan.rules, run.plan.mesh);
-      } catch (const std::invalid_argument& e) {
-        throw SpecError("plan.rules", e.what());
-      }
-    }();
+    const planner::LogicalRules rules = planner::PlanRules(run.plan);
     RunFile as_program = file;
     as_program.model.reset();
     as_program.program = planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules);
@@ -362,9 +354,6 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   }
   return outputs;
 }
-
-// Seconds with four significant digits and a unit (a step report's times).
-std::string Seconds(Time t) { return FormatTime(t); }
 
 std::string ModelSummary(const RunReport& r) {
   const planner::TrainStepReport& s = *r.step;
@@ -388,7 +377,7 @@ std::string ModelSummary(const RunReport& r) {
   std::snprintf(line, sizeof(line), "events:         %llu in %.3f s wall\n\n",
                 static_cast<unsigned long long>(r.events), r.wall_s);
   out << line;
-  out << "simulated time: " << Seconds(s.step_time) << " (one training step)\n";
+  out << "simulated time: " << FormatTime(s.step_time) << " (one training step)\n";
   std::snprintf(line, sizeof(line), "tokens/s:       %.6g (%.6g per device, %d devices)\n",
                 s.tokens_per_s, s.tokens_per_s_per_device, s.devices);
   out << line;
@@ -397,8 +386,8 @@ std::string ModelSummary(const RunReport& r) {
                 "PaLM's definition; peak %.4g TFLOP/s per device)\n",
                 100 * s.mfu, s.model_flops, s.peak_flops / 1e12);
   out << line;
-  out << "breakdown:      compute " << Seconds(s.compute) << ", communication " << Seconds(s.comm)
-      << " (exposed " << Seconds(s.exposed_comm)
+  out << "breakdown:      compute " << FormatTime(s.compute) << ", communication "
+      << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm)
       << "), bubble 0 s (no pipeline), recompute 0 s (remat: none)\n";
   const planner::StepMemory& m = s.memory;
   out << "memory/device:  params " << FormatBytes(m.params) << ", grads " << FormatBytes(m.grads)

@@ -369,37 +369,9 @@ PartitionSpec ReadPartitionSpec(const YamlValue& value, const std::vector<MeshAx
 // `mesh:` {axes: {name: size, ...} in order, devices: [...]}.
 void ReadMesh(const YamlValue& value, ProgramSpec& program) {
   YamlMap mesh = value.Map({"axes", "devices"});
-  YamlValue axes_value = mesh.Get("axes");
-  YamlMap axes = axes_value.Map({});
-  if (axes.entries().empty()) axes_value.Fail("expected at least one axis, like {dp: 4, tp: 2}");
-  int64_t positions = 1;
-  for (const auto& [name, size] : axes.entries()) {
-    CheckIdentifier(size, name, "mesh axis", /*at_key=*/true);
-    program.mesh_axes.push_back(MeshAxis{name, size.Int(1)});
-    positions *= program.mesh_axes.back().size;
-    if (positions > (int64_t{1} << 30)) size.Fail("the mesh has too many positions");
-  }
+  program.mesh_axes = ReadMeshAxes(mesh.Get("axes"));
   if (auto devices = mesh.Find("devices")) {
-    if (!devices->IsList()) devices->Expected("a list of device indices like [0, 1, 2, 3]");
-    std::map<int, size_t> seen;  // Device -> its first entry.
-    std::vector<YamlValue> entries = devices->List();
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const int device = entries[i].Int(0);
-      const auto [it, inserted] = seen.emplace(device, i);
-      if (!inserted) {
-        entries[i].Fail("device " + std::to_string(device) + " is listed twice (entries " +
-                        std::to_string(it->second) + " and " + std::to_string(i) + ")");
-      }
-      program.mesh_devices.push_back(device);
-    }
-    if (static_cast<int64_t>(entries.size()) != positions) {
-      std::string sizes;
-      for (const MeshAxis& axis : program.mesh_axes) {
-        sizes += (sizes.empty() ? "" : " x ") + axis.name + "=" + std::to_string(axis.size);
-      }
-      devices->Fail("has " + std::to_string(entries.size()) + " devices but the mesh has " +
-                    std::to_string(positions) + " positions (" + sizes + ")");
-    }
+    program.mesh_devices = ReadMeshDevices(*devices, program.mesh_axes);
   }
 }
 
@@ -977,6 +949,51 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
 
 }  // namespace
 
+std::vector<MeshAxis> ReadMeshAxes(const YamlValue& value) {
+  YamlMap axes = value.Map({});
+  if (axes.entries().empty()) value.Fail("expected at least one axis, like {dp: 4, tp: 2}");
+  std::vector<MeshAxis> read;
+  int64_t positions = 1;
+  for (const auto& [name, size] : axes.entries()) {
+    CheckIdentifier(size, name, "mesh axis", /*at_key=*/true);
+    read.push_back(MeshAxis{name, size.Int(1)});
+    positions *= read.back().size;
+    if (positions > (int64_t{1} << 30)) size.Fail("the mesh has too many positions");
+  }
+  return read;
+}
+
+std::vector<int> ReadMeshDevices(const YamlValue& value, const std::vector<MeshAxis>& axes) {
+  if (!value.IsList()) value.Expected("a list of device indices like [0, 1, 2, 3]");
+  std::vector<int> devices;
+  std::map<int, size_t> seen;  // Device -> its first entry.
+  std::vector<YamlValue> entries = value.List();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int device = entries[i].Int(0);
+    const auto [it, inserted] = seen.emplace(device, i);
+    if (!inserted) {
+      entries[i].Fail("device " + std::to_string(device) + " is listed twice (entries " +
+                      std::to_string(it->second) + " and " + std::to_string(i) + ")");
+    }
+    devices.push_back(device);
+  }
+  int64_t positions = 1;
+  for (const MeshAxis& axis : axes) positions *= axis.size;
+  if (static_cast<int64_t>(entries.size()) != positions) {
+    value.Fail("has " + std::to_string(entries.size()) + " devices but the mesh has " +
+               std::to_string(positions) + " positions (" + DescribeMeshAxes(axes) + ")");
+  }
+  return devices;
+}
+
+std::string DescribeMeshAxes(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const MeshAxis& a : axes) {
+    text += (text.empty() ? "" : " x ") + a.name + "=" + std::to_string(a.size);
+  }
+  return text;
+}
+
 std::vector<std::string> AlgorithmKeys() {
   std::vector<std::string> keys = CollectiveOpNames();
   for (CollectiveKind kind :
@@ -1043,35 +1060,35 @@ RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& ove
   file.hardware = ReadHardware(map.Get("hardware"));
   std::optional<YamlValue> transfers = map.Find("transfers");
   std::optional<YamlValue> program = map.Find("program");
-  if (auto model = map.Find("model")) {
-    for (const std::string& key : {"transfers", "program", "mode", "mesh", "arrays", "outputs"}) {
+  if (map.Has("model")) {
+    std::vector<std::string> program_keys = ProgramOnlyKeys();
+    program_keys.insert(program_keys.end(), {"transfers", "program"});
+    for (const std::string& key : program_keys) {
       if (auto v = map.Find(key)) {
         v->FailAtKey(key + ": does not go with model: (a model run builds its program)");
       }
     }
     file.model = ReadModelRun(map);
-    if (auto options = map.Find("options")) file.options = ReadOptions(*options);
-    file.locations = source.locations();
-    return file;
-  }
-  for (const char* key : {"train", "serve", "plan"}) {
-    if (auto v = map.Find(key)) v->FailAtKey(std::string(key) + ": applies only with model:");
-  }
-  if (transfers && program) {
-    Later(*transfers, *program).FailAtKey("give either transfers: or program:, not both");
-  }
-  if (!transfers && !program) {
-    top.FailChild("transfers", "missing required key 'transfers' (or 'program', or 'model')");
-  }
-  if (transfers) {
-    for (const std::string& key : ProgramOnlyKeys()) {
-      if (auto v = map.Find(key)) {
-        v->FailAtKey(key + ": applies only with program:, not with transfers:");
-      }
-    }
-    file.transfers = ReadTransfers(*transfers);
   } else {
-    file.program = ReadProgram(top, map, *program);
+    for (const char* key : {"train", "serve", "plan"}) {
+      if (auto v = map.Find(key)) v->FailAtKey(std::string(key) + ": applies only with model:");
+    }
+    if (transfers && program) {
+      Later(*transfers, *program).FailAtKey("give either transfers: or program:, not both");
+    }
+    if (!transfers && !program) {
+      top.FailChild("transfers", "missing required key 'transfers' (or 'program', or 'model')");
+    }
+    if (transfers) {
+      for (const std::string& key : ProgramOnlyKeys()) {
+        if (auto v = map.Find(key)) {
+          v->FailAtKey(key + ": applies only with program:, not with transfers:");
+        }
+      }
+      file.transfers = ReadTransfers(*transfers);
+    } else {
+      file.program = ReadProgram(top, map, *program);
+    }
   }
   if (auto options = map.Find("options")) file.options = ReadOptions(*options);
   file.locations = source.locations();

@@ -81,6 +81,18 @@ struct RunFile {
 // has that name. An op may rebind a name (e.g. `out: acc` again); later ops see the new one.
 RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {});
 
+class YamlValue;
+
+// Mesh axes from a mapping {name: size, ...}, in order: identifiers, sizes >= 1, at least one.
+// Throws InputError at the entry at fault.
+std::vector<MeshAxis> ReadMeshAxes(const YamlValue& value);
+
+// A device list giving each position of a mesh of `axes` its own device. Throws InputError.
+std::vector<int> ReadMeshDevices(const YamlValue& value, const std::vector<MeshAxis>& axes);
+
+// "dp=4 x tp=2": mesh axes for messages and summaries.
+std::string DescribeMeshAxes(const std::vector<MeshAxis>& axes);
+
 // The keys of `algorithms:` maps: JAX's collective names and the generic kinds, from the op
 // registry.
 std::vector<std::string> AlgorithmKeys();
