@@ -12,6 +12,7 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/partitioner.h"
+#include "planner/prefetch.h"
 #include "planner/value_sharding.h"
 #include "sim/spec_error.h"
 
@@ -49,7 +50,7 @@ StepFigures Compose(const StepFigures& a, const StepFigures& b, int64_t k) {
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
-                            CollectiveCostModel& collectives) {
+                            CollectiveCostModel& collectives, bool prefetch) {
   const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules);
   PartitionResult partitioned;
   try {
@@ -59,6 +60,7 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
   } catch (const std::invalid_argument& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   }
+  if (prefetch) PrefetchWeightCollectives(partitioned, PrefetchGroups(model, train));
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -167,14 +169,17 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   }
   constexpr int64_t kShort = 2;  // Composed from kShort and kShort + 1 layers.
   if (!options.compose || model.layers <= kShort + 1) {
-    const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives);
+    const StepFigures f =
+        SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.prefetch);
     return MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
   }
   TransformerConfig shorter = model;
   shorter.layers = kShort;
-  const StepFigures a = SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives);
+  const StepFigures a =
+      SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
   shorter.layers = kShort + 1;
-  const StepFigures b = SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives);
+  const StepFigures b =
+      SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
   return MakeTrainStepReport(machine, mesh, model, train, Compose(a, b, model.layers - kShort),
                              {kShort, kShort + 1});
 }

@@ -86,6 +86,9 @@ struct TrainStepOptions {
   // within 1% of the whole step in tests; the peak of live memory: within 5%, as the moment
   // it peaks can move between near-equal candidates). Off: simulate all layers.
   bool compose = true;
+  // Issue each layer's weight collectives while the layer before it computes
+  // (PrefetchWeightCollectives); off: where the partitioner put them, just before their use.
+  bool prefetch = true;
   // Prices collectives (not owned; null: a cache over the network model, private to the call).
   CollectiveCostModel* collective_model = nullptr;
 };

@@ -1,5 +1,6 @@
 #include "planner/models/transformer.h"
 
+#include <set>
 #include <stdexcept>
 
 #include "collectives/ir/program_builder.h"
@@ -47,24 +48,16 @@ class TrainStepBuilder {
     Param("final_norm", {d}, {"embed"}, /*ones=*/true);
     Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
 
-    if (train_.param_dtype != train_.dtype) {
-      for (const Parameter& p : params_) {
-        OpSpec cast;
-        cast.kind = OpKind::kConvert;
-        cast.in = {p.name};
-        cast.out = {p.name + "_c"};
-        cast.dtype = std::string(DTypeName(train_.dtype));
-        pb_.Add(std::move(cast));
-      }
-    }
     // Each microbatch: its forward, then its backward; the gradients summed as they come.
     std::string loss_sum;
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
       std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
       for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
+      x = Residual(x, N("rf"));
       const std::string xf = Norm(x, W("final_norm"), N("xf"));
-      const std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
+      std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
+      logits = Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
       const std::string loss = Op(OpKind::kCrossEntropy, {logits, N("labels")}, N("loss"));
       std::vector<std::string> grads;
       for (const Parameter& p : params_) grads.push_back(N("d_" + p.name));
@@ -135,9 +128,21 @@ class TrainStepBuilder {
     params_.push_back({name, std::move(shape), spec, ""});
   }
 
-  // The value the forward pass reads for parameter `name`: its compute-dtype copy.
-  std::string W(const std::string& name) const {
-    return train_.param_dtype == train_.dtype ? name : name + "_c";
+  // The value the forward pass reads for parameter `name`: the parameter, or with mixed
+  // precision its compute-dtype copy <name>_c, cast from the sharded block where the current
+  // microbatch first reads it (as MaxText casts inside each layer). So each layer's backward
+  // ends with its gradients' casts back to param_dtype, and their reduce-scatters follow the
+  // layer instead of waiting for the whole backward pass.
+  std::string W(const std::string& name) {
+    if (train_.param_dtype == train_.dtype) return name;
+    const std::string copy = N(name + "_c");
+    if (!cast_.insert(copy).second) return copy;
+    OpSpec cast;
+    cast.kind = OpKind::kConvert;
+    cast.in = {name};
+    cast.out = {copy};
+    cast.dtype = std::string(DTypeName(train_.dtype));
+    return pb_.Add(std::move(cast));
   }
 
   std::vector<std::string> Names() const {
@@ -168,14 +173,25 @@ class TrainStepBuilder {
               std::move(out));
   }
 
-  // Sequence parallelism: the residual stream held as [batch, length, -] (none otherwise).
+  // The residual stream held as [batch, length, -] (MaxText's activation constraints): data
+  // and FSDP keep each device's sequences (the weights are gathered, not the batch), sequence
+  // parallelism its sequence shard. None when neither batch nor length is split.
   std::string Residual(const std::string& x, std::string out) {
-    if (rules_.Axes("length").empty()) return x;
+    return Constrain(x, {"batch", "length"}, std::move(out));
+  }
+
+  // x constrained to the rules' sharding of logical dimensions `dims` (x itself when the rules
+  // split none of them).
+  std::string Constrain(const std::string& x, const std::vector<std::string>& dims,
+                        std::string out) {
+    bool split = false;
+    for (const std::string& d : dims) split = split || !rules_.Axes(d).empty();
+    if (!split) return x;
     OpSpec op;
     op.kind = OpKind::kShardingConstraint;
     op.in = {x};
     op.out = {std::move(out)};
-    op.sharding = rules_.Spec({"batch", "length"});
+    op.sharding = rules_.Spec(dims);
     return pb_.Add(std::move(op));
   }
 
@@ -234,7 +250,8 @@ class TrainStepBuilder {
   const std::vector<MeshAxis>& axes_;
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
-  std::string sfx_;  // The current microbatch's suffix ("" with one).
+  std::string sfx_;             // The current microbatch's suffix ("" with one).
+  std::set<std::string> cast_;  // Compute-dtype copies made so far.
   uint64_t seed_ = 0;
 };
 
@@ -243,6 +260,10 @@ void Check(bool ok, const std::string& what) {
 }
 
 }  // namespace
+
+int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train) {
+  return static_cast<int>(2 * train.microbatches * model.layers);
+}
 
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules) {

@@ -71,17 +71,19 @@ struct TrainConfig {
 // mesh of `axes`, every array sharded by `rules` (logical dimensions as MaxText names them:
 // tokens [batch, length]; embed [vocab, embed]; wq [embed, heads, head_dim], wk and wv
 // [embed, kv_heads, head_dim], wo [heads, head_dim, embed]; w_gate and w_up [embed, mlp],
-// w_down [mlp, embed]; norm scales [embed]; unembed [embed, vocab]). When `length` is split
-// (sequence parallelism) the residual stream is constrained to [batch, length, -] at each
-// block's entry, so the norms and residual adds run on the sequence shard. Values are named
-// as the configs/jit transformer examples name them (x0, n0a, q0, ..., loss; gradients d_<p>;
+// w_down [mlp, embed]; norm scales [embed]; unembed [embed, vocab]). With sequence
+// parallelism (`length` split) the norms and residual adds run on the sequence shard. Values are
+// named as the configs/jit transformer examples name them (x0, n0a, q0, ..., loss; gradients d_<p>;
 // updated parameters <p>_new and Adam moments m_<p>, v_<p>). With microbatches each has its
 // token ids and labels (tokens_mb<i>, labels_mb<i>), forward values suffixed _mb<i>, and its
 // own grad; the gradients accumulate (acc_<p>_mb<i>) and d_<p> is their mean, loss the mean
 // of the microbatches' losses. With a param_dtype other than
-// dtype (mixed precision: f32 master weights, bf16 compute) every parameter is converted to
-// dtype once, up front, as its sharded block (<p>_c; the FSDP gathers then move dtype), and the
-// gradients, taken through the converts, are in param_dtype. Token ids and labels are arange
+// dtype (mixed precision: f32 master weights, bf16 compute) each microbatch converts every
+// parameter to dtype where it first reads it, as its sharded block (<p>_c<sfx>; the FSDP
+// gathers then move dtype), and the gradients, taken through the converts, are in param_dtype.
+// The residual stream is constrained to [batch, length, -] at each block's entry and before
+// the final norm (MaxText's activation constraints), so data and FSDP shard the activations by
+// sequence and gather the weights. Token ids and labels are arange
 // (valid ids when batch x seq_len <= vocab; timing never reads them); parameters are normal
 // with seeds in declaration order, norm scales ones. Throws std::invalid_argument for a
 // configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1,
@@ -89,5 +91,9 @@ struct TrainConfig {
 // parameter whose dimension the rules split into blocks that do not divide it.
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules);
+
+// The runs of a step's weight collectives (planner::PrefetchWeightCollectives): each layer's
+// forward and backward in each microbatch, 2 x microbatches x layers.
+int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train);
 
 }  // namespace shardsim::planner

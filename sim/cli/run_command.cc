@@ -22,8 +22,10 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/train_step_run.h"
+#include "planner/models/transformer.h"
 #include "planner/partitioned_numerics.h"
 #include "planner/partitioner.h"
+#include "planner/prefetch.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
@@ -208,16 +210,20 @@ Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
                        : Bytes(static_cast<int64_t>(bytes));
 }
 
+// Simulates `file`'s program; a global one is partitioned first, its weight collectives
+// issued one of `prefetch_groups` runs ahead (model runs; 0 keeps the partitioner's order).
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
                                              const Machine& machine, Observer* tracer,
-                                             RunReport& report) {
+                                             RunReport& report, int prefetch_groups = 0) {
   const ProgramSpec& written = *file.program;
   Mesh mesh = PlaceMesh(machine, written.mesh_axes, written.mesh_devices);
   report.placement = DescribePlacement(mesh, machine.topology());
   // A global program (mode: explicit | auto) runs as the shard_map body it partitions into.
   std::optional<planner::PartitionResult> partitioned;
-  if (written.mode != ProgramMode::kManual)
+  if (written.mode != ProgramMode::kManual) {
     partitioned = planner::PartitionOnMachine(written, machine, mesh);
+    planner::PrefetchWeightCollectives(*partitioned, prefetch_groups);
+  }
   const ProgramSpec& program = partitioned ? partitioned->program : written;
   LoweredProgram lowered = LowerProgram(mesh, program, file.options.algorithms);
   CheckOutputs(mesh, program, lowered);
@@ -342,7 +348,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     }
     RunCommandOptions program_options = options;
     if (program_options.timing.empty()) program_options.timing = "network";
-    outputs = SimulateProgram(as_program, program_options, machine, tracer, report);
+    outputs = SimulateProgram(as_program, program_options, machine, tracer, report,
+                              planner::PrefetchGroups(run.model, run.train));
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
     const planner::StepFigures f =
         planner::FiguresOfRun(report.end, report.per_device, report.memory.peak, report.events,

@@ -100,9 +100,9 @@ std::vector<Coll> FsdpTpTransformer() {
       {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // unembed's [64/4, 128/2] block,
       {"all_gather", {"fsdp"}, d / 4 * v / 2 * kF32},  // forward and backward.
       {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // logits: the loss reads vocab whole,
-      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // forward and backward; so d_xf takes
-      {"all_gather", {"tp"}, d * v / 2 * kF32},        // unembed whole over tp.
-      {"psum", {"fsdp"}, 4},                           // The loss.
+      {"all_gather", {"tp"}, b * t * v / 2 * kF32},    // forward and backward; d_logits is
+      {"psum", {"tp"}, b * t * d * kF32},              // constrained back to its tp block, so
+      {"psum", {"fsdp"}, 4},                           // d_xf is partial over tp. The loss.
       {"psum_scatter", {"fsdp"}, v / 2 * d * kF32},    // d_embed's tp block: ids on fsdp.
       {"psum_scatter", {"fsdp"}, d * v / 2 * kF32},    // d_unembed's tp block.
   };
@@ -111,8 +111,8 @@ std::vector<Coll> FsdpTpTransformer() {
     c.push_back({"all_gather", {"fsdp"}, d / 4 * kF32});
     c.push_back({"all_gather", {"fsdp"}, d / 4 * kF32});
     c.push_back({"psum_scatter", {"fsdp"}, d * kF32});
-    // The layers' norms' cotangents are partial over tp (final_norm's is not: d_xf is whole).
-    if (norm < 4) c.push_back({"psum", {"tp"}, d / 4 * kF32});
+    // The norms' cotangents are partial over tp.
+    c.push_back({"psum", {"tp"}, d / 4 * kF32});
   }
   for (int layer = 0; layer < 2; ++layer) {
     for (int w = 0; w < 4; ++w) {  // wq, wk, wv [64, 8, 8]; wo [8, 8, 64]: 4096 elements.

@@ -1,0 +1,123 @@
+#include "planner/prefetch.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <string>
+
+#include "collectives/ir/op_registry.h"
+
+namespace shardsim::planner {
+
+namespace {
+
+// Who binds which name, and which ops are weight ops (see PrefetchOrder).
+struct WeightOps {
+  std::map<std::string, int> bindings;  // Times each name is bound (an input array once).
+  std::map<std::string, size_t> maker;  // The (last) op binding each name.
+  std::vector<char> weight;             // Per op: a weight op.
+  std::vector<size_t> collectives;      // The weight collectives, in program order.
+
+  bool Once(const std::string& name) const {
+    const auto it = bindings.find(name);
+    return it != bindings.end() && it->second == 1;
+  }
+};
+
+WeightOps FindWeightOps(const ProgramSpec& manual) {
+  const size_t n = manual.ops.size();
+  WeightOps w;
+  for (const ArraySpec& a : manual.arrays) ++w.bindings[a.name];
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string& out : manual.ops[i].out) {
+      ++w.bindings[out];
+      w.maker[out] = i;
+    }
+  }
+  // Weight ops: one input, an input array never rebound or a weight op's result (a
+  // parameter, its casts and gathers; not what the step computes from several values), and
+  // results bound nowhere else. Only these move, so a name's readers still see the binding
+  // they saw.
+  w.weight.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const OpSpec& op = manual.ops[i];
+    bool only = op.in.size() == 1 && w.Once(op.in[0]);
+    for (const std::string& out : op.out) only = only && w.Once(out);
+    if (only) {
+      if (const auto it = w.maker.find(op.in[0]); it != w.maker.end()) {
+        only = it->second < i && w.weight[it->second];
+      }
+    }
+    w.weight[i] = only;
+    if (only && Op(op.kind).stream == OpStream::kCollective) w.collectives.push_back(i);
+  }
+  return w;
+}
+
+}  // namespace
+
+std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
+  const size_t n = manual.ops.size();
+  std::vector<size_t> unchanged(n);
+  std::iota(unchanged.begin(), unchanged.end(), size_t{0});
+  if (distance <= 0) return unchanged;
+  const WeightOps w = FindWeightOps(manual);
+  const std::vector<size_t>& weights = w.collectives;
+  // Each op's first reader.
+  std::vector<size_t> first_reader(n, n);
+  for (size_t j = 0; j < n; ++j) {
+    for (const std::string& in : manual.ops[j].in) {
+      const auto it = w.maker.find(in);
+      if (it != w.maker.end() && w.Once(in) && first_reader[it->second] == n) {
+        first_reader[it->second] = j;
+      }
+    }
+  }
+  // Weight collective k moves to just before the first reader of weight collective
+  // k - distance (the program's start for the first `distance`), never later than it was.
+  std::vector<std::vector<size_t>> before(n + 1);
+  for (size_t k = 0; k < weights.size(); ++k) {
+    const size_t i = weights[k];
+    const size_t at = k < static_cast<size_t>(distance) ? 0 : first_reader[weights[k - distance]];
+    if (at < i) before[at].push_back(i);
+  }
+  std::vector<size_t> order;
+  order.reserve(n);
+  std::vector<char> placed(n, 0);
+  // Places weight op i after the weight ops it reads that are not placed yet.
+  auto place = [&](auto&& self, size_t i) -> void {
+    if (placed[i]) return;
+    placed[i] = 1;
+    for (const std::string& in : manual.ops[i].in) {
+      if (const auto it = w.maker.find(in); it != w.maker.end()) self(self, it->second);
+    }
+    order.push_back(i);
+  };
+  for (size_t p = 0; p < n; ++p) {
+    for (size_t i : before[p]) place(place, i);
+    if (!placed[p]) {
+      placed[p] = 1;  // Everything it reads was placed before it already.
+      order.push_back(p);
+    }
+  }
+  return order;
+}
+
+void PrefetchWeightCollectives(PartitionResult& partitioned, int groups) {
+  if (groups <= 0) return;
+  const int count = static_cast<int>(FindWeightOps(partitioned.program).collectives.size());
+  const std::vector<size_t> order = PrefetchOrder(partitioned.program, std::max(1, count / groups));
+  std::vector<OpSpec> ops(order.size());
+  std::vector<std::string> reasons(order.size()), types(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    ops[k] = std::move(partitioned.program.ops[order[k]]);
+    if (order[k] < partitioned.reasons.size())
+      reasons[k] = std::move(partitioned.reasons[order[k]]);
+    if (order[k] < partitioned.types.size()) types[k] = std::move(partitioned.types[order[k]]);
+  }
+  partitioned.program.ops = std::move(ops);
+  partitioned.reasons = std::move(reasons);
+  partitioned.types = std::move(types);
+}
+
+}  // namespace shardsim::planner
