@@ -132,9 +132,10 @@ struct Executor::Device {
   bool busy = false;             // The compute stream runs an op.
   int in_flight = 0;             // Collectives issued and not finished.
   bool finished = false;
-  int64_t live = 0;          // Bytes of live buffers.
-  int64_t peak = 0;          // Most bytes live at once.
-  const char* peak_op = "";  // Op started or issued when the peak was reached.
+  int64_t live = 0;                 // Bytes of live buffers.
+  int64_t peak = 0;                 // Most bytes live at once.
+  const char* peak_op = "";         // Op started or issued when the peak was reached.
+  std::vector<int64_t> phase_peak;  // Per memory phase: its peak.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
 };
@@ -201,6 +202,7 @@ void Executor::Start() {
     d.taken.assign(num_values, 0);
     d.pending = readers_;
     d.live = d.peak = input_bytes;
+    d.phase_peak.assign(config_.memory_phases.size() + 1, input_bytes);
     // Ops that do not run here do not read here.
     if (!lp.has_where) continue;
     for (const LoweredOp& op : lp.ops) {
@@ -262,6 +264,7 @@ void Executor::Start() {
         for (int v : op.out_values) outs.push_back(&lp.values[v]);
         OpCost cost = LocalOpCost(op.spec, ins, outs);
         op_duration_[i] = config_.compute_model->OpTime(op.spec.kind, cost, outs[0]->dtype());
+        op_timings_[op.source].compute += op_duration_[i];
       }
       continue;
     }
@@ -442,6 +445,10 @@ void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
     d.peak = d.live;
     d.peak_op = name;
   }
+  const auto& marks = config_.memory_phases;
+  const size_t phase =
+      static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) - marks.begin());
+  d.phase_peak[phase] = std::max(d.phase_peak[phase], d.live);
 }
 
 void Executor::FreeValue(int position, int value) {
@@ -938,6 +945,7 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.idle = end_ - busy;
     t.peak_memory = Bytes(d.peak);
     t.peak_op = d.peak_op;
+    for (int64_t p : d.phase_peak) t.phase_peaks.push_back(Bytes(p));
     per_agent.push_back(std::move(t));
   }
   std::vector<DeviceTiming> out;

@@ -46,6 +46,10 @@ struct ExecutorConfig {
   // collective runs its algorithm on the network). With a model the run is timing-only and
   // devices with provably identical timelines are simulated once (see Executor).
   CollectiveCostModel* collective_model = nullptr;
+  // Program op indices where memory phases begin, ascending (a training step's backward
+  // passes, say): each device also keeps its peak within each phase (DeviceTiming::
+  // phase_peaks), by the op whose buffers it was allocating. Empty: one phase.
+  std::vector<size_t> memory_phases;
 };
 
 // When one op of the program ran, over all devices.
@@ -56,6 +60,7 @@ struct OpTiming {
   Time start;             // First device started it.
   Time end;               // Last device finished it.
   std::string algorithm;  // Collective algorithm used ("" for local ops).
+  Time compute;           // Local ops: the compute model's time on one device, no slowdown.
 };
 
 // Per-device time accounting of a run.
@@ -69,6 +74,9 @@ struct DeviceTiming {
   // the caller owns, included), and the op that was being started or issued when it did.
   Bytes peak_memory;
   std::string peak_op;
+  // Per memory phase (ExecutorConfig::memory_phases: the ops before the first mark, then from
+  // each mark to the next), the most bytes live while allocating for an op of the phase.
+  std::vector<Bytes> phase_peaks;
 };
 
 // Runs a program on every mesh position, event by event. Each device has a compute stream

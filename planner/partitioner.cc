@@ -587,9 +587,17 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
   // Reverse mode first: the backward pass is partitioned like any other ops.
   std::vector<size_t> pass_starts;
   const ProgramSpec expanded = ExpandGrads(global, &pass_starts);
+  return PartitionExpanded(expanded, std::move(pass_starts), costs);
+}
+
+PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
+                                  const PartitionCosts& costs) {
+  if (expanded.mode == ProgramMode::kManual) {
+    throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
+  }
   PartitionResult result = Partitioner(expanded, costs, std::move(pass_starts)).Run();
   // Outputs keep the global program's out specs.
-  result.program.outputs = global.outputs;
+  result.program.outputs = expanded.outputs;
   return result;
 }
 

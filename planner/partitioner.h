@@ -2,6 +2,7 @@
 // shard_map body (mode: manual) the executor runs, with the collectives its shardings need.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,9 @@ namespace shardsim::planner {
 // What auto mode prices candidate layouts with. Without a collective model it counts the
 // bytes each device sends at 1 byte per picosecond (a stand-in for tests of the rules alone).
 struct PartitionCosts {
-  const Mesh* mesh = nullptr;                     // The placed mesh (with the model).
-  CollectiveCostModel* collectives = nullptr;     // Prices inserted collectives.
-  const ComputeModel* compute = nullptr;          // Prices local ops (null: free).
+  const Mesh* mesh = nullptr;                  // The placed mesh (with the model).
+  CollectiveCostModel* collectives = nullptr;  // Prices inserted collectives.
+  const ComputeModel* compute = nullptr;       // Prices local ops (null: free).
 };
 
 // The partitioned program.
@@ -35,6 +36,12 @@ struct PartitionResult {
 // candidate layout whose reshards, local compute and later reshard to the hint cost least.
 // Throws SpecError for programs it cannot partition.
 PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs = {});
+
+// Partitions a global program whose grad ops ExpandGrads expanded already (and that a pass
+// like ApplyRemat may have rewritten since), each backward pass's [start, end) op indices in
+// `pass_starts` as ExpandGrads reports them: reshards are reused only within a pass.
+PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
+                                  const PartitionCosts& costs = {});
 
 // Partitions `global` for `mesh` on `machine`, pricing collectives by the network simulation
 // (cached across the candidates) and local ops by the machine's compute model.

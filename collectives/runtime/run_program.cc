@@ -1,5 +1,6 @@
 #include "collectives/runtime/run_program.h"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 
@@ -21,6 +22,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.comm_compute_slowdown = machine.comm_compute_slowdown();
   exec.chunk_size = config.chunk_size;
   exec.max_collectives_in_flight = config.max_collectives_in_flight;
+  exec.memory_phases = config.memory_phases;
   std::unique_ptr<NetworkCollectiveModel> network_model;
   std::unique_ptr<CachedCollectiveModel> cache;
   if (config.timing == TimingPath::kCached) {
@@ -52,6 +54,10 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   result.inputs = executor.inputs();
   result.hbm_capacity = machine.hbm_capacity();
   for (const DeviceTiming& d : result.per_device) {
+    result.phase_peaks.resize(std::max(result.phase_peaks.size(), d.phase_peaks.size()));
+    for (size_t p = 0; p < d.phase_peaks.size(); ++p) {
+      result.phase_peaks[p] = std::max(result.phase_peaks[p], d.phase_peaks[p]);
+    }
     if (d.peak_memory > result.peak_memory) {
       result.peak_memory = d.peak_memory;
       result.peak_device = d.device;

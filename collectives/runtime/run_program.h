@@ -36,7 +36,8 @@ struct RunConfig {
   // kCached: the model to ask (not owned; null: a cache over the network model, private to
   // this run). Share one across runs to reuse its answers.
   CollectiveCostModel* collective_model = nullptr;
-  Observer* observer = nullptr;  // Receives the trace (not owned; null: untraced).
+  Observer* observer = nullptr;       // Receives the trace (not owned; null: untraced).
+  std::vector<size_t> memory_phases;  // ExecutorConfig::memory_phases.
 };
 
 // What a run gives.
@@ -51,6 +52,7 @@ struct RunResult {
   Bytes peak_memory;                     // The largest per-device peak.
   int peak_device = 0;                   // The device where it occurred.
   std::string peak_op;                   // The op being started there when it did.
+  std::vector<Bytes> phase_peaks;        // Per memory phase, the largest per-device peak.
   Bytes hbm_capacity;                    // Per device, from the machine.
   bool fits = true;                      // peak_memory <= hbm_capacity.
 };

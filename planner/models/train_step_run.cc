@@ -9,6 +9,7 @@
 #include "collectives/lowering.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/grad.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/partitioner.h"
@@ -38,7 +39,15 @@ StepFigures Compose(const StepFigures& a, const StepFigures& b, int64_t k) {
   f.compute = Extrapolate(a.compute, b.compute, k);
   f.comm = Extrapolate(a.comm, b.comm, k);
   f.exposed_comm = Extrapolate(a.exposed_comm, b.exposed_comm, k);
+  f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.peak = Extrapolate(a.peak, b.peak, k);
+  if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
+    f.peak = Bytes(0);
+    for (size_t p = 0; p < a.phase_peaks.size(); ++p) {
+      f.phase_peaks.push_back(Extrapolate(a.phase_peaks[p], b.phase_peaks[p], k));
+      f.peak = std::max(f.peak, f.phase_peaks.back());
+    }
+  }
   f.state.params = Extrapolate(a.state.params, b.state.params, k);
   f.state.grads = Extrapolate(a.state.grads, b.state.grads, k);
   f.state.optimizer = Extrapolate(a.state.optimizer, b.state.optimizer, k);
@@ -51,31 +60,75 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
                             CollectiveCostModel& collectives, bool prefetch) {
-  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules);
-  PartitionResult partitioned;
-  try {
-    partitioned = Partition(global, PartitionCosts{&mesh, &collectives, machine.compute_model()});
-  } catch (const SpecError& e) {
-    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
-  }
-  if (prefetch) PrefetchWeightCollectives(partitioned, PrefetchGroups(model, train));
+  std::vector<std::vector<std::string>> layers;
+  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers);
+  std::vector<size_t> phases;
+  const PartitionResult partitioned = PartitionTrainStep(
+      global, layers, plan.remat, PartitionCosts{&mesh, &collectives, machine.compute_model()},
+      prefetch ? PrefetchGroups(model, train) : 0, &phases);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
   config.timing = TimingPath::kCached;
   config.collective_model = &collectives;
+  config.memory_phases = phases;
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
-  return FiguresOfRun(run.end, run.per_device, run.peak_memory, run.events, global, mesh);
+  StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
+                               run.events, global, mesh);
+  f.phase_peaks = run.phase_peaks;
+  return f;
 }
 
 }  // namespace
 
-StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Bytes peak,
-                         uint64_t events, const ProgramSpec& global, const Mesh& mesh) {
+PartitionResult PartitionTrainStep(const ProgramSpec& global,
+                                   const std::vector<std::vector<std::string>>& layers,
+                                   RematPolicy remat, const PartitionCosts& costs,
+                                   int prefetch_groups, std::vector<size_t>* phases) {
+  std::vector<size_t> passes;
+  ProgramSpec expanded = ExpandGrads(global, &passes);
+  ApplyRemat(expanded, passes, layers, remat);
+  const std::vector<size_t> boundaries = passes;
+  PartitionResult partitioned;
+  try {
+    partitioned = PartitionExpanded(expanded, std::move(passes), costs);
+  } catch (const SpecError& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  }
+  PrefetchWeightCollectives(partitioned, prefetch_groups);
+  if (phases) {
+    // The passes' first ops and the ops after them, found by name (the partitioner keeps the
+    // global ops' names; the reshards it inserts for an op go just before it).
+    phases->clear();
+    const std::vector<OpSpec>& ops = partitioned.program.ops;
+    size_t from = 0;
+    for (size_t at : boundaries) {
+      if (at >= expanded.ops.size()) break;
+      size_t i = from;
+      while (i < ops.size() && ops[i].name != expanded.ops[at].name) ++i;
+      if (i == ops.size()) break;
+      phases->push_back(i);
+      from = i;
+    }
+  }
+  return partitioned;
+}
+
+Time RecomputeTime(const std::vector<OpTiming>& ops) {
+  Time total;
+  for (const OpTiming& op : ops) {
+    if (IsRecompute(op.name)) total += op.compute;
+  }
+  return total;
+}
+
+StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Time recompute,
+                         Bytes peak, uint64_t events, const ProgramSpec& global, const Mesh& mesh) {
   StepFigures f;
   f.end = end;
+  f.recompute = recompute;
   for (const DeviceTiming& d : per_device) {
     if (d.compute + d.exposed_comm > f.compute + f.exposed_comm) {
       f.compute = d.compute;
@@ -134,6 +187,7 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
   r.compute = figures.compute;
   r.comm = figures.comm;
   r.exposed_comm = figures.exposed_comm;
+  r.recompute = figures.recompute;
   StepMemory& m = r.memory;
   m.params = figures.state.params;
   m.grads = figures.state.grads;
@@ -171,7 +225,9 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   if (!options.compose || model.layers <= kShort + 1) {
     const StepFigures f =
         SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.prefetch);
-    return MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
+    TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
+    r.remat = plan.remat;
+    return r;
   }
   TransformerConfig shorter = model;
   shorter.layers = kShort;
@@ -180,8 +236,10 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   shorter.layers = kShort + 1;
   const StepFigures b =
       SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
-  return MakeTrainStepReport(machine, mesh, model, train, Compose(a, b, model.layers - kShort),
-                             {kShort, kShort + 1});
+  TrainStepReport r = MakeTrainStepReport(
+      machine, mesh, model, train, Compose(a, b, model.layers - kShort), {kShort, kShort + 1});
+  r.remat = plan.remat;
+  return r;
 }
 
 }  // namespace shardsim::planner

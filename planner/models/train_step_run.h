@@ -13,6 +13,8 @@
 #include "collectives/runtime/machine.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/transformer.h"
+#include "planner/partitioner.h"
+#include "planner/remat.h"
 #include "sim/time.h"
 #include "sim/units.h"
 
@@ -28,6 +30,7 @@ struct StepPlan {
   std::vector<int> devices;    // Each mesh position's device (empty: the default placement).
   std::map<std::string, std::vector<std::string>> rules;  // Logical dimension -> mesh axes.
   std::map<std::string, std::string> algorithms;          // Default algorithm per collective.
+  RematPolicy remat = RematPolicy::kNone;                 // What each layer's backward recomputes.
 };
 
 // The bytes one device holds for the step's state (the largest over devices), by kind.
@@ -39,11 +42,16 @@ struct StateBytes {
 
 // What a simulation of (some layers of) the step gives; every field adds up over layers.
 struct StepFigures {
-  Time end;             // Step time: when the last device finished.
-  Time compute;         // Busiest device's compute.
-  Time comm;            // Its time inside collectives.
-  Time exposed_comm;    // Its communication not hidden under compute.
-  Bytes peak;           // Largest per-device peak of live buffers.
+  Time end;           // Step time: when the last device finished.
+  Time compute;       // Busiest device's compute.
+  Time comm;          // Its time inside collectives.
+  Time exposed_comm;  // Its communication not hidden under compute.
+  Time recompute;     // Compute spent on remat's recomputation (part of compute).
+  Bytes peak;         // Largest per-device peak of live buffers.
+  // The peak within each memory phase (the forward, each backward pass, what follows), so
+  // that composition extrapolates each and takes the largest: which phase holds the peak can
+  // change with the layer count (activations at the backward's start, gradients at its end).
+  std::vector<Bytes> phase_peaks;
   StateBytes state;     // Parameters, gradients and optimizer state.
   uint64_t events = 0;  // Events the engine dispatched.
 };
@@ -66,13 +74,15 @@ struct TrainStepReport {
   Time step_time;           // Simulated time of one step.
   double tokens_per_s = 0;  // batch x seq_len / step_time.
   double tokens_per_s_per_device = 0;
-  double model_flops = 0;  // TrainStepModelFlops: PaLM's definition.
-  double mfu = 0;          // model_flops / (step_time x devices x peak FLOP/s).
-  double peak_flops = 0;   // One device's peak FLOP/s in the compute dtype.
-  int devices = 0;         // Mesh positions.
-  Time compute;            // Busiest device's compute.
-  Time comm;               // Its time in collectives.
-  Time exposed_comm;       // Communication not hidden under compute.
+  double model_flops = 0;                  // TrainStepModelFlops: PaLM's definition.
+  double mfu = 0;                          // model_flops / (step_time x devices x peak FLOP/s).
+  double peak_flops = 0;                   // One device's peak FLOP/s in the compute dtype.
+  int devices = 0;                         // Mesh positions.
+  Time compute;                            // Busiest device's compute.
+  Time comm;                               // Its time in collectives.
+  Time exposed_comm;                       // Communication not hidden under compute.
+  Time recompute;                          // Compute spent recomputing what remat did not keep.
+  RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
   StepMemory memory;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
   // Layers simulated: {L} for the whole step, {a, b} when composed from two shorter ones.
@@ -103,10 +113,25 @@ StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh);
 LogicalRules PlanRules(const StepPlan& plan);
 
 // The figures of a run of `global` (a BuildTrainStep program, partitioned) on `mesh`: its end,
-// the times of the busiest device (most compute plus exposed communication), the peak, the
-// events, and the state bytes.
-StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Bytes peak,
-                         uint64_t events, const ProgramSpec& global, const Mesh& mesh);
+// the times of the busiest device (most compute plus exposed communication), the compute of
+// its recomputation (`recompute`: RecomputeTime), the peak, the events, and the state bytes.
+StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Time recompute,
+                         Bytes peak, uint64_t events, const ProgramSpec& global, const Mesh& mesh);
+
+// One device's compute on the recomputation remat inserted: the compute times of the ops
+// IsRecompute names, from a run's per-op rows.
+Time RecomputeTime(const std::vector<OpTiming>& ops);
+
+// The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
+// grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
+// recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
+// its weight collectives prefetched a layer ahead (PrefetchWeightCollectives over
+// `prefetch_groups`; 0: not). `phases`, when given, receives the partitioned program's op
+// indices where each backward pass starts and ends (RunConfig::memory_phases).
+PartitionResult PartitionTrainStep(const ProgramSpec& global,
+                                   const std::vector<std::vector<std::string>>& layers,
+                                   RematPolicy remat, const PartitionCosts& costs,
+                                   int prefetch_groups, std::vector<size_t>* phases = nullptr);
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

@@ -13,11 +13,13 @@ namespace {
 class TrainStepBuilder {
  public:
   TrainStepBuilder(const TransformerConfig& model, const TrainConfig& train,
-                   const std::vector<MeshAxis>& axes, const LogicalRules& rules)
+                   const std::vector<MeshAxis>& axes, const LogicalRules& rules,
+                   std::vector<std::vector<std::string>>* layer_values)
       : model_(model),
         train_(train),
         rules_(rules),
         axes_(axes),
+        layer_values_(layer_values),
         pb_(axes, {}, ProgramMode::kAuto) {}
 
   ProgramSpec Build() && {
@@ -53,7 +55,16 @@ class TrainStepBuilder {
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
       std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
-      for (int64_t l = 0; l < model_.layers; ++l) x = Layer(x, std::to_string(l));
+      for (int64_t l = 0; l < model_.layers; ++l) {
+        const size_t first = pb_.program().ops.size();
+        x = Layer(x, std::to_string(l));
+        if (!layer_values_) continue;
+        std::vector<std::string>& made = layer_values_->emplace_back();
+        const std::vector<OpSpec>& ops = pb_.program().ops;
+        for (size_t i = first; i < ops.size(); ++i) {
+          made.insert(made.end(), ops[i].out.begin(), ops[i].out.end());
+        }
+      }
       x = Residual(x, N("rf"));
       const std::string xf = Norm(x, W("final_norm"), N("xf"));
       std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
@@ -248,6 +259,7 @@ class TrainStepBuilder {
   const TrainConfig& train_;
   const LogicalRules& rules_;
   const std::vector<MeshAxis>& axes_;
+  std::vector<std::vector<std::string>>* layer_values_;  // Per layer: its values (or null).
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
   std::string sfx_;             // The current microbatch's suffix ("" with one).
@@ -266,7 +278,8 @@ int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train) {
 }
 
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
-                           const std::vector<MeshAxis>& axes, const LogicalRules& rules) {
+                           const std::vector<MeshAxis>& axes, const LogicalRules& rules,
+                           std::vector<std::vector<std::string>>* layer_values) {
   Check(model.layers >= 1 && model.d_model >= 1 && model.heads >= 1 && model.kv_heads >= 1 &&
             model.head_dim >= 1 && model.d_ff >= 1 && model.vocab >= 1,
         "transformer sizes must be >= 1");
@@ -279,7 +292,8 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
             std::to_string(train.batch) + ")");
   Check(model.experts == 0, "MoE layers (experts: " + std::to_string(model.experts) +
                                 ") are not built yet: the step builder makes dense models only");
-  return TrainStepBuilder(model, train, axes, rules).Build();
+  if (layer_values) layer_values->clear();
+  return TrainStepBuilder(model, train, axes, rules, layer_values).Build();
 }
 
 }  // namespace shardsim::planner

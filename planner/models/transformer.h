@@ -89,8 +89,11 @@ struct TrainConfig {
 // configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1,
 // microbatches not dividing the batch, experts > 0), and SpecError "plan.rules" naming the
 // parameter whose dimension the rules split into blocks that do not divide it.
+// When `layer_values` is given it receives, per microbatch and decoder layer, the names of the
+// values that layer's forward makes (the segments planner::ApplyRemat checkpoints).
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
-                           const std::vector<MeshAxis>& axes, const LogicalRules& rules);
+                           const std::vector<MeshAxis>& axes, const LogicalRules& rules,
+                           std::vector<std::vector<std::string>>* layer_values = nullptr);
 
 // The runs of a step's weight collectives (planner::PrefetchWeightCollectives): each layer's
 // forward and backward in each microbatch, 2 x microbatches x layers.

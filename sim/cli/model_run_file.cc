@@ -180,9 +180,12 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
       plan.rules[name] = ReadRuleAxes(axes_value, plan.mesh);
     }
   }
-  if (auto v = map.Find("remat"); v && v->OneOf({"none", "selective", "full"}) != "none") {
-    v->Fail("remat: " + v->String() +
-            " is not built yet (model runs save every activation: remat: none)");
+  if (auto v = map.Find("remat")) {
+    const std::string policy = v->OneOf({"none", "selective", "full"});
+    for (planner::RematPolicy p : {planner::RematPolicy::kNone, planner::RematPolicy::kSelective,
+                                   planner::RematPolicy::kFull}) {
+      if (policy == planner::RematPolicyName(p)) plan.remat = p;
+    }
   }
   if (auto v = map.Find("pipeline")) {
     v->FailAtKey("pipeline: pipeline parallelism is not built yet");

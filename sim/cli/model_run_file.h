@@ -21,7 +21,7 @@ struct ModelRunSpec {
 
 // Reads `model:`, `train:` and `plan:` from the run file's top-level mapping `top`. Throws
 // InputError at the key for anything unknown, missing or out of range, and for what the
-// simulator does not build yet (serve:, kind: mlp, remat other than none, pipeline:,
+// simulator does not build yet (serve:, kind: mlp, pipeline:,
 // collective_matmul other than off), saying so.
 ModelRunSpec ReadModelRun(const YamlMap& top);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,13 +20,13 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/sharding.h"
+#include "collectives/timing/collective_cost_model.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/train_step_run.h"
 #include "planner/models/transformer.h"
 #include "planner/partitioned_numerics.h"
 #include "planner/partitioner.h"
-#include "planner/prefetch.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
@@ -54,6 +55,7 @@ struct OpRow {
   std::string detail;  // Transfers: "0 -> 5, 2 hops"; partitioned programs: the reason.
   std::string reason;  // Collectives the partitioner inserted: why.
   std::vector<std::string> axis_name;  // Collectives: the mesh axes they run over.
+  Time compute;                        // Local ops: one device's compute time.
 };
 
 // Device memory of a program run.
@@ -181,6 +183,7 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
                                std::to_string(t.src) + " -> " + std::to_string(t.dst) + ", " +
                                    std::to_string(hops) + " hops",
                                "",
+                               {},
                                {}});
   }
   for (int d = 0; d < topo.num_devices(); ++d) {
@@ -210,19 +213,23 @@ Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
                        : Bytes(static_cast<int64_t>(bytes));
 }
 
-// Simulates `file`'s program; a global one is partitioned first, its weight collectives
-// issued one of `prefetch_groups` runs ahead (model runs; 0 keeps the partitioner's order).
+// How a global program becomes the shard_map body that runs (the partitioner's auto or
+// explicit mode by default; model runs add remat and prefetching).
+using PartitionFn = std::function<planner::PartitionResult(const ProgramSpec&, const Mesh&)>;
+
+// Simulates `file`'s program; a global one is partitioned first, by `partition` when given.
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
                                              const Machine& machine, Observer* tracer,
-                                             RunReport& report, int prefetch_groups = 0) {
+                                             RunReport& report,
+                                             const PartitionFn& partition = nullptr) {
   const ProgramSpec& written = *file.program;
   Mesh mesh = PlaceMesh(machine, written.mesh_axes, written.mesh_devices);
   report.placement = DescribePlacement(mesh, machine.topology());
   // A global program (mode: explicit | auto) runs as the shard_map body it partitions into.
   std::optional<planner::PartitionResult> partitioned;
   if (written.mode != ProgramMode::kManual) {
-    partitioned = planner::PartitionOnMachine(written, machine, mesh);
-    planner::PrefetchWeightCollectives(*partitioned, prefetch_groups);
+    partitioned =
+        partition ? partition(written, mesh) : planner::PartitionOnMachine(written, machine, mesh);
   }
   const ProgramSpec& program = partitioned ? partitioned->program : written;
   LoweredProgram lowered = LowerProgram(mesh, program, file.options.algorithms);
@@ -267,7 +274,8 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
     const std::string reason = partitioned ? partitioned->reasons.at(i) : "";
     const OpSpec& op = program.ops.at(i);
     report.ops.push_back(OpRow{t.name, t.op, t.bytes, t.start, t.end, t.algorithm, reason, reason,
-                               IsCollective(op.kind) ? op.axis_name : std::vector<std::string>{}});
+                               IsCollective(op.kind) ? op.axis_name : std::vector<std::string>{},
+                               t.compute});
   }
   report.per_device = result.per_device;
   report.memory = MemoryReport{true,           result.peak_memory,  result.peak_device,
@@ -341,21 +349,35 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     const planner::LogicalRules rules = planner::PlanRules(run.plan);
     RunFile as_program = file;
     as_program.model.reset();
-    as_program.program = planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules);
+    std::vector<std::vector<std::string>> layers;
+    as_program.program =
+        planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules, &layers);
     as_program.program->mesh_devices = run.plan.devices;
     for (const auto& [op, algorithm] : run.plan.algorithms) {
       as_program.options.algorithms[op] = algorithm;
     }
     RunCommandOptions program_options = options;
     if (program_options.timing.empty()) program_options.timing = "network";
-    outputs = SimulateProgram(as_program, program_options, machine, tracer, report,
-                              planner::PrefetchGroups(run.model, run.train));
+    auto partition = [&](const ProgramSpec& global, const Mesh& mesh) {
+      NetworkCollectiveModel network(machine);
+      CachedCollectiveModel cache(network);
+      return planner::PartitionTrainStep(
+          global, layers, run.plan.remat,
+          planner::PartitionCosts{&mesh, &cache, machine.compute_model()},
+          planner::PrefetchGroups(run.model, run.train));
+    };
+    outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition);
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
+    Time recompute;
+    for (const OpRow& op : report.ops) {
+      if (planner::IsRecompute(op.name)) recompute += op.compute;
+    }
     const planner::StepFigures f =
-        planner::FiguresOfRun(report.end, report.per_device, report.memory.peak, report.events,
-                              *as_program.program, mesh);
+        planner::FiguresOfRun(report.end, report.per_device, recompute, report.memory.peak,
+                              report.events, *as_program.program, mesh);
     report.step =
         planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f, {run.model.layers});
+    report.step->remat = run.plan.remat;
   } catch (const std::invalid_argument& e) {
     throw SpecError("model", e.what());
   }
@@ -395,7 +417,8 @@ std::string ModelSummary(const RunReport& r) {
   out << line;
   out << "breakdown:      compute " << FormatTime(s.compute) << ", communication "
       << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm)
-      << "), bubble 0 s (no pipeline), recompute 0 s (remat: none)\n";
+      << "), bubble 0 s (no pipeline), recompute " << FormatTime(s.recompute)
+      << " (remat: " << planner::RematPolicyName(s.remat) << ")\n";
   const planner::StepMemory& m = s.memory;
   out << "memory/device:  params " << FormatBytes(m.params) << ", grads " << FormatBytes(m.grads)
       << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
@@ -472,7 +495,9 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("comm_s", s.comm.seconds());
   number("exposed_comm_s", s.exposed_comm.seconds());
   number("bubble_s", 0);
-  number("recompute_s", 0);
+  number("recompute_s", s.recompute.seconds());
+  j += ",\n  \"remat\": ";
+  AppendJsonString(j, planner::RematPolicyName(s.remat));
   const planner::StepMemory& m = s.memory;
   j += ",\n  \"step_memory\": {\"params\": " + std::to_string(m.params.count()) +
        ", \"grads\": " + std::to_string(m.grads.count()) +

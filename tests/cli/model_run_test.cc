@@ -73,6 +73,33 @@ TEST_F(ModelRunTest, NumericsOnRunsTheWholeStepAndPasses) {
               0.01 * whole["step_time_s"].get<double>());
 }
 
+// Remat changes what is kept, not what is computed: with selective and full recompute the
+// whole step still matches the unsharded one, its recompute time is reported (more for full),
+// and the composed run agrees with it within 1%.
+TEST_F(ModelRunTest, RematRecomputesAndStillPasses) {
+  const std::string file = Tiny();
+  double selective_recompute = 0;
+  for (const char* remat : {"selective", "full"}) {
+    SCOPED_TRACE(remat);
+    const std::string set = std::string("plan.remat=") + remat;
+    const nlohmann::json whole = RunJson({"run", file, "--numerics", "on", "--set", set});
+    EXPECT_TRUE(whole["numerics"]["passed"].get<bool>());
+    EXPECT_EQ(whole["remat"], remat);
+    const double recompute = whole["recompute_s"].get<double>();
+    EXPECT_GT(recompute, 0);
+    EXPECT_LT(recompute, whole["compute_s"].get<double>());
+    const nlohmann::json composed = RunJson({"run", file, "--set", set});
+    EXPECT_NEAR(composed["step_time_s"].get<double>(), whole["step_time_s"].get<double>(),
+                0.01 * whole["step_time_s"].get<double>());
+    EXPECT_NEAR(composed["recompute_s"].get<double>(), recompute, 0.01 * recompute);
+    if (selective_recompute == 0) {
+      selective_recompute = recompute;
+    } else {
+      EXPECT_GT(recompute, selective_recompute);
+    }
+  }
+}
+
 struct BadModel {
   std::string name;
   std::string set;      // A --set override.
@@ -101,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
                              "unknown key 'hidden'"},
                     BadModel{"MicrobatchesNotDividing", "train.microbatches=3",
                              "train.microbatches", "must divide global_batch"},
-                    BadModel{"RematNotBuilt", "plan.remat=full", "plan.remat", "not built yet"},
+                    BadModel{"UnknownRemat", "plan.remat=partial", "plan.remat",
+                             "expected one of none, selective, full"},
                     BadModel{"PipelineNotBuilt", "plan.pipeline={axis: stage}", "plan.pipeline",
                              "not built yet"},
                     BadModel{"MoeNotBuilt", "model=mixtral-8x7b", "model", "not built yet"},

@@ -144,6 +144,7 @@ struct ComposeCase {
   std::vector<MeshAxis> mesh;
   std::map<std::string, std::vector<std::string>> rules;
   int64_t microbatches = 1;
+  RematPolicy remat = RematPolicy::kNone;
 };
 
 class ComposedStepTest : public ::testing::TestWithParam<ComposeCase> {};
@@ -161,6 +162,7 @@ TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
   StepPlan plan;
   plan.mesh = c.mesh;
   plan.rules = c.rules;
+  plan.remat = c.remat;
   TrainConfig train = SmallTrain();
   train.microbatches = c.microbatches;
   TrainStepOptions whole;
@@ -176,6 +178,8 @@ TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
               static_cast<double>(full.memory.peak.count()),
               0.05 * static_cast<double>(full.memory.peak.count()));
   EXPECT_NEAR(composed.exposed_comm.seconds(), full.exposed_comm.seconds(),
+              0.01 * full.step_time.seconds());
+  EXPECT_NEAR(composed.recompute.seconds(), full.recompute.seconds(),
               0.01 * full.step_time.seconds());
   EXPECT_EQ(composed.memory.params, full.memory.params);
   EXPECT_EQ(composed.memory.optimizer, full.memory.optimizer);
@@ -202,7 +206,22 @@ INSTANTIATE_TEST_SUITE_P(
                      {"kv_heads", {"tensor"}},
                      {"mlp", {"tensor"}}}},
         ComposeCase{
-            "fsdp8_microbatches2", {{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, 2}),
+            "fsdp8_microbatches2", {{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, 2},
+        ComposeCase{"fsdp8_full_remat",
+                    {{"fsdp", 8}},
+                    {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}},
+                    1,
+                    RematPolicy::kFull},
+        ComposeCase{"fsdp4_tensor2_selective_remat",
+                    {{"fsdp", 4}, {"tensor", 2}},
+                    {{"batch", {"fsdp"}},
+                     {"embed", {"fsdp"}},
+                     {"heads", {"tensor"}},
+                     {"kv_heads", {"tensor"}},
+                     {"mlp", {"tensor"}},
+                     {"vocab", {"tensor"}}},
+                    1,
+                    RematPolicy::kSelective}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
@@ -222,6 +241,11 @@ namespace {
 // sequence parallelism the LayerNorms' inputs and outputs stay whole on every device
 // (Korthikanti's 10sbh without the masks: 8sbh bytes, 4sbh elements), the rest is split:
 // (4 + 12/t) sbh elements; with sequence parallelism every term is split: 16sbh/t.
+// With full recompute a layer keeps its input only: sbh elements (Korthikanti's 2sbh bytes),
+// split by sequence parallelism. With selective recompute (matmul outputs kept, the rest
+// recomputed) it keeps its input (1), q, k, v (3), the attention projection's output o (1:
+// the recomputed residual add reads it) and the MLP's up projection (4: GELU's derivative
+// reads it): 9sbh; the down projection's output is read by nothing after the forward.
 // Measured as the slope of the step's peak in the layer count (2 to 3 layers), less the
 // layer's parameters (inputs, live throughout); f32, gradients only, so the peak is the
 // start of the backward pass with every layer's activations live. Exact: the count is of
@@ -231,6 +255,7 @@ struct ActivationCase {
   std::vector<MeshAxis> mesh;
   std::map<std::string, std::vector<std::string>> rules;
   double elements_per_sbh;  // Per device, per layer, in units of s·b·h / devices holding b.
+  RematPolicy remat = RematPolicy::kNone;
 };
 
 class ActivationMemoryTest : public ::testing::TestWithParam<ActivationCase> {};
@@ -249,10 +274,11 @@ TEST_P(ActivationMemoryTest, PerLayerBytesAreKorthikantisWithoutDropoutAndScores
   m.norm = NormKind::kLayer;
   TrainConfig t;
   t.batch = 8;
-  t.seq_len = 128;
+  t.seq_len = 1024;  // A layer's input outweighs its gradients (full remat's peak).
   StepPlan plan;
   plan.mesh = c.mesh;
   plan.rules = c.rules;
+  plan.remat = c.remat;
   TrainStepOptions whole;
   whole.compose = false;
   m.layers = 2;
@@ -269,22 +295,35 @@ TEST_P(ActivationMemoryTest, PerLayerBytesAreKorthikantisWithoutDropoutAndScores
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, ActivationMemoryTest,
-    ::testing::Values(ActivationCase{"data8", {{"data", 8}}, {{"batch", {"data"}}}, 16},
-                      ActivationCase{"data2_tensor4",
-                                     {{"data", 2}, {"tensor", 4}},
-                                     {{"batch", {"data"}},
-                                      {"heads", {"tensor"}},
-                                      {"kv_heads", {"tensor"}},
-                                      {"mlp", {"tensor"}}},
-                                     4 + 12.0 / 4},
-                      ActivationCase{"data2_tensor4_sequence",
-                                     {{"data", 2}, {"tensor", 4}},
-                                     {{"batch", {"data"}},
-                                      {"length", {"tensor"}},
-                                      {"heads", {"tensor"}},
-                                      {"kv_heads", {"tensor"}},
-                                      {"mlp", {"tensor"}}},
-                                     16.0 / 4}),
+    ::testing::Values(
+        ActivationCase{"data8", {{"data", 8}}, {{"batch", {"data"}}}, 16},
+        ActivationCase{"data2_tensor4",
+                       {{"data", 2}, {"tensor", 4}},
+                       {{"batch", {"data"}},
+                        {"heads", {"tensor"}},
+                        {"kv_heads", {"tensor"}},
+                        {"mlp", {"tensor"}}},
+                       4 + 12.0 / 4},
+        ActivationCase{"data2_tensor4_sequence",
+                       {{"data", 2}, {"tensor", 4}},
+                       {{"batch", {"data"}},
+                        {"length", {"tensor"}},
+                        {"heads", {"tensor"}},
+                        {"kv_heads", {"tensor"}},
+                        {"mlp", {"tensor"}}},
+                       16.0 / 4},
+        ActivationCase{"data8_full", {{"data", 8}}, {{"batch", {"data"}}}, 1, RematPolicy::kFull},
+        ActivationCase{
+            "data8_selective", {{"data", 8}}, {{"batch", {"data"}}}, 9, RematPolicy::kSelective},
+        ActivationCase{"data2_tensor4_sequence_full",
+                       {{"data", 2}, {"tensor", 4}},
+                       {{"batch", {"data"}},
+                        {"length", {"tensor"}},
+                        {"heads", {"tensor"}},
+                        {"kv_heads", {"tensor"}},
+                        {"mlp", {"tensor"}}},
+                       1.0 / 4,
+                       RematPolicy::kFull}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,137 @@
+#include "planner/remat.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace shardsim::planner {
+
+const char* RematPolicyName(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::kNone:
+      return "none";
+    case RematPolicy::kSelective:
+      return "selective";
+    case RematPolicy::kFull:
+      return "full";
+  }
+  return "none";
+}
+
+bool IsRecompute(const std::string& name) {
+  const std::string suffix = kRematSuffix;
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
+                const std::vector<std::vector<std::string>>& segments, RematPolicy policy) {
+  if (policy == RematPolicy::kNone || segments.empty()) return;
+  const std::vector<OpSpec>& ops = expanded.ops;
+  const size_t n = ops.size();
+  // Which pass (if any) each op is in.
+  std::vector<int> pass_of(n, -1);
+  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
+    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
+      pass_of[i] = static_cast<int>(k / 2);
+    }
+  }
+  // The op making each name bound exactly once (input arrays count as a binding).
+  std::map<std::string, int> bindings;
+  for (const ArraySpec& a : expanded.arrays) ++bindings[a.name];
+  std::map<std::string, size_t> maker;
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string& out : ops[i].out) {
+      ++bindings[out];
+      maker[out] = i;
+    }
+  }
+  // Each segment value's segment (forward values bound once only).
+  std::map<std::string, int> segment_of;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    for (const std::string& v : segments[s]) {
+      const auto it = maker.find(v);
+      if (bindings[v] == 1 && it != maker.end() && pass_of[it->second] < 0) {
+        segment_of[v] = static_cast<int>(s);
+      }
+    }
+  }
+  // Kept: the policy keeps it, or a forward op outside its segment reads it.
+  std::set<std::string> kept;
+  for (const auto& [v, s] : segment_of) {
+    const OpKind kind = ops[maker.at(v)].kind;
+    if (policy == RematPolicy::kSelective && (kind == OpKind::kEinsum || kind == OpKind::kMatmul)) {
+      kept.insert(v);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (pass_of[i] >= 0) continue;
+    int own = -1;
+    if (!ops[i].out.empty()) {
+      const auto it = segment_of.find(ops[i].out[0]);
+      if (it != segment_of.end()) own = it->second;
+    }
+    for (const std::string& in : ops[i].in) {
+      const auto it = segment_of.find(in);
+      if (it != segment_of.end() && it->second != own) kept.insert(in);
+    }
+  }
+  auto recomputed = [&](const std::string& v) { return segment_of.count(v) && !kept.count(v); };
+  // Per pass and segment: where its recompute goes and the makers it repeats.
+  std::map<size_t, std::vector<size_t>> insert_before;  // Op index -> makers to repeat.
+  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
+    std::map<int, size_t> first_read;        // Segment -> first reader in this pass.
+    std::map<int, std::set<size_t>> makers;  // Segment -> makers to repeat.
+    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
+      for (const std::string& in : ops[i].in) {
+        if (!recomputed(in)) continue;
+        const int s = segment_of.at(in);
+        first_read.emplace(s, i);
+        // The maker, and the makers of what it reads that is recomputed too.
+        std::vector<size_t> todo = {maker.at(in)};
+        while (!todo.empty()) {
+          const size_t m = todo.back();
+          todo.pop_back();
+          if (!makers[s].insert(m).second) continue;
+          for (const std::string& x : ops[m].in) {
+            if (recomputed(x)) todo.push_back(maker.at(x));
+          }
+        }
+      }
+    }
+    for (const auto& [s, at] : first_read) {
+      std::vector<size_t>& list = insert_before[at];
+      list.insert(list.end(), makers[s].begin(), makers[s].end());  // Forward order.
+    }
+  }
+  auto rename = [&](std::vector<std::string>& names) {
+    for (std::string& x : names) {
+      if (recomputed(x)) x += kRematSuffix;
+    }
+  };
+  std::vector<OpSpec> out;
+  out.reserve(n);
+  std::vector<size_t> block_start(n + 1);  // Where op i's recompute (or op i) now starts.
+  for (size_t i = 0; i <= n; ++i) {
+    block_start[i] = out.size();
+    if (const auto it = insert_before.find(i); it != insert_before.end()) {
+      for (size_t m : it->second) {
+        OpSpec clone = ops[m];
+        rename(clone.in);
+        for (std::string& x : clone.out) x += kRematSuffix;
+        clone.name = (clone.name.empty() ? ops[m].out[0] : clone.name) + kRematSuffix;
+        out.push_back(std::move(clone));
+      }
+    }
+    if (i == n) break;
+    OpSpec op = ops[i];
+    if (pass_of[i] >= 0) rename(op.in);
+    out.push_back(std::move(op));
+  }
+  // A pass starts with the recompute before its first op; it ends where the op after it now
+  // starts.
+  for (size_t& at : pass_starts) at = block_start[std::min(at, n)];
+  expanded.ops = std::move(out);
+}
+
+}  // namespace shardsim::planner
