@@ -9,7 +9,7 @@ ParameterCounts CountParameters(const TransformerConfig& model) {
   ParameterCounts c;
   c.embedding = model.vocab * d;
   c.per_layer = attention + mlp + 2 * d;
-  c.head = d + d * model.vocab;
+  c.head = d + (model.tied_embeddings ? 0 : d * model.vocab);
   c.matmul = model.layers * (attention + mlp) + d * model.vocab;
   c.total = c.embedding + model.layers * c.per_layer + c.head;
   return c;

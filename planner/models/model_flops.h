@@ -11,14 +11,16 @@ namespace shardsim::planner {
 struct ParameterCounts {
   int64_t embedding = 0;  // The token embedding table, vocab x d (a gather, not a matmul).
   int64_t per_layer = 0;  // One decoder layer: q, k, v, o projections, the MLP, two norms.
-  int64_t head = 0;       // The final norm and the unembedding, d x vocab.
-  int64_t matmul = 0;     // Weights of matmuls: the layers' projections and the unembedding.
-  int64_t total = 0;      // All of them.
+  int64_t head = 0;       // The final norm and the unembedding, d x vocab (none when tied).
+  // Weights of matmuls: the layers' projections and the unembedding (the logits' matmul, tied
+  // to the embedding table or not).
+  int64_t matmul = 0;
+  int64_t total = 0;  // All of them.
 };
 
 // The parameters of `model`: per layer d·H·hd + 2·d·KV·hd (q; k, v) + H·hd·d (o) + 3·d·ff
-// (SwiGLU: gate, up, down; 2·d·ff for GELU/ReLU) + 2·d (norms); head d + d·V. Llama-2-7B gives
-// 6,738,415,616, the count Meta and Hugging Face report.
+// (SwiGLU: gate, up, down; 2·d·ff for GELU/ReLU) + 2·d (norms); head d + d·V (d when tied).
+// Llama-2-7B gives 6,738,415,616, the count Meta and Hugging Face report.
 ParameterCounts CountParameters(const TransformerConfig& model);
 
 // Model FLOPs of one training step, PaLM's definition (Chowdhery et al. 2022, Appendix B):

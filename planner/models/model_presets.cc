@@ -29,6 +29,15 @@ TransformerConfig Gpt(int64_t layers, int64_t d, int64_t heads, int64_t ff) {
   return Dense(layers, d, heads, heads, ff, 51200, MlpKind::kGelu, NormKind::kLayer);
 }
 
+// MaxText's 2023 global_parameter_scale models (its default decoder: RMSNorm, multi-head
+// attention with head_dim 256 whatever d is, ReLU MLP, vocabulary 32768, tied embeddings).
+TransformerConfig MaxText(int64_t layers, int64_t d, int64_t heads, int64_t ff) {
+  TransformerConfig c = Dense(layers, d, heads, heads, ff, 32768, MlpKind::kRelu, NormKind::kRms);
+  c.head_dim = 256;
+  c.tied_embeddings = true;
+  return c;
+}
+
 TransformerConfig Mixtral() {
   TransformerConfig c = Llama(32, 4096, 32, 8, 14336, 32000);
   c.experts = 8;
@@ -41,9 +50,14 @@ std::vector<ModelPreset> MakePresets() {
   const std::string korthikanti =
       "Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer "
       "Models', Table 3";
+  const std::string maxtext =
+      "MaxText's 2023 global_parameter_scale models (AI-Hypercomputer/maxtext "
+      "MaxText/configs/models, used by its configs/tpu/v5p, v5e and v4 READMEs)";
   return {
       {"llama-2-7b", Llama(32, 4096, 32, 32, 11008, 32000),
        "Touvron et al. 2023, 'Llama 2', Table 1; meta-llama/Llama-2-7b-hf config.json"},
+      {"llama-2-13b", Llama(40, 5120, 40, 40, 13824, 32000),
+       "Touvron et al. 2023, 'Llama 2', Table 1; meta-llama/Llama-2-13b-hf config.json"},
       {"llama-2-70b", Llama(80, 8192, 64, 8, 28672, 32000),
        "Touvron et al. 2023, 'Llama 2', Table 1; meta-llama/Llama-2-70b-hf config.json"},
       {"llama-3-8b", Llama(32, 4096, 32, 8, 14336, 128256),
@@ -59,6 +73,11 @@ std::vector<ModelPreset> MakePresets() {
       {"megatron-175b", Gpt(96, 12288, 96, 49152), korthikanti},
       {"megatron-530b", Gpt(105, 20480, 128, 81920), korthikanti},
       {"megatron-1t", Gpt(128, 25600, 160, 102400), korthikanti},
+      {"maxtext-16b", MaxText(32, 5120, 32, 32768), maxtext},
+      {"maxtext-22b", MaxText(48, 6144, 24, 24576), maxtext},
+      {"maxtext-32b", MaxText(32, 10240, 32, 32768), maxtext},
+      {"maxtext-64b", MaxText(64, 10240, 32, 32768), maxtext},
+      {"maxtext-128b", MaxText(64, 10240, 64, 65536), maxtext},
       {"mixtral-8x7b", Mixtral(),
        "Jiang et al. 2024, 'Mixtral of Experts', Table 1; mistralai/Mixtral-8x7B-v0.1 "
        "config.json"},

@@ -48,7 +48,7 @@ class TrainStepBuilder {
       Param("w_down" + L, {model_.d_ff, d}, {"mlp", "embed"});
     }
     Param("final_norm", {d}, {"embed"}, /*ones=*/true);
-    Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
+    if (!model_.tied_embeddings) Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
 
     // Each microbatch: its forward, then its backward; the gradients summed as they come.
     std::string loss_sum;
@@ -67,7 +67,9 @@ class TrainStepBuilder {
       }
       x = Residual(x, N("rf"));
       const std::string xf = Norm(x, W("final_norm"), N("xf"));
-      std::string logits = pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
+      std::string logits = model_.tied_embeddings
+                               ? pb_.Einsum("btd,vd->btv", xf, W("embed"), N("logits"))
+                               : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
       logits = Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
       const std::string loss = Op(OpKind::kCrossEntropy, {logits, N("labels")}, N("loss"));
       std::vector<std::string> grads;

@@ -35,6 +35,9 @@ struct TransformerConfig {
   int64_t vocab = 128;   // Vocabulary.
   MlpKind mlp = MlpKind::kSwiGlu;
   NormKind norm = NormKind::kRms;
+  // The logits read the embedding table (its transpose) instead of a separate unembedding
+  // (MaxText's 2023 global_parameter_scale models).
+  bool tied_embeddings = false;
   // Mixture of experts (SPEC's experts, top_k, capacity_factor, shared_experts,
   // expert_d_ff): 0 experts is a dense model. The step builder does not build MoE layers yet
   // and refuses a model with experts; presets carry them so the figures are in one place.
@@ -71,7 +74,8 @@ struct TrainConfig {
 // mesh of `axes`, every array sharded by `rules` (logical dimensions as MaxText names them:
 // tokens [batch, length]; embed [vocab, embed]; wq [embed, heads, head_dim], wk and wv
 // [embed, kv_heads, head_dim], wo [heads, head_dim, embed]; w_gate and w_up [embed, mlp],
-// w_down [mlp, embed]; norm scales [embed]; unembed [embed, vocab]). With sequence
+// w_down [mlp, embed]; norm scales [embed]; unembed [embed, vocab], none when tied: the logits
+// then contract embed's embed dimension). With sequence
 // parallelism (`length` split) the norms and residual adds run on the sequence shard. Values are
 // named as the configs/jit transformer examples name them (x0, n0a, q0, ..., loss; gradients d_<p>;
 // updated parameters <p>_new and Adam moments m_<p>, v_<p>). With microbatches each has its

@@ -31,6 +31,26 @@ TEST(ModelFlopsTest, ParameterCountsMatchThePublishedCheckpoints) {
   EXPECT_NEAR(static_cast<double>(CountParameters(Preset("gpt3-175b")).total), 175.0e9, 0.5e9);
 }
 
+// MaxText's 2023 models are named for their sizes (models.md: head_dim 256, ReLU, vocabulary
+// 32768, tied embeddings): within 2% of 16, 22, 32, 64 and 128 billion parameters; tied, the
+// head is the final norm alone, while the logits' matmul still counts among the FLOPs.
+TEST(ModelFlopsTest, MaxTextModelsHaveTheirNamedSizes) {
+  const std::vector<std::pair<std::string, double>> sizes = {{"maxtext-16b", 16e9},
+                                                             {"maxtext-22b", 22e9},
+                                                             {"maxtext-32b", 32e9},
+                                                             {"maxtext-64b", 64e9},
+                                                             {"maxtext-128b", 128e9}};
+  for (const auto& [name, size] : sizes) {
+    SCOPED_TRACE(name);
+    const TransformerConfig& m = Preset(name);
+    const ParameterCounts c = CountParameters(m);
+    EXPECT_NEAR(static_cast<double>(c.total), size, 0.02 * size);
+    EXPECT_EQ(c.head, m.d_model);
+    EXPECT_EQ(c.matmul, m.layers * (4 * m.d_model * m.heads * 256 + 2 * m.d_model * m.d_ff) +
+                            m.d_model * m.vocab);
+  }
+}
+
 // By hand, 1 layer, d 64, 8 heads of 8, SwiGLU ff 128, vocabulary 128: matmul weights
 // 4·64·64 (q, k, v, o) + 3·64·128 (MLP) + 64·128 (unembedding) = 49,152; per token
 // 6·49,152 + 12·1·8·8·16 = 307,200; 8 x 16 tokens: 39,321,600 FLOPs.
@@ -55,7 +75,8 @@ TEST(ModelPresetsTest, EveryPresetIsWholeAndCited) {
     SCOPED_TRACE(p.name);
     const TransformerConfig& c = p.config;
     EXPECT_EQ(c.heads % c.kv_heads, 0);
-    EXPECT_EQ(c.heads * c.head_dim, c.d_model);
+    // MaxText's 2023 models keep head_dim 256 whatever d is (models.md); the rest d / heads.
+    EXPECT_EQ(c.head_dim, p.name.rfind("maxtext-", 0) == 0 ? 256 : c.d_model / c.heads);
     EXPECT_FALSE(p.source.empty());
     EXPECT_EQ(FindModelPreset(p.name), &p);
   }

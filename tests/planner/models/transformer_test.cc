@@ -85,6 +85,7 @@ struct Variant {
   int64_t kv_heads;
   Optimizer optimizer;
   int64_t microbatches = 1;
+  bool tied_embeddings = false;
 };
 
 class StepVariantTest : public ::testing::TestWithParam<Variant> {};
@@ -96,6 +97,7 @@ TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
   m.mlp = v.mlp;
   m.norm = v.norm;
   m.kv_heads = v.kv_heads;
+  m.tied_embeddings = v.tied_embeddings;
   TrainConfig train;
   train.optimizer = v.optimizer;
   train.microbatches = v.microbatches;
@@ -118,7 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
         Variant{"grouped_query", MlpKind::kSwiGlu, NormKind::kRms, 2, Optimizer::kNone},
         Variant{"relu", MlpKind::kRelu, NormKind::kRms, 8, Optimizer::kNone},
         Variant{"microbatches2_adam", MlpKind::kSwiGlu, NormKind::kRms, 8, Optimizer::kAdam, 2},
-        Variant{"microbatches4", MlpKind::kSwiGlu, NormKind::kRms, 2, Optimizer::kNone, 4}),
+        Variant{"microbatches4", MlpKind::kSwiGlu, NormKind::kRms, 2, Optimizer::kNone, 4},
+        Variant{"tied_embeddings_adam", MlpKind::kRelu, NormKind::kRms, 8, Optimizer::kAdam, 1,
+                true}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
