@@ -20,20 +20,15 @@
 namespace shardsim::planner {
 namespace {
 
-// Bytes of `array`'s block on one device (the plan's shardings divide every parameter: the
-// step builder checks).
-Bytes LocalBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
-  const Shape local = LocalShape(
-      array.shape, FromSpec(array.sharding, static_cast<int>(array.shape.size()), axes), axes);
-  return Bytes(NumElements(local) * DTypeSize(array.dtype));
-}
 
 // a + (b - a) * k, field by field: the figures of a step with k layers more than a's, b being
 // one layer more than a.
 Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
 Bytes Extrapolate(Bytes a, Bytes b, int64_t k) { return a + (b - a) * k; }
 
-StepFigures Compose(const StepFigures& a, const StepFigures& b, int64_t k) {
+}  // namespace
+
+StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k) {
   StepFigures f;
   f.end = Extrapolate(a.end, b.end, k);
   f.compute = Extrapolate(a.compute, b.compute, k);
@@ -55,17 +50,15 @@ StepFigures Compose(const StepFigures& a, const StepFigures& b, int64_t k) {
   return f;
 }
 
-// Simulates the step of `model` (whatever its layer count) and reads its figures.
-StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
-                            const TransformerConfig& model, const TrainConfig& train,
-                            const StepPlan& plan, const LogicalRules& rules,
-                            CollectiveCostModel& collectives, bool prefetch) {
-  std::vector<std::vector<std::string>> layers;
-  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers);
+StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh,
+                                const ProgramSpec& global,
+                                const std::vector<std::vector<std::string>>& layers,
+                                const StepPlan& plan, CollectiveCostModel& collectives,
+                                int prefetch_groups) {
   std::vector<size_t> phases;
   const PartitionResult partitioned = PartitionTrainStep(
       global, layers, plan.remat, PartitionCosts{&mesh, &collectives, machine.compute_model()},
-      prefetch ? PrefetchGroups(model, train) : 0, &phases);
+      prefetch_groups, &phases);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -77,6 +70,19 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                                run.events, global, mesh);
   f.phase_peaks = run.phase_peaks;
   return f;
+}
+
+namespace {
+
+// Simulates the training step of `model` (whatever its layer count) and reads its figures.
+StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
+                            const TransformerConfig& model, const TrainConfig& train,
+                            const StepPlan& plan, const LogicalRules& rules,
+                            CollectiveCostModel& collectives, bool prefetch) {
+  std::vector<std::vector<std::string>> layers;
+  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers);
+  return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
+                             prefetch ? PrefetchGroups(model, train) : 0);
 }
 
 }  // namespace
@@ -142,6 +148,20 @@ StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, 
   return f;
 }
 
+Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
+  const Shape local = LocalShape(
+      array.shape, FromSpec(array.sharding, static_cast<int>(array.shape.size()), axes), axes);
+  return Bytes(NumElements(local) * DTypeSize(array.dtype));
+}
+
+Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan) {
+  try {
+    return PlaceMesh(machine, plan.mesh, plan.devices);
+  } catch (const SpecError& e) {
+    throw SpecError("plan.mesh", e.what());
+  }
+}
+
 LogicalRules PlanRules(const StepPlan& plan) {
   try {
     return LogicalRules(plan.rules, plan.mesh);
@@ -160,7 +180,7 @@ StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh) {
   for (const ArraySpec& a : global.arrays) {
     if (a.dtype == DType::kI32) continue;  // Token ids and labels: the batch, not state.
     Bytes& kind = params.count(a.name) ? s.params : s.optimizer;
-    kind = kind + LocalBytes(a, mesh.axes());
+    kind = kind + DeviceBytes(a, mesh.axes());
   }
   // Gradients: one per parameter, in param_dtype, sharded as the parameter.
   s.grads = s.params;
@@ -205,13 +225,7 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
 TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
-  Mesh mesh = [&] {
-    try {
-      return PlaceMesh(machine, plan.mesh, plan.devices);
-    } catch (const SpecError& e) {
-      throw SpecError("plan.mesh", e.what());
-    }
-  }();
+  const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   std::unique_ptr<NetworkCollectiveModel> network;
   std::unique_ptr<CachedCollectiveModel> cache;
@@ -237,7 +251,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   const StepFigures b =
       SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
   TrainStepReport r = MakeTrainStepReport(
-      machine, mesh, model, train, Compose(a, b, model.layers - kShort), {kShort, kShort + 1});
+      machine, mesh, model, train, ComposeFigures(a, b, model.layers - kShort), {kShort, kShort + 1});
   r.remat = plan.remat;
   return r;
 }

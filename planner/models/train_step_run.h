@@ -109,6 +109,12 @@ struct TrainStepOptions {
 // the parameters.
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh);
 
+// Bytes of `array`'s block on one device (its sharding over `axes` divides it).
+Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes);
+
+// The plan's mesh placed on `machine`; throws SpecError "plan.mesh" when it does not fit.
+Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan);
+
 // The plan's logical axis rules; throws SpecError "plan.rules" for an unknown name or axis.
 LogicalRules PlanRules(const StepPlan& plan);
 
@@ -117,6 +123,19 @@ LogicalRules PlanRules(const StepPlan& plan);
 // its recomputation (`recompute`: RecomputeTime), the peak, the events, and the state bytes.
 StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Time recompute,
                          Bytes peak, uint64_t events, const ProgramSpec& global, const Mesh& mesh);
+
+// The figures of a step k layers longer than a's, b being one layer longer than a: every
+// figure extrapolated (a + (b - a) k; the peak per memory phase, then the largest), the
+// events summed.
+StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k);
+
+// Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
+// PartitionTrainStep, simulates it on the cached timing path and reads its figures.
+StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh,
+                                const ProgramSpec& global,
+                                const std::vector<std::vector<std::string>>& layers,
+                                const StepPlan& plan, CollectiveCostModel& collectives,
+                                int prefetch_groups);
 
 // One device's compute on the recomputation remat inserted: the compute times of the ops
 // IsRecompute names, from a run's per-op rows.

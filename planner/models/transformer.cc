@@ -9,6 +9,11 @@
 namespace shardsim::planner {
 namespace {
 
+// What a step does: train (forward, grad, update), or serve: prefill a prompt (forward,
+// returning the KV cache and the last position's logits) or decode one token per sequence
+// against the cache.
+enum class StepKind { kTrain, kPrefill, kDecode };
+
 // Builds one step; each member appends a part of the program.
 class TrainStepBuilder {
  public:
@@ -22,8 +27,55 @@ class TrainStepBuilder {
         layer_values_(layer_values),
         pb_(axes, {}, ProgramMode::kAuto) {}
 
+  // A serving step (kPrefill or kDecode) of `serve`'s batch.
+  ProgramSpec BuildServe(StepKind kind, const ServeConfig& serve) && {
+    kind_ = kind;
+    InitSpec ids;
+    ids.kind = InitSpec::Kind::kArange;
+    const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
+    pb_.Input("tokens", {serve.batch, tokens_per_sequence}, DType::kI32,
+              rules_.Spec({"batch", "length"}), ids);
+    DeclareParams();
+    if (kind == StepKind::kDecode) {
+      // The cache of the context so far, per layer: keys and values [batch, length, kv_heads,
+      // head_dim] in kv_dtype.
+      InitSpec cache;
+      cache.kind = InitSpec::Kind::kNormal;
+      for (int64_t l = 0; l < model_.layers; ++l) {
+        for (const char* kv : {"k_cache", "v_cache"}) {
+          cache.seed = ++seed_;
+          pb_.Input(kv + std::to_string(l),
+                    {serve.batch, serve.context, model_.kv_heads, model_.head_dim},
+                    serve.kv_dtype, rules_.Spec({"batch", "length", "kv_heads", "head_dim"}),
+                    cache);
+        }
+      }
+    }
+    std::string x = Op(OpKind::kTake, {W("embed"), "tokens"}, "x0");
+    for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
+    x = Residual(x, "rf");
+    if (kind == StepKind::kPrefill && tokens_per_sequence > 1) {
+      // Only the last position's logits pick the first generated token.
+      OpSpec last;
+      last.kind = OpKind::kSlice;
+      last.in = {x};
+      last.out = {"x_last"};
+      last.axis = 1;
+      last.start = tokens_per_sequence - 1;
+      last.size = 1;
+      x = pb_.Add(std::move(last));
+    }
+    const std::string xf = Norm(x, W("final_norm"), "xf");
+    const std::string logits =
+        model_.tied_embeddings ? pb_.Einsum("btd,vd->btv", xf, W("embed"), "logits")
+                               : pb_.Einsum("btd,dv->btv", xf, W("unembed"), "logits");
+    pb_.Output(logits, rules_.Spec({"batch", "length", "vocab"}));
+    const PartitionSpec cache_spec = rules_.Spec({"batch", "length", "kv_heads", "head_dim"});
+    for (const std::string& kv : cache_out_) pb_.Output(kv, cache_spec);
+    return std::move(pb_).Build();
+  }
+
   ProgramSpec Build() && {
-    const int64_t d = model_.d_model;
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
     const int64_t micro = train_.microbatches;
@@ -34,37 +86,14 @@ class TrainStepBuilder {
       pb_.Input(N("tokens"), shape, DType::kI32, tokens, ids);
       pb_.Input(N("labels"), shape, DType::kI32, tokens, ids);
     }
-    Param("embed", {model_.vocab, d}, {"vocab", "embed"});
-    for (int64_t l = 0; l < model_.layers; ++l) {
-      const std::string L = std::to_string(l);
-      Param("attn_norm" + L, {d}, {"embed"}, /*ones=*/true);
-      Param("wq" + L, {d, model_.heads, model_.head_dim}, {"embed", "heads", "head_dim"});
-      Param("wk" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
-      Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
-      Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"});
-      Param("mlp_norm" + L, {d}, {"embed"}, /*ones=*/true);
-      if (model_.mlp == MlpKind::kSwiGlu) Param("w_gate" + L, {d, model_.d_ff}, {"embed", "mlp"});
-      Param("w_up" + L, {d, model_.d_ff}, {"embed", "mlp"});
-      Param("w_down" + L, {model_.d_ff, d}, {"mlp", "embed"});
-    }
-    Param("final_norm", {d}, {"embed"}, /*ones=*/true);
-    if (!model_.tied_embeddings) Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
+    DeclareParams();
 
     // Each microbatch: its forward, then its backward; the gradients summed as they come.
     std::string loss_sum;
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
       std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
-      for (int64_t l = 0; l < model_.layers; ++l) {
-        const size_t first = pb_.program().ops.size();
-        x = Layer(x, std::to_string(l));
-        if (!layer_values_) continue;
-        std::vector<std::string>& made = layer_values_->emplace_back();
-        const std::vector<OpSpec>& ops = pb_.program().ops;
-        for (size_t i = first; i < ops.size(); ++i) {
-          made.insert(made.end(), ops[i].out.begin(), ops[i].out.end());
-        }
-      }
+      for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
       x = Residual(x, N("rf"));
       const std::string xf = Norm(x, W("final_norm"), N("xf"));
       std::string logits = model_.tied_embeddings
@@ -107,6 +136,40 @@ class TrainStepBuilder {
   }
 
  private:
+  // Every parameter, in declaration order (their seeds follow it).
+  void DeclareParams() {
+    const int64_t d = model_.d_model;
+    Param("embed", {model_.vocab, d}, {"vocab", "embed"});
+    for (int64_t l = 0; l < model_.layers; ++l) {
+      const std::string L = std::to_string(l);
+      Param("attn_norm" + L, {d}, {"embed"}, /*ones=*/true);
+      Param("wq" + L, {d, model_.heads, model_.head_dim}, {"embed", "heads", "head_dim"});
+      Param("wk" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
+      Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
+      Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"});
+      Param("mlp_norm" + L, {d}, {"embed"}, /*ones=*/true);
+      if (model_.mlp == MlpKind::kSwiGlu) Param("w_gate" + L, {d, model_.d_ff}, {"embed", "mlp"});
+      Param("w_up" + L, {d, model_.d_ff}, {"embed", "mlp"});
+      Param("w_down" + L, {model_.d_ff, d}, {"mlp", "embed"});
+    }
+    Param("final_norm", {d}, {"embed"}, /*ones=*/true);
+    if (!model_.tied_embeddings) Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
+  }
+
+  // Layer `l` on x, its values recorded for remat when asked.
+  std::string LayerAndRecord(const std::string& x, int64_t l) {
+    const size_t first = pb_.program().ops.size();
+    std::string y = Layer(x, std::to_string(l));
+    if (layer_values_) {
+      std::vector<std::string>& made = layer_values_->emplace_back();
+      const std::vector<OpSpec>& ops = pb_.program().ops;
+      for (size_t i = first; i < ops.size(); ++i) {
+        made.insert(made.end(), ops[i].out.begin(), ops[i].out.end());
+      }
+    }
+    return y;
+  }
+
   struct Parameter {
     std::string name;
     Shape shape;
@@ -214,7 +277,16 @@ class TrainStepBuilder {
     const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), N("q" + L));
     const std::string k = pb_.Einsum("btd,dhk->bthk", na, W("wk" + L), N("k" + L));
     const std::string v = pb_.Einsum("btd,dhk->bthk", na, W("wv" + L), N("v" + L));
-    const std::string a = Op(OpKind::kAttention, {q, k, v}, N("a" + L));
+    // Serving: prefill returns each layer's keys and values (the cache); decode attends over
+    // the cache (the new token's own key and value are returned to be written into it, as an
+    // in-place cache update does, and not attended: one position of the context) instead.
+    std::string keys = k, values = v;
+    if (kind_ != StepKind::kTrain) cache_out_.insert(cache_out_.end(), {k, v});
+    if (kind_ == StepKind::kDecode) {
+      keys = "k_cache" + L;
+      values = "v_cache" + L;
+    }
+    const std::string a = Op(OpKind::kAttention, {q, keys, values}, N("a" + L));
     const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), N("o" + L));
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
     h = Residual(h, N("hc" + L));
@@ -266,11 +338,25 @@ class TrainStepBuilder {
   std::vector<Parameter> params_;
   std::string sfx_;             // The current microbatch's suffix ("" with one).
   std::set<std::string> cast_;  // Compute-dtype copies made so far.
+  StepKind kind_ = StepKind::kTrain;
+  std::vector<std::string> cache_out_;  // Serving: the keys and values each layer returns.
   uint64_t seed_ = 0;
 };
 
 void Check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
+}
+
+// Refuses a model that does not fit together (sizes, heads over kv heads, MoE).
+void CheckModel(const TransformerConfig& model) {
+  Check(model.layers >= 1 && model.d_model >= 1 && model.heads >= 1 && model.kv_heads >= 1 &&
+            model.head_dim >= 1 && model.d_ff >= 1 && model.vocab >= 1,
+        "transformer sizes must be >= 1");
+  Check(model.heads % model.kv_heads == 0, "heads (" + std::to_string(model.heads) +
+                                               ") must be a multiple of kv_heads (" +
+                                               std::to_string(model.kv_heads) + ")");
+  Check(model.experts == 0, "MoE layers (experts: " + std::to_string(model.experts) +
+                                ") are not built yet: the step builder makes dense models only");
 }
 
 }  // namespace
@@ -279,21 +365,29 @@ int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train) {
   return static_cast<int>(2 * train.microbatches * model.layers);
 }
 
+
+ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& serve, ServeStep step,
+                           const std::vector<MeshAxis>& axes, const LogicalRules& rules,
+                           std::vector<std::vector<std::string>>* layer_values) {
+  CheckModel(model);
+  Check(serve.batch >= 1 && serve.prompt_len >= 1 && serve.decode_len >= 0 && serve.context >= 1,
+        "serve batch, prompt_len and context must be >= 1, decode_len >= 0");
+  TrainConfig numerics;  // The builder's dtypes: parameters are served in the compute dtype.
+  numerics.batch = serve.batch;
+  numerics.dtype = numerics.param_dtype = serve.dtype;
+  if (layer_values) layer_values->clear();
+  return TrainStepBuilder(model, numerics, axes, rules, layer_values)
+      .BuildServe(step == ServeStep::kPrefill ? StepKind::kPrefill : StepKind::kDecode, serve);
+}
+
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules,
                            std::vector<std::vector<std::string>>* layer_values) {
-  Check(model.layers >= 1 && model.d_model >= 1 && model.heads >= 1 && model.kv_heads >= 1 &&
-            model.head_dim >= 1 && model.d_ff >= 1 && model.vocab >= 1,
-        "transformer sizes must be >= 1");
-  Check(model.heads % model.kv_heads == 0, "heads (" + std::to_string(model.heads) +
-                                               ") must be a multiple of kv_heads (" +
-                                               std::to_string(model.kv_heads) + ")");
+  CheckModel(model);
   Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
   Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
         "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
             std::to_string(train.batch) + ")");
-  Check(model.experts == 0, "MoE layers (experts: " + std::to_string(model.experts) +
-                                ") are not built yet: the step builder makes dense models only");
   if (layer_values) layer_values->clear();
   return TrainStepBuilder(model, train, axes, rules, layer_values).Build();
 }

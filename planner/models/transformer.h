@@ -70,6 +70,34 @@ struct TrainConfig {
   int64_t microbatches = 1;
 };
 
+// One serving workload (SPEC's `serve:`).
+struct ServeConfig {
+  int64_t batch = 1;               // Sequences served together.
+  int64_t prompt_len = 16;         // Prompt tokens per sequence (the prefill).
+  int64_t decode_len = 16;         // Tokens generated per sequence after the first.
+  int64_t context = 16;            // A decode step's cache positions (keys and values attended).
+  DType dtype = DType::kBF16;      // Weights and activations.
+  DType kv_dtype = DType::kBF16;   // The KV cache.
+};
+
+// Which serving step.
+enum class ServeStep {
+  kPrefill,  // The prompt's forward: the KV cache and the last position's logits (TTFT).
+  kDecode,   // One token per sequence against a `context`-long cache (TPOT).
+};
+
+// The global program (mode auto) of one serving step of `model` on `serve`'s batch, sharded by
+// `rules` as BuildTrainStep shards (the cache [batch, length, kv_heads, head_dim]): tokens
+// [batch, prompt_len or 1], parameters in dtype, for decode the cache k_cache<l>, v_cache<l>
+// of each layer as inputs; outputs the logits of the last position [batch, 1, vocab] and each
+// layer's new keys and values (k<l>, v<l>: the prompt's cache, or the token's entries). A
+// decode step's token attends to the `context` cached positions (its own key and value are
+// returned to be written into the cache, as in-place updates do, not attended: one position
+// in `context`). Throws std::invalid_argument as BuildTrainStep does.
+ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& serve, ServeStep step,
+                           const std::vector<MeshAxis>& axes, const LogicalRules& rules,
+                           std::vector<std::vector<std::string>>* layer_values = nullptr);
+
 // The global program (mode auto) of one training step of `model` on `train`'s batch over a
 // mesh of `axes`, every array sharded by `rules` (logical dimensions as MaxText names them:
 // tokens [batch, length]; embed [vocab, embed]; wq [embed, heads, head_dim], wk and wv

@@ -140,6 +140,19 @@ planner::TrainConfig ReadTrain(const YamlValue& value) {
   return t;
 }
 
+// `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype}.
+planner::ServeConfig ReadServe(const YamlValue& value) {
+  YamlMap map = value.Map({"batch", "prompt_len", "decode_len", "dtype", "kv_dtype"});
+  planner::ServeConfig s;
+  s.batch = map.Get("batch").Int64(1);
+  s.prompt_len = map.Get("prompt_len").Int64(1);
+  s.decode_len = map.Get("decode_len").Int64(1);
+  if (auto v = map.Find("dtype")) s.dtype = ReadDtype(*v);
+  s.kv_dtype = s.dtype;
+  if (auto v = map.Find("kv_dtype")) s.kv_dtype = ReadDtype(*v);
+  return s;
+}
+
 // One rule's mesh axes: an axis name, a list of them, or null (replicated).
 std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
   std::vector<YamlValue> entries;
@@ -210,18 +223,21 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
 }  // namespace
 
 ModelRunSpec ReadModelRun(const YamlMap& top) {
-  if (auto serve = top.Find("serve")) {
-    serve->FailAtKey("serve: serving steps (prefill, decode) are not built yet; use train:");
-  }
   ModelRunSpec run;
   std::tie(run.name, run.model) = ReadModel(top.Get("model"));
   std::optional<YamlValue> train = top.Find("train");
-  if (!train) {
+  std::optional<YamlValue> serve = top.Find("serve");
+  if (train && serve) serve->FailAtKey("give either train: or serve:, not both");
+  if (serve) {
+    run.serve = ReadServe(*serve);
+  } else if (!train) {
     top.self().FailChild("train",
                          "missing required key 'train' (the batch, like train: {global_batch: "
-                         "256, seq_len: 4096})");
+                         "256, seq_len: 4096}; or serve: {batch: 64, prompt_len: 2048, "
+                         "decode_len: 256})");
+  } else {
+    run.train = ReadTrain(*train);
   }
-  run.train = ReadTrain(*train);
   run.plan = ReadPlan(top.Get("plan"));
   return run;
 }

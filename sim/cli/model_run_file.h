@@ -2,6 +2,7 @@
 // serving steps"), parsed at the edge into the planner's validated structs.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "planner/models/train_step_run.h"
@@ -15,14 +16,15 @@ class YamlMap;
 struct ModelRunSpec {
   std::string name;                  // The preset's name, or "transformer" for a map.
   planner::TransformerConfig model;  // `model:`
-  planner::TrainConfig train;        // `train:`
+  planner::TrainConfig train;        // `train:` (unset when serving)
+  std::optional<planner::ServeConfig> serve;  // `serve:` instead of train:
   planner::StepPlan plan;            // `plan:`
 };
 
-// Reads `model:`, `train:` and `plan:` from the run file's top-level mapping `top`. Throws
-// InputError at the key for anything unknown, missing or out of range, and for what the
-// simulator does not build yet (serve:, kind: mlp, pipeline:,
-// collective_matmul other than off), saying so.
+// Reads `model:`, `train:` or `serve:`, and `plan:` from the run file's top-level mapping
+// `top`. Throws InputError at the key for anything unknown, missing or out of range, and for
+// what the simulator does not build yet (kind: mlp, pipeline:, collective_matmul other than
+// off), saying so.
 ModelRunSpec ReadModelRun(const YamlMap& top);
 
 }  // namespace shardsim

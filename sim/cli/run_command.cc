@@ -23,6 +23,7 @@
 #include "collectives/timing/collective_cost_model.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
+#include "planner/models/serve_step_run.h"
 #include "planner/models/train_step_run.h"
 #include "planner/models/transformer.h"
 #include "planner/partitioned_numerics.h"
@@ -87,6 +88,7 @@ struct RunReport {
   std::string model;
   std::string plan;
   std::optional<planner::TrainStepReport> step;
+  std::optional<planner::ServeReport> serve;  // A serving run's report instead.
 };
 
 // Microseconds with three decimals: one unit down a table column.
@@ -333,6 +335,23 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   const bool whole =
       mode == "on" || tracer || !options.dump_dir.empty() || options.timing == "network";
   std::map<std::string, Array> outputs;
+  if (run.serve) {
+    if (whole) {
+      throw InputError(
+          "serve: runs are timing only (prefill and decode composed from 2 and 3 layers); "
+          "--numerics on, --trace, --dump and --timing network run training steps");
+    }
+    try {
+      report.serve = planner::SimulateServe(machine, run.model, *run.serve, run.plan);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError("model", e.what());
+    }
+    report.end = report.serve->total;
+    report.events = report.serve->events;
+    report.numerics.checked = false;
+    report.numerics_note = "off: serving runs are timing only";
+    return outputs;
+  }
   try {
     if (!whole) {
       planner::TrainStepOptions step_options;
@@ -428,8 +447,41 @@ std::string ModelSummary(const RunReport& r) {
   return out.str();
 }
 
+std::string ServeSummary(const RunReport& r) {
+  const planner::ServeReport& s = *r.serve;
+  std::ostringstream out;
+  char line[512];
+  out << "hardware:       " << r.hardware << "\n";
+  if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
+  out << "model:          " << r.model << "\n";
+  out << "plan:           " << r.plan << "\n";
+  std::snprintf(line, sizeof(line),
+                "simulated:      prefill and decode, each %s\n"
+                "events:         %llu in %.3f s wall\n\n",
+                s.simulated_layers.size() == 2 ? "composed from 2 and 3 layers" : "whole",
+                static_cast<unsigned long long>(r.events), r.wall_s);
+  out << line;
+  out << "TTFT:           " << FormatTime(s.ttft) << " (the prefill step)\n";
+  out << "TPOT:           " << FormatTime(s.tpot) << " (one decode step at context "
+      << s.mean_context << ", the mean over the generation)\n";
+  out << "simulated time: " << FormatTime(s.total) << " (TTFT + (decode_len - 1) x TPOT)\n";
+  std::snprintf(line, sizeof(line), "tokens/s:       %.6g output (%.6g per device, %d devices)\n",
+                s.tokens_per_s, s.tokens_per_s_per_device, s.devices);
+  out << line;
+  out << "decode step:    compute " << FormatTime(s.decode_compute) << ", exposed communication "
+      << FormatTime(s.decode_exposed_comm) << "\n";
+  const planner::ServeMemory& m = s.memory;
+  out << "memory/device:  params " << FormatBytes(m.params) << ", KV cache "
+      << FormatBytes(m.kv_cache) << ", activations and temporaries "
+      << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
+      << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  out << "\nnumerics:       " << r.numerics_note << "\n";
+  return out.str();
+}
+
 std::string Summary(const RunReport& r) {
   if (r.step) return ModelSummary(r);
+  if (r.serve) return ServeSummary(r);
   std::ostringstream out;
   out << "hardware:       " << r.hardware << "\n";
   if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
@@ -528,6 +580,32 @@ std::string Json(const RunReport& r) {
   j += ",\n  \"wall_time_s\": ";
   AppendJsonNumber(j, r.wall_s);
   if (r.step) AppendStepJson(j, r);
+  if (r.serve) {
+    const planner::ServeReport& s = *r.serve;
+    auto number = [&j](const char* key, double value) {
+      j += ",\n  \"" + std::string(key) + "\": ";
+      AppendJsonNumber(j, value);
+    };
+    j += ",\n  \"model\": ";
+    AppendJsonString(j, r.model);
+    j += ",\n  \"plan\": ";
+    AppendJsonString(j, r.plan);
+    number("ttft_s", s.ttft.seconds());
+    number("tpot_s", s.tpot.seconds());
+    j += ",\n  \"mean_context\": " + std::to_string(s.mean_context);
+    number("generation_s", s.total.seconds());
+    number("tokens_per_s", s.tokens_per_s);
+    number("tokens_per_s_per_device", s.tokens_per_s_per_device);
+    j += ",\n  \"kv_cache_bytes\": " + std::to_string(s.memory.kv_cache.count());
+    const planner::ServeMemory& m = s.memory;
+    j += ",\n  \"step_memory\": {\"params\": " + std::to_string(m.params.count()) +
+         ", \"kv_cache\": " + std::to_string(m.kv_cache.count()) +
+         ", \"activations\": " + std::to_string(m.activations.count()) +
+         ", \"peak\": " + std::to_string(m.peak.count()) +
+         ", \"capacity\": " + std::to_string(m.capacity.count()) + "}";
+    j += ",\n  \"fits\": ";
+    j += m.fits ? "true" : "false";
+  }
   if (r.memory.known) {
     j += ",\n  \"simulated_devices\": " + std::to_string(r.simulated_devices);
     j += ",\n  \"memory\": {\"peak_bytes\": " + std::to_string(r.memory.peak.count()) +

@@ -100,6 +100,32 @@ TEST_F(ModelRunTest, RematRecomputesAndStillPasses) {
   }
 }
 
+// A serve: run prints TTFT, TPOT and the KV cache, and gives SPEC's keys in --json: the cache
+// by hand (2 x 4 layers x 8 / 4 sequences x (16 + 8) positions x 2 / 2 kv heads x 8 x 4 B).
+TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
+  const std::string file = WriteInput(
+      "serve.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8, kv_heads: 2,\n"
+      "        vocab: 128}\n"
+      "serve: {batch: 8, prompt_len: 16, decode_len: 8, dtype: f32}\n"
+      "plan:\n"
+      "  mesh: {data: 4, tensor: 2}\n"
+      "  rules: {batch: data, heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor}\n");
+  const Result r = RunOk({"run", file});
+  for (const char* line : {"TTFT:", "TPOT:", "KV cache", "tokens/s:"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  const nlohmann::json j = RunJson({"run", file});
+  EXPECT_EQ(j["kv_cache_bytes"].get<int64_t>(), 2 * 4 * 2 * 24 * 1 * 8 * 4);
+  EXPECT_DOUBLE_EQ(j["generation_s"].get<double>(),
+                   j["ttft_s"].get<double>() + 7 * j["tpot_s"].get<double>());
+  EXPECT_TRUE(j["fits"].get<bool>());
+  const Result whole = Run({"run", file, "--numerics", "on"});
+  EXPECT_EQ(whole.exit_code, 2) << whole;
+  EXPECT_NE(whole.err.find("serve: runs are timing only"), std::string::npos) << whole;
+}
+
 struct BadModel {
   std::string name;
   std::string set;      // A --set override.
@@ -130,6 +156,8 @@ INSTANTIATE_TEST_SUITE_P(
                              "train.microbatches", "must divide global_batch"},
                     BadModel{"UnknownRemat", "plan.remat=partial", "plan.remat",
                              "expected one of none, selective, full"},
+                    BadModel{"TrainAndServe", "serve={batch: 1, prompt_len: 8, decode_len: 2}",
+                             "serve", "either train: or serve:"},
                     BadModel{"PipelineNotBuilt", "plan.pipeline={axis: stage}", "plan.pipeline",
                              "not built yet"},
                     BadModel{"MoeNotBuilt", "model=mixtral-8x7b", "model", "not built yet"},
@@ -152,9 +180,14 @@ TEST_F(ModelRunTest, EveryExampleRuns) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().filename().string());
     const nlohmann::json j = RunJson({"run", entry.path().string()});
-    EXPECT_GT(j["step_time_s"].get<double>(), 0);
-    EXPECT_GT(j["mfu"].get<double>(), 0);
-    EXPECT_LT(j["mfu"].get<double>(), 1);
+    if (j.contains("tpot_s")) {
+      EXPECT_GT(j["tpot_s"].get<double>(), 0);
+      EXPECT_GT(j["ttft_s"].get<double>(), j["tpot_s"].get<double>());
+    } else {
+      EXPECT_GT(j["step_time_s"].get<double>(), 0);
+      EXPECT_GT(j["mfu"].get<double>(), 0);
+      EXPECT_LT(j["mfu"].get<double>(), 1);
+    }
     ++seen;
   }
   EXPECT_GE(seen, 1);

@@ -1,0 +1,110 @@
+// Simulated serving: the KV cache's bytes by hand, the report's definitions, the decode step
+// against the HBM roofline, composition against the whole steps, and the steps' numerics.
+#include "planner/models/serve_step_run.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/models/model_presets.h"
+#include "tests/planner/partition_test_support.h"
+#include "topology/presets.h"
+
+namespace shardsim::planner {
+namespace {
+
+// 6 layers, d 256, 8 heads of 32 with 2 kv heads, SwiGLU ff 512, vocabulary 512.
+TransformerConfig Small() {
+  TransformerConfig m;
+  m.layers = 6;
+  m.d_model = 256;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.head_dim = 32;
+  m.d_ff = 512;
+  m.vocab = 512;
+  return m;
+}
+
+StepPlan TensorParallel() {
+  StepPlan plan;
+  plan.mesh = {{"data", 4}, {"tensor", 2}};
+  plan.rules = {{"batch", {"data"}},
+                {"heads", {"tensor"}},
+                {"kv_heads", {"tensor"}},
+                {"mlp", {"tensor"}},
+                {"vocab", {"tensor"}}};
+  return plan;
+}
+
+ServeConfig Workload() {
+  ServeConfig s;
+  s.batch = 16;
+  s.prompt_len = 512;
+  s.decode_len = 128;
+  return s;
+}
+
+// Per device: keys and values of 6 layers for 16 / 4 sequences of 512 + 128 positions, 2 / 2
+// kv heads of 32, bf16: 2 * 6 * 4 * 640 * 1 * 32 * 2 B = 1,966,080 B. The report's figures
+// follow their definitions: the mean context prompt + decode / 2, the generation TTFT +
+// (decode - 1) TPOT, output tokens batch x decode over it.
+TEST(ServeRunTest, CacheBytesAndDefinitions) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const ServeReport r = SimulateServe(machine, Small(), Workload(), TensorParallel());
+  EXPECT_EQ(r.memory.kv_cache.count(), 2 * 6 * 4 * 640 * 1 * 32 * 2);
+  EXPECT_EQ(r.mean_context, 512 + 64);
+  EXPECT_EQ(r.total, r.ttft + r.tpot * 127);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 16 * 128 / r.total.seconds());
+  EXPECT_GT(r.ttft, r.tpot);
+  EXPECT_GE(r.memory.peak, r.memory.params + r.memory.kv_cache);
+  EXPECT_TRUE(r.memory.fits);
+}
+
+// A decode step reads every weight and the whole cache from HBM once at least: its compute
+// is no shorter than those bytes over the HBM bandwidth (v5e: 8.2e11 B/s, hardware.md).
+TEST(ServeRunTest, DecodeIsBoundByHbm) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  ServeConfig s = Workload();
+  const ServeReport r = SimulateServe(machine, Small(), s, TensorParallel());
+  // The cache read at the mean context: 576 of 640 positions.
+  const double bytes = static_cast<double>(r.memory.params.count()) +
+                       static_cast<double>(r.memory.kv_cache.count()) * 576 / 640;
+  EXPECT_GE(r.decode_compute.seconds(), bytes / 8.2e11);
+}
+
+// Composed from 2 and 3 layers, TTFT and TPOT are the whole steps' within 1%.
+TEST(ServeRunTest, ComposedMatchesTheWholeSteps) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  TrainStepOptions whole;
+  whole.compose = false;
+  const ServeReport full = SimulateServe(machine, Small(), Workload(), TensorParallel(), whole);
+  const ServeReport composed = SimulateServe(machine, Small(), Workload(), TensorParallel());
+  ASSERT_EQ(full.simulated_layers, std::vector<int64_t>{6});
+  ASSERT_EQ(composed.simulated_layers, (std::vector<int64_t>{2, 3}));
+  EXPECT_NEAR(composed.ttft.seconds(), full.ttft.seconds(), 0.01 * full.ttft.seconds());
+  EXPECT_NEAR(composed.tpot.seconds(), full.tpot.seconds(), 0.01 * full.tpot.seconds());
+  EXPECT_EQ(composed.memory.kv_cache, full.memory.kv_cache);
+}
+
+// Prefill and decode, partitioned with data x tensor parallelism (grouped kv heads over
+// tensor), compute what the unsharded steps compute.
+TEST(ServeRunTest, StepsMatchTheUnshardedOnes) {
+  TransformerConfig m = Small();
+  m.layers = 2;
+  m.d_model = 64;
+  m.head_dim = 8;
+  m.d_ff = 128;
+  m.vocab = 128;
+  ServeConfig s;
+  s.batch = 8;
+  s.prompt_len = 16;
+  s.decode_len = 4;
+  s.context = 16;
+  s.dtype = s.kv_dtype = DType::kF32;
+  const StepPlan plan = TensorParallel();
+  const LogicalRules rules(plan.rules, plan.mesh);
+  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kPrefill, plan.mesh, rules));
+  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kDecode, plan.mesh, rules));
+}
+
+}  // namespace
+}  // namespace shardsim::planner
