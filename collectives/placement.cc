@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,43 +26,31 @@ struct Piece {
 // The pieces of each mesh axis, major first; empty pieces for a size-1 axis.
 using TorusPlan = std::vector<std::vector<Piece>>;
 
-// "4x4x4".
-std::string DescribeShape(const std::vector<int>& shape) {
-  std::string text;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) text += "x";
-    text += std::to_string(shape[i]);
-  }
-  return text;
-}
-
-// The greedy assignment of torus dimensions to mesh axes (see placement.h), or nullopt when
-// the sizes do not factor exactly.
-std::optional<TorusPlan> PlanTorus(const std::vector<MeshAxis>& axes,
-                                   const std::vector<int>& shape) {
+// The greedy assignment of torus dimensions to mesh axes (see placement.h). It always
+// succeeds when the axis sizes multiply to the device count: each axis's size divides the
+// product of the dimensions' unassigned parts (the outer axes' sizes times its own), so
+// dividing it by its gcd with each part in turn leaves 1.
+TorusPlan PlanTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape) {
   std::vector<int> remaining = shape;       // Unassigned high factor of each dim.
   std::vector<int> taken(shape.size(), 1);  // Product of the factors already taken.
   TorusPlan plan(axes.size());
-  int dim = static_cast<int>(shape.size()) - 1;
   for (int a = static_cast<int>(axes.size()) - 1; a >= 0; --a) {
     int need = axes[a].size;
     std::vector<Piece> pieces;  // Collected minor first.
-    while (need > 1) {
-      while (dim >= 0 && remaining[dim] == 1) --dim;
-      if (dim < 0) return std::nullopt;
-      const int r = remaining[dim];
-      int factor = 0;
-      if (need % r == 0) {
-        factor = r;
-      } else if (r % need == 0) {
-        factor = need;
-      } else {
-        return std::nullopt;
-      }
+    // From the innermost dimension out, the largest factor the axis and the dimension's
+    // unassigned part share (the whole part, or the axis's whole need, when one divides the
+    // other); a dimension sharing none is left to the outer axes.
+    for (int dim = static_cast<int>(shape.size()) - 1; dim >= 0 && need > 1; --dim) {
+      const int factor = std::gcd(need, remaining[dim]);
+      if (factor == 1) continue;
       pieces.push_back(Piece{dim, factor, taken[dim]});
       taken[dim] *= factor;
       remaining[dim] /= factor;
       need /= factor;
+    }
+    if (need > 1) {
+      throw std::logic_error("internal error: mesh axis " + axes[a].name +
+                             " found no torus factors left (sizes not the device count?)");
     }
     // Major first: physical order, except that strided factors (high parts of a dimension,
     // whose steps are several hops) go outermost so most steps are single hops.
@@ -269,8 +256,7 @@ std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topol
         "subset)");
   }
   if (topo.torus().has_value()) {
-    const std::optional<TorusPlan> plan = PlanTorus(axes, topo.torus()->shape);
-    if (plan.has_value()) return PlaceOnTorus(axes, topo.torus()->shape, *plan);
+    return PlaceOnTorus(axes, topo.torus()->shape, PlanTorus(axes, topo.torus()->shape));
   }
   std::vector<int> devices(topo.num_devices());
   std::iota(devices.begin(), devices.end(), 0);
@@ -294,13 +280,9 @@ std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
   const bool is_default = whole_machine && mesh.devices() == DefaultPlacement(mesh.axes(), topo);
   if (topo.torus().has_value()) {
     const TorusShape& torus = *topo.torus();
-    const std::optional<TorusPlan> plan = PlanTorus(mesh.axes(), torus.shape);
-    if (is_default && plan.has_value()) return DescribeTorusPlan(mesh.axes(), *plan, torus);
-    const std::string how = is_default ? "mesh " + FormatMeshAxes(mesh.axes()) +
-                                             " does not factor onto torus " +
-                                             DescribeShape(torus.shape) + ": row-major device order"
-                                       : "devices as given by mesh.devices";
-    return how + " (" + DescribeTorusHops(mesh, topo) + ")";
+    if (is_default)
+      return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape), torus);
+    return "devices as given by mesh.devices (" + DescribeTorusHops(mesh, topo) + ")";
   }
   const std::string order =
       IsIdentity(mesh.devices()) ? "row-major device order" : "devices as given by mesh.devices";

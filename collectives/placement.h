@@ -7,15 +7,19 @@
 //    machine, list the devices in `mesh.devices`.
 //  - Torus (and ring) topologies: physical dimensions are handed to mesh axes greedily, from
 //    the LAST (innermost) mesh axis to the first and from the last (innermost, row-major
-//    minor) torus dimension to the first. Each axis takes a contiguous run of torus
-//    dimensions whose sizes multiply to its own; a dimension may be split into factors, the
-//    inner axis taking the low (stride-1) factor so its members stay neighbours. Example:
-//    mesh {dp: 2, tp: 8} on a 4x4 torus: tp takes dim 1 (4) and the low factor 2 of dim 0,
-//    dp the high factor 2 of dim 0. An axis over several pieces walks them in snake
+//    minor) torus dimension to the first. Each axis takes, dimension by dimension from the
+//    innermost out, the largest factor its remaining size shares with the dimension's
+//    unassigned part (the whole part when that divides the axis, or what the axis still
+//    needs), the inner axis taking the low (stride-1) factor so its members stay neighbours;
+//    a dimension sharing no factor is left to the outer axes. Examples: mesh {dp: 2, tp: 8}
+//    on a 4x4 torus: tp takes dim 1 (4) and the low factor 2 of dim 0, dp the high factor 2
+//    of dim 0; {data: 35, fsdp: 64, tensor: 4} on 16x20x28: tensor the low 4 of dim 2, fsdp
+//    the low 4 of dim 1 and all of dim 0 (16), data the high 7 of dim 2 and the high 5 of
+//    dim 1. An axis over several pieces walks them in snake
 //    (boustrophedon) order, major to minor: strided (high) factors first, then the others
 //    in torus-dimension order, so consecutive members along every axis are physical
-//    neighbours wherever the pieces allow. When no exact factorization exists (e.g. {a: 3, b: 4} on
-//    4x3), the placement falls back to row-major device order.
+//    neighbours wherever the pieces allow. Such a factorization always exists when the mesh
+//    uses the whole machine ({a: 3, b: 4} on 4x3: b takes dim 0, a dim 1).
 //  - Every other topology (switch, hierarchical fat tree, fully connected, ring-less graph):
 //    row-major device order, position p on device p. On hierarchical GPU machines devices
 //    are numbered node * per_node + local, so the innermost axes whose sizes multiply to a

@@ -57,8 +57,8 @@ ServeReport SimulateServe(const Machine& machine, const TransformerConfig& model
   ServeConfig mean = serve;
   r.mean_context = serve.prompt_len + serve.decode_len / 2;
   mean.context = r.mean_context;
-  const StepFigures decode = StepOf(machine, mesh, model, mean, ServeStep::kDecode, no_remat,
-                                    rules, *collectives, options.compose, &r.simulated_layers);
+  const StepFigures decode = StepOf(machine, mesh, model, mean, ServeStep::kDecode, no_remat, rules,
+                                    *collectives, options.compose, &r.simulated_layers);
   r.ttft = prefill.end;
   r.tpot = decode.end;
   r.total = r.ttft + r.tpot * std::max<int64_t>(serve.decode_len - 1, 0);

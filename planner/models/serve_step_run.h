@@ -25,15 +25,15 @@ struct ServeMemory {
 
 // SPEC's serving outputs.
 struct ServeReport {
-  Time ttft;                  // The prefill step: prompt in, first token's logits out.
-  Time tpot;                  // One decode step at the mean context, prompt + decode_len / 2.
-  int64_t mean_context = 0;   // That context.
-  Time total;                 // ttft + (decode_len - 1) tpot: the whole generation.
-  double tokens_per_s = 0;    // Output tokens: batch x decode_len / total.
+  Time ttft;                 // The prefill step: prompt in, first token's logits out.
+  Time tpot;                 // One decode step at the mean context, prompt + decode_len / 2.
+  int64_t mean_context = 0;  // That context.
+  Time total;                // ttft + (decode_len - 1) tpot: the whole generation.
+  double tokens_per_s = 0;   // Output tokens: batch x decode_len / total.
   double tokens_per_s_per_device = 0;
   int devices = 0;
-  Time decode_compute;        // The decode step's busiest device: compute,
-  Time decode_exposed_comm;   // and communication not hidden under it.
+  Time decode_compute;       // The decode step's busiest device: compute,
+  Time decode_exposed_comm;  // and communication not hidden under it.
   ServeMemory memory;
   uint64_t events = 0;  // Events dispatched (all simulations).
   std::vector<int64_t> simulated_layers;

@@ -20,7 +20,6 @@
 namespace shardsim::planner {
 namespace {
 
-
 // a + (b - a) * k, field by field: the figures of a step with k layers more than a's, b being
 // one layer more than a.
 Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
@@ -50,8 +49,7 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   return f;
 }
 
-StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh,
-                                const ProgramSpec& global,
+StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups) {
@@ -250,8 +248,9 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   shorter.layers = kShort + 1;
   const StepFigures b =
       SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
-  TrainStepReport r = MakeTrainStepReport(
-      machine, mesh, model, train, ComposeFigures(a, b, model.layers - kShort), {kShort, kShort + 1});
+  TrainStepReport r =
+      MakeTrainStepReport(machine, mesh, model, train, ComposeFigures(a, b, model.layers - kShort),
+                          {kShort, kShort + 1});
   r.remat = plan.remat;
   return r;
 }

@@ -131,8 +131,7 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
-StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh,
-                                const ProgramSpec& global,
+StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups);

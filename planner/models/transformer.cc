@@ -45,9 +45,8 @@ class TrainStepBuilder {
         for (const char* kv : {"k_cache", "v_cache"}) {
           cache.seed = ++seed_;
           pb_.Input(kv + std::to_string(l),
-                    {serve.batch, serve.context, model_.kv_heads, model_.head_dim},
-                    serve.kv_dtype, rules_.Spec({"batch", "length", "kv_heads", "head_dim"}),
-                    cache);
+                    {serve.batch, serve.context, model_.kv_heads, model_.head_dim}, serve.kv_dtype,
+                    rules_.Spec({"batch", "length", "kv_heads", "head_dim"}), cache);
         }
       }
     }
@@ -66,9 +65,9 @@ class TrainStepBuilder {
       x = pb_.Add(std::move(last));
     }
     const std::string xf = Norm(x, W("final_norm"), "xf");
-    const std::string logits =
-        model_.tied_embeddings ? pb_.Einsum("btd,vd->btv", xf, W("embed"), "logits")
-                               : pb_.Einsum("btd,dv->btv", xf, W("unembed"), "logits");
+    const std::string logits = model_.tied_embeddings
+                                   ? pb_.Einsum("btd,vd->btv", xf, W("embed"), "logits")
+                                   : pb_.Einsum("btd,dv->btv", xf, W("unembed"), "logits");
     pb_.Output(logits, rules_.Spec({"batch", "length", "vocab"}));
     const PartitionSpec cache_spec = rules_.Spec({"batch", "length", "kv_heads", "head_dim"});
     for (const std::string& kv : cache_out_) pb_.Output(kv, cache_spec);
@@ -364,7 +363,6 @@ void CheckModel(const TransformerConfig& model) {
 int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train) {
   return static_cast<int>(2 * train.microbatches * model.layers);
 }
-
 
 ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& serve, ServeStep step,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules,

@@ -72,12 +72,12 @@ struct TrainConfig {
 
 // One serving workload (SPEC's `serve:`).
 struct ServeConfig {
-  int64_t batch = 1;               // Sequences served together.
-  int64_t prompt_len = 16;         // Prompt tokens per sequence (the prefill).
-  int64_t decode_len = 16;         // Tokens generated per sequence after the first.
-  int64_t context = 16;            // A decode step's cache positions (keys and values attended).
-  DType dtype = DType::kBF16;      // Weights and activations.
-  DType kv_dtype = DType::kBF16;   // The KV cache.
+  int64_t batch = 1;              // Sequences served together.
+  int64_t prompt_len = 16;        // Prompt tokens per sequence (the prefill).
+  int64_t decode_len = 16;        // Tokens generated per sequence after the first.
+  int64_t context = 16;           // A decode step's cache positions (keys and values attended).
+  DType dtype = DType::kBF16;     // Weights and activations.
+  DType kv_dtype = DType::kBF16;  // The KV cache.
 };
 
 // Which serving step.

@@ -14,11 +14,11 @@ class YamlMap;
 
 // A model run: which model, its batch, and the plan that shards it.
 struct ModelRunSpec {
-  std::string name;                  // The preset's name, or "transformer" for a map.
-  planner::TransformerConfig model;  // `model:`
-  planner::TrainConfig train;        // `train:` (unset when serving)
+  std::string name;                           // The preset's name, or "transformer" for a map.
+  planner::TransformerConfig model;           // `model:`
+  planner::TrainConfig train;                 // `train:` (unset when serving)
   std::optional<planner::ServeConfig> serve;  // `serve:` instead of train:
-  planner::StepPlan plan;            // `plan:`
+  planner::StepPlan plan;                     // `plan:`
 };
 
 // Reads `model:`, `train:` or `serve:`, and `plan:` from the run file's top-level mapping

@@ -472,9 +472,9 @@ std::string ServeSummary(const RunReport& r) {
       << FormatTime(s.decode_exposed_comm) << "\n";
   const planner::ServeMemory& m = s.memory;
   out << "memory/device:  params " << FormatBytes(m.params) << ", KV cache "
-      << FormatBytes(m.kv_cache) << ", activations and temporaries "
-      << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
-      << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+      << FormatBytes(m.kv_cache) << ", activations and temporaries " << FormatBytes(m.activations)
+      << "; peak " << FormatBytes(m.peak) << " of " << FormatBytes(m.capacity)
+      << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
   out << "\nnumerics:       " << r.numerics_note << "\n";
   return out.str();
 }

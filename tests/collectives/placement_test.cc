@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -110,16 +111,37 @@ TEST(PlacementTest, SizeOneAxes) {
             "pp -> (size 1), dp -> torus dim 0 (4, line), tp -> torus dim 1 (2, line)");
 }
 
-TEST(PlacementTest, FallsBackToRowMajorWhenSizesDoNotFactor) {
+// Axes whose sizes are not the torus's in order still factor: each takes, innermost
+// dimension first, what it shares with each dimension. {a: 3, b: 4} on 4x3: b, sharing no
+// factor with dim 1 (3), takes dim 0 (4); a takes dim 1. Position (a, b) is device 3 b + a.
+TEST(PlacementTest, AxesTakeTheDimensionsTheyShareAFactorWith) {
   const Topology topo = Tpu("tpu-v5e", {4, 3});
   const Mesh mesh = DefaultMesh({{"a", 3}, {"b", 4}}, topo);
-  std::vector<int> iota(12);
-  std::iota(iota.begin(), iota.end(), 0);
-  EXPECT_EQ(mesh.devices(), iota);
+  EXPECT_EQ(mesh.devices(), (std::vector<int>{0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11}));
   EXPECT_EQ(DescribePlacement(mesh, topo),
-            "mesh a=3, b=4 does not factor onto torus 4x3: row-major device order (a: "
-            "consecutive members up to 4 hops apart, b: consecutive members up to 3 hops "
-            "apart)");
+            "a -> torus dim 1 (3, line), b -> torus dim 0 (4, line)");
+}
+
+// A TPU v5p pod (16x20x28) as data 35 x fsdp 64 x tensor 4: tensor the low 4 of dim 2 (28 =
+// 4 x 7), fsdp the low 4 of dim 1 (20 = 4 x 5) and all of dim 0, data the high 7 of dim 2
+// and the high 5 of dim 1. Consecutive tensor and fsdp members are one hop apart.
+TEST(PlacementTest, PodMeshFactorsAcrossDimensions) {
+  const Topology topo = Tpu("tpu-v5p", {16, 20, 28});
+  const Mesh mesh = DefaultMesh({{"data", 35}, {"fsdp", 64}, {"tensor", 4}}, topo);
+  const std::vector<int> shape = {16, 20, 28};
+  auto hops = [&](int p, int q) {
+    const std::vector<int> a = TorusCoords(shape, mesh.device(p));
+    const std::vector<int> b = TorusCoords(shape, mesh.device(q));
+    int h = 0;
+    for (int d = 0; d < 3; ++d) h += std::abs(a[d] - b[d]);
+    return h;
+  };
+  for (int p = 0; p + 1 < 4; ++p) EXPECT_EQ(hops(p, p + 1), 1);           // Along tensor.
+  for (int f = 0; f + 1 < 64; ++f) EXPECT_EQ(hops(4 * f, 4 * f + 4), 1);  // Along fsdp.
+  const std::vector<int> first = TorusCoords(shape, mesh.device(0));
+  const std::vector<int> next_data = TorusCoords(shape, mesh.device(64 * 4));
+  EXPECT_EQ(first, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(next_data, (std::vector<int>{0, 0, 4}));  // The high factor of dim 2: stride 4.
 }
 
 TEST(PlacementTest, ExplicitDevicesAreDescribedByHops) {
