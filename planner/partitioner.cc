@@ -213,14 +213,36 @@ class Partitioner {
 
   // The time of moving `v` from `from` to `to` (0 when equal, or when value `id`'s reshard to
   // `to` was emitted already and will be reused).
+  // With `bound`, a lower bound of it: each communicating step's bytes a device must receive
+  // over the most bytes per second its links bring in.
   double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to,
-                     int id = -1) {
+                     int id = -1, bool bound = false) {
     if (from == to) return 0;
     if (id >= 0 && reshards_.count(ReshardKey(id, to))) return 0;
     std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
     double total = 0;
-    for (const ReshardStep& step : steps) total += StepTime(step, v.dtype);
+    for (const ReshardStep& step : steps) {
+      total += bound ? StepLowerBound(step, v.dtype) : StepTime(step, v.dtype);
+    }
     return total;
+  }
+
+  // A lower bound of StepTime: the bytes each device must receive, (n - 1)/n of what it ends
+  // with for a gather (of what it starts with for the others: a psum's reduced result needs
+  // every other member's contribution to each element; a scatter's or all_to_all's block has
+  // n - 1 parts from others), over the device's inbound link capacity. Latency is ignored, so
+  // every algorithm on the fluid network takes at least this long.
+  double StepLowerBound(const ReshardStep& step, DType dtype) const {
+    if (!StepCommunicates(step)) return 0;
+    int64_t n = 1;
+    for (int a : step.axes) n *= axes_[static_cast<size_t>(a)].size;
+    double bytes = static_cast<double>(NumElements(step.local_in)) * DTypeSize(dtype);
+    if (step.kind == ReshardStep::Kind::kAllGather) bytes *= static_cast<double>(n);
+    if (step.kind == ReshardStep::Kind::kPsumScatter || step.kind == ReshardStep::Kind::kAllToAll) {
+      bytes /= static_cast<double>(n);
+    }
+    const double received = bytes * static_cast<double>(n - 1) / static_cast<double>(n);
+    return received / costs_.device_in_bytes_per_second * 1e12;
   }
 
   // The time of one reshard step (0 for a local slice).
@@ -442,11 +464,14 @@ class Partitioner {
     }
     size_t best = 0;
     if (!explicit_ && valid.size() > 1) {
-      double best_cost = std::numeric_limits<double>::infinity();
-      for (size_t c = 0; c < valid.size(); ++c) {
+      // Each candidate's cost (compute, its operands' reshards, its result's later reshard),
+      // exact or a lower bound; candidates are priced exactly in order of their bounds until
+      // the next bound exceeds the best exact cost (ties: the earlier candidate, as pricing
+      // every one in order would pick).
+      auto cost_of = [&](size_t c, bool bound) {
         double cost = ComputeCost(op, in, outs[0].shape(), valid[c]);
         for (size_t i = 0; i < in.size(); ++i) {
-          cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i], ids[i]);
+          cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i], ids[i], bound);
         }
         // The result's later reshard: to the layout wanted later, or else out of partial
         // sums (what any nonlinear consumer needs first).
@@ -458,8 +483,19 @@ class Partitioner {
             if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
           }
         }
-        cost += ReshardCost(r, result, later);
-        if (cost < best_cost) {
+        return cost + ReshardCost(r, result, later, -1, bound);
+      };
+      std::vector<std::pair<double, size_t>> bounds;
+      for (size_t c = 0; c < valid.size(); ++c) {
+        bounds.push_back({costs_.device_in_bytes_per_second > 0 ? cost_of(c, true) : 0.0, c});
+      }
+      std::stable_sort(bounds.begin(), bounds.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      double best_cost = std::numeric_limits<double>::infinity();
+      for (const auto& [bound, c] : bounds) {
+        if (bound > best_cost) break;
+        const double cost = cost_of(c, false);
+        if (cost < best_cost || (cost == best_cost && c < best)) {
           best_cost = cost;
           best = c;
         }
@@ -605,7 +641,17 @@ PartitionResult PartitionOnMachine(const ProgramSpec& global, const Machine& mac
                                    const Mesh& mesh) {
   NetworkCollectiveModel network(machine);
   CachedCollectiveModel cache(network);
-  return Partition(global, PartitionCosts{&mesh, &cache, machine.compute_model()});
+  return Partition(global, PartitionCosts{&mesh, &cache, machine.compute_model(),
+                                          DeviceInBytesPerSecond(machine)});
+}
+
+double DeviceInBytesPerSecond(const Machine& machine) {
+  const Topology& topo = machine.topology();
+  std::vector<double> in(topo.num_vertices(), 0.0);
+  for (const Link& link : topo.links()) in[link.dst] += link.bandwidth.bytes_per_second();
+  double most = 0;
+  for (int d = 0; d < topo.num_devices(); ++d) most = std::max(most, in[topo.device_vertex(d)]);
+  return most;
 }
 
 }  // namespace shardsim::planner

@@ -20,7 +20,17 @@ struct PartitionCosts {
   const Mesh* mesh = nullptr;                  // The placed mesh (with the model).
   CollectiveCostModel* collectives = nullptr;  // Prices inserted collectives.
   const ComputeModel* compute = nullptr;       // Prices local ops (null: free).
+  // The most bytes per second any device's links can bring into it (0: unknown). With it, a
+  // candidate whose lower bound (compute plus, per reshard step, the bytes a device must
+  // receive at that rate) is no better than the best candidate priced so far is not priced by
+  // the collective model: the choice is the same, without simulating collectives that could
+  // not win (FSDP's embedding on thousands of devices offers gathers of gigabytes).
+  double device_in_bytes_per_second = 0;
 };
+
+// The most bytes per second the links into any one device carry together (for
+// PartitionCosts::device_in_bytes_per_second).
+double DeviceInBytesPerSecond(const Machine& machine);
 
 // The partitioned program.
 struct PartitionResult {

@@ -190,7 +190,7 @@ def main():
     text = report(os.path.abspath(args.shardsim))
     with open(args.out, "w") as f:
         f.write(text)
-    print(text.splitlines()[11])
+    print(next(line for line in text.splitlines() if line.startswith("**Summary")))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 int prefetch_groups) {
   std::vector<size_t> phases;
   const PartitionResult partitioned = PartitionTrainStep(
-      global, layers, plan.remat, PartitionCosts{&mesh, &collectives, machine.compute_model()},
+      global, layers, plan.remat,
+      PartitionCosts{&mesh, &collectives, machine.compute_model(), DeviceInBytesPerSecond(machine)},
       prefetch_groups, &phases);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;

@@ -382,7 +382,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
       CachedCollectiveModel cache(network);
       return planner::PartitionTrainStep(
           global, layers, run.plan.remat,
-          planner::PartitionCosts{&mesh, &cache, machine.compute_model()},
+          planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
+                                  planner::DeviceInBytesPerSecond(machine)},
           planner::PrefetchGroups(run.model, run.train));
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition);

@@ -217,3 +217,91 @@ TEST(TransformerTest, MicrobatchesRunOneAfterAnother) {
 
 }  // namespace
 }  // namespace shardsim::planner
+
+namespace shardsim::planner {
+namespace {
+
+// Auto mode prices candidates in order of a lower bound (bytes each device must receive over
+// its inbound link capacity) and stops once the next bound exceeds the best price: the same
+// partitioned program as pricing every candidate, for the step under FSDP, FSDP x TP (mixed
+// precision, Adam) and sequence parallelism.
+TEST(TransformerTest, BoundedPricingPartitionsAsPricingEveryCandidate) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  TransformerConfig m = SmallModel();
+  TrainConfig train;
+  train.dtype = DType::kBF16;
+  train.param_dtype = DType::kF32;
+  train.optimizer = Optimizer::kAdam;
+  const std::vector<
+      std::pair<std::vector<MeshAxis>, std::map<std::string, std::vector<std::string>>>>
+      plans = {
+          {{{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}},
+          {{{"fsdp", 4}, {"tp", 2}},
+           {{"batch", {"fsdp"}},
+            {"embed", {"fsdp"}},
+            {"heads", {"tp"}},
+            {"kv_heads", {"tp"}},
+            {"mlp", {"tp"}},
+            {"vocab", {"tp"}}}},
+          {{{"data", 2}, {"tp", 4}},
+           {{"batch", {"data"}},
+            {"length", {"tp"}},
+            {"heads", {"tp"}},
+            {"kv_heads", {"tp"}},
+            {"mlp", {"tp"}}}},
+      };
+  for (const auto& [axes, rules] : plans) {
+    const ProgramSpec global = BuildTrainStep(m, train, axes, LogicalRules(rules, axes));
+    SCOPED_TRACE(FormatMeshAxes(axes));
+    Mesh mesh = PlaceMesh(machine, axes);
+    NetworkCollectiveModel network(machine), network_bounded(machine);
+    CachedCollectiveModel cache(network), cache_bounded(network_bounded);
+    PartitionCosts every{&mesh, &cache, machine.compute_model()};
+    PartitionCosts bounded{&mesh, &cache_bounded, machine.compute_model(),
+                           DeviceInBytesPerSecond(machine)};
+    EXPECT_EQ(ProgramYaml(Partition(global, bounded).program),
+              ProgramYaml(Partition(global, every).program));
+    EXPECT_LE(network_bounded.simulations(), network.simulations());
+  }
+}
+
+// On 64 v5p chips under FSDP 16 x TP 4 with a 32768-token vocabulary the embedding's
+// candidates include gathers that cannot win; the bounded pricing skips them (fewer
+// collectives simulated) and still partitions as pricing every candidate does.
+TEST(TransformerTest, BoundedPricingSkipsCandidatesThatCannotWin) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  TransformerConfig m;
+  m.layers = 1;
+  m.d_model = 1024;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.d_ff = 4096;
+  m.vocab = 32768;
+  TrainConfig train;
+  train.batch = 64;
+  train.seq_len = 1024;
+  train.dtype = DType::kBF16;
+  train.param_dtype = DType::kF32;
+  const std::vector<MeshAxis> axes = {{"fsdp", 16}, {"tensor", 4}};
+  const LogicalRules rules({{"batch", {"fsdp"}},
+                            {"embed", {"fsdp"}},
+                            {"heads", {"tensor"}},
+                            {"kv_heads", {"tensor"}},
+                            {"mlp", {"tensor"}},
+                            {"vocab", {"tensor"}}},
+                           axes);
+  const ProgramSpec global = BuildTrainStep(m, train, axes, rules);
+  Mesh mesh = PlaceMesh(machine, axes);
+  NetworkCollectiveModel network(machine), network_bounded(machine);
+  CachedCollectiveModel cache(network), cache_bounded(network_bounded);
+  const PartitionCosts every{&mesh, &cache, machine.compute_model()};
+  const PartitionCosts bounded{&mesh, &cache_bounded, machine.compute_model(),
+                               DeviceInBytesPerSecond(machine)};
+  EXPECT_EQ(ProgramYaml(Partition(global, bounded).program),
+            ProgramYaml(Partition(global, every).program));
+  EXPECT_LT(network_bounded.simulations(), network.simulations());
+}
+
+}  // namespace
+}  // namespace shardsim::planner
