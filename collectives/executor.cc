@@ -138,6 +138,7 @@ struct Executor::Device {
   std::vector<int64_t> phase_peak;  // Per memory phase: its peak.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
+  std::vector<int> comm_span_class;  // Per comm span: its collective's class id.
 };
 
 Executor::Executor(Simulator& sim, Network& network, const Mesh& mesh, const ProgramSpec& program,
@@ -909,6 +910,12 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   Release(position, lowered);
   --d.in_flight;
   d.comm_spans.push_back({run.start, sim_.Now()});
+  std::string name = std::string(lowered.def->name) + " over";
+  for (const std::string& axis : op.axis_name) name += " " + axis;
+  const auto [it, added] =
+      comm_class_ids_.try_emplace(name, static_cast<int>(comm_classes_.size()));
+  if (added) comm_classes_.push_back(name);
+  d.comm_span_class.push_back(it->second);
   if (sim_.tracing()) {
     SliceRecord s;
     s.pid = network_.ProcessOf(
@@ -930,6 +937,53 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   Wake(position);
 }
 
+namespace {
+
+// Exposed communication by class: sweeping the spans' ends in time order, each stretch with
+// no compute running and k collective spans in flight adds its length / k to each of their
+// classes.
+std::vector<Time> ExposedByClass(const std::vector<std::pair<Time, Time>>& compute,
+                                 const std::vector<std::pair<Time, Time>>& comm,
+                                 const std::vector<int>& comm_class, size_t classes) {
+  struct Edge {
+    Time at;
+    int delta;  // +1 start, -1 end.
+    int span;   // Comm span index, or -1 for compute.
+  };
+  std::vector<Edge> edges;
+  for (const auto& [start, end] : compute) {
+    edges.push_back({start, 1, -1});
+    edges.push_back({end, -1, -1});
+  }
+  for (size_t s = 0; s < comm.size(); ++s) {
+    edges.push_back({comm[s].first, 1, static_cast<int>(s)});
+    edges.push_back({comm[s].second, -1, static_cast<int>(s)});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  std::vector<double> ps(classes, 0.0);
+  std::vector<int> in_flight(classes, 0);
+  int computing = 0, collectives = 0;
+  Time last;
+  for (const Edge& e : edges) {
+    if (computing == 0 && collectives > 0 && e.at > last) {
+      const double share = static_cast<double>((e.at - last).picoseconds()) / collectives;
+      for (size_t c = 0; c < classes; ++c) ps[c] += share * in_flight[c];
+    }
+    last = e.at;
+    if (e.span < 0) {
+      computing += e.delta;
+    } else {
+      collectives += e.delta;
+      in_flight[static_cast<size_t>(comm_class[static_cast<size_t>(e.span)])] += e.delta;
+    }
+  }
+  std::vector<Time> out;
+  for (double p : ps) out.push_back(Time::Picoseconds(std::llround(p)));
+  return out;
+}
+
+}  // namespace
+
 std::vector<DeviceTiming> Executor::DeviceTimings() const {
   // Per simulated device once, then one row per position of its class.
   std::vector<DeviceTiming> per_agent;
@@ -946,6 +1000,11 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.peak_memory = Bytes(d.peak);
     t.peak_op = d.peak_op;
     for (int64_t p : d.phase_peak) t.phase_peaks.push_back(Bytes(p));
+    const std::vector<Time> exposed =
+        ExposedByClass(d.compute_spans, d.comm_spans, d.comm_span_class, comm_classes_.size());
+    for (size_t c = 0; c < exposed.size(); ++c) {
+      if (exposed[c] > Time()) t.exposed_by_collective[comm_classes_[c]] = exposed[c];
+    }
     per_agent.push_back(std::move(t));
   }
   std::vector<DeviceTiming> out;

@@ -77,6 +77,9 @@ struct DeviceTiming {
   // Per memory phase (ExecutorConfig::memory_phases: the ops before the first mark, then from
   // each mark to the next), the most bytes live while allocating for an op of the phase.
   std::vector<Bytes> phase_peaks;
+  // exposed_comm by collective, keyed "psum over tensor" (the op's name over its mesh axes):
+  // each stretch of exposed communication split evenly among the collectives in flight then.
+  std::map<std::string, Time> exposed_by_collective;
 };
 
 // Runs a program on every mesh position, event by event. Each device has a compute stream
@@ -212,6 +215,8 @@ class Executor {
   std::vector<std::shared_ptr<const CollectiveTiming>> timings_;
   std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
   std::map<size_t, int> ops_in_flight_;             // Lowered op -> its runs in flight.
+  std::vector<std::string> comm_classes_;           // "psum over tensor", by class id.
+  std::map<std::string, int> comm_class_ids_;       // Its inverse.
   // Lowered op in flight -> the rate of each of its groups (entries of rates_).
   std::map<size_t, const std::vector<double>*> op_rates_;
   std::vector<SharedRun*> unscheduled_;  // Runs waiting for their next event.

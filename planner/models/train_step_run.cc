@@ -34,6 +34,16 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.comm = Extrapolate(a.comm, b.comm, k);
   f.exposed_comm = Extrapolate(a.exposed_comm, b.exposed_comm, k);
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
+  std::set<std::string> keys;
+  for (const auto& [key, t] : a.exposed_by_collective) keys.insert(key);
+  for (const auto& [key, t] : b.exposed_by_collective) keys.insert(key);
+  for (const std::string& key : keys) {
+    const auto in_a = a.exposed_by_collective.find(key);
+    const auto in_b = b.exposed_by_collective.find(key);
+    const Time t = Extrapolate(in_a == a.exposed_by_collective.end() ? Time() : in_a->second,
+                               in_b == b.exposed_by_collective.end() ? Time() : in_b->second, k);
+    if (t > Time()) f.exposed_by_collective[key] = t;
+  }
   f.peak = Extrapolate(a.peak, b.peak, k);
   if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
     f.peak = Bytes(0);
@@ -139,6 +149,7 @@ StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, 
       f.compute = d.compute;
       f.comm = d.comm;
       f.exposed_comm = d.exposed_comm;
+      f.exposed_by_collective = d.exposed_by_collective;
     }
   }
   f.peak = peak;
@@ -207,6 +218,7 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
   r.comm = figures.comm;
   r.exposed_comm = figures.exposed_comm;
   r.recompute = figures.recompute;
+  r.exposed_by_collective = figures.exposed_by_collective;
   StepMemory& m = r.memory;
   m.params = figures.state.params;
   m.grads = figures.state.grads;

@@ -47,7 +47,9 @@ struct StepFigures {
   Time comm;          // Its time inside collectives.
   Time exposed_comm;  // Its communication not hidden under compute.
   Time recompute;     // Compute spent on remat's recomputation (part of compute).
-  Bytes peak;         // Largest per-device peak of live buffers.
+  // Its exposed communication by collective (\"all_gather over fsdp\"; DeviceTiming's).
+  std::map<std::string, Time> exposed_by_collective;
+  Bytes peak;  // Largest per-device peak of live buffers.
   // The peak within each memory phase (the forward, each backward pass, what follows), so
   // that composition extrapolates each and takes the largest: which phase holds the peak can
   // change with the layer count (activations at the backward's start, gradients at its end).
@@ -74,14 +76,16 @@ struct TrainStepReport {
   Time step_time;           // Simulated time of one step.
   double tokens_per_s = 0;  // batch x seq_len / step_time.
   double tokens_per_s_per_device = 0;
-  double model_flops = 0;                  // TrainStepModelFlops: PaLM's definition.
-  double mfu = 0;                          // model_flops / (step_time x devices x peak FLOP/s).
-  double peak_flops = 0;                   // One device's peak FLOP/s in the compute dtype.
-  int devices = 0;                         // Mesh positions.
-  Time compute;                            // Busiest device's compute.
-  Time comm;                               // Its time in collectives.
-  Time exposed_comm;                       // Communication not hidden under compute.
-  Time recompute;                          // Compute spent recomputing what remat did not keep.
+  double model_flops = 0;  // TrainStepModelFlops: PaLM's definition.
+  double mfu = 0;          // model_flops / (step_time x devices x peak FLOP/s).
+  double peak_flops = 0;   // One device's peak FLOP/s in the compute dtype.
+  int devices = 0;         // Mesh positions.
+  Time compute;            // Busiest device's compute.
+  Time comm;               // Its time in collectives.
+  Time exposed_comm;       // Communication not hidden under compute.
+  Time recompute;          // Compute spent recomputing what remat did not keep.
+  // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
+  std::map<std::string, Time> exposed_by_collective;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
   StepMemory memory;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).

@@ -439,6 +439,19 @@ std::string ModelSummary(const RunReport& r) {
       << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm)
       << "), bubble 0 s (no pipeline), recompute " << FormatTime(s.recompute)
       << " (remat: " << planner::RematPolicyName(s.remat) << ")\n";
+  if (!s.exposed_by_collective.empty()) {
+    // Largest first.
+    std::vector<std::pair<Time, std::string>> by;
+    for (const auto& [name, t] : s.exposed_by_collective) by.push_back({t, name});
+    std::sort(by.begin(), by.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    out << "exposed by:     ";
+    for (size_t i = 0; i < by.size(); ++i) {
+      out << (i ? ", " : "") << by[i].second << " " << FormatTime(by[i].first);
+    }
+    out << "\n";
+  }
   const planner::StepMemory& m = s.memory;
   out << "memory/device:  params " << FormatBytes(m.params) << ", grads " << FormatBytes(m.grads)
       << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
@@ -549,6 +562,16 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("exposed_comm_s", s.exposed_comm.seconds());
   number("bubble_s", 0);
   number("recompute_s", s.recompute.seconds());
+  j += ",\n  \"exposed_comm_by_collective_s\": {";
+  bool first = true;
+  for (const auto& [name, t] : s.exposed_by_collective) {
+    j += first ? "" : ", ";
+    first = false;
+    AppendJsonString(j, name);
+    j += ": ";
+    AppendJsonNumber(j, t.seconds());
+  }
+  j += "}";
   j += ",\n  \"remat\": ";
   AppendJsonString(j, planner::RematPolicyName(s.remat));
   const planner::StepMemory& m = s.memory;

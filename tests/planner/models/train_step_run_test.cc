@@ -160,6 +160,26 @@ TEST(TrainStepRunTest, PrefetchHidesWeightGathers) {
   EXPECT_LT(ahead.step_time, at_use.step_time);
 }
 
+// The exposed communication splits by collective and mesh axes and the parts add up to it
+// (within a picosecond per part and layer: each is rounded once per simulated run, then
+// extrapolated); under FSDP x TP the FSDP gathers and reduce-scatters and the TP psums are
+// among them.
+TEST(TrainStepRunTest, ExposedCommunicationSplitsByCollective) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan;
+  plan.mesh = {{"fsdp", 4}, {"tensor", 2}};
+  plan.rules = {{"batch", {"fsdp"}},      {"embed", {"fsdp"}}, {"heads", {"tensor"}},
+                {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}}, {"vocab", {"tensor"}}};
+  const TrainStepReport r = SimulateTrainStep(machine, Small(), SmallTrain(), plan);
+  Time sum;
+  for (const auto& [name, t] : r.exposed_by_collective) sum += t;
+  EXPECT_NEAR(sum.seconds(), r.exposed_comm.seconds(),
+              1e-12 * 8 * static_cast<double>(r.exposed_by_collective.size()));
+  for (const char* key : {"all_gather over fsdp", "psum_scatter over fsdp", "psum over tensor"}) {
+    EXPECT_TRUE(r.exposed_by_collective.count(key)) << key;
+  }
+}
+
 struct ComposeCase {
   std::string name;
   std::vector<MeshAxis> mesh;
