@@ -77,6 +77,14 @@ std::string_view PipelineScheduleName(PipelineSchedule schedule) {
 
 PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stages,
                                   PipelineSchedule schedule, const PipelineTaskTimes& times) {
+  return SimulatePipeline(stages, microbatches, virtual_stages, schedule,
+                          std::vector<PipelineTaskTimes>(
+                              static_cast<size_t>(std::max(stages * virtual_stages, 0)), times));
+}
+
+PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stages,
+                                  PipelineSchedule schedule,
+                                  const std::vector<PipelineTaskTimes>& per_virtual_stage) {
   const int p = stages, m = microbatches, v = virtual_stages;
   if (p < 1 || m < 1 || v < 1) {
     throw std::invalid_argument("pipeline stages, microbatches and virtual stages must be >= 1");
@@ -90,6 +98,9 @@ PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stag
     throw std::invalid_argument("virtual_stages > 1 needs the interleaved schedule");
   }
   const int virtual_count = p * v;
+  if (per_virtual_stage.size() != static_cast<size_t>(virtual_count)) {
+    throw std::invalid_argument("pipeline: one task time per virtual stage");
+  }
   // When each (microbatch, virtual stage)'s forward and backward finished (-1: not yet).
   std::vector<std::vector<int64_t>> fwd_done(m, std::vector<int64_t>(virtual_count, -1));
   std::vector<std::vector<int64_t>> bwd_done(m, std::vector<int64_t>(virtual_count, -1));
@@ -101,7 +112,7 @@ PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stag
   t.busy.assign(p, Time());
   t.in_flight.assign(p, 0);
   std::vector<int> holding(p, 0);
-  const int64_t send = times.send.picoseconds();
+
   // Each pass runs every stage's next task whose input is ready; stages wait on each other,
   // so a pass without progress means the orders deadlock (a broken schedule).
   bool progress = true;
@@ -111,6 +122,8 @@ PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stag
       while (next[s] < orders[s].size()) {
         const Task& task = orders[s][next[s]];
         const int vs = task.chunk * p + s;
+        const PipelineTaskTimes& times = per_virtual_stage[static_cast<size_t>(vs)];
+        const int64_t send = times.send.picoseconds();
         int64_t ready = 0;
         if (task.forward) {
           if (vs > 0) {

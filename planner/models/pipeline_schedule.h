@@ -3,6 +3,7 @@
 // its stage is free and its input has arrived from the neighbouring stage.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,6 +22,14 @@ enum class PipelineSchedule {
 
 // The SPEC name of `schedule` ("gpipe", "1f1b", "interleaved").
 std::string_view PipelineScheduleName(PipelineSchedule schedule);
+
+// SPEC's plan.pipeline: the mesh axis whose positions are the stages, the schedule, and the
+// model chunks per stage.
+struct PipelinePlan {
+  std::string axis = "stage";
+  PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
+  int virtual_stages = 1;
+};
 
 // One microbatch's times through one model chunk (a stage's layers / virtual_stages).
 struct PipelineTaskTimes {
@@ -44,5 +53,11 @@ struct PipelineTimeline {
 // stages, or virtual_stages > 1 with another schedule.
 PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stages,
                                   PipelineSchedule schedule, const PipelineTaskTimes& times);
+
+// The same with each virtual stage's own times (stages x virtual_stages of them, virtual
+// stage c * stages + s at index c * stages + s): a last stage that also runs the head, say.
+PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stages,
+                                  PipelineSchedule schedule,
+                                  const std::vector<PipelineTaskTimes>& per_virtual_stage);
 
 }  // namespace shardsim::planner

@@ -12,6 +12,7 @@
 #include "planner/grad.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
+#include "planner/models/pipeline_step_run.h"
 #include "planner/partitioner.h"
 #include "planner/prefetch.h"
 #include "planner/value_sharding.h"
@@ -236,6 +237,7 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
 TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
+  if (plan.pipeline) return SimulatePipelinedTrainStep(machine, model, train, plan, options);
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   std::unique_ptr<NetworkCollectiveModel> network;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
 #include "planner/models/logical_rules.h"
+#include "planner/models/pipeline_schedule.h"
 #include "planner/models/transformer.h"
 #include "planner/partitioner.h"
 #include "planner/remat.h"
@@ -31,6 +33,7 @@ struct StepPlan {
   std::map<std::string, std::vector<std::string>> rules;  // Logical dimension -> mesh axes.
   std::map<std::string, std::string> algorithms;          // Default algorithm per collective.
   RematPolicy remat = RematPolicy::kNone;                 // What each layer's backward recomputes.
+  std::optional<PipelinePlan> pipeline;                   // Pipeline parallelism (none: off).
 };
 
 // The bytes one device holds for the step's state (the largest over devices), by kind.
@@ -76,14 +79,16 @@ struct TrainStepReport {
   Time step_time;           // Simulated time of one step.
   double tokens_per_s = 0;  // batch x seq_len / step_time.
   double tokens_per_s_per_device = 0;
-  double model_flops = 0;  // TrainStepModelFlops: PaLM's definition.
-  double mfu = 0;          // model_flops / (step_time x devices x peak FLOP/s).
-  double peak_flops = 0;   // One device's peak FLOP/s in the compute dtype.
-  int devices = 0;         // Mesh positions.
-  Time compute;            // Busiest device's compute.
-  Time comm;               // Its time in collectives.
-  Time exposed_comm;       // Communication not hidden under compute.
-  Time recompute;          // Compute spent recomputing what remat did not keep.
+  double model_flops = 0;   // TrainStepModelFlops: PaLM's definition.
+  double mfu = 0;           // model_flops / (step_time x devices x peak FLOP/s).
+  double peak_flops = 0;    // One device's peak FLOP/s in the compute dtype.
+  int devices = 0;          // Mesh positions.
+  Time compute;             // Busiest device's compute.
+  Time comm;                // Its time in collectives.
+  Time exposed_comm;        // Communication not hidden under compute.
+  Time recompute;           // Compute spent recomputing what remat did not keep.
+  Time bubble;              // Pipelines: the busiest stage's idle time inside the schedule.
+  int pipeline_stages = 1;  // Pipelines: the stages (1: none).
   // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
   std::map<std::string, Time> exposed_by_collective;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.

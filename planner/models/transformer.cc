@@ -100,6 +100,10 @@ class TrainStepBuilder {
                                : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
       logits = Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
       const std::string loss = Op(OpKind::kCrossEntropy, {logits, N("labels")}, N("loss"));
+      if (train_.forward_only) {
+        pb_.Output(loss, PartitionSpec{});
+        return std::move(pb_).Build();
+      }
       std::vector<std::string> grads;
       for (const Parameter& p : params_) grads.push_back(N("d_" + p.name));
       pb_.Grad(loss, Names(), grads);
@@ -386,6 +390,7 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
   Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
         "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
             std::to_string(train.batch) + ")");
+  Check(!train.forward_only || train.microbatches == 1, "a forward-only step runs one microbatch");
   if (layer_values) layer_values->clear();
   return TrainStepBuilder(model, train, axes, rules, layer_values).Build();
 }

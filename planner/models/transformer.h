@@ -68,6 +68,9 @@ struct TrainConfig {
   // sequences, one after another (each its forward, then its backward), their gradients
   // summed and averaged before one update.
   int64_t microbatches = 1;
+  // The forward pass and loss only (no grad, no update): what a pipeline stage's forward
+  // costs. Needs one microbatch.
+  bool forward_only = false;
 };
 
 // One serving workload (SPEC's `serve:`).

@@ -201,7 +201,29 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
     }
   }
   if (auto v = map.Find("pipeline")) {
-    v->FailAtKey("pipeline: pipeline parallelism is not built yet");
+    YamlMap pipeline = v->Map({"axis", "schedule", "virtual_stages"});
+    planner::PipelinePlan pp;
+    if (auto axis = pipeline.Find("axis")) {
+      pp.axis = axis->String();
+      bool known = false;
+      for (const MeshAxis& a : plan.mesh) known = known || a.name == pp.axis;
+      if (!known) axis->Fail("'" + pp.axis + "' is not an axis of plan.mesh");
+    }
+    if (auto s = pipeline.Find("schedule")) {
+      const std::string name = s->OneOf({"gpipe", "1f1b", "interleaved"});
+      for (planner::PipelineSchedule k :
+           {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
+            planner::PipelineSchedule::kInterleaved}) {
+        if (planner::PipelineScheduleName(k) == name) pp.schedule = k;
+      }
+    }
+    if (auto vs = pipeline.Find("virtual_stages")) {
+      pp.virtual_stages = static_cast<int>(vs->Int64(1));
+      if (pp.virtual_stages > 1 && pp.schedule != planner::PipelineSchedule::kInterleaved) {
+        vs->Fail("virtual_stages > 1 needs schedule: interleaved");
+      }
+    }
+    plan.pipeline = pp;
   }
   if (auto v = map.Find("collective_matmul");
       v && v->OneOf({"off", "unidirectional", "bidirectional", "auto"}) != "off") {

@@ -23,8 +23,8 @@ struct ModelRunSpec {
 
 // Reads `model:`, `train:` or `serve:`, and `plan:` from the run file's top-level mapping
 // `top`. Throws InputError at the key for anything unknown, missing or out of range, and for
-// what the simulator does not build yet (kind: mlp, pipeline:, collective_matmul other than
-// off), saying so.
+// what the simulator does not build yet (kind: mlp, collective_matmul other than off), saying
+// so.
 ModelRunSpec ReadModelRun(const YamlMap& top);
 
 }  // namespace shardsim

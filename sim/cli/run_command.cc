@@ -335,6 +335,12 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   const bool whole =
       mode == "on" || tracer || !options.dump_dir.empty() || options.timing == "network";
   std::map<std::string, Array> outputs;
+  if (run.plan.pipeline && whole) {
+    throw InputError(
+        "pipeline: runs are timing only (each stage's layers simulated and composed, the "
+        "schedule run on their times); --numerics on, --trace, --dump and --timing network run "
+        "steps without a pipeline");
+  }
   if (run.serve) {
     if (whole) {
       throw InputError(
@@ -436,8 +442,11 @@ std::string ModelSummary(const RunReport& r) {
                 100 * s.mfu, s.model_flops, s.peak_flops / 1e12);
   out << line;
   out << "breakdown:      compute " << FormatTime(s.compute) << ", communication "
-      << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm)
-      << "), bubble 0 s (no pipeline), recompute " << FormatTime(s.recompute)
+      << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm) << "), bubble "
+      << FormatTime(s.bubble)
+      << (s.pipeline_stages > 1 ? " (" + std::to_string(s.pipeline_stages) + " stages)"
+                                : std::string(" (no pipeline)"))
+      << ", recompute " << FormatTime(s.recompute)
       << " (remat: " << planner::RematPolicyName(s.remat) << ")\n";
   if (!s.exposed_by_collective.empty()) {
     // Largest first.
@@ -560,7 +569,7 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("compute_s", s.compute.seconds());
   number("comm_s", s.comm.seconds());
   number("exposed_comm_s", s.exposed_comm.seconds());
-  number("bubble_s", 0);
+  number("bubble_s", s.bubble.seconds());
   number("recompute_s", s.recompute.seconds());
   j += ",\n  \"exposed_comm_by_collective_s\": {";
   bool first = true;
