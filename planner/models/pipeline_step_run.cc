@@ -100,14 +100,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   micro.microbatches = 1;
   const Mesh stage_mesh(stage.mesh, stage.devices);
   const LogicalRules rules = PlanRules(stage);
-  std::unique_ptr<NetworkCollectiveModel> network;
-  std::unique_ptr<CachedCollectiveModel> cache;
-  CollectiveCostModel* collectives = options.collective_model;
-  if (!collectives) {
-    network = std::make_unique<NetworkCollectiveModel>(machine);
-    cache = std::make_unique<CachedCollectiveModel>(*network);
-    collectives = cache.get();
-  }
+  StepCollectives owned(machine, options.collective_model);
+  CollectiveCostModel* collectives = &owned.model();
   // One stage's microbatch with 2 and 3 layers: forward only, forward and backward, and the
   // step with the optimizer.
   auto figures = [&](int64_t layers, bool forward_only, Optimizer optimizer) {

@@ -42,14 +42,8 @@ ServeReport SimulateServe(const Machine& machine, const TransformerConfig& model
   const LogicalRules rules = PlanRules(plan);
   StepPlan no_remat = plan;
   no_remat.remat = RematPolicy::kNone;
-  std::unique_ptr<NetworkCollectiveModel> network;
-  std::unique_ptr<CachedCollectiveModel> cache;
-  CollectiveCostModel* collectives = options.collective_model;
-  if (!collectives) {
-    network = std::make_unique<NetworkCollectiveModel>(machine);
-    cache = std::make_unique<CachedCollectiveModel>(*network);
-    collectives = cache.get();
-  }
+  StepCollectives owned(machine, options.collective_model);
+  CollectiveCostModel* collectives = &owned.model();
   ServeReport r;
   r.devices = mesh.size();
   const StepFigures prefill = StepOf(machine, mesh, model, serve, ServeStep::kPrefill, no_remat,

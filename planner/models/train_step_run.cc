@@ -159,6 +159,14 @@ StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, 
   return f;
 }
 
+StepCollectives::StepCollectives(const Machine& machine, CollectiveCostModel* given)
+    : model_(given) {
+  if (model_) return;
+  network_ = std::make_unique<NetworkCollectiveModel>(machine);
+  cache_ = std::make_unique<CachedCollectiveModel>(*network_);
+  model_ = cache_.get();
+}
+
 Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
   const Shape local = LocalShape(
       array.shape, FromSpec(array.sharding, static_cast<int>(array.shape.size()), axes), axes);
@@ -240,14 +248,8 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   if (plan.pipeline) return SimulatePipelinedTrainStep(machine, model, train, plan, options);
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
-  std::unique_ptr<NetworkCollectiveModel> network;
-  std::unique_ptr<CachedCollectiveModel> cache;
-  CollectiveCostModel* collectives = options.collective_model;
-  if (!collectives) {
-    network = std::make_unique<NetworkCollectiveModel>(machine);
-    cache = std::make_unique<CachedCollectiveModel>(*network);
-    collectives = cache.get();
-  }
+  StepCollectives owned(machine, options.collective_model);
+  CollectiveCostModel* collectives = &owned.model();
   constexpr int64_t kShort = 2;  // Composed from kShort and kShort + 1 layers.
   if (!options.compose || model.layers <= kShort + 1) {
     const StepFigures f =

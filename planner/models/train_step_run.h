@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/pipeline_schedule.h"
 #include "planner/models/transformer.h"
@@ -117,6 +119,19 @@ struct TrainStepOptions {
 // parameters, its other float inputs (Adam's moments) the optimizer state; gradients match
 // the parameters.
 StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh);
+
+// The collective model a step run prices with: the caller's (TrainStepOptions::
+// collective_model), or else a cache over the network model that this object owns.
+class StepCollectives {
+ public:
+  StepCollectives(const Machine& machine, CollectiveCostModel* given);
+  CollectiveCostModel& model() { return *model_; }
+
+ private:
+  std::unique_ptr<NetworkCollectiveModel> network_;
+  std::unique_ptr<CachedCollectiveModel> cache_;
+  CollectiveCostModel* model_;
+};
 
 // Bytes of `array`'s block on one device (its sharding over `axes` divides it).
 Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes);

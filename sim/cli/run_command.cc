@@ -410,14 +410,19 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   return outputs;
 }
 
-std::string ModelSummary(const RunReport& r) {
-  const planner::TrainStepReport& s = *r.step;
-  std::ostringstream out;
-  char line[512];
+// The lines every model run's summary starts with: hardware, placement, model and plan.
+void ModelRunHeader(std::ostringstream& out, const RunReport& r) {
   out << "hardware:       " << r.hardware << "\n";
   if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
   out << "model:          " << r.model << "\n";
   out << "plan:           " << r.plan << "\n";
+}
+
+std::string ModelSummary(const RunReport& r) {
+  const planner::TrainStepReport& s = *r.step;
+  std::ostringstream out;
+  char line[512];
+  ModelRunHeader(out, r);
   if (s.simulated_layers.size() == 2) {
     std::snprintf(line, sizeof(line),
                   "simulated:      %lld and %lld layers, composed (layers are identical; every "
@@ -474,10 +479,7 @@ std::string ServeSummary(const RunReport& r) {
   const planner::ServeReport& s = *r.serve;
   std::ostringstream out;
   char line[512];
-  out << "hardware:       " << r.hardware << "\n";
-  if (!r.placement.empty()) out << "placement:      " << r.placement << "\n";
-  out << "model:          " << r.model << "\n";
-  out << "plan:           " << r.plan << "\n";
+  ModelRunHeader(out, r);
   std::snprintf(line, sizeof(line),
                 "simulated:      prefill and decode, each %s\n"
                 "events:         %llu in %.3f s wall\n\n",
@@ -549,17 +551,22 @@ std::string Summary(const RunReport& r) {
   return out.str();
 }
 
-// A model run's fields (SPEC "Models, training and serving steps").
-void AppendStepJson(std::string& j, const RunReport& r) {
-  const planner::TrainStepReport& s = *r.step;
-  auto number = [&j](const char* key, double value) {
-    j += ",\n  \"" + std::string(key) + "\": ";
-    AppendJsonNumber(j, value);
-  };
+// A model run's "model" and "plan" fields, and `number` appending a numeric field.
+std::function<void(const char*, double)> AppendModelJson(std::string& j, const RunReport& r) {
   j += ",\n  \"model\": ";
   AppendJsonString(j, r.model);
   j += ",\n  \"plan\": ";
   AppendJsonString(j, r.plan);
+  return [&j](const char* key, double value) {
+    j += ",\n  \"" + std::string(key) + "\": ";
+    AppendJsonNumber(j, value);
+  };
+}
+
+// A training step's fields (SPEC "Models, training and serving steps").
+void AppendStepJson(std::string& j, const RunReport& r) {
+  const planner::TrainStepReport& s = *r.step;
+  const auto number = AppendModelJson(j, r);
   number("step_time_s", s.step_time.seconds());
   number("tokens_per_s", s.tokens_per_s);
   number("tokens_per_s_per_device", s.tokens_per_s_per_device);
@@ -615,14 +622,7 @@ std::string Json(const RunReport& r) {
   if (r.step) AppendStepJson(j, r);
   if (r.serve) {
     const planner::ServeReport& s = *r.serve;
-    auto number = [&j](const char* key, double value) {
-      j += ",\n  \"" + std::string(key) + "\": ";
-      AppendJsonNumber(j, value);
-    };
-    j += ",\n  \"model\": ";
-    AppendJsonString(j, r.model);
-    j += ",\n  \"plan\": ";
-    AppendJsonString(j, r.plan);
+    const auto number = AppendModelJson(j, r);
     number("ttft_s", s.ttft.seconds());
     number("tpot_s", s.tpot.seconds());
     j += ",\n  \"mean_context\": " + std::to_string(s.mean_context);

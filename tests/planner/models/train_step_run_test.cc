@@ -98,6 +98,12 @@ TransformerConfig Small() {
   return m;
 }
 
+// MaxText's FSDP x TP rules over mesh axes fsdp and tensor.
+std::map<std::string, std::vector<std::string>> FsdpTensorRules() {
+  return {{"batch", {"fsdp"}},      {"embed", {"fsdp"}}, {"heads", {"tensor"}},
+          {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}}, {"vocab", {"tensor"}}};
+}
+
 TrainConfig SmallTrain() {
   TrainConfig t;
   t.batch = 16;
@@ -168,8 +174,7 @@ TEST(TrainStepRunTest, ExposedCommunicationSplitsByCollective) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   StepPlan plan;
   plan.mesh = {{"fsdp", 4}, {"tensor", 2}};
-  plan.rules = {{"batch", {"fsdp"}},      {"embed", {"fsdp"}}, {"heads", {"tensor"}},
-                {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}}, {"vocab", {"tensor"}}};
+  plan.rules = FsdpTensorRules();
   const TrainStepReport r = SimulateTrainStep(machine, Small(), SmallTrain(), plan);
   Time sum;
   for (const auto& [name, t] : r.exposed_by_collective) sum += t;
@@ -231,14 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ComposeCase{"data8", {{"data", 8}}, {{"batch", {"data"}}}},
         ComposeCase{"fsdp8", {{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}},
-        ComposeCase{"fsdp4_tensor2",
-                    {{"fsdp", 4}, {"tensor", 2}},
-                    {{"batch", {"fsdp"}},
-                     {"embed", {"fsdp"}},
-                     {"heads", {"tensor"}},
-                     {"kv_heads", {"tensor"}},
-                     {"mlp", {"tensor"}},
-                     {"vocab", {"tensor"}}}},
+        ComposeCase{"fsdp4_tensor2", {{"fsdp", 4}, {"tensor", 2}}, FsdpTensorRules()},
         ComposeCase{"data4_tensor2_sequence",
                     {{"data", 4}, {"tensor", 2}},
                     {{"batch", {"data"}},
@@ -255,12 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
                     RematPolicy::kFull},
         ComposeCase{"fsdp4_tensor2_selective_remat",
                     {{"fsdp", 4}, {"tensor", 2}},
-                    {{"batch", {"fsdp"}},
-                     {"embed", {"fsdp"}},
-                     {"heads", {"tensor"}},
-                     {"kv_heads", {"tensor"}},
-                     {"mlp", {"tensor"}},
-                     {"vocab", {"tensor"}}},
+                    FsdpTensorRules(),
                     1,
                     RematPolicy::kSelective}),
     [](const auto& info) { return info.param.name; });
