@@ -161,18 +161,15 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const Time update = opt_layer * stage_layers + opt_head;
   StepFigures f;
   f.end = timeline.end + sync_time + update;
-  Time busy;
-  for (Time b : timeline.busy) busy = std::max(busy, b);
-  // Compute and exposed communication per layer from the forward-and-backward runs, scaled to
-  // the stage's microbatches and layers; the update's own.
-  const double per_layer = static_cast<double>(stage_layers * m);
-  f.compute = Time::Picoseconds(static_cast<int64_t>(
-                  static_cast<double>((fb3.compute - fb2.compute).picoseconds()) * per_layer)) +
+  // Compute and communication per layer from the forward-and-backward runs, scaled to the
+  // stage's microbatches and layers, with the update's compute, the sends and the gradient
+  // all-reduce; what the step spends beyond compute and the bubble is exposed communication.
+  const int64_t per_layer = stage_layers * m;
+  f.compute = NonNegative(fb3.compute - fb2.compute) * per_layer +
               NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute)) * stage_layers;
+  f.comm = NonNegative(fb3.comm - fb2.comm) * per_layer + send_time * (2 * m * v) + sync_time;
   f.exposed_comm = NonNegative(f.end - f.compute - timeline.bubble);
-  f.comm = f.exposed_comm;
-  f.recompute = Time::Picoseconds(static_cast<int64_t>(
-      static_cast<double>((fb3.recompute - fb2.recompute).picoseconds()) * per_layer));
+  f.recompute = NonNegative(fb3.recompute - fb2.recompute) * per_layer;
   // Memory: the stage's step holds one microbatch's activations; the schedule holds
   // in_flight[0] chunks' worth at once on the first stage.
   const Bytes per_layer_act = (fb3.peak - fb2.peak) > (fb3.state.params - fb2.state.params)
