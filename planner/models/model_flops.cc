@@ -24,4 +24,16 @@ double TrainStepModelFlops(const TransformerConfig& model, const TrainConfig& tr
   return tokens * (6.0 * n + attention);
 }
 
+int64_t CountMlpParameters(const MlpModel& mlp) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < mlp.layer_sizes.size(); ++i) {
+    n += mlp.layer_sizes[i] * mlp.layer_sizes[i + 1];
+  }
+  return n;
+}
+
+double MlpTrainStepModelFlops(const MlpModel& mlp, const TrainConfig& train) {
+  return 6.0 * static_cast<double>(CountMlpParameters(mlp)) * static_cast<double>(train.batch);
+}
+
 }  // namespace shardsim::planner

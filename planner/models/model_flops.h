@@ -30,4 +30,9 @@ ParameterCounts CountParameters(const TransformerConfig& model);
 // forward. Causality is not discounted and recomputation is not counted, as MFU requires.
 double TrainStepModelFlops(const TransformerConfig& model, const TrainConfig& train);
 
+// The weights of `mlp` (every matrix, n_i x n_i+1) and one training step's model FLOPs:
+// 6 per weight per example (forward 2, backward 4).
+int64_t CountMlpParameters(const MlpModel& mlp);
+double MlpTrainStepModelFlops(const MlpModel& mlp, const TrainConfig& train);
+
 }  // namespace shardsim::planner

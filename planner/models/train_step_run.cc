@@ -210,16 +210,26 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepFigures& figures,
                                     std::vector<int64_t> simulated_layers) {
+  TrainStepReport r =
+      MakeStepReport(machine, mesh, TrainStepModelFlops(model, train),
+                     static_cast<double>(train.batch) * static_cast<double>(train.seq_len),
+                     train.dtype, figures, std::move(simulated_layers));
+  r.model_flops_rule = "6N + 12·L·H·hd·T per token, PaLM's definition";
+  return r;
+}
+
+TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double model_flops,
+                               double tokens, DType dtype, const StepFigures& figures,
+                               std::vector<int64_t> simulated_layers) {
   TrainStepReport r;
   r.step_time = figures.end;
   r.devices = mesh.size();
   const double seconds = figures.end.seconds();
-  const double tokens = static_cast<double>(train.batch) * static_cast<double>(train.seq_len);
   r.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
   r.tokens_per_s_per_device = r.tokens_per_s / r.devices;
-  r.model_flops = TrainStepModelFlops(model, train);
+  r.model_flops = model_flops;
   const auto& rates = machine.topology().device_spec().flops;
-  const auto rate = rates.find(std::string(DTypeName(train.dtype)));
+  const auto rate = rates.find(std::string(DTypeName(dtype)));
   r.peak_flops = rate != rates.end() ? rate->second.per_second() : 0;
   r.mfu =
       seconds > 0 && r.peak_flops > 0 ? r.model_flops / (seconds * r.devices * r.peak_flops) : 0;
@@ -239,6 +249,25 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
   m.fits = m.peak <= m.capacity;
   r.events = figures.events;
   r.simulated_layers = std::move(simulated_layers);
+  return r;
+}
+
+TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp,
+                                     const TrainConfig& train, const StepPlan& plan,
+                                     const TrainStepOptions& options) {
+  const Mesh mesh = PlacePlanMesh(machine, plan);
+  const LogicalRules rules = PlanRules(plan);
+  StepCollectives owned(machine, options.collective_model);
+  const ProgramSpec global = BuildMlpTrainStep(mlp, train, plan.mesh, rules);
+  const int64_t layers = static_cast<int64_t>(mlp.layer_sizes.size()) - 1;
+  StepPlan no_remat = plan;
+  no_remat.remat = RematPolicy::kNone;
+  const StepFigures f =
+      SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
+                          options.prefetch ? static_cast<int>(2 * train.microbatches * layers) : 0);
+  TrainStepReport r = MakeStepReport(machine, mesh, MlpTrainStepModelFlops(mlp, train),
+                                     static_cast<double>(train.batch), train.dtype, f, {layers});
+  r.model_flops_rule = kMlpFlopsRule;
   return r;
 }
 

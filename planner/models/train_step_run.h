@@ -82,6 +82,7 @@ struct TrainStepReport {
   double tokens_per_s = 0;  // batch x seq_len / step_time.
   double tokens_per_s_per_device = 0;
   double model_flops = 0;   // TrainStepModelFlops: PaLM's definition.
+  std::string model_flops_rule;  // How model_flops counts ("6N + 12·L·H·hd·T per token").
   double mfu = 0;           // model_flops / (step_time x devices x peak FLOP/s).
   double peak_flops = 0;    // One device's peak FLOP/s in the compute dtype.
   int devices = 0;          // Mesh positions.
@@ -181,6 +182,21 @@ TrainStepReport MakeTrainStepReport(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepFigures& figures,
                                     std::vector<int64_t> simulated_layers);
+
+// The report of `figures` for a step of `model_flops` on `tokens` (or examples) in `dtype`.
+TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double model_flops,
+                               double tokens, DType dtype, const StepFigures& figures,
+                               std::vector<int64_t> simulated_layers);
+
+// Builds (BuildMlpTrainStep), partitions and simulates one training step of the MLP `mlp`
+// under `plan` (remat does not apply), every layer simulated: MFU from 6 FLOPs per weight per
+// example, tokens/s counting examples.
+// How an MLP step's model FLOPs count.
+inline constexpr const char* kMlpFlopsRule = "6 per weight per example";
+
+TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp,
+                                     const TrainConfig& train, const StepPlan& plan,
+                                     const TrainStepOptions& options = {});
 
 // Builds, partitions (auto) and simulates (cached collective timing, timing only) one
 // training step of `model` under `plan` on `machine`. Throws SpecError ("plan.mesh", ...) for a

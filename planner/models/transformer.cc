@@ -27,6 +27,9 @@ class TrainStepBuilder {
         layer_values_(layer_values),
         pb_(axes, {}, ProgramMode::kAuto) {}
 
+  // The builder of an MLP classifier's step (Build() then makes it).
+  void SetMlp(const MlpModel& mlp) { mlp_ = &mlp; }
+
   // A serving step (kPrefill or kDecode) of `serve`'s batch.
   ProgramSpec BuildServe(StepKind kind, const ServeConfig& serve) && {
     kind_ = kind;
@@ -81,25 +84,33 @@ class TrainStepBuilder {
     const PartitionSpec tokens = rules_.Spec({"batch", "length"});
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
-      const Shape shape = {train_.batch / micro, train_.seq_len};
+      const int64_t b = train_.batch / micro;
+      if (mlp_) {
+        // Features [batch, inputs] and class labels [batch] (class 0: valid for any count).
+        InitSpec features;
+        features.kind = InitSpec::Kind::kNormal;
+        features.seed = 1000 + static_cast<uint64_t>(i);
+        pb_.Input(N("x"), {b, mlp_->layer_sizes.front()}, train_.dtype, rules_.Spec({"batch"}),
+                  features);
+        pb_.Input(N("labels"), {b}, DType::kI32, rules_.Spec({"batch"}));
+        continue;
+      }
+      const Shape shape = {b, train_.seq_len};
       pb_.Input(N("tokens"), shape, DType::kI32, tokens, ids);
       pb_.Input(N("labels"), shape, DType::kI32, tokens, ids);
     }
-    DeclareParams();
+    if (mlp_) {
+      DeclareMlpParams();
+    } else {
+      DeclareParams();
+    }
 
     // Each microbatch: its forward, then its backward; the gradients summed as they come.
     std::string loss_sum;
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
-      std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
-      for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
-      x = Residual(x, N("rf"));
-      const std::string xf = Norm(x, W("final_norm"), N("xf"));
-      std::string logits = model_.tied_embeddings
-                               ? pb_.Einsum("btd,vd->btv", xf, W("embed"), N("logits"))
-                               : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
-      logits = Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
-      const std::string loss = Op(OpKind::kCrossEntropy, {logits, N("labels")}, N("loss"));
+      const std::string loss =
+          Op(OpKind::kCrossEntropy, {mlp_ ? MlpLogits() : Logits(), N("labels")}, N("loss"));
       if (train_.forward_only) {
         pb_.Output(loss, PartitionSpec{});
         return std::move(pb_).Build();
@@ -139,6 +150,49 @@ class TrainStepBuilder {
   }
 
  private:
+  // The transformer's forward for the current microbatch: its logits.
+  std::string Logits() {
+    std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
+    for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
+    x = Residual(x, N("rf"));
+    const std::string xf = Norm(x, W("final_norm"), N("xf"));
+    const std::string logits = model_.tied_embeddings
+                                   ? pb_.Einsum("btd,vd->btv", xf, W("embed"), N("logits"))
+                                   : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
+    return Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
+  }
+
+  // The MLP's weights w<i> [n_i, n_i+1], alternately [embed, mlp] and [mlp, embed] (Megatron's
+  // column- then row-parallel pairs under `mlp: tensor`); the last one's output dimension is
+  // the classes, `vocab` (as a language model's head).
+  void DeclareMlpParams() {
+    const std::vector<int64_t>& n = mlp_->layer_sizes;
+    for (size_t i = 0; i + 1 < n.size(); ++i) {
+      const bool even = i % 2 == 0;
+      const bool last = i + 2 == n.size();
+      Param("w" + std::to_string(i), {n[i], n[i + 1]},
+            {even ? "embed" : "mlp", last   ? "vocab"
+                                     : even ? "mlp"
+                                            : "embed"});
+    }
+  }
+
+  // The MLP's forward for the current microbatch: each layer's input held as [batch, -] (the
+  // data and FSDP axes keep their examples), the activation between layers.
+  std::string MlpLogits() {
+    std::string h = N("x");
+    const size_t layers = mlp_->layer_sizes.size() - 1;
+    for (size_t i = 0; i < layers; ++i) {
+      const std::string k = std::to_string(i);
+      h = Constrain(h, {"batch"}, N("h" + k));
+      h = pb_.Einsum("bi,io->bo", h, W("w" + k), N("z" + k));
+      if (i + 1 < layers) {
+        h = Op(mlp_->activation == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {h}, N("a" + k));
+      }
+    }
+    return h;
+  }
+
   // Every parameter, in declaration order (their seeds follow it).
   void DeclareParams() {
     const int64_t d = model_.d_model;
@@ -333,6 +387,7 @@ class TrainStepBuilder {
   }
 
   const TransformerConfig& model_;
+  const MlpModel* mlp_ = nullptr;  // Set: an MLP classifier instead of the transformer.
   const TrainConfig& train_;
   const LogicalRules& rules_;
   const std::vector<MeshAxis>& axes_;
@@ -380,6 +435,22 @@ ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& se
   if (layer_values) layer_values->clear();
   return TrainStepBuilder(model, numerics, axes, rules, layer_values)
       .BuildServe(step == ServeStep::kPrefill ? StepKind::kPrefill : StepKind::kDecode, serve);
+}
+
+ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
+                              const std::vector<MeshAxis>& axes, const LogicalRules& rules) {
+  Check(mlp.layer_sizes.size() >= 2, "an MLP needs at least two layer sizes (inputs, classes)");
+  for (int64_t n : mlp.layer_sizes) Check(n >= 1, "MLP layer sizes must be >= 1");
+  Check(mlp.activation == MlpKind::kRelu || mlp.activation == MlpKind::kGelu,
+        "an MLP's activation is relu or gelu");
+  Check(train.batch >= 1, "the batch must be >= 1");
+  Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
+        "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
+            std::to_string(train.batch) + ")");
+  const TransformerConfig unused;
+  TrainStepBuilder builder(unused, train, axes, rules, nullptr);
+  builder.SetMlp(mlp);
+  return std::move(builder).Build();
 }
 
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,

@@ -73,6 +73,13 @@ struct TrainConfig {
   bool forward_only = false;
 };
 
+// An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the
+// activation between layers (relu or gelu), softmax cross-entropy on the last layer.
+struct MlpModel {
+  std::vector<int64_t> layer_sizes;
+  MlpKind activation = MlpKind::kRelu;
+};
+
 // One serving workload (SPEC's `serve:`).
 struct ServeConfig {
   int64_t batch = 1;              // Sequences served together.
@@ -124,6 +131,16 @@ ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& se
 // configuration that does not fit together (heads not a multiple of kv_heads, sizes < 1,
 // microbatches not dividing the batch, experts > 0), and SpecError "plan.rules" naming the
 // parameter whose dimension the rules split into blocks that do not divide it.
+// The global program of one training step of `mlp` on `train`'s batch (seq_len unused: one
+// example per batch row), sharded by `rules`: features x [batch, inputs] and labels [batch]
+// split as `batch`; weights w<i> [n_i, n_i+1] as [embed, mlp] for even i and [mlp, embed] for
+// odd i, the last one's output dimension (the classes) as `vocab`; each layer's input constrained
+// to [batch, -]; then grad and the optimizer as BuildTrainStep (microbatches and mixed precision
+// too). Throws std::invalid_argument for fewer than two sizes, a size < 1, or an activation other
+// than relu or gelu.
+ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
+                              const std::vector<MeshAxis>& axes, const LogicalRules& rules);
+
 // When `layer_values` is given it receives, per microbatch and decoder layer, the names of the
 // values that layer's forward makes (the segments planner::ApplyRemat checkpoints).
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,

@@ -52,12 +52,7 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
     name = preset->String();
     m = Preset(*preset, name);
   } else {
-    YamlValue kind = map.Get("kind");
-    if (kind.OneOf({"transformer", "mlp"}) == "mlp") {
-      kind.Fail(
-          "kind: mlp models are not built yet (write the MLP as a mode: auto program, as "
-          "configs/jit/mlp_seed_fsdp.yaml does)");
-    }
+    map.Get("kind").OneOf({"transformer", "mlp"});
     // A map without a preset gives every size but kv_heads and head_dim (derived below).
     for (const char* key : {"layers", "d_model", "d_ff", "heads", "vocab"}) map.Get(key);
   }
@@ -112,14 +107,38 @@ DType ReadDtype(const YamlValue& value) {
   return *ParseDType(value.OneOf({"f32", "bf16", "f16", "float32", "bfloat16"}));
 }
 
+// `model: {kind: mlp, layer_sizes: [784, 8192, 10], activation: relu}`.
+planner::MlpModel ReadMlp(const YamlValue& value) {
+  YamlMap map = value.Map({"kind", "layer_sizes", "activation"});
+  planner::MlpModel mlp;
+  const YamlValue sizes = map.Get("layer_sizes");
+  for (const YamlValue& n : sizes.List()) mlp.layer_sizes.push_back(n.Int64(1));
+  if (mlp.layer_sizes.size() < 2) sizes.Fail("give at least the inputs and the classes");
+  if (auto a = map.Find("activation")) {
+    mlp.activation = a->OneOf({"relu", "gelu"}) == "gelu" ? MlpKind::kGelu : MlpKind::kRelu;
+  }
+  return mlp;
+}
+
+// Whether `value` is a map whose kind is mlp.
+bool IsMlp(const YamlValue& value) {
+  if (!value.IsMap()) return false;
+  const YAML::Node kind = value.node()["kind"];
+  return kind && kind.IsScalar() && kind.Scalar() == "mlp";
+}
+
 // `train:` {global_batch, seq_len, microbatches, optimizer, dtype, param_dtype,
-// learning_rate}.
-planner::TrainConfig ReadTrain(const YamlValue& value) {
+// learning_rate}; seq_len only when `sequences` (an MLP's batch rows are single examples).
+planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   YamlMap map = value.Map({"global_batch", "seq_len", "microbatches", "optimizer", "dtype",
                            "param_dtype", "learning_rate"});
   planner::TrainConfig t;
   t.batch = map.Get("global_batch").Int64(1);
-  t.seq_len = map.Get("seq_len").Int64(1);
+  if (sequences) {
+    t.seq_len = map.Get("seq_len").Int64(1);
+  } else if (auto v = map.Find("seq_len")) {
+    v->FailAtKey("seq_len: an MLP's batch rows are single examples (give global_batch)");
+  }
   t.optimizer = Optimizer::kAdam;
   t.dtype = DType::kBF16;
   t.param_dtype = DType::kF32;
@@ -246,7 +265,13 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
 
 ModelRunSpec ReadModelRun(const YamlMap& top) {
   ModelRunSpec run;
-  std::tie(run.name, run.model) = ReadModel(top.Get("model"));
+  const YamlValue model = top.Get("model");
+  if (IsMlp(model)) {
+    run.name = "mlp";
+    run.mlp = ReadMlp(model);
+  } else {
+    std::tie(run.name, run.model) = ReadModel(model);
+  }
   std::optional<YamlValue> train = top.Find("train");
   std::optional<YamlValue> serve = top.Find("serve");
   if (train && serve) serve->FailAtKey("give either train: or serve:, not both");
@@ -258,9 +283,19 @@ ModelRunSpec ReadModelRun(const YamlMap& top) {
                          "256, seq_len: 4096}; or serve: {batch: 64, prompt_len: 2048, "
                          "decode_len: 256})");
   } else {
-    run.train = ReadTrain(*train);
+    run.train = ReadTrain(*train, !run.mlp);
   }
   run.plan = ReadPlan(top.Get("plan"));
+  if (run.mlp) {
+    if (serve) serve->FailAtKey("serve: serving steps are built for transformers");
+    const YamlValue plan = top.Get("plan");
+    const YamlMap keys = plan.Map({"mesh", "devices", "rules", "remat", "pipeline",
+                                   "collective_matmul", "algorithms", "microbatches"});
+    if (run.plan.remat != planner::RematPolicy::kNone) {
+      keys.Get("remat").Fail("remat applies to transformer layers, not kind: mlp");
+    }
+    if (run.plan.pipeline) keys.Get("pipeline").FailAtKey("pipelines stage transformer layers");
+  }
   return run;
 }
 

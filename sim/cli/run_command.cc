@@ -319,15 +319,22 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                                            const Machine& machine, Observer* tracer,
                                            RunReport& report) {
   const ModelRunSpec& run = *file.model;
-  const planner::ParameterCounts counts = planner::CountParameters(run.model);
-  const double n = static_cast<double>(counts.total);
+  const double n = static_cast<double>(run.mlp ? planner::CountMlpParameters(*run.mlp)
+                                               : planner::CountParameters(run.model).total);
   const auto [scale, suffix] = n >= 1e9   ? std::pair{1e9, "B"}
                                : n >= 1e6 ? std::pair{1e6, "M"}
                                           : std::pair{1e3, "K"};
   char line[256];
-  std::snprintf(line, sizeof(line), "%s (%.4g%s parameters; %lld layers, d_model %lld)",
-                run.name.c_str(), n / scale, suffix, static_cast<long long>(run.model.layers),
-                static_cast<long long>(run.model.d_model));
+  if (run.mlp) {
+    std::string sizes;
+    for (int64_t s : run.mlp->layer_sizes) sizes += (sizes.empty() ? "" : "-") + std::to_string(s);
+    std::snprintf(line, sizeof(line), "mlp %s (%.4g%s parameters)", sizes.c_str(), n / scale,
+                  suffix);
+  } else {
+    std::snprintf(line, sizeof(line), "%s (%.4g%s parameters; %lld layers, d_model %lld)",
+                  run.name.c_str(), n / scale, suffix, static_cast<long long>(run.model.layers),
+                  static_cast<long long>(run.model.d_model));
+  }
   report.model = line;
   report.plan =
       "mesh " + DescribeMeshAxes(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
@@ -362,7 +369,9 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     if (!whole) {
       planner::TrainStepOptions step_options;
       report.step =
-          planner::SimulateTrainStep(machine, run.model, run.train, run.plan, step_options);
+          run.mlp
+              ? planner::SimulateMlpTrainStep(machine, *run.mlp, run.train, run.plan, step_options)
+              : planner::SimulateTrainStep(machine, run.model, run.train, run.plan, step_options);
       report.end = report.step->step_time;
       report.events = report.step->events;
       report.numerics.checked = false;
@@ -376,7 +385,10 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     as_program.model.reset();
     std::vector<std::vector<std::string>> layers;
     as_program.program =
-        planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules, &layers);
+        run.mlp ? planner::BuildMlpTrainStep(*run.mlp, run.train, run.plan.mesh, rules)
+                : planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules, &layers);
+    const int64_t layer_count =
+        run.mlp ? static_cast<int64_t>(run.mlp->layer_sizes.size()) - 1 : run.model.layers;
     as_program.program->mesh_devices = run.plan.devices;
     for (const auto& [op, algorithm] : run.plan.algorithms) {
       as_program.options.algorithms[op] = algorithm;
@@ -390,7 +402,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           global, layers, run.plan.remat,
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
                                   planner::DeviceInBytesPerSecond(machine)},
-          planner::PrefetchGroups(run.model, run.train));
+          static_cast<int>(2 * run.train.microbatches * layer_count));
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition);
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
@@ -401,9 +413,14 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     const planner::StepFigures f =
         planner::FiguresOfRun(report.end, report.per_device, recompute, report.memory.peak,
                               report.events, *as_program.program, mesh);
-    report.step =
-        planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f, {run.model.layers});
+    report.step = run.mlp
+                      ? planner::MakeStepReport(
+                            machine, mesh, planner::MlpTrainStepModelFlops(*run.mlp, run.train),
+                            static_cast<double>(run.train.batch), run.train.dtype, f, {layer_count})
+                      : planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f,
+                                                     {run.model.layers});
     report.step->remat = run.plan.remat;
+    if (run.mlp) report.step->model_flops_rule = planner::kMlpFlopsRule;
   } catch (const std::invalid_argument& e) {
     throw SpecError("model", e.what());
   }
@@ -442,9 +459,9 @@ std::string ModelSummary(const RunReport& r) {
                 s.tokens_per_s, s.tokens_per_s_per_device, s.devices);
   out << line;
   std::snprintf(line, sizeof(line),
-                "MFU:            %.2f%% (model FLOPs %.4g per step: 6N + 12·L·H·hd·T per token, "
-                "PaLM's definition; peak %.4g TFLOP/s per device)\n",
-                100 * s.mfu, s.model_flops, s.peak_flops / 1e12);
+                "MFU:            %.2f%% (model FLOPs %.4g per step: %s; peak %.4g TFLOP/s per "
+                "device)\n",
+                100 * s.mfu, s.model_flops, s.model_flops_rule.c_str(), s.peak_flops / 1e12);
   out << line;
   out << "breakdown:      compute " << FormatTime(s.compute) << ", communication "
       << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm) << "), bubble "

@@ -126,6 +126,32 @@ TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
   EXPECT_NE(whole.err.find("serve: runs are timing only"), std::string::npos) << whole;
 }
 
+// A kind: mlp model run: the step's report counts 6 FLOPs per weight per example
+// (784-64-10: 50,816 weights, batch 64) and --numerics on passes (f32).
+TEST_F(ModelRunTest, MlpModelRunsAndPasses) {
+  const std::string file =
+      WriteInput("mlp.yaml",
+                 "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+                 "model: {kind: mlp, layer_sizes: [784, 64, 10], activation: relu}\n"
+                 "train: {global_batch: 64, optimizer: adam, dtype: f32, param_dtype: f32}\n"
+                 "plan:\n"
+                 "  mesh: {fsdp: 4, tensor: 2}\n"
+                 "  rules: {batch: fsdp, embed: fsdp, mlp: tensor}\n");
+  const nlohmann::json j = RunJson({"run", file});
+  EXPECT_DOUBLE_EQ(j["model_flops"].get<double>(), 6.0 * (784 * 64 + 64 * 10) * 64);
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 64 / j["step_time_s"].get<double>());
+  const nlohmann::json whole = RunJson({"run", file, "--numerics", "on"});
+  EXPECT_TRUE(whole["numerics"]["passed"].get<bool>());
+  for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
+           {"plan.remat=full", "plan.remat"},
+           {"train.seq_len=16", "train.seq_len"},
+           {"model.layer_sizes=[784]", "model.layer_sizes"}}) {
+    const Result r = Run({"run", file, "--set", set});
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_NE(r.err.find("(key " + key + ")"), std::string::npos) << r;
+  }
+}
+
 struct BadModel {
   std::string name;
   std::string set;      // A --set override.

@@ -305,3 +305,29 @@ TEST(TransformerTest, BoundedPricingSkipsCandidatesThatCannotWin) {
 
 }  // namespace
 }  // namespace shardsim::planner
+
+namespace shardsim::planner {
+namespace {
+
+// The MLP classifier's step (784-256-128-16, relu; Adam), partitioned under data parallelism,
+// FSDP x TP (Megatron's column- then row-parallel pair) and mixed precision, computes what the
+// unsharded step computes.
+TEST(MlpStepTest, ShardedStepMatchesTheUnshardedOne) {
+  MlpModel mlp;
+  mlp.layer_sizes = {784, 256, 128, 16};
+  TrainConfig train;
+  train.batch = 32;
+  train.optimizer = Optimizer::kAdam;
+  const std::vector<MeshAxis> data = {{"data", 8}};
+  ExpectNumericsPass(
+      BuildMlpTrainStep(mlp, train, data, LogicalRules({{"batch", {"data"}}}, data)));
+  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
+  const LogicalRules rules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}, {"mlp", {"tp"}}}, mesh);
+  ExpectNumericsPass(BuildMlpTrainStep(mlp, train, mesh, rules));
+  mlp.activation = MlpKind::kGelu;
+  train.microbatches = 2;
+  ExpectNumericsPass(BuildMlpTrainStep(mlp, train, mesh, rules));
+}
+
+}  // namespace
+}  // namespace shardsim::planner
