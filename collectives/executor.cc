@@ -132,10 +132,11 @@ struct Executor::Device {
   bool busy = false;             // The compute stream runs an op.
   int in_flight = 0;             // Collectives issued and not finished.
   bool finished = false;
-  int64_t live = 0;                 // Bytes of live buffers.
-  int64_t peak = 0;                 // Most bytes live at once.
-  const char* peak_op = "";         // Op started or issued when the peak was reached.
-  std::vector<int64_t> phase_peak;  // Per memory phase: its peak.
+  int64_t live = 0;                  // Bytes of live buffers.
+  int64_t peak = 0;                  // Most bytes live at once.
+  const char* peak_op = "";          // Op started or issued when the peak was reached.
+  std::vector<int64_t> phase_peak;   // Per memory phase: its peak.
+  std::vector<int64_t> phase_entry;  // Per memory phase: live bytes as its first compute began.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
   std::vector<int> comm_span_class;  // Per comm span: its collective's class id.
@@ -186,7 +187,7 @@ void Executor::Start() {
       }
     }
   }
-  for (const auto& [name, v] : lp.inputs) held_[v] = 1;
+  for (const auto& [name, v] : lp.inputs) held_[v] = !config_.donated_inputs.count(name);
   for (const OutputSpec& o : program_.outputs) held_[lp.final_values.at(o.name)] = 1;
 
   int64_t input_bytes = 0;
@@ -204,6 +205,7 @@ void Executor::Start() {
     d.pending = readers_;
     d.live = d.peak = input_bytes;
     d.phase_peak.assign(config_.memory_phases.size() + 1, input_bytes);
+    d.phase_entry.assign(config_.memory_phases.size() + 1, -1);
     // Ops that do not run here do not read here.
     if (!lp.has_where) continue;
     for (const LoweredOp& op : lp.ops) {
@@ -559,6 +561,10 @@ void Executor::Try(int position) {
 void Executor::StartCompute(int position, size_t op_index) {
   Device& d = devices_[position];
   const LoweredOp& op = lowered_->ops[op_index];
+  const auto& marks = config_.memory_phases;
+  const size_t phase =
+      static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) - marks.begin());
+  if (d.phase_entry[phase] < 0) d.phase_entry[phase] = d.live;
   Allocate(position, op, op.spec.name.c_str());
   if (config_.numerics) {
     std::vector<const Array*> inputs;
@@ -1000,6 +1006,7 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.peak_memory = Bytes(d.peak);
     t.peak_op = d.peak_op;
     for (int64_t p : d.phase_peak) t.phase_peaks.push_back(Bytes(p));
+    for (int64_t p : d.phase_entry) t.phase_entry_live.push_back(Bytes(std::max<int64_t>(p, 0)));
     const std::vector<Time> exposed =
         ExposedByClass(d.compute_spans, d.comm_spans, d.comm_span_class, comm_classes_.size());
     for (size_t c = 0; c < exposed.size(); ++c) {

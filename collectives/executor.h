@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct ExecutorConfig {
   // passes, say): each device also keeps its peak within each phase (DeviceTiming::
   // phase_peaks), by the op whose buffers it was allocating. Empty: one phase.
   std::vector<size_t> memory_phases;
+  // Inputs whose buffers the run frees after their last reader, as jax.jit frees donated
+  // arguments (donate_argnums: a training step's parameters and optimizer state, which its
+  // updated outputs replace). Others stay live to the end.
+  std::set<std::string> donated_inputs;
 };
 
 // When one op of the program ran, over all devices.
@@ -77,6 +82,9 @@ struct DeviceTiming {
   // Per memory phase (ExecutorConfig::memory_phases: the ops before the first mark, then from
   // each mark to the next), the most bytes live while allocating for an op of the phase.
   std::vector<Bytes> phase_peaks;
+  // Per memory phase, the bytes live as its first local op started (at a backward pass's
+  // start: the parameters and every value the forward kept for it).
+  std::vector<Bytes> phase_entry_live;
   // exposed_comm by collective, keyed "psum over tensor" (the op's name over its mesh axes):
   // each stretch of exposed communication split evenly among the collectives in flight then.
   std::map<std::string, Time> exposed_by_collective;

@@ -23,6 +23,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.chunk_size = config.chunk_size;
   exec.max_collectives_in_flight = config.max_collectives_in_flight;
   exec.memory_phases = config.memory_phases;
+  exec.donated_inputs = config.donated_inputs;
   std::unique_ptr<NetworkCollectiveModel> network_model;
   std::unique_ptr<CachedCollectiveModel> cache;
   if (config.timing == TimingPath::kCached) {
@@ -57,6 +58,11 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
     result.phase_peaks.resize(std::max(result.phase_peaks.size(), d.phase_peaks.size()));
     for (size_t p = 0; p < d.phase_peaks.size(); ++p) {
       result.phase_peaks[p] = std::max(result.phase_peaks[p], d.phase_peaks[p]);
+    }
+    result.phase_entry_live.resize(
+        std::max(result.phase_entry_live.size(), d.phase_entry_live.size()));
+    for (size_t p = 0; p < d.phase_entry_live.size(); ++p) {
+      result.phase_entry_live[p] = std::max(result.phase_entry_live[p], d.phase_entry_live[p]);
     }
     if (d.peak_memory > result.peak_memory) {
       result.peak_memory = d.peak_memory;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,9 @@ struct RunConfig {
   // kCached: the model to ask (not owned; null: a cache over the network model, private to
   // this run). Share one across runs to reuse its answers.
   CollectiveCostModel* collective_model = nullptr;
-  Observer* observer = nullptr;       // Receives the trace (not owned; null: untraced).
-  std::vector<size_t> memory_phases;  // ExecutorConfig::memory_phases.
+  Observer* observer = nullptr;          // Receives the trace (not owned; null: untraced).
+  std::vector<size_t> memory_phases;     // ExecutorConfig::memory_phases.
+  std::set<std::string> donated_inputs;  // ExecutorConfig::donated_inputs.
 };
 
 // What a run gives.
@@ -53,6 +55,7 @@ struct RunResult {
   int peak_device = 0;                   // The device where it occurred.
   std::string peak_op;                   // The op being started there when it did.
   std::vector<Bytes> phase_peaks;        // Per memory phase, the largest per-device peak.
+  std::vector<Bytes> phase_entry_live;   // Per memory phase, the most live at its start.
   Bytes hbm_capacity;                    // Per device, from the machine.
   bool fits = true;                      // peak_memory <= hbm_capacity.
 };

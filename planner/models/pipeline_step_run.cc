@@ -171,10 +171,15 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   f.exposed_comm = NonNegative(f.end - f.compute - timeline.bubble);
   f.recompute = NonNegative(fb3.recompute - fb2.recompute) * per_layer;
   // Memory: the stage's step holds one microbatch's activations; the schedule holds
-  // in_flight[0] chunks' worth at once on the first stage.
-  const Bytes per_layer_act = (fb3.peak - fb2.peak) > (fb3.state.params - fb2.state.params)
-                                  ? (fb3.peak - fb2.peak) - (fb3.state.params - fb2.state.params)
-                                  : Bytes(0);
+  // in_flight[0] chunks' worth at once on the first stage. A layer's activations: the slope
+  // of the bytes live as the backward pass starts (the parameters and every value the
+  // forward kept for it; no gradient made yet) less its parameters.
+  const Bytes forward_slope = fb2.phase_entry_live.size() > 1 && fb3.phase_entry_live.size() > 1
+                                  ? fb3.phase_entry_live[1] - fb2.phase_entry_live[1]
+                                  : fb3.peak - fb2.peak;
+  const Bytes params_slope = fb3.state.params - fb2.state.params;
+  const Bytes per_layer_act =
+      forward_slope > params_slope ? forward_slope - params_slope : Bytes(0);
   const int extra = std::max(timeline.in_flight[0] - 1, 0);
   f.peak = at_stage.peak + per_layer_act * (chunk_layers * extra);
   f.state = at_stage.state;

@@ -75,10 +75,12 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   config.timing = TimingPath::kCached;
   config.collective_model = &collectives;
   config.memory_phases = phases;
+  config.donated_inputs = UpdatedInputs(global);
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
   StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
                                run.events, global, mesh);
   f.phase_peaks = run.phase_peaks;
+  f.phase_entry_live = run.phase_entry_live;
   return f;
 }
 
@@ -130,6 +132,16 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
     }
   }
   return partitioned;
+}
+
+std::set<std::string> UpdatedInputs(const ProgramSpec& global) {
+  std::set<std::string> outputs;
+  for (const OutputSpec& o : global.outputs) outputs.insert(o.name);
+  std::set<std::string> updated;
+  for (const ArraySpec& a : global.arrays) {
+    if (outputs.count(a.name + "_new")) updated.insert(a.name);
+  }
+  return updated;
 }
 
 Time RecomputeTime(const std::vector<OpTiming>& ops) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,9 @@ struct StepFigures {
   // that composition extrapolates each and takes the largest: which phase holds the peak can
   // change with the layer count (activations at the backward's start, gradients at its end).
   std::vector<Bytes> phase_peaks;
-  StateBytes state;     // Parameters, gradients and optimizer state.
-  uint64_t events = 0;  // Events the engine dispatched.
+  std::vector<Bytes> phase_entry_live;  // RunResult's: live bytes as each phase began.
+  StateBytes state;                     // Parameters, gradients and optimizer state.
+  uint64_t events = 0;                  // Events the engine dispatched.
 };
 
 // Memory per device (SPEC `memory:`).
@@ -81,17 +83,17 @@ struct TrainStepReport {
   Time step_time;           // Simulated time of one step.
   double tokens_per_s = 0;  // batch x seq_len / step_time.
   double tokens_per_s_per_device = 0;
-  double model_flops = 0;   // TrainStepModelFlops: PaLM's definition.
+  double model_flops = 0;        // TrainStepModelFlops: PaLM's definition.
   std::string model_flops_rule;  // How model_flops counts ("6N + 12·L·H·hd·T per token").
-  double mfu = 0;           // model_flops / (step_time x devices x peak FLOP/s).
-  double peak_flops = 0;    // One device's peak FLOP/s in the compute dtype.
-  int devices = 0;          // Mesh positions.
-  Time compute;             // Busiest device's compute.
-  Time comm;                // Its time in collectives.
-  Time exposed_comm;        // Communication not hidden under compute.
-  Time recompute;           // Compute spent recomputing what remat did not keep.
-  Time bubble;              // Pipelines: the busiest stage's idle time inside the schedule.
-  int pipeline_stages = 1;  // Pipelines: the stages (1: none).
+  double mfu = 0;                // model_flops / (step_time x devices x peak FLOP/s).
+  double peak_flops = 0;         // One device's peak FLOP/s in the compute dtype.
+  int devices = 0;               // Mesh positions.
+  Time compute;                  // Busiest device's compute.
+  Time comm;                     // Its time in collectives.
+  Time exposed_comm;             // Communication not hidden under compute.
+  Time recompute;                // Compute spent recomputing what remat did not keep.
+  Time bubble;                   // Pipelines: the busiest stage's idle time inside the schedule.
+  int pipeline_stages = 1;       // Pipelines: the stages (1: none).
   // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
   std::map<std::string, Time> exposed_by_collective;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
@@ -160,6 +162,11 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups);
+
+// The inputs a step replaces: those with an output <name>_new (BuildTrainStep's updated
+// parameters and Adam moments). Model runs donate them (RunConfig::donated_inputs), as a JAX
+// training loop donates its state, so the old state's buffers die after their last reader.
+std::set<std::string> UpdatedInputs(const ProgramSpec& global);
 
 // One device's compute on the recomputation remat inserted: the compute times of the ops
 // IsRecompute names, from a run's per-op rows.

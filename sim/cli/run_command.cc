@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -219,11 +220,13 @@ Bytes NumericsFootprint(const ProgramSpec& program, const Mesh& mesh,
 // explicit mode by default; model runs add remat and prefetching).
 using PartitionFn = std::function<planner::PartitionResult(const ProgramSpec&, const Mesh&)>;
 
-// Simulates `file`'s program; a global one is partitioned first, by `partition` when given.
+// Simulates `file`'s program; a global one is partitioned first, by `partition` when given;
+// `donated` inputs are freed after their last reader (model runs' updated state).
 std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunCommandOptions& options,
                                              const Machine& machine, Observer* tracer,
                                              RunReport& report,
-                                             const PartitionFn& partition = nullptr) {
+                                             const PartitionFn& partition = nullptr,
+                                             const std::set<std::string>& donated = {}) {
   const ProgramSpec& written = *file.program;
   Mesh mesh = PlaceMesh(machine, written.mesh_axes, written.mesh_devices);
   report.placement = DescribePlacement(mesh, machine.topology());
@@ -267,6 +270,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   config.base_dir = std::filesystem::path(file.path).parent_path().string();
   config.timing = cached ? TimingPath::kCached : TimingPath::kNetwork;
   config.observer = tracer;
+  config.donated_inputs = donated;
   RunResult result = RunProgram(machine, mesh, program, config, &lowered);
   report.end = result.end;
   report.events = result.events;
@@ -404,7 +408,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                                   planner::DeviceInBytesPerSecond(machine)},
           static_cast<int>(2 * run.train.microbatches * layer_count));
     };
-    outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition);
+    outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
+                              planner::UpdatedInputs(*as_program.program));
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
     Time recompute;
     for (const OpRow& op : report.ops) {

@@ -64,6 +64,23 @@ TEST(PeakMemoryTest, HandComputedProgram) {
   EXPECT_EQ(RunProgram(machine, mesh, program, cached).peak_memory.count(), 360448);
 }
 
+// Donated x (jax.jit's donate_argnums) is no longer held: relu, its last reader, writes a
+// over it in place, exp writes b over a, so the peak is at y: w, b and y, 65536 + 131072 +
+// 32768 = 229376 B (360448 B without donation, x held beside a and b).
+TEST(PeakMemoryTest, DonatedInputsDieWithTheirLastReader) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  ProgramSpec program = MemoryProgram();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  for (bool numerics : {true, false}) {
+    RunConfig config;
+    config.numerics = numerics;
+    config.donated_inputs = {"x"};
+    RunResult r = RunProgram(machine, mesh, program, config);
+    EXPECT_EQ(r.peak_memory.count(), 229376) << "numerics " << numerics;
+    EXPECT_EQ(r.peak_op, "y");
+  }
+}
+
 // A collective's output is allocated when it is issued: all_gather of f32[32,1024] over 4
 // (local 8x1024 = 32768 B in, 131072 B out) peaks at 163840 B when it is issued; the relu
 // then writes over the gathered buffer (its last reader) and allocates nothing.
