@@ -257,8 +257,14 @@ void Executor::Start() {
   // Compute times, once per op: every position has the same local shapes.
   op_duration_.assign(lp.ops.size(), Time());
   layout_of_op_.assign(lp.ops.size(), nullptr);
+  phase_of_op_.assign(lp.ops.size(), 0);
+  comm_class_of_op_.assign(lp.ops.size(), -1);
+  const std::vector<size_t>& marks = config_.memory_phases;
+  std::map<std::string, int> class_ids;  // "psum over tensor" -> its index in comm_classes_.
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
+    phase_of_op_[i] = static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) -
+                                          marks.begin());
     if (!op.collective) {
       compute_ops_.push_back(i);
       if (config_.compute_model && op.def->stream == OpStream::kCompute && !op.spec.fused) {
@@ -272,6 +278,11 @@ void Executor::Start() {
       continue;
     }
     comm_ops_.push_back(i);
+    std::string name = std::string(op.def->name) + " over";
+    for (const std::string& axis : op.spec.axis_name) name += " " + axis;
+    const auto [id, added] = class_ids.try_emplace(name, static_cast<int>(comm_classes_.size()));
+    if (added) comm_classes_.push_back(name);
+    comm_class_of_op_[i] = id->second;
     auto [it, made] = layouts_.try_emplace(op.axes);
     if (made) {
       if (config_.collective_model) {
@@ -432,7 +443,9 @@ bool Executor::Ready(int position, const LoweredOp& op) const {
   return true;
 }
 
-void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
+void Executor::Allocate(int position, size_t op_index) {
+  const LoweredOp& op = lowered_->ops[op_index];
+  const char* name = op.spec.name.c_str();
   Device& d = devices_[position];
   for (int v : op.out_values) d.live += value_bytes_[v];
   // Writing in place over a dying input of the same size allocates nothing new: the first
@@ -448,9 +461,7 @@ void Executor::Allocate(int position, const LoweredOp& op, const char* name) {
     d.peak = d.live;
     d.peak_op = name;
   }
-  const auto& marks = config_.memory_phases;
-  const size_t phase =
-      static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) - marks.begin());
+  const size_t phase = phase_of_op_[op_index];
   d.phase_peak[phase] = std::max(d.phase_peak[phase], d.live);
 }
 
@@ -532,7 +543,7 @@ void Executor::Try(int position) {
            Ready(position, lp.ops[comm_ops_[d.comm_pc]])) {
       size_t i = comm_ops_[d.comm_pc++];
       ++d.in_flight;
-      Allocate(position, lp.ops[i], lp.ops[i].spec.name.c_str());
+      Allocate(position, i);
       Arrive(position, i);
       progress = true;
       while (d.comm_pc < comm_ops_.size() && !RunsHere(position, lp.ops[comm_ops_[d.comm_pc]])) {
@@ -561,11 +572,9 @@ void Executor::Try(int position) {
 void Executor::StartCompute(int position, size_t op_index) {
   Device& d = devices_[position];
   const LoweredOp& op = lowered_->ops[op_index];
-  const auto& marks = config_.memory_phases;
-  const size_t phase =
-      static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) - marks.begin());
+  const size_t phase = phase_of_op_[op_index];
   if (d.phase_entry[phase] < 0) d.phase_entry[phase] = d.live;
-  Allocate(position, op, op.spec.name.c_str());
+  Allocate(position, op_index);
   if (config_.numerics) {
     std::vector<const Array*> inputs;
     for (int v : op.in_values) inputs.push_back(&d.values[v]);
@@ -916,12 +925,7 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   Release(position, lowered);
   --d.in_flight;
   d.comm_spans.push_back({run.start, sim_.Now()});
-  std::string name = std::string(lowered.def->name) + " over";
-  for (const std::string& axis : op.axis_name) name += " " + axis;
-  const auto [it, added] =
-      comm_class_ids_.try_emplace(name, static_cast<int>(comm_classes_.size()));
-  if (added) comm_classes_.push_back(name);
-  d.comm_span_class.push_back(it->second);
+  d.comm_span_class.push_back(comm_class_of_op_[op_index]);
   if (sim_.tracing()) {
     SliceRecord s;
     s.pid = network_.ProcessOf(

@@ -160,7 +160,7 @@ class Executor {
   void Wake(int position);
   void Try(int position);
   bool Ready(int position, const LoweredOp& op) const;
-  void Allocate(int position, const LoweredOp& op, const char* name);
+  void Allocate(int position, size_t op_index);
   void Release(int position, const LoweredOp& op);
   void FreeValue(int position, int value);
   void StartCompute(int position, size_t op_index);
@@ -224,7 +224,8 @@ class Executor {
   std::vector<std::unique_ptr<SharedRun>> shared_;  // Collectives in flight (model path).
   std::map<size_t, int> ops_in_flight_;             // Lowered op -> its runs in flight.
   std::vector<std::string> comm_classes_;           // "psum over tensor", by class id.
-  std::map<std::string, int> comm_class_ids_;       // Its inverse.
+  std::vector<int> comm_class_of_op_;               // Per lowered op: its class id (-1: local).
+  std::vector<size_t> phase_of_op_;                 // Per lowered op: its memory phase.
   // Lowered op in flight -> the rate of each of its groups (entries of rates_).
   std::map<size_t, const std::vector<double>*> op_rates_;
   std::vector<SharedRun*> unscheduled_;  // Runs waiting for their next event.

@@ -273,9 +273,7 @@ class Partitioner {
     request.dtype = dtype;
     request.elements = elements;
     request.axes = step.axes;
-    std::shared_ptr<const CollectiveTiming> t = costs_.collectives->Estimate(*costs_.mesh, request);
-    Time longest;
-    for (Time m : t->member_time) longest = std::max(longest, m);
+    const Time longest = costs_.collectives->Estimate(*costs_.mesh, request)->longest();
     return step_times_[key] = static_cast<double>(longest.picoseconds());
   }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "collectives/ir/op_registry.h"
+#include "planner/name_bindings.h"
 
 namespace shardsim::planner {
 
@@ -13,27 +14,15 @@ namespace {
 
 // Who binds which name, and which ops are weight ops (see PrefetchOrder).
 struct WeightOps {
-  std::map<std::string, int> bindings;  // Times each name is bound (an input array once).
-  std::map<std::string, size_t> maker;  // The (last) op binding each name.
-  std::vector<char> weight;             // Per op: a weight op.
-  std::vector<size_t> collectives;      // The weight collectives, in program order.
-
-  bool Once(const std::string& name) const {
-    const auto it = bindings.find(name);
-    return it != bindings.end() && it->second == 1;
-  }
+  NameBindings names;               // The program's bindings.
+  std::vector<char> weight;         // Per op: a weight op.
+  std::vector<size_t> collectives;  // The weight collectives, in program order.
 };
 
 WeightOps FindWeightOps(const ProgramSpec& manual) {
   const size_t n = manual.ops.size();
   WeightOps w;
-  for (const ArraySpec& a : manual.arrays) ++w.bindings[a.name];
-  for (size_t i = 0; i < n; ++i) {
-    for (const std::string& out : manual.ops[i].out) {
-      ++w.bindings[out];
-      w.maker[out] = i;
-    }
-  }
+  w.names = BindingsOf(manual);
   // Weight ops: one input, an input array never rebound or a weight op's result (a
   // parameter, its casts and gathers; not what the step computes from several values), and
   // results bound nowhere else. Only these move, so a name's readers still see the binding
@@ -41,10 +30,10 @@ WeightOps FindWeightOps(const ProgramSpec& manual) {
   w.weight.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const OpSpec& op = manual.ops[i];
-    bool only = op.in.size() == 1 && w.Once(op.in[0]);
-    for (const std::string& out : op.out) only = only && w.Once(out);
+    bool only = op.in.size() == 1 && w.names.Once(op.in[0]);
+    for (const std::string& out : op.out) only = only && w.names.Once(out);
     if (only) {
-      if (const auto it = w.maker.find(op.in[0]); it != w.maker.end()) {
+      if (const auto it = w.names.maker.find(op.in[0]); it != w.names.maker.end()) {
         only = it->second < i && w.weight[it->second];
       }
     }
@@ -67,8 +56,8 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   std::vector<size_t> first_reader(n, n);
   for (size_t j = 0; j < n; ++j) {
     for (const std::string& in : manual.ops[j].in) {
-      const auto it = w.maker.find(in);
-      if (it != w.maker.end() && w.Once(in) && first_reader[it->second] == n) {
+      const auto it = w.names.maker.find(in);
+      if (it != w.names.maker.end() && w.names.Once(in) && first_reader[it->second] == n) {
         first_reader[it->second] = j;
       }
     }
@@ -89,7 +78,7 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
     if (placed[i]) return;
     placed[i] = 1;
     for (const std::string& in : manual.ops[i].in) {
-      if (const auto it = w.maker.find(in); it != w.maker.end()) self(self, it->second);
+      if (const auto it = w.names.maker.find(in); it != w.names.maker.end()) self(self, it->second);
     }
     order.push_back(i);
   };

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "planner/name_bindings.h"
+
 namespace shardsim::planner {
 
 const char* RematPolicyName(RematPolicy policy) {
@@ -36,22 +38,14 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
       pass_of[i] = static_cast<int>(k / 2);
     }
   }
-  // The op making each name bound exactly once (input arrays count as a binding).
-  std::map<std::string, int> bindings;
-  for (const ArraySpec& a : expanded.arrays) ++bindings[a.name];
-  std::map<std::string, size_t> maker;
-  for (size_t i = 0; i < n; ++i) {
-    for (const std::string& out : ops[i].out) {
-      ++bindings[out];
-      maker[out] = i;
-    }
-  }
+  const NameBindings bindings = BindingsOf(expanded);
+  const std::map<std::string, size_t>& maker = bindings.maker;
   // Each segment value's segment (forward values bound once only).
   std::map<std::string, int> segment_of;
   for (size_t s = 0; s < segments.size(); ++s) {
     for (const std::string& v : segments[s]) {
       const auto it = maker.find(v);
-      if (bindings[v] == 1 && it != maker.end() && pass_of[it->second] < 0) {
+      if (bindings.Once(v) && it != maker.end() && pass_of[it->second] < 0) {
         segment_of[v] = static_cast<int>(s);
       }
     }
@@ -88,13 +82,13 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
         const int s = segment_of.at(in);
         first_read.emplace(s, i);
         // The maker, and the makers of what it reads that is recomputed too.
-        std::vector<size_t> todo = {maker.at(in)};
-        while (!todo.empty()) {
-          const size_t m = todo.back();
-          todo.pop_back();
+        std::vector<size_t> to_visit = {maker.at(in)};
+        while (!to_visit.empty()) {
+          const size_t m = to_visit.back();
+          to_visit.pop_back();
           if (!makers[s].insert(m).second) continue;
           for (const std::string& x : ops[m].in) {
-            if (recomputed(x)) todo.push_back(maker.at(x));
+            if (recomputed(x)) to_visit.push_back(maker.at(x));
           }
         }
       }

@@ -112,6 +112,12 @@ class LinkAccounting : public FlowRecorder {
 
 }  // namespace
 
+Time CollectiveTiming::longest() const {
+  Time t;
+  for (Time m : member_time) t = std::max(t, m);
+  return t;
+}
+
 std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
   ++simulations_;

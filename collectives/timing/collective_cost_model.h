@@ -47,8 +47,10 @@ struct LinkUse {
 // complete (zero for members of a group of one), and the algorithm that ran.
 struct CollectiveTiming {
   std::vector<Time> member_time;  // By mesh position.
-  std::string algorithm;          // Concrete algorithm ("auto" resolved).
-  std::vector<LinkId> links;      // Directed links that carried its bytes, ascending.
+  // The longest of member_time: when the op is done everywhere.
+  Time longest() const;
+  std::string algorithm;      // Concrete algorithm ("auto" resolved).
+  std::vector<LinkId> links;  // Directed links that carried its bytes, ascending.
   // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
   // longest member time (bytes / (bandwidth * time)), in (0, 1].
   std::vector<double> link_share;

@@ -14,13 +14,9 @@
 namespace shardsim::planner {
 namespace {
 
-// The longest member time of `request` on `mesh` (zero for a request that moves nothing).
+// The longest member time of `r` on `mesh` (zero for a request that moves nothing).
 Time CollectiveTime(CollectiveCostModel& model, const Mesh& mesh, const CollectiveRequest& r) {
-  if (r.elements <= 0) return Time();
-  const std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, r);
-  Time longest;
-  for (Time m : t->member_time) longest = std::max(longest, m);
-  return longest;
+  return r.elements > 0 ? model.Estimate(mesh, r)->longest() : Time();
 }
 
 Time NonNegative(Time t) { return t > Time() ? t : Time(); }
@@ -113,7 +109,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     std::vector<std::vector<std::string>> values;
     const ProgramSpec global = BuildTrainStep(mm, t, stage.mesh, rules, &values);
     return SimulateStepFigures(machine, stage_mesh, global, values, stage, *collectives,
-                               options.prefetch ? PrefetchGroups(mm, t) : 0);
+                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0);
   };
   const StepFigures fwd2 = figures(2, true, Optimizer::kNone);
   const StepFigures fwd3 = figures(3, true, Optimizer::kNone);

@@ -70,20 +70,15 @@ ServeReport SimulateServe(const Machine& machine, const TransformerConfig& model
   const ProgramSpec at_mean = BuildServeStep(model, mean, ServeStep::kDecode, plan.mesh, rules);
   auto cache_bytes = [&](const ProgramSpec& p) {
     Bytes b;
-    for (const ArraySpec& a : p.arrays) {
-      if (a.name.rfind("k_cache", 0) == 0 || a.name.rfind("v_cache", 0) == 0) {
-        b = b + DeviceBytes(a, mesh.axes());
-      }
-    }
+    for (const ArraySpec& a : p.arrays)
+      b = b + (IsKvCache(a.name) ? DeviceBytes(a, mesh.axes()) : Bytes(0));
     return b;
   };
   ServeMemory& m = r.memory;
   m.kv_cache = cache_bytes(at_full);
   for (const ArraySpec& a : at_full.arrays) {
-    if (a.dtype != DType::kI32 && a.name.rfind("k_cache", 0) != 0 &&
-        a.name.rfind("v_cache", 0) != 0) {
+    if (a.dtype != DType::kI32 && !IsKvCache(a.name))
       m.params = m.params + DeviceBytes(a, mesh.axes());
-    }
   }
   const Bytes decode_peak = decode.peak + (m.kv_cache - cache_bytes(at_mean));
   m.peak = std::max(prefill.peak, decode_peak);

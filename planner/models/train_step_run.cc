@@ -94,7 +94,7 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
   std::vector<std::vector<std::string>> layers;
   const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers);
   return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
-                             prefetch ? PrefetchGroups(model, train) : 0);
+                             prefetch ? PrefetchGroups(model.layers, train) : 0);
 }
 
 }  // namespace
@@ -274,9 +274,8 @@ TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp
   const int64_t layers = static_cast<int64_t>(mlp.layer_sizes.size()) - 1;
   StepPlan no_remat = plan;
   no_remat.remat = RematPolicy::kNone;
-  const StepFigures f =
-      SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
-                          options.prefetch ? static_cast<int>(2 * train.microbatches * layers) : 0);
+  const StepFigures f = SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
+                                            options.prefetch ? PrefetchGroups(layers, train) : 0);
   TrainStepReport r = MakeStepReport(machine, mesh, MlpTrainStepModelFlops(mlp, train),
                                      static_cast<double>(train.batch), train.dtype, f, {layers});
   r.model_flops_rule = kMlpFlopsRule;

@@ -45,9 +45,9 @@ class TrainStepBuilder {
       InitSpec cache;
       cache.kind = InitSpec::Kind::kNormal;
       for (int64_t l = 0; l < model_.layers; ++l) {
-        for (const char* kv : {"k_cache", "v_cache"}) {
+        for (bool keys : {true, false}) {
           cache.seed = ++seed_;
-          pb_.Input(kv + std::to_string(l),
+          pb_.Input(KvCacheName(keys, l),
                     {serve.batch, serve.context, model_.kv_heads, model_.head_dim}, serve.kv_dtype,
                     rules_.Spec({"batch", "length", "kv_heads", "head_dim"}), cache);
         }
@@ -216,7 +216,7 @@ class TrainStepBuilder {
   // Layer `l` on x, its values recorded for remat when asked.
   std::string LayerAndRecord(const std::string& x, int64_t l) {
     const size_t first = pb_.program().ops.size();
-    std::string y = Layer(x, std::to_string(l));
+    std::string y = Layer(x, l);
     if (layer_values_) {
       std::vector<std::string>& made = layer_values_->emplace_back();
       const std::vector<OpSpec>& ops = pb_.program().ops;
@@ -328,7 +328,8 @@ class TrainStepBuilder {
     return pb_.Add(std::move(op));
   }
 
-  std::string Layer(std::string x, const std::string& L) {
+  std::string Layer(std::string x, int64_t layer) {
+    const std::string L = std::to_string(layer);
     x = Residual(x, N("r" + L));
     const std::string na = Norm(x, W("attn_norm" + L), N("n" + L + "a"));
     const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), N("q" + L));
@@ -340,8 +341,8 @@ class TrainStepBuilder {
     std::string keys = k, values = v;
     if (kind_ != StepKind::kTrain) cache_out_.insert(cache_out_.end(), {k, v});
     if (kind_ == StepKind::kDecode) {
-      keys = "k_cache" + L;
-      values = "v_cache" + L;
+      keys = KvCacheName(true, layer);
+      values = KvCacheName(false, layer);
     }
     const std::string a = Op(OpKind::kAttention, {q, keys, values}, N("a" + L));
     const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), N("o" + L));
@@ -419,8 +420,16 @@ void CheckModel(const TransformerConfig& model) {
 
 }  // namespace
 
-int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train) {
-  return static_cast<int>(2 * train.microbatches * model.layers);
+std::string KvCacheName(bool keys, int64_t layer) {
+  return (keys ? "k_cache" : "v_cache") + std::to_string(layer);
+}
+
+bool IsKvCache(const std::string& name) {
+  return name.rfind("k_cache", 0) == 0 || name.rfind("v_cache", 0) == 0;
+}
+
+int PrefetchGroups(int64_t layers, const TrainConfig& train) {
+  return static_cast<int>(2 * train.microbatches * layers);
 }
 
 ProgramSpec BuildServeStep(const TransformerConfig& model, const ServeConfig& serve, ServeStep step,

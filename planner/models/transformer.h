@@ -96,6 +96,11 @@ enum class ServeStep {
   kDecode,   // One token per sequence against a `context`-long cache (TPOT).
 };
 
+// A decode step's input holding layer `layer`'s cached keys ("k_cache<l>") or values
+// ("v_cache<l>"), and whether an array is one of them.
+std::string KvCacheName(bool keys, int64_t layer);
+bool IsKvCache(const std::string& name);
+
 // The global program (mode auto) of one serving step of `model` on `serve`'s batch, sharded by
 // `rules` as BuildTrainStep shards (the cache [batch, length, kv_heads, head_dim]): tokens
 // [batch, prompt_len or 1], parameters in dtype, for decode the cache k_cache<l>, v_cache<l>
@@ -148,7 +153,8 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
                            std::vector<std::vector<std::string>>* layer_values = nullptr);
 
 // The runs of a step's weight collectives (planner::PrefetchWeightCollectives): each layer's
-// forward and backward in each microbatch, 2 x microbatches x layers.
-int PrefetchGroups(const TransformerConfig& model, const TrainConfig& train);
+// forward and backward in each microbatch, 2 x microbatches x `layers` (a transformer's decoder
+// layers, an MLP's weight layers).
+int PrefetchGroups(int64_t layers, const TrainConfig& train);
 
 }  // namespace shardsim::planner

@@ -406,7 +406,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           global, layers, run.plan.remat,
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
                                   planner::DeviceInBytesPerSecond(machine)},
-          static_cast<int>(2 * run.train.microbatches * layer_count));
+          planner::PrefetchGroups(layer_count, run.train));
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));
