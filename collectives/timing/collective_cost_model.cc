@@ -312,16 +312,26 @@ std::vector<int64_t> RequestKey(const Mesh& mesh, const CollectiveRequest& reque
 
 }  // namespace
 
-std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
-    const Mesh& mesh, const CollectiveRequest& request) {
+int64_t CachedCollectiveModel::hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hits_;
+}
+
+int64_t CachedCollectiveModel::misses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return misses_;
+}
+
+int64_t CachedCollectiveModel::ring_pass_hits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ring_pass_hits_;
+}
+
+std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
+    const Mesh& mesh, const CollectiveRequest& request, CollectiveCostModel& inner) {
   std::vector<int64_t> key = RequestKey(mesh, request, request.elements);
   key.insert(key.begin(),
              {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
-  auto it = cache_.find(key);
-  if (it != cache_.end()) {
-    ++hits_;
-    return it->second;
-  }
   // A ring pass: a reduce-scatter of G blocks sends, step for step, the transfers of the
   // all-gather of one block (it forwards chunk r - s - 1 where the gather forwards r - s, all
   // chunks one block), so on one ring, or two opposite ones, their timings are one. `auto`
@@ -334,6 +344,16 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
     bool scatter = request.kind == CollectiveKind::kReduceScatter;
     if (!scatter || request.elements % g == 0) {
       pass = RequestKey(mesh, request, scatter ? request.elements / g : request.elements);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      ++hits_;
+      return it->second;
+    }
+    if (!pass.empty()) {
       auto found = ring_passes_.find(pass);
       if (found != ring_passes_.end()) {
         ++hits_;
@@ -342,14 +362,15 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Estimate(
         return found->second;
       }
     }
+    ++misses_;
   }
-  ++misses_;
-  std::shared_ptr<const CollectiveTiming> timing = inner_.Estimate(mesh, request);
+  std::shared_ptr<const CollectiveTiming> timing = inner.Estimate(mesh, request);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!pass.empty() && (timing->algorithm == "ring" || timing->algorithm == "bidirectional_ring")) {
     ring_passes_.emplace(std::move(pass), timing);
   }
-  cache_.emplace(std::move(key), timing);
-  return timing;
+  // Another thread may have stored this key meanwhile: keep its (equal) answer.
+  return cache_.emplace(std::move(key), timing).first->second;
 }
 
 }  // namespace shardsim

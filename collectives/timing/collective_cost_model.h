@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -114,27 +115,57 @@ class NetworkCollectiveModel : public CollectiveCostModel {
 // and an all-gather that run as the same ring pass (one ring or two opposite ones, the
 // scatter of G blocks and the gather of one) move the same transfers at the same times: once
 // one is known, the other is a hit too.
+//
+// Thread-safe: plan search shares one cache between worker threads, each asking through its
+// own inner model (EstimateWith; a Machine's router is not thread-safe). A miss is computed
+// outside the lock; two threads missing the same key compute equal answers (the inner models
+// are deterministic) and the first one stored is kept, so answers do not depend on which
+// thread asked first.
 class CachedCollectiveModel : public CollectiveCostModel {
  public:
   // `inner` must outlive the cache.
   explicit CachedCollectiveModel(CollectiveCostModel& inner) : inner_(inner) {}
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
-                                                   const CollectiveRequest& request) override;
+                                                   const CollectiveRequest& request) override {
+    return EstimateWith(mesh, request, inner_);
+  }
+  // As Estimate, a miss asking `inner` (a model of the same machine) instead of the cache's.
+  std::shared_ptr<const CollectiveTiming> EstimateWith(const Mesh& mesh,
+                                                       const CollectiveRequest& request,
+                                                       CollectiveCostModel& inner);
   // Requests answered from the cache.
-  int64_t hits() const { return hits_; }
+  int64_t hits() const;
   // Requests passed to the inner model.
-  int64_t misses() const { return misses_; }
+  int64_t misses() const;
   // Hits answered by the other kind's ring pass.
-  int64_t ring_pass_hits() const { return ring_pass_hits_; }
+  int64_t ring_pass_hits() const;
 
  private:
   CollectiveCostModel& inner_;
+  mutable std::mutex mutex_;  // Guards everything below.
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
   // Ring passes timed so far, by their request without kind or reduction, per-block elements.
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> ring_passes_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
   int64_t ring_pass_hits_ = 0;
+};
+
+// A cache shared between threads seen through one thread's inner model: every miss of
+// `shared` asked through here is computed by `inner`.
+class SharedCacheView : public CollectiveCostModel {
+ public:
+  // Both must outlive the view.
+  SharedCacheView(CachedCollectiveModel& shared, CollectiveCostModel& inner)
+      : shared_(shared), inner_(inner) {}
+  std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
+                                                   const CollectiveRequest& request) override {
+    return shared_.EstimateWith(mesh, request, inner_);
+  }
+
+ private:
+  CachedCollectiveModel& shared_;
+  CollectiveCostModel& inner_;
 };
 
 }  // namespace shardsim

@@ -11,6 +11,7 @@
 
 #include "sim/cli/collective_command.h"
 #include "sim/cli/lower_command.h"
+#include "sim/cli/plan_command.h"
 #include "sim/cli/run_command.h"
 #include "sim/cli/run_file.h"
 #include "sim/cli/show_sharding_command.h"
@@ -116,6 +117,21 @@ int main(int argc, char** argv) {
   lower_cmd->add_option("--set", lower.overrides,
                         "Override a run-file key: KEY=VALUE (repeatable)");
 
+  shardsim::PlanCommandOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Search sharding plans of a model for the best simulated step (a ranked table)");
+  plan_cmd->add_option("file", plan.file, "The plan search file (YAML: model, train, plan, search)")
+      ->required();
+  plan_cmd->add_option("--jobs", plan.jobs, "Worker threads (results equal for any number)");
+  plan_cmd->add_option("--budget", plan.budget, "Consider only the first N candidates");
+  plan_cmd->add_option("--time-limit", plan.time_limit,
+                       "Start no new evaluation after this long, e.g. 60s");
+  plan_cmd->add_option("--top", plan.top, "Rows of the ranked table (default 10)");
+  plan_cmd->add_option("--out", plan.out_path,
+                       "Append one JSON line per evaluated plan; a rerun resumes from it");
+  plan_cmd->add_option("--json", plan.json_path, "Write the ranked plans as JSON");
+  plan_cmd->add_option("--set", plan.overrides, "Override a file key: KEY=VALUE (repeatable)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -135,6 +151,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
     if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
+    if (app.got_subcommand(plan_cmd)) return shardsim::RunPlanCommand(plan);
     if (app.got_subcommand(lower_cmd)) {
       shardsim::RunLowerCommand(lower);
       return 0;

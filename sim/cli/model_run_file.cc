@@ -35,6 +35,8 @@ const TransformerConfig& Preset(const YamlValue& at, const std::string& name) {
                               : "; did you mean '" + suggestion + "'?"));
 }
 
+}  // namespace
+
 // `model:` a preset name, or a map: `kind: transformer` with its sizes, or `preset:` with
 // some sizes overridden (e.g. {preset: llama-3-8b, layers: 2}).
 std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
@@ -103,6 +105,8 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   return {name, m};
 }
 
+namespace {
+
 DType ReadDtype(const YamlValue& value) {
   return *ParseDType(value.OneOf({"f32", "bf16", "f16", "float32", "bfloat16"}));
 }
@@ -120,12 +124,16 @@ planner::MlpModel ReadMlp(const YamlValue& value) {
   return mlp;
 }
 
+}  // namespace
+
 // Whether `value` is a map whose kind is mlp.
 bool IsMlp(const YamlValue& value) {
   if (!value.IsMap()) return false;
   const YAML::Node kind = value.node()["kind"];
   return kind && kind.IsScalar() && kind.Scalar() == "mlp";
 }
+
+namespace {}  // namespace
 
 // `train:` {global_batch, seq_len, microbatches, optimizer, dtype, param_dtype,
 // learning_rate}; seq_len only when `sequences` (an MLP's batch rows are single examples).
@@ -159,6 +167,8 @@ planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   return t;
 }
 
+namespace {
+
 // `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype}.
 planner::ServeConfig ReadServe(const YamlValue& value) {
   YamlMap map = value.Map({"batch", "prompt_len", "decode_len", "dtype", "kv_dtype"});
@@ -171,6 +181,8 @@ planner::ServeConfig ReadServe(const YamlValue& value) {
   if (auto v = map.Find("kv_dtype")) s.kv_dtype = ReadDtype(*v);
   return s;
 }
+
+}  // namespace
 
 // One rule's mesh axes: an axis name, a list of them, or null (replicated).
 std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
@@ -199,6 +211,69 @@ std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<
   return names;
 }
 
+planner::RematPolicy ReadRemat(const YamlValue& value) {
+  const std::string policy = value.OneOf({"none", "selective", "full"});
+  for (planner::RematPolicy p : {planner::RematPolicy::kNone, planner::RematPolicy::kSelective,
+                                 planner::RematPolicy::kFull}) {
+    if (policy == planner::RematPolicyName(p)) return p;
+  }
+  value.Fail("unknown remat policy");
+}
+
+planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
+  YamlMap pipeline = value.Map({"axis", "schedule", "virtual_stages"});
+  planner::PipelinePlan pp;
+  if (auto axis = pipeline.Find("axis")) {
+    pp.axis = axis->String();
+    bool known = false;
+    for (const MeshAxis& a : mesh) known = known || a.name == pp.axis;
+    if (!known) axis->Fail("'" + pp.axis + "' is not an axis of plan.mesh");
+  }
+  if (auto s = pipeline.Find("schedule")) {
+    const std::string name = s->OneOf({"gpipe", "1f1b", "interleaved"});
+    for (planner::PipelineSchedule k :
+         {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
+          planner::PipelineSchedule::kInterleaved}) {
+      if (planner::PipelineScheduleName(k) == name) pp.schedule = k;
+    }
+  }
+  if (auto vs = pipeline.Find("virtual_stages")) {
+    pp.virtual_stages = static_cast<int>(vs->Int64(1));
+    if (pp.virtual_stages > 1 && pp.schedule != planner::PipelineSchedule::kInterleaved) {
+      vs->Fail("virtual_stages > 1 needs schedule: interleaved");
+    }
+  }
+  return pp;
+}
+
+std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value,
+                                                          const std::vector<MeshAxis>& mesh) {
+  std::map<std::string, std::vector<std::string>> rules;
+  YamlMap entries = value.Map(planner::LogicalRules::Names());
+  for (const auto& [name, axes_value] : entries.entries()) {
+    rules[name] = ReadRuleAxes(axes_value, mesh);
+  }
+  return rules;
+}
+
+void ReadCollectiveMatmul(const YamlValue& value) {
+  if (value.OneOf({"off", "unidirectional", "bidirectional", "auto"}) != "off") {
+    value.Fail("collective_matmul: " + value.String() +
+               " is not built yet for model runs (the partitioner inserts blocking collectives)");
+  }
+}
+
+std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value) {
+  std::map<std::string, std::string> out;
+  YamlMap algorithms = value.Map(AlgorithmKeys());
+  for (const auto& [op, algorithm] : algorithms.entries()) {
+    out[op] = algorithm.OneOf(AlgorithmNames());
+  }
+  return out;
+}
+
+namespace {
+
 // `plan:` {mesh, devices, rules, remat, pipeline, collective_matmul, algorithms}.
 planner::StepPlan ReadPlan(const YamlValue& value) {
   YamlMap map = value.Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul",
@@ -206,58 +281,14 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
   planner::StepPlan plan;
   plan.mesh = ReadMeshAxes(map.Get("mesh"));
   if (auto devices = map.Find("devices")) plan.devices = ReadMeshDevices(*devices, plan.mesh);
-  if (auto rules = map.Find("rules")) {
-    YamlMap entries = rules->Map(planner::LogicalRules::Names());
-    for (const auto& [name, axes_value] : entries.entries()) {
-      plan.rules[name] = ReadRuleAxes(axes_value, plan.mesh);
-    }
-  }
-  if (auto v = map.Find("remat")) {
-    const std::string policy = v->OneOf({"none", "selective", "full"});
-    for (planner::RematPolicy p : {planner::RematPolicy::kNone, planner::RematPolicy::kSelective,
-                                   planner::RematPolicy::kFull}) {
-      if (policy == planner::RematPolicyName(p)) plan.remat = p;
-    }
-  }
-  if (auto v = map.Find("pipeline")) {
-    YamlMap pipeline = v->Map({"axis", "schedule", "virtual_stages"});
-    planner::PipelinePlan pp;
-    if (auto axis = pipeline.Find("axis")) {
-      pp.axis = axis->String();
-      bool known = false;
-      for (const MeshAxis& a : plan.mesh) known = known || a.name == pp.axis;
-      if (!known) axis->Fail("'" + pp.axis + "' is not an axis of plan.mesh");
-    }
-    if (auto s = pipeline.Find("schedule")) {
-      const std::string name = s->OneOf({"gpipe", "1f1b", "interleaved"});
-      for (planner::PipelineSchedule k :
-           {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
-            planner::PipelineSchedule::kInterleaved}) {
-        if (planner::PipelineScheduleName(k) == name) pp.schedule = k;
-      }
-    }
-    if (auto vs = pipeline.Find("virtual_stages")) {
-      pp.virtual_stages = static_cast<int>(vs->Int64(1));
-      if (pp.virtual_stages > 1 && pp.schedule != planner::PipelineSchedule::kInterleaved) {
-        vs->Fail("virtual_stages > 1 needs schedule: interleaved");
-      }
-    }
-    plan.pipeline = pp;
-  }
-  if (auto v = map.Find("collective_matmul");
-      v && v->OneOf({"off", "unidirectional", "bidirectional", "auto"}) != "off") {
-    v->Fail("collective_matmul: " + v->String() +
-            " is not built yet for model runs (the partitioner inserts blocking collectives)");
-  }
+  if (auto rules = map.Find("rules")) plan.rules = ReadRules(*rules, plan.mesh);
+  if (auto v = map.Find("remat")) plan.remat = ReadRemat(*v);
+  if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
+  if (auto v = map.Find("collective_matmul")) ReadCollectiveMatmul(*v);
   if (auto v = map.Find("microbatches")) {
     v->FailAtKey("microbatches: belongs to train: (train: {microbatches: 4})");
   }
-  if (auto a = map.Find("algorithms")) {
-    YamlMap algorithms = a->Map(AlgorithmKeys());
-    for (const auto& [op, algorithm] : algorithms.entries()) {
-      plan.algorithms[op] = algorithm.OneOf(AlgorithmNames());
-    }
-  }
+  if (auto a = map.Find("algorithms")) plan.algorithms = ReadPlanAlgorithms(*a);
   return plan;
 }
 

@@ -2,8 +2,11 @@
 // serving steps"), parsed at the edge into the planner's validated structs.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/models/train_step_run.h"
 #include "planner/models/transformer.h"
@@ -11,6 +14,7 @@
 namespace shardsim {
 
 class YamlMap;
+class YamlValue;
 
 // A model run: which model, its batch, and the plan that shards it.
 struct ModelRunSpec {
@@ -26,5 +30,29 @@ struct ModelRunSpec {
 // `top`. Throws InputError at the key for anything unknown, missing or out of range, and for
 // what the simulator does not build yet (collective_matmul other than off), saying so.
 ModelRunSpec ReadModelRun(const YamlMap& top);
+
+// The section readers ReadModelRun uses, for plan search files (sim/cli/plan_search_file.h).
+// Each throws InputError at the key for anything unknown, missing or out of range.
+
+// `model:` a preset name or a `kind: transformer` map: its name ("transformer" for a map) and
+// configuration.
+std::pair<std::string, planner::TransformerConfig> ReadModel(const YamlValue& value);
+// Whether `value` is a `model:` map of kind mlp.
+bool IsMlp(const YamlValue& value);
+// `train:`; seq_len required when `sequences` (transformers), refused otherwise.
+planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences);
+// One rule's mesh axes (a name, a list, or null), each an axis of `mesh`.
+std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh);
+// `plan.rules`: logical dimension -> axes of `mesh`.
+std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value,
+                                                          const std::vector<MeshAxis>& mesh);
+// `plan.remat`: none, selective or full.
+planner::RematPolicy ReadRemat(const YamlValue& value);
+// `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages}.
+planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
+// `plan.collective_matmul`: only off is built for model runs (others fail, saying so).
+void ReadCollectiveMatmul(const YamlValue& value);
+// `plan.algorithms`: collective -> algorithm name.
+std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value);
 
 }  // namespace shardsim

@@ -19,6 +19,7 @@
 #include "collectives/ir/program_builder.h"
 #include "collectives/mesh.h"
 #include "collectives/partition_spec.h"
+#include "sim/cli/plan_search_file.h"
 #include "sim/cli/yaml_reader.h"
 #include "sim/closest_name.h"
 
@@ -27,8 +28,8 @@ namespace {
 
 // Keys a run file may have at its top level.
 std::vector<std::string> TopLevelKeys() {
-  return {"hardware", "mode",  "transfers", "program", "mesh", "arrays",
-          "outputs",  "model", "train",     "serve",   "plan", "options"};
+  return {"hardware", "mode",  "transfers", "program", "mesh",    "arrays", "outputs",
+          "model",    "train", "serve",     "plan",    "options", "search"};
 }
 
 // Top-level keys that belong to a program (not to a `transfers:` study).
@@ -1044,7 +1045,8 @@ std::string RunFile::Locate(const SpecError& e) const {
   return FormatLocated(path, KeyLocation{}, key, e.what());
 }
 
-RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides) {
+RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides,
+                    bool plan_search) {
   YamlSource source(path);
   YAML::Node root = source.Load();
   if (!overrides.empty() && (!root.IsDefined() || root.IsNull())) {
@@ -1058,6 +1060,12 @@ RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& ove
   RunFile file;
   file.path = path;
   file.hardware = ReadHardware(map.Get("hardware"));
+  if (auto search = map.Find("search"); search && !plan_search) {
+    search->FailAtKey("search: is read by shardsim plan (shardsim run simulates one plan)");
+  }
+  if (plan_search && !map.Has("model")) {
+    top.FailChild("model", "missing required key 'model' (shardsim plan searches a model's plans)");
+  }
   std::optional<YamlValue> transfers = map.Find("transfers");
   std::optional<YamlValue> program = map.Find("program");
   if (map.Has("model")) {
@@ -1068,7 +1076,11 @@ RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& ove
         v->FailAtKey(key + ": does not go with model: (a model run builds its program)");
       }
     }
-    file.model = ReadModelRun(map);
+    if (plan_search) {
+      file.search = ReadPlanSearch(map);
+    } else {
+      file.model = ReadModelRun(map);
+    }
   } else {
     for (const char* key : {"train", "serve", "plan"}) {
       if (auto v = map.Find(key)) v->FailAtKey(std::string(key) + ": applies only with model:");

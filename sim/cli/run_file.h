@@ -9,6 +9,7 @@
 
 #include "collectives/program.h"
 #include "sim/cli/model_run_file.h"
+#include "sim/cli/plan_search_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -62,6 +63,9 @@ struct RunFile {
   // `model:`, `train:`, `plan:` (a model run); set exactly when neither program nor transfers
   // is given.
   std::optional<ModelRunSpec> model;
+  // `model:`, `train:`, `plan:` and `search:` read for `shardsim plan` (LoadRunFile's
+  // plan_search); then `model` is unset.
+  std::optional<PlanSearchSpec> search;
   RunOptions options;                            // `options:`
   std::map<std::string, KeyLocation> locations;  // Dotted key path -> where it was written.
 
@@ -79,7 +83,10 @@ struct RunFile {
 // Shapes through the ops, and devices against the hardware, are the executor's to check.
 // An op's `name` defaults to its first output's name, or "op<i>" when an earlier op already
 // has that name. An op may rebind a name (e.g. `out: acc` again); later ops see the new one.
-RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {});
+// With `plan_search` (shardsim plan) the file is a plan search file: model:, train:, and plan:
+// and search: read by ReadPlanSearch into `search`.
+RunFile LoadRunFile(const std::string& path, const std::vector<std::string>& overrides = {},
+                    bool plan_search = false);
 
 class YamlValue;
 

@@ -1,0 +1,311 @@
+#include "planner/search/plan_search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/slowest_member_model.h"
+#include "planner/models/logical_rules.h"
+#include "sim/spec_error.h"
+
+namespace shardsim::planner {
+
+std::string DominantPart(const TrainStepReport& report) {
+  std::string part = "compute";
+  Time most = report.compute;
+  if (report.bubble > most) {
+    part = "bubble";
+    most = report.bubble;
+  }
+  if (report.exposed_comm > most) {
+    part = "exposed comm";
+    Time largest;
+    for (const auto& [name, t] : report.exposed_by_collective) {
+      if (t > largest) {
+        largest = t;
+        part = name;
+      }
+    }
+  }
+  return part;
+}
+
+PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
+                         const TrainConfig& train, const PlanCandidate& candidate,
+                         double memory_limit, CollectiveCostModel& collectives) {
+  TrainConfig t = train;
+  t.microbatches = candidate.microbatches;
+  TrainStepOptions options;
+  options.collective_model = &collectives;
+  PlanOutcome o;
+  TrainStepReport r;
+  try {
+    r = SimulateTrainStep(machine, model, t, candidate.plan, options);
+  } catch (const SpecError& e) {
+    o.refused = e.what();
+    return o;
+  } catch (const std::invalid_argument& e) {
+    o.refused = e.what();
+    return o;
+  }
+  o.step_time = r.step_time;
+  o.mfu = r.mfu;
+  o.tokens_per_s_per_device = r.tokens_per_s_per_device;
+  o.compute = r.compute;
+  o.exposed_comm = r.exposed_comm;
+  o.bubble = r.bubble;
+  o.recompute = r.recompute;
+  o.peak = r.memory.peak;
+  o.capacity = r.memory.capacity;
+  o.fits =
+      static_cast<double>(o.peak.count()) <= memory_limit * static_cast<double>(o.capacity.count());
+  o.dominant = DominantPart(r);
+  return o;
+}
+
+namespace {
+
+// A (mesh, rules) pair's candidates in dominance order: microbatches ascending, then remat
+// from none to full, so every candidate that could dominate one comes before it.
+struct Family {
+  std::vector<PlanCandidate> variants;
+};
+
+// Position of a remat policy in memory-saving order.
+int RematRank(RematPolicy p) {
+  return p == RematPolicy::kNone ? 0 : p == RematPolicy::kSelective ? 1 : 2;
+}
+
+// Per device, the parameters and optimizer state of `model` under `plan` (mesh and rules):
+// affine in the layer count, so read from 1- and 2-layer steps.
+Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
+                      const StepPlan& plan) {
+  std::vector<int> devices(static_cast<size_t>(std::accumulate(
+      plan.mesh.begin(), plan.mesh.end(), 1, [](int n, const MeshAxis& a) { return n * a.size; })));
+  std::iota(devices.begin(), devices.end(), 0);
+  const Mesh mesh(plan.mesh, devices);
+  const LogicalRules rules = PlanRules(plan);
+  TransformerConfig shorter = model;
+  TrainConfig one = train;
+  one.microbatches = 1;  // State does not depend on microbatches.
+  int64_t s[2];
+  for (int64_t layers : {1, 2}) {
+    shorter.layers = layers;
+    const StateBytes b = StepStateBytes(BuildTrainStep(shorter, one, plan.mesh, rules), mesh);
+    s[layers - 1] = (b.params + b.optimizer).count();
+  }
+  return Bytes(s[0] + (s[1] - s[0]) * (model.layers - 1));
+}
+
+// Whether `o` is better than `p` by `objective` (ties: neither).
+bool Better(SearchObjective objective, const PlanOutcome& o, const PlanOutcome& p) {
+  if (objective == SearchObjective::kTokensPerSPerDevice) {
+    return o.tokens_per_s_per_device > p.tokens_per_s_per_device;
+  }
+  return o.step_time < p.step_time;
+}
+
+}  // namespace
+
+SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& train,
+                         const SearchSpace& space, const SearchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  SearchResult result;
+  std::unique_ptr<Machine> main_machine = options.make_machine();
+  const int devices = main_machine->topology().num_devices();
+  const Bytes capacity = main_machine->hbm_capacity();
+
+  // Enumerate and prune.
+  std::vector<std::vector<MeshAxis>> meshes = space.meshes;
+  if (meshes.empty()) meshes = FactorMeshes(devices, space.axes);
+  std::vector<int64_t> microbatches = space.microbatches;
+  std::sort(microbatches.begin(), microbatches.end());
+  microbatches.erase(std::unique(microbatches.begin(), microbatches.end()), microbatches.end());
+  std::vector<RematPolicy> remat = space.remat;
+  std::sort(remat.begin(), remat.end(),
+            [](RematPolicy a, RematPolicy b) { return RematRank(a) < RematRank(b); });
+  remat.erase(std::unique(remat.begin(), remat.end()), remat.end());
+  std::vector<Family> families;
+  int64_t kept = 0;
+  for (const std::vector<MeshAxis>& mesh : meshes) {
+    std::vector<std::map<std::string, std::vector<std::string>>> rule_sets = space.rules;
+    if (rule_sets.empty()) rule_sets = {DefaultRules(mesh)};
+    for (const auto& rules : rule_sets) {
+      StepPlan plan;
+      plan.mesh = mesh;
+      // Rules naming an axis this mesh left out (size 1) drop it.
+      for (const auto& [dim, axes] : rules) {
+        std::vector<std::string> present;
+        for (const std::string& a : axes) {
+          for (const MeshAxis& m : mesh) {
+            if (m.name == a) present.push_back(a);
+          }
+        }
+        if (!present.empty()) plan.rules[dim] = present;
+      }
+      plan.algorithms = space.algorithms;
+      for (const MeshAxis& m : mesh) {
+        if (m.name == space.pipeline.axis && m.size > 1) plan.pipeline = space.pipeline;
+      }
+      Family family;
+      std::optional<bool> state_fits;
+      for (int64_t m : microbatches) {
+        for (RematPolicy r : remat) {
+          ++result.candidates;
+          PlanCandidate c{plan, m};
+          c.plan.remat = r;
+          if (Indivisible(model, train, c)) {
+            ++result.pruned["logical dimensions the mesh does not divide"];
+            continue;
+          }
+          if (!state_fits && !plan.pipeline) {
+            state_fits = static_cast<double>(StateLowerBound(model, train, plan).count()) <=
+                         space.memory_limit * static_cast<double>(capacity.count());
+          }
+          if (state_fits && !*state_fits) {
+            ++result.pruned["parameters and optimizer state alone over the memory limit"];
+            continue;
+          }
+          if (options.budget > 0 && kept >= options.budget) {
+            ++result.beyond_budget;
+            continue;
+          }
+          ++kept;
+          family.variants.push_back(std::move(c));
+        }
+      }
+      if (!family.variants.empty()) families.push_back(std::move(family));
+    }
+  }
+
+  // Evaluate: each worker takes whole families (dominance runs within one); results are
+  // committed in family order, so on_result sees one sequence for any number of jobs.
+  NetworkCollectiveModel main_network(*main_machine);
+  CachedCollectiveModel shared(main_network);
+  std::vector<std::vector<PlanResult>> done(families.size());
+  std::vector<char> finished(families.size(), 0);
+  std::vector<int64_t> dominated(families.size(), 0);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> out_of_time{false};
+  std::mutex commit_mutex;
+  size_t next_commit = 0;
+  size_t index = 0;  // Search-order index of the next committed result.
+  SearchProgress progress;
+  progress.total = kept;
+  std::exception_ptr failure;
+  auto work = [&](Machine& machine, CollectiveCostModel& network) {
+    SharedCacheView view(shared, network);
+    SlowestMemberCollectiveModel collectives(view);
+    for (;;) {
+      if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
+      if (out_of_time) return;
+      const size_t f = next++;
+      if (f >= families.size()) return;
+      std::vector<PlanResult> results;
+      std::vector<std::pair<RematPolicy, int64_t>> fitting;
+      int64_t skipped = 0;
+      for (const PlanCandidate& c : families[f].variants) {
+        bool is_dominated = false;
+        for (const auto& [r, m] : fitting) {
+          is_dominated =
+              is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && m <= c.microbatches);
+        }
+        if (is_dominated) {
+          ++skipped;
+          continue;
+        }
+        PlanResult pr;
+        pr.candidate = c;
+        pr.key = CandidateKey(c);
+        if (const auto known = options.known.find(pr.key); known != options.known.end()) {
+          pr.outcome = known->second;
+          pr.resumed = true;
+        } else {
+          pr.outcome = EvaluatePlan(machine, model, train, c, space.memory_limit, collectives);
+        }
+        if (pr.outcome.refused.empty() && pr.outcome.fits) {
+          fitting.push_back({c.plan.remat, c.microbatches});
+        }
+        results.push_back(std::move(pr));
+      }
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      done[f] = std::move(results);
+      dominated[f] = skipped;
+      finished[f] = 1;
+      for (const PlanResult& r : done[f]) {
+        if (r.outcome.refused.empty() && r.outcome.fits &&
+            (!progress.best || r.outcome.step_time < *progress.best)) {
+          progress.best = r.outcome.step_time;
+        }
+      }
+      progress.done += static_cast<int64_t>(families[f].variants.size());
+      while (next_commit < families.size() && finished[next_commit]) {
+        for (PlanResult& r : done[next_commit]) {
+          r.index = index++;
+          if (options.on_result) options.on_result(r);
+        }
+        ++next_commit;
+      }
+      progress.elapsed_s = elapsed();
+      if (options.on_progress) options.on_progress(progress);
+    }
+  };
+  auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
+    try {
+      work(machine, network);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      if (!failure) failure = std::current_exception();
+      out_of_time = true;
+    }
+  };
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<Machine>> machines;
+  std::vector<std::unique_ptr<NetworkCollectiveModel>> networks;
+  for (int j = 1; j < std::max(1, options.jobs); ++j) {
+    machines.push_back(options.make_machine());
+    networks.push_back(std::make_unique<NetworkCollectiveModel>(*machines.back()));
+  }
+  for (size_t j = 0; j < machines.size(); ++j) {
+    threads.emplace_back(guarded, std::ref(*machines[j]), std::ref(*networks[j]));
+  }
+  guarded(*main_machine, main_network);
+  for (std::thread& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+
+  for (size_t f = 0; f < families.size(); ++f) {
+    if (!finished[f]) {
+      result.beyond_budget += static_cast<int64_t>(families[f].variants.size());
+      continue;
+    }
+    result.dominated += dominated[f];
+    for (PlanResult& r : done[f]) {
+      if (!r.outcome.refused.empty()) {
+        ++result.refused;
+      } else if (!r.outcome.fits) {
+        ++result.not_fitting;
+      }
+      if (!r.resumed) ++result.simulated;
+      result.results.push_back(std::move(r));
+    }
+  }
+  for (size_t i = 0; i < result.results.size(); ++i) {
+    const PlanOutcome& o = result.results[i].outcome;
+    if (o.refused.empty() && o.fits) result.ranked.push_back(i);
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
+    return Better(space.objective, result.results[a].outcome, result.results[b].outcome);
+  });
+  result.wall_s = elapsed();
+  return result;
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,107 @@
+// Plan search (SPEC "Searching plans"): enumerate the space, drop what cannot divide, fit or
+// win, simulate the rest on worker threads that share one collective cache, and rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/runtime/machine.h"
+#include "planner/search/search_space.h"
+#include "sim/time.h"
+#include "sim/units.h"
+
+namespace shardsim::planner {
+
+// What one evaluation gives: the figures the ranked table, --out and --json show. Plain values
+// (times in picoseconds, bytes as counts), so a line of --out reads back to the same outcome.
+struct PlanOutcome {
+  std::string refused;  // Why the simulator refused the plan (placement, partitioner); "" if not.
+  Time step_time;
+  double mfu = 0;
+  double tokens_per_s_per_device = 0;
+  Time compute;
+  Time exposed_comm;
+  Time bubble;
+  Time recompute;
+  Bytes peak;
+  Bytes capacity;
+  bool fits = false;     // peak <= memory_limit x capacity.
+  std::string dominant;  // What the step spends most on ("compute", "all_gather over fsdp", ...).
+};
+
+// One evaluated candidate.
+struct PlanResult {
+  size_t index = 0;  // Its place in the search order.
+  PlanCandidate candidate;
+  std::string key;  // CandidateKey.
+  PlanOutcome outcome;
+  bool resumed = false;  // Read from an earlier search's results, not simulated now.
+};
+
+// Progress, for the caller's progress bar.
+struct SearchProgress {
+  int64_t done = 0;   // Candidates settled (evaluated, resumed or skipped as dominated).
+  int64_t total = 0;  // Candidates to settle.
+  double elapsed_s = 0;
+  std::optional<Time> best;  // Best step time among fitting plans evaluated so far.
+};
+
+// How to search.
+struct SearchOptions {
+  int jobs = 1;             // Worker threads.
+  int64_t budget = 0;       // Consider only the first this many candidates (0: all).
+  double time_limit_s = 0;  // Start no new evaluation after this much wall time (0: none).
+  // Builds one worker's machine (a Machine's router is not thread-safe): the same hardware.
+  std::function<std::unique_ptr<Machine>()> make_machine;
+  // Outcomes of an earlier, interrupted search, by CandidateKey: taken as they are.
+  std::map<std::string, PlanOutcome> known;
+  // Called for each settled result in search order (never concurrently), e.g. to append to
+  // --out: the same sequence for any number of jobs.
+  std::function<void(const PlanResult&)> on_result;
+  // Called (never concurrently) as candidates settle.
+  std::function<void(const SearchProgress&)> on_progress;
+};
+
+// What a search found.
+struct SearchResult {
+  int64_t candidates = 0;                 // Enumerated.
+  std::map<std::string, int64_t> pruned;  // Dropped before simulation, by reason.
+  int64_t dominated = 0;                  // Skipped: the same plan fits with less remat
+                                          // or fewer microbatches.
+  int64_t beyond_budget = 0;              // Not considered (--budget, --time-limit).
+  std::vector<PlanResult> results;        // Evaluated (or resumed), in search order.
+  std::vector<size_t> ranked;             // Indices into results: fitting plans, best first.
+  int64_t refused = 0;                    // Results the simulator refused.
+  int64_t not_fitting = 0;                // Results over the memory limit.
+  int64_t simulated = 0;                  // Results simulated now (not resumed).
+  double wall_s = 0;
+};
+
+// Searches `space` for `model` trained on `train`'s batch. Every plan uses all the machine's
+// devices. Order: meshes, then rules, then per (mesh, rules) the microbatches ascending and the
+// remat policies from none to full; a candidate is skipped as dominated when the same mesh
+// and rules already fit with no more remat and no more microbatches (both only add work:
+// recomputation, or weight collectives repeated per microbatch). Candidates whose logical
+// dimensions do not divide (Indivisible) or whose parameters and optimizer state alone exceed
+// the memory limit are pruned. Each plan is simulated as SimulateTrainStep does, composed from
+// 2 and 3 layers, with the collectives priced by a cache shared across plans and threads and
+// every member of a collective ending with its slowest member (SlowestMemberCollectiveModel:
+// one timeline for a symmetric mesh). Results do not depend on `options.jobs`.
+SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& train,
+                         const SearchSpace& space, const SearchOptions& options);
+
+// Evaluates one candidate as SearchPlans does, on `machine`, pricing collectives with
+// `collectives` (which SearchPlans wraps as described there).
+PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
+                         const TrainConfig& train, const PlanCandidate& candidate,
+                         double memory_limit, CollectiveCostModel& collectives);
+
+// What dominates a step: "compute", "bubble", or its largest exposed collective class.
+std::string DominantPart(const TrainStepReport& report);
+
+}  // namespace shardsim::planner

@@ -1,0 +1,172 @@
+#include "planner/search/search_space.h"
+
+#include <functional>
+#include <stdexcept>
+
+namespace shardsim::planner {
+
+const char* SearchObjectiveName(SearchObjective objective) {
+  switch (objective) {
+    case SearchObjective::kStepTime:
+      return "step_time";
+    case SearchObjective::kTokensPerSPerDevice:
+      return "tokens_per_s_per_device";
+  }
+  return "?";
+}
+
+std::string CandidateKey(const PlanCandidate& candidate) {
+  const StepPlan& plan = candidate.plan;
+  std::string key = "mesh ";
+  for (size_t a = 0; a < plan.mesh.size(); ++a) {
+    key += (a ? "," : "") + plan.mesh[a].name + "=" + std::to_string(plan.mesh[a].size);
+  }
+  key += "; rules ";
+  bool first = true;
+  for (const auto& [name, axes] : plan.rules) {
+    if (axes.empty()) continue;
+    key += (first ? "" : " ") + name + "=";
+    first = false;
+    for (size_t i = 0; i < axes.size(); ++i) key += (i ? "+" : "") + axes[i];
+  }
+  key += std::string("; remat ") + RematPolicyName(plan.remat);
+  key += "; microbatches " + std::to_string(candidate.microbatches);
+  if (plan.pipeline) {
+    key += "; pipeline " + plan.pipeline->axis + " " +
+           std::string(PipelineScheduleName(plan.pipeline->schedule)) + " v" +
+           std::to_string(plan.pipeline->virtual_stages);
+  }
+  for (const auto& [op, algorithm] : plan.algorithms) key += "; " + op + "=" + algorithm;
+  return key;
+}
+
+const std::map<std::string, std::vector<std::string>>& AxisRoles() {
+  static const std::map<std::string, std::vector<std::string>> roles = {
+      {"data", {"batch"}},
+      {"fsdp", {"batch", "embed"}},
+      {"tensor", {"heads", "kv_heads", "mlp", "vocab"}},
+      {"stage", {"layers"}},
+      {"expert", {"expert"}},
+  };
+  return roles;
+}
+
+std::map<std::string, std::vector<std::string>> DefaultRules(const std::vector<MeshAxis>& mesh) {
+  std::map<std::string, std::vector<std::string>> rules;
+  for (const MeshAxis& axis : mesh) {
+    const auto role = AxisRoles().find(axis.name);
+    if (role == AxisRoles().end()) {
+      throw std::invalid_argument("mesh axis '" + axis.name +
+                                  "' has no default role (give plan.rules)");
+    }
+    for (const std::string& dim : role->second) rules[dim].push_back(axis.name);
+  }
+  return rules;
+}
+
+std::vector<std::vector<MeshAxis>> FactorMeshes(int64_t devices,
+                                                const std::vector<std::string>& axes) {
+  std::vector<std::vector<MeshAxis>> meshes;
+  if (axes.empty()) return meshes;
+  std::vector<int64_t> sizes(axes.size(), 1);
+  // Depth-first over the axes: each takes a divisor of what the earlier ones left; the last
+  // takes the rest.
+  std::function<void(size_t, int64_t)> visit = [&](size_t a, int64_t left) {
+    if (a + 1 == axes.size()) {
+      sizes[a] = left;
+      std::vector<MeshAxis> mesh;
+      for (size_t i = 0; i < axes.size(); ++i) {
+        if (sizes[i] > 1) mesh.push_back({axes[i], static_cast<int>(sizes[i])});
+      }
+      meshes.push_back(std::move(mesh));
+      return;
+    }
+    for (int64_t d = 1; d <= left; ++d) {
+      if (left % d != 0) continue;
+      sizes[a] = d;
+      visit(a + 1, left / d);
+    }
+  };
+  visit(0, devices);
+  return meshes;
+}
+
+namespace {
+
+// The product of the sizes of `axes` on `mesh`.
+int64_t AxesSize(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& axes) {
+  int64_t n = 1;
+  for (const std::string& name : axes) {
+    for (const MeshAxis& a : mesh) {
+      if (a.name == name) n *= a.size;
+    }
+  }
+  return n;
+}
+
+std::string Over(const std::string& dim, int64_t size, const std::vector<MeshAxis>& mesh,
+                 const std::vector<std::string>& axes) {
+  std::string text = dim + " (" + std::to_string(size) + ") over ";
+  for (size_t i = 0; i < axes.size(); ++i) {
+    text += (i ? "x" : "") + axes[i] + "=" + std::to_string(AxesSize(mesh, {axes[i]}));
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<std::string> Indivisible(const TransformerConfig& model, const TrainConfig& train,
+                                       const PlanCandidate& candidate) {
+  const StepPlan& plan = candidate.plan;
+  const int64_t m = candidate.microbatches;
+  if (m < 1 || train.batch % m != 0) {
+    return "microbatches (" + std::to_string(m) + ") do not divide the batch (" +
+           std::to_string(train.batch) + ")";
+  }
+  int64_t stages = 1;
+  if (plan.pipeline) stages = AxesSize(plan.mesh, {plan.pipeline->axis});
+  // Sizes of the logical dimensions the step's arrays carry (a microbatch's batch).
+  int64_t batch = train.batch / m;
+  if (plan.pipeline) {
+    // The data-parallel replicas split the batch before the microbatches do (every stage
+    // runs each microbatch); the batch rule's axes are the replicas.
+    batch = train.batch;
+  }
+  const std::map<std::string, int64_t> sizes = {
+      {"batch", batch},
+      {"length", train.seq_len},
+      {"embed", model.d_model},
+      {"mlp", model.d_ff},
+      {"heads", model.heads},
+      {"kv_heads", model.kv_heads},
+      {"head_dim", model.head_dim},
+      {"vocab", model.vocab},
+  };
+  for (const auto& [dim, axes] : plan.rules) {
+    const auto size = sizes.find(dim);
+    if (size == sizes.end() || axes.empty()) continue;
+    const int64_t n = AxesSize(plan.mesh, axes);
+    if (size->second % n != 0) return Over(dim, size->second, plan.mesh, axes) + " does not divide";
+  }
+  if (plan.pipeline) {
+    const int64_t chunks = stages * plan.pipeline->virtual_stages;
+    if (model.layers % chunks != 0) {
+      return "the " + std::to_string(model.layers) + " layers do not split into " +
+             std::to_string(stages) + " stages x " + std::to_string(plan.pipeline->virtual_stages) +
+             " virtual stages";
+    }
+    int64_t replicas = 1;
+    if (const auto b = plan.rules.find("batch"); b != plan.rules.end()) {
+      for (const std::string& a : b->second) {
+        if (a != plan.pipeline->axis) replicas *= AxesSize(plan.mesh, {a});
+      }
+    }
+    if (train.batch % (m * replicas) != 0) {
+      return "the batch (" + std::to_string(train.batch) + ") does not split into " +
+             std::to_string(m) + " microbatches on " + std::to_string(replicas) + " replicas";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,84 @@
+// What a plan search may vary (SPEC "Searching plans"), the candidates it enumerates, and the
+// rules that drop candidates before anything is simulated.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/mesh.h"
+#include "planner/models/pipeline_schedule.h"
+#include "planner/models/train_step_run.h"
+#include "planner/models/transformer.h"
+#include "planner/remat.h"
+#include "sim/units.h"
+
+namespace shardsim::planner {
+
+// What the search ranks by (SPEC `search.objective`).
+enum class SearchObjective {
+  kStepTime,             // Shortest step first.
+  kTokensPerSPerDevice,  // Most tokens per second per device first.
+};
+
+// The name users type for `objective`.
+const char* SearchObjectiveName(SearchObjective objective);
+
+// The space: every list's entries are candidates; a plan is one choice from each.
+struct SearchSpace {
+  // Mesh axis names whose sizes the search chooses (`search.axes`), first major. Each size is a
+  // factor of the device count; axes of size 1 leave the mesh.
+  std::vector<std::string> axes;
+  // Meshes to try instead of factorising the devices over `axes` (`plan.mesh`, one or a list).
+  std::vector<std::vector<MeshAxis>> meshes;
+  // Logical axis rules to try (`plan.rules`, one or a list); empty: each mesh's rules from its
+  // axes' roles (DefaultRules).
+  std::vector<std::map<std::string, std::vector<std::string>>> rules;
+  // Remat policies (`search.remat`, or `plan.remat` pinned).
+  std::vector<RematPolicy> remat = {RematPolicy::kNone, RematPolicy::kSelective,
+                                    RematPolicy::kFull};
+  // Microbatch counts (`search.microbatches`, or train's pinned).
+  std::vector<int64_t> microbatches = {1};
+  // The schedule of plans with a `stage` axis (`plan.pipeline`, its axis `stage`).
+  PipelinePlan pipeline;
+  // Default algorithm per collective (`plan.algorithms`).
+  std::map<std::string, std::string> algorithms;
+  // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).
+  double memory_limit = 1.0;
+  SearchObjective objective = SearchObjective::kStepTime;
+};
+
+// One plan to evaluate: the plan and its microbatches (train's, overridden).
+struct PlanCandidate {
+  StepPlan plan;
+  int64_t microbatches = 1;
+};
+
+// A canonical one-line text of `candidate` ("mesh fsdp=64,tensor=4; rules batch=fsdp,...;
+// remat selective; microbatches 2"): equal candidates give equal keys, so a resumed search
+// recognises what it already evaluated.
+std::string CandidateKey(const PlanCandidate& candidate);
+
+// The mesh axis names whose roles DefaultRules knows, and the logical dimensions each takes:
+// data -> batch; fsdp -> batch, embed (ZeRO-3: parameters split along d_model); tensor ->
+// heads, kv_heads, mlp, vocab (Megatron); stage -> layers (pipeline stages); expert -> expert.
+const std::map<std::string, std::vector<std::string>>& AxisRoles();
+
+// The rules of `mesh` from its axes' roles (AxisRoles), each logical dimension taking its
+// axes in mesh order. Throws std::invalid_argument for an axis without a role.
+std::map<std::string, std::vector<std::string>> DefaultRules(const std::vector<MeshAxis>& mesh);
+
+// Every ordered way to write `devices` as a product of `axes.size()` factors, in lexicographic
+// order of the factor lists; factors of 1 are left out of each mesh.
+std::vector<std::vector<MeshAxis>> FactorMeshes(int64_t devices,
+                                                const std::vector<std::string>& axes);
+
+// Why a candidate is dropped before it is simulated (nullopt: keep it): a logical dimension
+// its rules do not divide ("heads (64) over tensor=128"), microbatches that do not divide the
+// batch, a pipeline whose layers or batch do not split.
+std::optional<std::string> Indivisible(const TransformerConfig& model, const TrainConfig& train,
+                                       const PlanCandidate& candidate);
+
+}  // namespace shardsim::planner

@@ -1,0 +1,324 @@
+#include "sim/cli/plan_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "collectives/runtime/machine.h"
+#include "planner/models/model_flops.h"
+#include "planner/search/plan_search.h"
+#include "sim/atomic_file.h"
+#include "sim/cli/flags.h"
+#include "sim/cli/run_file.h"
+#include "sim/spec_error.h"
+#include "sim/time.h"
+#include "sim/units.h"
+#include "topology/build.h"
+
+namespace shardsim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using planner::PlanOutcome;
+using planner::PlanResult;
+
+// The plan as SPEC's --out lines give it.
+Json PlanJson(const planner::PlanCandidate& c) {
+  Json plan;
+  Json mesh = Json::object();
+  for (const MeshAxis& a : c.plan.mesh) mesh[a.name] = a.size;
+  plan["mesh"] = mesh;
+  Json rules = Json::object();
+  for (const auto& [dim, axes] : c.plan.rules) {
+    if (axes.size() == 1) {
+      rules[dim] = axes[0];
+    } else {
+      rules[dim] = axes;
+    }
+  }
+  plan["rules"] = rules;
+  plan["remat"] = planner::RematPolicyName(c.plan.remat);
+  plan["microbatches"] = c.microbatches;
+  if (c.plan.pipeline) {
+    plan["pipeline"] = {
+        {"axis", c.plan.pipeline->axis},
+        {"schedule", std::string(planner::PipelineScheduleName(c.plan.pipeline->schedule))},
+        {"virtual_stages", c.plan.pipeline->virtual_stages}};
+  }
+  if (!c.plan.algorithms.empty()) plan["algorithms"] = c.plan.algorithms;
+  return plan;
+}
+
+// One evaluated plan as a JSON object (a line of --out, an entry of --json). The *_ps and
+// *_bytes fields are exact, so a resumed search reads back the very outcome.
+Json ResultJson(const PlanResult& r) {
+  Json j;
+  j["plan"] = PlanJson(r.candidate);
+  j["key"] = r.key;
+  const PlanOutcome& o = r.outcome;
+  if (!o.refused.empty()) {
+    j["refused"] = o.refused;
+    return j;
+  }
+  j["step_time_s"] = o.step_time.seconds();
+  j["mfu"] = o.mfu;
+  j["tokens_per_s_per_device"] = o.tokens_per_s_per_device;
+  j["peak_bytes"] = o.peak.count();
+  j["capacity_bytes"] = o.capacity.count();
+  j["fits"] = o.fits;
+  j["dominant"] = o.dominant;
+  j["compute_s"] = o.compute.seconds();
+  j["exposed_comm_s"] = o.exposed_comm.seconds();
+  j["bubble_s"] = o.bubble.seconds();
+  j["recompute_s"] = o.recompute.seconds();
+  j["ps"] = {{"step_time", o.step_time.picoseconds()},
+             {"compute", o.compute.picoseconds()},
+             {"exposed_comm", o.exposed_comm.picoseconds()},
+             {"bubble", o.bubble.picoseconds()},
+             {"recompute", o.recompute.picoseconds()}};
+  return j;
+}
+
+// The outcome a --out line records; throws InputError naming the line when it is not one.
+PlanOutcome OutcomeOfJson(const Json& j, const std::string& where) {
+  PlanOutcome o;
+  try {
+    if (j.contains("refused")) {
+      o.refused = j.at("refused").get<std::string>();
+      return o;
+    }
+    const Json& ps = j.at("ps");
+    o.step_time = Time::Picoseconds(ps.at("step_time").get<int64_t>());
+    o.compute = Time::Picoseconds(ps.at("compute").get<int64_t>());
+    o.exposed_comm = Time::Picoseconds(ps.at("exposed_comm").get<int64_t>());
+    o.bubble = Time::Picoseconds(ps.at("bubble").get<int64_t>());
+    o.recompute = Time::Picoseconds(ps.at("recompute").get<int64_t>());
+    o.mfu = j.at("mfu").get<double>();
+    o.tokens_per_s_per_device = j.at("tokens_per_s_per_device").get<double>();
+    o.peak = Bytes(j.at("peak_bytes").get<int64_t>());
+    o.capacity = Bytes(j.at("capacity_bytes").get<int64_t>());
+    o.fits = j.at("fits").get<bool>();
+    o.dominant = j.at("dominant").get<std::string>();
+  } catch (const Json::exception& e) {
+    throw InputError(where + ": not a result line of shardsim plan: " + e.what());
+  }
+  return o;
+}
+
+// Reads an earlier search's --out file: outcomes by key. A last line cut short by an
+// interruption is dropped (and cut from the file, so appending continues cleanly).
+std::map<std::string, PlanOutcome> ReadResumeFile(const std::string& path) {
+  std::map<std::string, PlanOutcome> known;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return known;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const size_t complete = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (complete < text.size()) std::filesystem::resize_file(path, complete);
+  size_t start = 0;
+  int line = 0;
+  while (start < complete) {
+    const size_t end = text.find('\n', start);
+    ++line;
+    const std::string where = path + ":" + std::to_string(line);
+    Json j;
+    try {
+      j = Json::parse(text.substr(start, end - start));
+    } catch (const Json::exception& e) {
+      throw InputError(where + ": not JSON: " + e.what());
+    }
+    if (!j.contains("key") || !j.at("key").is_string()) {
+      throw InputError(where + ": not a result line of shardsim plan (no \"key\")");
+    }
+    known[j.at("key").get<std::string>()] = OutcomeOfJson(j, where);
+    start = end + 1;
+  }
+  return known;
+}
+
+// "data=8,fsdp=64,tensor=4".
+std::string MeshText(const std::vector<MeshAxis>& mesh) {
+  std::string text;
+  for (const MeshAxis& a : mesh) {
+    text += (text.empty() ? "" : ",") + a.name + "=" + std::to_string(a.size);
+  }
+  return text.empty() ? "(one device)" : text;
+}
+
+// "batch=data+fsdp embed=fsdp ..." or "axis roles" when the rules are DefaultRules'.
+std::string RulesText(const planner::StepPlan& plan) {
+  std::map<std::string, std::vector<std::string>> defaults;
+  try {
+    defaults = planner::DefaultRules(plan.mesh);
+  } catch (const std::invalid_argument&) {
+  }
+  if (defaults == plan.rules) return "axis roles";
+  std::string text;
+  for (const auto& [dim, axes] : plan.rules) {
+    text += (text.empty() ? "" : " ") + dim + "=";
+    for (size_t i = 0; i < axes.size(); ++i) text += (i ? "+" : "") + axes[i];
+  }
+  return text.empty() ? "replicated" : text;
+}
+
+// Pads `text` to `width` columns (UTF-8 aware enough for our ASCII tables).
+std::string Pad(const std::string& text, size_t width) {
+  return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
+}
+
+// The progress bar on stderr (a terminal only): settled / total, rate, best, ETA.
+void ShowProgress(const planner::SearchProgress& p) {
+  const double rate = p.elapsed_s > 0 ? static_cast<double>(p.done) / p.elapsed_s : 0;
+  const double eta = rate > 0 ? static_cast<double>(p.total - p.done) / rate : 0;
+  constexpr int kWidth = 30;
+  const int filled =
+      p.total > 0 ? static_cast<int>(kWidth * static_cast<double>(p.done) / p.total) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar += std::string(static_cast<size_t>(kWidth - filled), '.');
+  std::fprintf(stderr, "\r[%s] %lld/%lld plans, %.1f/s, best %s, ETA %.0f s   ", bar.c_str(),
+               static_cast<long long>(p.done), static_cast<long long>(p.total), rate,
+               p.best ? FormatTime(*p.best).c_str() : "-", eta);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int RunPlanCommand(const PlanCommandOptions& options) {
+  CheckDistinctOutputs({{"--out", options.out_path}, {"--json", options.json_path}});
+  if (options.jobs < 1) throw InputError("--jobs must be at least 1");
+  if (options.top < 1) throw InputError("--top must be at least 1");
+  if (options.budget < 0) throw InputError("--budget must be at least 0");
+  double time_limit_s = 0;
+  if (!options.time_limit.empty()) {
+    try {
+      time_limit_s = ParseTime(options.time_limit).seconds();
+    } catch (const UnitError& e) {
+      throw InputError("--time-limit " + options.time_limit + ": " + e.what());
+    }
+    if (time_limit_s <= 0) throw InputError("--time-limit must be positive");
+  }
+  RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
+  const PlanSearchSpec& spec = *file.search;
+  planner::SearchOptions search;
+  search.jobs = options.jobs;
+  search.budget = options.budget;
+  search.time_limit_s = time_limit_s;
+  search.make_machine = [&] { return std::make_unique<Machine>(BuildHardware(file.hardware)); };
+  if (!options.out_path.empty()) search.known = ReadResumeFile(options.out_path);
+  std::ofstream out;
+  if (!options.out_path.empty()) {
+    out.open(options.out_path, std::ios::app | std::ios::binary);
+    if (!out) throw InputError("--out " + options.out_path + ": cannot open for appending");
+    search.on_result = [&](const PlanResult& r) {
+      if (r.resumed) return;
+      // One write and a flush per line: an interrupted search leaves whole lines (and at most
+      // one cut short, which the next run drops).
+      out << ResultJson(r).dump() << '\n';
+      out.flush();
+    };
+  }
+  const bool terminal = isatty(fileno(stderr));
+  if (terminal) search.on_progress = ShowProgress;
+  planner::SearchResult result;
+  std::string hardware;
+  try {
+    std::unique_ptr<Machine> machine = search.make_machine();
+    const Topology& topo = machine->topology();
+    hardware = topo.name() + " (" + std::to_string(topo.num_devices()) + " devices, " +
+               FormatBytes(machine->hbm_capacity()) + " HBM each)";
+    result = planner::SearchPlans(spec.model, spec.train, spec.space, search);
+  } catch (const SpecError& e) {
+    throw InputError(file.Locate(e));
+  } catch (const std::invalid_argument& e) {
+    throw InputError(file.Locate(SpecError("plan", e.what())));
+  }
+  if (terminal) std::fprintf(stderr, "\n");
+
+  int64_t pruned = 0;
+  std::string pruned_text;
+  for (const auto& [reason, n] : result.pruned) {
+    pruned += n;
+    pruned_text += (pruned_text.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
+  }
+  std::ostringstream s;
+  const double n = static_cast<double>(planner::CountParameters(spec.model).total);
+  char line[512];
+  std::snprintf(line, sizeof(line), "%s (%.4gB parameters), batch %lld x %lld tokens",
+                spec.name.c_str(), n / 1e9, static_cast<long long>(spec.train.batch),
+                static_cast<long long>(spec.train.seq_len));
+  s << "hardware:       " << hardware << "\n";
+  s << "model:          " << line << "\n";
+  s << "candidates:     " << result.candidates << " (" << pruned << " pruned"
+    << (pruned_text.empty() ? "" : ": " + pruned_text) << "; " << result.dominated
+    << " dominated: the same mesh and rules fit with less remat or fewer microbatches"
+    << (result.beyond_budget ? "; " + std::to_string(result.beyond_budget) + " beyond the budget"
+                             : "")
+    << ")\n";
+  std::snprintf(
+      line, sizeof(line), "%lld simulated, %lld resumed in %.2f s wall (%.1f plans/s, %d job%s)",
+      static_cast<long long>(result.simulated),
+      static_cast<long long>(result.results.size()) - static_cast<long long>(result.simulated),
+      result.wall_s,
+      result.wall_s > 0 ? static_cast<double>(result.simulated) / result.wall_s : 0.0, options.jobs,
+      options.jobs == 1 ? "" : "s");
+  s << "evaluated:      " << line << "; " << result.ranked.size() << " fit, " << result.not_fitting
+    << " over " << spec.space.memory_limit * 100 << "% of HBM, " << result.refused << " refused\n";
+  s << "objective:      " << planner::SearchObjectiveName(spec.space.objective)
+    << "; each step composed from 2 and 3 simulated layers, every collective's members ending "
+       "with its slowest (shardsim run times them apart: within a fraction of a percent on "
+       "symmetric meshes)\n\n";
+  const std::vector<std::string> headers = {"rank",       "mesh",        "rules", "remat",
+                                            "mb",         "step time",   "MFU",   "tok/s/dev",
+                                            "peak / HBM", "dominated by"};
+  std::vector<std::vector<std::string>> rows;
+  for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.top); ++k) {
+    const PlanResult& r = result.results[result.ranked[k]];
+    const PlanOutcome& o = r.outcome;
+    char mfu[32], tok[32];
+    std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * o.mfu);
+    std::snprintf(tok, sizeof(tok), "%.0f", o.tokens_per_s_per_device);
+    std::string mesh = MeshText(r.candidate.plan.mesh);
+    if (r.candidate.plan.pipeline) {
+      mesh += " (" +
+              std::string(planner::PipelineScheduleName(r.candidate.plan.pipeline->schedule)) + ")";
+    }
+    rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan),
+                    planner::RematPolicyName(r.candidate.plan.remat),
+                    std::to_string(r.candidate.microbatches), FormatTime(o.step_time), mfu, tok,
+                    FormatBytes(o.peak) + " / " + FormatBytes(o.capacity), o.dominant});
+  }
+  if (rows.empty()) {
+    s << "no plan fits: " << result.not_fitting << " evaluated plans exceed the memory limit\n";
+  } else {
+    std::vector<size_t> width(headers.size());
+    for (size_t c = 0; c < headers.size(); ++c) width[c] = headers[c].size() + 2;
+    for (const auto& row : rows) {
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size() + 2);
+    }
+    std::vector<std::vector<std::string>> lines = {headers};
+    lines.insert(lines.end(), rows.begin(), rows.end());
+    for (const auto& row : lines) {
+      std::string text;
+      for (size_t c = 0; c < row.size(); ++c) text += Pad(row[c], width[c]);
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      s << text << "\n";
+    }
+  }
+  if (!options.json_path.empty()) {
+    Json ranked = Json::array();
+    for (size_t i : result.ranked) ranked.push_back(ResultJson(result.results[i]));
+    WriteOutputFiles({{options.json_path, ranked.dump(2) + "\n"}}, {});
+  }
+  std::cout << s.str();
+  return 0;
+}
+
+}  // namespace shardsim

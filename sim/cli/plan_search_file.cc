@@ -1,0 +1,158 @@
+#include "sim/cli/plan_search_file.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "planner/models/logical_rules.h"
+#include "sim/cli/model_run_file.h"
+#include "sim/cli/run_file.h"
+#include "sim/cli/yaml_reader.h"
+#include "sim/closest_name.h"
+
+namespace shardsim {
+namespace {
+
+// Entries of a value that may be one item or a list of them.
+std::vector<YamlValue> OneOrList(const YamlValue& value) {
+  if (value.IsList()) {
+    std::vector<YamlValue> list = value.List();
+    if (list.empty()) value.Fail("give at least one candidate");
+    return list;
+  }
+  return {value};
+}
+
+}  // namespace
+
+PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
+  PlanSearchSpec spec;
+  const YamlValue model = top.Get("model");
+  if (IsMlp(model)) model.Fail("plan search builds transformer steps (kind: mlp is run only)");
+  std::tie(spec.name, spec.model) = ReadModel(model);
+  if (auto serve = top.Find("serve")) {
+    serve->FailAtKey(
+        "searching serving plans (objective ttft or tpot) is not built yet: give "
+        "train:");
+  }
+  spec.train = ReadTrain(top.Get("train"), true);
+  planner::SearchSpace& space = spec.space;
+  space.microbatches = {spec.train.microbatches};
+
+  std::optional<YamlMap> search;
+  if (auto s = top.Find("search")) {
+    search =
+        s->Map({"axes", "remat", "microbatches", "collective_matmul", "objective", "memory_limit"});
+  }
+  std::optional<YamlMap> plan;
+  if (auto p = top.Find("plan")) {
+    plan = p->Map({"mesh", "rules", "remat", "pipeline", "collective_matmul", "algorithms",
+                   "devices", "microbatches"});
+    if (auto d = plan->Find("devices")) {
+      d->FailAtKey("devices: a search places each mesh by default (give plan.mesh alone)");
+    }
+    if (auto m = plan->Find("microbatches")) {
+      m->FailAtKey("microbatches: give them in search: (search: {microbatches: [1, 2, 4]})");
+    }
+  }
+  // The mesh: sizes searched over search.axes, or candidates from plan.mesh.
+  std::optional<YamlValue> axes = search ? search->Find("axes") : std::nullopt;
+  std::optional<YamlValue> meshes = plan ? plan->Find("mesh") : std::nullopt;
+  if (axes && meshes) {
+    meshes->FailAtKey("give search.axes (the search sizes them) or plan.mesh, not both");
+  }
+  if (!axes && !meshes) {
+    (search ? search->self() : top.self())
+        .FailChild(search ? "axes" : "search",
+                   "missing the mesh axes to search: give search: {axes: [data, fsdp, tensor]} "
+                   "(or plan.mesh)");
+  }
+  std::vector<MeshAxis> all_axes;  // Every axis a candidate mesh may have, for the rules.
+  if (axes) {
+    for (const YamlValue& a : axes->List()) {
+      const std::string name = a.String();
+      if (std::count(space.axes.begin(), space.axes.end(), name)) {
+        a.Fail("mesh axis '" + name + "' is named twice");
+      }
+      if (name == "expert" && spec.model.experts == 0) {
+        a.Fail("expert: the model has no experts (mixture-of-experts layers are not built yet)");
+      }
+      space.axes.push_back(name);
+      all_axes.push_back({name, 1});
+    }
+    if (space.axes.empty()) axes->Fail("give at least one mesh axis");
+  } else {
+    for (const YamlValue& m : OneOrList(*meshes)) {
+      space.meshes.push_back(ReadMeshAxes(m));
+      for (const MeshAxis& a : space.meshes.back()) {
+        bool seen = false;
+        for (const MeshAxis& b : all_axes) seen = seen || a.name == b.name;
+        if (!seen) all_axes.push_back({a.name, 1});
+      }
+    }
+  }
+  if (plan) {
+    if (auto r = plan->Find("rules")) {
+      for (const YamlValue& rules : OneOrList(*r)) {
+        space.rules.push_back(ReadRules(rules, all_axes));
+      }
+    }
+    if (auto r = plan->Find("remat")) {
+      space.remat.clear();
+      for (const YamlValue& v : OneOrList(*r)) space.remat.push_back(ReadRemat(v));
+    }
+    if (auto p = plan->Find("pipeline")) space.pipeline = ReadPipeline(*p, all_axes);
+    if (auto c = plan->Find("collective_matmul")) {
+      for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
+    }
+    if (auto a = plan->Find("algorithms")) space.algorithms = ReadPlanAlgorithms(*a);
+  }
+  if (space.rules.empty()) {
+    // Default rules come from the axes' roles: every axis needs one.
+    for (const MeshAxis& a : all_axes) {
+      if (planner::AxisRoles().count(a.name)) continue;
+      std::vector<std::string> known;
+      for (const auto& [name, dims] : planner::AxisRoles()) known.push_back(name);
+      (axes ? *axes : *meshes)
+          .Fail("mesh axis '" + a.name + "' has no default role (" + JoinNames(known) +
+                " have one): give plan.rules");
+    }
+  }
+  if (search) {
+    if (auto r = search->Find("remat")) {
+      if (plan && plan->Has("remat")) r->FailAtKey("give search.remat or plan.remat, not both");
+      space.remat.clear();
+      for (const YamlValue& v : r->List()) space.remat.push_back(ReadRemat(v));
+      if (space.remat.empty()) r->Fail("give at least one remat policy");
+    }
+    if (auto m = search->Find("microbatches")) {
+      if (spec.train.microbatches != 1) {
+        m->FailAtKey("give search.microbatches or train.microbatches, not both");
+      }
+      space.microbatches.clear();
+      for (const YamlValue& v : m->List()) space.microbatches.push_back(v.Int64(1));
+      if (space.microbatches.empty()) m->Fail("give at least one microbatch count");
+    }
+    if (auto c = search->Find("collective_matmul")) {
+      for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
+    }
+    if (auto o = search->Find("objective")) {
+      const std::string name = o->OneOf({"step_time", "tokens_per_s_per_device", "ttft", "tpot"});
+      if (name == "ttft" || name == "tpot") {
+        o->Fail("objective: " + name + " ranks serving plans, which search does not build yet");
+      }
+      space.objective = name == "step_time" ? planner::SearchObjective::kStepTime
+                                            : planner::SearchObjective::kTokensPerSPerDevice;
+    }
+    if (auto l = search->Find("memory_limit")) {
+      space.memory_limit = l->Number();
+      if (!(space.memory_limit > 0 && space.memory_limit <= 1)) {
+        l->Fail("memory_limit is a fraction of HBM in (0, 1]");
+      }
+    }
+  }
+  return spec;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,31 @@
+// A plan search file (SPEC "Searching plans"): a model run file whose `plan:` may list
+// candidates and whose `search:` says what the search varies, read into the planner's
+// SearchSpace.
+#pragma once
+
+#include <string>
+
+#include "planner/models/transformer.h"
+#include "planner/search/search_space.h"
+
+namespace shardsim {
+
+class YamlMap;
+
+// The model, its batch and the space to search.
+struct PlanSearchSpec {
+  std::string name;                  // The preset's name, or "transformer".
+  planner::TransformerConfig model;  // `model:`
+  planner::TrainConfig train;        // `train:`
+  planner::SearchSpace space;        // `plan:` and `search:`
+};
+
+// Reads `model:`, `train:`, `plan:` (optional: mesh a map or a list of maps, rules a map or a
+// list, remat one or a list, pipeline, algorithms) and `search:` {axes, remat, microbatches,
+// collective_matmul, objective, memory_limit} from the top-level mapping. Throws InputError
+// at the key for anything unknown, out of range, contradictory (search.axes and plan.mesh,
+// search.remat and plan.remat) or not built yet (serving, kind: mlp, collective_matmul other
+// than off, expert axes for dense models).
+PlanSearchSpec ReadPlanSearch(const YamlMap& top);
+
+}  // namespace shardsim

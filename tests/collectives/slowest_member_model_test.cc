@@ -1,0 +1,42 @@
+// SlowestMemberCollectiveModel: every member of a group of more than one ends with the op's
+// slowest member; members of groups of one keep zero; each inner answer is evened once.
+#include "collectives/timing/slowest_member_model.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "collectives/runtime/machine.h"
+#include "topology/presets.h"
+
+namespace shardsim {
+namespace {
+
+TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
+  // FSDP 32 x TP 4 on a 4x4x8 v5p slice: the fsdp groups share links, so their member times
+  // differ (the case the model exists for).
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  const Mesh mesh = PlaceMesh(machine, {{"fsdp", 32}, {"tp", 4}});
+  NetworkCollectiveModel network(machine);
+  SlowestMemberCollectiveModel slowest(network);
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllGather;
+  request.dtype = DType::kBF16;
+  request.elements = 1 << 16;
+  request.axes = {0};
+  const auto exact = network.Estimate(mesh, request);
+  const auto evened = slowest.Estimate(mesh, request);
+  std::set<Time> distinct(exact->member_time.begin(), exact->member_time.end());
+  EXPECT_GT(distinct.size(), 1u);  // Members end at different times.
+  ASSERT_EQ(evened->member_time.size(), exact->member_time.size());
+  for (Time t : evened->member_time) EXPECT_EQ(t, exact->longest());
+  EXPECT_EQ(evened->algorithm, exact->algorithm);
+  EXPECT_EQ(evened->links, exact->links);
+  // A one-member group (a size-1 axis) keeps its zero time.
+  const Mesh single = PlaceMesh(machine, {{"one", 1}, {"rest", 128}});
+  request.axes = {0};
+  for (Time t : slowest.Estimate(single, request)->member_time) EXPECT_EQ(t, Time());
+}
+
+}  // namespace
+}  // namespace shardsim

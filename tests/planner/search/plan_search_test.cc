@@ -1,0 +1,233 @@
+// Plan search (SPEC "Searching plans"): the space it enumerates (closed-form counts), what it
+// prunes, that dominance never discards the best plan an exhaustive evaluation finds, that a
+// cache shared across plans and threads gives the same times as a fresh one, that results do
+// not depend on the number of jobs, and that known outcomes are resumed, not re-simulated.
+#include "planner/search/plan_search.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+
+#include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/slowest_member_model.h"
+#include "topology/presets.h"
+
+namespace shardsim::planner {
+namespace {
+
+TransformerConfig Tiny() {
+  TransformerConfig m;
+  m.layers = 4;
+  m.d_model = 64;
+  m.d_ff = 128;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.head_dim = 8;
+  m.vocab = 128;
+  return m;
+}
+
+TrainConfig TinyTrain() {
+  TrainConfig t;
+  t.batch = 16;
+  t.seq_len = 16;
+  t.optimizer = Optimizer::kAdam;
+  return t;
+}
+
+std::unique_ptr<Machine> V5e8() {
+  return std::make_unique<Machine>(BuildPreset("tpu-v5e", {4, 2}));
+}
+
+// The tiny model's space on 8 chips: data x fsdp x tensor, every remat, 1 or 2 microbatches;
+// a memory limit (0.01% of 16 GiB: 1.7 MB) that some plans exceed.
+SearchSpace TinySpace() {
+  SearchSpace space;
+  space.axes = {"data", "fsdp", "tensor"};
+  space.microbatches = {1, 2};
+  space.memory_limit = 1e-4;
+  return space;
+}
+
+SearchOptions Options(int jobs) {
+  SearchOptions o;
+  o.jobs = jobs;
+  o.make_machine = V5e8;
+  return o;
+}
+
+TEST(FactorMeshesTest, CountsOrderedFactorisations) {
+  // Ordered factorisations of p^a over k axes: C(a + k - 1, k - 1) per prime, multiplied.
+  EXPECT_EQ(FactorMeshes(8, {"data", "fsdp", "tensor"}).size(), 10u);      // C(5, 2)
+  EXPECT_EQ(FactorMeshes(12, {"data", "tensor"}).size(), 6u);              // C(3, 1) x C(2, 1)
+  EXPECT_EQ(FactorMeshes(8960, {"data", "fsdp", "tensor"}).size(), 405u);  // 2^8 5 7: 45 x 3 x 3
+  for (const auto& mesh : FactorMeshes(8960, {"data", "fsdp", "tensor"})) {
+    int64_t n = 1;
+    for (const MeshAxis& a : mesh) {
+      EXPECT_GT(a.size, 1);  // Axes of size 1 leave the mesh.
+      n *= a.size;
+    }
+    EXPECT_EQ(n, 8960);
+  }
+  const auto first = FactorMeshes(8, {"data", "fsdp", "tensor"}).front();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].name, "tensor");
+  EXPECT_EQ(first[0].size, 8);
+}
+
+TEST(DefaultRulesTest, EachAxisTakesItsRole) {
+  const auto rules = DefaultRules({{"data", 2}, {"fsdp", 4}, {"tensor", 2}});
+  EXPECT_EQ(rules.at("batch"), (std::vector<std::string>{"data", "fsdp"}));
+  EXPECT_EQ(rules.at("embed"), (std::vector<std::string>{"fsdp"}));
+  for (const char* dim : {"heads", "kv_heads", "mlp", "vocab"}) {
+    EXPECT_EQ(rules.at(dim), (std::vector<std::string>{"tensor"})) << dim;
+  }
+  EXPECT_THROW(DefaultRules({{"dp", 2}}), std::invalid_argument);
+}
+
+TEST(IndivisibleTest, NamesWhatDoesNotDivide) {
+  PlanCandidate c;
+  c.plan.mesh = {{"tensor", 4}};
+  c.plan.rules = DefaultRules(c.plan.mesh);
+  const auto why = Indivisible(Tiny(), TinyTrain(), c);  // kv_heads 2 over tensor 4.
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("kv_heads (2) over tensor=4"), std::string::npos) << *why;
+  c.plan.mesh = {{"fsdp", 8}};
+  c.plan.rules = DefaultRules(c.plan.mesh);
+  EXPECT_FALSE(Indivisible(Tiny(), TinyTrain(), c).has_value());
+  c.microbatches = 4;  // 16 / 4 = 4 sequences over fsdp 8.
+  ASSERT_TRUE(Indivisible(Tiny(), TinyTrain(), c).has_value());
+  c.microbatches = 3;
+  EXPECT_NE(Indivisible(Tiny(), TinyTrain(), c)->find("do not divide the batch"),
+            std::string::npos);
+}
+
+TEST(PlanSearchTest, PrunesDominatesAndRanks) {
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  EXPECT_EQ(r.candidates, 10 * 3 * 2);
+  int64_t settled = r.dominated + r.beyond_budget + static_cast<int64_t>(r.results.size());
+  for (const auto& [reason, n] : r.pruned) settled += n;
+  EXPECT_EQ(settled, r.candidates);
+  EXPECT_GT(r.pruned.at("logical dimensions the mesh does not divide"), 0);
+  EXPECT_GT(r.dominated, 0);
+  EXPECT_GT(r.not_fitting, 0);
+  ASSERT_FALSE(r.ranked.empty());
+  // Ranked: fitting plans, step time ascending.
+  for (size_t k = 0; k < r.ranked.size(); ++k) {
+    const PlanOutcome& o = r.results[r.ranked[k]].outcome;
+    EXPECT_TRUE(o.fits);
+    EXPECT_LE(static_cast<double>(o.peak.count()), 1e-4 * static_cast<double>(o.capacity.count()));
+    if (k) EXPECT_LE(r.results[r.ranked[k - 1]].outcome.step_time, o.step_time);
+  }
+  // Nothing evaluated is dominated by a fitting plan of the same mesh and rules.
+  for (const PlanResult& a : r.results) {
+    for (const PlanResult& b : r.results) {
+      if (&a == &b || !b.outcome.fits ||
+          a.candidate.plan.mesh.size() != b.candidate.plan.mesh.size())
+        continue;
+      bool same = a.candidate.plan.rules == b.candidate.plan.rules;
+      for (size_t i = 0; same && i < a.candidate.plan.mesh.size(); ++i) {
+        same = a.candidate.plan.mesh[i].name == b.candidate.plan.mesh[i].name &&
+               a.candidate.plan.mesh[i].size == b.candidate.plan.mesh[i].size;
+      }
+      if (!same) continue;
+      const bool dominated =
+          static_cast<int>(b.candidate.plan.remat) <= static_cast<int>(a.candidate.plan.remat) &&
+          b.candidate.microbatches <= a.candidate.microbatches;
+      EXPECT_FALSE(dominated) << a.key << " dominated by " << b.key;
+    }
+  }
+}
+
+TEST(PlanSearchTest, DominanceKeepsTheBestOfAnExhaustiveEvaluation) {
+  // Every candidate that divides, evaluated on its own with a fresh cache: the best fitting
+  // one must be the search's best (dominance and the state prune discard only losers).
+  const SearchSpace space = TinySpace();
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(1));
+  ASSERT_FALSE(r.ranked.empty());
+  const PlanResult& best = r.results[r.ranked.front()];
+  std::unique_ptr<Machine> machine = V5e8();
+  Time exhaustive_best = Time::Picoseconds(INT64_MAX);
+  std::string exhaustive_key;
+  for (const auto& mesh : FactorMeshes(8, space.axes)) {
+    for (int64_t m : space.microbatches) {
+      for (RematPolicy remat : space.remat) {
+        PlanCandidate c;
+        c.plan.mesh = mesh;
+        c.plan.rules = DefaultRules(mesh);
+        c.plan.remat = remat;
+        c.microbatches = m;
+        if (Indivisible(Tiny(), TinyTrain(), c)) continue;
+        NetworkCollectiveModel network(*machine);
+        CachedCollectiveModel cache(network);
+        SlowestMemberCollectiveModel collectives(cache);
+        const PlanOutcome o =
+            EvaluatePlan(*machine, Tiny(), TinyTrain(), c, space.memory_limit, collectives);
+        if (o.refused.empty() && o.fits && o.step_time < exhaustive_best) {
+          exhaustive_best = o.step_time;
+          exhaustive_key = CandidateKey(c);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(best.key, exhaustive_key);
+  // The shared cache (filled by every plan before) and a fresh one give the same time.
+  EXPECT_EQ(best.outcome.step_time, exhaustive_best);
+}
+
+TEST(PlanSearchTest, ResultsDoNotDependOnJobs) {
+  std::vector<std::string> seen[2];
+  const SearchResult one = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  SearchOptions two_jobs = Options(2);
+  two_jobs.on_result = [&](const PlanResult& r) { seen[1].push_back(r.key); };
+  const SearchResult two = SearchPlans(Tiny(), TinyTrain(), TinySpace(), two_jobs);
+  ASSERT_EQ(one.results.size(), two.results.size());
+  for (size_t i = 0; i < one.results.size(); ++i) {
+    seen[0].push_back(one.results[i].key);
+    EXPECT_EQ(one.results[i].key, two.results[i].key);
+    EXPECT_EQ(one.results[i].index, i);
+    EXPECT_EQ(one.results[i].outcome.step_time, two.results[i].outcome.step_time)
+        << one.results[i].key;
+    EXPECT_EQ(one.results[i].outcome.peak, two.results[i].outcome.peak);
+  }
+  EXPECT_EQ(one.ranked, two.ranked);
+  EXPECT_EQ(seen[0], seen[1]);  // on_result sees the search order.
+}
+
+TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
+  const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  SearchOptions resume = Options(1);
+  const size_t half = first.results.size() / 2;
+  for (size_t i = 0; i < half; ++i) {
+    resume.known[first.results[i].key] = first.results[i].outcome;
+  }
+  const SearchResult again = SearchPlans(Tiny(), TinyTrain(), TinySpace(), resume);
+  EXPECT_EQ(again.simulated, static_cast<int64_t>(first.results.size() - half));
+  ASSERT_EQ(again.results.size(), first.results.size());
+  for (size_t i = 0; i < first.results.size(); ++i) {
+    EXPECT_EQ(again.results[i].resumed, i < half);
+    EXPECT_EQ(again.results[i].outcome.step_time, first.results[i].outcome.step_time);
+  }
+  EXPECT_EQ(again.ranked, first.ranked);
+}
+
+TEST(PlanSearchTest, BudgetTakesTheFirstCandidates) {
+  SearchOptions o = Options(2);
+  o.budget = 5;
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  EXPECT_LE(r.results.size() + r.dominated, 5u);
+  const SearchResult all = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  for (size_t i = 0; i < r.results.size(); ++i) EXPECT_EQ(r.results[i].key, all.results[i].key);
+}
+
+TEST(PlanSearchTest, StateOverTheLimitIsPrunedUnsimulated) {
+  SearchSpace space = TinySpace();
+  space.memory_limit = 1e-6;  // 16 KiB: less than the tiny model's parameters per device.
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(1));
+  EXPECT_EQ(r.simulated, 0);
+  EXPECT_GT(r.pruned.at("parameters and optimizer state alone over the memory limit"), 0);
+}
+
+}  // namespace
+}  // namespace shardsim::planner
