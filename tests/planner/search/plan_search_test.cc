@@ -118,7 +118,9 @@ TEST(PlanSearchTest, PrunesDominatesAndRanks) {
     const PlanOutcome& o = r.results[r.ranked[k]].outcome;
     EXPECT_TRUE(o.fits);
     EXPECT_LE(static_cast<double>(o.peak.count()), 1e-4 * static_cast<double>(o.capacity.count()));
-    if (k) EXPECT_LE(r.results[r.ranked[k - 1]].outcome.step_time, o.step_time);
+    if (k) {
+      EXPECT_LE(r.results[r.ranked[k - 1]].outcome.step_time, o.step_time);
+    }
   }
   // Nothing evaluated is dominated by a fitting plan of the same mesh and rules.
   for (const PlanResult& a : r.results) {

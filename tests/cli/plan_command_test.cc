@@ -1,0 +1,198 @@
+// `shardsim plan` (SPEC "Searching plans"): the ranked table, --out lines and --json, a
+// search killed mid-way resumes from its --out file without re-evaluating and ends with the
+// same file and ranking as an uninterrupted one, results equal for any --jobs, and located
+// errors for what the file gets wrong or asks for that is not built.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cli/subprocess.h"
+
+namespace shardsim::cli_test {
+namespace {
+
+class PlanCommandTest : public CliFixture {
+ protected:
+  // The tiny transformer on 8 v5e chips: data x fsdp x tensor, every remat, 1 or 2
+  // microbatches, a memory limit some plans exceed; `extra` appended.
+  std::string Tiny(const std::string& extra = "") const {
+    return WriteInput("tiny.yaml",
+                      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+                      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8,\n"
+                      "        kv_heads: 2, vocab: 128}\n"
+                      "train: {global_batch: 16, seq_len: 16, optimizer: adam, dtype: f32,\n"
+                      "        param_dtype: f32}\n"
+                      "search:\n"
+                      "  axes: [data, fsdp, tensor]\n"
+                      "  microbatches: [1, 2]\n"
+                      "  memory_limit: 0.0001\n" +
+                          extra);
+  }
+
+  static std::vector<std::string> Lines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+};
+
+TEST_F(PlanCommandTest, PrintsTheRankedTableAndWritesResults) {
+  const std::string file = Tiny();
+  const std::string results_path = (out() / "r.jsonl").string();
+  const std::string json = (out() / "ranked.json").string();
+  const Result r = RunOk({"plan", file, "--out", results_path, "--json", json, "--top", "3"});
+  for (const char* text : {"candidates:     60 (", "dominated", "simulated", "rank  mesh",
+                           "step time", "MFU", "peak / HBM", "dominated by"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  // --top 3: three ranked rows after the header.
+  const std::vector<std::string> lines = Lines(r.out);
+  size_t header = 0;
+  while (header < lines.size() && !lines[header].starts_with("rank")) ++header;
+  ASSERT_LT(header, lines.size()) << r.out;
+  EXPECT_EQ(lines.size() - header - 1, 3u) << r.out;
+  EXPECT_TRUE(lines[header + 1].starts_with("1 ")) << r.out;
+  // --out: one line per evaluated plan, each with SPEC's fields.
+  const std::vector<std::string> results = Lines(ReadFile(results_path));
+  ASSERT_FALSE(results.empty());
+  int fitting = 0;
+  for (const std::string& line : results) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"plan", "key", "step_time_s", "mfu", "peak_bytes", "fits"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    }
+    for (const char* key : {"mesh", "rules", "remat", "microbatches"}) {
+      EXPECT_TRUE(j["plan"].contains(key)) << key << " in " << line;
+    }
+    fitting += j["fits"].get<bool>();
+  }
+  // --json: the fitting plans, best first.
+  const nlohmann::json ranked = nlohmann::json::parse(ReadFile(json));
+  ASSERT_EQ(ranked.size(), static_cast<size_t>(fitting));
+  for (size_t k = 1; k < ranked.size(); ++k) {
+    EXPECT_LE(ranked[k - 1]["step_time_s"].get<double>(), ranked[k]["step_time_s"].get<double>());
+  }
+}
+
+TEST_F(PlanCommandTest, ResultsDoNotDependOnJobs) {
+  const std::string file = Tiny();
+  const std::string a = (out() / "a.json").string(), b = (out() / "b.json").string();
+  const std::string oa = (out() / "a.jsonl").string(), ob = (out() / "b.jsonl").string();
+  RunOk({"plan", file, "--jobs", "1", "--json", a, "--out", oa});
+  RunOk({"plan", file, "--jobs", "2", "--json", b, "--out", ob});
+  EXPECT_EQ(ReadFile(a), ReadFile(b));
+  EXPECT_EQ(ReadFile(oa), ReadFile(ob));
+}
+
+TEST_F(PlanCommandTest, ResumesACutFileWithoutReevaluating) {
+  const std::string file = Tiny();
+  const std::string whole = (out() / "whole.jsonl").string();
+  const std::string cut = (out() / "cut.jsonl").string();
+  RunOk({"plan", file, "--out", whole});
+  const std::vector<std::string> lines = Lines(ReadFile(whole));
+  ASSERT_GT(lines.size(), 4u);
+  // Three whole lines and half of the fourth: what a kill during a write leaves.
+  WriteFile(cut, lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n" +
+                     lines[3].substr(0, lines[3].size() / 2));
+  const Result r = RunOk({"plan", file, "--out", cut});
+  EXPECT_NE(r.out.find(std::to_string(lines.size() - 3) + " simulated, 3 resumed"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(ReadFile(cut), ReadFile(whole));
+}
+
+TEST_F(PlanCommandTest, ResumesAKilledSearch) {
+  // A larger space (more layers, a 4 x 4 slice), killed once two results are written.
+  const std::string file = WriteInput(
+      "big.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 4]}\n"
+      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 512, heads: 16, kv_heads: 4,\n"
+      "        vocab: 512}\n"
+      "train: {global_batch: 64, seq_len: 64, optimizer: adam, dtype: bf16, param_dtype: f32}\n"
+      "search: {axes: [data, fsdp, tensor], microbatches: [1, 2, 4], memory_limit: 0.002}\n");
+  const std::string whole = (out() / "whole.jsonl").string();
+  const std::string killed = (out() / "killed.jsonl").string();
+  const Result full = RunOk({"plan", file, "--out", whole});
+  const size_t total = Lines(ReadFile(whole)).size();
+  ASSERT_GT(total, 4u);
+
+  std::string binary = Binary();
+  std::vector<std::string> args = {binary, "plan", file, "--out", killed};
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Lines(ReadFile(killed)).size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const size_t written = Lines(ReadFile(killed)).size();
+  ASSERT_GE(written, 2u);
+  ASSERT_LT(written, total);  // Killed before the end.
+
+  const Result resumed = RunOk({"plan", file, "--out", killed});
+  // What the killed run wrote in whole is not evaluated again; the file ends as the
+  // uninterrupted run's, and so does the ranking.
+  EXPECT_NE(resumed.out.find("resumed"), std::string::npos) << resumed.out;
+  EXPECT_EQ(ReadFile(killed), ReadFile(whole));
+  auto table = [](const std::string& out) { return out.substr(out.find("rank  mesh")); };
+  EXPECT_EQ(table(resumed.out), table(full.out));
+}
+
+TEST_F(PlanCommandTest, LocatedErrors) {
+  struct Case {
+    std::string extra;
+    std::string message;
+  };
+  for (const Case& c : {
+           Case{"  objective: ttft\n", "ranks serving plans"},
+           Case{"  remat: [none, sometimes]\n", "(key search.remat.1)"},
+           Case{"plan: {mesh: {fsdp: 8}}\n",
+                "give search.axes (the search sizes them) or plan.mesh"},
+           Case{"plan: {collective_matmul: bidirectional}\n", "not built yet"},
+       }) {
+    const Result r = Run({"plan", Tiny(c.extra)});
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.extra << r;
+    EXPECT_EQ(r.out, "") << r;
+  }
+  const Result limit = Run({"plan", Tiny(), "--set", "search.memory_limit=1.5"});
+  EXPECT_EQ(limit.exit_code, 2) << limit;
+  EXPECT_NE(limit.err.find("memory_limit is a fraction of HBM in (0, 1]"), std::string::npos)
+      << limit;
+  const std::string bad_axis = WriteInput(
+      "axis.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8, vocab: 128}\n"
+      "train: {global_batch: 16, seq_len: 16}\n"
+      "search: {axes: [data, model]}\n");
+  const Result r = Run({"plan", bad_axis});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.err.find("axis.yaml:4:"), std::string::npos) << r;
+  EXPECT_NE(r.err.find("'model' has no default role"), std::string::npos) << r;
+  // shardsim run refuses a search file's search: section.
+  const Result run = Run({"run", Tiny()});
+  EXPECT_EQ(run.exit_code, 2) << run;
+  EXPECT_NE(run.err.find("search: is read by shardsim plan"), std::string::npos) << run;
+}
+
+}  // namespace
+}  // namespace shardsim::cli_test
