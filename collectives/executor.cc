@@ -283,6 +283,7 @@ void Executor::Start() {
     const auto [id, added] = class_ids.try_emplace(name, static_cast<int>(comm_classes_.size()));
     if (added) comm_classes_.push_back(name);
     comm_class_of_op_[i] = id->second;
+    op_timings_[op.source].comm_class = name;
     auto [it, made] = layouts_.try_emplace(op.axes);
     if (made) {
       if (config_.collective_model) {

@@ -66,6 +66,9 @@ struct OpTiming {
   Time end;               // Last device finished it.
   std::string algorithm;  // Collective algorithm used ("" for local ops).
   Time compute;           // Local ops: the compute model's time on one device, no slowdown.
+  // Collectives: their class, "psum over tensor" (as DeviceTiming::exposed_by_collective keys
+  // it); "" for local ops.
+  std::string comm_class;
 };
 
 // Per-device time accounting of a run.

@@ -26,6 +26,24 @@ namespace {
 Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
 Bytes Extrapolate(Bytes a, Bytes b, int64_t k) { return a + (b - a) * k; }
 
+// Extrapolate per key (a key missing from one side counts zero there); zeros left out.
+template <typename T>
+std::map<std::string, T> ExtrapolateEach(const std::map<std::string, T>& a,
+                                         const std::map<std::string, T>& b, int64_t k) {
+  std::set<std::string> keys;
+  for (const auto& [key, v] : a) keys.insert(key);
+  for (const auto& [key, v] : b) keys.insert(key);
+  std::map<std::string, T> out;
+  for (const std::string& key : keys) {
+    const auto in_a = a.find(key);
+    const auto in_b = b.find(key);
+    const T v =
+        Extrapolate(in_a == a.end() ? T() : in_a->second, in_b == b.end() ? T() : in_b->second, k);
+    if (v > T()) out[key] = v;
+  }
+  return out;
+}
+
 }  // namespace
 
 StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k) {
@@ -35,16 +53,8 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.comm = Extrapolate(a.comm, b.comm, k);
   f.exposed_comm = Extrapolate(a.exposed_comm, b.exposed_comm, k);
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
-  std::set<std::string> keys;
-  for (const auto& [key, t] : a.exposed_by_collective) keys.insert(key);
-  for (const auto& [key, t] : b.exposed_by_collective) keys.insert(key);
-  for (const std::string& key : keys) {
-    const auto in_a = a.exposed_by_collective.find(key);
-    const auto in_b = b.exposed_by_collective.find(key);
-    const Time t = Extrapolate(in_a == a.exposed_by_collective.end() ? Time() : in_a->second,
-                               in_b == b.exposed_by_collective.end() ? Time() : in_b->second, k);
-    if (t > Time()) f.exposed_by_collective[key] = t;
-  }
+  f.exposed_by_collective = ExtrapolateEach(a.exposed_by_collective, b.exposed_by_collective, k);
+  f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
   f.peak = Extrapolate(a.peak, b.peak, k);
   if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
     f.peak = Bytes(0);
@@ -79,6 +89,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
   StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
                                run.events, global, mesh);
+  f.bytes_by_collective = CollectiveBytes(run.ops);
   f.phase_peaks = run.phase_peaks;
   f.phase_entry_live = run.phase_entry_live;
   return f;
@@ -142,6 +153,14 @@ std::set<std::string> UpdatedInputs(const ProgramSpec& global) {
     if (outputs.count(a.name + "_new")) updated.insert(a.name);
   }
   return updated;
+}
+
+std::map<std::string, Bytes> CollectiveBytes(const std::vector<OpTiming>& ops) {
+  std::map<std::string, Bytes> bytes;
+  for (const OpTiming& op : ops) {
+    if (!op.comm_class.empty()) bytes[op.comm_class] = bytes[op.comm_class] + op.bytes;
+  }
+  return bytes;
 }
 
 Time RecomputeTime(const std::vector<OpTiming>& ops) {
@@ -250,6 +269,7 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
   r.exposed_comm = figures.exposed_comm;
   r.recompute = figures.recompute;
   r.exposed_by_collective = figures.exposed_by_collective;
+  r.bytes_by_collective = figures.bytes_by_collective;
   StepMemory& m = r.memory;
   m.params = figures.state.params;
   m.grads = figures.state.grads;

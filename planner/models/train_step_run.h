@@ -55,6 +55,8 @@ struct StepFigures {
   Time recompute;     // Compute spent on remat's recomputation (part of compute).
   // Its exposed communication by collective (\"all_gather over fsdp\"; DeviceTiming's).
   std::map<std::string, Time> exposed_by_collective;
+  // Bytes one device puts into each collective class per step (each op's input block).
+  std::map<std::string, Bytes> bytes_by_collective;
   Bytes peak;  // Largest per-device peak of live buffers.
   // The peak within each memory phase (the forward, each backward pass, what follows), so
   // that composition extrapolates each and takes the largest: which phase holds the peak can
@@ -96,6 +98,8 @@ struct TrainStepReport {
   int pipeline_stages = 1;       // Pipelines: the stages (1: none).
   // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
   std::map<std::string, Time> exposed_by_collective;
+  // Bytes one device puts into each collective class per step (StepFigures').
+  std::map<std::string, Bytes> bytes_by_collective;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
   StepMemory memory;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
@@ -167,6 +171,10 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
 // parameters and Adam moments). Model runs donate them (RunConfig::donated_inputs), as a JAX
 // training loop donates its state, so the old state's buffers die after their last reader.
 std::set<std::string> UpdatedInputs(const ProgramSpec& global);
+
+// Per collective class ("all_gather over fsdp"), the bytes of its ops' input blocks on one
+// device, from a run's per-op rows.
+std::map<std::string, Bytes> CollectiveBytes(const std::vector<OpTiming>& ops);
 
 // One device's compute on the recomputation remat inserted: the compute times of the ops
 // IsRecompute names, from a run's per-op rows.

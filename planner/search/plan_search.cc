@@ -215,8 +215,10 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       for (const PlanCandidate& c : families[f].variants) {
         bool is_dominated = false;
         for (const auto& [r, m] : fitting) {
-          is_dominated =
-              is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && m <= c.microbatches);
+          // More pipeline microbatches shrink the bubble: only gradient accumulation's are
+          // pure extra work.
+          const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
+          is_dominated = is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && fewer);
         }
         if (is_dominated) {
           ++skipped;

@@ -86,7 +86,8 @@ struct SearchResult {
 // devices. Order: meshes, then rules, then per (mesh, rules) the microbatches ascending and the
 // remat policies from none to full; a candidate is skipped as dominated when the same mesh
 // and rules already fit with no more remat and no more microbatches (both only add work:
-// recomputation, or weight collectives repeated per microbatch). Candidates whose logical
+// recomputation, or weight collectives repeated per microbatch; a pipeline's microbatches
+// shrink its bubble, so there only the same count dominates). Candidates whose logical
 // dimensions do not divide (Indivisible) or whose parameters and optimizer state alone exceed
 // the memory limit are pruned. Each plan is simulated as SimulateTrainStep does, composed from
 // 2 and 3 layers, with the collectives priced by a cache shared across plans and threads and

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sim/cli/collective_command.h"
+#include "sim/cli/compare_command.h"
 #include "sim/cli/lower_command.h"
 #include "sim/cli/plan_command.h"
 #include "sim/cli/run_command.h"
@@ -132,6 +133,14 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--json", plan.json_path, "Write the ranked plans as JSON");
   plan_cmd->add_option("--set", plan.overrides, "Override a file key: KEY=VALUE (repeatable)");
 
+  shardsim::CompareCommandOptions compare;
+  CLI::App* compare_cmd = app.add_subcommand(
+      "compare", "Run several model run files side by side and explain why the fastest wins");
+  compare_cmd->add_option("files", compare.files, "Model run files (two or more)")->required();
+  compare_cmd->add_option("--json", compare.json_path, "Write the figures and reasons as JSON");
+  compare_cmd->add_option("--set", compare.overrides,
+                          "Override a key in every file: KEY=VALUE (repeatable)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -152,6 +161,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
     if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
     if (app.got_subcommand(plan_cmd)) return shardsim::RunPlanCommand(plan);
+    if (app.got_subcommand(compare_cmd)) return shardsim::RunCompareCommand(compare);
     if (app.got_subcommand(lower_cmd)) {
       shardsim::RunLowerCommand(lower);
       return 0;

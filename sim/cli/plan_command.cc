@@ -153,20 +153,14 @@ std::string MeshText(const std::vector<MeshAxis>& mesh) {
   return text.empty() ? "(one device)" : text;
 }
 
-// "batch=data+fsdp embed=fsdp ..." or "axis roles" when the rules are DefaultRules'.
+// The rules, or "axis roles" when they are DefaultRules' for the mesh.
 std::string RulesText(const planner::StepPlan& plan) {
   std::map<std::string, std::vector<std::string>> defaults;
   try {
     defaults = planner::DefaultRules(plan.mesh);
   } catch (const std::invalid_argument&) {
   }
-  if (defaults == plan.rules) return "axis roles";
-  std::string text;
-  for (const auto& [dim, axes] : plan.rules) {
-    text += (text.empty() ? "" : " ") + dim + "=";
-    for (size_t i = 0; i < axes.size(); ++i) text += (i ? "+" : "") + axes[i];
-  }
-  return text.empty() ? "replicated" : text;
+  return defaults == plan.rules ? "axis roles" : DescribeRules(plan.rules);
 }
 
 // Pads `text` to `width` columns (UTF-8 aware enough for our ASCII tables).
@@ -258,7 +252,7 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   s << "model:          " << line << "\n";
   s << "candidates:     " << result.candidates << " (" << pruned << " pruned"
     << (pruned_text.empty() ? "" : ": " + pruned_text) << "; " << result.dominated
-    << " dominated: the same mesh and rules fit with less remat or fewer microbatches"
+    << " dominated: the same mesh and rules fit with less remat or fewer accumulation steps"
     << (result.beyond_budget ? "; " + std::to_string(result.beyond_budget) + " beyond the budget"
                              : "")
     << ")\n";

@@ -303,19 +303,6 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   return std::move(result.outputs);
 }
 
-// "batch: data, embed: fsdp" for the summary, in SPEC's order of logical names.
-std::string DescribeRules(const std::map<std::string, std::vector<std::string>>& rules) {
-  std::string text;
-  for (const std::string& name : planner::LogicalRules::Names()) {
-    auto it = rules.find(name);
-    if (it == rules.end() || it->second.empty()) continue;
-    std::string axes;
-    for (const std::string& a : it->second) axes += (axes.empty() ? "" : "+") + a;
-    text += (text.empty() ? "" : ", ") + name + ": " + axes;
-  }
-  return text.empty() ? "(none: replicated)" : text;
-}
-
 // A model run: the step built from the model and plan. Timing-only runs (the default) use
 // the cached collective costs on 2 and 3 layers, composed; numerics, traces, dumps and
 // --timing network run the whole step's program the way every program runs.

@@ -19,6 +19,7 @@
 #include "collectives/ir/program_builder.h"
 #include "collectives/mesh.h"
 #include "collectives/partition_spec.h"
+#include "planner/models/logical_rules.h"
 #include "sim/cli/plan_search_file.h"
 #include "sim/cli/yaml_reader.h"
 #include "sim/closest_name.h"
@@ -985,6 +986,18 @@ std::vector<int> ReadMeshDevices(const YamlValue& value, const std::vector<MeshA
                std::to_string(positions) + " positions (" + DescribeMeshAxes(axes) + ")");
   }
   return devices;
+}
+
+std::string DescribeRules(const std::map<std::string, std::vector<std::string>>& rules) {
+  std::string text;
+  for (const std::string& name : planner::LogicalRules::Names()) {
+    auto it = rules.find(name);
+    if (it == rules.end() || it->second.empty()) continue;
+    std::string axes;
+    for (const std::string& a : it->second) axes += (axes.empty() ? "" : "+") + a;
+    text += (text.empty() ? "" : ", ") + name + ": " + axes;
+  }
+  return text.empty() ? "(none: replicated)" : text;
 }
 
 std::string DescribeMeshAxes(const std::vector<MeshAxis>& axes) {

@@ -100,6 +100,9 @@ std::vector<int> ReadMeshDevices(const YamlValue& value, const std::vector<MeshA
 // "dp=4 x tp=2": mesh axes for messages and summaries.
 std::string DescribeMeshAxes(const std::vector<MeshAxis>& axes);
 
+// "batch: data+fsdp, embed: fsdp" in SPEC's order of logical names ("(none: replicated)").
+std::string DescribeRules(const std::map<std::string, std::vector<std::string>>& rules);
+
 // The keys of `algorithms:` maps: JAX's collective names and the generic kinds, from the op
 // registry.
 std::vector<std::string> AlgorithmKeys();
