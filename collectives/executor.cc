@@ -334,6 +334,22 @@ const std::vector<std::vector<int>>& Executor::PositionGroups(const std::vector<
 // the sorted set of colours in its group; positions with equal signatures get one colour,
 // numbered by first appearance (so runs are deterministic). Refinement stops when the number
 // of colours stops growing.
+std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
+  std::map<LinkId, double> busy_ps;
+  for (const auto& timing : timings_) {
+    if (!timing) continue;
+    const double longest = static_cast<double>(timing->longest().picoseconds());
+    for (size_t k = 0; k < timing->links.size(); ++k) {
+      busy_ps[timing->links[k]] += timing->link_share[k] * longest;
+    }
+  }
+  std::vector<std::pair<LinkId, Time>> out;
+  for (const auto& [link, ps] : busy_ps) {
+    out.push_back({link, Time::Picoseconds(static_cast<int64_t>(std::llround(ps)))});
+  }
+  return out;
+}
+
 void Executor::BuildClasses() {
   const LoweredProgram& lp = *lowered_;
   const int positions = mesh_.size();

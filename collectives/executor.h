@@ -154,6 +154,10 @@ class Executor {
   int64_t local_ops_run() const { return local_ops_run_; }
   // Devices simulated: one per class with a collective model, else every mesh position.
   int simulated_devices() const { return static_cast<int>(agent_position_.size()); }
+  // With a collective cost model: per directed link, the time its bytes in this program's
+  // collectives take at the link's full bandwidth (each op's share of the link times its
+  // longest member time: bytes / bandwidth), ascending by link; empty otherwise.
+  std::vector<std::pair<LinkId, Time>> LinkBusy() const;
   // The global input arrays Start() made (with data when numerics are on).
   const std::map<std::string, Array>& inputs() const { return inputs_; }
 

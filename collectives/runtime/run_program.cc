@@ -51,6 +51,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   result.simulated_devices = executor.simulated_devices();
   result.ops = executor.op_timings();
   result.per_device = executor.DeviceTimings();
+  result.link_busy = executor.LinkBusy();
   result.outputs = executor.Outputs();
   result.inputs = executor.inputs();
   result.hbm_capacity = machine.hbm_capacity();

@@ -58,6 +58,8 @@ struct RunResult {
   std::vector<Bytes> phase_entry_live;   // Per memory phase, the most live at its start.
   Bytes hbm_capacity;                    // Per device, from the machine.
   bool fits = true;                      // peak_memory <= hbm_capacity.
+  // kCached: per directed link, its collectives' bytes / its bandwidth (Executor::LinkBusy).
+  std::vector<std::pair<LinkId, Time>> link_busy;
 };
 
 // Lowers `program` (unless `lowered` is given: lower once, run many times) and runs it on

@@ -27,14 +27,13 @@ Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
 Bytes Extrapolate(Bytes a, Bytes b, int64_t k) { return a + (b - a) * k; }
 
 // Extrapolate per key (a key missing from one side counts zero there); zeros left out.
-template <typename T>
-std::map<std::string, T> ExtrapolateEach(const std::map<std::string, T>& a,
-                                         const std::map<std::string, T>& b, int64_t k) {
-  std::set<std::string> keys;
+template <typename K, typename T>
+std::map<K, T> ExtrapolateEach(const std::map<K, T>& a, const std::map<K, T>& b, int64_t k) {
+  std::set<K> keys;
   for (const auto& [key, v] : a) keys.insert(key);
   for (const auto& [key, v] : b) keys.insert(key);
-  std::map<std::string, T> out;
-  for (const std::string& key : keys) {
+  std::map<K, T> out;
+  for (const K& key : keys) {
     const auto in_a = a.find(key);
     const auto in_b = b.find(key);
     const T v =
@@ -55,6 +54,7 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.exposed_by_collective = ExtrapolateEach(a.exposed_by_collective, b.exposed_by_collective, k);
   f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
+  f.link_busy = ExtrapolateEach(a.link_busy, b.link_busy, k);
   f.peak = Extrapolate(a.peak, b.peak, k);
   if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
     f.peak = Bytes(0);
@@ -90,6 +90,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
                                run.events, global, mesh);
   f.bytes_by_collective = CollectiveBytes(run.ops);
+  f.link_busy = std::map<LinkId, Time>(run.link_busy.begin(), run.link_busy.end());
   f.phase_peaks = run.phase_peaks;
   f.phase_entry_live = run.phase_entry_live;
   return f;
@@ -270,6 +271,7 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
   r.recompute = figures.recompute;
   r.exposed_by_collective = figures.exposed_by_collective;
   r.bytes_by_collective = figures.bytes_by_collective;
+  r.link_busy = figures.link_busy;
   StepMemory& m = r.memory;
   m.params = figures.state.params;
   m.grads = figures.state.grads;

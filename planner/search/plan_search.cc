@@ -37,7 +37,8 @@ std::string DominantPart(const TrainStepReport& report) {
 
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
-                         double memory_limit, CollectiveCostModel& collectives) {
+                         double memory_limit, CollectiveCostModel& collectives,
+                         TrainStepReport* report) {
   TrainConfig t = train;
   t.microbatches = candidate.microbatches;
   TrainStepOptions options;
@@ -65,6 +66,7 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   o.fits =
       static_cast<double>(o.peak.count()) <= memory_limit * static_cast<double>(o.capacity.count());
   o.dominant = DominantPart(r);
+  if (report) *report = std::move(r);
   return o;
 }
 
@@ -231,7 +233,13 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           pr.outcome = known->second;
           pr.resumed = true;
         } else {
-          pr.outcome = EvaluatePlan(machine, model, train, c, space.memory_limit, collectives);
+          TrainStepReport report;
+          pr.outcome =
+              EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
+          if (pr.outcome.refused.empty()) {
+            report.link_busy.clear();
+            pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+          }
         }
         if (pr.outcome.refused.empty() && pr.outcome.fits) {
           fitting.push_back({c.plan.remat, c.microbatches});

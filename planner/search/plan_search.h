@@ -41,6 +41,9 @@ struct PlanResult {
   std::string key;  // CandidateKey.
   PlanOutcome outcome;
   bool resumed = false;  // Read from an earlier search's results, not simulated now.
+  // The step's whole report when simulated now (null when resumed or refused), its per-link
+  // figures left out (link_busy: tens of thousands of entries on a pod).
+  std::shared_ptr<const TrainStepReport> report;
 };
 
 // Progress, for the caller's progress bar.
@@ -98,9 +101,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
 
 // Evaluates one candidate as SearchPlans does, on `machine`, pricing collectives with
 // `collectives` (which SearchPlans wraps as described there).
+// `report`, when given, receives the step's report (unset when refused).
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
-                         double memory_limit, CollectiveCostModel& collectives);
+                         double memory_limit, CollectiveCostModel& collectives,
+                         TrainStepReport* report = nullptr);
 
 // What dominates a step: "compute", "bubble", or its largest exposed collective class.
 std::string DominantPart(const TrainStepReport& report);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "planner/models/train_step_run.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
+#include "sim/cli/html_report.h"
 #include "sim/cli/run_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
@@ -29,6 +31,7 @@ struct Compared {
   std::string file;
   ModelRunSpec run;
   planner::TrainStepReport report;
+  std::unique_ptr<Machine> machine;  // Its hardware (the report's links name its topology).
 };
 
 // One part of the busiest device's step (compute, one class's exposed communication, or the
@@ -77,7 +80,9 @@ std::string ExposedCell(const Compared& c, const std::string& name) {
   const auto t = c.report.exposed_by_collective.find(name);
   const auto b = c.report.bytes_by_collective.find(name);
   std::string cell = t == c.report.exposed_by_collective.end() ? "-" : FormatTime(t->second);
-  if (b != c.report.bytes_by_collective.end()) cell += " (" + FormatBytes(b->second) + ")";
+  if (b != c.report.bytes_by_collective.end()) {
+    cell += " (inputs " + FormatBytes(b->second) + ")";
+  }
   return cell;
 }
 
@@ -121,7 +126,7 @@ std::string Reason(const Part& p, const Compared& slow, const Compared& fast, Ti
 
 int RunCompareCommand(const CompareCommandOptions& options) {
   if (options.files.size() < 2) throw InputError("compare needs two or more run files");
-  CheckDistinctOutputs({{"--json", options.json_path}});
+  CheckDistinctOutputs({{"--json", options.json_path}, {"--report", options.report_path}});
   std::vector<Compared> runs;
   for (size_t i = 0; i < options.files.size(); ++i) {
     RunFile file = LoadRunFile(options.files[i], options.overrides);
@@ -136,8 +141,8 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     c.file = options.files[i];
     c.run = *file.model;
     try {
-      Machine machine(BuildHardware(file.hardware));
-      c.report = planner::SimulateTrainStep(machine, c.run.model, c.run.train, c.run.plan);
+      c.machine = std::make_unique<Machine>(BuildHardware(file.hardware));
+      c.report = planner::SimulateTrainStep(*c.machine, c.run.model, c.run.train, c.run.plan);
     } catch (const SpecError& e) {
       throw InputError(file.Locate(e));
     } catch (const std::invalid_argument& e) {
@@ -173,7 +178,7 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   row("compute", [](const Compared& c) { return FormatTime(c.report.compute); });
   row("  recompute", [](const Compared& c) { return FormatTime(c.report.recompute); });
   row("communication", [](const Compared& c) { return FormatTime(c.report.comm); });
-  row("exposed comm (inputs)", [](const Compared& c) { return FormatTime(c.report.exposed_comm); });
+  row("exposed comm", [](const Compared& c) { return FormatTime(c.report.exposed_comm); });
   for (const Part& p : parts) {
     if (p.name == "compute" || p.name == "waiting") continue;
     row("  " + p.name, [&](const Compared& c) { return ExposedCell(c, p.name); });
@@ -207,12 +212,16 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   }
   const Compared& fast = runs[best];
   nlohmann::ordered_json reasons = nlohmann::ordered_json::array();
+  std::vector<std::string> sentences;  // For --report.
   for (size_t i = 0; i < runs.size(); ++i) {
     if (i == best) continue;
     const Compared& slow = runs[i];
     const Time gap = slow.report.step_time - fast.report.step_time;
-    s << "\nwhy " << fast.label << " is faster than " << slow.label << " by " << FormatTime(gap)
-      << " (the parts of the busiest device's step, which add up to it):\n";
+    const std::string why = "why " + fast.label + " is faster than " + slow.label + " by " +
+                            FormatTime(gap) +
+                            " (the parts of the busiest device's step, which add up to it):";
+    s << "\n" << why << "\n";
+    sentences.push_back(why);
     std::vector<std::pair<Time, const Part*>> diffs;
     for (const Part& p : parts) diffs.push_back({p.time[i] - p.time[best], &p});
     std::stable_sort(diffs.begin(), diffs.end(), [](const auto& a, const auto& b) {
@@ -226,6 +235,7 @@ int RunCompareCommand(const CompareCommandOptions& options) {
       }
       const std::string sentence = Reason(*p, slow, fast, d);
       s << "- " << sentence << "\n";
+      sentences.push_back(sentence);
       reasons.push_back({{"slower", slow.label},
                          {"faster", fast.label},
                          {"part", p->name},
@@ -243,6 +253,17 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     s << "\nnote: " << fast.label << ", the fastest, does not fit: it peaks at "
       << FormatBytes(fast.report.memory.peak) << " of " << FormatBytes(fast.report.memory.capacity)
       << " HBM.\n";
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!options.report_path.empty()) {
+    std::vector<ReportedStep> steps;
+    std::vector<const Topology*> topologies;
+    for (const Compared& c : runs) {
+      steps.push_back({c.label, DescribeMeshAxes(c.run.plan.mesh), c.report});
+      topologies.push_back(&c.machine->topology());
+    }
+    files.emplace_back(options.report_path,
+                       CompareReportHtml("shardsim compare", rows, steps, topologies, sentences));
   }
   if (!options.json_path.empty()) {
     nlohmann::ordered_json j;
@@ -285,8 +306,9 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     }
     j["fastest"] = fast.label;
     j["reasons"] = reasons;
-    WriteOutputFiles({{options.json_path, j.dump(2) + "\n"}}, {});
+    files.emplace_back(options.json_path, j.dump(2) + "\n");
   }
+  WriteOutputFiles(files, {});
   std::cout << s.str();
   return 0;
 }

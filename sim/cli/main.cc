@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--out", plan.out_path,
                        "Append one JSON line per evaluated plan; a rerun resumes from it");
   plan_cmd->add_option("--json", plan.json_path, "Write the ranked plans as JSON");
+  plan_cmd->add_option("--report", plan.report_path,
+                       "Write a self-contained HTML report (charts as inline SVG)");
   plan_cmd->add_option("--set", plan.overrides, "Override a file key: KEY=VALUE (repeatable)");
 
   shardsim::CompareCommandOptions compare;
@@ -138,6 +140,8 @@ int main(int argc, char** argv) {
       "compare", "Run several model run files side by side and explain why the fastest wins");
   compare_cmd->add_option("files", compare.files, "Model run files (two or more)")->required();
   compare_cmd->add_option("--json", compare.json_path, "Write the figures and reasons as JSON");
+  compare_cmd->add_option("--report", compare.report_path,
+                          "Write a self-contained HTML report (charts as inline SVG)");
   compare_cmd->add_option("--set", compare.overrides,
                           "Override a key in every file: KEY=VALUE (repeatable)");
 

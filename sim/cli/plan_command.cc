@@ -12,10 +12,13 @@
 #include <string>
 
 #include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/slowest_member_model.h"
 #include "planner/models/model_flops.h"
 #include "planner/search/plan_search.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
+#include "sim/cli/html_report.h"
 #include "sim/cli/run_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
@@ -183,10 +186,48 @@ void ShowProgress(const planner::SearchProgress& p) {
   std::fflush(stderr);
 }
 
+// "data=8,fsdp=64,tensor=4; remat selective; microbatches 1 (1f1b)".
+std::string PlanLine(const planner::PlanCandidate& c) {
+  std::string text = MeshText(c.plan.mesh) + "; rules " + RulesText(c.plan) + "; remat " +
+                     planner::RematPolicyName(c.plan.remat) + "; microbatches " +
+                     std::to_string(c.microbatches);
+  if (c.plan.pipeline) {
+    text += " (" + std::string(planner::PipelineScheduleName(c.plan.pipeline->schedule)) + ")";
+  }
+  return text;
+}
+
+// The --report page: the best `top` plans' reports (resumed ones simulated again), the best
+// one simulated again for its per-link figures (the search keeps none).
+std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
+                       const std::vector<std::string>& summary, const planner::SearchResult& result,
+                       int top) {
+  Machine machine(BuildHardware(file.hardware));
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel collectives(cache);
+  std::vector<ReportedStep> steps;
+  for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(top); ++k) {
+    const PlanResult& r = result.results[result.ranked[k]];
+    ReportedStep step{std::to_string(k + 1), PlanLine(r.candidate), {}};
+    if (k == 0 || !r.report) {
+      planner::EvaluatePlan(machine, spec.model, spec.train, r.candidate, spec.space.memory_limit,
+                            collectives, &step.report);
+    } else {
+      step.report = *r.report;
+    }
+    steps.push_back(std::move(step));
+  }
+  return PlanReportHtml("shardsim plan: " + spec.name + " on " + machine.topology().name(), summary,
+                        result, steps, machine.topology());
+}
+
 }  // namespace
 
 int RunPlanCommand(const PlanCommandOptions& options) {
-  CheckDistinctOutputs({{"--out", options.out_path}, {"--json", options.json_path}});
+  CheckDistinctOutputs({{"--out", options.out_path},
+                        {"--json", options.json_path},
+                        {"--report", options.report_path}});
   if (options.jobs < 1) throw InputError("--jobs must be at least 1");
   if (options.top < 1) throw InputError("--top must be at least 1");
   if (options.budget < 0) throw InputError("--budget must be at least 0");
@@ -242,33 +283,42 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     pruned += n;
     pruned_text += (pruned_text.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
   }
-  std::ostringstream s;
   const double n = static_cast<double>(planner::CountParameters(spec.model).total);
   char line[512];
+  std::vector<std::string> summary;
+  summary.push_back("hardware:       " + hardware);
   std::snprintf(line, sizeof(line), "%s (%.4gB parameters), batch %lld x %lld tokens",
                 spec.name.c_str(), n / 1e9, static_cast<long long>(spec.train.batch),
                 static_cast<long long>(spec.train.seq_len));
-  s << "hardware:       " << hardware << "\n";
-  s << "model:          " << line << "\n";
-  s << "candidates:     " << result.candidates << " (" << pruned << " pruned"
-    << (pruned_text.empty() ? "" : ": " + pruned_text) << "; " << result.dominated
-    << " dominated: the same mesh and rules fit with less remat or fewer accumulation steps"
-    << (result.beyond_budget ? "; " + std::to_string(result.beyond_budget) + " beyond the budget"
-                             : "")
-    << ")\n";
+  summary.push_back(std::string("model:          ") + line);
+  summary.push_back(
+      "candidates:     " + std::to_string(result.candidates) + " (" + std::to_string(pruned) +
+      " pruned" + (pruned_text.empty() ? "" : ": " + pruned_text) + "; " +
+      std::to_string(result.dominated) +
+      " dominated: the same mesh and rules fit with less remat or fewer accumulation steps" +
+      (result.beyond_budget ? "; " + std::to_string(result.beyond_budget) + " beyond the budget"
+                            : "") +
+      ")");
   std::snprintf(
-      line, sizeof(line), "%lld simulated, %lld resumed in %.2f s wall (%.1f plans/s, %d job%s)",
+      line, sizeof(line),
+      "%lld simulated, %lld resumed in %.2f s wall (%.1f plans/s, %d job%s); %zu fit, %lld over "
+      "%g%% of HBM, %lld refused",
       static_cast<long long>(result.simulated),
       static_cast<long long>(result.results.size()) - static_cast<long long>(result.simulated),
       result.wall_s,
       result.wall_s > 0 ? static_cast<double>(result.simulated) / result.wall_s : 0.0, options.jobs,
-      options.jobs == 1 ? "" : "s");
-  s << "evaluated:      " << line << "; " << result.ranked.size() << " fit, " << result.not_fitting
-    << " over " << spec.space.memory_limit * 100 << "% of HBM, " << result.refused << " refused\n";
-  s << "objective:      " << planner::SearchObjectiveName(spec.space.objective)
-    << "; each step composed from 2 and 3 simulated layers, every collective's members ending "
-       "with its slowest (shardsim run times them apart: within a fraction of a percent on "
-       "symmetric meshes)\n\n";
+      options.jobs == 1 ? "" : "s", result.ranked.size(),
+      static_cast<long long>(result.not_fitting), spec.space.memory_limit * 100,
+      static_cast<long long>(result.refused));
+  summary.push_back(std::string("evaluated:      ") + line);
+  summary.push_back(std::string("objective:      ") +
+                    planner::SearchObjectiveName(spec.space.objective) +
+                    "; each step composed from 2 and 3 simulated layers, every collective's "
+                    "members ending with its slowest (shardsim run times them apart: within a "
+                    "fraction of a percent on symmetric meshes)");
+  std::ostringstream s;
+  for (const std::string& l : summary) s << l << "\n";
+  s << "\n";
   const std::vector<std::string> headers = {"rank",       "mesh",        "rules", "remat",
                                             "mb",         "step time",   "MFU",   "tok/s/dev",
                                             "peak / HBM", "dominated by"};
@@ -306,11 +356,16 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       s << text << "\n";
     }
   }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!options.report_path.empty()) {
+    files.emplace_back(options.report_path, PlanReport(file, spec, summary, result, options.top));
+  }
   if (!options.json_path.empty()) {
     Json ranked = Json::array();
     for (size_t i : result.ranked) ranked.push_back(ResultJson(result.results[i]));
-    WriteOutputFiles({{options.json_path, ranked.dump(2) + "\n"}}, {});
+    files.emplace_back(options.json_path, ranked.dump(2) + "\n");
   }
+  WriteOutputFiles(files, {});
   std::cout << s.str();
   return 0;
 }

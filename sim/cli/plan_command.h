@@ -15,6 +15,7 @@ struct PlanCommandOptions {
   int top = 10;                        // --top: rows of the ranked table.
   std::string out_path;                // --out: one JSON line per evaluated plan (resumable).
   std::string json_path;               // --json: the ranked list.
+  std::string report_path;             // --report: an HTML page.
   std::vector<std::string> overrides;  // --set KEY=VALUE.
 };
 

@@ -225,7 +225,9 @@ TEST_F(CommandsTest, CollectivePsumSweepCsv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].size_bytes, sizes[i]);
     ExpectConsistentRow(rows[i], 2.0 * 3 / 4);  // psum: 2 (n-1)/n, n = 4.
-    if (i > 0) EXPECT_GT(rows[i].time_us, rows[i - 1].time_us) << "time must grow with size";
+    if (i > 0) {
+      EXPECT_GT(rows[i].time_us, rows[i - 1].time_us) << "time must grow with size";
+    }
   }
   // The table on stdout names the columns and has one line per size.
   for (const char* column : {"size", "time", "algbw", "busbw"}) {

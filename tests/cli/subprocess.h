@@ -67,13 +67,13 @@ inline std::ostream& operator<<(std::ostream& os, const Result& r) {
             << r.err << "--------------";
 }
 
-// Runs `shardsim ARGS...` with stdout and stderr redirected to files under `capture_dir`
+// Runs `BINARY ARGS...` with stdout and stderr redirected to files under `capture_dir`
 // (files rather than pipes: nothing can deadlock on a full pipe), and waits for it.
-inline Result RunShardsim(const std::vector<std::string>& args, const fs::path& capture_dir) {
+inline Result RunBinary(const std::string& binary, const std::vector<std::string>& args,
+                        const fs::path& capture_dir) {
   Result r;
   const std::string out_path = (capture_dir / "stdout.txt").string();
   const std::string err_path = (capture_dir / "stderr.txt").string();
-  const std::string binary = Binary();
   std::vector<std::string> argv_strings = {binary};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -101,6 +101,11 @@ inline Result RunShardsim(const std::vector<std::string>& args, const fs::path& 
   r.out = ReadFile(out_path);
   r.err = ReadFile(err_path);
   return r;
+}
+
+// Runs `shardsim ARGS...` (RunBinary of Binary()).
+inline Result RunShardsim(const std::vector<std::string>& args, const fs::path& capture_dir) {
+  return RunBinary(Binary(), args, capture_dir);
 }
 
 // True when `text` is exactly one line that starts with "error: ".
