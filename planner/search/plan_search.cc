@@ -195,6 +195,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   std::vector<std::vector<PlanResult>> done(families.size());
   std::vector<char> finished(families.size(), 0);
   std::vector<int64_t> dominated(families.size(), 0);
+  std::vector<int64_t> unknown(families.size(), 0);
   std::atomic<size_t> next{0};
   std::atomic<bool> out_of_time{false};
   std::mutex commit_mutex;
@@ -202,7 +203,26 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   size_t index = 0;  // Search-order index of the next committed result.
   SearchProgress progress;
   progress.total = kept;
+  if (options.process_count > 1) {
+    progress.total = 0;
+    for (size_t f = 0; f < families.size(); ++f) {
+      if (static_cast<int>(f % static_cast<size_t>(options.process_count)) ==
+          options.process_rank) {
+        progress.total += static_cast<int64_t>(families[f].variants.size());
+      }
+    }
+  }
   std::exception_ptr failure;
+  // Hands the finished families at the front of the order to on_result (commit_mutex held).
+  auto commit = [&] {
+    while (next_commit < families.size() && finished[next_commit]) {
+      for (PlanResult& r : done[next_commit]) {
+        r.index = index++;
+        if (options.on_result) options.on_result(r);
+      }
+      ++next_commit;
+    }
+  };
   auto work = [&](Machine& machine, CollectiveCostModel& network) {
     SharedCacheView view(shared, network);
     SlowestMemberCollectiveModel collectives(view);
@@ -211,9 +231,18 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       if (out_of_time) return;
       const size_t f = next++;
       if (f >= families.size()) return;
+      if (static_cast<int>(f % static_cast<size_t>(std::max(1, options.process_count))) !=
+          options.process_rank) {
+        // Another process's family: settled here as nothing.
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        finished[f] = 2;
+        commit();
+        continue;
+      }
       std::vector<PlanResult> results;
       std::vector<std::pair<RematPolicy, int64_t>> fitting;
       int64_t skipped = 0;
+      int64_t unsimulated = 0;  // Not known, with simulate off.
       for (const PlanCandidate& c : families[f].variants) {
         bool is_dominated = false;
         for (const auto& [r, m] : fitting) {
@@ -232,6 +261,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         if (const auto known = options.known.find(pr.key); known != options.known.end()) {
           pr.outcome = known->second;
           pr.resumed = true;
+        } else if (!options.simulate) {
+          ++unsimulated;
+          continue;
         } else {
           TrainStepReport report;
           pr.outcome =
@@ -249,6 +281,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       std::lock_guard<std::mutex> lock(commit_mutex);
       done[f] = std::move(results);
       dominated[f] = skipped;
+      unknown[f] = unsimulated;
       finished[f] = 1;
       for (const PlanResult& r : done[f]) {
         if (r.outcome.refused.empty() && r.outcome.fits &&
@@ -257,13 +290,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         }
       }
       progress.done += static_cast<int64_t>(families[f].variants.size());
-      while (next_commit < families.size() && finished[next_commit]) {
-        for (PlanResult& r : done[next_commit]) {
-          r.index = index++;
-          if (options.on_result) options.on_result(r);
-        }
-        ++next_commit;
-      }
+      commit();
       progress.elapsed_s = elapsed();
       if (options.on_progress) options.on_progress(progress);
     }
@@ -292,11 +319,13 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   if (failure) std::rethrow_exception(failure);
 
   for (size_t f = 0; f < families.size(); ++f) {
+    if (finished[f] == 2) continue;  // Another process's.
     if (!finished[f]) {
       result.beyond_budget += static_cast<int64_t>(families[f].variants.size());
       continue;
     }
     result.dominated += dominated[f];
+    result.beyond_budget += unknown[f];
     for (PlanResult& r : done[f]) {
       if (!r.outcome.refused.empty()) {
         ++result.refused;

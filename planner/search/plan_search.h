@@ -68,6 +68,16 @@ struct SearchOptions {
   std::function<void(const PlanResult&)> on_result;
   // Called (never concurrently) as candidates settle.
   std::function<void(const SearchProgress&)> on_progress;
+  // Spreading one search over processes (shardsim plan --mpi): this process evaluates only
+  // the (mesh, rules) families whose index modulo `process_count` is `process_rank`; results
+  // hold just those. Merging the processes' outcomes as `known` into a search of the whole
+  // space gives the single-process result (dominance is decided within a family, which one
+  // process holds whole).
+  int process_rank = 0;
+  int process_count = 1;
+  // False: simulate nothing; candidates not in `known` count as beyond the budget (merging
+  // the outcomes other processes evaluated).
+  bool simulate = true;
 };
 
 // What a search found.

@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--json", plan.json_path, "Write the ranked plans as JSON");
   plan_cmd->add_option("--report", plan.report_path,
                        "Write a self-contained HTML report (charts as inline SVG)");
+  plan_cmd->add_flag("--mpi", plan.mpi,
+                     "Spread evaluations over the processes of mpirun -n P (Open MPI)");
   plan_cmd->add_option("--set", plan.overrides, "Override a file key: KEY=VALUE (repeatable)");
 
   shardsim::CompareCommandOptions compare;

@@ -19,6 +19,7 @@
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/html_report.h"
+#include "sim/cli/mpi_world.h"
 #include "sim/cli/run_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
@@ -116,8 +117,9 @@ PlanOutcome OutcomeOfJson(const Json& j, const std::string& where) {
 }
 
 // Reads an earlier search's --out file: outcomes by key. A last line cut short by an
-// interruption is dropped (and cut from the file, so appending continues cleanly).
-std::map<std::string, PlanOutcome> ReadResumeFile(const std::string& path) {
+// interruption is dropped (and, with `truncate`, cut from the file, so appending continues
+// cleanly).
+std::map<std::string, PlanOutcome> ReadResumeFile(const std::string& path, bool truncate) {
   std::map<std::string, PlanOutcome> known;
   std::ifstream in(path, std::ios::binary);
   if (!in) return known;
@@ -125,7 +127,7 @@ std::map<std::string, PlanOutcome> ReadResumeFile(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const size_t complete = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  if (complete < text.size()) std::filesystem::resize_file(path, complete);
+  if (truncate && complete < text.size()) std::filesystem::resize_file(path, complete);
   size_t start = 0;
   int line = 0;
   while (start < complete) {
@@ -242,40 +244,94 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
   const PlanSearchSpec& spec = *file.search;
+  // --mpi: every process searches its share of the families; rank 0 merges and reports.
+  std::unique_ptr<MpiWorld> world;
+  if (options.mpi) world = std::make_unique<MpiWorld>();
+  const bool root = !world || world->rank() == 0;
+  const bool spread = world && world->size() > 1;
   planner::SearchOptions search;
   search.jobs = options.jobs;
   search.budget = options.budget;
   search.time_limit_s = time_limit_s;
   search.make_machine = [&] { return std::make_unique<Machine>(BuildHardware(file.hardware)); };
-  if (!options.out_path.empty()) search.known = ReadResumeFile(options.out_path);
+  if (world) {
+    search.process_rank = world->rank();
+    search.process_count = world->size();
+  }
+  std::map<std::string, PlanOutcome> in_file;  // What --out held before this search.
+  if (!options.out_path.empty()) in_file = ReadResumeFile(options.out_path, root);
+  search.known = in_file;
   std::ofstream out;
-  if (!options.out_path.empty()) {
+  auto append = [&](const PlanResult& r) {
+    if (in_file.count(r.key)) return;
+    // One write and a flush per line: an interrupted search leaves whole lines (and at most
+    // one cut short, which the next run drops).
+    out << ResultJson(r).dump() << '\n';
+    out.flush();
+  };
+  if (!options.out_path.empty() && root) {
     out.open(options.out_path, std::ios::app | std::ios::binary);
     if (!out) throw InputError("--out " + options.out_path + ": cannot open for appending");
-    search.on_result = [&](const PlanResult& r) {
-      if (r.resumed) return;
-      // One write and a flush per line: an interrupted search leaves whole lines (and at most
-      // one cut short, which the next run drops).
-      out << ResultJson(r).dump() << '\n';
-      out.flush();
-    };
+    if (!spread) search.on_result = append;
   }
-  const bool terminal = isatty(fileno(stderr));
+  const bool terminal = root && isatty(fileno(stderr));
   if (terminal) search.on_progress = ShowProgress;
   planner::SearchResult result;
   std::string hardware;
+  int64_t simulated = 0;  // Over every process.
   try {
     std::unique_ptr<Machine> machine = search.make_machine();
     const Topology& topo = machine->topology();
     hardware = topo.name() + " (" + std::to_string(topo.num_devices()) + " devices, " +
                FormatBytes(machine->hbm_capacity()) + " HBM each)";
     result = planner::SearchPlans(spec.model, spec.train, spec.space, search);
+    simulated = result.simulated;
+    if (spread) {
+      // Each process's new outcomes, as --out lines, to rank 0; it searches again with all of
+      // them known and nothing simulated, which orders, skips and ranks as one process would.
+      std::string lines = "{\"simulated\": " + std::to_string(result.simulated) + "}\n";
+      for (const PlanResult& r : result.results) {
+        if (!r.resumed) lines += ResultJson(r).dump() + "\n";
+      }
+      const std::vector<std::string> parts = world->Gather(lines);
+      if (!root) return 0;
+      simulated = 0;
+      for (size_t p = 0; p < parts.size(); ++p) {
+        std::istringstream in(parts[p]);
+        for (std::string line; std::getline(in, line);) {
+          const Json j = Json::parse(line);
+          if (j.contains("simulated")) {
+            simulated += j.at("simulated").get<int64_t>();
+          } else {
+            search.known[j.at("key").get<std::string>()] =
+                OutcomeOfJson(j, "process " + std::to_string(p));
+          }
+        }
+      }
+      const double wall = result.wall_s;
+      search.simulate = false;
+      search.process_rank = 0;
+      search.process_count = 1;
+      search.on_progress = nullptr;
+      if (out.is_open()) search.on_result = append;
+      result = planner::SearchPlans(spec.model, spec.train, spec.space, search);
+      result.wall_s = wall;
+    }
   } catch (const SpecError& e) {
+    if (spread) {
+      std::fprintf(stderr, "error: %s\n", file.Locate(e).c_str());
+      world->Abort(2);
+    }
     throw InputError(file.Locate(e));
   } catch (const std::invalid_argument& e) {
+    if (spread) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      world->Abort(2);
+    }
     throw InputError(file.Locate(SpecError("plan", e.what())));
   }
   if (terminal) std::fprintf(stderr, "\n");
+  const int processes = world ? world->size() : 1;
 
   int64_t pruned = 0;
   std::string pruned_text;
@@ -301,15 +357,15 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       ")");
   std::snprintf(
       line, sizeof(line),
-      "%lld simulated, %lld resumed in %.2f s wall (%.1f plans/s, %d job%s); %zu fit, %lld over "
-      "%g%% of HBM, %lld refused",
-      static_cast<long long>(result.simulated),
-      static_cast<long long>(result.results.size()) - static_cast<long long>(result.simulated),
-      result.wall_s,
-      result.wall_s > 0 ? static_cast<double>(result.simulated) / result.wall_s : 0.0, options.jobs,
-      options.jobs == 1 ? "" : "s", result.ranked.size(),
-      static_cast<long long>(result.not_fitting), spec.space.memory_limit * 100,
-      static_cast<long long>(result.refused));
+      "%lld simulated, %lld resumed in %.2f s wall (%.1f plans/s, %d job%s%s); %zu fit, %lld "
+      "over %g%% of HBM, %lld refused",
+      static_cast<long long>(simulated),
+      static_cast<long long>(result.results.size()) - static_cast<long long>(simulated),
+      result.wall_s, result.wall_s > 0 ? static_cast<double>(simulated) / result.wall_s : 0.0,
+      options.jobs, options.jobs == 1 ? "" : "s",
+      processes > 1 ? (" in each of " + std::to_string(processes) + " processes").c_str() : "",
+      result.ranked.size(), static_cast<long long>(result.not_fitting),
+      spec.space.memory_limit * 100, static_cast<long long>(result.refused));
   summary.push_back(std::string("evaluated:      ") + line);
   summary.push_back(std::string("objective:      ") +
                     planner::SearchObjectiveName(spec.space.objective) +

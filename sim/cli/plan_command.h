@@ -16,6 +16,7 @@ struct PlanCommandOptions {
   std::string out_path;                // --out: one JSON line per evaluated plan (resumable).
   std::string json_path;               // --json: the ranked list.
   std::string report_path;             // --report: an HTML page.
+  bool mpi = false;                    // --mpi: spread evaluations over the MPI processes.
   std::vector<std::string> overrides;  // --set KEY=VALUE.
 };
 

@@ -7,7 +7,9 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -154,6 +156,53 @@ TEST_F(PlanCommandTest, ResumesAKilledSearch) {
   EXPECT_EQ(ReadFile(killed), ReadFile(whole));
   auto table = [](const std::string& out) { return out.substr(out.find("rank  mesh")); };
   EXPECT_EQ(table(resumed.out), table(full.out));
+}
+
+TEST_F(PlanCommandTest, MpiProcessesGiveTheSingleProcessResults) {
+  const std::string mpirun = "/usr/bin/mpirun";
+  if (!fs::exists(mpirun)) GTEST_SKIP() << "Open MPI's mpirun is not installed";
+  const std::string file = Tiny();
+  const Result probe = Run({"plan", file, "--mpi", "--budget", "1"});
+  if (probe.err.find("built without MPI") != std::string::npos) {
+    GTEST_SKIP() << "this shardsim was built without MPI";
+  }
+  // mpirun refuses to start as root unless told (CI containers run as root).
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  const std::string one = (out() / "one.jsonl").string(), two = (out() / "two.jsonl").string();
+  const std::string one_json = (out() / "one.json").string();
+  const std::string two_json = (out() / "two.json").string();
+  RunOk({"plan", file, "--out", one, "--json", one_json});
+  const Result r = RunBinary(mpirun,
+                             {"-n", "2", "--oversubscribe", Binary(), "plan", file, "--mpi",
+                              "--out", two, "--json", two_json},
+                             root_);
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_NE(r.out.find("in each of 2 processes"), std::string::npos) << r;
+  EXPECT_EQ(ReadFile(two), ReadFile(one));
+  EXPECT_EQ(ReadFile(two_json), ReadFile(one_json));
+  auto table = [](const std::string& out) { return out.substr(out.find("rank  mesh")); };
+  EXPECT_EQ(table(r.out), table(RunOk({"plan", file}).out));
+}
+
+// Every plan search example runs (its first few candidates: the whole searches take seconds
+// to a minute; README lists their outcomes).
+TEST_F(PlanCommandTest, EveryPlanExampleRuns) {
+  const fs::path plans = SourceDir() + "/configs/plans";
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(plans)) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 3u);
+  for (const fs::path& file : files) {
+    SCOPED_TRACE(file.string());
+    const Result r = RunOk({"plan", file.string(), "--budget", "4", "--jobs", "2"});
+    EXPECT_NE(r.out.find("candidates:"), std::string::npos) << r;
+    EXPECT_TRUE(r.out.find("rank  mesh") != std::string::npos ||
+                r.out.find("no plan fits") != std::string::npos)
+        << r;
+  }
 }
 
 TEST_F(PlanCommandTest, LocatedErrors) {
