@@ -335,17 +335,26 @@ const std::vector<std::vector<int>>& Executor::PositionGroups(const std::vector<
 // numbered by first appearance (so runs are deterministic). Refinement stops when the number
 // of colours stops growing.
 std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
-  std::map<LinkId, double> busy_ps;
+  // Ops of one layer repeat: each distinct timing once, times how often it ran.
+  std::map<const CollectiveTiming*, int> runs;
   for (const auto& timing : timings_) {
-    if (!timing) continue;
-    const double longest = static_cast<double>(timing->longest().picoseconds());
+    if (timing) ++runs[timing.get()];
+  }
+  std::vector<double> busy_ps;
+  for (const auto& [timing, count] : runs) {
+    const double longest = static_cast<double>(timing->longest().picoseconds()) * count;
     for (size_t k = 0; k < timing->links.size(); ++k) {
-      busy_ps[timing->links[k]] += timing->link_share[k] * longest;
+      const auto l = static_cast<size_t>(timing->links[k]);
+      if (l >= busy_ps.size()) busy_ps.resize(l + 1, 0.0);
+      busy_ps[l] += timing->link_share[k] * longest;
     }
   }
   std::vector<std::pair<LinkId, Time>> out;
-  for (const auto& [link, ps] : busy_ps) {
-    out.push_back({link, Time::Picoseconds(static_cast<int64_t>(std::llround(ps)))});
+  for (size_t l = 0; l < busy_ps.size(); ++l) {
+    if (busy_ps[l] > 0) {
+      out.push_back({static_cast<LinkId>(l),
+                     Time::Picoseconds(static_cast<int64_t>(std::llround(busy_ps[l])))});
+    }
   }
   return out;
 }

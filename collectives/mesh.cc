@@ -45,6 +45,18 @@ Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
   for (int i = static_cast<int>(axes_.size()) - 2; i >= 0; --i) {
     strides_[i] = strides_[i + 1] * axes_[i + 1].size;
   }
+  // FNV-1a over the sizes, a separator, then the devices.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const MeshAxis& axis : axes_) mix(static_cast<uint64_t>(axis.size));
+  mix(~uint64_t{0});
+  for (int d : devices_) mix(static_cast<uint64_t>(d));
+  fingerprint_ = h;
 }
 
 int Mesh::AxisIndex(const std::string& name) const {

@@ -1,6 +1,7 @@
 // A logical device mesh: named axes over physical devices, and the groups collectives use.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ class Mesh {
   int device(int position) const { return devices_[position]; }
   // All physical devices by position.
   const std::vector<int>& devices() const { return devices_; }
+  // A 64-bit hash of the axis sizes and the devices by position (not the axis names): equal
+  // placements hash equal. Caches use it to find a placement before comparing it whole.
+  uint64_t fingerprint() const { return fingerprint_; }
 
   // The collective groups over `axes` (axis indices, in the order the op names them): every
   // group holds the positions that differ only along those axes, ordered by the linear index
@@ -52,6 +56,7 @@ class Mesh {
   std::vector<MeshAxis> axes_;
   std::vector<int> devices_;
   std::vector<int> strides_;
+  uint64_t fingerprint_ = 0;
 };
 
 }  // namespace shardsim

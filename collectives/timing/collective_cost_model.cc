@@ -292,9 +292,9 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
 
 namespace {
 
-// Every field of `request` but its kind and reduction, then the mesh (axis sizes and each
-// position's device). Algorithm names are spelled out character by character.
-std::vector<int64_t> RequestKey(const Mesh& mesh, const CollectiveRequest& request,
+// Every field of `request` but its kind and reduction, then the mesh's placement (its id in
+// the cache, MeshId). Algorithm names are spelled out character by character.
+std::vector<int64_t> RequestKey(int64_t mesh_id, const CollectiveRequest& request,
                                 int64_t elements) {
   std::vector<int64_t> key = {static_cast<int64_t>(request.dtype), elements,
                               request.chunk_size.count(),
@@ -304,9 +304,7 @@ std::vector<int64_t> RequestKey(const Mesh& mesh, const CollectiveRequest& reque
   key.insert(key.end(), request.axes.begin(), request.axes.end());
   key.push_back(static_cast<int64_t>(request.destination.size()));
   key.insert(key.end(), request.destination.begin(), request.destination.end());
-  key.push_back(static_cast<int64_t>(mesh.axes().size()));
-  for (const MeshAxis& axis : mesh.axes()) key.push_back(axis.size);
-  for (int p = 0; p < mesh.size(); ++p) key.push_back(mesh.device(p));
+  key.push_back(mesh_id);
   return key;
 }
 
@@ -327,9 +325,37 @@ int64_t CachedCollectiveModel::ring_pass_hits() const {
   return ring_pass_hits_;
 }
 
+int64_t CachedCollectiveModel::MeshId(const Mesh& mesh) {
+  std::vector<std::pair<std::vector<int64_t>, int64_t>>& same = meshes_[mesh.fingerprint()];
+  const size_t axes = mesh.axes().size();
+  // The placement as stored: the axis sizes, -1, the devices by position.
+  auto equal = [&](const std::vector<int64_t>& known) {
+    if (known.size() != axes + 1 + mesh.devices().size()) return false;
+    for (size_t a = 0; a < axes; ++a) {
+      if (known[a] != mesh.axes()[a].size) return false;
+    }
+    return std::equal(mesh.devices().begin(), mesh.devices().end(), known.begin() + axes + 1);
+  };
+  for (const auto& [known, id] : same) {
+    if (equal(known)) return id;
+  }
+  std::vector<int64_t> placement;
+  placement.reserve(axes + 1 + mesh.devices().size());
+  for (const MeshAxis& axis : mesh.axes()) placement.push_back(axis.size);
+  placement.push_back(-1);
+  placement.insert(placement.end(), mesh.devices().begin(), mesh.devices().end());
+  same.push_back({std::move(placement), next_mesh_id_});
+  return next_mesh_id_++;
+}
+
 std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
     const Mesh& mesh, const CollectiveRequest& request, CollectiveCostModel& inner) {
-  std::vector<int64_t> key = RequestKey(mesh, request, request.elements);
+  int64_t mesh_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mesh_id = MeshId(mesh);
+  }
+  std::vector<int64_t> key = RequestKey(mesh_id, request, request.elements);
   key.insert(key.begin(),
              {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
   // A ring pass: a reduce-scatter of G blocks sends, step for step, the transfers of the
@@ -343,7 +369,7 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
     for (int a : request.axes) g *= mesh.axes()[a].size;
     bool scatter = request.kind == CollectiveKind::kReduceScatter;
     if (!scatter || request.elements % g == 0) {
-      pass = RequestKey(mesh, request, scatter ? request.elements / g : request.elements);
+      pass = RequestKey(mesh_id, request, scatter ? request.elements / g : request.elements);
     }
   }
   {

@@ -141,8 +141,15 @@ class CachedCollectiveModel : public CollectiveCostModel {
   int64_t ring_pass_hits() const;
 
  private:
+  // The id of `mesh`'s placement (axis sizes and devices), found by its fingerprint and
+  // compared whole; a new placement gets the next id. Needs mutex_.
+  int64_t MeshId(const Mesh& mesh);
+
   CollectiveCostModel& inner_;
   mutable std::mutex mutex_;  // Guards everything below.
+  // Placements seen, by fingerprint: each with its id.
+  std::map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> meshes_;
+  int64_t next_mesh_id_ = 0;
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
   // Ring passes timed so far, by their request without kind or reduction, per-block elements.
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> ring_passes_;

@@ -191,7 +191,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   // Evaluate: each worker takes whole families (dominance runs within one); results are
   // committed in family order, so on_result sees one sequence for any number of jobs.
   NetworkCollectiveModel main_network(*main_machine);
-  CachedCollectiveModel shared(main_network);
+  std::unique_ptr<SearchCaches> own_caches;
+  if (!options.caches) own_caches = std::make_unique<SearchCaches>(*main_machine);
+  CachedCollectiveModel& shared = (options.caches ? *options.caches : *own_caches).cache();
   std::vector<std::vector<PlanResult>> done(families.size());
   std::vector<char> finished(families.size(), 0);
   std::vector<int64_t> dominated(families.size(), 0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
 #include "planner/search/search_space.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -54,6 +55,21 @@ struct SearchProgress {
   std::optional<Time> best;  // Best step time among fitting plans evaluated so far.
 };
 
+// The collective timings a search has priced, kept to price the next search's (a benchmark's
+// warm runs, a session exploring one machine): the network simulations of one machine.
+class SearchCaches {
+ public:
+  // `machine` is the searches' hardware (its own instance: the caches' misses run on it when
+  // no worker's model is at hand); it must outlive this object.
+  explicit SearchCaches(const Machine& machine) : network_(machine), cache_(network_) {}
+  // The shared, thread-safe cache of collective timings.
+  CachedCollectiveModel& cache() { return cache_; }
+
+ private:
+  NetworkCollectiveModel network_;
+  CachedCollectiveModel cache_;
+};
+
 // How to search.
 struct SearchOptions {
   int jobs = 1;             // Worker threads.
@@ -78,6 +94,9 @@ struct SearchOptions {
   // False: simulate nothing; candidates not in `known` count as beyond the budget (merging
   // the outcomes other processes evaluated).
   bool simulate = true;
+  // Collective timings to start from and add to (not owned; null: the search's own). Every
+  // answer is what the network model gives, so results do not depend on it, only speed.
+  SearchCaches* caches = nullptr;
 };
 
 // What a search found.

@@ -214,6 +214,24 @@ TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
   EXPECT_EQ(again.ranked, first.ranked);
 }
 
+TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
+  std::unique_ptr<Machine> machine = V5e8();
+  SearchCaches caches(*machine);
+  SearchOptions o = Options(2);
+  o.caches = &caches;
+  const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  const int64_t misses = caches.cache().misses();
+  EXPECT_GT(misses, 0);
+  const SearchResult second = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  EXPECT_EQ(caches.cache().misses(), misses);  // Nothing simulated again.
+  const SearchResult fresh = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  ASSERT_EQ(second.results.size(), fresh.results.size());
+  for (size_t i = 0; i < fresh.results.size(); ++i) {
+    EXPECT_EQ(second.results[i].outcome.step_time, fresh.results[i].outcome.step_time);
+    EXPECT_EQ(first.results[i].outcome.step_time, fresh.results[i].outcome.step_time);
+  }
+}
+
 TEST(PlanSearchTest, BudgetTakesTheFirstCandidates) {
   SearchOptions o = Options(2);
   o.budget = 5;
