@@ -102,8 +102,12 @@ std::string Reason(const Part& p, const Compared& slow, const Compared& fast, Ti
     s = slow.label + " computes " + amount + (more ? " more" : " less");
     const Time dr = slow.report.recompute - fast.report.recompute;
     if (dr != Time()) {
-      s += std::string("; recomputation (remat ") + planner::RematPolicyName(slow.report.remat) +
-           " against " + planner::RematPolicyName(fast.report.remat) + ") accounts for " +
+      const std::string policies =
+          slow.report.remat == fast.report.remat
+              ? std::string("remat ") + planner::RematPolicyName(slow.report.remat) + " in both"
+              : std::string("remat ") + planner::RematPolicyName(slow.report.remat) + " against " +
+                    planner::RematPolicyName(fast.report.remat);
+      s += "; recomputation (" + policies + ") accounts for " +
            FormatTime(dr > Time() ? dr : Time() - dr) + (dr > Time() ? " more" : " less");
     }
     return s + ".";

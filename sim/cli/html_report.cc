@@ -184,15 +184,21 @@ std::string MemoryBars(const std::vector<ReportedStep>& steps) {
 // not; the capacity as a vertical line.
 std::string Scatter(const planner::SearchResult& result) {
   const int w = 640, h = 360, left = 70, bottom = 40;
-  double max_t = 0, max_m = 0, cap = 0;
+  double max_t = 0, min_t = 0, max_m = 0, cap = 0;
   for (const planner::PlanResult& r : result.results) {
     if (!r.outcome.refused.empty()) continue;
     max_t = std::max(max_t, r.outcome.step_time.seconds());
+    min_t =
+        min_t == 0 ? r.outcome.step_time.seconds() : std::min(min_t, r.outcome.step_time.seconds());
     max_m = std::max(max_m, static_cast<double>(r.outcome.peak.count()));
     cap = static_cast<double>(r.outcome.capacity.count());
   }
   max_m = std::max(max_m, cap) * 1.05;
-  max_t *= 1.05;
+  // The time axis spans the plans' times (with a margin), not from zero: they differ by
+  // percents.
+  const double span = std::max(max_t - min_t, 0.01 * max_t);
+  min_t = std::max(0.0, min_t - 0.05 * span);
+  max_t += 0.05 * span;
   std::string svg = "<svg id=\"scatter\" width=\"" + std::to_string(w + left + 20) +
                     "\" height=\"" + std::to_string(h + bottom + 10) + "\">";
   svg += "<line x1=\"" + std::to_string(left) + "\" y1=\"" + std::to_string(h) + "\" x2=\"" +
@@ -203,7 +209,9 @@ std::string Scatter(const planner::SearchResult& result) {
          "\">peak memory per device (max " + FormatBytes(Bytes(static_cast<int64_t>(max_m))) +
          ")</text>";
   svg += "<text x=\"0\" y=\"12\">step time</text><text x=\"0\" y=\"26\">(max " +
-         FormatTime(Time::Picoseconds(static_cast<int64_t>(max_t * 1e12))) + ")</text>";
+         FormatTime(Time::Picoseconds(static_cast<int64_t>(max_t * 1e12))) +
+         ")</text><text x=\"0\" y=\"" + std::to_string(h) + "\">" +
+         FormatTime(Time::Picoseconds(static_cast<int64_t>(min_t * 1e12))) + "</text>";
   if (max_m > 0 && max_t > 0) {
     const double cx = left + w * cap / max_m;
     svg += "<line class=\"capacity\" x1=\"" + Num(cx) + "\" y1=\"0\" x2=\"" + Num(cx) + "\" y2=\"" +
@@ -212,7 +220,7 @@ std::string Scatter(const planner::SearchResult& result) {
     for (const planner::PlanResult& r : result.results) {
       if (!r.outcome.refused.empty()) continue;
       const double x = left + w * static_cast<double>(r.outcome.peak.count()) / max_m;
-      const double y = h - h * r.outcome.step_time.seconds() / max_t;
+      const double y = h - h * (r.outcome.step_time.seconds() - min_t) / (max_t - min_t);
       svg += "<circle class=\"" + std::string(r.outcome.fits ? "fits" : "over") + "\" cx=\"" +
              Num(x) + "\" cy=\"" + Num(y) + "\" r=\"4\" " +
              (r.outcome.fits ? "fill=\"#4e79a7\"" : "fill=\"none\" stroke=\"#e15759\"") +
@@ -242,16 +250,28 @@ std::string LinkUtilisation(const std::string& id, const planner::TrainStepRepor
   const int w = 640, h = 160, left = 40;
   std::string svg = "<svg id=\"" + id + "\" width=\"" + std::to_string(w + left + 20) +
                     "\" height=\"" + std::to_string(h + 30) + "\">";
-  const double bar = static_cast<double>(w) / static_cast<double>(use.size());
+  // One bar per link, or per run of links (busiest first) when there are more links than
+  // pixels: the run's busiest, so the page stays small on a pod.
+  const size_t per_bar = (use.size() + static_cast<size_t>(w) - 1) / static_cast<size_t>(w);
+  const size_t bars = (use.size() + per_bar - 1) / per_bar;
+  const double bar = static_cast<double>(w) / static_cast<double>(bars);
   const double top = std::max(1.0, use.front().first);
-  for (size_t i = 0; i < use.size(); ++i) {
-    const double bh = h * use[i].first / top;
-    const Link& l = topology.link(use[i].second);
+  for (size_t i = 0; i < bars; ++i) {
+    const size_t first = i * per_bar;
+    const size_t last = std::min(use.size(), first + per_bar) - 1;
+    const double bh = h * use[first].first / top;
+    std::string title;
+    if (first == last) {
+      const Link& l = topology.link(use[first].second);
+      title = topology.node(l.src).name + " to " + topology.node(l.dst).name + " (" +
+              LinkKindName(l.kind) + "): " + Pct(use[first].first);
+    } else {
+      title = "links " + std::to_string(first + 1) + "-" + std::to_string(last + 1) +
+              " by use: " + Pct(use[last].first) + " to " + Pct(use[first].first);
+    }
     svg += "<rect class=\"link\" x=\"" + Num(left + bar * static_cast<double>(i)) + "\" y=\"" +
            Num(h - bh) + "\" width=\"" + Num(std::max(bar, 0.5)) + "\" height=\"" + Num(bh) +
-           "\" fill=\"#76b7b2\"><title>" + Escape(topology.node(l.src).name) + " to " +
-           Escape(topology.node(l.dst).name) + " (" + LinkKindName(l.kind) +
-           "): " + Pct(use[i].first) + "</title></rect>";
+           "\" fill=\"#76b7b2\"><title>" + Escape(title) + "</title></rect>";
   }
   svg += "<line x1=\"" + std::to_string(left) + "\" y1=\"" + std::to_string(h) + "\" x2=\"" +
          std::to_string(left + w) + "\" y2=\"" + std::to_string(h) + "\" stroke=\"#000\"/>";
