@@ -102,7 +102,7 @@ BENCHMARK_CAPTURE(BM_PlanSearchWarm, gpt3_175b_a100_1024, Gpt3A100(), false)
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->Iterations(2);
-BENCHMARK_CAPTURE(BM_PlanSearchWarm, llama3_70b_v5p_2048, Llama70bV5p({8, 16, 16}, 1024, 4096),
+BENCHMARK_CAPTURE(BM_PlanSearchWarm, llama3_70b_v5p_2048, Llama70bV5p({8, 16, 16}, 512, 8192),
                   false)
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
