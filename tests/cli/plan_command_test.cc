@@ -127,17 +127,8 @@ TEST_F(PlanCommandTest, ResumesAKilledSearch) {
   const size_t total = Lines(ReadFile(whole)).size();
   ASSERT_GT(total, 4u);
 
-  std::string binary = Binary();
-  std::vector<std::string> args = {binary, "plan", file, "--out", killed};
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = SpawnBinary(Binary(), {"plan", file, "--out", killed}, root_);
+  ASSERT_GT(pid, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (Lines(ReadFile(killed)).size() < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -67,11 +67,11 @@ inline std::ostream& operator<<(std::ostream& os, const Result& r) {
             << r.err << "--------------";
 }
 
-// Runs `BINARY ARGS...` with stdout and stderr redirected to files under `capture_dir`
-// (files rather than pipes: nothing can deadlock on a full pipe), and waits for it.
-inline Result RunBinary(const std::string& binary, const std::vector<std::string>& args,
-                        const fs::path& capture_dir) {
-  Result r;
+// Starts `BINARY ARGS...` with stdout and stderr redirected to files under `capture_dir`
+// (files rather than pipes: nothing can deadlock on a full pipe) and returns its pid, or -1
+// (with a test failure) when it cannot start.
+inline pid_t SpawnBinary(const std::string& binary, const std::vector<std::string>& args,
+                         const fs::path& capture_dir) {
   const std::string out_path = (capture_dir / "stdout.txt").string();
   const std::string err_path = (capture_dir / "stderr.txt").string();
   std::vector<std::string> argv_strings = {binary};
@@ -92,14 +92,23 @@ inline Result RunBinary(const std::string& binary, const std::vector<std::string
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     ADD_FAILURE() << "cannot start " << binary << ": " << std::strerror(rc);
-    return r;
+    return -1;
   }
+  return pid;
+}
+
+// Runs `BINARY ARGS...` as SpawnBinary starts it and waits for it.
+inline Result RunBinary(const std::string& binary, const std::vector<std::string>& args,
+                        const fs::path& capture_dir) {
+  Result r;
+  const pid_t pid = SpawnBinary(binary, args, capture_dir);
+  if (pid < 0) return r;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
+  r.out = ReadFile(capture_dir / "stdout.txt");
+  r.err = ReadFile(capture_dir / "stderr.txt");
   return r;
 }
 
