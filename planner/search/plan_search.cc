@@ -263,6 +263,10 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         if (const auto known = options.known.find(pr.key); known != options.known.end()) {
           pr.outcome = known->second;
           pr.resumed = true;
+          // Fitting is this search's question (its memory limit may differ from the one the
+          // outcome was first judged by).
+          pr.outcome.fits = static_cast<double>(pr.outcome.peak.count()) <=
+                            space.memory_limit * static_cast<double>(pr.outcome.capacity.count());
         } else if (!options.simulate) {
           ++unsimulated;
           continue;

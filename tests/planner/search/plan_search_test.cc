@@ -232,6 +232,19 @@ TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
   }
 }
 
+TEST(PlanSearchTest, ResumedOutcomesAreJudgedByThisSearchsMemoryLimit) {
+  const SearchResult tight = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  ASSERT_GT(tight.not_fitting, 0);
+  SearchOptions resume = Options(1);
+  resume.simulate = false;  // Only what the first search evaluated.
+  for (const PlanResult& r : tight.results) resume.known[r.key] = r.outcome;
+  SearchSpace loose = TinySpace();
+  loose.memory_limit = 1.0;
+  const SearchResult again = SearchPlans(Tiny(), TinyTrain(), loose, resume);
+  EXPECT_EQ(again.not_fitting, 0);
+  EXPECT_EQ(again.simulated, 0);
+}
+
 TEST(PlanSearchTest, BudgetTakesTheFirstCandidates) {
   SearchOptions o = Options(2);
   o.budget = 5;
