@@ -16,6 +16,7 @@
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/html_report.h"
+#include "sim/cli/run_command.h"
 #include "sim/cli/run_file.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
@@ -130,7 +131,9 @@ std::string Reason(const Part& p, const Compared& slow, const Compared& fast, Ti
 
 int RunCompareCommand(const CompareCommandOptions& options) {
   if (options.files.size() < 2) throw InputError("compare needs two or more run files");
-  CheckDistinctOutputs({{"--json", options.json_path}, {"--report", options.report_path}});
+  CheckDistinctOutputs({{"--json", options.json_path},
+                        {"--report", options.report_path},
+                        {"--trace-dir", options.trace_dir}});
   std::vector<Compared> runs;
   for (size_t i = 0; i < options.files.size(); ++i) {
     RunFile file = LoadRunFile(options.files[i], options.overrides);
@@ -257,6 +260,24 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     s << "\nnote: " << fast.label << ", the fastest, does not fit: it peaks at "
       << FormatBytes(fast.report.memory.peak) << " of " << FormatBytes(fast.report.memory.capacity)
       << " HBM.\n";
+  }
+  if (!options.trace_dir.empty()) {
+    // Each run's whole step with every transfer on the network, as `run --trace` writes it.
+    std::error_code ec;
+    std::filesystem::create_directories(options.trace_dir, ec);
+    if (ec || !std::filesystem::is_directory(options.trace_dir)) {
+      throw InputError("--trace-dir " + options.trace_dir + ": cannot create the folder" +
+                       (ec ? ": " + ec.message() : ""));
+    }
+    for (const Compared& c : runs) {
+      RunCommandOptions trace;
+      trace.file = c.file;
+      trace.overrides = options.overrides;
+      trace.trace_path = (std::filesystem::path(options.trace_dir) / (c.label + ".json")).string();
+      trace.quiet = true;
+      RunRunCommand(trace);
+      s << "trace of " << c.label << ": " << trace.trace_path << "\n";
+    }
   }
   std::vector<std::pair<std::string, std::string>> files;
   if (!options.report_path.empty()) {

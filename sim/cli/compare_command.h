@@ -12,6 +12,7 @@ struct CompareCommandOptions {
   std::vector<std::string> files;      // Model run files (training steps), two or more.
   std::string json_path;               // --json: each run's figures and the reasons.
   std::string report_path;             // --report: an HTML page.
+  std::string trace_dir;               // --trace-dir: each run's Perfetto trace, DIR/LABEL.json.
   std::vector<std::string> overrides;  // --set KEY=VALUE, applied to every file.
 };
 

@@ -800,8 +800,8 @@ int RunRunCommand(const RunCommandOptions& options) {
     }
   }
   WriteOutputFiles(files, staged);
-  std::cout << Summary(report);
-  if (report.memory.known && !report.memory.fits) {
+  if (!options.quiet) std::cout << Summary(report);
+  if (!options.quiet && report.memory.known && !report.memory.fits) {
     std::cerr << "warning: device " << report.memory.peak_device << " needs "
               << FormatBytes(report.memory.peak) << " at op " << report.memory.peak_op
               << ", over its " << FormatBytes(report.memory.capacity)

@@ -16,6 +16,7 @@ struct RunCommandOptions {
   std::string numerics;                // --numerics auto|on|off, or empty (the file's option).
   std::string timing;                  // --timing network|cached, or empty (the run's kind's).
   std::vector<std::string> overrides;  // --set KEY=VALUE.
+  bool quiet = false;  // Write the files only (no summary, no warning): compare's traces.
 };
 
 // Loads, simulates, prints the summary and writes the requested files. Returns the exit

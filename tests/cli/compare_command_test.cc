@@ -76,6 +76,22 @@ TEST_F(CompareCommandTest, TableReasonsAndPartsThatAddUp) {
   }
 }
 
+TEST_F(CompareCommandTest, TraceDirHoldsEachRunsTrace) {
+  const std::string a = Tiny("a.yaml", "  mesh: {fsdp: 8}\n  rules: {batch: fsdp, embed: fsdp}\n");
+  const std::string b = Tiny("b.yaml", "  mesh: {data: 8}\n  rules: {batch: data}\n");
+  const fs::path dir = out() / "traces";
+  const Result r = RunOk({"compare", a, b, "--trace-dir", dir.string()});
+  for (const char* label : {"A", "B"}) {
+    const fs::path trace = dir / (std::string(label) + ".json");
+    ASSERT_TRUE(fs::exists(trace)) << trace;
+    const nlohmann::json j = nlohmann::json::parse(ReadFile(trace));
+    EXPECT_FALSE(j["traceEvents"].empty()) << label;
+    EXPECT_NE(r.out.find("trace of " + std::string(label) + ": " + trace.string()),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 TEST_F(CompareCommandTest, Errors) {
   const std::string a = Tiny("a.yaml", "  mesh: {fsdp: 8}\n  rules: {batch: fsdp}\n");
   Result r = Run({"compare", a});
