@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
@@ -188,159 +189,179 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
   }
 
-  // Evaluate: each worker takes whole families (dominance runs within one); results are
-  // committed in family order, so on_result sees one sequence for any number of jobs.
+  // Evaluate, best first, in two phases. Phase 1 simulates each family's first candidate (the
+  // least remat and fewest microbatches: the fastest it can be if it fits); phase 2 the rest
+  // of each family, families in order of their first candidate's step time (those that fit
+  // first). Within a family the candidates run in order on one worker, so dominance sees the
+  // same outcomes whatever the threads do; each phase commits its items in its order, so
+  // on_result sees one sequence for any number of jobs. Families whose index modulo
+  // process_count is not process_rank belong to other processes.
   NetworkCollectiveModel main_network(*main_machine);
   std::unique_ptr<SearchCaches> own_caches;
   if (!options.caches) own_caches = std::make_unique<SearchCaches>(*main_machine);
   CachedCollectiveModel& shared = (options.caches ? *options.caches : *own_caches).cache();
-  std::vector<std::vector<PlanResult>> done(families.size());
-  std::vector<char> finished(families.size(), 0);
-  std::vector<int64_t> dominated(families.size(), 0);
-  std::vector<int64_t> unknown(families.size(), 0);
-  std::atomic<size_t> next{0};
+  std::vector<std::unique_ptr<Machine>> worker_machines;
+  std::vector<std::unique_ptr<NetworkCollectiveModel>> worker_networks;
+  for (int j = 1; j < std::max(1, options.jobs); ++j) {
+    worker_machines.push_back(options.make_machine());
+    worker_networks.push_back(std::make_unique<NetworkCollectiveModel>(*worker_machines.back()));
+  }
+  const int processes = std::max(1, options.process_count);
+  auto mine = [&](size_t f) {
+    return static_cast<int>(f % static_cast<size_t>(processes)) == options.process_rank;
+  };
+  // Per family: the remat and microbatches of its candidates that fit, and the first
+  // candidate's outcome (phase 2's order).
+  std::vector<std::vector<std::pair<RematPolicy, int64_t>>> fitting(families.size());
+  std::vector<std::optional<PlanOutcome>> first_outcome(families.size());
   std::atomic<bool> out_of_time{false};
   std::mutex commit_mutex;
-  size_t next_commit = 0;
-  size_t index = 0;  // Search-order index of the next committed result.
   SearchProgress progress;
-  progress.total = kept;
-  if (options.process_count > 1) {
-    progress.total = 0;
-    for (size_t f = 0; f < families.size(); ++f) {
-      if (static_cast<int>(f % static_cast<size_t>(options.process_count)) ==
-          options.process_rank) {
-        progress.total += static_cast<int64_t>(families[f].variants.size());
-      }
-    }
+  for (size_t f = 0; f < families.size(); ++f) {
+    if (mine(f)) progress.total += static_cast<int64_t>(families[f].variants.size());
   }
   std::exception_ptr failure;
-  // Hands the finished families at the front of the order to on_result (commit_mutex held).
-  auto commit = [&] {
-    while (next_commit < families.size() && finished[next_commit]) {
-      for (PlanResult& r : done[next_commit]) {
-        r.index = index++;
-        if (options.on_result) options.on_result(r);
-      }
-      ++next_commit;
-    }
+
+  // One unit of work: candidates [first, last) of family f, and what settling them gave.
+  struct Item {
+    Item(size_t f, size_t a, size_t b) : family(f), first(a), last(b) {}
+    size_t family = 0, first = 0, last = 0;
+    std::vector<PlanResult> results;
+    int64_t dominated = 0, unknown = 0;
+    bool done = false;
   };
-  auto work = [&](Machine& machine, CollectiveCostModel& network) {
-    SharedCacheView view(shared, network);
-    SlowestMemberCollectiveModel collectives(view);
-    for (;;) {
-      if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
-      if (out_of_time) return;
-      const size_t f = next++;
-      if (f >= families.size()) return;
-      if (static_cast<int>(f % static_cast<size_t>(std::max(1, options.process_count))) !=
-          options.process_rank) {
-        // Another process's family: settled here as nothing.
-        std::lock_guard<std::mutex> lock(commit_mutex);
-        finished[f] = 2;
-        commit();
+  // Settles `item` on one worker.
+  auto settle = [&](Item& item, Machine& machine, CollectiveCostModel& collectives) {
+    std::vector<std::pair<RematPolicy, int64_t>>& fits = fitting[item.family];
+    for (size_t v = item.first; v < item.last; ++v) {
+      const PlanCandidate& c = families[item.family].variants[v];
+      bool is_dominated = false;
+      for (const auto& [r, m] : fits) {
+        // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
+        // extra work.
+        const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
+        is_dominated = is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && fewer);
+      }
+      if (is_dominated) {
+        ++item.dominated;
         continue;
       }
-      std::vector<PlanResult> results;
-      std::vector<std::pair<RematPolicy, int64_t>> fitting;
-      int64_t skipped = 0;
-      int64_t unsimulated = 0;  // Not known, with simulate off.
-      for (const PlanCandidate& c : families[f].variants) {
-        bool is_dominated = false;
-        for (const auto& [r, m] : fitting) {
-          // More pipeline microbatches shrink the bubble: only gradient accumulation's are
-          // pure extra work.
-          const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
-          is_dominated = is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && fewer);
+      PlanResult pr;
+      pr.candidate = c;
+      pr.key = CandidateKey(c);
+      if (const auto known = options.known.find(pr.key); known != options.known.end()) {
+        pr.outcome = known->second;
+        pr.resumed = true;
+        // Fitting is this search's question (its memory limit may differ from the one the
+        // outcome was first judged by).
+        pr.outcome.fits = static_cast<double>(pr.outcome.peak.count()) <=
+                          space.memory_limit * static_cast<double>(pr.outcome.capacity.count());
+      } else if (!options.simulate) {
+        ++item.unknown;
+        continue;
+      } else {
+        TrainStepReport report;
+        pr.outcome =
+            EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
+        if (pr.outcome.refused.empty()) {
+          report.link_busy.clear();
+          pr.report = std::make_shared<const TrainStepReport>(std::move(report));
         }
-        if (is_dominated) {
-          ++skipped;
-          continue;
-        }
-        PlanResult pr;
-        pr.candidate = c;
-        pr.key = CandidateKey(c);
-        if (const auto known = options.known.find(pr.key); known != options.known.end()) {
-          pr.outcome = known->second;
-          pr.resumed = true;
-          // Fitting is this search's question (its memory limit may differ from the one the
-          // outcome was first judged by).
-          pr.outcome.fits = static_cast<double>(pr.outcome.peak.count()) <=
-                            space.memory_limit * static_cast<double>(pr.outcome.capacity.count());
-        } else if (!options.simulate) {
-          ++unsimulated;
-          continue;
-        } else {
-          TrainStepReport report;
-          pr.outcome =
-              EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
-          if (pr.outcome.refused.empty()) {
-            report.link_busy.clear();
-            pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+      }
+      if (pr.outcome.refused.empty() && pr.outcome.fits) {
+        fits.push_back({c.plan.remat, c.microbatches});
+      }
+      if (v == 0) first_outcome[item.family] = pr.outcome;
+      item.results.push_back(std::move(pr));
+    }
+  };
+
+  // Runs `items` over the workers; commits them in order into `result`.
+  auto run_phase = [&](std::vector<Item>& items) {
+    std::atomic<size_t> next{0};
+    size_t next_commit = 0;
+    auto work = [&](Machine& machine, CollectiveCostModel& network) {
+      SharedCacheView view(shared, network);
+      SlowestMemberCollectiveModel collectives(view);
+      for (;;) {
+        if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
+        if (out_of_time) return;
+        const size_t k = next++;
+        if (k >= items.size()) return;
+        settle(items[k], machine, collectives);
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        items[k].done = true;
+        for (const PlanResult& r : items[k].results) {
+          const PlanOutcome& o = r.outcome;
+          if (o.refused.empty() && o.fits && (!progress.best || o.step_time < *progress.best)) {
+            progress.best = o.step_time;
           }
         }
-        if (pr.outcome.refused.empty() && pr.outcome.fits) {
-          fitting.push_back({c.plan.remat, c.microbatches});
+        progress.done += static_cast<int64_t>(items[k].last - items[k].first);
+        while (next_commit < items.size() && items[next_commit].done) {
+          Item& item = items[next_commit];
+          result.dominated += item.dominated;
+          result.beyond_budget += item.unknown;
+          for (PlanResult& r : item.results) {
+            r.index = result.results.size();
+            if (options.on_result) options.on_result(r);
+            result.results.push_back(std::move(r));
+          }
+          ++next_commit;
         }
-        results.push_back(std::move(pr));
+        progress.elapsed_s = elapsed();
+        if (options.on_progress) options.on_progress(progress);
       }
-      std::lock_guard<std::mutex> lock(commit_mutex);
-      done[f] = std::move(results);
-      dominated[f] = skipped;
-      unknown[f] = unsimulated;
-      finished[f] = 1;
-      for (const PlanResult& r : done[f]) {
-        if (r.outcome.refused.empty() && r.outcome.fits &&
-            (!progress.best || r.outcome.step_time < *progress.best)) {
-          progress.best = r.outcome.step_time;
-        }
+    };
+    auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
+      try {
+        work(machine, network);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        if (!failure) failure = std::current_exception();
+        out_of_time = true;
       }
-      progress.done += static_cast<int64_t>(families[f].variants.size());
-      commit();
-      progress.elapsed_s = elapsed();
-      if (options.on_progress) options.on_progress(progress);
+    };
+    std::vector<std::thread> threads;
+    for (size_t j = 0; j < worker_machines.size(); ++j) {
+      threads.emplace_back(guarded, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+    }
+    guarded(*main_machine, main_network);
+    for (std::thread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
+    // What a time limit left unsettled.
+    for (const Item& item : items) {
+      if (!item.done) result.beyond_budget += static_cast<int64_t>(item.last - item.first);
     }
   };
-  auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
-    try {
-      work(machine, network);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(commit_mutex);
-      if (!failure) failure = std::current_exception();
-      out_of_time = true;
-    }
-  };
-  std::vector<std::thread> threads;
-  std::vector<std::unique_ptr<Machine>> machines;
-  std::vector<std::unique_ptr<NetworkCollectiveModel>> networks;
-  for (int j = 1; j < std::max(1, options.jobs); ++j) {
-    machines.push_back(options.make_machine());
-    networks.push_back(std::make_unique<NetworkCollectiveModel>(*machines.back()));
-  }
-  for (size_t j = 0; j < machines.size(); ++j) {
-    threads.emplace_back(guarded, std::ref(*machines[j]), std::ref(*networks[j]));
-  }
-  guarded(*main_machine, main_network);
-  for (std::thread& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
 
+  std::vector<Item> first;
   for (size_t f = 0; f < families.size(); ++f) {
-    if (finished[f] == 2) continue;  // Another process's.
-    if (!finished[f]) {
-      result.beyond_budget += static_cast<int64_t>(families[f].variants.size());
-      continue;
+    if (mine(f)) first.emplace_back(f, 0, 1);
+  }
+  run_phase(first);
+  std::vector<size_t> order;  // Families with more candidates, best first candidate first.
+  for (const Item& item : first) {
+    if (item.done && families[item.family].variants.size() > 1) order.push_back(item.family);
+  }
+  auto rank = [&](size_t f) {
+    const std::optional<PlanOutcome>& o = first_outcome[f];
+    // Refused or unknown first candidates last, then those over the limit, each by time.
+    const int tier = !o || !o->refused.empty() ? 2 : o->fits ? 0 : 1;
+    return std::make_tuple(tier, o ? o->step_time : Time(), f);
+  };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(a) < rank(b); });
+  std::vector<Item> rest;
+  for (size_t f : order) rest.emplace_back(f, 1, families[f].variants.size());
+  run_phase(rest);
+
+  for (const PlanResult& r : result.results) {
+    if (!r.outcome.refused.empty()) {
+      ++result.refused;
+    } else if (!r.outcome.fits) {
+      ++result.not_fitting;
     }
-    result.dominated += dominated[f];
-    result.beyond_budget += unknown[f];
-    for (PlanResult& r : done[f]) {
-      if (!r.outcome.refused.empty()) {
-        ++result.refused;
-      } else if (!r.outcome.fits) {
-        ++result.not_fitting;
-      }
-      if (!r.resumed) ++result.simulated;
-      result.results.push_back(std::move(r));
-    }
+    if (!r.resumed) ++result.simulated;
   }
   for (size_t i = 0; i < result.results.size(); ++i) {
     const PlanOutcome& o = result.results[i].outcome;

@@ -115,8 +115,11 @@ struct SearchResult {
 };
 
 // Searches `space` for `model` trained on `train`'s batch. Every plan uses all the machine's
-// devices. Order: meshes, then rules, then per (mesh, rules) the microbatches ascending and the
-// remat policies from none to full; a candidate is skipped as dominated when the same mesh
+// devices. Candidates are enumerated by meshes, then rules, then per (mesh, rules) family the
+// microbatches ascending and the remat policies from none to full, and simulated best first:
+// every family's first candidate (the fastest it can be), then the rest of each family, the
+// families in order of their first candidate's step time (fitting ones first). A candidate is
+// skipped as dominated when the same mesh
 // and rules already fit with no more remat and no more microbatches (both only add work:
 // recomputation, or weight collectives repeated per microbatch; a pipeline's microbatches
 // shrink its bubble, so there only the same count dominates). Candidates whose logical

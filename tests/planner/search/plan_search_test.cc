@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -249,9 +250,46 @@ TEST(PlanSearchTest, BudgetTakesTheFirstCandidates) {
   SearchOptions o = Options(2);
   o.budget = 5;
   const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
-  EXPECT_LE(r.results.size() + r.dominated, 5u);
   const SearchResult all = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
-  for (size_t i = 0; i < r.results.size(); ++i) EXPECT_EQ(r.results[i].key, all.results[i].key);
+  // Exactly five candidates considered (simulated or skipped as dominated), the rest counted.
+  EXPECT_EQ(static_cast<int64_t>(r.results.size()) + r.dominated, 5);
+  EXPECT_EQ(r.beyond_budget,
+            static_cast<int64_t>(all.results.size()) + all.dominated + all.beyond_budget - 5);
+  // Each is what the whole search found for the same plan.
+  for (const PlanResult& p : r.results) {
+    bool found = false;
+    for (const PlanResult& q : all.results) {
+      if (q.key != p.key) continue;
+      found = true;
+      EXPECT_EQ(q.outcome.step_time, p.outcome.step_time) << p.key;
+    }
+    EXPECT_TRUE(found) << p.key;
+  }
+}
+
+TEST(PlanSearchTest, SimulatesBestFirst) {
+  // Phase 1 takes each family's first candidate; phase 2 the rest of the families in order of
+  // those first candidates' step times, fitting ones first.
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(2));
+  std::set<std::string> families_seen;
+  size_t phase1 = 0;
+  auto family = [](const PlanResult& p) { return p.key.substr(0, p.key.find("; remat")); };
+  while (phase1 < r.results.size() && families_seen.insert(family(r.results[phase1])).second) {
+    ++phase1;
+  }
+  ASSERT_LT(phase1, r.results.size());
+  // Phase 2's families appear in order of their first candidate's (fits, step time).
+  std::map<std::string, std::pair<int, Time>> first;
+  for (size_t i = 0; i < phase1; ++i) {
+    const PlanOutcome& o = r.results[i].outcome;
+    first[family(r.results[i])] = {o.fits ? 0 : 1, o.step_time};
+  }
+  std::pair<int, Time> last{-1, Time()};
+  for (size_t i = phase1; i < r.results.size(); ++i) {
+    const auto key = first.at(family(r.results[i]));
+    EXPECT_LE(last, key) << r.results[i].key;
+    last = key;
+  }
 }
 
 TEST(PlanSearchTest, StateOverTheLimitIsPrunedUnsimulated) {
