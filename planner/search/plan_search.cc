@@ -12,6 +12,7 @@
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/logical_rules.h"
+#include "planner/models/serve_step_run.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -71,6 +72,37 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   return o;
 }
 
+PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& model,
+                              const ServeConfig& serve, const PlanCandidate& candidate,
+                              double memory_limit, CollectiveCostModel& collectives) {
+  TrainStepOptions options;
+  options.collective_model = &collectives;
+  PlanOutcome o;
+  ServeReport r;
+  try {
+    r = SimulateServe(machine, model, serve, candidate.plan, options);
+  } catch (const SpecError& e) {
+    o.refused = e.what();
+    return o;
+  } catch (const std::invalid_argument& e) {
+    o.refused = e.what();
+    return o;
+  }
+  o.step_time = r.total;
+  o.ttft = r.ttft;
+  o.tpot = r.tpot;
+  o.tokens_per_s_per_device = r.tokens_per_s_per_device;
+  o.compute = r.decode_compute;
+  o.exposed_comm = r.decode_exposed_comm;
+  o.peak = r.memory.peak;
+  o.capacity = r.memory.capacity;
+  o.fits =
+      static_cast<double>(o.peak.count()) <= memory_limit * static_cast<double>(o.capacity.count());
+  o.dominant =
+      r.decode_exposed_comm > r.decode_compute ? "decode's exposed comm" : "decode's compute";
+  return o;
+}
+
 namespace {
 
 // A (mesh, rules) pair's candidates in dominance order: microbatches ascending, then remat
@@ -107,8 +139,15 @@ Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
 
 // Whether `o` is better than `p` by `objective` (ties: neither).
 bool Better(SearchObjective objective, const PlanOutcome& o, const PlanOutcome& p) {
-  if (objective == SearchObjective::kTokensPerSPerDevice) {
-    return o.tokens_per_s_per_device > p.tokens_per_s_per_device;
+  switch (objective) {
+    case SearchObjective::kTokensPerSPerDevice:
+      return o.tokens_per_s_per_device > p.tokens_per_s_per_device;
+    case SearchObjective::kTtft:
+      return o.ttft < p.ttft;
+    case SearchObjective::kTpot:
+      return o.tpot < p.tpot;
+    case SearchObjective::kStepTime:
+      break;
   }
   return o.step_time < p.step_time;
 }
@@ -129,10 +168,19 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   // Enumerate and prune.
   std::vector<std::vector<MeshAxis>> meshes = space.meshes;
   if (meshes.empty()) meshes = FactorMeshes(devices, space.axes);
-  std::vector<int64_t> microbatches = space.microbatches;
+  // Serving has no remat or microbatches; its batch and prompt stand for train's in the
+  // divisibility checks.
+  TrainConfig shape = train;
+  if (space.serve) {
+    shape.batch = space.serve->batch;
+    shape.seq_len = space.serve->prompt_len;
+    shape.microbatches = 1;
+  }
+  std::vector<int64_t> microbatches = space.serve ? std::vector<int64_t>{1} : space.microbatches;
   std::sort(microbatches.begin(), microbatches.end());
   microbatches.erase(std::unique(microbatches.begin(), microbatches.end()), microbatches.end());
-  std::vector<RematPolicy> remat = space.remat;
+  std::vector<RematPolicy> remat =
+      space.serve ? std::vector<RematPolicy>{RematPolicy::kNone} : space.remat;
   std::sort(remat.begin(), remat.end(),
             [](RematPolicy a, RematPolicy b) { return RematRank(a) < RematRank(b); });
   remat.erase(std::unique(remat.begin(), remat.end()), remat.end());
@@ -165,11 +213,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           ++result.candidates;
           PlanCandidate c{plan, m};
           c.plan.remat = r;
-          if (Indivisible(model, train, c)) {
+          if (Indivisible(model, shape, c)) {
             ++result.pruned["logical dimensions the mesh does not divide"];
             continue;
           }
-          if (!state_fits && !plan.pipeline) {
+          if (!state_fits && !plan.pipeline && !space.serve) {
             state_fits = static_cast<double>(StateLowerBound(model, train, plan).count()) <=
                          space.memory_limit * static_cast<double>(capacity.count());
           }
@@ -260,12 +308,17 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         ++item.unknown;
         continue;
       } else {
-        TrainStepReport report;
-        pr.outcome =
-            EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
-        if (pr.outcome.refused.empty()) {
-          report.link_busy.clear();
-          pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+        if (space.serve) {
+          pr.outcome =
+              EvaluateServePlan(machine, model, *space.serve, c, space.memory_limit, collectives);
+        } else {
+          TrainStepReport report;
+          pr.outcome =
+              EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
+          if (pr.outcome.refused.empty()) {
+            report.link_busy.clear();
+            pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+          }
         }
       }
       if (pr.outcome.refused.empty() && pr.outcome.fits) {

@@ -22,7 +22,9 @@ namespace shardsim::planner {
 // (times in picoseconds, bytes as counts), so a line of --out reads back to the same outcome.
 struct PlanOutcome {
   std::string refused;  // Why the simulator refused the plan (placement, partitioner); "" if not.
-  Time step_time;
+  Time step_time;       // Serving: the whole generation, ttft + (decode_len - 1) tpot.
+  Time ttft;            // Serving: time to first token.
+  Time tpot;            // Serving: time per output token.
   double mfu = 0;
   double tokens_per_s_per_device = 0;
   Time compute;
@@ -133,11 +135,17 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
 
 // Evaluates one candidate as SearchPlans does, on `machine`, pricing collectives with
 // `collectives` (which SearchPlans wraps as described there).
-// `report`, when given, receives the step's report (unset when refused).
+// `report`, when given, receives the step's report (unset when refused). Serving candidates
+// (space.serve) go through EvaluateServePlan.
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
                          TrainStepReport* report = nullptr);
+
+// Evaluates one serving candidate (SimulateServe) as SearchPlans does.
+PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& model,
+                              const ServeConfig& serve, const PlanCandidate& candidate,
+                              double memory_limit, CollectiveCostModel& collectives);
 
 // What dominates a step: "compute", "bubble", or its largest exposed collective class.
 std::string DominantPart(const TrainStepReport& report);

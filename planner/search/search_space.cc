@@ -11,6 +11,10 @@ const char* SearchObjectiveName(SearchObjective objective) {
       return "step_time";
     case SearchObjective::kTokensPerSPerDevice:
       return "tokens_per_s_per_device";
+    case SearchObjective::kTtft:
+      return "ttft";
+    case SearchObjective::kTpot:
+      return "tpot";
   }
   return "?";
 }

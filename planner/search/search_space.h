@@ -19,8 +19,10 @@ namespace shardsim::planner {
 
 // What the search ranks by (SPEC `search.objective`).
 enum class SearchObjective {
-  kStepTime,             // Shortest step first.
-  kTokensPerSPerDevice,  // Most tokens per second per device first.
+  kStepTime,             // Shortest step first (serving: the whole generation).
+  kTokensPerSPerDevice,  // Most tokens per second per device first (serving: output tokens).
+  kTtft,                 // Serving: shortest time to first token first.
+  kTpot,                 // Serving: shortest time per output token first.
 };
 
 // The name users type for `objective`.
@@ -48,6 +50,9 @@ struct SearchSpace {
   // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).
   double memory_limit = 1.0;
   SearchObjective objective = SearchObjective::kStepTime;
+  // Serving: search plans for this prefill and decode (SimulateServe) instead of a training
+  // step; remat and microbatches do not apply.
+  std::optional<ServeConfig> serve;
 };
 
 // One plan to evaluate: the plan and its microbatches (train's, overridden).

@@ -167,8 +167,6 @@ planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   return t;
 }
 
-namespace {
-
 // `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype}.
 planner::ServeConfig ReadServe(const YamlValue& value) {
   YamlMap map = value.Map({"batch", "prompt_len", "decode_len", "dtype", "kv_dtype"});
@@ -181,8 +179,6 @@ planner::ServeConfig ReadServe(const YamlValue& value) {
   if (auto v = map.Find("kv_dtype")) s.kv_dtype = ReadDtype(*v);
   return s;
 }
-
-}  // namespace
 
 // One rule's mesh axes: an axis name, a list of them, or null (replicated).
 std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh) {

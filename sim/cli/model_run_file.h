@@ -41,6 +41,8 @@ std::pair<std::string, planner::TransformerConfig> ReadModel(const YamlValue& va
 bool IsMlp(const YamlValue& value);
 // `train:`; seq_len required when `sequences` (transformers), refused otherwise.
 planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences);
+// `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype}.
+planner::ServeConfig ReadServe(const YamlValue& value);
 // One rule's mesh axes (a name, a list, or null), each an axis of `mesh`.
 std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<MeshAxis>& mesh);
 // `plan.rules`: logical dimension -> axes of `mesh`.

@@ -72,6 +72,10 @@ Json ResultJson(const PlanResult& r) {
     return j;
   }
   j["step_time_s"] = o.step_time.seconds();
+  if (o.ttft > Time() || o.tpot > Time()) {
+    j["ttft_s"] = o.ttft.seconds();
+    j["tpot_s"] = o.tpot.seconds();
+  }
   j["mfu"] = o.mfu;
   j["tokens_per_s_per_device"] = o.tokens_per_s_per_device;
   j["peak_bytes"] = o.peak.count();
@@ -83,6 +87,8 @@ Json ResultJson(const PlanResult& r) {
   j["bubble_s"] = o.bubble.seconds();
   j["recompute_s"] = o.recompute.seconds();
   j["ps"] = {{"step_time", o.step_time.picoseconds()},
+             {"ttft", o.ttft.picoseconds()},
+             {"tpot", o.tpot.picoseconds()},
              {"compute", o.compute.picoseconds()},
              {"exposed_comm", o.exposed_comm.picoseconds()},
              {"bubble", o.bubble.picoseconds()},
@@ -100,6 +106,8 @@ PlanOutcome OutcomeOfJson(const Json& j, const std::string& where) {
     }
     const Json& ps = j.at("ps");
     o.step_time = Time::Picoseconds(ps.at("step_time").get<int64_t>());
+    o.ttft = Time::Picoseconds(ps.at("ttft").get<int64_t>());
+    o.tpot = Time::Picoseconds(ps.at("tpot").get<int64_t>());
     o.compute = Time::Picoseconds(ps.at("compute").get<int64_t>());
     o.exposed_comm = Time::Picoseconds(ps.at("exposed_comm").get<int64_t>());
     o.bubble = Time::Picoseconds(ps.at("bubble").get<int64_t>());
@@ -244,6 +252,11 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
   const PlanSearchSpec& spec = *file.search;
+  if (spec.space.serve && !options.report_path.empty()) {
+    throw InputError(
+        "--report: the HTML report shows training steps; serving searches print "
+        "their table (and --json, --out) only");
+  }
   // --mpi: every process searches its share of the families; rank 0 merges and reports.
   std::unique_ptr<MpiWorld> world;
   if (options.mpi) world = std::make_unique<MpiWorld>();
@@ -343,9 +356,17 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   char line[512];
   std::vector<std::string> summary;
   summary.push_back("hardware:       " + hardware);
-  std::snprintf(line, sizeof(line), "%s (%.4gB parameters), batch %lld x %lld tokens",
-                spec.name.c_str(), n / 1e9, static_cast<long long>(spec.train.batch),
-                static_cast<long long>(spec.train.seq_len));
+  if (spec.space.serve) {
+    std::snprintf(line, sizeof(line),
+                  "%s (%.4gB parameters), serving batch %lld, prompt %lld, %lld tokens out",
+                  spec.name.c_str(), n / 1e9, static_cast<long long>(spec.space.serve->batch),
+                  static_cast<long long>(spec.space.serve->prompt_len),
+                  static_cast<long long>(spec.space.serve->decode_len));
+  } else {
+    std::snprintf(line, sizeof(line), "%s (%.4gB parameters), batch %lld x %lld tokens",
+                  spec.name.c_str(), n / 1e9, static_cast<long long>(spec.train.batch),
+                  static_cast<long long>(spec.train.seq_len));
+  }
   summary.push_back(std::string("model:          ") + line);
   summary.push_back(
       "candidates:     " + std::to_string(result.candidates) + " (" + std::to_string(pruned) +
@@ -369,15 +390,21 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   summary.push_back(std::string("evaluated:      ") + line);
   summary.push_back(std::string("objective:      ") +
                     planner::SearchObjectiveName(spec.space.objective) +
+                    (spec.space.serve ? "; prefill and a decode step at the mean context" : "") +
                     "; each step composed from 2 and 3 simulated layers, every collective's "
                     "members ending with its slowest (shardsim run times them apart: within a "
                     "fraction of a percent on symmetric meshes)");
   std::ostringstream s;
   for (const std::string& l : summary) s << l << "\n";
   s << "\n";
-  const std::vector<std::string> headers = {"rank",       "mesh",        "rules", "remat",
-                                            "mb",         "step time",   "MFU",   "tok/s/dev",
-                                            "peak / HBM", "dominated by"};
+  const bool serving = spec.space.serve.has_value();
+  const std::vector<std::string> headers =
+      serving
+          ? std::vector<std::string>{"rank",       "mesh",      "rules",      "TTFT",        "TPOT",
+                                     "generation", "tok/s/dev", "peak / HBM", "dominated by"}
+          : std::vector<std::string>{"rank",       "mesh",        "rules", "remat",
+                                     "mb",         "step time",   "MFU",   "tok/s/dev",
+                                     "peak / HBM", "dominated by"};
   std::vector<std::vector<std::string>> rows;
   for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.top); ++k) {
     const PlanResult& r = result.results[result.ranked[k]];
@@ -389,6 +416,12 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     if (r.candidate.plan.pipeline) {
       mesh += " (" +
               std::string(planner::PipelineScheduleName(r.candidate.plan.pipeline->schedule)) + ")";
+    }
+    if (serving) {
+      rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan), FormatTime(o.ttft),
+                      FormatTime(o.tpot), FormatTime(o.step_time), tok,
+                      FormatBytes(o.peak) + " / " + FormatBytes(o.capacity), o.dominant});
+      continue;
     }
     rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan),
                     planner::RematPolicyName(r.candidate.plan.remat),

@@ -31,13 +31,20 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
   const YamlValue model = top.Get("model");
   if (IsMlp(model)) model.Fail("plan search builds transformer steps (kind: mlp is run only)");
   std::tie(spec.name, spec.model) = ReadModel(model);
-  if (auto serve = top.Find("serve")) {
-    serve->FailAtKey(
-        "searching serving plans (objective ttft or tpot) is not built yet: give "
-        "train:");
+  std::optional<YamlValue> train = top.Find("train");
+  std::optional<YamlValue> serve = top.Find("serve");
+  if (train && serve) serve->FailAtKey("give either train: or serve:, not both");
+  if (!train && !serve) {
+    top.self().FailChild("train",
+                         "missing required key 'train' (or serve:, to search serving plans)");
   }
-  spec.train = ReadTrain(top.Get("train"), true);
   planner::SearchSpace& space = spec.space;
+  if (serve) {
+    space.serve = ReadServe(*serve);
+    space.objective = planner::SearchObjective::kTokensPerSPerDevice;
+  } else {
+    spec.train = ReadTrain(*train, true);
+  }
   space.microbatches = {spec.train.microbatches};
 
   std::optional<YamlMap> search;
@@ -139,16 +146,34 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto o = search->Find("objective")) {
       const std::string name = o->OneOf({"step_time", "tokens_per_s_per_device", "ttft", "tpot"});
-      if (name == "ttft" || name == "tpot") {
-        o->Fail("objective: " + name + " ranks serving plans, which search does not build yet");
+      if ((name == "ttft" || name == "tpot") && !space.serve) {
+        o->Fail("objective: " + name + " ranks serving plans (give serve: instead of train:)");
       }
-      space.objective = name == "step_time" ? planner::SearchObjective::kStepTime
-                                            : planner::SearchObjective::kTokensPerSPerDevice;
+      for (planner::SearchObjective k :
+           {planner::SearchObjective::kStepTime, planner::SearchObjective::kTokensPerSPerDevice,
+            planner::SearchObjective::kTtft, planner::SearchObjective::kTpot}) {
+        if (name == planner::SearchObjectiveName(k)) space.objective = k;
+      }
     }
     if (auto l = search->Find("memory_limit")) {
       space.memory_limit = l->Number();
       if (!(space.memory_limit > 0 && space.memory_limit <= 1)) {
         l->Fail("memory_limit is a fraction of HBM in (0, 1]");
+      }
+    }
+  }
+  if (space.serve) {
+    // Serving steps have no backward pass to recompute for and no gradient accumulation.
+    for (const auto& [section, key] :
+         std::vector<std::pair<const std::optional<YamlMap>*, const char*>>{
+             {&plan, "remat"},
+             {&search, "remat"},
+             {&search, "microbatches"},
+             {&plan, "pipeline"}}) {
+      if (*section) {
+        if (auto v = (*section)->Find(key)) {
+          v->FailAtKey(std::string(key) + ": applies to training steps, not to serve:");
+        }
       }
     }
   }

@@ -196,6 +196,30 @@ TEST_F(PlanCommandTest, EveryPlanExampleRuns) {
   }
 }
 
+TEST_F(PlanCommandTest, SearchesServingPlans) {
+  const std::string file = WriteInput(
+      "serve.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8, kv_heads: 2,\n"
+      "        vocab: 128}\n"
+      "serve: {batch: 8, prompt_len: 16, decode_len: 8}\n"
+      "search: {axes: [data, tensor], objective: tpot}\n");
+  const std::string json = (out() / "ranked.json").string();
+  const Result r = RunOk({"plan", file, "--json", json});
+  for (const char* text : {"TTFT", "TPOT", "generation", "objective:      tpot"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  const nlohmann::json ranked = nlohmann::json::parse(ReadFile(json));
+  ASSERT_EQ(ranked.size(), 2u);
+  EXPECT_LE(ranked[0]["tpot_s"].get<double>(), ranked[1]["tpot_s"].get<double>());
+  const Result remat = Run({"plan", file, "--set", "search.remat=[none]"});
+  EXPECT_EQ(remat.exit_code, 2) << remat;
+  EXPECT_NE(remat.err.find("remat: applies to training steps, not to serve:"), std::string::npos)
+      << remat;
+  const Result report = Run({"plan", file, "--report", (out() / "r.html").string()});
+  EXPECT_EQ(report.exit_code, 2) << report;
+}
+
 TEST_F(PlanCommandTest, LocatedErrors) {
   struct Case {
     std::string extra;

@@ -12,6 +12,7 @@
 
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "planner/models/serve_step_run.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
@@ -289,6 +290,48 @@ TEST(PlanSearchTest, SimulatesBestFirst) {
     const auto key = first.at(family(r.results[i]));
     EXPECT_LE(last, key) << r.results[i].key;
     last = key;
+  }
+}
+
+TEST(PlanSearchTest, ServingPlansRankByTheirObjective) {
+  SearchSpace space;
+  space.axes = {"data", "tensor"};
+  ServeConfig serve;
+  serve.batch = 8;
+  serve.prompt_len = 16;
+  serve.decode_len = 8;
+  space.serve = serve;
+  for (SearchObjective objective :
+       {SearchObjective::kTtft, SearchObjective::kTpot, SearchObjective::kTokensPerSPerDevice}) {
+    space.objective = objective;
+    const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+    // data x tensor over 8 chips, tensor dividing kv_heads 2: tensor 1 or 2.
+    EXPECT_EQ(r.candidates, 4);
+    ASSERT_EQ(r.ranked.size(), 2u);
+    const PlanOutcome& a = r.results[r.ranked[0]].outcome;
+    const PlanOutcome& b = r.results[r.ranked[1]].outcome;
+    if (objective == SearchObjective::kTtft) {
+      EXPECT_LE(a.ttft, b.ttft);
+    }
+    if (objective == SearchObjective::kTpot) {
+      EXPECT_LE(a.tpot, b.tpot);
+    }
+    if (objective == SearchObjective::kTokensPerSPerDevice) {
+      EXPECT_GE(a.tokens_per_s_per_device, b.tokens_per_s_per_device);
+    }
+    // Each is SimulateServe's answer (with the search's slowest-member timing).
+    std::unique_ptr<Machine> machine = V5e8();
+    for (const PlanResult& p : r.results) {
+      NetworkCollectiveModel network(*machine);
+      CachedCollectiveModel cache(network);
+      SlowestMemberCollectiveModel collectives(cache);
+      TrainStepOptions options;
+      options.collective_model = &collectives;
+      const ServeReport direct = SimulateServe(*machine, Tiny(), serve, p.candidate.plan, options);
+      EXPECT_EQ(p.outcome.ttft, direct.ttft) << p.key;
+      EXPECT_EQ(p.outcome.tpot, direct.tpot) << p.key;
+      EXPECT_EQ(p.outcome.step_time, direct.total) << p.key;
+    }
   }
 }
 
