@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "collectives/runtime/machine.h"
+#include "planner/models/link_use.h"
 #include "planner/models/train_step_run.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
@@ -250,6 +251,25 @@ int RunCompareCommand(const CompareCommandOptions& options) {
                          {"text", sentence}});
       ++shown;
     }
+    // Where the bytes went: each run's busiest group of links.
+    auto busiest = [](const Compared& c) -> std::string {
+      const std::vector<planner::LinkGroupUse> groups =
+          planner::LinkGroups(c.report, c.machine->topology());
+      if (groups.empty()) return c.label + ": no per-link figures";
+      const planner::LinkGroupUse* top = &groups.front();
+      for (const planner::LinkGroupUse& g : groups) {
+        if (g.busiest > top->busiest) top = &g;
+      }
+      char buf[256];
+      std::snprintf(buf, sizeof(buf), "%s's %s at %.1f%% (%.1f%% on average over %d links)",
+                    c.label.c_str(), top->name.c_str(), 100 * top->busiest, 100 * top->mean,
+                    top->links);
+      return buf;
+    };
+    const std::string links =
+        "The busiest links over the step: " + busiest(slow) + "; " + busiest(fast) + ".";
+    s << "- " << links << "\n";
+    sentences.push_back(links);
     if (!slow.report.memory.fits) {
       s << "- " << slow.label << " does not fit: it peaks at "
         << FormatBytes(slow.report.memory.peak) << " of "

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "planner/models/link_use.h"
 #include "sim/time.h"
 #include "sim/units.h"
 
@@ -234,19 +235,13 @@ std::string Scatter(const planner::SearchResult& result) {
 // Per-link utilisation of one step: every link that carried bytes, busiest first, as a bar
 // each (collective bytes / bandwidth over the step time), and a table of the links grouped by
 // kind and torus dimension.
-std::string LinkUtilisation(const std::string& id, const planner::TrainStepReport& r,
-                            const Topology& topology) {
+std::string LinkChart(const std::string& id, const planner::TrainStepReport& r,
+                      const Topology& topology) {
   if (r.link_busy.empty() || r.step_time <= Time()) {
     return "<p>No per-link figures for this step (pipelined steps are composed from their "
            "stages' runs).</p>\n";
   }
-  std::vector<std::pair<double, LinkId>> use;
-  for (const auto& [link, busy] : r.link_busy) {
-    use.push_back({busy.seconds() / r.step_time.seconds(), link});
-  }
-  std::sort(use.begin(), use.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
+  const std::vector<std::pair<double, LinkId>> use = planner::LinkUtilisation(r);
   const int w = 640, h = 160, left = 40;
   std::string svg = "<svg id=\"" + id + "\" width=\"" + std::to_string(w + left + 20) +
                     "\" height=\"" + std::to_string(h + 30) + "\">";
@@ -280,29 +275,12 @@ std::string LinkUtilisation(const std::string& id, const planner::TrainStepRepor
          " directed links that carried collective bytes, busiest first (of " +
          std::to_string(topology.links().size()) + ")</text>";
   svg += "</svg>\n";
-  // By kind and dimension.
-  struct Group {
-    int links = 0;
-    double sum = 0, most = 0;
-  };
-  std::map<std::string, Group> groups;
-  for (const auto& [u, id_] : use) {
-    const Link& l = topology.link(id_);
-    std::string name = LinkKindName(l.kind);
-    if (l.dimension >= 0) {
-      name += " dimension " + std::to_string(l.dimension) + (l.direction > 0 ? " +" : " -");
-    }
-    Group& g = groups[name];
-    ++g.links;
-    g.sum += u;
-    g.most = std::max(g.most, u);
-  }
   std::string table =
       "<table class=\"links\"><tr><th>links</th><th>used</th><th>mean "
       "utilisation</th><th>busiest</th></tr>";
-  for (const auto& [name, g] : groups) {
-    table += "<tr><td>" + Escape(name) + "</td><td>" + std::to_string(g.links) + "</td><td>" +
-             Pct(g.sum / g.links) + "</td><td>" + Pct(g.most) + "</td></tr>";
+  for (const planner::LinkGroupUse& g : planner::LinkGroups(r, topology)) {
+    table += "<tr><td>" + Escape(g.name) + "</td><td>" + std::to_string(g.links) + "</td><td>" +
+             Pct(g.mean) + "</td><td>" + Pct(g.busiest) + "</td></tr>";
   }
   return svg + table + "</table>\n";
 }
@@ -342,7 +320,7 @@ std::string PlanReportHtml(const std::string& title, const std::vector<std::stri
   body += "<h2>Memory per device</h2>\n" + MemoryBars(top);
   if (!top.empty()) {
     body += "<h2>Link utilisation of the best plan</h2>\n" +
-            LinkUtilisation("links-1", top.front().report, topology);
+            LinkChart("links-1", top.front().report, topology);
   }
   return Page(title, body);
 }
@@ -363,7 +341,7 @@ std::string CompareReportHtml(const std::string& title,
   body += "<h2>Memory per device</h2>\n" + MemoryBars(runs);
   for (size_t i = 0; i < runs.size(); ++i) {
     body += "<h2>Link utilisation of " + Escape(runs[i].label) + "</h2>\n" +
-            LinkUtilisation("links-" + runs[i].label, runs[i].report, *topologies[i]);
+            LinkChart("links-" + runs[i].label, runs[i].report, *topologies[i]);
   }
   return Page(title, body);
 }

@@ -18,6 +18,7 @@
 #include "tests/support/transformer_step.h"
 #include "topology/build.h"
 #include "topology/presets.h"
+#include "topology/ring.h"
 
 namespace shardsim {
 namespace {
@@ -712,6 +713,41 @@ TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
   RunResult b = RunProgram(machine, mesh, program, serial_cached);
   EXPECT_EQ(a.end, b.end);
   EXPECT_EQ(a.peak_memory, b.peak_memory);
+}
+
+}  // namespace
+}  // namespace shardsim
+
+namespace shardsim {
+namespace {
+
+// RunResult::link_busy on a one-way ring of 4: a ring reduce-scatter of B bytes per member
+// sends 3 chunks of B/4 over every link (each member forwards n - 1 partial chunks), so each
+// link is busy 3/4 B / bandwidth; the same op twice, twice that.
+TEST(LinkBusyTest, RingReduceScatterOnAOneWayRing) {
+  const Bandwidth bw = Bandwidth::GBps(100);
+  // No compute model: the program is collectives only.
+  Machine machine(BuildRing(4, /*bidirectional=*/false, bw, Time::Microseconds(1), LinkKind::kIci,
+                            DeviceSpec{}, "ring"),
+                  nullptr, 0);
+  ProgramBuilder b({{"dp", 4}});
+  b.Input("x", {1024, 256}, DType::kF32, PartitionSpec{}, InitSpec{});  // 1 MiB per device.
+  b.PsumScatter("x", {"dp"}, 0, /*tiled=*/true, "y");
+  b.PsumScatter("x", {"dp"}, 0, /*tiled=*/true, "z");
+  b.Output("y", PartitionSpec{{{"dp"}}});
+  b.Output("z", PartitionSpec{{{"dp"}}});
+  const ProgramSpec program = std::move(b).Build();
+  const Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  RunConfig config;
+  config.timing = TimingPath::kCached;
+  config.algorithms = {{"psum_scatter", "ring"}};
+  const RunResult r = RunProgram(machine, mesh, program, config);
+  ASSERT_EQ(r.link_busy.size(), 4u);
+  const double want = 2 * 0.75 * (1 << 20) / bw.bytes_per_second();
+  for (const auto& [link, busy] : r.link_busy) {
+    // Tolerance: the shares are rounded to picoseconds.
+    EXPECT_NEAR(busy.seconds(), want, 1e-11) << "link " << link;
+  }
 }
 
 }  // namespace
