@@ -1,6 +1,7 @@
 #include "planner/models/pipeline_step_run.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -165,6 +166,38 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
               NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute)) * stage_layers;
   f.comm = NonNegative(fb3.comm - fb2.comm) * per_layer + send_time * (2 * m * v) + sync_time;
   f.exposed_comm = NonNegative(f.end - f.compute - timeline.bubble);
+  // The exposed communication by collective: inside the stage's tasks, each class's exposed
+  // time per layer (from the forward-and-backward runs) times the stage's layers and
+  // microbatches; after the flush, the gradient all-reduce over the data axes, all exposed;
+  // the rest of it is the schedule waiting on activations sent between stages. When the
+  // first two exceed the total (the composed figures are slopes), they are scaled to fit, so
+  // the classes always add up to exposed_comm.
+  std::map<std::string, Time> by_class;
+  for (const auto& [name, t3] : fb3.exposed_by_collective) {
+    const auto t2 = fb2.exposed_by_collective.find(name);
+    const Time slope =
+        NonNegative(t3 - (t2 == fb2.exposed_by_collective.end() ? Time() : t2->second));
+    if (slope > Time()) by_class[name] = slope * per_layer;
+  }
+  if (sync_time > Time()) {
+    std::string name = "psum over";
+    for (int a : data_axes) name += " " + plan.mesh[static_cast<size_t>(a)].name;
+    by_class[name] = by_class[name] + sync_time;
+  }
+  Time named;
+  for (const auto& [name, t] : by_class) named += t;
+  if (named > f.exposed_comm && named > Time()) {
+    const double scale = f.exposed_comm.seconds() / named.seconds();
+    named = Time();
+    for (auto& [name, t] : by_class) {
+      t = Time::Picoseconds(static_cast<int64_t>(static_cast<double>(t.picoseconds()) * scale));
+      named += t;
+    }
+  }
+  if (f.exposed_comm > named) by_class["ppermute over " + pp.axis] = f.exposed_comm - named;
+  for (const auto& [name, t] : by_class) {
+    if (t > Time()) f.exposed_by_collective[name] = t;
+  }
   f.recompute = NonNegative(fb3.recompute - fb2.recompute) * per_layer;
   // Memory: the stage's step holds one microbatch's activations; the schedule holds
   // in_flight[0] chunks' worth at once on the first stage. A layer's activations: the slope

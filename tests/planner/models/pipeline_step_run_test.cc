@@ -96,6 +96,19 @@ TEST(PipelineStepTest, StagesHoldTheirShareOfTheParameters) {
   EXPECT_GT(staged.memory.params * 2, replicated.memory.params);  // The head stays whole.
 }
 
+TEST(PipelineStepTest, ExposedCommunicationSplitsByCollective) {
+  // The classes add up to exposed_comm: the stage's tensor psums, the gradient all-reduce
+  // over data after the flush, and the sends between stages (the rest).
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const TrainStepReport r =
+      SimulateTrainStep(machine, Model(), Train(4), Plan(PipelineSchedule::kOneFOneB));
+  Time sum;
+  for (const auto& [name, t] : r.exposed_by_collective) sum += t;
+  EXPECT_EQ(sum, r.exposed_comm);
+  EXPECT_TRUE(r.exposed_by_collective.count("psum over data"));
+  EXPECT_TRUE(r.exposed_by_collective.count("psum over tensor"));
+}
+
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   StepPlan no_rule = Plan(PipelineSchedule::kOneFOneB);
