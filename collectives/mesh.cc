@@ -1,5 +1,6 @@
 #include "collectives/mesh.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -30,13 +31,15 @@ Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
                                 std::to_string(product) + " positions but " +
                                 std::to_string(devices_.size()) + " devices are given");
   }
-  std::set<int> seen;
+  std::vector<char> seen;
   for (size_t p = 0; p < devices_.size(); ++p) {
     if (devices_[p] < 0) {
       throw std::invalid_argument("mesh device " + std::to_string(devices_[p]) + " at position " +
                                   std::to_string(p) + " is negative");
     }
-    if (!seen.insert(devices_[p]).second) {
+    const auto d = static_cast<size_t>(devices_[p]);
+    if (d >= seen.size()) seen.resize(std::max(d + 1, 2 * seen.size()), 0);
+    if (std::exchange(seen[d], 1)) {
       throw std::invalid_argument("mesh device " + std::to_string(devices_[p]) +
                                   " appears twice (again at position " + std::to_string(p) + ")");
     }

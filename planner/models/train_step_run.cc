@@ -43,6 +43,34 @@ std::map<K, T> ExtrapolateEach(const std::map<K, T>& a, const std::map<K, T>& b,
   return out;
 }
 
+// ExtrapolateEach over two lists ascending by key, merged in one pass (a pod's links are tens
+// of thousands).
+template <typename K, typename T>
+std::vector<std::pair<K, T>> ExtrapolateSorted(const std::vector<std::pair<K, T>>& a,
+                                               const std::vector<std::pair<K, T>>& b, int64_t k) {
+  std::vector<std::pair<K, T>> out;
+  out.reserve(std::max(a.size(), b.size()));
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    K key;
+    T va{}, vb{};
+    if (j == b.size() || (i < a.size() && a[i].first < b[j].first)) {
+      key = a[i].first;
+      va = a[i++].second;
+    } else if (i == a.size() || b[j].first < a[i].first) {
+      key = b[j].first;
+      vb = b[j++].second;
+    } else {
+      key = a[i].first;
+      va = a[i++].second;
+      vb = b[j++].second;
+    }
+    const T v = Extrapolate(va, vb, k);
+    if (v > T()) out.push_back({key, v});
+  }
+  return out;
+}
+
 }  // namespace
 
 StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k) {
@@ -54,7 +82,7 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.exposed_by_collective = ExtrapolateEach(a.exposed_by_collective, b.exposed_by_collective, k);
   f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
-  f.link_busy = ExtrapolateEach(a.link_busy, b.link_busy, k);
+  f.link_busy = ExtrapolateSorted(a.link_busy, b.link_busy, k);
   f.peak = Extrapolate(a.peak, b.peak, k);
   if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
     f.peak = Bytes(0);
@@ -90,7 +118,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
                                run.events, global, mesh);
   f.bytes_by_collective = CollectiveBytes(run.ops);
-  f.link_busy = std::map<LinkId, Time>(run.link_busy.begin(), run.link_busy.end());
+  f.link_busy = run.link_busy;
   f.phase_peaks = run.phase_peaks;
   f.phase_entry_live = run.phase_entry_live;
   return f;

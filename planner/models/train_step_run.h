@@ -58,8 +58,8 @@ struct StepFigures {
   // Bytes one device puts into each collective class per step (each op's input block).
   std::map<std::string, Bytes> bytes_by_collective;
   // Per directed link, the time the step's collective bytes take there at full bandwidth
-  // (RunResult::link_busy); / step time = the link's utilisation.
-  std::map<LinkId, Time> link_busy;
+  // (RunResult::link_busy), ascending by link; / step time = the link's utilisation.
+  std::vector<std::pair<LinkId, Time>> link_busy;
   Bytes peak;  // Largest per-device peak of live buffers.
   // The peak within each memory phase (the forward, each backward pass, what follows), so
   // that composition extrapolates each and takes the largest: which phase holds the peak can
@@ -104,8 +104,8 @@ struct TrainStepReport {
   // Bytes one device puts into each collective class per step (StepFigures').
   std::map<std::string, Bytes> bytes_by_collective;
   // Per directed link, collective bytes / bandwidth over the step (StepFigures'); empty for
-  // pipelined steps.
-  std::map<LinkId, Time> link_busy;
+  // pipelined steps. Ascending by link.
+  std::vector<std::pair<LinkId, Time>> link_busy;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
   StepMemory memory;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
