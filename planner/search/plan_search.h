@@ -25,15 +25,15 @@ struct PlanOutcome {
   Time step_time;       // Serving: the whole generation, ttft + (decode_len - 1) tpot.
   Time ttft;            // Serving: time to first token.
   Time tpot;            // Serving: time per output token.
-  double mfu = 0;
-  double tokens_per_s_per_device = 0;
-  Time compute;
-  Time exposed_comm;
-  Time bubble;
-  Time recompute;
-  Bytes peak;
-  Bytes capacity;
-  bool fits = false;     // peak <= memory_limit x capacity.
+  double mfu = 0;       // Model FLOPs utilisation (training).
+  double tokens_per_s_per_device = 0;  // Training tokens, or serving's output tokens.
+  Time compute;                        // Busiest device's compute (serving: a decode step's).
+  Time exposed_comm;                   // Its communication not hidden under compute.
+  Time bubble;                         // Pipelines: the schedule's idle time.
+  Time recompute;                      // Compute spent on remat's recomputation.
+  Bytes peak;                          // Liveness peak per device.
+  Bytes capacity;                      // HBM per device.
+  bool fits = false;                   // peak <= memory_limit x capacity.
   std::string dominant;  // What the step spends most on ("compute", "all_gather over fsdp", ...).
 };
 
@@ -51,9 +51,9 @@ struct PlanResult {
 
 // Progress, for the caller's progress bar.
 struct SearchProgress {
-  int64_t done = 0;   // Candidates settled (evaluated, resumed or skipped as dominated).
-  int64_t total = 0;  // Candidates to settle.
-  double elapsed_s = 0;
+  int64_t done = 0;          // Candidates settled (evaluated, resumed or skipped as dominated).
+  int64_t total = 0;         // Candidates to settle.
+  double elapsed_s = 0;      // Wall time since the search began.
   std::optional<Time> best;  // Best step time among fitting plans evaluated so far.
 };
 
@@ -91,8 +91,8 @@ struct SearchOptions {
   // hold just those. Merging the processes' outcomes as `known` into a search of the whole
   // space gives the single-process result (dominance is decided within a family, which one
   // process holds whole).
-  int process_rank = 0;
-  int process_count = 1;
+  int process_rank = 0;   // This process.
+  int process_count = 1;  // Processes sharing the search.
   // False: simulate nothing; candidates not in `known` count as beyond the budget (merging
   // the outcomes other processes evaluated).
   bool simulate = true;
@@ -113,21 +113,21 @@ struct SearchResult {
   int64_t refused = 0;                    // Results the simulator refused.
   int64_t not_fitting = 0;                // Results over the memory limit.
   int64_t simulated = 0;                  // Results simulated now (not resumed).
-  double wall_s = 0;
+  double wall_s = 0;                      // Wall time of the search.
 };
 
-// Searches `space` for `model` trained on `train`'s batch. Every plan uses all the machine's
-// devices. Candidates are enumerated by meshes, then rules, then per (mesh, rules) family the
-// microbatches ascending and the remat policies from none to full, and simulated best first:
-// every family's first candidate (the fastest it can be), then the rest of each family, the
-// families in order of their first candidate's step time (fitting ones first). A candidate is
-// skipped as dominated when the same mesh
-// and rules already fit with no more remat and no more microbatches (both only add work:
-// recomputation, or weight collectives repeated per microbatch; a pipeline's microbatches
-// shrink its bubble, so there only the same count dominates). Candidates whose logical
-// dimensions do not divide (Indivisible) or whose parameters and optimizer state alone exceed
-// the memory limit are pruned. Each plan is simulated as SimulateTrainStep does, composed from
-// 2 and 3 layers, with the collectives priced by a cache shared across plans and threads and
+// Searches `space` for `model` trained on `train`'s batch (or served, space.serve). Every
+// plan uses all the machine's devices. Candidates are enumerated by meshes, then rules, then
+// per (mesh, rules) family the microbatches ascending and the remat policies from none to
+// full, and simulated best first: every family's first candidate (the fastest it can be),
+// then the rest of each family, the families in order of their first candidate's step time
+// (fitting ones first). A candidate is skipped as dominated when the same mesh and rules
+// already fit with no more remat and no more microbatches (both only add work: recomputation,
+// or weight collectives repeated per microbatch; a pipeline's microbatches shrink its bubble,
+// so there only the same count dominates). Candidates whose logical dimensions do not divide
+// (Indivisible) or whose parameters and optimizer state alone exceed the memory limit are
+// pruned. Each plan is simulated as SimulateTrainStep (SimulateServe) does, composed from 2
+// and 3 layers, with the collectives priced by a cache shared across plans and threads and
 // every member of a collective ending with its slowest member (SlowestMemberCollectiveModel:
 // one timeline for a symmetric mesh). Results do not depend on `options.jobs`.
 SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& train,
