@@ -203,37 +203,44 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         if (!present.empty()) plan.rules[dim] = present;
       }
       plan.algorithms = space.algorithms;
+      // A mesh with a stage axis makes a family per pipeline schedule; others one family.
+      std::vector<std::optional<PipelinePlan>> schedules = {std::nullopt};
       for (const MeshAxis& m : mesh) {
-        if (m.name == space.pipeline.axis && m.size > 1) plan.pipeline = space.pipeline;
-      }
-      Family family;
-      std::optional<bool> state_fits;
-      for (int64_t m : microbatches) {
-        for (RematPolicy r : remat) {
-          ++result.candidates;
-          PlanCandidate c{plan, m};
-          c.plan.remat = r;
-          if (Indivisible(model, shape, c)) {
-            ++result.pruned["logical dimensions the mesh does not divide"];
-            continue;
-          }
-          if (!state_fits && !plan.pipeline && !space.serve) {
-            state_fits = static_cast<double>(StateLowerBound(model, train, plan).count()) <=
-                         space.memory_limit * static_cast<double>(capacity.count());
-          }
-          if (state_fits && !*state_fits) {
-            ++result.pruned["parameters and optimizer state alone over the memory limit"];
-            continue;
-          }
-          if (options.budget > 0 && kept >= options.budget) {
-            ++result.beyond_budget;
-            continue;
-          }
-          ++kept;
-          family.variants.push_back(std::move(c));
+        if (!space.pipelines.empty() && m.name == space.pipelines.front().axis && m.size > 1) {
+          schedules.assign(space.pipelines.begin(), space.pipelines.end());
         }
       }
-      if (!family.variants.empty()) families.push_back(std::move(family));
+      for (const std::optional<PipelinePlan>& schedule : schedules) {
+        plan.pipeline = schedule;
+        Family family;
+        std::optional<bool> state_fits;
+        for (int64_t m : microbatches) {
+          for (RematPolicy r : remat) {
+            ++result.candidates;
+            PlanCandidate c{plan, m};
+            c.plan.remat = r;
+            if (Indivisible(model, shape, c)) {
+              ++result.pruned["logical dimensions the mesh does not divide"];
+              continue;
+            }
+            if (!state_fits && !plan.pipeline && !space.serve) {
+              state_fits = static_cast<double>(StateLowerBound(model, train, plan).count()) <=
+                           space.memory_limit * static_cast<double>(capacity.count());
+            }
+            if (state_fits && !*state_fits) {
+              ++result.pruned["parameters and optimizer state alone over the memory limit"];
+              continue;
+            }
+            if (options.budget > 0 && kept >= options.budget) {
+              ++result.beyond_budget;
+              continue;
+            }
+            ++kept;
+            family.variants.push_back(std::move(c));
+          }
+        }
+        if (!family.variants.empty()) families.push_back(std::move(family));
+      }
     }
   }
 

@@ -43,8 +43,9 @@ struct SearchSpace {
                                     RematPolicy::kFull};
   // Microbatch counts (`search.microbatches`, or train's pinned).
   std::vector<int64_t> microbatches = {1};
-  // The schedule of plans with a `stage` axis (`plan.pipeline`, its axis `stage`).
-  PipelinePlan pipeline;
+  // The schedules to try on meshes with a stage axis (`plan.pipeline`, whose schedule and
+  // virtual_stages may be lists; all share one axis, `stage` unless given).
+  std::vector<PipelinePlan> pipelines = {PipelinePlan{}};
   // Default algorithm per collective (`plan.algorithms`).
   std::map<std::string, std::string> algorithms;
   // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).

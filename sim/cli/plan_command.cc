@@ -196,14 +196,19 @@ void ShowProgress(const planner::SearchProgress& p) {
   std::fflush(stderr);
 }
 
+// "1f1b", or "interleaved x2" with virtual stages.
+std::string ScheduleText(const planner::PipelinePlan& p) {
+  std::string text(planner::PipelineScheduleName(p.schedule));
+  if (p.virtual_stages > 1) text += " x" + std::to_string(p.virtual_stages);
+  return text;
+}
+
 // "data=8,fsdp=64,tensor=4; remat selective; microbatches 1 (1f1b)".
 std::string PlanLine(const planner::PlanCandidate& c) {
   std::string text = MeshText(c.plan.mesh) + "; rules " + RulesText(c.plan) + "; remat " +
                      planner::RematPolicyName(c.plan.remat) + "; microbatches " +
                      std::to_string(c.microbatches);
-  if (c.plan.pipeline) {
-    text += " (" + std::string(planner::PipelineScheduleName(c.plan.pipeline->schedule)) + ")";
-  }
+  if (c.plan.pipeline) text += " (" + ScheduleText(*c.plan.pipeline) + ")";
   return text;
 }
 
@@ -413,10 +418,7 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * o.mfu);
     std::snprintf(tok, sizeof(tok), "%.0f", o.tokens_per_s_per_device);
     std::string mesh = MeshText(r.candidate.plan.mesh);
-    if (r.candidate.plan.pipeline) {
-      mesh += " (" +
-              std::string(planner::PipelineScheduleName(r.candidate.plan.pipeline->schedule)) + ")";
-    }
+    if (r.candidate.plan.pipeline) mesh += " (" + ScheduleText(*r.candidate.plan.pipeline) + ")";
     if (serving) {
       rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan), FormatTime(o.ttft),
                       FormatTime(o.tpot), FormatTime(o.step_time), tok,

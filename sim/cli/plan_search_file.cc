@@ -24,6 +24,51 @@ std::vector<YamlValue> OneOrList(const YamlValue& value) {
   return {value};
 }
 
+// `plan.pipeline` in a search file: {axis, schedule, virtual_stages}, schedule and
+// virtual_stages one or a list; every combination that can run (virtual stages above one need
+// the interleaved schedule), in the order written.
+std::vector<planner::PipelinePlan> ReadPipelines(const YamlValue& value,
+                                                 const std::vector<MeshAxis>& axes) {
+  YamlMap map = value.Map({"axis", "schedule", "virtual_stages"});
+  planner::PipelinePlan base;
+  if (auto axis = map.Find("axis")) {
+    base.axis = axis->String();
+    bool known = false;
+    for (const MeshAxis& a : axes) known = known || a.name == base.axis;
+    if (!known) axis->Fail("'" + base.axis + "' is not a mesh axis of the search");
+  }
+  std::vector<planner::PipelineSchedule> schedules = {base.schedule};
+  if (auto s = map.Find("schedule")) {
+    schedules.clear();
+    for (const YamlValue& v : OneOrList(*s)) {
+      const std::string name = v.OneOf({"gpipe", "1f1b", "interleaved"});
+      for (planner::PipelineSchedule k :
+           {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
+            planner::PipelineSchedule::kInterleaved}) {
+        if (planner::PipelineScheduleName(k) == name) schedules.push_back(k);
+      }
+    }
+  }
+  std::vector<int> virtual_stages = {1};
+  if (auto vs = map.Find("virtual_stages")) {
+    virtual_stages.clear();
+    for (const YamlValue& v : OneOrList(*vs)) virtual_stages.push_back(v.Int(1));
+  }
+  std::vector<planner::PipelinePlan> out;
+  for (planner::PipelineSchedule schedule : schedules) {
+    for (int v : virtual_stages) {
+      if (v > 1 && schedule != planner::PipelineSchedule::kInterleaved) continue;
+      out.push_back({base.axis, schedule, v});
+    }
+  }
+  if (out.empty()) {
+    value.Fail(
+        "no schedule and virtual_stages pair can run (virtual_stages > 1 needs "
+        "schedule: interleaved)");
+  }
+  return out;
+}
+
 }  // namespace
 
 PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
@@ -109,7 +154,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       space.remat.clear();
       for (const YamlValue& v : OneOrList(*r)) space.remat.push_back(ReadRemat(v));
     }
-    if (auto p = plan->Find("pipeline")) space.pipeline = ReadPipeline(*p, all_axes);
+    if (auto p = plan->Find("pipeline")) space.pipelines = ReadPipelines(*p, all_axes);
     if (auto c = plan->Find("collective_matmul")) {
       for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
     }

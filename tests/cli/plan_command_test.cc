@@ -231,6 +231,8 @@ TEST_F(PlanCommandTest, LocatedErrors) {
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
            Case{"plan: {collective_matmul: bidirectional}\n", "not built yet"},
+           Case{"plan: {pipeline: {schedule: [gpipe, 1f1b], virtual_stages: 2}}\n",
+                "virtual_stages > 1 needs schedule: interleaved"},
        }) {
     const Result r = Run({"plan", Tiny(c.extra)});
     EXPECT_EQ(r.exit_code, 2) << r;

@@ -335,6 +335,27 @@ TEST(PlanSearchTest, ServingPlansRankByTheirObjective) {
   }
 }
 
+TEST(PlanSearchTest, EachPipelineScheduleIsAFamily) {
+  SearchSpace space;
+  space.axes = {"data", "stage"};
+  space.microbatches = {2, 4};
+  space.pipelines = {PipelinePlan{"stage", PipelineSchedule::kOneFOneB, 1},
+                     PipelinePlan{"stage", PipelineSchedule::kInterleaved, 2}};
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  // data x stage over 8: 1 mesh without a stage axis (data 8), 3 with one; each candidate
+  // family per mesh and schedule: 2 microbatches x 3 remat.
+  EXPECT_EQ(r.candidates, 1 * 2 * 3 + 3 * 2 * 2 * 3);
+  std::set<std::string> schedules;
+  for (const PlanResult& p : r.results) {
+    if (p.candidate.plan.pipeline) {
+      schedules.insert(std::string(PipelineScheduleName(p.candidate.plan.pipeline->schedule)) +
+                       std::to_string(p.candidate.plan.pipeline->virtual_stages));
+      EXPECT_NE(p.key.find("; pipeline stage"), std::string::npos) << p.key;
+    }
+  }
+  EXPECT_EQ(schedules, (std::set<std::string>{"1f1b1", "interleaved2"}));
+}
+
 TEST(PlanSearchTest, StateOverTheLimitIsPrunedUnsimulated) {
   SearchSpace space = TinySpace();
   space.memory_limit = 1e-6;  // 16 KiB: less than the tiny model's parameters per device.
