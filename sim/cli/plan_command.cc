@@ -431,7 +431,13 @@ int RunPlanCommand(const PlanCommandOptions& options) {
                     FormatBytes(o.peak) + " / " + FormatBytes(o.capacity), o.dominant});
   }
   if (rows.empty()) {
-    s << "no plan fits: " << result.not_fitting << " evaluated plans exceed the memory limit\n";
+    if (result.results.empty()) {
+      s << "no plan evaluated: " << result.beyond_budget
+        << " candidates beyond the budget or time limit\n";
+    } else {
+      s << "no plan fits: " << result.not_fitting << " evaluated plans exceed the memory limit, "
+        << result.refused << " refused\n";
+    }
   } else {
     std::vector<size_t> width(headers.size());
     for (size_t c = 0; c < headers.size(); ++c) width[c] = headers[c].size() + 2;

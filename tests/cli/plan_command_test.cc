@@ -191,7 +191,8 @@ TEST_F(PlanCommandTest, EveryPlanExampleRuns) {
     const Result r = RunOk({"plan", file.string(), "--budget", "4", "--jobs", "2"});
     EXPECT_NE(r.out.find("candidates:"), std::string::npos) << r;
     EXPECT_TRUE(r.out.find("rank  mesh") != std::string::npos ||
-                r.out.find("no plan fits") != std::string::npos)
+                r.out.find("no plan fits") != std::string::npos ||
+                r.out.find("no plan evaluated") != std::string::npos)
         << r;
   }
 }
@@ -218,6 +219,16 @@ TEST_F(PlanCommandTest, SearchesServingPlans) {
       << remat;
   const Result report = Run({"plan", file, "--report", (out() / "r.html").string()});
   EXPECT_EQ(report.exit_code, 2) << report;
+}
+
+TEST_F(PlanCommandTest, TimeLimitStopsStartingPlans) {
+  // 1 ms: the workers stop taking candidates almost at once; what they did not take is
+  // counted, and the run still ends with its summary.
+  const Result r = RunOk({"plan", Tiny(), "--time-limit", "1ms", "--jobs", "2"});
+  EXPECT_NE(r.out.find("beyond the budget"), std::string::npos) << r.out;
+  const Result bad = Run({"plan", Tiny(), "--time-limit", "soon"});
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_TRUE(IsOneErrorLine(bad.err)) << bad;
 }
 
 TEST_F(PlanCommandTest, LocatedErrors) {
