@@ -329,19 +329,16 @@ const std::vector<std::vector<int>>& Executor::PositionGroups(const std::vector<
   return it->second;
 }
 
-// Colour refinement (1-dimensional Weisfeiler-Leman) over positions. A position's signature is
-// its colour, then per distinct (axes, timing) of the program's collectives its duration and
-// the sorted set of colours in its group; positions with equal signatures get one colour,
-// numbered by first appearance (so runs are deterministic). Refinement stops when the number
-// of colours stops growing.
 std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
-  // Ops of one layer repeat: each distinct timing once, times how often it ran.
+  // Ops of one layer repeat: each distinct timing once, times how often it ran, in the order
+  // the program first ran it (so the sums round alike in every run).
   std::map<const CollectiveTiming*, int> runs;
   for (const auto& timing : timings_) {
     if (timing) ++runs[timing.get()];
   }
   std::vector<double> busy_ps;
-  for (const auto& [timing, count] : runs) {
+  for (const CollectiveTiming* timing : timing_by_index_) {
+    const int count = runs[timing];
     const double longest = static_cast<double>(timing->longest().picoseconds()) * count;
     for (size_t k = 0; k < timing->links.size(); ++k) {
       const auto l = static_cast<size_t>(timing->links[k]);
@@ -359,6 +356,11 @@ std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
   return out;
 }
 
+// Colour refinement (1-dimensional Weisfeiler-Leman) over positions. A position's signature is
+// its colour, then per distinct (axes, timing) of the program's collectives its duration and
+// the sorted set of colours in its group; positions with equal signatures get one colour,
+// numbered by first appearance (so runs are deterministic). Refinement stops when the number
+// of colours stops growing.
 void Executor::BuildClasses() {
   const LoweredProgram& lp = *lowered_;
   const int positions = mesh_.size();
