@@ -37,6 +37,29 @@ std::string DominantPart(const TrainStepReport& report) {
   return part;
 }
 
+namespace {
+
+// Runs `simulate`; returns why the simulator refused the plan (a SpecError or
+// std::invalid_argument it threw), or "" when it ran.
+template <typename Simulate>
+std::string RefusalOf(Simulate&& simulate) {
+  try {
+    simulate();
+  } catch (const SpecError& e) {
+    return e.what();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Whether `peak` is at most `memory_limit` of `capacity`.
+bool WithinLimit(Bytes peak, Bytes capacity, double memory_limit) {
+  return static_cast<double>(peak.count()) <= memory_limit * static_cast<double>(capacity.count());
+}
+
+}  // namespace
+
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
@@ -47,15 +70,8 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   options.collective_model = &collectives;
   PlanOutcome o;
   TrainStepReport r;
-  try {
-    r = SimulateTrainStep(machine, model, t, candidate.plan, options);
-  } catch (const SpecError& e) {
-    o.refused = e.what();
-    return o;
-  } catch (const std::invalid_argument& e) {
-    o.refused = e.what();
-    return o;
-  }
+  o.refused = RefusalOf([&] { r = SimulateTrainStep(machine, model, t, candidate.plan, options); });
+  if (!o.refused.empty()) return o;
   o.step_time = r.step_time;
   o.mfu = r.mfu;
   o.tokens_per_s_per_device = r.tokens_per_s_per_device;
@@ -65,8 +81,7 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   o.recompute = r.recompute;
   o.peak = r.memory.peak;
   o.capacity = r.memory.capacity;
-  o.fits =
-      static_cast<double>(o.peak.count()) <= memory_limit * static_cast<double>(o.capacity.count());
+  o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
   o.dominant = DominantPart(r);
   if (report) *report = std::move(r);
   return o;
@@ -79,15 +94,8 @@ PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& m
   options.collective_model = &collectives;
   PlanOutcome o;
   ServeReport r;
-  try {
-    r = SimulateServe(machine, model, serve, candidate.plan, options);
-  } catch (const SpecError& e) {
-    o.refused = e.what();
-    return o;
-  } catch (const std::invalid_argument& e) {
-    o.refused = e.what();
-    return o;
-  }
+  o.refused = RefusalOf([&] { r = SimulateServe(machine, model, serve, candidate.plan, options); });
+  if (!o.refused.empty()) return o;
   o.step_time = r.total;
   o.ttft = r.ttft;
   o.tpot = r.tpot;
@@ -96,8 +104,7 @@ PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& m
   o.exposed_comm = r.decode_exposed_comm;
   o.peak = r.memory.peak;
   o.capacity = r.memory.capacity;
-  o.fits =
-      static_cast<double>(o.peak.count()) <= memory_limit * static_cast<double>(o.capacity.count());
+  o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
   o.dominant =
       r.decode_exposed_comm > r.decode_compute ? "decode's exposed comm" : "decode's compute";
   return o;
@@ -186,9 +193,48 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   remat.erase(std::unique(remat.begin(), remat.end()), remat.end());
   std::vector<Family> families;
   int64_t kept = 0;
+  // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat
+  // policy, less what is pruned or beyond the budget.
+  auto add_family = [&](const StepPlan& plan) {
+    Family family;
+    std::optional<bool> state_fits;
+    for (int64_t m : microbatches) {
+      for (RematPolicy r : remat) {
+        ++result.candidates;
+        PlanCandidate c{plan, m};
+        c.plan.remat = r;
+        if (Indivisible(model, shape, c)) {
+          ++result.pruned["logical dimensions the mesh does not divide"];
+          continue;
+        }
+        if (!state_fits && !plan.pipeline && !space.serve) {
+          state_fits =
+              WithinLimit(StateLowerBound(model, train, plan), capacity, space.memory_limit);
+        }
+        if (state_fits && !*state_fits) {
+          ++result.pruned["parameters and optimizer state alone over the memory limit"];
+          continue;
+        }
+        if (options.budget > 0 && kept >= options.budget) {
+          ++result.beyond_budget;
+          continue;
+        }
+        ++kept;
+        family.variants.push_back(std::move(c));
+      }
+    }
+    if (!family.variants.empty()) families.push_back(std::move(family));
+  };
   for (const std::vector<MeshAxis>& mesh : meshes) {
     std::vector<std::map<std::string, std::vector<std::string>>> rule_sets = space.rules;
     if (rule_sets.empty()) rule_sets = {DefaultRules(mesh)};
+    // A mesh with a stage axis makes a family per pipeline schedule; others one family.
+    std::vector<std::optional<PipelinePlan>> schedules = {std::nullopt};
+    for (const MeshAxis& m : mesh) {
+      if (!space.pipelines.empty() && m.name == space.pipelines.front().axis && m.size > 1) {
+        schedules.assign(space.pipelines.begin(), space.pipelines.end());
+      }
+    }
     for (const auto& rules : rule_sets) {
       StepPlan plan;
       plan.mesh = mesh;
@@ -203,43 +249,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         if (!present.empty()) plan.rules[dim] = present;
       }
       plan.algorithms = space.algorithms;
-      // A mesh with a stage axis makes a family per pipeline schedule; others one family.
-      std::vector<std::optional<PipelinePlan>> schedules = {std::nullopt};
-      for (const MeshAxis& m : mesh) {
-        if (!space.pipelines.empty() && m.name == space.pipelines.front().axis && m.size > 1) {
-          schedules.assign(space.pipelines.begin(), space.pipelines.end());
-        }
-      }
       for (const std::optional<PipelinePlan>& schedule : schedules) {
         plan.pipeline = schedule;
-        Family family;
-        std::optional<bool> state_fits;
-        for (int64_t m : microbatches) {
-          for (RematPolicy r : remat) {
-            ++result.candidates;
-            PlanCandidate c{plan, m};
-            c.plan.remat = r;
-            if (Indivisible(model, shape, c)) {
-              ++result.pruned["logical dimensions the mesh does not divide"];
-              continue;
-            }
-            if (!state_fits && !plan.pipeline && !space.serve) {
-              state_fits = static_cast<double>(StateLowerBound(model, train, plan).count()) <=
-                           space.memory_limit * static_cast<double>(capacity.count());
-            }
-            if (state_fits && !*state_fits) {
-              ++result.pruned["parameters and optimizer state alone over the memory limit"];
-              continue;
-            }
-            if (options.budget > 0 && kept >= options.budget) {
-              ++result.beyond_budget;
-              continue;
-            }
-            ++kept;
-            family.variants.push_back(std::move(c));
-          }
-        }
-        if (!family.variants.empty()) families.push_back(std::move(family));
+        add_family(plan);
       }
     }
   }
@@ -309,8 +321,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         pr.resumed = true;
         // Fitting is this search's question (its memory limit may differ from the one the
         // outcome was first judged by).
-        pr.outcome.fits = static_cast<double>(pr.outcome.peak.count()) <=
-                          space.memory_limit * static_cast<double>(pr.outcome.capacity.count());
+        pr.outcome.fits = WithinLimit(pr.outcome.peak, pr.outcome.capacity, space.memory_limit);
       } else if (!options.simulate) {
         ++item.unknown;
         continue;

@@ -283,12 +283,7 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   }
   if (!options.trace_dir.empty()) {
     // Each run's whole step with every transfer on the network, as `run --trace` writes it.
-    std::error_code ec;
-    std::filesystem::create_directories(options.trace_dir, ec);
-    if (ec || !std::filesystem::is_directory(options.trace_dir)) {
-      throw InputError("--trace-dir " + options.trace_dir + ": cannot create the folder" +
-                       (ec ? ": " + ec.message() : ""));
-    }
+    CreateOutputFolder("--trace-dir", options.trace_dir);
     for (const Compared& c : runs) {
       RunCommandOptions trace;
       trace.file = c.file;

@@ -147,4 +147,13 @@ std::vector<int64_t> ParseIndexListFlag(const std::string& flag, const std::stri
   return {indices.begin(), indices.end()};
 }
 
+void CreateOutputFolder(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    throw InputError(flag + " " + dir + ": cannot create the folder" +
+                     (ec ? ": " + ec.message() : ""));
+  }
+}
+
 }  // namespace shardsim

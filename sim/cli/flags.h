@@ -25,6 +25,9 @@ int PositiveNodesFlag(int nodes);
 // Throws InputError if two of the (flag, path) outputs name the same file; empty paths are
 // not given.
 void CheckDistinctOutputs(const std::vector<std::pair<std::string, std::string>>& outputs);
+// Creates the folder `dir` an output flag names (and its parents). Throws InputError
+// "FLAG DIR: cannot create the folder..." when it cannot.
+void CreateOutputFolder(const std::string& flag, const std::string& dir);
 // Parses "0-15,32" (indices and inclusive ranges, each below `limit`) into sorted distinct
 // indices. Throws InputError naming `flag`.
 std::vector<int64_t> ParseIndexListFlag(const std::string& flag, const std::string& text,

@@ -216,6 +216,19 @@ planner::RematPolicy ReadRemat(const YamlValue& value) {
   value.Fail("unknown remat policy");
 }
 
+planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value) {
+  constexpr planner::PipelineSchedule kAll[] = {planner::PipelineSchedule::kGpipe,
+                                                planner::PipelineSchedule::kOneFOneB,
+                                                planner::PipelineSchedule::kInterleaved};
+  std::vector<std::string> names;
+  for (planner::PipelineSchedule k : kAll) names.emplace_back(planner::PipelineScheduleName(k));
+  const std::string name = value.OneOf(names);
+  for (planner::PipelineSchedule k : kAll) {
+    if (planner::PipelineScheduleName(k) == name) return k;
+  }
+  value.Fail("unknown pipeline schedule");
+}
+
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
   YamlMap pipeline = value.Map({"axis", "schedule", "virtual_stages"});
   planner::PipelinePlan pp;
@@ -225,14 +238,7 @@ planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<Mes
     for (const MeshAxis& a : mesh) known = known || a.name == pp.axis;
     if (!known) axis->Fail("'" + pp.axis + "' is not an axis of plan.mesh");
   }
-  if (auto s = pipeline.Find("schedule")) {
-    const std::string name = s->OneOf({"gpipe", "1f1b", "interleaved"});
-    for (planner::PipelineSchedule k :
-         {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
-          planner::PipelineSchedule::kInterleaved}) {
-      if (planner::PipelineScheduleName(k) == name) pp.schedule = k;
-    }
-  }
+  if (auto s = pipeline.Find("schedule")) pp.schedule = ReadPipelineSchedule(*s);
   if (auto vs = pipeline.Find("virtual_stages")) {
     pp.virtual_stages = static_cast<int>(vs->Int64(1));
     if (pp.virtual_stages > 1 && pp.schedule != planner::PipelineSchedule::kInterleaved) {

@@ -50,6 +50,8 @@ std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value
                                                           const std::vector<MeshAxis>& mesh);
 // `plan.remat`: none, selective or full.
 planner::RematPolicy ReadRemat(const YamlValue& value);
+// A pipeline schedule's name: gpipe, 1f1b or interleaved.
+planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 // `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages}.
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
 // `plan.collective_matmul`: only off is built for model runs (others fail, saying so).

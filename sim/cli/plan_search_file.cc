@@ -40,14 +40,7 @@ std::vector<planner::PipelinePlan> ReadPipelines(const YamlValue& value,
   std::vector<planner::PipelineSchedule> schedules = {base.schedule};
   if (auto s = map.Find("schedule")) {
     schedules.clear();
-    for (const YamlValue& v : OneOrList(*s)) {
-      const std::string name = v.OneOf({"gpipe", "1f1b", "interleaved"});
-      for (planner::PipelineSchedule k :
-           {planner::PipelineSchedule::kGpipe, planner::PipelineSchedule::kOneFOneB,
-            planner::PipelineSchedule::kInterleaved}) {
-        if (planner::PipelineScheduleName(k) == name) schedules.push_back(k);
-      }
-    }
+    for (const YamlValue& v : OneOrList(*s)) schedules.push_back(ReadPipelineSchedule(v));
   }
   std::vector<int> virtual_stages = {1};
   if (auto vs = map.Find("virtual_stages")) {
@@ -190,14 +183,19 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
     }
     if (auto o = search->Find("objective")) {
-      const std::string name = o->OneOf({"step_time", "tokens_per_s_per_device", "ttft", "tpot"});
-      if ((name == "ttft" || name == "tpot") && !space.serve) {
-        o->Fail("objective: " + name + " ranks serving plans (give serve: instead of train:)");
-      }
-      for (planner::SearchObjective k :
-           {planner::SearchObjective::kStepTime, planner::SearchObjective::kTokensPerSPerDevice,
-            planner::SearchObjective::kTtft, planner::SearchObjective::kTpot}) {
+      constexpr planner::SearchObjective kAll[] = {
+          planner::SearchObjective::kStepTime, planner::SearchObjective::kTokensPerSPerDevice,
+          planner::SearchObjective::kTtft, planner::SearchObjective::kTpot};
+      std::vector<std::string> names;
+      for (planner::SearchObjective k : kAll) names.push_back(planner::SearchObjectiveName(k));
+      const std::string name = o->OneOf(names);
+      for (planner::SearchObjective k : kAll) {
         if (name == planner::SearchObjectiveName(k)) space.objective = k;
+      }
+      const bool serving_only = space.objective == planner::SearchObjective::kTtft ||
+                                space.objective == planner::SearchObjective::kTpot;
+      if (serving_only && !space.serve) {
+        o->Fail("objective: " + name + " ranks serving plans (give serve: instead of train:)");
       }
     }
     if (auto l = search->Find("memory_limit")) {

@@ -788,12 +788,7 @@ int RunRunCommand(const RunCommandOptions& options) {
   }
   if (!options.json_path.empty()) files.emplace_back(options.json_path, Json(report));
   if (!options.dump_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.dump_dir, ec);
-    if (ec || !std::filesystem::is_directory(options.dump_dir)) {
-      throw InputError("--dump " + options.dump_dir + ": cannot create the folder" +
-                       (ec ? ": " + ec.message() : ""));
-    }
+    CreateOutputFolder("--dump", options.dump_dir);
     for (const auto& [name, array] : outputs) {
       files.emplace_back((std::filesystem::path(options.dump_dir) / (name + ".npy")).string(),
                          EncodeNpy(array));
