@@ -12,6 +12,7 @@
 
 #include "collectives/ir/op_registry.h"
 #include "collectives/kernel_support.h"
+#include "collectives/moe_route.h"
 
 namespace shardsim {
 namespace {
@@ -119,6 +120,8 @@ bool IsNnOp(OpKind kind) {
     case OpKind::kCrossEntropy:
     case OpKind::kTopK:
     case OpKind::kAttention:
+    case OpKind::kOneHot:
+    case OpKind::kMoeRoute:
       return true;
     default:
       return false;
@@ -153,6 +156,10 @@ std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& 
       return TopK(x, op.k);
     case OpKind::kAttention:
       return One(Attention(x, *inputs[1], *inputs[2], op.causal));
+    case OpKind::kOneHot:
+      return One(OneHot(x, op.num_classes, MaskDType(op)));
+    case OpKind::kMoeRoute:
+      return One(MoeRoute(x, op.experts, op.capacity, RoutePriorityOf(op), MaskDType(op)));
     default:
       Fail(OpKindName(op.kind), "is not an array op of nn_ops");
   }
@@ -303,6 +310,21 @@ Array CrossEntropy(const Array& logits, const Array& labels) {
   // The mean over no positions is 0 / 0: NaN, as jnp.mean of an empty array.
   const double loss = total / static_cast<double>(labels.size());
   return Array::FromNumbers(DType::kF32, {}, {loss});
+}
+
+Array OneHot(const Array& x, int64_t num_classes, DType dtype) {
+  const char* op = "one_hot";
+  if (x.dtype() != DType::kI32) Fail(op, "x must be i32, got " + x.TypeString());
+  if (num_classes < 1) Fail(op, "num_classes must be >= 1, got " + std::to_string(num_classes));
+  Shape shape = x.shape();
+  shape.push_back(num_classes);
+  if (!x.has_data()) return Array::ShapeOnly(dtype, shape);
+  std::vector<double> out(static_cast<size_t>(NumElements(shape)), 0.0);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    const int64_t c = x.IntAt(i);
+    if (c >= 0 && c < num_classes) out[static_cast<size_t>(i * num_classes + c)] = 1;
+  }
+  return Array::FromNumbers(dtype, shape, out);
 }
 
 std::vector<Array> TopK(const Array& x, int64_t k) {
@@ -522,6 +544,12 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
       return cost;
     }
+    case OpKind::kOneHot:
+      // One compare per element of the result, the ids read and the result written.
+      cost.flops = static_cast<double>(outputs.at(0)->size());
+      return cost;
+    case OpKind::kMoeRoute:
+      return MoeRouteCost(inputs, outputs);
     default:
       return cost;
   }

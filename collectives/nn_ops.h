@@ -1,8 +1,8 @@
 // The array ops global (jit) programs need, as local ops: the reductions jnp.sum, jnp.mean and
 // jnp.max (reduce_max), jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm (scale,
 // no bias), jnp.take, the mean of optax.softmax_cross_entropy_with_integer_labels,
-// jax.lax.top_k and jax.nn.dot_product_attention. They run per device in shard_map bodies and
-// on whole arrays as the reference of global programs.
+// jax.lax.top_k, jax.nn.dot_product_attention and jax.nn.one_hot. They run per device in shard_map
+// bodies and on whole arrays as the reference of global programs.
 //
 // Conventions as local_ops.h: shape-only inputs give shape-only outputs; bad shapes, dtypes or
 // attributes throw std::invalid_argument with a message that starts with the op's name
@@ -24,7 +24,8 @@
 
 namespace shardsim {
 
-// Whether `kind` is one of this file's ops (kSum ... kAttention).
+// Whether `kind` is one of this file's ops (kSum ... kAttention, one_hot, and moe_route, whose
+// kernel is moe_route.h's).
 bool IsNnOp(OpKind kind);
 // Runs op `op` (IsNnOp) on `inputs`; one array per output (top_k: values, then indices).
 std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& inputs);
@@ -62,6 +63,9 @@ Array CrossEntropy(const Array& logits, const Array& labels);
 // jax.lax.top_k: the k largest values along the last axis, in descending order, and their
 // indices (i32); equal values keep the lower index first. NaN ranks above every number.
 std::vector<Array> TopK(const Array& x, int64_t k);
+// jax.nn.one_hot(x, num_classes, dtype): x i32, the result x's shape + [num_classes], 1 where
+// the last index equals x's element; an element outside [0, num_classes) gives a row of zeros.
+Array OneHot(const Array& x, int64_t num_classes, DType dtype);
 // jax.nn.dot_product_attention: q [B, T, N, H], k and v [B, S, K, H] of one float dtype, N a
 // multiple of K (query head n reads kv head n / (N / K)); softmax(q k^T / sqrt(H)) v in
 // double, the probabilities rounded to the dtype before weighting v. causal: query t sees keys

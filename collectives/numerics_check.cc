@@ -90,6 +90,8 @@ namespace {
 //     2 rms_x, kept by the mean; inexact labels may pick another logit: 2 M(x) + 2 e_x.
 //   top_k: the j-th largest value is 1-Lipschitz (exact, as max); the indices of inexact
 //     values may be any other index of the axis: n - 1.
+//   one_hot, moe_route: exact from exact indices; inexact ones may flip any element (0 or
+//     1): 1.
 //   attention, logits l = q.k / sqrt(H) over H products, as a matmul: worst sqrt(H) (e_q M_k
 //     + e_k M_q + e_q e_k), rms rms_q R_k + rms_k R_q + rms_q rms_k, max min(worst, kSigmas
 //     rms); a row's probabilities then move by at most min(2, e^{2 e_l} - 1) in 1-norm (as
@@ -343,6 +345,9 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
     case OpKind::kTopK:
       if (facts.output == 0) return a;
       return Error{std::max(n - 1, 0.0), std::max(n - 1, 0.0)};
+    case OpKind::kOneHot:
+    case OpKind::kMoeRoute:
+      return Error{1, 1};  // Reached with inexact indices only: any element may flip.
     case OpKind::kAttention: {
       const Error& eq = a;
       const Error& ek = in[1]->error;

@@ -106,8 +106,9 @@ enum class OpKind {
   // Array ops of global programs, local ops too (collectives/nn_ops.h): the reductions
   // jnp.sum, jnp.mean and jnp.max (`reduce_max`; `{op: max, in: x, axis: ...}` reads as it),
   // jax.nn.softmax and log_softmax, Flax's RMSNorm and LayerNorm, jnp.take, the mean of
-  // optax.softmax_cross_entropy_with_integer_labels, jax.lax.top_k and
-  // jax.nn.dot_product_attention.
+  // optax.softmax_cross_entropy_with_integer_labels, jax.lax.top_k,
+  // jax.nn.dot_product_attention and jax.nn.one_hot; moe_route, the token routing of a
+  // mixture-of-experts layer with a capacity (collectives/moe_route.h).
   kSum,
   kMean,
   kReduceMax,
@@ -119,6 +120,8 @@ enum class OpKind {
   kCrossEntropy,
   kTopK,
   kAttention,
+  kOneHot,
+  kMoeRoute,
   // The derivative ops of the array ops above (collectives/grad_ops.h), each the cotangent of
   // the forward op's input(s) from its output's cotangent g: reduce_max_grad (g split among the
   // maxima), softmax_grad and log_softmax_grad (from the forward output y), rms_norm_grad and
@@ -200,6 +203,10 @@ struct OpSpec {
   std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
   int64_t k = 0;              // top_k: how many of the largest values to keep.
   bool causal = true;         // attention: each query sees only keys up to its position.
+  int64_t num_classes = 0;    // one_hot: the length of the new last axis.
+  int64_t experts = 0;        // moe_route: the experts tokens are routed to.
+  int64_t capacity = 0;       // moe_route: the slots of each expert per group.
+  std::string priority = "token";  // moe_route: token | choice (which assignment fills first).
 };
 
 // One output (`outputs:`): an out_spec.

@@ -83,6 +83,14 @@ std::vector<OpDef> MakeRegistry() {
                     nullptr,
                     "Added to the variance (default 1e-6 rms_norm, 1e-5 layer_norm, as Flax)",
                     CheckEps};
+  const std::vector<AttrDef> moe_route = {
+      Req("experts", T::kPositiveInt, &OpSpec::experts, "The experts tokens are routed to"),
+      Req("capacity", T::kPositiveInt, &OpSpec::capacity,
+          "Slots per expert per group; assignments beyond them are dropped"),
+      OneOf("priority", &OpSpec::priority, {"token", "choice"},
+            "Which assignments take the slots first: token (each token's k choices in turn, "
+            "MaxText) or choice (every token's first choice, then the second: GShard)"),
+      dtype};
   // name, visible, arity, multi-output, stream, collective, reduce, axis_name, attrs,
   // elementwise, exactly-one-of groups, output count, global only, outputs, written as. One row
   // per op, laid out by hand.
@@ -261,6 +269,13 @@ std::vector<OpDef> MakeRegistry() {
        R::kSum, false,
        {Opt("causal", T::kBool, &OpSpec::causal,
             "Each query sees only the keys up to its position (default true)")}},
+      {OpKind::kOneHot, "one_hot", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false,
+       {Req("num_classes", T::kPositiveInt, &OpSpec::num_classes,
+            "The classes: the length of the new last axis"),
+        dtype}},
+      {OpKind::kMoeRoute, "moe_route", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, moe_route},
       {OpKind::kReduceMaxGrad, "reduce_max_grad", true, A::kTwo, false, S::kCompute,
        C::kAllReduce, R::kSum, false, reduction},
       {OpKind::kSoftmaxGrad, "softmax_grad", true, A::kTwo, false, S::kCompute, C::kAllReduce,

@@ -5,13 +5,25 @@ namespace shardsim::planner {
 ParameterCounts CountParameters(const TransformerConfig& model) {
   const int64_t d = model.d_model, hd = model.head_dim;
   const int64_t attention = d * model.heads * hd * 2 + d * model.kv_heads * hd * 2;
-  const int64_t mlp = (model.mlp == MlpKind::kSwiGlu ? 3 : 2) * d * model.d_ff;
+  const int64_t matrices = model.mlp == MlpKind::kSwiGlu ? 3 : 2;  // An MLP's weight matrices.
+  const int64_t mlp = matrices * d * model.d_ff;
+  const int64_t moe_layers = model.experts > 0 ? model.layers - model.dense_layers : 0;
+  const int64_t dense_layers = model.layers - moe_layers;
   ParameterCounts c;
   c.embedding = model.vocab * d;
   c.per_layer = attention + mlp + 2 * d;
   c.head = d + (model.tied_embeddings ? 0 : d * model.vocab);
-  c.matmul = model.layers * (attention + mlp) + d * model.vocab;
-  c.total = c.embedding + model.layers * c.per_layer + c.head;
+  c.matmul = dense_layers * (attention + mlp) + d * model.vocab;
+  c.total = c.embedding + dense_layers * c.per_layer + c.head;
+  if (moe_layers > 0) {
+    // Router d x E; each expert an MLP expert_d_ff wide; the shared experts one MLP.
+    const int64_t expert = matrices * d * ExpertDff(model);
+    const int64_t router = d * model.experts;
+    const int64_t shared = model.shared_experts * expert;
+    c.per_moe_layer = attention + router + model.experts * expert + shared + 2 * d;
+    c.matmul += moe_layers * (attention + router + model.top_k * expert + shared);
+    c.total += moe_layers * c.per_moe_layer;
+  }
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "planner/models/transformer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -36,6 +38,7 @@ class TrainStepBuilder {
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
     const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
+    group_tokens_ = tokens_per_sequence;
     pb_.Input("tokens", {serve.batch, tokens_per_sequence}, DType::kI32,
               rules_.Spec({"batch", "length"}), ids);
     DeclareParams();
@@ -78,6 +81,7 @@ class TrainStepBuilder {
   }
 
   ProgramSpec Build() && {
+    group_tokens_ = train_.seq_len;
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
     const int64_t micro = train_.microbatches;
@@ -205,12 +209,112 @@ class TrainStepBuilder {
       Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
       Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"});
       Param("mlp_norm" + L, {d}, {"embed"}, /*ones=*/true);
-      if (model_.mlp == MlpKind::kSwiGlu) Param("w_gate" + L, {d, model_.d_ff}, {"embed", "mlp"});
-      Param("w_up" + L, {d, model_.d_ff}, {"embed", "mlp"});
-      Param("w_down" + L, {model_.d_ff, d}, {"mlp", "embed"});
+      if (!IsMoeLayer(model_, l)) {
+        FeedForwardParams("w", L, {}, model_.d_ff);
+        continue;
+      }
+      // The router [embed, experts] (its expert dimension whole: every token scores every
+      // expert), the experts' MLPs [experts, ...] and the shared experts' one MLP.
+      Param("w_router" + L, {d, model_.experts}, {"embed", ""});
+      FeedForwardParams("we", L, {model_.experts}, ExpertDff(model_));
+      if (model_.shared_experts > 0) {
+        FeedForwardParams("ws", L, {}, model_.shared_experts * ExpertDff(model_));
+      }
     }
     Param("final_norm", {d}, {"embed"}, /*ones=*/true);
     if (!model_.tied_embeddings) Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
+  }
+
+  // An MLP's weights <prefix>_gate (SwiGLU only), <prefix>_up [embed, mlp] and <prefix>_down
+  // [mlp, embed] of layer L, `ff` wide; with `experts` ({E}) each has a leading expert
+  // dimension.
+  void FeedForwardParams(const std::string& prefix, const std::string& L,
+                         const std::vector<int64_t>& experts, int64_t ff) {
+    const int64_t d = model_.d_model;
+    auto param = [&](const std::string& name, Shape shape, std::vector<std::string> dims) {
+      if (!experts.empty()) {
+        shape.insert(shape.begin(), experts[0]);
+        dims.insert(dims.begin(), "expert");
+      }
+      Param(prefix + "_" + name + L, std::move(shape), dims);
+    };
+    if (model_.mlp == MlpKind::kSwiGlu) param("gate", {d, ff}, {"embed", "mlp"});
+    param("up", {d, ff}, {"embed", "mlp"});
+    param("down", {ff, d}, {"mlp", "embed"});
+  }
+
+  // The MLP of layer L on x (its weights <prefix>_* as FeedForwardParams declares them):
+  // einsums `in` (x by gate or up) and `out` (the activation by down), values named
+  // <name><kind><L>: SwiGLU down(silu(x gate) * (x up)), else down(act(x up)).
+  std::string FeedForward(const std::string& x, const std::string& prefix, const std::string& L,
+                          const std::string& in, const std::string& out, const std::string& name) {
+    std::string m;
+    if (model_.mlp == MlpKind::kSwiGlu) {
+      const std::string gate = pb_.Einsum(in, x, W(prefix + "_gate" + L), N(name + "gate" + L));
+      const std::string up = pb_.Einsum(in, x, W(prefix + "_up" + L), N(name + "up" + L));
+      const std::string act = Op(OpKind::kSilu, {gate}, N(name + "act" + L));
+      m = Op(OpKind::kMul, {act, up}, N(name + "m" + L));
+    } else {
+      const std::string up = pb_.Einsum(in, x, W(prefix + "_up" + L), N(name + "up" + L));
+      m = Op(model_.mlp == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {up},
+             N(name + "act" + L));
+    }
+    return pb_.Einsum(out, m, W(prefix + "_down" + L), N(name + "d" + L));
+  }
+
+  // The mixture of experts of layer L on x [batch, length, embed] (GShard's dense dispatch with
+  // a capacity, as MaxText's "dropping" MoE; each sequence is a routing group of T tokens):
+  // router logits x w_router [b, t, E]; their top k and softmax over those k (Mixtral's
+  // normalised gates); moe_route's mask [b, t, E, C], C = ExpertCapacity(T); the combine
+  // weights, the mask times each chosen expert's gate (the gates placed by one_hot); the
+  // experts' inputs einsum(btec,btd->ebcd) held as [expert, batch, -, -] (an all-to-all over
+  // an expert axis that held tokens); each expert's MLP; its outputs held as [-, batch, -, -]
+  // (the all-to-all back); the tokens' outputs einsum(btec,ebcd->btd) with the combine
+  // weights. The shared experts' MLP, on every token, is added.
+  std::string MixtureOfExperts(const std::string& x, const std::string& L) {
+    const int64_t e = model_.experts;
+    const std::string dtype(DTypeName(train_.dtype));
+    const std::string logits = pb_.Einsum("btd,de->bte", x, W("w_router" + L), N("router" + L));
+    OpSpec top;
+    top.kind = OpKind::kTopK;
+    top.in = {logits};
+    top.out = {N("top" + L), N("choice" + L)};
+    top.k = model_.top_k;
+    pb_.Add(std::move(top));
+    const std::string gates = Op(OpKind::kSoftmax, {N("top" + L)}, N("gates" + L));
+    OpSpec one_hot;
+    one_hot.kind = OpKind::kOneHot;
+    one_hot.in = {N("choice" + L)};
+    one_hot.out = {N("onehot" + L)};
+    one_hot.num_classes = e;
+    one_hot.dtype = dtype;
+    const std::string hot = pb_.Add(std::move(one_hot));
+    const std::string expert_gates = pb_.Einsum("btk,btke->bte", gates, hot, N("egates" + L));
+    OpSpec route;
+    route.kind = OpKind::kMoeRoute;
+    route.in = {N("choice" + L)};
+    route.out = {N("dispatch" + L)};
+    route.experts = e;
+    route.capacity = ExpertCapacity(model_, group_tokens_);
+    route.dtype = dtype;
+    const std::string dispatch = pb_.Add(std::move(route));
+    const std::string combine =
+        pb_.Einsum("btec,bte->btec", dispatch, expert_gates, N("combine" + L));
+    // Each change of layout is constrained on both sides, so that the backward pass (whose
+    // constraints are the forward's, transposed) moves the cotangents with the same two
+    // all-to-alls rather than resharding the experts' saved activations.
+    std::string xe = pb_.Einsum("btec,btd->ebcd", dispatch, x, N("xe" + L));
+    xe = Constrain(xe, {"", "batch", "", ""}, N("xeb" + L));
+    xe = Constrain(xe, {"expert", "batch", "", ""}, N("xec" + L));
+    std::string ye = FeedForward(xe, "we", L, "ebcd,edf->ebcf", "ebcf,efd->ebcd", "e");
+    ye = Constrain(ye, {"expert", "batch", "", ""}, N("yee" + L));
+    ye = Constrain(ye, {"", "batch", "", ""}, N("yec" + L));
+    std::string y = pb_.Einsum("btec,ebcd->btd", combine, ye, N("moe" + L));
+    if (model_.shared_experts > 0) {
+      const std::string shared = FeedForward(x, "ws", L, "btd,df->btf", "btf,fd->btd", "s");
+      y = Op(OpKind::kAdd, {y, shared}, N("moes" + L));
+    }
+    return y;
   }
 
   // Layer `l` on x, its values recorded for remat when asked.
@@ -318,7 +422,7 @@ class TrainStepBuilder {
   std::string Constrain(const std::string& x, const std::vector<std::string>& dims,
                         std::string out) {
     bool split = false;
-    for (const std::string& d : dims) split = split || !rules_.Axes(d).empty();
+    for (const std::string& d : dims) split = split || (!d.empty() && !rules_.Axes(d).empty());
     if (!split) return x;
     OpSpec op;
     op.kind = OpKind::kShardingConstraint;
@@ -349,17 +453,9 @@ class TrainStepBuilder {
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
     h = Residual(h, N("hc" + L));
     const std::string nm = Norm(h, W("mlp_norm" + L), N("n" + L + "m"));
-    std::string m;
-    if (model_.mlp == MlpKind::kSwiGlu) {
-      const std::string gate = pb_.Einsum("btd,df->btf", nm, W("w_gate" + L), N("gate" + L));
-      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), N("up" + L));
-      const std::string act = Op(OpKind::kSilu, {gate}, N("act" + L));
-      m = Op(OpKind::kMul, {act, up}, N("m" + L));
-    } else {
-      const std::string up = pb_.Einsum("btd,df->btf", nm, W("w_up" + L), N("up" + L));
-      m = Op(model_.mlp == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {up}, N("act" + L));
-    }
-    const std::string down = pb_.Einsum("btf,fd->btd", m, W("w_down" + L), N("d" + L));
+    const std::string down = IsMoeLayer(model_, layer)
+                                 ? MixtureOfExperts(nm, L)
+                                 : FeedForward(nm, "w", L, "btd,df->btf", "btf,fd->btd", "");
     return Op(OpKind::kAdd, {h, down}, N("y" + L));
   }
 
@@ -398,6 +494,7 @@ class TrainStepBuilder {
   std::string sfx_;             // The current microbatch's suffix ("" with one).
   std::set<std::string> cast_;  // Compute-dtype copies made so far.
   StepKind kind_ = StepKind::kTrain;
+  int64_t group_tokens_ = 0;            // Tokens per sequence: a MoE routing group.
   std::vector<std::string> cache_out_;  // Serving: the keys and values each layer returns.
   uint64_t seed_ = 0;
 };
@@ -414,11 +511,33 @@ void CheckModel(const TransformerConfig& model) {
   Check(model.heads % model.kv_heads == 0, "heads (" + std::to_string(model.heads) +
                                                ") must be a multiple of kv_heads (" +
                                                std::to_string(model.kv_heads) + ")");
-  Check(model.experts == 0, "MoE layers (experts: " + std::to_string(model.experts) +
-                                ") are not built yet: the step builder makes dense models only");
+  if (model.experts == 0) return;
+  Check(model.top_k >= 1 && model.top_k <= model.experts, "top_k (" + std::to_string(model.top_k) +
+                                                              ") must be in [1, experts (" +
+                                                              std::to_string(model.experts) + ")]");
+  Check(model.capacity_factor > 0 && std::isfinite(model.capacity_factor),
+        "capacity_factor must be a finite number > 0");
+  Check(model.shared_experts >= 0 && model.expert_d_ff >= 0 && model.dense_layers >= 0 &&
+            model.dense_layers <= model.layers,
+        "shared_experts and expert_d_ff must be >= 0, dense_layers in [0, layers]");
 }
 
 }  // namespace
+
+bool IsMoeLayer(const TransformerConfig& model, int64_t layer) {
+  return model.experts > 0 && layer >= model.dense_layers;
+}
+
+int64_t ExpertDff(const TransformerConfig& model) {
+  return model.expert_d_ff > 0 ? model.expert_d_ff : model.d_ff;
+}
+
+int64_t ExpertCapacity(const TransformerConfig& model, int64_t group_tokens) {
+  // ceil(T k cf / E) in double: T k cf stays far below 2^53, the product exact enough.
+  const double even = static_cast<double>(group_tokens) * static_cast<double>(model.top_k) /
+                      static_cast<double>(model.experts);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(even * model.capacity_factor)));
+}
 
 std::string KvCacheName(bool keys, int64_t layer) {
   return (keys ? "k_cache" : "v_cache") + std::to_string(layer);

@@ -39,8 +39,10 @@ struct TransformerConfig {
   // (MaxText's 2023 global_parameter_scale models).
   bool tied_embeddings = false;
   // Mixture of experts (SPEC's experts, top_k, capacity_factor, shared_experts,
-  // expert_d_ff): 0 experts is a dense model. The step builder does not build MoE layers yet
-  // and refuses a model with experts; presets carry them so the figures are in one place.
+  // expert_d_ff): 0 experts is a dense model; otherwise every layer from dense_layers on has a
+  // router and `experts` MLPs expert_d_ff wide, each token running its top_k, with tokens
+  // dropped beyond an expert's capacity (ExpertCapacity), plus one MLP shared_experts x
+  // expert_d_ff wide that every token runs (the shared experts).
   int64_t experts = 0;
   int64_t top_k = 2;              // Experts each token is routed to.
   double capacity_factor = 1.25;  // Expert capacity over an even split of the tokens.
@@ -48,6 +50,14 @@ struct TransformerConfig {
   int64_t expert_d_ff = 0;        // MLP width of one expert (0: d_ff).
   int64_t dense_layers = 0;       // Leading layers with a dense MLP (DeepSeek-V3's first 3).
 };
+
+// Whether decoder layer `layer` of `model` is a mixture of experts.
+bool IsMoeLayer(const TransformerConfig& model, int64_t layer);
+// The MLP width of one expert: expert_d_ff, or d_ff when it is 0.
+int64_t ExpertDff(const TransformerConfig& model);
+// The slots each expert holds per routing group of `group_tokens` tokens (one sequence):
+// ceil(T top_k capacity_factor / experts), at least 1 (MaxText's and GShard's capacity).
+int64_t ExpertCapacity(const TransformerConfig& model, int64_t group_tokens);
 
 // The parameter update after the gradients.
 enum class Optimizer {

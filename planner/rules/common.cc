@@ -84,6 +84,8 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kTakeGrad:
     case OpKind::kAttention:
     case OpKind::kAttentionGrad:
+    case OpKind::kOneHot:
+    case OpKind::kMoeRoute:
       return &MappedRule;
     case OpKind::kBroadcastInDim:
       return &BroadcastRule;

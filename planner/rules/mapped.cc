@@ -10,7 +10,9 @@
 // - attention (q's [B, T, N, H]: batch and heads may split, the sequences and head size are
 //   whole; k and v split their kv heads K as q's heads N, so a device holding heads
 //   [s N/a, (s+1) N/a) holds kv heads [s K/a, (s+1) K/a), exactly the ones they read, when a
-//   divides K) and attention_grad (g like q; [dq, dk, dv] like [q, k, v]).
+//   divides K) and attention_grad (g like q; [dq, dk, dv] like [q, k, v]);
+// - one_hot (the ids' dimensions; the classes whole) and moe_route (the groups: each routes
+//   its tokens alone).
 //
 // cross_entropy is a mean over every label position: a device holding a block of the rows
 // computes its block's mean, n times its share of the global mean when the rows are split
@@ -176,6 +178,22 @@ Mapping MappingOf(const RuleContext& ctx) {
         m.linear_in_first = true;
       }
       m.whole = {1, 3};
+      break;
+    }
+    case OpKind::kOneHot:  // x -> x's dimensions + [classes], whole.
+      m.rank = s[0].size();
+      m.operand = {Identity(m.rank)};
+      m.result = {Identity(m.rank)};
+      m.result[0].push_back(kWhole);
+      break;
+    case OpKind::kMoeRoute: {  // indices [G..., S, k] -> [G..., S, E, C].
+      // Each group routes alone: the groups may split; a group's tokens, choices, experts and
+      // slots are whole.
+      m.rank = s[0].size() - 2;
+      m.operand = {Identity(m.rank)};
+      m.operand[0].insert(m.operand[0].end(), 2, kWhole);
+      m.result = {Identity(m.rank)};
+      m.result[0].insert(m.result[0].end(), 3, kWhole);
       break;
     }
     default:

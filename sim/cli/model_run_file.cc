@@ -47,7 +47,7 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   YamlMap map =
       value.Map({"kind", "preset", "layers", "d_model", "d_ff", "heads", "kv_heads", "head_dim",
                  "vocab", "mlp", "norm", "experts", "top_k", "capacity_factor", "shared_experts",
-                 "expert_d_ff", "layer_sizes", "activation"});
+                 "expert_d_ff", "dense_layers", "layer_sizes", "activation"});
   std::string name = "transformer";
   TransformerConfig m;
   if (auto preset = map.Find("preset")) {
@@ -93,14 +93,23 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
     m.norm = v->OneOf({"rms", "layer"}) == "rms" ? NormKind::kRms : NormKind::kLayer;
   if (auto v = map.Find("experts")) m.experts = v->Int64(0);
   if (auto v = map.Find("top_k")) m.top_k = v->Int64(1);
-  if (auto v = map.Find("capacity_factor")) m.capacity_factor = v->Number();
+  if (auto v = map.Find("capacity_factor")) {
+    m.capacity_factor = v->Number();
+    if (!(m.capacity_factor > 0)) v->Fail("capacity_factor must be > 0");
+  }
   if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);
   if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);
-  if (m.experts > 0) {
-    const std::optional<YamlValue> at = map.Find("experts");
+  if (auto v = map.Find("dense_layers")) m.dense_layers = v->Int64(0);
+  if (m.experts > 0 && m.top_k > m.experts) {
+    const std::optional<YamlValue> at = map.Find("top_k");
     (at ? *at : value)
-        .Fail("mixture-of-experts layers (experts: " + std::to_string(m.experts) +
-              ") are not built yet: model runs simulate dense transformers");
+        .Fail("top_k (" + std::to_string(m.top_k) + ") must be in [1, experts (" +
+              std::to_string(m.experts) + ")]");
+  }
+  if (m.dense_layers > m.layers) {
+    map.Get("dense_layers")
+        .Fail("dense_layers (" + std::to_string(m.dense_layers) + ") exceeds the layers (" +
+              std::to_string(m.layers) + ")");
   }
   return {name, m};
 }

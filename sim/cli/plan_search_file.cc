@@ -121,7 +121,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
         a.Fail("mesh axis '" + name + "' is named twice");
       }
       if (name == "expert" && spec.model.experts == 0) {
-        a.Fail("expert: the model has no experts (mixture-of-experts layers are not built yet)");
+        a.Fail("expert: the model has no experts (give model: {..., experts: E})");
       }
       space.axes.push_back(name);
       all_axes.push_back({name, 1});

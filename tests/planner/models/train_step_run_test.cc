@@ -31,6 +31,18 @@ TEST(ModelFlopsTest, ParameterCountsMatchThePublishedCheckpoints) {
   EXPECT_NEAR(static_cast<double>(CountParameters(Preset("gpt3-175b")).total), 175.0e9, 0.5e9);
 }
 
+// Mixtral-8x7B: 46,702,792,704 parameters in all (the Hugging Face checkpoint's count); active
+// per token, by hand: 32 layers x (attention 4096·4096·2 + 4096·1024·2 = 41,943,040, router
+// 4096·8 = 32,768, two experts 2·3·4096·14336 = 352,321,536) + the unembedding 4096·32000 =
+// 131,072,000: 12,748,587,008 (12.9B with the embedding, Mistral's "12.9B active").
+TEST(ModelFlopsTest, MixtralCountsEveryExpertAndActivatesTwo) {
+  const ParameterCounts c = CountParameters(Preset("mixtral-8x7b"));
+  EXPECT_EQ(c.total, 46'702'792'704);
+  EXPECT_EQ(c.matmul, int64_t{32} * (41'943'040 + 32'768 + 352'321'536) + 131'072'000);
+  EXPECT_EQ(c.matmul, 12'748'587'008);
+  EXPECT_EQ(c.per_layer, 0 + 41'943'040 + 3 * 4096 * 14336 + 2 * 4096);  // A dense layer's.
+}
+
 // MaxText's 2023 models are named for their sizes (models.md: head_dim 256, ReLU, vocabulary
 // 32768, tied embeddings): within 2% of 16, 22, 32, 64 and 128 billion parameters; tied, the
 // head is the final norm alone, while the logits' matmul still counts among the FLOPs.

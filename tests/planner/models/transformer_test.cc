@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "planner/models/model_presets.h"
 #include "sim/cli/program_writer.h"
 #include "sim/cli/run_file.h"
 #include "tests/planner/partition_test_support.h"
@@ -125,6 +126,121 @@ INSTANTIATE_TEST_SUITE_P(
                 true}),
     [](const auto& info) { return info.param.name; });
 
+// A mixture-of-experts step (1 layer, d 64, 4 experts of ff 32, top 2, one shared expert),
+// partitioned, computes what the unsharded step computes, routing and dropping included:
+// expert parallelism over an axis that also splits the batch (MaxText's), over an axis that
+// holds no tokens, with tensor parallelism inside the experts, with sequence parallelism (a
+// sequence routes as one group, so its tokens are gathered first), and with FSDP; capacity
+// factor 1 drops tokens, 2 keeps nearly all.
+struct MoeVariant {
+  std::string name;
+  std::vector<MeshAxis> mesh;
+  std::map<std::string, std::vector<std::string>> rules;
+  double capacity_factor = 1.0;
+  std::string mlp = "swiglu";
+};
+
+TransformerConfig SmallMoe(double capacity_factor, MlpKind mlp) {
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  m.experts = 4;
+  m.top_k = 2;
+  m.expert_d_ff = 32;
+  m.shared_experts = 1;
+  m.capacity_factor = capacity_factor;
+  m.mlp = mlp;
+  return m;
+}
+
+class MoeStepTest : public ::testing::TestWithParam<MoeVariant> {};
+
+// Where tensor parallelism sums partial router logits, their rounding could flip a near-tied
+// expert choice, which no error bound covers (the check's tolerance is then infinite); so
+// beyond passing, every variant must agree to 1e-4 (the f32 outputs are O(1)): no choice
+// flipped on this data, and a routing that differs (tokens split across devices, say) fails.
+TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
+  const MoeVariant& v = GetParam();
+  TrainConfig train;  // Gradients only: Adam's first step g / |g| would magnify rounding.
+  const ProgramSpec global = BuildTrainStep(
+      SmallMoe(v.capacity_factor, v.mlp == "gelu" ? MlpKind::kGelu : MlpKind::kSwiGlu), train,
+      v.mesh, LogicalRules(v.rules, v.mesh));
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, lowered.program, config);
+  const NumericsReport report =
+      CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
+  EXPECT_TRUE(report.checked);
+  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
+  EXPECT_LT(report.max_abs_error, 1e-4) << report.worst_output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, MoeStepTest,
+    ::testing::Values(
+        MoeVariant{"ep2_in_batch_fsdp4",
+                   {{"fsdp", 4}, {"expert", 2}},
+                   {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}}},
+        MoeVariant{"ep4_in_batch_tp2",
+                   {{"expert", 4}, {"tp", 2}},
+                   {{"batch", {"expert"}},
+                    {"expert", {"expert"}},
+                    {"mlp", {"tp"}},
+                    {"heads", {"tp"}},
+                    {"kv_heads", {"tp"}}},
+                   2.0},
+        MoeVariant{"ep2_without_tokens_dp4",
+                   {{"data", 4}, {"expert", 2}},
+                   {{"batch", {"data"}}, {"expert", {"expert"}}},
+                   1.0,
+                   "gelu"},
+        MoeVariant{"experts_replicated_dp8", {{"data", 8}}, {{"batch", {"data"}}}},
+        MoeVariant{"ep2_sequence_parallel_tp4",
+                   {{"expert", 2}, {"tp", 4}},
+                   {{"batch", {"expert"}},
+                    {"expert", {"expert"}},
+                    {"length", {"tp"}},
+                    {"mlp", {"tp"}},
+                    {"heads", {"tp"}},
+                    {"kv_heads", {"tp"}}}}),
+    [](const auto& info) { return info.param.name; });
+
+// Expert parallelism over an axis that splits the batch moves each MoE layer's tokens with
+// exactly four all-to-alls over it: to the experts and back in the forward pass, and the
+// cotangents' two in the backward (the constraints on both sides of each change of layout keep
+// the backward pass from resharding the experts' saved activations instead). Each moves a
+// device's block of the experts' inputs (or outputs) [E, b, C, d]: 4 experts x 1 sequence (8
+// over 8 devices) x C 8 x d 64 x 4 B = 8 KiB.
+TEST(MoeStepTest, ExpertParallelismMovesTokensWithFourAllToAlls) {
+  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"expert", 2}};
+  const LogicalRules rules(
+      {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}}, mesh);
+  const ProgramSpec global =
+      BuildTrainStep(SmallMoe(1.0, MlpKind::kSwiGlu), TrainConfig{}, mesh, rules);
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const PartitionResult lowered = PartitionOnMachine(global, machine, PlaceMesh(machine, mesh));
+  std::vector<Inserted> all_to_all;
+  for (const Inserted& c : Collectives(global, lowered)) {
+    if (c.kind == OpKind::kAllToAll) all_to_all.push_back(c);
+  }
+  const int64_t block = 4 * 1 * ExpertCapacity(SmallMoe(1.0, MlpKind::kSwiGlu), 16) * 64 * 4;
+  const Inserted want{OpKind::kAllToAll, {"expert"}, block};
+  EXPECT_EQ(all_to_all, (std::vector<Inserted>{want, want, want, want}));
+}
+
+// Capacity: ceil(T k cf / E) slots per expert per sequence, at least 1.
+TEST(MoeStepTest, CapacityIsTheEvenShareTimesTheFactor) {
+  TransformerConfig m = SmallMoe(1.25, MlpKind::kSwiGlu);
+  EXPECT_EQ(ExpertCapacity(m, 16), 10);  // 16 x 2 / 4 x 1.25.
+  m.capacity_factor = 1.0;
+  EXPECT_EQ(ExpertCapacity(m, 16), 8);
+  EXPECT_EQ(ExpertCapacity(m, 1), 1);  // ceil(0.5).
+  // Mixtral (8 experts, top 2) at sequence 4096 and MaxText's factor 1.25: 4096 x 2 / 8 x 1.25.
+  EXPECT_EQ(ExpertCapacity(FindModelPreset("mixtral-8x7b")->config, 4096), 1280);
+}
+
 // Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
 // its block, so each one's FSDP all-gather moves bf16 blocks: embed [128, 64/8], w_gate/w_up
 // [64/8, 128], w_down [128, 64/8], unembed [64/8, 128]: 2 KiB each; wq/wk/wv/wo an eighth of
@@ -175,13 +291,18 @@ TEST(TransformerTest, RefusesHeadsNotAMultipleOfKvHeads) {
                std::invalid_argument);
 }
 
-TEST(TransformerTest, RefusesMicrobatchesNotDividingTheBatchAndExperts) {
+TEST(TransformerTest, RefusesMicrobatchesNotDividingTheBatchAndBadExperts) {
   TrainConfig train;
   train.microbatches = 3;
   EXPECT_THROW(BuildTrainStep(SmallModel(), train, {{"dp", 2}}, LogicalRules()),
                std::invalid_argument);
   TransformerConfig moe = SmallModel();
   moe.experts = 2;
+  moe.top_k = 3;  // More choices than experts.
+  EXPECT_THROW(BuildTrainStep(moe, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
+               std::invalid_argument);
+  moe.top_k = 1;
+  moe.capacity_factor = 0;
   EXPECT_THROW(BuildTrainStep(moe, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
                std::invalid_argument);
 }
