@@ -61,6 +61,9 @@ CASES = [
     ("maxtext_v4_22b_64chips", "22B, 64 v4, FSDP64, pdbs 16", MAXTEXT_V4, "mfu", 0.567),
     ("tpu_recipes_v6e_gpt3_175b_256chips", "GPT-3 175B, 256 v6e, FSDP256, 3 x 2048",
      TPU_RECIPES, "step_time_s", 17.182),
+    ("tpu_recipes_v6e_mixtral_8x7b_256chips",
+     "Mixtral 8x7B, 256 v6e, FSDP256, 12 x 4096, dropping CF 1.25 (offload as full remat)",
+     TPU_RECIPES, "step_time_s", 13.484),
     ("megatron_1_7b_32gpus", "1.7B, 32 A100, DP32, batch 512", MEGATRON, "step_time_s",
      megatron_seconds(512, 24, 2304, 137, 32)),
     ("megatron_7_5b_128gpus", "7.5B, 128 A100, TP4 x DP32, batch 512", MEGATRON, "step_time_s",
@@ -89,7 +92,6 @@ NOT_SIMULATED = [
     ("MaxText v5e, 4 slices (16B, 32B, 64B, 128B)",
      "multi-slice machines (DCN between slices) are not modelled"),
     ("tpu-recipes v6e Llama3.1-70B", "host offload of activations is not modelled"),
-    ("tpu-recipes v6e Mixtral 8x7B", "MoE layers and host offload are not built"),
     ("tpu-recipes v5p Llama3.1-405B", "custom remat with host offload and vocabulary tiling are "
      "not modelled"),
     ("MaxText A3 Llama2-7B (1, 4, 16 VMs)",

@@ -43,6 +43,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     throw SpecError("plan.rules.layers",
                     "pipeline stages take the layers: give the rule layers: " + pp.axis);
   }
+  if (model.experts > 0 && model.dense_layers > 0) {
+    throw SpecError("plan.pipeline", "the model's " + std::to_string(model.dense_layers) +
+                                         " leading dense layers would make the stages unequal: "
+                                         "pipelines need identical layers");
+  }
   if (model.layers % (static_cast<int64_t>(p) * v) != 0) {
     throw SpecError("plan.pipeline", "the " + std::to_string(model.layers) +
                                          " layers do not split into " + std::to_string(p) +

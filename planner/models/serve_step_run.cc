@@ -24,13 +24,13 @@ StepFigures StepOf(const Machine& machine, const Mesh& mesh, const TransformerCo
     return SimulateStepFigures(machine, mesh, global, values, plan, collectives,
                                static_cast<int>(layers));
   };
-  constexpr int64_t kShort = 2;
-  if (!compose || model.layers <= kShort + 1) {
+  const int64_t short_layers = ComposedFrom(model);
+  if (!compose || model.layers <= short_layers + 1) {
     *simulated = {model.layers};
     return run(model.layers);
   }
-  *simulated = {kShort, kShort + 1};
-  return ComposeFigures(run(kShort), run(kShort + 1), model.layers - kShort);
+  *simulated = {short_layers, short_layers + 1};
+  return ComposeFigures(run(short_layers), run(short_layers + 1), model.layers - short_layers);
 }
 
 }  // namespace

@@ -332,6 +332,10 @@ TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp
   return r;
 }
 
+int64_t ComposedFrom(const TransformerConfig& model) {
+  return (model.experts > 0 ? model.dense_layers : 0) + 2;
+}
+
 TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
@@ -340,8 +344,8 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   const LogicalRules rules = PlanRules(plan);
   StepCollectives owned(machine, options.collective_model);
   CollectiveCostModel* collectives = &owned.model();
-  constexpr int64_t kShort = 2;  // Composed from kShort and kShort + 1 layers.
-  if (!options.compose || model.layers <= kShort + 1) {
+  const int64_t short_layers = ComposedFrom(model);  // Composed from it and one more.
+  if (!options.compose || model.layers <= short_layers + 1) {
     const StepFigures f =
         SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.prefetch);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
@@ -349,15 +353,15 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
     return r;
   }
   TransformerConfig shorter = model;
-  shorter.layers = kShort;
+  shorter.layers = short_layers;
   const StepFigures a =
       SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
-  shorter.layers = kShort + 1;
+  shorter.layers = short_layers + 1;
   const StepFigures b =
       SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives, options.prefetch);
-  TrainStepReport r =
-      MakeTrainStepReport(machine, mesh, model, train, ComposeFigures(a, b, model.layers - kShort),
-                          {kShort, kShort + 1});
+  TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train,
+                                          ComposeFigures(a, b, model.layers - short_layers),
+                                          {short_layers, short_layers + 1});
   r.remat = plan.remat;
   return r;
 }

@@ -161,6 +161,10 @@ LogicalRules PlanRules(const StepPlan& plan);
 StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Time recompute,
                          Bytes peak, uint64_t events, const ProgramSpec& global, const Mesh& mesh);
 
+// The shorter of the two layer counts a composed step simulates (and that plus one): 2, after
+// a MoE model's leading dense layers (DeepSeek-V3's 3), which both runs keep, so that what
+// the extra layer adds is one MoE layer.
+int64_t ComposedFrom(const TransformerConfig& model);
 // The figures of a step k layers longer than a's, b being one layer longer than a: every
 // figure extrapolated (a + (b - a) k; the peak per memory phase, then the largest), the
 // events summed.

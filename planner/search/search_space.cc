@@ -50,7 +50,7 @@ const std::map<std::string, std::vector<std::string>>& AxisRoles() {
       {"fsdp", {"batch", "embed"}},
       {"tensor", {"heads", "kv_heads", "mlp", "vocab"}},
       {"stage", {"layers"}},
-      {"expert", {"expert"}},
+      {"expert", {"batch", "expert"}},
   };
   return roles;
 }
@@ -136,21 +136,26 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
     // runs each microbatch); the batch rule's axes are the replicas.
     batch = train.batch;
   }
-  const std::map<std::string, int64_t> sizes = {
-      {"batch", batch},
-      {"length", train.seq_len},
-      {"embed", model.d_model},
-      {"mlp", model.d_ff},
-      {"heads", model.heads},
-      {"kv_heads", model.kv_heads},
-      {"head_dim", model.head_dim},
+  std::multimap<std::string, int64_t> sizes = {
+      {"batch", batch},       {"length", train.seq_len},    {"embed", model.d_model},
+      {"heads", model.heads}, {"kv_heads", model.kv_heads}, {"head_dim", model.head_dim},
       {"vocab", model.vocab},
   };
+  // The MLP widths the layers have: dense layers' d_ff, the experts' and the shared experts'.
+  if (model.experts == 0 || model.dense_layers > 0) sizes.insert({"mlp", model.d_ff});
+  if (model.experts > 0) {
+    sizes.insert({"expert", model.experts});
+    sizes.insert({"mlp", ExpertDff(model)});
+    if (model.shared_experts > 0) sizes.insert({"mlp", model.shared_experts * ExpertDff(model)});
+  }
   for (const auto& [dim, axes] : plan.rules) {
-    const auto size = sizes.find(dim);
-    if (size == sizes.end() || axes.empty()) continue;
+    if (axes.empty()) continue;
     const int64_t n = AxesSize(plan.mesh, axes);
-    if (size->second % n != 0) return Over(dim, size->second, plan.mesh, axes) + " does not divide";
+    const auto [begin, end] = sizes.equal_range(dim);
+    for (auto size = begin; size != end; ++size) {
+      if (size->second % n != 0)
+        return Over(dim, size->second, plan.mesh, axes) + " does not divide";
+    }
   }
   if (plan.pipeline) {
     const int64_t chunks = stages * plan.pipeline->virtual_stages;

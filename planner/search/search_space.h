@@ -69,7 +69,9 @@ std::string CandidateKey(const PlanCandidate& candidate);
 
 // The mesh axis names whose roles DefaultRules knows, and the logical dimensions each takes:
 // data -> batch; fsdp -> batch, embed (ZeRO-3: parameters split along d_model); tensor ->
-// heads, kv_heads, mlp, vocab (Megatron); stage -> layers (pipeline stages); expert -> expert.
+// heads, kv_heads, mlp, vocab (Megatron); stage -> layers (pipeline stages);
+// expert -> batch and expert (MaxText's: the expert axis splits the tokens too, which the
+// all-to-alls then send to their experts).
 const std::map<std::string, std::vector<std::string>>& AxisRoles();
 
 // The rules of `mesh` from its axes' roles (AxisRoles), each logical dimension taking its

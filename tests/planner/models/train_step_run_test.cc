@@ -43,6 +43,15 @@ TEST(ModelFlopsTest, MixtralCountsEveryExpertAndActivatesTwo) {
   EXPECT_EQ(c.per_layer, 0 + 41'943'040 + 3 * 4096 * 14336 + 2 * 4096);  // A dense layer's.
 }
 
+// DeepSeek-V3 with its attention approximated (model_presets.cc): 671B parameters and 37B
+// active per token in the report; the approximation's 674.2B is within 1%, its 39.8B active
+// matmul weights within 10% (full-rank attention projections in place of MLA's low rank).
+TEST(ModelFlopsTest, DeepSeekV3IsCloseToTheReportedSizes) {
+  const ParameterCounts c = CountParameters(Preset("deepseek-v3"));
+  EXPECT_NEAR(static_cast<double>(c.total), 671e9, 0.01 * 671e9);
+  EXPECT_NEAR(static_cast<double>(c.matmul), 37e9, 0.10 * 37e9);
+}
+
 // MaxText's 2023 models are named for their sizes (models.md: head_dim 256, ReLU, vocabulary
 // 32768, tied embeddings): within 2% of 16, 22, 32, 64 and 128 billion parameters; tied, the
 // head is the final norm alone, while the logits' matmul still counts among the FLOPs.
@@ -87,8 +96,12 @@ TEST(ModelPresetsTest, EveryPresetIsWholeAndCited) {
     SCOPED_TRACE(p.name);
     const TransformerConfig& c = p.config;
     EXPECT_EQ(c.heads % c.kv_heads, 0);
-    // MaxText's 2023 models keep head_dim 256 whatever d is (models.md); the rest d / heads.
-    EXPECT_EQ(c.head_dim, p.name.rfind("maxtext-", 0) == 0 ? 256 : c.d_model / c.heads);
+    // MaxText's 2023 models keep head_dim 256 whatever d is (models.md), DeepSeek-V3's
+    // attention stand-in 128 (MLA's v head size); the rest d / heads.
+    const int64_t head_dim = p.name.rfind("maxtext-", 0) == 0 ? 256
+                             : p.name == "deepseek-v3"        ? 128
+                                                              : c.d_model / c.heads;
+    EXPECT_EQ(c.head_dim, head_dim);
     EXPECT_FALSE(p.source.empty());
     EXPECT_EQ(FindModelPreset(p.name), &p);
   }
@@ -203,17 +216,20 @@ struct ComposeCase {
   std::map<std::string, std::vector<std::string>> rules;
   int64_t microbatches = 1;
   RematPolicy remat = RematPolicy::kNone;
+  int64_t experts = 0;       // MoE layers: 4 experts of ff 256, top 2.
+  int64_t dense_layers = 0;  // Leading dense layers before the MoE ones.
 };
 
 class ComposedStepTest : public ::testing::TestWithParam<ComposeCase> {};
 
-// The composed step (2 and 3 layers simulated, extrapolated to 8) against the whole 8-layer
-// step: step time, compute and exposed communication within 1% (the bound; what
-// differs is the first layers' settling of prefetches), state bytes exactly, and the peak of
-// live memory within 5%: the peak falls at one of two moments a few percent apart (the head's
-// cotangent, or the last layer's backward weight gathers in flight beside it), which one
-// depending on the layer count, so the peak is affine in the layers only piecewise (FSDP 8:
-// 8.07, 10.95, 13.60 MB at 2, 3, 4 layers; 25.10 MB at 8; composed 25.33 MB, 0.9% high).
+// The composed step (2 and 3 layers simulated, extrapolated to 8; MoE models after their
+// leading dense layers) against the whole 8-layer step: step time, compute and exposed
+// communication within 1% (the bound; what differs is the first layers' settling of
+// prefetches), state bytes exactly, and the peak of live memory within 5%: the peak falls at one of
+// two moments a few percent apart (the head's cotangent, or the last layer's backward weight
+// gathers in flight beside it), which one depending on the layer count, so the peak is affine in
+// the layers only piecewise (FSDP 8: 8.07, 10.95, 13.60 MB at 2, 3, 4 layers; 25.10 MB at 8;
+// composed 25.33 MB, 0.9% high).
 TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
   const ComposeCase& c = GetParam();
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
@@ -223,12 +239,17 @@ TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
   plan.remat = c.remat;
   TrainConfig train = SmallTrain();
   train.microbatches = c.microbatches;
+  TransformerConfig model = Small();
+  model.experts = c.experts;
+  model.expert_d_ff = 256;
+  model.dense_layers = c.dense_layers;
   TrainStepOptions whole;
   whole.compose = false;
-  const TrainStepReport full = SimulateTrainStep(machine, Small(), train, plan, whole);
-  const TrainStepReport composed = SimulateTrainStep(machine, Small(), train, plan);
+  const TrainStepReport full = SimulateTrainStep(machine, model, train, plan, whole);
+  const TrainStepReport composed = SimulateTrainStep(machine, model, train, plan);
   ASSERT_EQ(full.simulated_layers, std::vector<int64_t>{8});
-  ASSERT_EQ(composed.simulated_layers, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(composed.simulated_layers,
+            (std::vector<int64_t>{2 + c.dense_layers, 3 + c.dense_layers}));
   auto near = [](double a, double b) { return std::abs(a - b) <= 0.01 * std::abs(b); };
   EXPECT_PRED2(near, composed.step_time.seconds(), full.step_time.seconds());
   EXPECT_PRED2(near, composed.compute.seconds(), full.compute.seconds());
@@ -267,7 +288,20 @@ INSTANTIATE_TEST_SUITE_P(
                     {{"fsdp", 4}, {"tensor", 2}},
                     FsdpTensorRules(),
                     1,
-                    RematPolicy::kSelective}),
+                    RematPolicy::kSelective},
+        ComposeCase{"fsdp4_expert2_moe",
+                    {{"fsdp", 4}, {"expert", 2}},
+                    {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}},
+                    1,
+                    RematPolicy::kNone,
+                    4},
+        ComposeCase{"data2_expert4_moe_after_two_dense_layers_full_remat",
+                    {{"data", 2}, {"expert", 4}},
+                    {{"batch", {"data", "expert"}}, {"expert", {"expert"}}},
+                    1,
+                    RematPolicy::kFull,
+                    4,
+                    2}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
