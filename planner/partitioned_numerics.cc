@@ -1,5 +1,9 @@
 #include "planner/partitioned_numerics.h"
 
+#include <utility>
+#include <vector>
+
+#include "collectives/moe_route.h"
 #include "planner/grad.h"
 
 namespace shardsim::planner {
@@ -27,6 +31,29 @@ NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simu
       CoarseBounds(reference, mesh.size(), LongestReduction(global));
   for (const auto& [name, bound] : coarse) bounds[name] += bound;
   return CompareOutputs(simulated, reference, bounds);
+}
+
+std::optional<double> MoeDroppedFraction(const ProgramSpec& global, const std::string& base_dir,
+                                         const std::map<std::string, Array>* inputs) {
+  ProgramSpec routed = global;
+  std::vector<std::pair<std::string, std::string>> routes;  // (mask, the choices it routed).
+  for (const OpSpec& op : global.ops) {
+    if (op.kind != OpKind::kMoeRoute) continue;
+    routes.emplace_back(op.out.at(0), op.in.at(0));
+    for (const std::string& name : {op.out.at(0), op.in.at(0)}) {
+      routed.outputs.push_back(OutputSpec{name, PartitionSpec{}, ""});
+    }
+  }
+  if (routes.empty()) return std::nullopt;
+  const std::map<std::string, Array> values = GlobalReference(routed, base_dir, inputs);
+  double dropped = 0, assignments = 0;
+  for (const auto& [mask, choices] : routes) {
+    const Shape& shape = values.at(choices).shape();
+    const double n = static_cast<double>(NumElements(shape));
+    dropped += DroppedFraction(values.at(mask), shape) * n;
+    assignments += n;
+  }
+  return dropped / assignments;
 }
 
 }  // namespace shardsim::planner

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "collectives/array.h"
@@ -27,5 +28,11 @@ NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simu
                                         const Mesh& mesh, const ProgramSpec& global,
                                         const ProgramSpec& lowered, const std::string& base_dir,
                                         const std::map<std::string, Array>* inputs = nullptr);
+
+// The share of expert assignments the moe_route ops of `global` drop on real data (GShard's
+// dropped tokens: over every routed op, 1 - masks' ones / (groups x tokens x k)), from the
+// unsharded program evaluated as GlobalReference does; nullopt when it routes none.
+std::optional<double> MoeDroppedFraction(const ProgramSpec& global, const std::string& base_dir,
+                                         const std::map<std::string, Array>* inputs = nullptr);
 
 }  // namespace shardsim::planner

@@ -296,6 +296,14 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
                   report.numerics.tolerance, report.numerics.worst_output.c_str());
     report.numerics_note = line;
+    if (partitioned) {
+      if (const std::optional<double> dropped =
+              planner::MoeDroppedFraction(written, config.base_dir, &result.inputs)) {
+        std::snprintf(line, sizeof(line), "; MoE routing dropped %.2f%% of expert assignments",
+                      100 * *dropped);
+        report.numerics_note += line;
+      }
+    }
   } else {
     report.numerics.checked = false;
     if (report.numerics_note.empty()) report.numerics_note = "off (--numerics off): timing only";

@@ -60,6 +60,24 @@ TEST_F(ModelRunTest, ReportsTheStepAndItsJson) {
   EXPECT_TRUE(j["fits"].get<bool>());
 }
 
+// A mixture-of-experts model (4 experts, top 2, capacity factor 1) runs with expert
+// parallelism over the mesh's fsdp axis; with numerics on it passes and reports the share of
+// expert assignments its routing dropped, and the exposed communication names the all-to-alls.
+TEST_F(ModelRunTest, MixtureOfExpertsRunsAndReportsItsDroppedShare) {
+  const std::string file = Tiny();
+  const std::vector<std::string> moe = {
+      "--set", "model.experts=4",         "--set", "model.expert_d_ff=32",
+      "--set", "model.capacity_factor=1", "--set", "plan.rules.expert=fsdp"};
+  std::vector<std::string> args = {"run", file, "--numerics", "on"};
+  args.insert(args.end(), moe.begin(), moe.end());
+  const Result r = RunOk(args);
+  EXPECT_NE(r.out.find("numerics:       passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MoE routing dropped "), std::string::npos) << r.out;
+  args = {"run", file};
+  args.insert(args.end(), moe.begin(), moe.end());
+  EXPECT_NE(RunOk(args).out.find("all_to_all over fsdp"), std::string::npos);
+}
+
 // --numerics on runs the whole step with real data (microbatches, Adam, FSDP x TP) and checks
 // it against the unsharded step; its step time is the composed run's within 1%.
 TEST_F(ModelRunTest, NumericsOnRunsTheWholeStepAndPasses) {
@@ -191,9 +209,8 @@ INSTANTIATE_TEST_SUITE_P(
                              "plan.pipeline.virtual_stages", "needs schedule: interleaved"},
                     BadModel{"PipelineWithoutTheLayersRule", "plan.pipeline={axis: tensor}",
                              "plan.rules.layers", "layers: tensor"},
-                    BadModel{"TopKAboveExperts",
-                             "model={preset: llama-2-7b, experts: 2, top_k: 3}", "model.top_k",
-                             "top_k (3) must be in [1, experts (2)]"},
+                    BadModel{"TopKAboveExperts", "model={preset: llama-2-7b, experts: 2, top_k: 3}",
+                             "model.top_k", "top_k (3) must be in [1, experts (2)]"},
                     BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh",
                              "devices"},
                     BadModel{"KvHeadsNotDividingTensor", "plan.mesh={fsdp: 2, tensor: 4}",

@@ -230,6 +230,28 @@ TEST(MoeStepTest, ExpertParallelismMovesTokensWithFourAllToAlls) {
   EXPECT_EQ(all_to_all, (std::vector<Inserted>{want, want, want, want}));
 }
 
+// The dropped share of the tiny MoE step's assignments on its real data: some at capacity
+// factor 1 (random routing is uneven), fewer or as many as the factor grows, none once an
+// expert holds a slot per token of the sequence (C >= T: factor 2 here, 16 x 2 / 4 x 2 = 16).
+TEST(MoeStepTest, DroppedShareFallsWithTheCapacityFactor) {
+  const std::vector<MeshAxis> mesh = {{"data", 8}};
+  const LogicalRules rules({{"batch", {"data"}}}, mesh);
+  double last = 1;
+  for (double cf : {1.0, 1.25, 1.5, 2.0}) {
+    const std::optional<double> dropped = MoeDroppedFraction(
+        BuildTrainStep(SmallMoe(cf, MlpKind::kSwiGlu), TrainConfig{}, mesh, rules), "");
+    ASSERT_TRUE(dropped.has_value());
+    EXPECT_LE(*dropped, last) << cf;
+    if (cf == 1.0) {
+      EXPECT_GT(*dropped, 0.0);
+    }
+    last = *dropped;
+  }
+  EXPECT_EQ(last, 0.0);
+  EXPECT_EQ(MoeDroppedFraction(BuildTrainStep(SmallModel(), TrainConfig{}, mesh, rules), ""),
+            std::nullopt);
+}
+
 // Capacity: ceil(T k cf / E) slots per expert per sequence, at least 1.
 TEST(MoeStepTest, CapacityIsTheEvenShareTimesTheFactor) {
   TransformerConfig m = SmallMoe(1.25, MlpKind::kSwiGlu);
