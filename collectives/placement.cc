@@ -163,15 +163,23 @@ std::string DescribeTorusHops(const Mesh& mesh, const Topology& topo) {
   return text;
 }
 
-// "dim 1 (4, wraps)" or "dim 0 (factor 2 of 4)".
+// Whether `piece` lies along a multi-slice machine's slices (DCN, not a torus dimension).
+bool AlongSlices(const Piece& piece, const TorusShape& torus) {
+  return torus.dcn_slices && piece.dim == 0;
+}
+
+// "1 (4, wraps)" or "0 (factor 2 of 4)" (a torus dimension), "slices (2, DCN)".
 std::string DescribePiece(const Piece& piece, const TorusShape& torus) {
   const int length = torus.shape[piece.dim];
-  std::string text = std::to_string(piece.dim) + " (";
+  std::string text = AlongSlices(piece, torus) ? "slices (" : std::to_string(piece.dim) + " (";
   if (piece.size == length) {
-    text += std::to_string(length) + (torus.wraparound[piece.dim] ? ", wraps" : ", line");
+    text += std::to_string(length) + (AlongSlices(piece, torus)     ? ", DCN"
+                                      : torus.wraparound[piece.dim] ? ", wraps"
+                                                                    : ", line");
   } else {
     text += "factor " + std::to_string(piece.size) + " of " + std::to_string(length);
     if (piece.stride > 1) text += ", stride " + std::to_string(piece.stride);
+    if (AlongSlices(piece, torus)) text += ", DCN";
   }
   return text + ")";
 }
@@ -186,7 +194,7 @@ std::string DescribeTorusPlan(const std::vector<MeshAxis>& axes, const TorusPlan
     if (pieces.empty()) {
       text += "(size 1)";
     } else if (pieces.size() == 1) {
-      text += "torus dim " + DescribePiece(pieces[0], torus);
+      text += (AlongSlices(pieces[0], torus) ? "" : "torus dim ") + DescribePiece(pieces[0], torus);
     } else {
       text += "torus dims ";
       for (size_t j = 0; j < pieces.size(); ++j) {

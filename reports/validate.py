@@ -39,6 +39,7 @@ def megatron_seconds(batch, layers, hidden, tflops, gpus, seq=2048, vocab=51200)
 
 MAXTEXT_V5P = "MaxText v5p README (2023-12), measured-steps.md TPU v5p table"
 MAXTEXT_V5E = "MaxText v5e README, measured-steps.md TPU v5e table (1 slice)"
+MAXTEXT_V5E_4 = "MaxText v5e README, measured-steps.md TPU v5e table (4 slices)"
 MAXTEXT_V4 = "MaxText v4 README, measured-steps.md TPU v4 line"
 TPU_RECIPES = "tpu-recipes trillium, measured-steps.md v6e/v5p table"
 MEGATRON = "Narayanan et al. 2021 Table 1 (Selene), measured-steps.md Megatron table (DERIVED s/iter)"
@@ -58,6 +59,16 @@ CASES = [
     ("maxtext_v5e_64b_256chips", "64B, 256 v5e, FSDP256, pdbs 2", MAXTEXT_V5E, "mfu", 0.5990),
     ("maxtext_v5e_128b_256chips", "128B, 256 v5e, FSDP16 x TP16, pdbs 1", MAXTEXT_V5E, "mfu",
      0.5606),
+    ("maxtext_v5p_32b_2x64chips", "32B, 2 slices x 64 v5p, TP4 x FSDP16, DCN DP2, pdbs 8",
+     MAXTEXT_V5P, "mfu", 0.6943),
+    ("maxtext_v5e_16b_4x256chips", "16B, 4 slices x 256 v5e, FSDP256, DCN DP4, pdbs 6",
+     MAXTEXT_V5E_4, "mfu", 0.5914),
+    ("maxtext_v5e_32b_4x256chips", "32B, 4 slices x 256 v5e, FSDP256, DCN DP4, pdbs 4",
+     MAXTEXT_V5E_4, "mfu", 0.6410),
+    ("maxtext_v5e_64b_4x256chips", "64B, 4 slices x 256 v5e, FSDP256, DCN DP4, pdbs 2",
+     MAXTEXT_V5E_4, "mfu", 0.5585),
+    ("maxtext_v5e_128b_4x256chips",
+     "128B, 4 slices x 256 v5e, FSDP16 x TP16, DCN DP4, pdbs 1", MAXTEXT_V5E_4, "mfu", 0.5493),
     ("maxtext_v4_22b_64chips", "22B, 64 v4, FSDP64, pdbs 16", MAXTEXT_V4, "mfu", 0.567),
     ("tpu_recipes_v6e_gpt3_175b_256chips", "GPT-3 175B, 256 v6e, FSDP256, 3 x 2048",
      TPU_RECIPES, "step_time_s", 17.182),
@@ -87,10 +98,6 @@ CASES = [
 # Measured rows not simulated, and why.
 NOT_SIMULATED = [
     ("MaxText v5p, 512 chips, 256B", "models.md gives no configuration of MaxText's 256B model"),
-    ("MaxText v5p, 2 slices x 64, 32B (DCN DP2)",
-     "multi-slice machines (DCN between slices) are not modelled"),
-    ("MaxText v5e, 4 slices (16B, 32B, 64B, 128B)",
-     "multi-slice machines (DCN between slices) are not modelled"),
     ("tpu-recipes v6e Llama3.1-70B", "host offload of activations is not modelled"),
     ("tpu-recipes v5p Llama3.1-405B", "custom remat with host offload and vocabulary tiling are "
      "not modelled"),

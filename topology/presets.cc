@@ -8,6 +8,7 @@
 #include "sim/spec_error.h"
 #include "topology/build.h"
 #include "topology/hierarchical.h"
+#include "topology/multi_slice.h"
 #include "topology/overrides.h"
 #include "topology/switch.h"
 #include "topology/torus.h"
@@ -30,6 +31,8 @@ struct TpuPreset {
   WrapRule wrap_rule;
   Bandwidth ici;  // One way per link.
   DeviceSpec device;
+  // DCN bandwidth per chip, one way (multi-slice machines); zero where hardware.md has none.
+  Bandwidth dcn;
 };
 
 struct GpuPreset {
@@ -125,7 +128,8 @@ std::vector<TpuPreset> TpuPresets() {
                    {4, 4, 4},
                    WrapRule::kFullCubes,
                    Bandwidth::BytesPerSecond(4.5e10),
-                   std::move(d)});
+                   std::move(d),
+                   Bandwidth()});  // hardware.md gives no DCN figure for v4.
   }
   {
     // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v5e:
@@ -135,8 +139,13 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(8.2e11), Gigabytes(16));
     d.flops["int8"] = FlopRate::PerSecond(3.94e14);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back(
-        {"tpu-v5e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(4.5e10), std::move(d)});
+    // hardware.md, TPU chips: "DCN: ... 3.125e9 (v5e)" B/s per chip.
+    out.push_back({"tpu-v5e",
+                   {4, 4},
+                   WrapRule::kLength16,
+                   Bandwidth::BytesPerSecond(4.5e10),
+                   std::move(d),
+                   Bandwidth::BytesPerSecond(3.125e9)});
   }
   {
     // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v5p:
@@ -146,11 +155,13 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(2.8e12), Gigabytes(96));
     d.flops["int8"] = FlopRate::PerSecond(9.18e14);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
+    // hardware.md, TPU chips: "DCN: 6.25e9 B/s per chip (v5p)".
     out.push_back({"tpu-v5p",
                    {4, 4, 4},
                    WrapRule::kFullCubes,
                    Bandwidth::BytesPerSecond(9.0e10),
-                   std::move(d)});
+                   std::move(d),
+                   Bandwidth::BytesPerSecond(6.25e9)});
   }
   {
     // hardware.md, TPU chips (Scaling Book tpus.md, "TPU specs"), row v6e:
@@ -160,8 +171,13 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(1.6e12), Gigabytes(32));
     d.flops["int8"] = FlopRate::PerSecond(1.84e15);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back(
-        {"tpu-v6e", {4, 4}, WrapRule::kLength16, Bandwidth::BytesPerSecond(9.0e10), std::move(d)});
+    // hardware.md, TPU chips: "DCN: ... 1.25e10 (v6e)" B/s per chip.
+    out.push_back({"tpu-v6e",
+                   {4, 4},
+                   WrapRule::kLength16,
+                   Bandwidth::BytesPerSecond(9.0e10),
+                   std::move(d),
+                   Bandwidth::BytesPerSecond(1.25e10)});
   }
   return out;
 }
@@ -295,6 +311,29 @@ Topology BuildTpu(const TpuPreset& preset, const HardwareSpec& spec) {
   }
   ValidateLinkOverride(spec.link);
   DeviceSpec device = ApplyDeviceOverride(preset.device, spec.device);
+  if (spec.slices < 0) {
+    throw SpecError("hardware.slices", "slices must be >= 1, got " + std::to_string(spec.slices));
+  }
+  if (spec.slices > 1) {
+    if (preset.dcn == Bandwidth()) {
+      throw SpecError("hardware.slices", preset.name +
+                                             ": the reference gives no DCN bandwidth for this "
+                                             "chip, so several slices cannot be built");
+    }
+    CheckedDeviceCount({spec.slices, CheckedDeviceCount(shape, "hardware.shape", preset.name)},
+                       "hardware.slices", preset.name);
+    MultiSliceParams params;
+    params.slices = spec.slices;
+    params.shape = shape;
+    params.wraparound = wrap;
+    params.ici = OverrideBandwidth(spec.link, preset.ici);
+    params.ici_latency = OverrideLatency(spec.link, kIciLatency);
+    params.dcn = preset.dcn;
+    params.dcn_latency = kDcnLatency;
+    return BuildMultiSlice(
+        params, std::move(device),
+        preset.name + " " + std::to_string(spec.slices) + " slices of " + ShapeText(shape));
+  }
   return BuildTorus(shape, wrap, OverrideBandwidth(spec.link, preset.ici),
                     OverrideLatency(spec.link, kIciLatency), LinkKind::kIci, std::move(device),
                     preset.name + " " + ShapeText(shape));
@@ -309,6 +348,11 @@ Topology BuildGpu(const GpuPreset& preset, const HardwareSpec& spec) {
   if (!spec.wraparound.empty()) {
     throw SpecError("hardware.wraparound",
                     preset.name + " is a GPU preset: wraparound applies to TPU tori only");
+  }
+  if (spec.slices != 0) {
+    throw SpecError("hardware.slices", preset.name +
+                                           " is a GPU preset: use `nodes: N` for more GPUs; "
+                                           "`slices` applies to TPU presets");
   }
   if (spec.nodes < 0) {
     throw SpecError("hardware.nodes", "nodes must be >= 1, got " + std::to_string(spec.nodes));

@@ -22,6 +22,10 @@ inline constexpr Time kNicLatency = Time::Microseconds(1);
 // Per-hop leaf <-> spine latency. ASSUMPTION: hardware.md gives none; 0.5 us per hop, so a
 // route across leaves (NIC, fabric, fabric, NIC) costs 3 us.
 inline constexpr Time kFabricLatency = Time::Nanoseconds(500);
+// Per-hop DCN latency between a TPU chip and the data-center network's switch (multi-slice
+// machines). ASSUMPTION: hardware.md gives none; 10 us per hop (a chip-to-chip trip 20 us,
+// the tens of microseconds a host-to-host round through a data-center network takes).
+inline constexpr Time kDcnLatency = Time::Microseconds(10);
 // Scale-out NIC bandwidth per GPU, per direction (hardware.md, GPUs, "Scale-out (H100
 // SuperPod): one 400 Gb/s (50 GB/s) NIC per GPU, 8 per node").
 inline constexpr Bandwidth kNicBandwidth = Bandwidth::Gbps(400);

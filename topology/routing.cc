@@ -216,9 +216,46 @@ class FatTreeRouter : public Router {
   std::vector<LinkId> route_;
 };
 
+// Several slices joined by DCN (multi_slice.h): inside a slice dimension-order routing (the
+// slice coordinate never changes, so dimension 0 takes no step); between slices chip -> DCN
+// switch -> chip.
+class MultiSliceRouter : public Router {
+ public:
+  explicit MultiSliceRouter(const Topology& topo)
+      : topo_(topo), torus_(topo), per_slice_(topo.num_devices() / topo.torus()->shape[0]) {
+    const int n = topo.num_devices();
+    up_.assign(n, -1);
+    down_.assign(n, -1);
+    for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
+      const Link& link = topo.links()[l];
+      if (link.kind != LinkKind::kDcn) continue;
+      const int from = topo.node(link.src).device, to = topo.node(link.dst).device;
+      if (from >= 0) up_[from] = l;
+      if (to >= 0) down_[to] = l;
+    }
+  }
+
+  const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+    const int from = topo_.node(src).device, to = topo_.node(dst).device;
+    if (from < 0 || to < 0) throw std::logic_error("multi-slice routes join devices");
+    if (from / per_slice_ == to / per_slice_) return torus_.Route(src, dst);
+    if (up_[from] < 0 || down_[to] < 0) throw std::logic_error("every chip has a DCN link");
+    route_ = {up_[from], down_[to]};
+    return route_;
+  }
+
+ private:
+  const Topology& topo_;
+  TorusRouter torus_;
+  int per_slice_;
+  std::vector<LinkId> up_, down_;  // Per device: its DCN link to the switch and back.
+  std::vector<LinkId> route_;
+};
+
 }  // namespace
 
 std::unique_ptr<Router> MakeRouter(const Topology& topo) {
+  if (topo.torus() && topo.torus()->dcn_slices) return std::make_unique<MultiSliceRouter>(topo);
   if (topo.torus() && topo.num_switches() == 0) return std::make_unique<TorusRouter>(topo);
   if (std::optional<HierarchicalParams> params = RecognizeHierarchical(topo)) {
     return std::make_unique<FatTreeRouter>(topo, *params);

@@ -23,6 +23,8 @@ class Router {
 //  - a torus or ring (Topology::torus() set, no switches): dimension-order routing, dimension
 //    0 first; on a wrapping dimension the shorter way round (ties: the + direction), on a
 //    non-wrapping one straight; on a one-way ring always the + direction.
+//  - several slices joined by DCN (multi_slice.h): dimension-order routing inside a slice,
+//    chip -> DCN switch -> chip between slices.
 //  - a fat tree from BuildHierarchical: within a node through the NVSwitch (never a NIC);
 //    between nodes under one leaf GPU -> leaf -> GPU; across leaves through spine
 //    (src_node + dst_node) % spines, an ECMP-like deterministic spread over the spines.

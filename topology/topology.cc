@@ -15,6 +15,8 @@ const char* LinkKindName(LinkKind kind) {
       return "NIC";
     case LinkKind::kFabric:
       return "fabric";
+    case LinkKind::kDcn:
+      return "DCN";
     case LinkKind::kGeneric:
       return "link";
   }

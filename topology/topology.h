@@ -22,9 +22,9 @@ using LinkId = int32_t;
 enum class NodeKind { kDevice, kSwitch };
 
 // The technology of a link, for labels and trace track names.
-enum class LinkKind { kIci, kNvlink, kNic, kFabric, kGeneric };
+enum class LinkKind { kIci, kNvlink, kNic, kFabric, kDcn, kGeneric };
 
-// Returns "ICI", "NVLink", "NIC", "fabric" or "link".
+// Returns "ICI", "NVLink", "NIC", "fabric", "DCN" or "link".
 const char* LinkKindName(LinkKind kind);
 
 // A vertex's properties.
@@ -51,6 +51,10 @@ struct Link {
 struct TorusShape {
   std::vector<int> shape;        // Devices along each dimension.
   std::vector<bool> wraparound;  // Whether each dimension closes into a ring.
+  // Several slices (multi_slice.h): dimension 0 counts the slices, joined by the data-center
+  // network (DCN) through a switch rather than by links along it; each slice is the torus of
+  // the other dimensions.
+  bool dcn_slices = false;
 };
 
 // The Boost.Graph type: vertex property Node, edge property the LinkId into links().

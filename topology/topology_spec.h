@@ -61,8 +61,9 @@ struct HardwareSpec {
   std::vector<int> shape;                      // TPU presets: chips per torus dimension.
   std::vector<bool> wraparound;                // Optional override of the preset's rule.
   int nodes = 0;                               // GPU presets: number of nodes (0: one node).
-  LinkOverride link;                           // Link overrides.
-  DeviceOverride device;                       // Device overrides.
+  int slices = 0;         // TPU presets: slices of `shape` joined by DCN (0 or 1: one slice).
+  LinkOverride link;      // Link overrides.
+  DeviceOverride device;  // Device overrides.
 };
 
 }  // namespace shardsim

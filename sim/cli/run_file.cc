@@ -162,7 +162,8 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
 }
 
 HardwareSpec ReadHardware(const YamlValue& value) {
-  YamlMap map = value.Map({"preset", "topology", "shape", "wraparound", "nodes", "link", "device"});
+  YamlMap map =
+      value.Map({"preset", "topology", "shape", "wraparound", "nodes", "slices", "link", "device"});
   HardwareSpec hw;
   std::optional<YamlValue> preset = map.Find("preset");
   std::optional<YamlValue> topology = map.Find("topology");
@@ -179,7 +180,7 @@ HardwareSpec ReadHardware(const YamlValue& value) {
     if (hw.preset.empty()) preset->Expected("a preset name");
   } else {
     hw.topology = ReadTopology(*topology);
-    for (const char* key : {"shape", "wraparound", "nodes"}) {
+    for (const char* key : {"shape", "wraparound", "nodes", "slices"}) {
       if (auto v = map.Find(key)) {
         v->FailAtKey(std::string(key) + " applies to a preset; a custom topology gives its own");
       }
@@ -191,6 +192,7 @@ HardwareSpec ReadHardware(const YamlValue& value) {
     CheckWraparound(*v, hw.wraparound.size(), hw.shape);
   }
   if (auto v = map.Find("nodes")) hw.nodes = v->Int(1);
+  if (auto v = map.Find("slices")) hw.slices = v->Int(1);
   if (auto v = map.Find("link")) {
     YamlMap link = v->Map({"bandwidth", "latency"});
     if (auto b = link.Find("bandwidth")) hw.link.bandwidth = b->ToBandwidth();

@@ -267,6 +267,34 @@ TEST_F(CliTest, RunSetOverridesLinkBandwidth) {
   ExpectWithinOnePercent(lone, 1e-6 + 64 * kMiB / 90e9, "lone at 90 GB/s");
 }
 
+// Two v5p slices joined by DCN (hardware.slices): the data axis takes the slices; a 4 MiB
+// ppermute between a chip and its counterpart in the other slice goes chip -> DCN switch ->
+// chip, so it takes the two DCN hops' latency (2 x 10 us) plus 4 MiB over one chip's DCN
+// bandwidth (6.25e9 B/s, hardware.md): 691.089 us, to the picosecond the fluid model gives.
+// Slices on a GPU preset are a located error.
+TEST_F(CliTest, RunAcrossSlicesCrossesTheDcn) {
+  const std::string file = WriteInput("slices.yaml",
+                                      "hardware: {preset: tpu-v5p, shape: [4, 4, 4], slices: 2}\n"
+                                      "mesh:\n"
+                                      "  axes: {data: 2, fsdp: 64}\n"
+                                      "arrays:\n"
+                                      "  x: {shape: [128, 1048576], dtype: f32,\n"
+                                      "      sharding: \"P(('data', 'fsdp'), None)\"}\n"
+                                      "program:\n"
+                                      "  - {op: ppermute, in: x, out: y, axis_name: data,\n"
+                                      "     perm: [[0, 1], [1, 0]]}\n"
+                                      "outputs:\n"
+                                      "  y: \"P(('data', 'fsdp'), None)\"\n");
+  fs::path s = out() / "s.json";
+  const Result r = RunOk({"run", file, "--json", s.string()});
+  EXPECT_NE(r.out.find("data -> slices (2, DCN)"), std::string::npos) << r.out;
+  const json j = ReadJson(s);
+  EXPECT_NEAR(j["simulated_time_s"].get<double>(), 20e-6 + 4 * kMiB / 6.25e9, 1e-12);
+  const Result bad = Run({"run", file, "--set", "hardware={preset: h100-dgx, slices: 2}"});
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_NE(bad.err.find("(key hardware.slices)"), std::string::npos) << bad;
+}
+
 TEST_F(CliTest, RunSetCanBeRepeated) {
   fs::path s = out() / "s.json";
   RunOk({"run", Quickstart(), "--set", "hardware.link.bandwidth=90 GB/s", "--set",
