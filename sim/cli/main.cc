@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
       ->required();
   topo_cmd->add_option("--shape", topo.shape, "Chips per torus dimension, e.g. 4x4x4");
   topo_cmd->add_option("--nodes", topo.nodes, "Nodes of a multi-node GPU preset");
+  topo_cmd->add_option("--slices", topo.slices, "Slices of a TPU preset joined by DCN");
   topo_cmd->add_option("--dot", topo.dot_path, "Write the graph as Graphviz to this file");
   topo_cmd->add_option("--json", topo.json_path, "Write the description as JSON to this file");
 

@@ -70,6 +70,7 @@ std::string DescribeTopology(const Topology& topo) {
     const TorusShape& t = *topo.torus();
     out << "  shape:      ";
     for (size_t d = 0; d < t.shape.size(); ++d) out << (d ? "x" : "") << t.shape[d];
+    if (t.dcn_slices) out << " (dim 0: the slices, joined by DCN)";
     out << "\n  wraparound: ";
     for (size_t d = 0; d < t.wraparound.size(); ++d) {
       out << (d ? ", " : "") << "dim " << d << (t.wraparound[d] ? " yes" : " no");
@@ -161,15 +162,18 @@ void RunTopoCommand(const TopoCommandOptions& options) {
       spec.shape.push_back(static_cast<int>(v));
   }
   if (options.nodes) spec.nodes = PositiveNodesFlag(*options.nodes);
+  if (options.slices) spec.slices = *options.slices;
   Topology topo;
   try {
     topo = BuildHardware(spec);
   } catch (const SpecError& e) {
     if (from_file) throw InputError(file.Locate(e));
-    // On the command line the preset is the positional argument; shape and nodes are flags.
-    std::string where = e.key() == "hardware.shape"   ? "--shape"
-                        : e.key() == "hardware.nodes" ? "--nodes"
-                                                      : options.target;
+    // On the command line the preset is the positional argument; shape, nodes and slices are
+    // flags.
+    std::string where = e.key() == "hardware.shape"    ? "--shape"
+                        : e.key() == "hardware.nodes"  ? "--nodes"
+                        : e.key() == "hardware.slices" ? "--slices"
+                                                       : options.target;
     throw InputError(where + ": " + e.what());
   }
   std::string description = DescribeTopology(topo);

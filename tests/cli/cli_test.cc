@@ -62,6 +62,23 @@ TEST_F(CliTest, TopoTpuV5pCubeIsAWrappedTorus) {
   EXPECT_EQ(Listing(out()), std::set<std::string>{"v5p.json"});
 }
 
+// --slices: four v5e 16x16 slices are 1024 chips, one DCN switch and a DCN link per chip at
+// hardware.md's 3.125e9 B/s; v4 has no DCN figure: a flagged error.
+TEST_F(CliTest, TopoSlicesJoinToriThroughDcn) {
+  fs::path j = out() / "slices.json";
+  const Result r =
+      RunOk({"topo", "tpu-v5e", "--shape", "16x16", "--slices", "4", "--json", j.string()});
+  EXPECT_NE(r.out.find("1024 x DCN: 3.125 GB/s per direction, 10 us latency"), std::string::npos)
+      << r;
+  EXPECT_NE(r.out.find("4x16x16 (dim 0: the slices, joined by DCN)"), std::string::npos) << r;
+  const json t = ReadJson(j);
+  EXPECT_EQ(t["devices"], 1024);
+  EXPECT_EQ(t["switches"], 1);
+  const Result bad = Run({"topo", "tpu-v4", "--slices", "2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err.rfind("error: --slices: ", 0), 0u) << bad;
+}
+
 TEST_F(CliTest, TopoTpuV5eSmallSliceDoesNotWrap) {
   fs::path j = out() / "v5e.json";
   RunOk({"topo", "tpu-v5e", "--shape", "4x4", "--json", j.string()});
