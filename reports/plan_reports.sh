@@ -10,12 +10,7 @@ out=reports/plans
 mkdir -p "$out"
 for config in configs/plans/*.yaml; do
   name="$(basename "$config" .yaml)"
-  if grep -q '^serve:' "$config"; then
-    # Serving searches print their table only (the page shows training steps).
-    "$shardsim" plan "$config" --jobs 2 > "$out/$name.txt"
-  else
-    "$shardsim" plan "$config" --jobs 2 --report "$out/$name.html" > "$out/$name.txt"
-  fi
+  "$shardsim" plan "$config" --jobs 2 --report "$out/$name.html" > "$out/$name.txt"
 done
 "$shardsim" compare configs/models/llama3_70b_v5p.yaml configs/models/llama3_70b_v5p_searched.yaml \
   --report "$out/compare_llama3_70b_v5p.html" > "$out/compare_llama3_70b_v5p.txt"

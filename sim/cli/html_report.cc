@@ -183,7 +183,7 @@ std::string MemoryBars(const std::vector<ReportedStep>& steps) {
 
 // Step time against peak memory for every evaluated plan: filled when it fits, hollow when
 // not; the capacity as a vertical line.
-std::string Scatter(const planner::SearchResult& result) {
+std::string Scatter(const planner::SearchResult& result, const std::string& what = "step time") {
   const int w = 640, h = 360, left = 70, bottom = 40;
   double max_t = 0, min_t = 0, max_m = 0, cap = 0;
   for (const planner::PlanResult& r : result.results) {
@@ -209,7 +209,7 @@ std::string Scatter(const planner::SearchResult& result) {
   svg += "<text x=\"" + std::to_string(left + w / 2 - 60) + "\" y=\"" + std::to_string(h + 30) +
          "\">peak memory per device (max " + FormatBytes(Bytes(static_cast<int64_t>(max_m))) +
          ")</text>";
-  svg += "<text x=\"0\" y=\"12\">step time</text><text x=\"0\" y=\"26\">(max " +
+  svg += "<text x=\"0\" y=\"12\">" + what + "</text><text x=\"0\" y=\"26\">(max " +
          FormatTime(Time::Picoseconds(static_cast<int64_t>(max_t * 1e12))) +
          ")</text><text x=\"0\" y=\"" + std::to_string(h) + "\">" +
          FormatTime(Time::Picoseconds(static_cast<int64_t>(min_t * 1e12))) + "</text>";
@@ -285,6 +285,104 @@ std::string LinkChart(const std::string& id, const planner::TrainStepReport& r,
   return svg + table + "</table>\n";
 }
 
+// A stacked bar per serving plan: its generation (TTFT + (decode_len - 1) TPOT) split into
+// the prefill, then the decode steps' compute, exposed communication and the rest.
+std::string ServeBars(const std::vector<ReportedServe>& plans) {
+  const Segment parts[] = {{"prefill", "#59a14f"},
+                           {"decode compute", "#4e79a7"},
+                           {"decode exposed comm", "#e15759"},
+                           {"decode waiting", "#bab0ac"}};
+  double longest = 0;
+  for (const ReportedServe& p : plans) longest = std::max(longest, p.report.total.seconds());
+  const int label_w = 60, width = 640, row = 22;
+  const int height = 30 + row * static_cast<int>(plans.size()) + 10;
+  std::string svg = "<svg id=\"step-bars\" width=\"" + std::to_string(label_w + width + 120) +
+                    "\" height=\"" + std::to_string(height) + "\">";
+  int lx = label_w;
+  for (const Segment& p : parts) {
+    svg += "<rect class=\"legend\" x=\"" + std::to_string(lx) +
+           "\" y=\"5\" width=\"10\" height=\"10\" fill=\"" + p.colour + "\"/><text x=\"" +
+           std::to_string(lx + 14) + "\" y=\"14\">" + p.name + "</text>";
+    lx += 150;
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const planner::ServeReport& r = plans[i].report;
+    const double steps = static_cast<double>(std::max<int64_t>(plans[i].decode_len - 1, 0));
+    const double tpot = r.tpot.seconds();
+    const double compute = std::min(r.decode_compute.seconds(), tpot);
+    const double comm = std::min(r.decode_exposed_comm.seconds(), tpot - compute);
+    const double values[] = {r.ttft.seconds(), steps * compute, steps * comm,
+                             steps * std::max(0.0, tpot - compute - comm)};
+    const int y = 25 + row * static_cast<int>(i);
+    svg +=
+        "<text x=\"0\" y=\"" + std::to_string(y + 14) + "\">" + Escape(plans[i].label) + "</text>";
+    double x = label_w;
+    for (size_t k = 0; k < 4; ++k) {
+      const double w = longest > 0 ? width * values[k] / longest : 0;
+      if (w <= 0) continue;
+      svg += "<rect class=\"step-part\" x=\"" + Num(x) + "\" y=\"" + std::to_string(y) +
+             "\" width=\"" + Num(w) + "\" height=\"16\" fill=\"" + parts[k].colour + "\"><title>" +
+             Escape(plans[i].label) + " " + parts[k].name + ": " +
+             FormatTime(Time::Picoseconds(static_cast<int64_t>(values[k] * 1e12))) +
+             "</title></rect>";
+      x += w;
+    }
+    svg += "<text x=\"" + Num(x + 4) + "\" y=\"" + std::to_string(y + 13) + "\">" +
+           FormatTime(r.total) + "</text>";
+  }
+  return svg + "</svg>\n";
+}
+
+// A bar per serving plan: weights, KV cache and activations stacked, HBM marked.
+std::string ServeMemoryBars(const std::vector<ReportedServe>& plans) {
+  const Segment parts[] = {
+      {"weights", "#59a14f"}, {"KV cache", "#b07aa1"}, {"activations and temporaries", "#f1ce63"}};
+  double most = 0;
+  for (const ReportedServe& p : plans) {
+    most = std::max({most, static_cast<double>(p.report.memory.peak.count()),
+                     static_cast<double>(p.report.memory.capacity.count())});
+  }
+  const int label_w = 60, width = 640, row = 22;
+  const int height = 30 + row * static_cast<int>(plans.size()) + 10;
+  std::string svg = "<svg id=\"memory-bars\" width=\"" + std::to_string(label_w + width + 160) +
+                    "\" height=\"" + std::to_string(height) + "\">";
+  int lx = label_w;
+  for (const Segment& p : parts) {
+    svg += "<rect x=\"" + std::to_string(lx) + "\" y=\"5\" width=\"10\" height=\"10\" fill=\"" +
+           p.colour + "\"/><text x=\"" + std::to_string(lx + 14) + "\" y=\"14\">" + p.name +
+           "</text>";
+    lx += 110;
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const planner::ServeMemory& m = plans[i].report.memory;
+    const int y = 25 + row * static_cast<int>(i);
+    svg +=
+        "<text x=\"0\" y=\"" + std::to_string(y + 14) + "\">" + Escape(plans[i].label) + "</text>";
+    const double values[] = {static_cast<double>(m.params.count()),
+                             static_cast<double>(m.kv_cache.count()),
+                             static_cast<double>(m.activations.count())};
+    double x = label_w;
+    for (size_t k = 0; k < 3; ++k) {
+      const double w = most > 0 ? width * values[k] / most : 0;
+      if (w <= 0) continue;
+      svg += "<rect class=\"memory-part\" x=\"" + Num(x) + "\" y=\"" + std::to_string(y) +
+             "\" width=\"" + Num(w) + "\" height=\"16\" fill=\"" + parts[k].colour + "\"><title>" +
+             parts[k].name + ": " + FormatBytes(Bytes(static_cast<int64_t>(values[k]))) +
+             "</title></rect>";
+      x += w;
+    }
+    const double cap =
+        most > 0 ? label_w + width * static_cast<double>(m.capacity.count()) / most : label_w;
+    svg += "<line class=\"capacity\" x1=\"" + Num(cap) + "\" x2=\"" + Num(cap) + "\" y1=\"" +
+           std::to_string(y - 2) + "\" y2=\"" + std::to_string(y + 18) +
+           "\" stroke=\"#000\" stroke-width=\"2\"/>";
+    svg += "<text x=\"" + Num(std::max(x, cap) + 6) + "\" y=\"" + std::to_string(y + 13) + "\">" +
+           FormatBytes(m.peak) + " of " + FormatBytes(m.capacity) +
+           (m.fits ? "" : " (does not fit)") + "</text>";
+  }
+  return svg + "</svg>\n";
+}
+
 std::string Table(const std::vector<std::vector<std::string>>& rows, const std::string& id) {
   std::string t = "<table id=\"" + id + "\">";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -322,6 +420,31 @@ std::string PlanReportHtml(const std::string& title, const std::vector<std::stri
     body += "<h2>Link utilisation of the best plan</h2>\n" +
             LinkChart("links-1", top.front().report, topology);
   }
+  return Page(title, body);
+}
+
+std::string ServePlanReportHtml(const std::string& title, const std::vector<std::string>& summary,
+                                const planner::SearchResult& result,
+                                const std::vector<ReportedServe>& top) {
+  std::string body = "<div class=\"summary\">";
+  for (const std::string& line : summary) body += Escape(line) + "\n";
+  body += "</div>\n<h2>Ranked plans</h2>\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"rank", "plan", "TTFT", "TPOT", "generation", "tokens/s/device", "peak / HBM"}};
+  for (const ReportedServe& s : top) {
+    char tok[32];
+    std::snprintf(tok, sizeof(tok), "%.0f", s.report.tokens_per_s_per_device);
+    rows.push_back(
+        {s.label, s.plan, FormatTime(s.report.ttft), FormatTime(s.report.tpot),
+         FormatTime(s.report.total), tok,
+         FormatBytes(s.report.memory.peak) + " / " + FormatBytes(s.report.memory.capacity)});
+  }
+  body += Table(rows, "ranked");
+  body += "<h2>Generation time against peak memory, every evaluated plan</h2>\n" +
+          Scatter(result, "generation");
+  body += "<h2>Where each generation goes (the busiest device)</h2>\n" + ServeBars(top);
+  body += "<h2>Memory per device</h2>\n" + ServeMemoryBars(top);
+  body += "<p>Per-link utilisation is drawn for training steps only.</p>\n";
   return Page(title, body);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/models/serve_step_run.h"
 #include "planner/models/train_step_run.h"
 #include "planner/search/plan_search.h"
 #include "topology/topology.h"
@@ -26,6 +27,23 @@ struct ReportedStep {
 std::string PlanReportHtml(const std::string& title, const std::vector<std::string>& summary,
                            const planner::SearchResult& result,
                            const std::vector<ReportedStep>& top, const Topology& topology);
+
+// One serving plan shown in a report: its label, plan line and simulated serving figures.
+struct ReportedServe {
+  std::string label;            // "1", "2", ...
+  std::string plan;             // "data=2,tensor=4".
+  int64_t decode_len = 0;       // Tokens generated per sequence (the decode steps + 1).
+  planner::ServeReport report;  // Its figures.
+};
+
+// The serving search page: `summary` lines, the ranked table of `top` (TTFT, TPOT, the whole
+// generation, tokens/s per device, peak), the scatter of generation time against peak memory
+// of every evaluated plan in `result`, each top plan's generation split into the prefill and
+// the decode steps' compute, exposed communication and the rest, and its memory (weights, KV
+// cache, activations) against HBM.
+std::string ServePlanReportHtml(const std::string& title, const std::vector<std::string>& summary,
+                                const planner::SearchResult& result,
+                                const std::vector<ReportedServe>& top);
 
 // The comparison page: the side-by-side `table` (rows of cells, the first row naming the
 // runs), stacked step and memory bars and per-link utilisation of each run (`topologies`, one

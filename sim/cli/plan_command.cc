@@ -221,6 +221,22 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
   NetworkCollectiveModel network(machine);
   CachedCollectiveModel cache(network);
   SlowestMemberCollectiveModel collectives(cache);
+  const std::string title = "shardsim plan: " + spec.name + " on " + machine.topology().name();
+  if (spec.space.serve) {
+    // Serving steps are cheap to simulate again: each top plan's whole report.
+    planner::TrainStepOptions options;
+    options.collective_model = &collectives;
+    std::vector<ReportedServe> plans;
+    for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(top); ++k) {
+      const PlanResult& r = result.results[result.ranked[k]];
+      const std::string line =
+          MeshText(r.candidate.plan.mesh) + "; rules " + RulesText(r.candidate.plan);
+      plans.push_back({std::to_string(k + 1), line, spec.space.serve->decode_len,
+                       planner::SimulateServe(machine, spec.model, *spec.space.serve,
+                                              r.candidate.plan, options)});
+    }
+    return ServePlanReportHtml(title, summary, result, plans);
+  }
   std::vector<ReportedStep> steps;
   for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(top); ++k) {
     const PlanResult& r = result.results[result.ranked[k]];
@@ -233,8 +249,7 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
     }
     steps.push_back(std::move(step));
   }
-  return PlanReportHtml("shardsim plan: " + spec.name + " on " + machine.topology().name(), summary,
-                        result, steps, machine.topology());
+  return PlanReportHtml(title, summary, result, steps, machine.topology());
 }
 
 }  // namespace
@@ -257,11 +272,6 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
   const PlanSearchSpec& spec = *file.search;
-  if (spec.space.serve && !options.report_path.empty()) {
-    throw InputError(
-        "--report: the HTML report shows training steps; serving searches print "
-        "their table (and --json, --out) only");
-  }
   // --mpi: every process searches its share of the families; rank 0 merges and reports.
   std::unique_ptr<MpiWorld> world;
   if (options.mpi) world = std::make_unique<MpiWorld>();

@@ -92,6 +92,45 @@ TEST_F(HtmlReportTest, PlanReportRendersInChromium) {
   EXPECT_EQ(Count(dom.out, "<tr>"), 1u + 4u + 1u + Count(dom.out, "<tr><td>ICI"));
 }
 
+// A serving search's page: the ranked table with TTFT and TPOT, a circle per evaluated plan
+// (generation time against peak), each top plan's generation split into prefill and decode
+// parts, and memory bars of weights, KV cache and activations.
+TEST_F(HtmlReportTest, ServingPlanReportRendersInChromium) {
+  if (!fs::exists(kChromium)) GTEST_SKIP() << "chromium is not installed";
+  const std::string file = WriteInput(
+      "serve.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 4, d_model: 64, d_ff: 128, heads: 8, kv_heads: 2,\n"
+      "        vocab: 128}\n"
+      "serve: {batch: 8, prompt_len: 16, decode_len: 8}\n"
+      "search: {axes: [data, tensor], objective: tpot}\n");
+  const std::string page = (out() / "serve.html").string();
+  const std::string results = (out() / "r.jsonl").string();
+  RunOk({"plan", file, "--report", page, "--out", results, "--top", "2"});
+  size_t evaluated = 0;
+  std::istringstream in(ReadFile(results));
+  for (std::string line; std::getline(in, line);) {
+    evaluated += !nlohmann::json::parse(line).contains("refused");
+  }
+  ASSERT_EQ(evaluated, 2u);  // data 8, and data 4 x tensor 2 (2 kv heads: tensor 2 at most).
+  const std::string html = ReadFile(page);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("<th>TPOT</th>"), std::string::npos);
+  const Result dom = Dom(page);
+  ASSERT_EQ(dom.exit_code, 0) << dom;
+  ExpectNoConsoleErrors(dom.err);
+  for (const char* id :
+       {"id=\"ranked\"", "id=\"scatter\"", "id=\"step-bars\"", "id=\"memory-bars\""}) {
+    EXPECT_NE(dom.out.find(id), std::string::npos) << id;
+  }
+  EXPECT_EQ(Count(dom.out, "<circle"), evaluated);
+  EXPECT_EQ(Count(dom.out, "class=\"capacity\""), 2u + 1u);  // Memory bars and the scatter.
+  // Each plan's prefill and decode compute at least; weights and KV cache at least.
+  EXPECT_GE(Count(dom.out, "class=\"step-part\""), 2u * 2u);
+  EXPECT_GE(Count(dom.out, "class=\"memory-part\""), 2u * 2u);
+  EXPECT_EQ(Count(dom.out, "<tr>"), 1u + 2u);
+}
+
 TEST_F(HtmlReportTest, CompareReportRendersInChromium) {
   if (!fs::exists(kChromium)) GTEST_SKIP() << "chromium is not installed";
   const std::string a = WriteInput(

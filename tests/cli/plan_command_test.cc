@@ -217,8 +217,6 @@ TEST_F(PlanCommandTest, SearchesServingPlans) {
   EXPECT_EQ(remat.exit_code, 2) << remat;
   EXPECT_NE(remat.err.find("remat: applies to training steps, not to serve:"), std::string::npos)
       << remat;
-  const Result report = Run({"plan", file, "--report", (out() / "r.html").string()});
-  EXPECT_EQ(report.exit_code, 2) << report;
 }
 
 TEST_F(PlanCommandTest, TimeLimitStopsStartingPlans) {
