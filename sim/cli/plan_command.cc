@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -157,6 +159,33 @@ std::map<std::string, PlanOutcome> ReadResumeFile(const std::string& path, bool 
   return known;
 }
 
+// The file process `rank` of an MPI search streams its outcomes to while it searches: the
+// --out path + ".part<rank>". Rank 0 merges them into --out, in one process's order, when
+// every process is done, and removes them; a search that resumes reads them too.
+std::string PartPath(const std::string& out_path, int rank) {
+  return out_path + ".part" + std::to_string(rank);
+}
+
+// The part files beside `out_path` (left by MPI processes of this or an interrupted search),
+// by name.
+std::vector<std::string> PartFiles(const std::string& out_path) {
+  namespace fs = std::filesystem;
+  const fs::path out(out_path);
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const std::string prefix = out.filename().string() + ".part";
+  std::vector<std::string> parts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
+      parts.push_back((dir / name).string());
+    }
+  }
+  std::sort(parts.begin(), parts.end());
+  return parts;
+}
+
 // "data=8,fsdp=64,tensor=4".
 std::string MeshText(const std::vector<MeshAxis>& mesh) {
   std::string text;
@@ -287,20 +316,39 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     search.process_count = world->size();
   }
   std::map<std::string, PlanOutcome> in_file;  // What --out held before this search.
-  if (!options.out_path.empty()) in_file = ReadResumeFile(options.out_path, root);
-  search.known = in_file;
-  std::ofstream out;
+  if (!options.out_path.empty()) {
+    in_file = ReadResumeFile(options.out_path, root);
+    search.known = in_file;
+    // What MPI processes streamed beside it (this search's or an interrupted one's); each
+    // process cuts a torn last line from its own part only.
+    const std::string own = PartPath(options.out_path, world ? world->rank() : -1);
+    for (const std::string& part : PartFiles(options.out_path)) {
+      search.known.merge(ReadResumeFile(part, spread && part == own));
+    }
+  }
+  // One write and a flush per line: an interrupted search leaves whole lines (and at most one
+  // cut short, which the next run drops).
+  auto write_line = [](std::ofstream& file, const PlanResult& r) {
+    file << ResultJson(r).dump() << '\n';
+    file.flush();
+  };
+  std::ofstream out, part;
   auto append = [&](const PlanResult& r) {
-    if (in_file.count(r.key)) return;
-    // One write and a flush per line: an interrupted search leaves whole lines (and at most
-    // one cut short, which the next run drops).
-    out << ResultJson(r).dump() << '\n';
-    out.flush();
+    if (!in_file.count(r.key)) write_line(out, r);
   };
   if (!options.out_path.empty() && root) {
     out.open(options.out_path, std::ios::app | std::ios::binary);
     if (!out) throw InputError("--out " + options.out_path + ": cannot open for appending");
     if (!spread) search.on_result = append;
+  }
+  if (!options.out_path.empty() && spread) {
+    // Each process streams what it simulates to its part file as it goes.
+    const std::string path = PartPath(options.out_path, world->rank());
+    part.open(path, std::ios::app | std::ios::binary);
+    if (!part) throw InputError("--out " + path + ": cannot open for appending");
+    search.on_result = [&](const PlanResult& r) {
+      if (!r.resumed) write_line(part, r);
+    };
   }
   const bool terminal = root && isatty(fileno(stderr));
   if (terminal) search.on_progress = ShowProgress;
@@ -341,9 +389,15 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       search.process_rank = 0;
       search.process_count = 1;
       search.on_progress = nullptr;
-      if (out.is_open()) search.on_result = append;
+      search.on_result = out.is_open() ? std::function<void(const PlanResult&)>(append) : nullptr;
       result = planner::SearchPlans(spec.model, spec.train, spec.space, search);
       result.wall_s = wall;
+    }
+    // --out now holds every outcome, in one process's order: the parts are merged.
+    if (out.is_open()) {
+      out.close();
+      part.close();
+      for (const std::string& p : PartFiles(options.out_path)) std::filesystem::remove(p);
     }
   } catch (const SpecError& e) {
     if (spread) {
