@@ -175,6 +175,13 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   // Enumerate and prune.
   std::vector<std::vector<MeshAxis>> meshes = space.meshes;
   if (meshes.empty()) meshes = FactorMeshes(devices, space.axes);
+  if (space.all_axis_orders) {
+    std::vector<std::vector<MeshAxis>> ordered;
+    for (const std::vector<MeshAxis>& mesh : meshes) {
+      for (std::vector<MeshAxis>& m : AxisOrders(mesh)) ordered.push_back(std::move(m));
+    }
+    meshes = std::move(ordered);
+  }
   // Serving has no remat or microbatches; its batch and prompt stand for train's in the
   // divisibility checks.
   TrainConfig shape = train;

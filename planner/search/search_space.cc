@@ -1,5 +1,6 @@
 #include "planner/search/search_space.h"
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 
@@ -66,6 +67,17 @@ std::map<std::string, std::vector<std::string>> DefaultRules(const std::vector<M
     for (const std::string& dim : role->second) rules[dim].push_back(axis.name);
   }
   return rules;
+}
+
+std::vector<std::vector<MeshAxis>> AxisOrders(const std::vector<MeshAxis>& mesh) {
+  std::vector<size_t> order(mesh.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<std::vector<MeshAxis>> out;
+  do {
+    std::vector<MeshAxis>& m = out.emplace_back();
+    for (size_t i : order) m.push_back(mesh[i]);
+  } while (std::next_permutation(order.begin(), order.end()));
+  return out;
 }
 
 std::vector<std::vector<MeshAxis>> FactorMeshes(int64_t devices,

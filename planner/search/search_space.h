@@ -35,6 +35,10 @@ struct SearchSpace {
   std::vector<std::string> axes;
   // Meshes to try instead of factorising the devices over `axes` (`plan.mesh`, one or a list).
   std::vector<std::vector<MeshAxis>> meshes;
+  // Every order of each mesh's axes (`search.axis_orders: all`), not only the given one: the
+  // order decides the placement (the first axis is major, the last takes the innermost torus
+  // dimension or stays inside a node).
+  bool all_axis_orders = false;
   // Logical axis rules to try (`plan.rules`, one or a list); empty: each mesh's rules from its
   // axes' roles (DefaultRules).
   std::vector<std::map<std::string, std::vector<std::string>>> rules;
@@ -66,6 +70,10 @@ struct PlanCandidate {
 // remat selective; microbatches 2"): equal candidates give equal keys, so a resumed search
 // recognises what it already evaluated.
 std::string CandidateKey(const PlanCandidate& candidate);
+
+// `mesh` in every order of its axes, the given order first, the rest in lexicographic order
+// of the axes' positions in it (n! meshes for n axes).
+std::vector<std::vector<MeshAxis>> AxisOrders(const std::vector<MeshAxis>& mesh);
 
 // The mesh axis names whose roles DefaultRules knows, and the logical dimensions each takes:
 // data -> batch; fsdp -> batch, embed (ZeRO-3: parameters split along d_model); tensor ->

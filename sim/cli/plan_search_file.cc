@@ -87,8 +87,8 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
 
   std::optional<YamlMap> search;
   if (auto s = top.Find("search")) {
-    search =
-        s->Map({"axes", "remat", "microbatches", "collective_matmul", "objective", "memory_limit"});
+    search = s->Map({"axes", "axis_orders", "remat", "microbatches", "collective_matmul",
+                     "objective", "memory_limit"});
   }
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
@@ -197,6 +197,9 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       if (serving_only && !space.serve) {
         o->Fail("objective: " + name + " ranks serving plans (give serve: instead of train:)");
       }
+    }
+    if (auto o = search->Find("axis_orders")) {
+      space.all_axis_orders = o->OneOf({"given", "all"}) == "all";
     }
     if (auto l = search->Find("memory_limit")) {
       space.memory_limit = l->Number();

@@ -187,8 +187,8 @@ TEST_F(PlanCommandTest, ResumesWhatMpiProcessesStreamed) {
   RunOk({"plan", file, "--out", whole});
   const std::vector<std::string> lines = Lines(ReadFile(whole));
   ASSERT_GT(lines.size(), 4u);
-  const std::string left = lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n" +
-                           lines[3].substr(0, lines[3].size() / 2);
+  const std::string left =
+      lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n" + lines[3].substr(0, lines[3].size() / 2);
   const std::string plain = (out() / "plain.jsonl").string();
   WriteFile(plain + ".part3", left);
   const Result r = RunOk({"plan", file, "--out", plain});
@@ -280,6 +280,7 @@ TEST_F(PlanCommandTest, LocatedErrors) {
   for (const Case& c : {
            Case{"  objective: ttft\n", "ranks serving plans"},
            Case{"  remat: [none, sometimes]\n", "(key search.remat.1)"},
+           Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
            Case{"plan: {collective_matmul: bidirectional}\n", "not built yet"},

@@ -78,6 +78,40 @@ TEST(FactorMeshesTest, CountsOrderedFactorisations) {
   EXPECT_EQ(first[0].size, 8);
 }
 
+// Every order of a mesh's axes once, the given order first: 3! = 6 for three axes.
+TEST(AxisOrdersTest, EveryOrderOnceGivenFirst) {
+  const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}, {"tensor", 2}};
+  const std::vector<std::vector<MeshAxis>> orders = AxisOrders(mesh);
+  ASSERT_EQ(orders.size(), 6u);
+  std::set<std::string> seen;
+  for (const auto& m : orders) {
+    std::string text;
+    for (const MeshAxis& a : m) text += a.name + "=" + std::to_string(a.size) + " ";
+    EXPECT_TRUE(seen.insert(text).second) << text;
+    EXPECT_EQ(m.size(), 3u);
+  }
+  EXPECT_EQ(seen.count("data=2 fsdp=4 tensor=2 "), 1u);
+  EXPECT_EQ(orders.front()[0].name, "data");
+  EXPECT_EQ(orders.front()[2].name, "tensor");
+  EXPECT_EQ(AxisOrders({{"fsdp", 8}}).size(), 1u);
+}
+
+// search.axis_orders: all makes each factorisation's every order a family of its own: the tiny
+// space's 10 meshes (3 of one axis, 6 of two, 1 of three: 2 x 2 x 2) become 3 + 6 x 2 + 1 x 6 =
+// 21, each with its 3 remat x 2 microbatch candidates; the best is at least as fast as the given
+// order's best (a superset of plans).
+TEST(PlanSearchTest, AllAxisOrdersSearchEveryOrder) {
+  SearchSpace space = TinySpace();
+  const SearchResult given = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  space.all_axis_orders = true;
+  const SearchResult all = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  EXPECT_EQ(all.candidates, 21 * 3 * 2);
+  ASSERT_FALSE(given.ranked.empty());
+  ASSERT_FALSE(all.ranked.empty());
+  EXPECT_LE(all.results[all.ranked[0]].outcome.step_time,
+            given.results[given.ranked[0]].outcome.step_time);
+}
+
 TEST(DefaultRulesTest, EachAxisTakesItsRole) {
   const auto rules = DefaultRules({{"data", 2}, {"fsdp", 4}, {"tensor", 2}});
   EXPECT_EQ(rules.at("batch"), (std::vector<std::string>{"data", "fsdp"}));
