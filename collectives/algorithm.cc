@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "collectives/algorithms/direct.h"
 #include "collectives/algorithms/halving_doubling.h"
+#include "collectives/algorithms/hierarchical.h"
+#include "collectives/algorithms/nvls.h"
 #include "collectives/algorithms/ring.h"
 #include "collectives/algorithms/tree.h"
 #include "collectives/ir/op_registry.h"
+#include "collectives/nccl_tuner.h"
 
 namespace shardsim {
 namespace {
@@ -69,7 +73,17 @@ std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& n
       both_ways = both_ways && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
     }
   }
-  return MakeRingAlgorithm(network, job, MakeRingPlan(algo, axis_sizes, both_ways));
+  RingPlan plan = MakeRingPlan(algo, axis_sizes, both_ways);
+  // On NCCL machines a ring across two or more nodes (the same count of members in each)
+  // runs as rail-aligned channels.
+  const CommSpec& comm = network.topology().comm();
+  if (comm.nccl && std::string(algo) == "ring") {
+    std::vector<std::vector<int>> nodes = MembersByNode(network, job);
+    bool equal = nodes.size() >= 2;
+    for (const std::vector<int>& node : nodes) equal = equal && node.size() == nodes[0].size();
+    if (equal) plan.channels = RailAlignedRings(nodes, comm.channels);
+  }
+  return MakeRingAlgorithm(network, job, std::move(plan));
 }
 
 // The tree's buffer flows in min(64, ceil(bytes / chunk_size)) segments: large messages
@@ -81,6 +95,38 @@ std::unique_ptr<CollectiveAlgorithm> MakeTree(Network& network, CollectiveJob& j
   int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
   return MakeTreeAlgorithm(network, job, segments);
 }
+
+// Starts another algorithm after a fixed delay: NCCL's kernel launch and the ranks'
+// synchronisation before a collective's first step.
+class Launched : public CollectiveAlgorithm {
+ public:
+  Launched(Simulator& sim, Time delay, CollectiveJob& job,
+           std::unique_ptr<CollectiveAlgorithm> inner)
+      : sim_(sim), delay_(delay), job_(job), inner_(std::move(inner)) {}
+  void Start() override {
+    if (delay_ == Time()) {
+      inner_->Start();
+      return;
+    }
+    // The caller may release the inputs once Start returns: keep them for the real start.
+    if (job_.numerics && job_.in) {
+      inputs_ = std::move(*job_.in);
+      job_.in = &inputs_;
+    }
+    sim_.Schedule(delay_, [this] {
+      inner_->Start();
+      inputs_.clear();
+      inputs_.shrink_to_fit();
+    });
+  }
+
+ private:
+  Simulator& sim_;
+  Time delay_;
+  CollectiveJob& job_;
+  std::unique_ptr<CollectiveAlgorithm> inner_;
+  std::vector<std::vector<float>> inputs_;
+};
 
 // "psum, pmean, pmax, pmin": the ops that run an all-reduce, from the op registry.
 std::string AllReduceOpList() {
@@ -130,6 +176,18 @@ const std::vector<AlgorithmDef>& AlgorithmRegistry() {
          return MakeHalvingDoublingAlgorithm(n, j);
        }},
       {"tree", {kReduce}, false, MakeTree},
+      {"nvls",
+       {kReduce},
+       false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
+         return MakeNvlsAlgorithm(n, j);
+       }},
+      {"hierarchical",
+       {kReduce},
+       false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
+         return MakeHierarchicalAlgorithm(n, j);
+       }},
   };
   return registry;
 }
@@ -202,12 +260,28 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
                                                    CollectiveJob& job,
                                                    const std::vector<int>& axis_sizes,
                                                    std::string* resolved, Bytes chunk_size) {
-  std::string algo =
-      name.empty() || name == "auto" ? ChooseAlgorithm(network, job, axis_sizes) : name;
-  if (resolved) *resolved = algo;
-  std::string refused = AlgorithmSupports(algo, job.kind, job.size());
-  if (!refused.empty()) throw std::invalid_argument(refused);
-  return FindAlgorithm(algo)->make(network, job, axis_sizes, chunk_size);
+  const bool automatic = name.empty() || name == "auto";
+  const CommSpec& comm = network.topology().comm();
+  if (!comm.nccl) {
+    std::string algo = automatic ? ChooseAlgorithm(network, job, axis_sizes) : name;
+    if (resolved) *resolved = algo;
+    std::string refused = AlgorithmSupports(algo, job.kind, job.size());
+    if (!refused.empty()) throw std::invalid_argument(refused);
+    return FindAlgorithm(algo)->make(network, job, axis_sizes, chunk_size);
+  }
+  // As NCCL runs it: the tuner's algorithm (when auto) and protocol, after the launch.
+  if (!automatic) {
+    std::string refused = AlgorithmSupports(name, job.kind, job.size());
+    if (!refused.empty()) throw std::invalid_argument(refused);
+  }
+  const NcclChoice choice = ChooseNccl(network, job, axis_sizes, automatic ? "auto" : name);
+  const ProtocolSpec& protocol = comm.protocol(choice.protocol);
+  job.step_latency = protocol.step_latency;
+  job.wire_factor = 1.0 / protocol.efficiency;
+  if (resolved) *resolved = choice.algorithm + "/" + ProtocolName(choice.protocol);
+  return std::make_unique<Launched>(
+      network.simulator(), comm.launch_latency, job,
+      FindAlgorithm(choice.algorithm)->make(network, job, axis_sizes, chunk_size));
 }
 
 }  // namespace shardsim

@@ -1,6 +1,8 @@
 #include "collectives/collective.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "collectives/array.h"
 
@@ -20,6 +22,19 @@ const char* CollectiveKindName(CollectiveKind kind) {
       return "permute";
   }
   return "collective";
+}
+
+Bytes CollectiveJob::WireBytes(int64_t elements) const {
+  const int64_t bytes = BytesOf(elements).count();
+  if (wire_factor == 1.0) return Bytes(bytes);
+  return Bytes(static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * wire_factor)));
+}
+
+TransferId CollectiveJob::Send(Network& network, int from, int to, int64_t elements,
+                               std::string label, Callback on_delivered,
+                               Callback on_drained) const {
+  return network.Start(members[from], members[to], WireBytes(elements), std::move(label),
+                       std::move(on_delivered), std::move(on_drained), step_latency);
 }
 
 std::vector<float> InitialWorkBuffer(const CollectiveJob& job, int member) {

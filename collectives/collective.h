@@ -58,11 +58,21 @@ struct CollectiveJob {
   std::string label;                                 // Names transfers in the trace.
   // Called once per member when its output is complete.
   std::function<void(int member)> on_member_done;
+  // The protocol's cost per message (NCCL's per-step latency; zero off NCCL machines).
+  Time step_latency;
+  // Bytes on the wire per payload byte: 1 / the protocol's efficiency (1 off NCCL machines).
+  double wire_factor = 1.0;
 
   // Number of members.
   int size() const { return static_cast<int>(members.size()); }
   // Bytes of `elements` elements of this dtype.
   Bytes BytesOf(int64_t elements) const { return Bytes(elements * DTypeSize(dtype)); }
+  // Bytes a message of `elements` elements puts on the wire: BytesOf scaled by wire_factor.
+  Bytes WireBytes(int64_t elements) const;
+  // Sends `elements` elements from member `from` to member `to` as one protocol message:
+  // WireBytes on the network, delivered step_latency after its last byte arrives.
+  TransferId Send(Network& network, int from, int to, int64_t elements, std::string label,
+                  Callback on_delivered, Callback on_drained = Callback()) const;
 };
 
 // The buffer a member works in, in the output layout: for all-gather, G blocks with its own in

@@ -75,11 +75,10 @@ void RingPass::Send(int member, int step) {
   if (network_.tracing()) {
     label = job_.label + " step " + std::to_string(step + 1) + "/" + std::to_string(n - 1);
   }
-  network_.Start(job_.members[member], job_.members[next],
-                 job_.BytesOf(ChunkElements(p.ring, chunk)), std::move(label),
-                 [this, next, step, payload = std::move(payload)]() mutable {
-                   Arrive(next, step, std::move(payload));
-                 });
+  job_.Send(network_, member, next, ChunkElements(p.ring, chunk), std::move(label),
+            [this, next, step, payload = std::move(payload)]() mutable {
+              Arrive(next, step, std::move(payload));
+            });
 }
 
 void RingPass::Arrive(int member, int step, std::vector<float> payload) {

@@ -177,7 +177,11 @@ Topology BuildHardware(const HardwareSpec& spec) {
     throw SpecError("hardware.preset",
                     "give either `preset` or `topology`, not both (preset '" + spec.preset + "')");
   }
-  if (spec.topology) return BuildCustom(*spec.topology, spec);
+  if (spec.topology) {
+    Topology topo = BuildCustom(*spec.topology, spec);
+    topo.SetCommSpec(ApplyCommOverride(topo.comm(), spec.comm));
+    return topo;
+  }
   if (spec.preset.empty()) {
     throw SpecError("hardware.preset", "hardware needs a `preset` (one of " +
                                            JoinNames(PresetNames()) + ") or a custom `topology`");

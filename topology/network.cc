@@ -20,8 +20,15 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
     : sim_(sim), topo_(topo), router_(router) {
   links_.resize(topo.links().size());
   scratch_.resize(topo.links().size());
+  // The collective library reaches a fraction of the line rate of NVLink and NIC links
+  // (CommSpec; 1 on machines without one).
+  const CommSpec& comm = topo.comm();
   for (size_t i = 0; i < links_.size(); ++i) {
-    links_[i].capacity = BytesPerPs(topo.links()[i].bandwidth);
+    const Link& link = topo.links()[i];
+    const double efficiency = link.kind == LinkKind::kNvlink ? comm.nvlink_efficiency
+                              : link.kind == LinkKind::kNic  ? comm.nic_efficiency
+                                                             : 1.0;
+    links_[i].capacity = BytesPerPs(link.bandwidth) * efficiency;
     links_[i].latency = topo.links()[i].latency;
   }
   vertex_pid_.assign(topo.num_vertices(), 0);
@@ -83,10 +90,17 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
 
 TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                           Callback on_delivered, Callback on_drained) {
+  return Start(src, dst, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
+               Time());
+}
+
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                          Callback on_delivered, Callback on_drained, Time extra_latency) {
   TransferId id = next_id_++;
   if (src == dst || bytes.count() == 0) {
     if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
-    sim_.Schedule(Time(), std::move(on_delivered));
+    // An empty message between two devices still pays its protocol's cost.
+    sim_.Schedule(src == dst ? Time() : extra_latency, std::move(on_delivered));
     return id;
   }
   int32_t f = AllocateFlow();
@@ -98,7 +112,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.remaining = flow.total;
   flow.rate = 0;
   flow.updated_ps = sim_.Now().picoseconds();
-  flow.latency = Time();
+  flow.latency = extra_latency;
   for (LinkId l : flow.path) flow.latency += links_[l].latency;
   FlowEnds& ends = ends_[f];
   ends.id = id;

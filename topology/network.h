@@ -67,6 +67,10 @@ class Network {
   // then start its next message on the same links back to back, as pipelined senders do).
   TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                    Callback on_delivered, Callback on_drained);
+  // The same, delivering `extra_latency` later (a protocol's per-message cost: it holds no
+  // link). `on_drained` may be empty.
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
+                   Callback on_delivered, Callback on_drained, Time extra_latency);
 
   // Number of transfers started.
   int64_t transfers_started() const { return next_id_; }
@@ -82,6 +86,8 @@ class Network {
   int Hops(VertexId a, VertexId b) {
     return a == b ? 0 : static_cast<int>(router_.Route(a, b).size());
   }
+  // The simulator the transfers run on.
+  Simulator& simulator() { return sim_; }
   // Whether the simulation is traced (so transfer labels are worth building).
   bool tracing() const { return sim_.tracing(); }
 

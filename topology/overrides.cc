@@ -105,4 +105,51 @@ DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override
   return device;
 }
 
+CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec) {
+  auto latency = [](const std::string& key, Time t) {
+    if (t < Time()) {
+      const std::string name = key.substr(key.rfind('.') + 1);
+      throw SpecError(key, name + " must not be negative, got " + FormatTime(t));
+    }
+    return t;
+  };
+  if (override_spec.nccl) comm.nccl = *override_spec.nccl;
+  if (override_spec.launch_latency) {
+    comm.launch_latency = latency("hardware.comm.launch_latency", *override_spec.launch_latency);
+  }
+  for (int p = 0; p < kNumProtocols; ++p) {
+    const ProtocolOverride& o = override_spec.protocols[p];
+    const std::string key =
+        std::string("hardware.comm.protocols.") + ProtocolName(static_cast<Protocol>(p));
+    if (o.step_latency) {
+      comm.protocols[p].step_latency = latency(key + ".step_latency", *o.step_latency);
+    }
+    if (o.efficiency) comm.protocols[p].efficiency = CheckedFraction(key + ".efficiency", *o.efficiency);
+  }
+  if (override_spec.nvlink_efficiency) {
+    comm.nvlink_efficiency =
+        CheckedFraction("hardware.comm.nvlink_efficiency", *override_spec.nvlink_efficiency);
+  }
+  if (override_spec.nic_efficiency) {
+    comm.nic_efficiency =
+        CheckedFraction("hardware.comm.nic_efficiency", *override_spec.nic_efficiency);
+  }
+  if (override_spec.channels) {
+    if (*override_spec.channels < 1) {
+      throw SpecError("hardware.comm.channels",
+                      "channels must be >= 1, got " + std::to_string(*override_spec.channels));
+    }
+    comm.channels = *override_spec.channels;
+  }
+  if (override_spec.nvls) comm.nvls = *override_spec.nvls;
+  if (override_spec.chunk_size) {
+    if (override_spec.chunk_size->count() <= 0) {
+      throw SpecError("hardware.comm.chunk_size",
+                      "chunk_size must be positive, got " + FormatBytes(*override_spec.chunk_size));
+    }
+    comm.chunk_size = *override_spec.chunk_size;
+  }
+  return comm;
+}
+
 }  // namespace shardsim

@@ -3,6 +3,7 @@
 
 #include "sim/time.h"
 #include "sim/units.h"
+#include "topology/comm_spec.h"
 #include "topology/device_spec.h"
 #include "topology/topology_spec.h"
 
@@ -28,5 +29,10 @@ Time OverrideLatency(const LinkOverride& link, Time latency);
 // ("hardware.device.op_overhead"), or a negative or non-finite slowdown
 // ("hardware.device.comm_compute_slowdown").
 DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override_spec);
+
+// `comm` with the override's given figures replacing its own. Throws SpecError naming the key
+// ("hardware.comm.<field>", "hardware.comm.protocols.<name>.<field>") for a negative latency,
+// an efficiency outside (0, 1], channels < 1 or a chunk size <= 0.
+CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec);
 
 }  // namespace shardsim

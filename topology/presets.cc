@@ -40,7 +40,43 @@ struct GpuPreset {
   int gpus_per_node;
   Bandwidth nvlink;  // Per GPU, one way.
   DeviceSpec device;
+  CommSpec comm;  // How NCCL drives the links.
+  Bandwidth nic;  // Scale-out NIC per GPU, one way.
 };
+
+// NCCL's figures on a GPU preset (CommSpec). Sources and status of each:
+// - Protocol efficiencies follow NCCL's own tuning model (src/graph/tuning.cc): LL moves a
+//   4-byte flag with every 4 bytes of data and its ring all-reduce bandwidth is modelled at a
+//   quarter of Simple's (0.25); LL128 carries 120 data bytes in every 128 (0.9375, NCCL models
+//   0.92); Simple 1.
+// - nvlink_efficiency 0.783: NCCL's tuning model caps an A100 node's ring bus bandwidth at
+//   235 GB/s of the 300 GB/s NVLink (235 / 300); taken for every generation (ASSUMPTION:
+//   the same fraction of line rate on Hopper and Blackwell NVLink).
+// - launch_latency, the protocols' step latencies and nic_efficiency are CALIBRATED: fitted
+//   by `shardsim calibrate` (least squares on log time) to the public nccl-tests curves of
+//   measured-steps.md (8 A100 in one node: NVLink figures; 2 nodes of 8 H100: NIC figures),
+//   shipped in tests/data/nccl/. Those two curves are therefore a fit, not an independent
+//   check; reports/collectives.md says so beside each row.
+// - channels 8: one ring per NIC rail of a DGX node (NCCL runs rail-aligned rings across
+//   nodes so every NIC of a node works at once).
+// - nvls: NVSwitch in-network reduction exists on Hopper and Blackwell switches (hardware.md,
+//   GPUs: "NVSwitch in-network reduction (NVLS/SHARP) exists"), not on A100's.
+// - chunk_size 1 MiB: ASSUMPTION, the order of NCCL's Simple chunk per channel (512 KiB) times
+//   the two channels a GPU's NVLS or NIC stage keeps busy.
+CommSpec NcclComm(bool nvls) {
+  CommSpec c;
+  c.nccl = true;
+  c.launch_latency = Time::Microseconds(5);
+  c.protocols[static_cast<int>(Protocol::kLL)] = {Time::Nanoseconds(600), 0.25};
+  c.protocols[static_cast<int>(Protocol::kLL128)] = {Time::Nanoseconds(1900), 0.92};
+  c.protocols[static_cast<int>(Protocol::kSimple)] = {Time::Nanoseconds(3400), 1.0};
+  c.nvlink_efficiency = 235.0 / 300.0;
+  c.nic_efficiency = 0.8;
+  c.channels = 8;
+  c.nvls = nvls;
+  c.chunk_size = Bytes::MiB(1);
+  return c;
+}
 
 // f32 matmuls on a TPU MXU run as several bf16 passes. ASSUMPTION (hardware.md: "f32 matmul
 // throughput is not in the table; a preset may take it as a documented fraction of bf16"):
@@ -186,6 +222,10 @@ std::vector<GpuPreset> GpuPresets() {
   std::vector<GpuPreset> out;
   // Node size: hardware.md, GPUs, "HGX/DGX H100 node: 8 GPUs" (DGX A100/H200/B200 are also
   // 8-GPU NVSwitch nodes per NVIDIA's DGX datasheets); the NVSwitches are one switch vertex.
+  // NICs: hardware.md, "Scale-out per GPU generation": DGX A100 (Selene) one 200 Gb/s HDR
+  // InfiniBand port per GPU; DGX H100 and DGX B200 one 400 Gb/s ConnectX-7 per GPU (H200:
+  // ASSUMPTION, the H100 figure, as HGX H200 uses the same ConnectX-7); GB200 NVL72 one
+  // 800 Gb/s ConnectX-8 per GPU.
   {
     // hardware.md, GPUs (Scaling Book gpus.md; NVIDIA datasheets), row A100 SXM:
     // HBM 80 GB, 2.0e12 B/s, bf16 dense 3.1e14 FLOP/s, no fp8, NVLink 300e9 B/s one way
@@ -193,7 +233,7 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("A100 SXM", "GPU", 3.1e14, kGpuF32Fraction,
                         Bandwidth::BytesPerSecond(2.0e12), Gigabytes(80));
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d)});
+    out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d), NcclComm(false), Bandwidth::Gbps(200)});
   }
   {
     // hardware.md, GPUs, row H100 SXM: HBM 80 GB, 3.35e12 B/s, bf16 dense 9.9e14 FLOP/s,
@@ -202,7 +242,7 @@ std::vector<GpuPreset> GpuPresets() {
                         Bandwidth::BytesPerSecond(3.35e12), Gigabytes(80));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
+    out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, row H200: HBM 141 GB, 4.8e12 B/s, bf16 dense 9.9e14 FLOP/s,
@@ -211,7 +251,7 @@ std::vector<GpuPreset> GpuPresets() {
                         Gigabytes(141));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d)});
+    out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, row B200: HBM 192 GB, 8.0e12 B/s, bf16 dense 2.3e15 FLOP/s,
@@ -220,7 +260,7 @@ std::vector<GpuPreset> GpuPresets() {
                         Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d)});
+    out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, "GB200 NVL72: 72 GPUs in one NVLink domain, 900e9 B/s per GPU one
@@ -230,7 +270,7 @@ std::vector<GpuPreset> GpuPresets() {
                         Bandwidth::BytesPerSecond(8.0e12), Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d)});
+    out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d), NcclComm(true), Bandwidth::Gbps(800)});
   }
   return out;
 }
@@ -371,15 +411,15 @@ Topology BuildGpu(const GpuPreset& preset, const HardwareSpec& spec) {
     return BuildSwitch(preset.gpus_per_node, nvlink, nvlink_latency, LinkKind::kNvlink,
                        std::move(device), preset.name);
   }
-  // Scale-out: hardware.md, GPUs, "Scale-out (H100 SuperPod): one 400 Gb/s (50 GB/s) NIC per
-  // GPU, 8 per node; fat tree ... scalable units of 32 nodes (256 GPUs) under leaf switches,
-  // spine above". The same network is assumed for every GPU preset.
+  // Scale-out: hardware.md, GPUs, "Scale-out (H100 SuperPod): one NIC per GPU, 8 per node;
+  // fat tree ... scalable units of 32 nodes (256 GPUs) under leaf switches, spine above", with
+  // each preset's NIC (above). The same fat tree is assumed for every GPU preset.
   HierarchicalParams params;
   params.nodes = nodes;
   params.per_node = preset.gpus_per_node;
   params.nvlink_bandwidth = nvlink;
   params.nvlink_latency = nvlink_latency;
-  params.nic_bandwidth = kNicBandwidth;
+  params.nic_bandwidth = preset.nic;
   params.nic_latency = kNicLatency;
   params.fabric_latency = kFabricLatency;
   return BuildHierarchical(params, std::move(device),
@@ -419,9 +459,17 @@ std::vector<bool> PresetWraparound(std::string_view name, const std::vector<int>
 }
 
 Topology BuildPreset(const HardwareSpec& spec) {
-  if (std::optional<TpuPreset> tpu = FindTpu(spec.preset)) return BuildTpu(*tpu, spec);
-  if (std::optional<GpuPreset> gpu = FindGpu(spec.preset)) return BuildGpu(*gpu, spec);
-  ThrowUnknownPreset(spec.preset);
+  Topology topo;
+  if (std::optional<TpuPreset> tpu = FindTpu(spec.preset)) {
+    topo = BuildTpu(*tpu, spec);
+  } else if (std::optional<GpuPreset> gpu = FindGpu(spec.preset)) {
+    topo = BuildGpu(*gpu, spec);
+    topo.SetCommSpec(gpu->comm);
+  } else {
+    ThrowUnknownPreset(spec.preset);
+  }
+  topo.SetCommSpec(ApplyCommOverride(topo.comm(), spec.comm));
+  return topo;
 }
 
 Topology BuildPreset(const std::string& name, std::vector<int> shape, int nodes) {

@@ -26,8 +26,9 @@ inline constexpr Time kFabricLatency = Time::Nanoseconds(500);
 // machines). ASSUMPTION: hardware.md gives none; 10 us per hop (a chip-to-chip trip 20 us,
 // the tens of microseconds a host-to-host round through a data-center network takes).
 inline constexpr Time kDcnLatency = Time::Microseconds(10);
-// Scale-out NIC bandwidth per GPU, per direction (hardware.md, GPUs, "Scale-out (H100
-// SuperPod): one 400 Gb/s (50 GB/s) NIC per GPU, 8 per node").
+// Scale-out NIC bandwidth per GPU, per direction, of custom fat trees (hardware.md, GPUs,
+// "Scale-out (H100 SuperPod): one 400 Gb/s (50 GB/s) NIC per GPU, 8 per node"); GPU presets
+// take their generation's NIC (presets.cc).
 inline constexpr Bandwidth kNicBandwidth = Bandwidth::Gbps(400);
 
 // The preset names, in SPEC order: tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100-dgx, h100-dgx,
@@ -56,7 +57,8 @@ std::vector<bool> PresetWraparound(std::string_view name, const std::vector<int>
 
 // Builds `spec.preset` with `spec`'s shape/nodes/wraparound and link/device overrides.
 // TPU presets: a torus (torus.h). GPU presets: one node is a switch (switch.h); nodes > 1 a
-// fat tree (hierarchical.h) with 400 Gb/s NICs, where the link override applies to the NVLink
+// fat tree (hierarchical.h) with the generation's NICs (200 Gb/s A100, 400 Gb/s H100, H200,
+// B200, 800 Gb/s GB200), where the link override applies to the NVLink
 // (scale-up) links only. Throws SpecError: unknown preset ("hardware.preset"); shape of the
 // wrong rank, a non-positive dimension, too many devices, or a shape on a GPU preset
 // ("hardware.shape"); wraparound of the wrong length or on a GPU preset

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/time.h"
 #include "sim/units.h"
+#include "topology/comm_spec.h"
 #include "topology/device_spec.h"
 
 namespace shardsim {
@@ -100,6 +102,11 @@ class Topology {
   const DeviceSpec& device_spec() const { return device_spec_; }
   // Torus structure, when built as a torus or ring.
   const std::optional<TorusShape>& torus() const { return torus_; }
+  // How the collective library drives the links (neutral unless a GPU preset or
+  // `hardware.comm` set it).
+  const CommSpec& comm() const { return comm_; }
+  // Replaces the collective library's figures (presets and overrides, before any use).
+  void SetCommSpec(CommSpec comm) { comm_ = std::move(comm); }
 
  private:
   friend class TopologyBuilder;
@@ -111,6 +118,7 @@ class Topology {
   int num_physical_ = 0;
   DeviceSpec device_spec_;
   std::optional<TorusShape> torus_;
+  CommSpec comm_;
 };
 
 // Assembles a Topology vertex by vertex and link by link.

@@ -1,6 +1,7 @@
 // The validated description of a machine, as the run file's `hardware:` section gives it.
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,24 @@ struct DeviceOverride {
   std::optional<double> memory_efficiency;      // hardware.device.memory_efficiency, in (0, 1]
   std::optional<Time> op_overhead;              // hardware.device.op_overhead, >= 0
   std::optional<double> comm_compute_slowdown;  // hardware.device.comm_compute_slowdown, >= 0
+};
+
+// Overrides of one protocol's figures (`hardware.comm.protocols.<LL|LL128|Simple>`).
+struct ProtocolOverride {
+  std::optional<Time> step_latency;  // ...step_latency, >= 0
+  std::optional<double> efficiency;  // ...efficiency, in (0, 1]
+};
+
+// Overrides of the collective library's figures (`hardware.comm`; see comm_spec.h).
+struct CommOverride {
+  std::optional<bool> nccl;                  // hardware.comm.nccl
+  std::optional<Time> launch_latency;        // hardware.comm.launch_latency, >= 0
+  std::array<ProtocolOverride, 3> protocols;  // By Protocol: LL, LL128, Simple.
+  std::optional<double> nvlink_efficiency;   // hardware.comm.nvlink_efficiency, in (0, 1]
+  std::optional<double> nic_efficiency;      // hardware.comm.nic_efficiency, in (0, 1]
+  std::optional<int> channels;               // hardware.comm.channels, >= 1
+  std::optional<bool> nvls;                  // hardware.comm.nvls
+  std::optional<Bytes> chunk_size;           // hardware.comm.chunk_size, > 0
 };
 
 // One link of an explicit graph (`kind: graph`).
@@ -64,6 +83,7 @@ struct HardwareSpec {
   int slices = 0;         // TPU presets: slices of `shape` joined by DCN (0 or 1: one slice).
   LinkOverride link;      // Link overrides.
   DeviceOverride device;  // Device overrides.
+  CommOverride comm;      // Collective library overrides.
 };
 
 }  // namespace shardsim

@@ -101,14 +101,14 @@ class Direct : public CollectiveAlgorithm {
               std::to_string(to);
     }
     ++state_[from].pending_sends;
-    network_.Start(job_.members[from], job_.members[to], job_.BytesOf(hi - lo), std::move(label),
-                   [this, from, to, apply, payload = std::move(payload)]() {
-                     --state_[from].pending_sends;
-                     apply(to, payload);
-                     ++state_[to].received;
-                     MaybeDone(to);
-                     MaybeDone(from);
-                   });
+    job_.Send(network_, from, to, hi - lo, std::move(label),
+              [this, from, to, apply, payload = std::move(payload)]() {
+                --state_[from].pending_sends;
+                apply(to, payload);
+                ++state_[to].received;
+                MaybeDone(to);
+                MaybeDone(from);
+              });
   }
 
   void SendFirstRound(int m) {

@@ -124,12 +124,11 @@ class HalvingDoubling : public CollectiveAlgorithm {
       label = job_.label + (IsReduceRound(round) ? " halve " : " double ") +
               std::to_string(round + 1) + "/" + std::to_string(rounds_);
     }
-    network_.Start(job_.members[m], job_.members[partner], job_.BytesOf(Elements(set)),
-                   std::move(label),
-                   [this, partner, round, payload = std::move(payload)]() mutable {
-                     state_[partner].arrived.emplace(round, std::move(payload));
-                     Advance(partner);
-                   });
+    job_.Send(network_, m, partner, Elements(set), std::move(label),
+              [this, partner, round, payload = std::move(payload)]() mutable {
+                state_[partner].arrived.emplace(round, std::move(payload));
+                Advance(partner);
+              });
   }
 
   // Applies what the partner sent in `round`: its SendSet, seen from m.

@@ -23,7 +23,8 @@ class RingFamily : public CollectiveAlgorithm {
                            std::multiplies<int>()) == g);
     strides_.assign(k, 1);
     for (int a = k - 2; a >= 0; --a) strides_[a] = strides_[a + 1] * plan_.axis_sizes[a + 1];
-    lanes_ = plan_.parts * plan_.directions;
+    lanes_ = plan_.channels.empty() ? plan_.parts * plan_.directions
+                                     : static_cast<int>(plan_.channels.size());
     finished_.assign(g, 0);
   }
 
@@ -161,8 +162,8 @@ class RingFamily : public CollectiveAlgorithm {
   }
 
   void BuildLane(int lane) {
-    int part = lane / plan_.directions;
-    bool reversed = lane % plan_.directions == 1;
+    int part = plan_.channels.empty() ? lane / plan_.directions : 0;
+    bool reversed = plan_.channels.empty() && lane % plan_.directions == 1;
     std::vector<int> order = AxisOrder(part);
     bool reduce = job_.kind != CollectiveKind::kAllGather;
     bool gather = job_.kind != CollectiveKind::kReduceScatter;
@@ -179,7 +180,9 @@ class RingFamily : public CollectiveAlgorithm {
     }
     for (size_t p = 0; p < phases.size(); ++p) {
       auto [mode, j] = phases[p];
-      std::vector<std::vector<int>> rings = RingsAlong(order[j], reversed);
+      std::vector<std::vector<int>> rings =
+          plan_.channels.empty() ? RingsAlong(order[j], reversed)
+                                 : std::vector<std::vector<int>>{plan_.channels[lane]};
       // Rings are listed in member order; position r of ring i is rings[i][r].
       std::vector<std::vector<int>> members = rings;
       RingPass::ChunkLayout layout = [this, lane, order, j, members](int ring, int index,
@@ -257,6 +260,20 @@ RingPlan MakeRingPlan(const std::string& algorithm, const std::vector<int>& axis
     return plan;
   }
   return RingPlan{{g}, 1, algorithm == "bidirectional_ring" ? 2 : 1};
+}
+
+std::vector<std::vector<int>> RailAlignedRings(const std::vector<std::vector<int>>& nodes,
+                                               int channels) {
+  std::vector<std::vector<int>> rings;
+  for (int c = 0; c < channels; ++c) {
+    std::vector<int> ring;
+    for (const std::vector<int>& node : nodes) {
+      const int k = static_cast<int>(node.size());
+      for (int i = 0; i < k; ++i) ring.push_back(node[(c + i) % k]);
+    }
+    rings.push_back(std::move(ring));
+  }
+  return rings;
 }
 
 std::unique_ptr<CollectiveAlgorithm> MakeRingAlgorithm(Network& network, CollectiveJob& job,

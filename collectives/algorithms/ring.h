@@ -21,7 +21,19 @@ struct RingPlan {
   // 1: every ring sends forward only. 2: each part is halved and the halves go around the
   // rings in opposite directions, using both directions of every link (bidirectional_ring).
   int directions = 1;
+  // Channels: when not empty, each entry is one ring over the whole group (member ids in ring
+  // order), run as a lane of its own carrying 1 / channels of the data; parts and directions
+  // are then 1. NCCL's rail-aligned rings across nodes: each channel leaves every node through
+  // a different GPU's NIC.
+  std::vector<std::vector<int>> channels;
 };
+
+// NCCL's rings over a group spread across `nodes` (member ids per node, equal counts): ring c
+// visits every node in order, starting inside each node at its member c mod k and taking the
+// others in turn, so its node crossings leave through member (c - 1) mod k's NIC and enter
+// through member c mod k's: with c = 0..k-1 every NIC of a node works in both directions.
+std::vector<std::vector<int>> RailAlignedRings(const std::vector<std::vector<int>>& nodes,
+                                               int channels);
 
 // Builds the plan of the `ring`, `bidirectional_ring` or `torus_2d` algorithm for a group of
 // `axis_sizes` (torus_2d uses every axis of size > 1, with rings both ways when

@@ -105,8 +105,8 @@ class Tree : public CollectiveAlgorithm {
       label = job_.label + (up ? " reduce" : " broadcast") + " seg " + std::to_string(s + 1) + "/" +
               std::to_string(segments_);
     }
-    network_.Start(
-        job_.members[from], job_.members[to], job_.BytesOf(hi - lo), std::move(label),
+    job_.Send(
+        network_, from, to, hi - lo, std::move(label),
         [this, to, s, up, lo, payload = std::move(payload)]() {
           if (up) {
             if (job_.numerics) {

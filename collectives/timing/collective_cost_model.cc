@@ -392,7 +392,10 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
   }
   std::shared_ptr<const CollectiveTiming> timing = inner.Estimate(mesh, request);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!pass.empty() && (timing->algorithm == "ring" || timing->algorithm == "bidirectional_ring")) {
+  // NCCL machines name the protocol after the algorithm ("ring/Simple"); the tuner gives a
+  // reduce-scatter and an all-gather of the same array the same one.
+  const std::string family = timing->algorithm.substr(0, timing->algorithm.find('/'));
+  if (!pass.empty() && (family == "ring" || family == "bidirectional_ring")) {
     ring_passes_.emplace(std::move(pass), timing);
   }
   // Another thread may have stored this key meanwhile: keep its (equal) answer.

@@ -77,6 +77,21 @@ ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<Me
 
 }  // namespace
 
+Time SimulateCollectiveSize(const Machine& machine, const Mesh& mesh,
+                            const std::vector<std::string>& group_axes, OpKind kind,
+                            int64_t elements, const std::string& algorithm,
+                            std::string* resolved) {
+  CollectiveCommandOptions o;
+  o.algorithm = algorithm;
+  ProgramSpec program = SweepProgram(o, mesh.axes(), group_axes, kind, elements);
+  CheckProgram(mesh, program);
+  RunConfig config;
+  config.numerics = false;
+  RunResult result = RunProgram(machine, mesh, program, config);
+  if (resolved) *resolved = result.ops[0].algorithm;
+  return result.end;
+}
+
 std::string CollectiveOpChoices() { return JoinNamesOr(CollectiveOpNames()); }
 
 std::string AlgorithmChoices() { return JoinNames(AlgorithmNames()); }

@@ -1,8 +1,15 @@
 // `shardsim collective`: sweep one collective over message sizes, like nccl-tests.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "collectives/ir/op_registry.h"
+#include "collectives/mesh.h"
+#include "collectives/runtime/machine.h"
+#include "sim/time.h"
 
 namespace shardsim {
 
@@ -24,6 +31,14 @@ struct CollectiveCommandOptions {
 // bus bandwidth factors). Returns 1 if a --numerics on check failed, else 0. Throws
 // InputError for bad input.
 int RunCollectiveCommand(const CollectiveCommandOptions& options);
+
+// Simulates collective `kind` over `group_axes` of `mesh` on `elements` float32 elements in
+// nccl-tests' convention (see the sweep), numerics off; `resolved` receives the algorithm that
+// ran. Throws as RunProgram does.
+Time SimulateCollectiveSize(const Machine& machine, const Mesh& mesh,
+                            const std::vector<std::string>& group_axes, OpKind kind,
+                            int64_t elements, const std::string& algorithm,
+                            std::string* resolved);
 
 // The values --op takes, from the op registry: "psum, pmean, ... or ppermute".
 std::string CollectiveOpChoices();

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/cli/calibrate_command.h"
 #include "sim/cli/collective_command.h"
 #include "sim/cli/compare_command.h"
 #include "sim/cli/lower_command.h"
@@ -101,6 +102,20 @@ int main(int argc, char** argv) {
   coll_cmd->add_option("--numerics", coll.numerics, "Check the data too: on or off (default)")
       ->check(CLI::IsMember({"on", "off"}));
 
+  shardsim::CalibrateCommandOptions calibrate;
+  CLI::App* calibrate_cmd = app.add_subcommand(
+      "calibrate",
+      "Fit a GPU preset's communication figures to nccl-tests output (prints a hardware: block)");
+  calibrate_cmd->add_option("--preset", calibrate.preset, "A GPU preset: a100-dgx, h100-dgx, ...")
+      ->required();
+  calibrate_cmd
+      ->add_option("files", calibrate.files,
+                   "Text output of all_reduce_perf, all_gather_perf, reduce_scatter_perf or "
+                   "alltoall_perf")
+      ->required();
+  calibrate_cmd->add_option("--max-simulations", calibrate.max_simulations,
+                            "Budget of the fit (default 4000)");
+
   shardsim::ShowShardingOptions show;
   CLI::App* show_cmd = app.add_subcommand(
       "show-sharding", "Print an array's sharded type and which devices hold which block");
@@ -170,6 +185,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(run_cmd)) return shardsim::RunRunCommand(run);
     if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
+    if (app.got_subcommand(calibrate_cmd)) return shardsim::RunCalibrateCommand(calibrate);
     if (app.got_subcommand(plan_cmd)) return shardsim::RunPlanCommand(plan);
     if (app.got_subcommand(compare_cmd)) return shardsim::RunCompareCommand(compare);
     if (app.got_subcommand(lower_cmd)) {

@@ -161,9 +161,40 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
   return topo;
 }
 
+// `hardware.comm`: the collective library's figures (comm_spec.h).
+CommOverride ReadCommOverride(const YamlValue& value) {
+  YamlMap map = value.Map({"nccl", "launch_latency", "protocols", "nvlink_efficiency",
+                           "nic_efficiency", "channels", "nvls", "chunk_size"});
+  CommOverride comm;
+  if (auto v = map.Find("nccl")) comm.nccl = v->Bool();
+  if (auto v = map.Find("launch_latency")) comm.launch_latency = v->ToTime();
+  if (auto v = map.Find("protocols")) {
+    std::vector<std::string> names;
+    for (int p = 0; p < kNumProtocols; ++p) names.push_back(ProtocolName(static_cast<Protocol>(p)));
+    YamlMap protocols = v->Map(names);
+    for (int p = 0; p < kNumProtocols; ++p) {
+      if (auto entry = protocols.Find(names[p])) {
+        YamlMap figures = entry->Map({"step_latency", "efficiency"});
+        if (auto l = figures.Find("step_latency")) comm.protocols[p].step_latency = l->ToTime();
+        if (auto e = figures.Find("efficiency")) comm.protocols[p].efficiency = Fraction(*e);
+      }
+    }
+  }
+  if (auto v = map.Find("nvlink_efficiency")) comm.nvlink_efficiency = Fraction(*v);
+  if (auto v = map.Find("nic_efficiency")) comm.nic_efficiency = Fraction(*v);
+  if (auto v = map.Find("channels")) comm.channels = v->Int(1);
+  if (auto v = map.Find("nvls")) comm.nvls = v->Bool();
+  if (auto v = map.Find("chunk_size")) {
+    comm.chunk_size = v->ToBytes();
+    if (comm.chunk_size->count() <= 0) v->Fail("must be positive, got " + v->Describe());
+  }
+  return comm;
+}
+
 HardwareSpec ReadHardware(const YamlValue& value) {
   YamlMap map =
-      value.Map({"preset", "topology", "shape", "wraparound", "nodes", "slices", "link", "device"});
+      value.Map({"preset", "topology", "shape", "wraparound", "nodes", "slices", "link", "device",
+                 "comm"});
   HardwareSpec hw;
   std::optional<YamlValue> preset = map.Find("preset");
   std::optional<YamlValue> topology = map.Find("topology");
@@ -233,6 +264,7 @@ HardwareSpec ReadHardware(const YamlValue& value) {
       hw.device.comm_compute_slowdown = x;
     }
   }
+  if (auto v = map.Find("comm")) hw.comm = ReadCommOverride(*v);
   return hw;
 }
 

@@ -19,6 +19,7 @@
 #include "collectives/array.h"
 #include "collectives/npy.h"
 #include "tests/cli/subprocess.h"
+#include "topology/presets.h"
 
 namespace {
 
@@ -305,14 +306,22 @@ TEST_F(CommandsTest, CollectiveNumericsOnPasses) {
   }
 }
 
-// NVSwitch: all_gather of S bytes is (n-1)/n * S over one 450 GB/s NVLink direction, plus one
-// GPU -> switch -> GPU crossing (two 0.5 us hops).
+// NVSwitch, as NCCL runs it: a ring all_gather of S bytes is NCCL's launch latency, then 7
+// steps of one GPU -> switch -> GPU crossing (two 0.5 us hops) plus the protocol's step
+// latency, and (n-1)/n * S over one 450 GB/s NVLink direction at the preset's achievable
+// fraction (CommSpec, read from the preset) and the protocol's efficiency.
 TEST_F(CommandsTest, CollectiveH100AllGatherClosedForm) {
   std::vector<CsvRow> rows = Sweep({"--hardware", "h100-dgx", "--mesh", "g=8", "--op", "all_gather",
                                     "--axis", "g", "--sizes", "64MiB"});
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].size_bytes, 64 * 1024 * 1024);
-  double expected_us = (7.0 / 8) * 64 * kMiB / 450e9 * 1e6 + 1.0;
+  ASSERT_EQ(rows[0].algorithm, "ring/Simple");
+  const shardsim::CommSpec comm = shardsim::BuildPreset("h100-dgx").comm();
+  const shardsim::ProtocolSpec& simple = comm.protocol(shardsim::Protocol::kSimple);
+  double expected_us = comm.launch_latency.microseconds() +
+                       7 * (1.0 + simple.step_latency.microseconds()) +
+                       (7.0 / 8) * 64 * kMiB /
+                           (450e9 * comm.nvlink_efficiency * simple.efficiency) * 1e6;
   EXPECT_NEAR(rows[0].time_us, expected_us, 0.01 * expected_us);
   ExpectConsistentRow(rows[0], 7.0 / 8);
 }

@@ -14,6 +14,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/collective.h"
 #include "sim/simulator.h"
+#include "topology/hierarchical.h"
 #include "topology/network.h"
 #include "topology/routing.h"
 #include "topology/switch.h"
@@ -24,7 +25,10 @@ namespace {
 
 // Where the group lives. Numerics do not depend on timing, but the topology decides routes,
 // sharing and so arrival orders, which the algorithms must not depend on.
-enum class Place { kRing, kLine, kTorus, kSwitch };
+// kNcclSwitch and kNcclFatTree run as NCCL does (CommSpec::nccl, NVLS on the switch; the fat
+// tree's shape is {nodes, per node}, kNcclFatTreeNvls with NVLS inside its nodes), with a
+// 64-byte pipelining chunk so that large counts flow in many segments.
+enum class Place { kRing, kLine, kTorus, kSwitch, kNcclSwitch, kNcclFatTree, kNcclFatTreeNvls };
 
 struct NumericsCase {
   std::string algorithm;
@@ -60,10 +64,13 @@ std::string Join(const std::vector<int>& v, const char* sep) {
 }
 
 std::string CaseName(const NumericsCase& c) {
-  std::string place = c.place == Place::kRing    ? "ring"
-                      : c.place == Place::kLine  ? "line"
-                      : c.place == Place::kTorus ? "torus"
-                                                 : "switch";
+  std::string place = c.place == Place::kRing               ? "ring"
+                      : c.place == Place::kLine             ? "line"
+                      : c.place == Place::kTorus            ? "torus"
+                      : c.place == Place::kSwitch           ? "switch"
+                      : c.place == Place::kNcclSwitch       ? "ncclswitch"
+                      : c.place == Place::kNcclFatTree      ? "nccltree"
+                                                            : "nccltreenvls";
   std::string name = c.algorithm + "_" + CollectiveKindName(c.kind);
   bool reduces = c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllReduce;
   if (reduces) name += std::string("_") + OpName(c.reduce);
@@ -91,6 +98,36 @@ Topology Build(Place place, const std::vector<int>& shape) {
     case Place::kSwitch:
       return BuildSwitch(shape[0], Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
                          DeviceSpec{}, "switch");
+    case Place::kNcclSwitch:
+    case Place::kNcclFatTree:
+    case Place::kNcclFatTreeNvls: {
+      CommSpec comm;
+      comm.nccl = true;
+      comm.launch_latency = Time::Microseconds(5);
+      comm.protocols = {ProtocolSpec{Time::Nanoseconds(600), 0.25},
+                        ProtocolSpec{Time::Nanoseconds(1900), 0.92},
+                        ProtocolSpec{Time::Nanoseconds(3400), 1.0}};
+      comm.nvls = place != Place::kNcclFatTree;
+      comm.channels = 4;
+      comm.chunk_size = Bytes(64);
+      Topology topo;
+      if (place == Place::kNcclSwitch) {
+        topo = BuildSwitch(shape[0], Bandwidth::GBps(450), Time::Nanoseconds(500),
+                           LinkKind::kNvlink, DeviceSpec{}, "switch");
+      } else {
+        HierarchicalParams params;
+        params.nodes = shape[0];
+        params.per_node = shape[1];
+        params.nvlink_bandwidth = Bandwidth::GBps(450);
+        params.nvlink_latency = Time::Nanoseconds(500);
+        params.nic_bandwidth = Bandwidth::GBps(50);
+        params.nic_latency = Time::Microseconds(1);
+        params.fabric_latency = Time::Nanoseconds(500);
+        topo = BuildHierarchical(params, DeviceSpec{}, "fat tree");
+      }
+      topo.SetCommSpec(comm);
+      return topo;
+    }
   }
   return Topology();
 }
@@ -246,7 +283,8 @@ TEST_P(AlgorithmNumerics, ExactOutput) {
   }
   std::vector<std::vector<float>> want = Expected(c, in);
   Ran ran = RunCase(c, in);
-  EXPECT_EQ(ran.resolved, c.algorithm);
+  // NCCL machines name the protocol too: "nvls/Simple".
+  EXPECT_EQ(ran.resolved.substr(0, ran.resolved.find('/')), c.algorithm);
   for (int m = 0; m < g; ++m) {
     EXPECT_EQ(ran.done[m], 1) << "on_member_done calls for member " << m;
     EXPECT_EQ(ran.out[m], want[m]) << "output of member " << m;
@@ -319,6 +357,31 @@ std::vector<NumericsCase> Cases() {
     cases.push_back({"tree", K::kAllReduce, ReduceOp::kSum, Place::kSwitch, {g}, {g}, 1});
   }
   cases.push_back({"tree", K::kAllReduce, ReduceOp::kSum, Place::kRing, {8}, {8}, 13});
+  // NCCL's algorithms (all-reduce only for nvls and hierarchical): group sizes 1..16, odd ones
+  // too; 1000 elements flow in 63 segments of the 64-byte chunk.
+  auto add_all_reduce = [&](const std::string& algo, Place place, std::vector<int> shape) {
+    const int g = std::accumulate(shape.begin(), shape.end(), 1, std::multiplies<int>());
+    for (ReduceOp op : ops) {
+      cases.push_back({algo, K::kAllReduce, op, place, shape, {g}, 13});
+      cases.push_back({algo, K::kAllReduce, op, place, shape, {g}, 1000});
+    }
+    cases.push_back({algo, K::kAllReduce, ReduceOp::kSum, place, shape, {g}, 1});
+  };
+  for (int g : {1, 2, 3, 5, 8, 16}) add_all_reduce("nvls", Place::kNcclSwitch, {g});
+  for (std::vector<int> shape : std::vector<std::vector<int>>{
+           {2, 1}, {2, 3}, {3, 3}, {5, 3}, {2, 8}, {4, 4}}) {
+    add_all_reduce("hierarchical", Place::kNcclFatTree, shape);
+    add_all_reduce("hierarchical", Place::kNcclFatTreeNvls, shape);
+    // Rail-aligned ring channels (4 of them, fewer or more than the members per node).
+    const int g = shape[0] * shape[1];
+    add_reductions("ring", Place::kNcclFatTree, shape, {g});
+    cases.push_back({"ring", K::kAllReduce, ReduceOp::kSum, Place::kNcclFatTree, shape, {g}, 1000});
+  }
+  // Every kind on an NCCL switch node and fat tree through the tuner's protocols.
+  for (int g : {3, 8}) add_reductions("ring", Place::kNcclSwitch, {g}, {g});
+  cases.push_back({"direct", K::kAllToAll, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3});
+  cases.push_back(
+      {"direct", K::kPermute, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3, 0});
   return cases;
 }
 
@@ -361,6 +424,50 @@ TEST(AlgorithmNumericsRejects, UnsupportedJobs) {
   ExpectRejected("bidirectional_ring", K::kAllToAll, 4);
   ExpectRejected("torus_2d", K::kAllToAll, 4);
   ExpectRejected("no_such_algorithm", K::kAllReduce, 4);
+  ExpectRejected("nvls", K::kAllGather, 4);
+  ExpectRejected("hierarchical", K::kReduceScatter, 4);
+}
+
+// NVLS needs a switch that reduces; hierarchical needs two nodes with as many members each.
+TEST(AlgorithmNumericsRejects, NcclAlgorithmsNeedTheirTopology) {
+  CollectiveJob job;
+  job.kind = CollectiveKind::kAllReduce;
+  job.total = 4;
+  job.numerics = false;
+  job.on_member_done = [](int) {};
+  std::string resolved;
+  {
+    Topology topo = Build(Place::kSwitch, {4});  // Not NCCL, no NVLS.
+    Simulator sim;
+    std::unique_ptr<Router> router = MakeRouter(topo);
+    Network net(sim, topo, *router);
+    for (int m = 0; m < 4; ++m) job.members.push_back(topo.device_vertex(m));
+    try {
+      MakeAlgorithm("nvls", net, job, {4}, &resolved);
+      ADD_FAILURE() << "nvls ran without an NVLS switch";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("NVSwitch that reduces"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(MakeAlgorithm("hierarchical", net, job, {4}, &resolved), std::invalid_argument);
+  }
+  {
+    Topology topo = Build(Place::kNcclFatTree, {2, 4});
+    Simulator sim;
+    std::unique_ptr<Router> router = MakeRouter(topo);
+    Network net(sim, topo, *router);
+    job.members = {topo.device_vertex(0), topo.device_vertex(1), topo.device_vertex(2),
+                   topo.device_vertex(4)};  // 3 members on node 0, 1 on node 1.
+    try {
+      MakeAlgorithm("hierarchical", net, job, {4}, &resolved);
+      ADD_FAILURE() << "hierarchical ran on uneven nodes";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("same number of group members in every node"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(MakeAlgorithm("nvls", net, job, {4}, &resolved), std::invalid_argument);
+  }
 }
 
 }  // namespace

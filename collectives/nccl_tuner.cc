@@ -1,0 +1,163 @@
+#include "collectives/nccl_tuner.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "collectives/algorithms/hierarchical.h"
+#include "collectives/algorithms/nvls.h"
+
+namespace shardsim {
+namespace {
+
+// What the estimates read of the machine and the group.
+struct Facts {
+  int n = 1;      // Members.
+  int nodes = 1;  // NVSwitch nodes the members span (1 when they have none).
+  int k = 1;      // Members per node.
+  double nvlink = 0, nic = 0;  // Achievable bytes per second of a member's scale-up / NIC link.
+  Time nvlink_hop, nic_hop;    // Latency of one such link.
+};
+
+// The first link of `kind` out of vertex `v`, or nullptr.
+const Link* FirstLink(const Topology& topo, VertexId v, LinkKind kind) {
+  for (LinkId l : topo.out_links(v)) {
+    if (topo.link(l).kind == kind) return &topo.link(l);
+  }
+  return nullptr;
+}
+
+Facts Gather(const Network& network, const CollectiveJob& job) {
+  const Topology& topo = network.topology();
+  const CommSpec& comm = topo.comm();
+  Facts f;
+  f.n = job.size();
+  const std::vector<std::vector<int>> nodes = MembersByNode(network, job);
+  f.nodes = nodes.empty() ? 1 : static_cast<int>(nodes.size());
+  f.k = std::max(1, f.n / f.nodes);
+  const VertexId v = job.members.empty() ? 0 : job.members[0];
+  const Link* scale_up = FirstLink(topo, v, LinkKind::kNvlink);
+  if (scale_up) {
+    f.nvlink = scale_up->bandwidth.bytes_per_second() * comm.nvlink_efficiency;
+    f.nvlink_hop = scale_up->latency;
+  } else if (!topo.out_links(v).empty()) {
+    const Link& any = topo.link(topo.out_links(v)[0]);
+    f.nvlink = any.bandwidth.bytes_per_second();
+    f.nvlink_hop = any.latency;
+  }
+  const Link* nic = FirstLink(topo, v, LinkKind::kNic);
+  f.nic = nic ? nic->bandwidth.bytes_per_second() * comm.nic_efficiency : f.nvlink;
+  f.nic_hop = nic ? nic->latency : f.nvlink_hop;
+  return f;
+}
+
+double Seconds(Time t) { return t.seconds(); }
+
+// One candidate's estimate in seconds: launch + steps * (route + step latency) + bytes / rate.
+double Estimate(const CommSpec& comm, Protocol p, int steps, Time route, double bytes,
+                double rate) {
+  const ProtocolSpec& spec = comm.protocol(p);
+  return Seconds(comm.launch_latency) + steps * Seconds(route + spec.step_latency) +
+         bytes / (rate * spec.efficiency);
+}
+
+}  // namespace
+
+std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& job,
+                                       const std::vector<int>&, const std::string& algorithm) {
+  const CommSpec& comm = network.topology().comm();
+  const Facts f = Gather(network, job);
+  const bool all_reduce = job.kind == CollectiveKind::kAllReduce;
+  // S: the all-reduce buffer, or the gathered / scattered array, or a member's all-to-all
+  // buffer, or a permute's block.
+  double s = 0;
+  switch (job.kind) {
+    case CollectiveKind::kAllReduce:
+      s = static_cast<double>(job.BytesOf(job.total).count());
+      break;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+      s = static_cast<double>(job.BytesOf(job.block).count()) * f.n;
+      break;
+    case CollectiveKind::kPermute:
+      s = static_cast<double>(job.BytesOf(job.block).count());
+      break;
+  }
+  const double n = f.n;
+  const bool one_node = f.nodes <= 1;
+  const Time intra_route = f.nvlink_hop + f.nvlink_hop;
+  const Time inter_route = f.nic_hop + f.nic_hop;
+  const Protocol all[] = {Protocol::kLL, Protocol::kLL128, Protocol::kSimple};
+  std::vector<NcclChoice> out;
+  auto add = [&](const char* name, Protocol p, double seconds) {
+    if (algorithm != "auto" && algorithm != name) return;
+    out.push_back({name, p, Time::FromSeconds(seconds)});
+  };
+  const bool pairwise =
+      job.kind == CollectiveKind::kAllToAll || job.kind == CollectiveKind::kPermute;
+  if (pairwise) {
+    // Every member sends (n - 1)/n of its buffer at once (a permute: its block); across nodes
+    // the share for other nodes, (N - 1)/N of it, crosses the member's NIC.
+    const double share = job.kind == CollectiveKind::kPermute ? 1.0 : (n - 1) / n;
+    const double cross = one_node ? 0 : (f.nodes - 1.0) / f.nodes;
+    const double time_rate = std::max(share / f.nvlink, share * cross / f.nic);
+    for (Protocol p : all) {
+      add("direct", p,
+          Estimate(comm, p, 1, one_node ? intra_route : inter_route, s, 1.0 / time_rate));
+    }
+  } else {
+    // Ring: 2(n-1) steps (n-1 for a single pass), each moving S/n over every ring link. Across
+    // nodes the channels' rings are rail-aligned: every member's NVLink carries all of it, and
+    // min(channels, k) NICs of a node share the node crossings.
+    const int steps = all_reduce ? 2 * (f.n - 1) : f.n - 1;
+    const double factor = (all_reduce ? 2.0 : 1.0) * (n - 1) / n;
+    const double rails = std::min(comm.channels, f.k);
+    const double ring_rate = one_node ? f.nvlink : std::min(f.nvlink, rails * f.nic);
+    for (Protocol p : all) {
+      add("ring", p,
+          Estimate(comm, p, steps, one_node ? intra_route : inter_route, factor * s, ring_rate));
+    }
+    if (all_reduce && one_node && comm.nvls && NvlsSupports(network, job).empty()) {
+      // Up, down, up, down through the switch; (1 + 1/n) S on the busiest direction; one
+      // segment of fill.
+      const double chunk = static_cast<double>(comm.chunk_size.count());
+      add("nvls", Protocol::kSimple,
+          Estimate(comm, Protocol::kSimple, 4, f.nvlink_hop, (1 + 1 / n) * s + std::min(s, chunk),
+                   f.nvlink));
+    }
+    if (all_reduce && !one_node && HierarchicalSupports(network, job).empty()) {
+      // Inside the node: NVLS (S + S/k up) or a direct exchange (2 (k-1)/k S); across nodes
+      // 2 (N-1)/N S/k over each NIC. The stages overlap: the slower one bounds the time.
+      const double k = f.k, nodes = f.nodes;
+      const bool nvls = comm.nvls && f.k > 1;
+      const double intra_bytes = nvls ? (1 + 1 / k) * s : 2 * (k - 1) / k * s;
+      const double inter_bytes = 2 * (nodes - 1) / nodes * s / k;
+      const double seconds_per_byte =
+          std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
+      const double chunk = static_cast<double>(comm.chunk_size.count());
+      const Time route = (nvls ? f.nvlink_hop + f.nvlink_hop : intra_route) + inter_route;
+      for (Protocol p : all) {
+        if (nvls && p != Protocol::kSimple) continue;
+        add("hierarchical", p,
+            Estimate(comm, p, 2, route, s + 2 * std::min(s, chunk), 1.0 / seconds_per_byte));
+      }
+    }
+  }
+  if (out.empty() && algorithm != "auto") {
+    // An algorithm the tuner has no model of: NCCL's bulk protocol.
+    out.push_back({algorithm, Protocol::kSimple, Time()});
+  }
+  return out;
+}
+
+NcclChoice ChooseNccl(Network& network, const CollectiveJob& job,
+                      const std::vector<int>& axis_sizes, const std::string& algorithm) {
+  std::vector<NcclChoice> candidates = NcclCandidates(network, job, axis_sizes, algorithm);
+  NcclChoice best = candidates.front();
+  for (const NcclChoice& c : candidates) {
+    if (c.estimate < best.estimate) best = c;
+  }
+  return best;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,42 @@
+// A pipelined all-reduce by levels of groups: reduce-scatter down the levels, all-gather back
+// up, each step a direct exchange or an in-switch reduction. The building block of the NVLS
+// and hierarchical algorithms.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "collectives/collective.h"
+#include "topology/network.h"
+
+namespace shardsim {
+
+// One level: a partition of the members into groups. At this level every group reduce-
+// scatters the range its members share (the range of the levels above, or the whole segment)
+// into as many pieces as it has members, piece r to its r-th member; on the way back it
+// all-gathers them. Members of one group must share their ranks at every level above.
+struct ReductionLevel {
+  std::vector<std::vector<int>> groups;  // Member ids of each group, in rank order.
+  // Through the group's switch: for the reduce-scatter every member sends its whole range to
+  // the switch, which sends each member its reduced piece (NVLS's multimem load-reduce); for
+  // the all-gather every member sends its piece to the switch, which sends it to the others
+  // (multicast store). Otherwise members exchange pieces directly: (g - 1) / g of the range out
+  // of every member in each direction.
+  bool via_switch = false;
+  std::vector<VertexId> switches;  // Per group, when via_switch.
+};
+
+// Runs `job` (kAllReduce) with `levels`: the buffer flows in `segments` pieces; each member
+// takes the segments through the 2 * levels.size() steps in order, up to 8 segments per step
+// at a time (NCCL's buffer slots), so a step's transfers of later segments overlap the next
+// step's of earlier ones. A
+// segment's all-reduce over G = g_1 ... g_d members moves, per member, (g_i - 1)/g_i of its
+// range at level i in each direction (direct) or the range up and the piece down (switch),
+// where the range at level i is the segment / (g_1 ... g_{i-1}): with the levels pipelined,
+// the time tends to the slowest level's bytes over its links' bandwidth (derivation in
+// hierarchical.h and nvls.h).
+std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
+                                                         std::vector<ReductionLevel> levels,
+                                                         int segments);
+
+}  // namespace shardsim

@@ -1,0 +1,24 @@
+// `shardsim calibrate`: fits a GPU preset's communication figures to nccl-tests output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shardsim {
+
+// What `shardsim calibrate` was asked.
+struct CalibrateCommandOptions {
+  std::string preset;              // --preset: a GPU preset.
+  std::vector<std::string> files;  // nccl-tests outputs.
+  int max_simulations = 4000;      // --max-simulations: the fit's budget.
+};
+
+// Reads the files, fits the preset's CommSpec figures (launch latency, the protocols' step
+// latencies and LL/LL128 efficiencies, NVLink efficiency, and NIC efficiency when a run spans
+// nodes) by least squares on log time (a coordinate search in log space: each figure scaled
+// up and down by a step that halves when nothing improves, from 2x down to 0.5%), and prints
+// the fitted figures as a `hardware:` block and the error per size before and after.
+// Returns 0. Throws InputError for unreadable files or a preset that is not a GPU preset.
+int RunCalibrateCommand(const CalibrateCommandOptions& options);
+
+}  // namespace shardsim
