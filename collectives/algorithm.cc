@@ -1,6 +1,7 @@
 #include "collectives/algorithm.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -209,8 +210,25 @@ const std::vector<std::string>& AlgorithmNames() {
   return names;
 }
 
-std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int group_size) {
-  if (name.empty() || name == "auto") return "";
+std::optional<Protocol> ParseProtocol(const std::string& text) {
+  for (int p = 0; p < kNumProtocols; ++p) {
+    if (text == ProtocolName(static_cast<Protocol>(p))) return static_cast<Protocol>(p);
+  }
+  return std::nullopt;
+}
+
+std::string AlgorithmSupports(const std::string& full_name, CollectiveKind kind,
+                              int group_size) {
+  if (full_name.empty() || full_name == "auto") return "";
+  const size_t slash = full_name.find('/');
+  const std::string name = full_name.substr(0, slash);
+  if (slash != std::string::npos) {
+    const std::string protocol = full_name.substr(slash + 1);
+    if (!ParseProtocol(protocol)) {
+      return "unknown protocol '" + protocol + "' in '" + full_name + "' (LL, LL128 or Simple)";
+    }
+    if (name == "auto") return "";
+  }
   const AlgorithmDef* def = FindAlgorithm(name);
   if (!def) return "unknown algorithm '" + name + "'";
   if (std::find(def->kinds.begin(), def->kinds.end(), kind) == def->kinds.end()) {
@@ -260,8 +278,22 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
                                                    CollectiveJob& job,
                                                    const std::vector<int>& axis_sizes,
                                                    std::string* resolved, Bytes chunk_size) {
-  const bool automatic = name.empty() || name == "auto";
   const CommSpec& comm = network.topology().comm();
+  // "ring/LL128": an algorithm with a protocol (NCCL_ALGO and NCCL_PROTO).
+  const size_t slash = name.find('/');
+  if (slash != std::string::npos) {
+    std::string refused = AlgorithmSupports(name, job.kind, job.size());
+    if (!refused.empty()) throw std::invalid_argument(refused);
+    if (!comm.nccl) {
+      throw std::invalid_argument("'" + name +
+                                  "' names a protocol: protocols exist on machines whose "
+                                  "collectives run as NCCL (GPU presets, hardware.comm.nccl)");
+    }
+  }
+  const std::string algorithm = name.substr(0, slash);
+  const std::optional<Protocol> forced =
+      slash == std::string::npos ? std::nullopt : ParseProtocol(name.substr(slash + 1));
+  const bool automatic = algorithm.empty() || algorithm == "auto";
   if (!comm.nccl) {
     std::string algo = automatic ? ChooseAlgorithm(network, job, axis_sizes) : name;
     if (resolved) *resolved = algo;
@@ -271,10 +303,11 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
   }
   // As NCCL runs it: the tuner's algorithm (when auto) and protocol, after the launch.
   if (!automatic) {
-    std::string refused = AlgorithmSupports(name, job.kind, job.size());
+    std::string refused = AlgorithmSupports(algorithm, job.kind, job.size());
     if (!refused.empty()) throw std::invalid_argument(refused);
   }
-  const NcclChoice choice = ChooseNccl(network, job, axis_sizes, automatic ? "auto" : name);
+  NcclChoice choice = ChooseNccl(network, job, axis_sizes, automatic ? "auto" : algorithm,
+                                 forced);
   const ProtocolSpec& protocol = comm.protocol(choice.protocol);
   job.step_latency = protocol.step_latency;
   job.wire_factor = 1.0 / protocol.efficiency;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,11 @@ const std::vector<AlgorithmDef>& AlgorithmRegistry();
 const AlgorithmDef* FindAlgorithm(const std::string& name);
 // The names a run file may write: the registry's, then "auto".
 const std::vector<std::string>& AlgorithmNames();
-// Whether algorithm `name` can run collective `kind` on a group of `group_size` members:
+// The protocol named `text` ("LL", "LL128", "Simple"), if it is one.
+std::optional<Protocol> ParseProtocol(const std::string& text);
+
+// Whether algorithm `name` can run collective `kind` on a group of `group_size` members
+// (`name` may carry a protocol, "ring/LL128", as NCCL_ALGO with NCCL_PROTO):
 // "" if it can (always for "auto"), else why not ("halving_doubling needs a power-of-two
 // group, got 6 devices"). Checked when a program is lowered, before anything runs.
 std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int group_size);
@@ -52,6 +57,10 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
 // Builds algorithm `name` ("auto" resolves through ChooseAlgorithm) for `job`. Throws
 // std::invalid_argument when AlgorithmSupports refuses the job (tree for all_gather, ring
 // for all_to_all, halving_doubling on 6 devices, ...). `resolved` receives the concrete name.
+// On a machine whose collectives run as NCCL (CommSpec::nccl) the tuner (nccl_tuner.h)
+// resolves `auto` and picks the protocol unless `name` gives one ("ring/LL128"); the job then
+// pays the protocol's step latency and efficiency on every message, and the algorithm starts
+// after the launch latency; `resolved` is "algorithm/protocol".
 // `chunk_size` is the tree's pipelining unit: its buffer flows in
 // min(64, ceil(bytes / chunk_size)) segments (large messages approach the bandwidth bound,
 // small ones stay one latency-bound segment). Rings need no chunking: each step already moves

@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms/hierarchical.h"
 #include "collectives/algorithms/nvls.h"
+#include "collectives/staged_all_reduce.h"
 
 namespace shardsim {
 namespace {
@@ -117,13 +118,19 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
       add("ring", p,
           Estimate(comm, p, steps, one_node ? intra_route : inter_route, factor * s, ring_rate));
     }
+    // The staged algorithms (nvls, hierarchical) flow in segments, kStagedInFlight at a time
+    // per stage: one segment pays every stage's latency chain, and each further window of
+    // segments pays the slowest stage's again; the bytes go at the busiest link's rate.
+    const int segments = StagedSegments(static_cast<int64_t>(s), comm.chunk_size.count());
+    const int windows = (segments + kStagedInFlight - 1) / kStagedInFlight;
+    const double segment = s / segments;
     if (all_reduce && one_node && comm.nvls && NvlsSupports(network, job).empty()) {
-      // Up, down, up, down through the switch; (1 + 1/n) S on the busiest direction; one
-      // segment of fill.
-      const double chunk = static_cast<double>(comm.chunk_size.count());
-      add("nvls", Protocol::kSimple,
-          Estimate(comm, Protocol::kSimple, 4, f.nvlink_hop, (1 + 1 / n) * s + std::min(s, chunk),
-                   f.nvlink));
+      // Two stages, each up to the switch and down: (1 + 1/n) S on the busiest direction.
+      const ProtocolSpec& simple = comm.protocol(Protocol::kSimple);
+      const double hop = Seconds(f.nvlink_hop + simple.step_latency);
+      const double seconds = Seconds(comm.launch_latency) + 4 * hop + (windows - 1) * 2 * hop +
+                             ((1 + 1 / n) * s + segment) / (f.nvlink * simple.efficiency);
+      add("nvls", Protocol::kSimple, seconds);
     }
     if (all_reduce && !one_node && HierarchicalSupports(network, job).empty()) {
       // Inside the node: NVLS (S + S/k up) or a direct exchange (2 (k-1)/k S); across nodes
@@ -132,14 +139,19 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
       const bool nvls = comm.nvls && f.k > 1;
       const double intra_bytes = nvls ? (1 + 1 / k) * s : 2 * (k - 1) / k * s;
       const double inter_bytes = 2 * (nodes - 1) / nodes * s / k;
-      const double seconds_per_byte =
-          std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
-      const double chunk = static_cast<double>(comm.chunk_size.count());
-      const Time route = (nvls ? f.nvlink_hop + f.nvlink_hop : intra_route) + inter_route;
+      const double seconds_per_byte = std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
       for (Protocol p : all) {
         if (nvls && p != Protocol::kSimple) continue;
-        add("hierarchical", p,
-            Estimate(comm, p, 2, route, s + 2 * std::min(s, chunk), 1.0 / seconds_per_byte));
+        const ProtocolSpec& spec = comm.protocol(p);
+        // Latency chain of a node stage (NVLS: up and down; direct: one crossing) and of a rail
+        // stage (one crossing between nodes).
+        const double node_stage = nvls ? 2 * Seconds(f.nvlink_hop + spec.step_latency)
+                                       : Seconds(intra_route + spec.step_latency);
+        const double rail_stage = Seconds(inter_route + spec.step_latency);
+        const double seconds = Seconds(comm.launch_latency) + 2 * node_stage + 2 * rail_stage +
+                               (windows - 1) * std::max(node_stage, rail_stage) +
+                               (s + 2 * segment) * seconds_per_byte / spec.efficiency;
+        add("hierarchical", p, seconds);
       }
     }
   }
@@ -151,13 +163,19 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
 }
 
 NcclChoice ChooseNccl(Network& network, const CollectiveJob& job,
-                      const std::vector<int>& axis_sizes, const std::string& algorithm) {
+                      const std::vector<int>& axis_sizes, const std::string& algorithm,
+                      std::optional<Protocol> protocol) {
   std::vector<NcclChoice> candidates = NcclCandidates(network, job, axis_sizes, algorithm);
-  NcclChoice best = candidates.front();
+  std::optional<NcclChoice> best;
   for (const NcclChoice& c : candidates) {
-    if (c.estimate < best.estimate) best = c;
+    if (protocol && c.protocol != *protocol) continue;
+    if (!best || c.estimate < best->estimate) best = c;
   }
-  return best;
+  if (!best) {
+    best = candidates.front();
+    best->protocol = *protocol;
+  }
+  return *best;
 }
 
 }  // namespace shardsim

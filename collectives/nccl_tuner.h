@@ -3,6 +3,7 @@
 // the message size, the group's nodes and the links, as NCCL's ncclTopoGetAlgoTime does.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,11 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
                                        const std::string& algorithm);
 
 // The candidate with the smallest estimate (ties: the earlier one, in the order above and
-// LL, LL128, Simple). `algorithm` as for NcclCandidates.
+// LL, LL128, Simple). `algorithm` as for NcclCandidates; a `protocol` given keeps only its
+// candidates (an algorithm that cannot run it, like nvls with LL, runs it anyway: the user
+// asked).
 NcclChoice ChooseNccl(Network& network, const CollectiveJob& job,
-                      const std::vector<int>& axis_sizes, const std::string& algorithm);
+                      const std::vector<int>& axis_sizes, const std::string& algorithm,
+                      std::optional<Protocol> protocol = std::nullopt);
 
 }  // namespace shardsim

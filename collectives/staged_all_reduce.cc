@@ -10,10 +10,6 @@
 namespace shardsim {
 namespace {
 
-// Segments a member keeps in flight in one step: NCCL's connections have NCCL_STEPS = 8
-// buffer slots, so a stage works on up to 8 chunks while the next stage drains earlier ones.
-constexpr int kInFlight = 8;
-
 class StagedAllReduce : public CollectiveAlgorithm {
  public:
   StagedAllReduce(Network& network, CollectiveJob& job, std::vector<ReductionLevel> levels,
@@ -235,7 +231,7 @@ class StagedAllReduce : public CollectiveAlgorithm {
   }
 
   // Enters every phase member m may enter now: segment s of phase t once phase t - 1 of s
-  // and phase t of s - kInFlight are done.
+  // and phase t of s - kStagedInFlight are done.
   void Advance(int m) {
     bool progress = true;
     while (progress) {
@@ -244,7 +240,7 @@ class StagedAllReduce : public CollectiveAlgorithm {
         int& s = next_[static_cast<size_t>(m) * phases_ + t];
         if (s >= segments_) continue;
         if (t > 0 && !done_[Index(m, s, t - 1)]) continue;
-        if (s >= kInFlight && !done_[Index(m, s - kInFlight, t)]) continue;
+        if (s >= kStagedInFlight && !done_[Index(m, s - kStagedInFlight, t)]) continue;
         const int entering = s++;
         Enter(m, entering, t);
         progress = true;
@@ -273,6 +269,11 @@ class StagedAllReduce : public CollectiveAlgorithm {
 };
 
 }  // namespace
+
+int StagedSegments(int64_t bytes, int64_t chunk) {
+  chunk = std::max<int64_t>(1, chunk);
+  return static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+}
 
 std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
                                                          std::vector<ReductionLevel> levels,

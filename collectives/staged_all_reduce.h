@@ -3,6 +3,7 @@
 // and hierarchical algorithms.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -10,6 +11,14 @@
 #include "topology/network.h"
 
 namespace shardsim {
+
+// Segments a member keeps in flight in one step: NCCL's connections have NCCL_STEPS = 8
+// buffer slots, so a stage works on up to 8 chunks while the next stage drains earlier ones.
+inline constexpr int kStagedInFlight = 8;
+
+// Segments a buffer of `bytes` flows in with pipelining unit `chunk`: ceil(bytes / chunk),
+// between 1 and 64.
+int StagedSegments(int64_t bytes, int64_t chunk);
 
 // One level: a partition of the members into groups. At this level every group reduce-
 // scatters the range its members share (the range of the levels above, or the whole segment)

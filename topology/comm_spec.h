@@ -39,6 +39,10 @@ struct CommSpec {
   bool nccl = false;
   // Per collective: kernel launch and the ranks' synchronisation before the first step.
   Time launch_latency;
+  // Per message that crosses a NIC: the scale-out transport's own latency (proxy thread,
+  // doorbell, RDMA completion), on top of the links' (NCCL models network steps with their
+  // own, larger latency). Every transfer over a NIC link pays it, collectives or not.
+  Time net_latency;
   // By Protocol.
   std::array<ProtocolSpec, kNumProtocols> protocols;
   // Achievable fraction of the NVLink line rate (every transfer over an NVLink link).

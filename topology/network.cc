@@ -23,6 +23,7 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
   // The collective library reaches a fraction of the line rate of NVLink and NIC links
   // (CommSpec; 1 on machines without one).
   const CommSpec& comm = topo.comm();
+  net_latency_ = comm.net_latency;
   for (size_t i = 0; i < links_.size(); ++i) {
     const Link& link = topo.links()[i];
     const double efficiency = link.kind == LinkKind::kNvlink ? comm.nvlink_efficiency
@@ -114,6 +115,14 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.updated_ps = sim_.Now().picoseconds();
   flow.latency = extra_latency;
   for (LinkId l : flow.path) flow.latency += links_[l].latency;
+  if (net_latency_ > Time()) {
+    for (LinkId l : flow.path) {
+      if (topo_.link(l).kind == LinkKind::kNic) {
+        flow.latency += net_latency_;
+        break;
+      }
+    }
+  }
   FlowEnds& ends = ends_[f];
   ends.id = id;
   ends.start = sim_.Now();

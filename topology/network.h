@@ -205,6 +205,7 @@ class Network {
   std::vector<LinkState> links_;
   std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
+  Time net_latency_;  // CommSpec::net_latency: added to transfers over a NIC link.
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;

@@ -117,6 +117,9 @@ CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec) {
   if (override_spec.launch_latency) {
     comm.launch_latency = latency("hardware.comm.launch_latency", *override_spec.launch_latency);
   }
+  if (override_spec.net_latency) {
+    comm.net_latency = latency("hardware.comm.net_latency", *override_spec.net_latency);
+  }
   for (int p = 0; p < kNumProtocols; ++p) {
     const ProtocolOverride& o = override_spec.protocols[p];
     const std::string key =

@@ -47,33 +47,52 @@ struct GpuPreset {
 // NCCL's figures on a GPU preset (CommSpec). Sources and status of each:
 // - Protocol efficiencies follow NCCL's own tuning model (src/graph/tuning.cc): LL moves a
 //   4-byte flag with every 4 bytes of data and its ring all-reduce bandwidth is modelled at a
-//   quarter of Simple's (0.25); LL128 carries 120 data bytes in every 128 (0.9375, NCCL models
-//   0.92); Simple 1.
-// - nvlink_efficiency 0.783: NCCL's tuning model caps an A100 node's ring bus bandwidth at
-//   235 GB/s of the 300 GB/s NVLink (235 / 300); taken for every generation (ASSUMPTION:
-//   the same fraction of line rate on Hopper and Blackwell NVLink).
-// - launch_latency, the protocols' step latencies and nic_efficiency are CALIBRATED: fitted
-//   by `shardsim calibrate` (least squares on log time) to the public nccl-tests curves of
-//   measured-steps.md (8 A100 in one node: NVLink figures; 2 nodes of 8 H100: NIC figures),
-//   shipped in tests/data/nccl/. Those two curves are therefore a fit, not an independent
-//   check; reports/collectives.md says so beside each row.
+//   quarter of Simple's (0.25); LL128 carries 120 data bytes in every 128 (NCCL models 0.92);
+//   Simple 1.
+// - nvlink_efficiency: NCCL's tuning model caps an A100 node's ring bus bandwidth at 235 GB/s
+//   of the 300 GB/s NVLink (235 / 300 = 0.783), and the A100 fit below left that figure as it
+//   was; Hopper and Blackwell take the H100 fit's 0.792.
+// - launch_latency, net_latency, the protocols' step latencies and nic_efficiency are
+//   CALIBRATED with `shardsim calibrate` (least squares on ln time) against the public
+//   nccl-tests curves of measured-steps.md, shipped in tests/data/nccl/:
+//     shardsim calibrate --preset a100-dgx tests/data/nccl/a100_8gpu_oci_all_reduce_perf.txt
+//       -> launch 28.4 us; step LL 0.217 us, LL128 4.24 us, Simple 5.02 us (rms 0.019)
+//     shardsim calibrate --preset h100-dgx tests/data/nccl/h100_2x8gpu_aws_p5_all_reduce_perf.txt
+//         --fit net_latency,protocols.LL.step_latency,protocols.LL128.step_latency,
+//               protocols.Simple.step_latency,nvlink_efficiency,nic_efficiency
+//       -> net 11.8 us; step LL 0.154 us, Simple 14.2 us; nvlink 0.792, nic 0.887 (rms 0.040)
+//   Those two curves are therefore a fit, not an independent check (reports/collectives.md
+//   says so beside each row). Figures no curve constrains are ASSUMPTIONS: Hopper and
+//   Blackwell take the A100 fit's launch latency (one node's launch and synchronisation; the
+//   2-node curve cannot tell it from the network's latency, so it was held) and LL128 step
+//   latency (the 2-node curve never runs LL128); the A100 preset's NICs take the H100 fit's
+//   efficiency and network latency (that machine's EFA; Selene's InfiniBand is likely faster).
+//   The H100 Simple step latency is fitted on a curve whose Simple messages all cross the
+//   network's pipeline: it likely overstates an NVLink-only step.
 // - channels 8: one ring per NIC rail of a DGX node (NCCL runs rail-aligned rings across
 //   nodes so every NIC of a node works at once).
 // - nvls: NVSwitch in-network reduction exists on Hopper and Blackwell switches (hardware.md,
 //   GPUs: "NVSwitch in-network reduction (NVLS/SHARP) exists"), not on A100's.
 // - chunk_size 1 MiB: ASSUMPTION, the order of NCCL's Simple chunk per channel (512 KiB) times
 //   the two channels a GPU's NVLS or NIC stage keeps busy.
-CommSpec NcclComm(bool nvls) {
+CommSpec NcclComm(bool hopper_or_later) {
   CommSpec c;
   c.nccl = true;
-  c.launch_latency = Time::Microseconds(5);
-  c.protocols[static_cast<int>(Protocol::kLL)] = {Time::Nanoseconds(600), 0.25};
-  c.protocols[static_cast<int>(Protocol::kLL128)] = {Time::Nanoseconds(1900), 0.92};
-  c.protocols[static_cast<int>(Protocol::kSimple)] = {Time::Nanoseconds(3400), 1.0};
-  c.nvlink_efficiency = 235.0 / 300.0;
-  c.nic_efficiency = 0.8;
+  c.launch_latency = Time::Nanoseconds(28438);
+  c.net_latency = Time::Nanoseconds(11815);
+  c.protocols[static_cast<int>(Protocol::kLL128)] = {Time::Nanoseconds(4235), 0.92};
+  if (hopper_or_later) {
+    c.protocols[static_cast<int>(Protocol::kLL)] = {Time::Nanoseconds(154), 0.25};
+    c.protocols[static_cast<int>(Protocol::kSimple)] = {Time::Nanoseconds(14202), 1.0};
+    c.nvlink_efficiency = 0.7919;
+  } else {
+    c.protocols[static_cast<int>(Protocol::kLL)] = {Time::Nanoseconds(217), 0.25};
+    c.protocols[static_cast<int>(Protocol::kSimple)] = {Time::Nanoseconds(5021), 1.0};
+    c.nvlink_efficiency = 235.0 / 300.0;
+  }
+  c.nic_efficiency = 0.8867;
   c.channels = 8;
-  c.nvls = nvls;
+  c.nvls = hopper_or_later;
   c.chunk_size = Bytes::MiB(1);
   return c;
 }

@@ -39,6 +39,7 @@ struct ProtocolOverride {
 struct CommOverride {
   std::optional<bool> nccl;                  // hardware.comm.nccl
   std::optional<Time> launch_latency;        // hardware.comm.launch_latency, >= 0
+  std::optional<Time> net_latency;           // hardware.comm.net_latency, >= 0
   std::array<ProtocolOverride, 3> protocols;  // By Protocol: LL, LL128, Simple.
   std::optional<double> nvlink_efficiency;   // hardware.comm.nvlink_efficiency, in (0, 1]
   std::optional<double> nic_efficiency;      // hardware.comm.nic_efficiency, in (0, 1]

@@ -74,9 +74,8 @@ std::unique_ptr<CollectiveAlgorithm> MakeHierarchicalAlgorithm(Network& network,
     rails.groups.emplace_back();
     for (const std::vector<int>& node : nodes) rails.groups.back().push_back(node[l]);
   }
-  const int64_t bytes = job.BytesOf(job.total).count();
-  const int64_t chunk = std::max<int64_t>(1, topo.comm().chunk_size.count());
-  const int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+  const int segments =
+      StagedSegments(job.BytesOf(job.total).count(), topo.comm().chunk_size.count());
   std::vector<ReductionLevel> levels;
   levels.push_back(std::move(intra));
   levels.push_back(std::move(rails));

@@ -49,9 +49,8 @@ std::unique_ptr<CollectiveAlgorithm> MakeNvlsAlgorithm(Network& network, Collect
   for (int m = 0; m < job.size(); ++m) level.groups[0].push_back(m);
   level.via_switch = true;
   level.switches = {SharedNvSwitch(network, job)};
-  const int64_t bytes = job.BytesOf(job.total).count();
-  const int64_t chunk = std::max<int64_t>(1, network.topology().comm().chunk_size.count());
-  const int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+  const int segments =
+      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count());
   std::vector<ReductionLevel> levels;
   levels.push_back(std::move(level));
   return MakeStagedAllReduce(network, job, std::move(levels), segments);

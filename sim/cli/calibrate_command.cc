@@ -31,10 +31,11 @@ struct Figure {
   double lo = 0, hi = 0;
 };
 
-// The figures the fit may move, read from `comm`.
-std::vector<Figure> Figures(const CommSpec& comm, bool multi_node) {
+// Every figure the fit may move, read from `comm`.
+std::vector<Figure> AllFigures(const CommSpec& comm, bool multi_node) {
   std::vector<Figure> f;
   f.push_back({"launch_latency", true, comm.launch_latency.seconds(), 1e-7, 5e-4});
+  if (multi_node) f.push_back({"net_latency", true, comm.net_latency.seconds(), 1e-8, 5e-4});
   for (int p = 0; p < kNumProtocols; ++p) {
     const std::string name = ProtocolName(static_cast<Protocol>(p));
     f.push_back({"protocols." + name + ".step_latency", true,
@@ -49,12 +50,23 @@ std::vector<Figure> Figures(const CommSpec& comm, bool multi_node) {
   return f;
 }
 
+// `figures` with every value inside its bounds (a figure at 0, like a preset's absent
+// network latency, starts at 1 us: the search scales values, so it could not leave 0).
+std::vector<Figure> Bounded(std::vector<Figure> figures) {
+  for (Figure& f : figures) {
+    if (f.is_time && f.value <= 0) f.value = 1e-6;
+    f.value = std::clamp(f.value, f.lo, f.hi);
+  }
+  return figures;
+}
+
 // The override that sets every figure.
 CommOverride OverrideOf(const std::vector<Figure>& figures) {
   CommOverride o;
   for (const Figure& f : figures) {
     const Time t = Time::FromSeconds(f.value);
     if (f.key == "launch_latency") o.launch_latency = t;
+    if (f.key == "net_latency") o.net_latency = t;
     if (f.key == "nvlink_efficiency") o.nvlink_efficiency = f.value;
     if (f.key == "nic_efficiency") o.nic_efficiency = f.value;
     for (int p = 0; p < kNumProtocols; ++p) {
@@ -124,7 +136,47 @@ std::string ReadWholeFile(const std::string& path) {
   return text.str();
 }
 
+// The figures --fit names (see CalibrateCommandOptions::fit).
+std::vector<Figure> Figures(const CommSpec& comm, bool multi_node, const std::string& fit) {
+  std::vector<Figure> all = AllFigures(comm, multi_node);
+  if (fit == "all") return all;
+  std::vector<std::string> wanted;
+  if (fit.empty()) {
+    wanted = {"launch_latency",       "net_latency",       "protocols.LL.step_latency",
+              "protocols.LL128.step_latency", "protocols.Simple.step_latency",
+              "nvlink_efficiency",    "nic_efficiency"};
+  } else {
+    std::stringstream in(fit);
+    std::string key;
+    while (std::getline(in, key, ',')) {
+      const std::vector<std::string> keys = CalibrationKeys();
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        std::string list;
+        for (const std::string& k : keys) list += (list.empty() ? "" : ", ") + k;
+        throw InputError("--fit " + fit + ": unknown figure '" + key + "'; expected all or " +
+                         list);
+      }
+      if ((key == "nic_efficiency" || key == "net_latency") && !multi_node) {
+        throw InputError("--fit " + fit + ": " + key +
+                         " needs a run spanning two or more nodes");
+      }
+      wanted.push_back(key);
+    }
+  }
+  std::vector<Figure> out;
+  for (const Figure& f : all) {
+    if (std::find(wanted.begin(), wanted.end(), f.key) != wanted.end()) out.push_back(f);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> CalibrationKeys() {
+  std::vector<std::string> keys;
+  for (const Figure& f : AllFigures(CommSpec(), true)) keys.push_back(f.key);
+  return keys;
+}
 
 int RunCalibrateCommand(const CalibrateCommandOptions& o) {
   if (!IsPreset(o.preset)) {
@@ -154,14 +206,15 @@ int RunCalibrateCommand(const CalibrateCommandOptions& o) {
     multi_node = multi_node || run.ranks > per_node;
     runs.push_back(std::move(run));
   }
-  std::vector<Figure> figures = Figures(one_node.comm(), multi_node);
-  const std::vector<Figure> initial = figures;
+  std::vector<Figure> figures = Bounded(Figures(one_node.comm(), multi_node, o.fit));
+  // The preset's own figures, for the "preset" column.
+  const std::vector<Figure> initial = Figures(one_node.comm(), multi_node, o.fit);
   auto cost = [&](const std::vector<Figure>& f) {
     return Simulate(o.preset, per_node, runs, OverrideOf(f)).sum_squares;
   };
   int simulations = 1;
   double best = cost(figures);
-  const double before = best;
+  const double before = cost(initial);
   // Coordinate search in log space.
   for (double step = std::log(2.0); step > std::log(1.005) && simulations < o.max_simulations;) {
     bool improved = false;

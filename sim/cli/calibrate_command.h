@@ -11,11 +11,17 @@ struct CalibrateCommandOptions {
   std::string preset;              // --preset: a GPU preset.
   std::vector<std::string> files;  // nccl-tests outputs.
   int max_simulations = 4000;      // --max-simulations: the fit's budget.
+  // --fit: the figures to fit, comma-separated `hardware.comm` keys, or "all". Empty: the
+  // latencies and the link efficiencies (the protocols' efficiencies stay NCCL's model's).
+  std::string fit;
 };
 
-// Reads the files, fits the preset's CommSpec figures (launch latency, the protocols' step
-// latencies and LL/LL128 efficiencies, NVLink efficiency, and NIC efficiency when a run spans
-// nodes) by least squares on log time (a coordinate search in log space: each figure scaled
+// The `hardware.comm` keys --fit accepts, in the order they are fitted and printed.
+std::vector<std::string> CalibrationKeys();
+
+// Reads the files, fits the preset's CommSpec figures (by default launch latency, the
+// protocols' step latencies, NVLink efficiency, and NIC efficiency when a run spans nodes;
+// --fit chooses) by least squares on log time (a coordinate search in log space: each figure scaled
 // up and down by a step that halves when nothing improves, from 2x down to 0.5%), and prints
 // the fitted figures as a `hardware:` block and the error per size before and after.
 // Returns 0. Throws InputError for unreadable files or a preset that is not a GPU preset.

@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
       ->required();
   calibrate_cmd->add_option("--max-simulations", calibrate.max_simulations,
                             "Budget of the fit (default 4000)");
+  calibrate_cmd->add_option("--fit", calibrate.fit,
+                            "Figures to fit: all, or comma-separated hardware.comm keys (default: "
+                            "the latencies and the NVLink/NIC efficiencies)");
 
   shardsim::ShowShardingOptions show;
   CLI::App* show_cmd = app.add_subcommand(

@@ -163,11 +163,12 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
 
 // `hardware.comm`: the collective library's figures (comm_spec.h).
 CommOverride ReadCommOverride(const YamlValue& value) {
-  YamlMap map = value.Map({"nccl", "launch_latency", "protocols", "nvlink_efficiency",
+  YamlMap map = value.Map({"nccl", "launch_latency", "net_latency", "protocols", "nvlink_efficiency",
                            "nic_efficiency", "channels", "nvls", "chunk_size"});
   CommOverride comm;
   if (auto v = map.Find("nccl")) comm.nccl = v->Bool();
   if (auto v = map.Find("launch_latency")) comm.launch_latency = v->ToTime();
+  if (auto v = map.Find("net_latency")) comm.net_latency = v->ToTime();
   if (auto v = map.Find("protocols")) {
     std::vector<std::string> names;
     for (int p = 0; p < kNumProtocols; ++p) names.push_back(ProtocolName(static_cast<Protocol>(p)));
