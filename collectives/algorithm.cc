@@ -82,7 +82,9 @@ std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& n
     std::vector<std::vector<int>> nodes = MembersByNode(network, job);
     bool equal = nodes.size() >= 2;
     for (const std::vector<int>& node : nodes) equal = equal && node.size() == nodes[0].size();
-    if (equal) plan.channels = RailAlignedRings(nodes, comm.channels);
+    // Channels beyond the members of a node would repeat a ring already run: the same links.
+    const int k = equal ? static_cast<int>(nodes[0].size()) : 0;
+    if (equal) plan.channels = RailAlignedRings(nodes, std::min(comm.channels, k));
   }
   return MakeRingAlgorithm(network, job, std::move(plan));
 }

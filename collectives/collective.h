@@ -62,6 +62,9 @@ struct CollectiveJob {
   Time step_latency;
   // Bytes on the wire per payload byte: 1 / the protocol's efficiency (1 off NCCL machines).
   double wire_factor = 1.0;
+  // Whether a message may be split over several minimal routes (CommSpec::multipath): a
+  // permute's point-to-point messages (see direct.cc); ring steps go to a neighbour.
+  bool split_routes = false;
 
   // Number of members.
   int size() const { return static_cast<int>(members.size()); }

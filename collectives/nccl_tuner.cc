@@ -121,10 +121,15 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
     // The staged algorithms (nvls, hierarchical) flow in segments, kStagedInFlight at a time
     // per stage: one segment pays every stage's latency chain, and each further window of
     // segments pays the slowest stage's again; the bytes go at the busiest link's rate.
-    const int segments = StagedSegments(static_cast<int64_t>(s), comm.chunk_size.count());
-    const int windows = (segments + kStagedInFlight - 1) / kStagedInFlight;
-    const double segment = s / segments;
+    auto windows_of = [&](const std::vector<ReductionLevel>& levels, double* segment) {
+      const int segments = StagedSegments(static_cast<int64_t>(s), comm.chunk_size.count(),
+                                          StagedTransfersPerSegment(levels));
+      *segment = s / segments;
+      return (segments + kStagedInFlight - 1) / kStagedInFlight;
+    };
+    double segment = s;
     if (all_reduce && one_node && comm.nvls && NvlsSupports(network, job).empty()) {
+      const int windows = windows_of(NvlsLevels(network, job), &segment);
       // Two stages, each up to the switch and down: (1 + 1/n) S on the busiest direction.
       const ProtocolSpec& simple = comm.protocol(Protocol::kSimple);
       const double hop = Seconds(f.nvlink_hop + simple.step_latency);
@@ -132,7 +137,10 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
                              ((1 + 1 / n) * s + segment) / (f.nvlink * simple.efficiency);
       add("nvls", Protocol::kSimple, seconds);
     }
-    if (all_reduce && !one_node && HierarchicalSupports(network, job).empty()) {
+    // One member per node leaves no node stage: an all-pairs exchange between nodes is not
+    // what NCCL runs (it rings them), so the tuner leaves it out.
+    if (all_reduce && !one_node && f.k > 1 && HierarchicalSupports(network, job).empty()) {
+      const int windows = windows_of(HierarchicalLevels(network, job), &segment);
       // Inside the node: NVLS (S + S/k up) or a direct exchange (2 (k-1)/k S); across nodes
       // 2 (N-1)/N S/k over each NIC. The stages overlap: the slower one bounds the time.
       const double k = f.k, nodes = f.nodes;

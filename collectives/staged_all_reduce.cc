@@ -270,9 +270,22 @@ class StagedAllReduce : public CollectiveAlgorithm {
 
 }  // namespace
 
-int StagedSegments(int64_t bytes, int64_t chunk) {
+int64_t StagedTransfersPerSegment(const std::vector<ReductionLevel>& levels) {
+  int64_t n = 0;
+  for (const ReductionLevel& level : levels) {
+    for (const std::vector<int>& group : level.groups) {
+      const int64_t g = static_cast<int64_t>(group.size());
+      n += level.via_switch ? 3 * g + g * (g - 1) : 2 * g * (g - 1);
+    }
+  }
+  return std::max<int64_t>(1, n);
+}
+
+int StagedSegments(int64_t bytes, int64_t chunk, int64_t transfers_per_segment) {
   chunk = std::max<int64_t>(1, chunk);
-  return static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+  const int64_t most = std::clamp<int64_t>(
+      kStagedTransferBudget / std::max<int64_t>(1, transfers_per_segment), 1, 64);
+  return static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, most));
 }
 
 std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,

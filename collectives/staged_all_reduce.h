@@ -16,10 +16,6 @@ namespace shardsim {
 // buffer slots, so a stage works on up to 8 chunks while the next stage drains earlier ones.
 inline constexpr int kStagedInFlight = 8;
 
-// Segments a buffer of `bytes` flows in with pipelining unit `chunk`: ceil(bytes / chunk),
-// between 1 and 64.
-int StagedSegments(int64_t bytes, int64_t chunk);
-
 // One level: a partition of the members into groups. At this level every group reduce-
 // scatters the range its members share (the range of the levels above, or the whole segment)
 // into as many pieces as it has members, piece r to its r-th member; on the way back it
@@ -34,6 +30,18 @@ struct ReductionLevel {
   bool via_switch = false;
   std::vector<VertexId> switches;  // Per group, when via_switch.
 };
+
+// Transfers in flight across all segments the engine aims to stay under: a segment's
+// transfers grow as the square of a group's size, so large groups flow in fewer segments.
+inline constexpr int64_t kStagedTransferBudget = int64_t{1} << 16;
+
+// Transfers one segment costs through every level (reduce-scatter and all-gather): a direct
+// exchange 2 g (g - 1) per group of g, a switch 3 g + g (g - 1).
+int64_t StagedTransfersPerSegment(const std::vector<ReductionLevel>& levels);
+
+// Segments a buffer of `bytes` flows in with pipelining unit `chunk`: ceil(bytes / chunk),
+// between 1 and 64, and at most kStagedTransferBudget / `transfers_per_segment` (at least 1).
+int StagedSegments(int64_t bytes, int64_t chunk, int64_t transfers_per_segment);
 
 // Runs `job` (kAllReduce) with `levels`: the buffer flows in `segments` pieces; each member
 // takes the segments through the 2 * levels.size() steps in order, up to 8 segments per step

@@ -57,6 +57,13 @@ struct CommSpec {
   // stages in pieces of this size (at most 64 pieces).
   Bytes chunk_size = Bytes::MiB(1);
 
+  // Whether a transfer of at least `multipath_min_bytes` between two devices with several
+  // minimal routes (a torus: the dimension orders, and both ways round where they tie) is
+  // split evenly over them, leaving through several ports at once.
+  bool multipath = false;
+  // The smallest transfer that is split.
+  Bytes multipath_min_bytes = Bytes::KiB(64);
+
   // The spec of `protocol`.
   const ProtocolSpec& protocol(Protocol p) const { return protocols[static_cast<int>(p)]; }
 };

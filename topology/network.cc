@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -24,6 +25,8 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
   // (CommSpec; 1 on machines without one).
   const CommSpec& comm = topo.comm();
   net_latency_ = comm.net_latency;
+  multipath_ = comm.multipath;
+  multipath_min_bytes_ = comm.multipath_min_bytes;
   for (size_t i = 0; i < links_.size(); ++i) {
     const Link& link = topo.links()[i];
     const double efficiency = link.kind == LinkKind::kNvlink ? comm.nvlink_efficiency
@@ -96,7 +99,8 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
 }
 
 TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                          Callback on_delivered, Callback on_drained, Time extra_latency) {
+                          Callback on_delivered, Callback on_drained, Time extra_latency,
+                          bool may_split) {
   TransferId id = next_id_++;
   if (src == dst || bytes.count() == 0) {
     if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
@@ -104,9 +108,66 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
     sim_.Schedule(src == dst ? Time() : extra_latency, std::move(on_delivered));
     return id;
   }
+  if (may_split && multipath_ && bytes >= multipath_min_bytes_) {
+    std::vector<std::vector<LinkId>> routes = router_.MinimalRoutes(src, dst);
+    if (routes.size() > 1) {
+      StartSplit(id, routes, bytes, label, std::move(on_delivered), std::move(on_drained),
+                 extra_latency);
+      return id;
+    }
+  }
+  const std::vector<LinkId>& route = router_.Route(src, dst);
+  StartFlow(id, route, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
+            extra_latency);
+  return id;
+}
+
+void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes,
+                         Bytes bytes, const std::string& label, Callback on_delivered,
+                         Callback on_drained, Time extra_latency) {
+  // Every part delivered (drained) delivers (drains) the whole.
+  struct Join {
+    int delivered = 0, drained = 0, parts = 0;
+    Callback on_delivered, on_drained;
+  };
+  auto join = std::make_shared<Join>();
+  const int parts = static_cast<int>(routes.size());
+  join->parts = parts;
+  join->on_delivered = std::move(on_delivered);
+  const bool wants_drain = static_cast<bool>(on_drained);
+  join->on_drained = std::move(on_drained);
+  const int64_t total = bytes.count();
+  for (int i = 0; i < parts; ++i) {
+    const Bytes part(total * (i + 1) / parts - total * i / parts);
+    std::string part_label;
+    if (tracing()) {
+      part_label = label + " (path " + std::to_string(i + 1) + "/" + std::to_string(parts) + ")";
+    }
+    Callback drained;
+    if (wants_drain) {
+      drained = [join] {
+        if (++join->drained == join->parts) join->on_drained();
+      };
+    }
+    // Each part is a flow of its own in traces: the first keeps the transfer's id.
+    StartFlow(i == 0 ? id : next_id_++, routes[i], part, std::move(part_label),
+              [join] {
+                if (++join->delivered == join->parts) join->on_delivered();
+              },
+              std::move(drained), extra_latency);
+  }
+}
+
+void Network::StartFlow(TransferId id, const std::vector<LinkId>& route, Bytes bytes,
+                        std::string label, Callback on_delivered, Callback on_drained,
+                        Time extra_latency) {
+  if (bytes.count() == 0) {
+    if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
+    sim_.Schedule(extra_latency, std::move(on_delivered));
+    return;
+  }
   int32_t f = AllocateFlow();
   Flow& flow = flows_[f];
-  const std::vector<LinkId>& route = router_.Route(src, dst);
   if (route.empty()) throw std::logic_error("no route between two vertices");
   flow.path.assign(route.data(), route.data() + route.size());
   flow.total = static_cast<double>(bytes.count());
@@ -133,7 +194,6 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   flow.active = true;
   ++active_;
   Admit(f);
-  return id;
 }
 
 void Network::Admit(int32_t f) {

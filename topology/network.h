@@ -68,9 +68,12 @@ class Network {
   TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
                    Callback on_delivered, Callback on_drained);
   // The same, delivering `extra_latency` later (a protocol's per-message cost: it holds no
-  // link). `on_drained` may be empty.
+  // link). `on_drained` may be empty. When `may_split`, the topology's CommSpec asks for
+  // multipath and the transfer is large enough, it moves as equal parts over the router's
+  // MinimalRoutes, delivered (and drained) when every part is.
   TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                   Callback on_delivered, Callback on_drained, Time extra_latency);
+                   Callback on_delivered, Callback on_drained, Time extra_latency,
+                   bool may_split = true);
 
   // Number of transfers started.
   int64_t transfers_started() const { return next_id_; }
@@ -99,6 +102,14 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
+  // Starts one flow of transfer `id` on `route`.
+  void StartFlow(TransferId id, const std::vector<LinkId>& route, Bytes bytes, std::string label,
+                 Callback on_delivered, Callback on_drained, Time extra_latency);
+  // Starts transfer `id` as equal parts over `routes`, delivered when every part is.
+  void StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes, Bytes bytes,
+                  const std::string& label, Callback on_delivered, Callback on_drained,
+                  Time extra_latency);
+
   // What rate computation and link bookkeeping touch for every transfer. Progressive filling
   // reads the path, then (SetRate) the rate and drain event: they come first.
   struct Flow {
@@ -206,6 +217,8 @@ class Network {
   std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
   Time net_latency_;  // CommSpec::net_latency: added to transfers over a NIC link.
+  bool multipath_ = false;     // CommSpec::multipath.
+  Bytes multipath_min_bytes_;  // CommSpec::multipath_min_bytes.
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;

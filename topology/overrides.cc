@@ -152,6 +152,15 @@ CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec) {
     }
     comm.chunk_size = *override_spec.chunk_size;
   }
+  if (override_spec.multipath) comm.multipath = *override_spec.multipath;
+  if (override_spec.multipath_min_bytes) {
+    if (override_spec.multipath_min_bytes->count() < 0) {
+      throw SpecError("hardware.comm.multipath_min_bytes",
+                      "multipath_min_bytes must not be negative, got " +
+                          FormatBytes(*override_spec.multipath_min_bytes));
+    }
+    comm.multipath_min_bytes = *override_spec.multipath_min_bytes;
+  }
   return comm;
 }
 

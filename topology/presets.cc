@@ -481,6 +481,14 @@ Topology BuildPreset(const HardwareSpec& spec) {
   Topology topo;
   if (std::optional<TpuPreset> tpu = FindTpu(spec.preset)) {
     topo = BuildTpu(*tpu, spec);
+    // ICI moves a large transfer over every minimal route at once: the Scaling Book's
+    // corner-to-corner ppermute on a v5e 4x4 sends over both ports, in half the time of one
+    // path (hardware.md; sharding.md). ASSUMPTION: transfers from 64 KiB up are split (the
+    // DMA engines stripe a message; smaller ones are latency-bound either way).
+    CommSpec comm;
+    comm.multipath = true;
+    comm.multipath_min_bytes = Bytes::KiB(64);
+    topo.SetCommSpec(comm);
   } else if (std::optional<GpuPreset> gpu = FindGpu(spec.preset)) {
     topo = BuildGpu(*gpu, spec);
     topo.SetCommSpec(gpu->comm);

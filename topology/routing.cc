@@ -51,6 +51,53 @@ class TorusRouter : public Router {
     }
   }
 
+  std::vector<std::vector<LinkId>> MinimalRoutes(VertexId src, VertexId dst) override {
+    std::vector<std::vector<LinkId>> routes = {Route(src, dst)};
+    const int from = vertex_device_[src], to = vertex_device_[dst];
+    if (from < 0 || to < 0 || one_way_) return routes;
+    // Per dimension: its signed steps (the default way), and whether the other way ties.
+    std::vector<int> moving, steps(rank_);
+    std::vector<bool> tie(rank_, false);
+    for (int d = 0; d < rank_; ++d) {
+      const int k = shape_[d];
+      int s = coords_[static_cast<size_t>(to) * rank_ + d] -
+              coords_[static_cast<size_t>(from) * rank_ + d];
+      if (wrap_[d]) {
+        const int forward = s < 0 ? s + k : s;
+        const int backward = k - forward;
+        s = (forward == 0 || forward <= backward) ? forward : -backward;
+        tie[d] = forward != 0 && forward == backward;
+      }
+      steps[d] = s;
+      if (s != 0) moving.push_back(d);
+    }
+    const int m = static_cast<int>(moving.size());
+    int ties = 0;
+    for (int d : moving) ties += tie[d] ? 1 : 0;
+    constexpr size_t kMaxRoutes = 8;
+    for (int rotation = 0; rotation < m; ++rotation) {
+      for (int flips = 0; flips < (1 << ties); ++flips) {
+        if (rotation == 0 && flips == 0) continue;  // Route's own.
+        if (routes.size() >= kMaxRoutes) return routes;
+        std::vector<LinkId> route;
+        int current = from, tie_index = 0;
+        for (int i = 0; i < m; ++i) {
+          const int d = moving[(rotation + i) % m];
+          int s = steps[d];
+          if (tie[d] && (flips >> tie_index++) % 2 == 1) s = -s;
+          const int dir = s > 0 ? 1 : 0;
+          for (int j = 0; j < std::abs(s); ++j) {
+            const LinkId link = step_[(static_cast<size_t>(current) * rank_ + d) * 2 + dir];
+            route.push_back(link);
+            current = link_dst_device_[link];
+          }
+        }
+        routes.push_back(std::move(route));
+      }
+    }
+    return routes;
+  }
+
   const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
     route_.clear();
     int current = vertex_device_[src];

@@ -17,12 +17,19 @@ class Router {
   // stays valid until the next call of Route on this router (copy it to keep it). `dst` must
   // be reachable from `src` (asserted; every builder makes connected topologies).
   virtual const std::vector<LinkId>& Route(VertexId src, VertexId dst) = 0;
+  // Minimal routes from `src` to `dst` that leave through different ports, Route's first
+  // (at most 8). The default knows only Route's.
+  virtual std::vector<std::vector<LinkId>> MinimalRoutes(VertexId src, VertexId dst) {
+    return {Route(src, dst)};
+  }
 };
 
 // The router suited to `topo`:
 //  - a torus or ring (Topology::torus() set, no switches): dimension-order routing, dimension
 //    0 first; on a wrapping dimension the shorter way round (ties: the + direction), on a
-//    non-wrapping one straight; on a one-way ring always the + direction.
+//    non-wrapping one straight; on a one-way ring always the + direction. MinimalRoutes:
+//    the rotations of the order of the dimensions that move (each leaves on another
+//    dimension's port), each with both ways round on dimensions whose ways tie.
 //  - several slices joined by DCN (multi_slice.h): dimension-order routing inside a slice,
 //    chip -> DCN switch -> chip between slices.
 //  - a fat tree from BuildHierarchical: within a node through the NVSwitch (never a NIC);

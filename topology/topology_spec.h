@@ -46,6 +46,8 @@ struct CommOverride {
   std::optional<int> channels;               // hardware.comm.channels, >= 1
   std::optional<bool> nvls;                  // hardware.comm.nvls
   std::optional<Bytes> chunk_size;           // hardware.comm.chunk_size, > 0
+  std::optional<bool> multipath;             // hardware.comm.multipath
+  std::optional<Bytes> multipath_min_bytes;  // hardware.comm.multipath_min_bytes, >= 0
 };
 
 // One link of an explicit graph (`kind: graph`).

@@ -10,7 +10,12 @@ namespace {
 
 class Direct : public CollectiveAlgorithm {
  public:
-  Direct(Network& network, CollectiveJob& job) : network_(network), job_(job) {}
+  Direct(Network& network, CollectiveJob& job) : network_(network), job_(job) {
+    // A permute's point-to-point messages may take several routes (CommSpec::multipath). An
+    // all-to-all's are left on one: its G (G - 1) messages already load every route, and
+    // splitting them multiplies the flows the network shares.
+    job_.split_routes = job_.kind == CollectiveKind::kPermute;
+  }
 
   void Start() override {
     int g = job_.size();

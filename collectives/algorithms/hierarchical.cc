@@ -54,10 +54,8 @@ std::string HierarchicalSupports(const Network& network, const CollectiveJob& jo
   return "";
 }
 
-std::unique_ptr<CollectiveAlgorithm> MakeHierarchicalAlgorithm(Network& network,
-                                                               CollectiveJob& job) {
-  const std::string why = HierarchicalSupports(network, job);
-  if (!why.empty()) throw std::invalid_argument(why);
+std::vector<ReductionLevel> HierarchicalLevels(const Network& network,
+                                               const CollectiveJob& job) {
   const Topology& topo = network.topology();
   const std::vector<std::vector<int>> nodes = MembersByNode(network, job);
   const int k = static_cast<int>(nodes[0].size());
@@ -74,11 +72,20 @@ std::unique_ptr<CollectiveAlgorithm> MakeHierarchicalAlgorithm(Network& network,
     rails.groups.emplace_back();
     for (const std::vector<int>& node : nodes) rails.groups.back().push_back(node[l]);
   }
-  const int segments =
-      StagedSegments(job.BytesOf(job.total).count(), topo.comm().chunk_size.count());
   std::vector<ReductionLevel> levels;
   levels.push_back(std::move(intra));
   levels.push_back(std::move(rails));
+  return levels;
+}
+
+std::unique_ptr<CollectiveAlgorithm> MakeHierarchicalAlgorithm(Network& network,
+                                                               CollectiveJob& job) {
+  const std::string why = HierarchicalSupports(network, job);
+  if (!why.empty()) throw std::invalid_argument(why);
+  std::vector<ReductionLevel> levels = HierarchicalLevels(network, job);
+  const int segments =
+      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count(),
+                     StagedTransfersPerSegment(levels));
   return MakeStagedAllReduce(network, job, std::move(levels), segments);
 }
 

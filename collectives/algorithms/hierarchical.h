@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/collective.h"
+#include "collectives/staged_all_reduce.h"
 #include "topology/network.h"
 
 namespace shardsim {
@@ -18,6 +19,11 @@ std::vector<std::vector<int>> MembersByNode(const Network& network, const Collec
 
 // "" when the hierarchical algorithm can run `job`, else why not.
 std::string HierarchicalSupports(const Network& network, const CollectiveJob& job);
+
+// The two levels: the nodes (through their switch when it reduces and a node has two or more
+// members), then the rails (member l of every node). Checked first.
+std::vector<ReductionLevel> HierarchicalLevels(const Network& network,
+                                                      const CollectiveJob& job);
 
 // With N nodes of k members: inside each node the k members reduce-scatter the segment (by
 // NVLS through the switch when it reduces, else directly), then member l of every node

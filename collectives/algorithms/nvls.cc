@@ -41,18 +41,24 @@ std::string NvlsSupports(const Network& network, const CollectiveJob& job) {
   return "";
 }
 
-std::unique_ptr<CollectiveAlgorithm> MakeNvlsAlgorithm(Network& network, CollectiveJob& job) {
-  const std::string why = NvlsSupports(network, job);
-  if (!why.empty()) throw std::invalid_argument(why);
+std::vector<ReductionLevel> NvlsLevels(const Network& network, const CollectiveJob& job) {
   ReductionLevel level;
   level.groups.emplace_back();
   for (int m = 0; m < job.size(); ++m) level.groups[0].push_back(m);
   level.via_switch = true;
   level.switches = {SharedNvSwitch(network, job)};
-  const int segments =
-      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count());
   std::vector<ReductionLevel> levels;
   levels.push_back(std::move(level));
+  return levels;
+}
+
+std::unique_ptr<CollectiveAlgorithm> MakeNvlsAlgorithm(Network& network, CollectiveJob& job) {
+  const std::string why = NvlsSupports(network, job);
+  if (!why.empty()) throw std::invalid_argument(why);
+  std::vector<ReductionLevel> levels = NvlsLevels(network, job);
+  const int segments =
+      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count(),
+                     StagedTransfersPerSegment(levels));
   return MakeStagedAllReduce(network, job, std::move(levels), segments);
 }
 

@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/collective.h"
+#include "collectives/staged_all_reduce.h"
 #include "topology/network.h"
 
 namespace shardsim {
@@ -16,6 +18,9 @@ VertexId SharedNvSwitch(const Network& network, const CollectiveJob& job);
 
 // "" when NVLS can run `job` on the network, else why not.
 std::string NvlsSupports(const Network& network, const CollectiveJob& job);
+
+// NVLS's one level: every member in one group through the shared switch (checked first).
+std::vector<ReductionLevel> NvlsLevels(const Network& network, const CollectiveJob& job);
 
 // Each member sends its whole buffer to the switch, which sends member j the reduced j-th
 // of G pieces (multimem load-reduce); member j sends that piece back and the switch

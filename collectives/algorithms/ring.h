@@ -32,6 +32,7 @@ struct RingPlan {
 // visits every node in order, starting inside each node at its member c mod k and taking the
 // others in turn, so its node crossings leave through member (c - 1) mod k's NIC and enter
 // through member c mod k's: with c = 0..k-1 every NIC of a node works in both directions.
+// (NCCL machines run min(channels, k) of them: more would repeat the same links.)
 std::vector<std::vector<int>> RailAlignedRings(const std::vector<std::vector<int>>& nodes,
                                                int channels);
 

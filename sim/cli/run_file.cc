@@ -164,7 +164,8 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
 // `hardware.comm`: the collective library's figures (comm_spec.h).
 CommOverride ReadCommOverride(const YamlValue& value) {
   YamlMap map = value.Map({"nccl", "launch_latency", "net_latency", "protocols", "nvlink_efficiency",
-                           "nic_efficiency", "channels", "nvls", "chunk_size"});
+                           "nic_efficiency", "channels", "nvls", "chunk_size", "multipath",
+                           "multipath_min_bytes"});
   CommOverride comm;
   if (auto v = map.Find("nccl")) comm.nccl = v->Bool();
   if (auto v = map.Find("launch_latency")) comm.launch_latency = v->ToTime();
@@ -189,6 +190,8 @@ CommOverride ReadCommOverride(const YamlValue& value) {
     comm.chunk_size = v->ToBytes();
     if (comm.chunk_size->count() <= 0) v->Fail("must be positive, got " + v->Describe());
   }
+  if (auto v = map.Find("multipath")) comm.multipath = v->Bool();
+  if (auto v = map.Find("multipath_min_bytes")) comm.multipath_min_bytes = v->ToBytes();
   return comm;
 }
 

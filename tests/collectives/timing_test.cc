@@ -258,7 +258,12 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
 // The per-group, max-min sharing rule does the same (the rule it replaced, one rate per op
 // from average link shares, slowed both).
 TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
-  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  // One route per transfer (the preset would split the 4-hop crossings over several).
+  Topology topo = BuildPreset("tpu-v5p", {4, 4, 8});
+  CommSpec comm = topo.comm();
+  comm.multipath = false;
+  topo.SetCommSpec(comm);
+  Machine machine(std::move(topo));
   ProgramBuilder b({{"fsdp", 32}, {"tp", 4}});
   std::string rs =
       b.PsumScatter(b.Input("g", {1408 * 4, 2048}, DType::kBF16, P({{"tp"}})), {"fsdp"}, 1, true);

@@ -209,3 +209,55 @@ TEST(FatTreeRoutingTest, SpreadsNodePairsOverAllSpines) {
 
 }  // namespace
 }  // namespace shardsim
+
+namespace shardsim {
+namespace {
+
+// The minimal routes that leave by different ports: on a 4x4 mesh corner to corner, x then y
+// and y then x (no link in common); on a ring of 4, the opposite device both ways round; in a
+// 4x4x4 torus, the three rotations of the dimension order.
+TEST(TorusMinimalRoutesTest, DimensionOrdersAndTiedWays) {
+  {
+    Topology t = Torus({4, 4}, {false, false});
+    auto router = MakeRouter(t);
+    std::vector<std::vector<LinkId>> routes = router->MinimalRoutes(0, 15);
+    ASSERT_EQ(routes.size(), 2u);
+    EXPECT_EQ(routes[0], router->Route(0, 15));
+    std::set<LinkId> links;
+    for (const auto& r : routes) {
+      EXPECT_EQ(r.size(), 6u);
+      ExpectWalk(t, r, 0, 15);
+      links.insert(r.begin(), r.end());
+    }
+    EXPECT_EQ(links.size(), 12u);  // Disjoint.
+    EXPECT_NE(t.link(routes[0][0]).dimension, t.link(routes[1][0]).dimension);
+    // One dimension apart: a single route.
+    EXPECT_EQ(router->MinimalRoutes(0, 3).size(), 1u);
+  }
+  {
+    Topology t = Torus({4}, {true});
+    auto router = MakeRouter(t);
+    std::vector<std::vector<LinkId>> routes = router->MinimalRoutes(0, 2);
+    ASSERT_EQ(routes.size(), 2u);
+    EXPECT_EQ(t.link(routes[0][0]).direction, +1);
+    EXPECT_EQ(t.link(routes[1][0]).direction, -1);
+    for (const auto& r : routes) ExpectWalk(t, r, 0, 2);
+    EXPECT_EQ(router->MinimalRoutes(0, 1).size(), 1u);  // No tie: the short way only.
+  }
+  {
+    Topology t = Torus({4, 4, 4}, {true, true, true});
+    auto router = MakeRouter(t);
+    const VertexId dst = 1 * 16 + 1 * 4 + 1;
+    std::vector<std::vector<LinkId>> routes = router->MinimalRoutes(0, dst);
+    ASSERT_EQ(routes.size(), 3u);
+    std::set<int> first_dimensions;
+    for (const auto& r : routes) {
+      ExpectWalk(t, r, 0, dst);
+      first_dimensions.insert(t.link(r[0]).dimension);
+    }
+    EXPECT_EQ(first_dimensions.size(), 3u);
+  }
+}
+
+}  // namespace
+}  // namespace shardsim

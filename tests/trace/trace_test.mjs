@@ -52,13 +52,15 @@ test('quickstart trace imports with the expected slices, flows and counters', ()
   const tp = loadTrace(trace);
   const s = summarize(tp);
   assert.deepEqual(s.import_errors, []);
-  // 4 transfers; each has one slice per hop plus one receive slice:
-  // lone 1+1, shared-a 2+1, shared-b 1+1, corner 6+1.
-  assert.equal(s.slices, 14);
-  // One flow arrow per transfer, from its first hop to its receive slice.
-  assert.equal(s.flows, 4);
-  // One utilization counter per link direction used: 0->1, 4->5, 5->6 and corner's six hops.
-  assert.equal(s.counter_tracks, 9);
+  // 4 transfers, corner's split over its two minimal routes; each part has one slice per hop
+  // plus one receive slice: lone 1+1, shared-a 2+1, shared-b 1+1, corner 2 x (6+1).
+  assert.equal(s.slices, 21);
+  // One flow arrow per transfer part, from its first hop to its receive slice.
+  assert.equal(s.flows, 5);
+  // One utilization counter per link direction used: 0->1, 4->5, 5->6 and the twelve hops of
+  // corner's two routes (0-4-8-12-13-14-15 and 0-1-2-3-7-11-15: no link in common), one of
+  // which, 0->1, lone uses too.
+  assert.equal(s.counter_tracks, 14);
   const counterEvents = doc.traceEvents.filter((e) => e.ph === 'C').length;
   assert.equal(s.counters, counterEvents);
   // One process per device of the 4x4 slice, named like JAX's profiler.
@@ -77,8 +79,10 @@ test('quickstart trace imports with the expected slices, flows and counters', ()
       JOIN process dp ON dt.upid = dp.upid
       ORDER BY name`);
   const byName = Object.fromEntries(rows.map((r) => [r.name, r]));
-  assert.equal(byName.corner.from_process, '/device:TPU:0');
-  assert.equal(byName.corner.to_process, '/device:TPU:15');
+  for (const part of ['corner (path 1/2)', 'corner (path 2/2)']) {
+    assert.equal(byName[part].from_process, '/device:TPU:0');
+    assert.equal(byName[part].to_process, '/device:TPU:15');
+  }
   // shared-a and shared-b are received by device 6 over link 5->6 at overlapping times, so the
   // receive track is split into two lanes that each nest strictly.
   assert.ok(s.thread_names.includes('ICI recv \u2190 TPU 5 (1,1)'));
