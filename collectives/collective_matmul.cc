@@ -98,6 +98,141 @@ void Require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
+// allgather_matmul of lhs along its contracting dimension (all_gather(x[B, K/n], axis 1) @
+// w[K, F], the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]): the column blocks of x travel; step s
+// multiplies the block of device i - s with the matching row block of w and accumulates.
+// Bidirectional: left halves of the blocks travel forward, right halves backward.
+std::vector<OpSpec> GatherLhsContracting(const OpSpec& op, const Shape& x, const Shape& w,
+                                         int n) {
+  Expansion e(op);
+  const std::string& xn = op.in[0];
+  const std::string& wn = op.in[1];
+  const std::string& out = op.out[0];
+  Require(x[1] * n == w[0], "allgather_matmul (gather lhs, axis 1): all_gather(x" +
+                                FormatShape(x) + ", axis 1) over " + std::to_string(n) +
+                                " devices has " + std::to_string(x[1] * n) + " columns; w" +
+                                FormatShape(w) + " has " + std::to_string(w[0]) + " rows");
+  if (op.variant == "blocking") {
+    e.Collective(OpKind::kAllGather, xn, e.Name("x_full"), 1);
+    e.Matmul(e.Name("x_full"), wn, out);
+    return e.Take();
+  }
+  auto accumulate = [&](std::string* acc, const std::string& part, int s) {
+    if (s == 0) {
+      *acc = part;
+      return;
+    }
+    std::string sum = s == n - 1 ? out : e.Name("acc", s);
+    e.Add(*acc, part, sum);
+    *acc = sum;
+  };
+  std::string acc;
+  if (op.variant == "unidirectional") {
+    std::string blk = xn;
+    for (int s = 0; s < n; ++s) {
+      std::string ws = e.Name("w", s);
+      e.DynamicSlice(wn, ws, 0, n, 1, -s);
+      std::string part = n == 1 ? out : e.Name("part", s);
+      e.Matmul(blk, ws, part);
+      accumulate(&acc, part, s);
+      if (s < n - 1) {
+        std::string next = e.Name("x", s + 1);
+        e.Shift(blk, next, +1);
+        blk = next;
+      }
+    }
+    return e.Take();
+  }
+  Require(x[1] % 2 == 0, "allgather_matmul bidirectional: the x block's " + std::to_string(x[1]) +
+                             " columns do not split in halves");
+  const int64_t h = x[1] / 2;
+  std::string left = e.Name("left", 0), right = e.Name("right", 0);
+  e.Slice(xn, left, 0, h, 1);
+  e.Slice(xn, right, h, h, 1);
+  for (int s = 0; s < n; ++s) {
+    std::string wl = e.Name("w_left", s), wr = e.Name("w_right", s);
+    e.DynamicSlice(wn, wl, 0, 2 * n, 2, -2 * s);
+    e.DynamicSlice(wn, wr, 0, 2 * n, 2, 2 * s + 1);
+    std::string pl = e.Name("part_left", s), pr = e.Name("part_right", s);
+    e.Matmul(left, wl, pl);
+    e.Matmul(right, wr, pr);
+    std::string both = n == 1 ? out : e.Name("part", s);
+    e.Add(pl, pr, both);
+    accumulate(&acc, both, s);
+    if (s < n - 1) {
+      std::string nl = e.Name("left", s + 1), nr = e.Name("right", s + 1);
+      e.Shift(left, nl, +1);
+      e.Shift(right, nr, -1);
+      left = nl;
+      right = nr;
+    }
+  }
+  return e.Take();
+}
+
+// allgather_matmul of rhs along its free dimension (x[B, K] @ all_gather(w[K, F/n], axis 1)):
+// the column blocks of w travel; each step's product is a column block of the result, placed
+// by a dynamic concatenation. Bidirectional: left halves of the blocks forward, right halves
+// backward, interleaved back into whole blocks.
+std::vector<OpSpec> GatherRhsFree(const OpSpec& op, const Shape& x, const Shape& w, int n) {
+  Expansion e(op);
+  const std::string& xn = op.in[0];
+  const std::string& wn = op.in[1];
+  const std::string& out = op.out[0];
+  Require(x[1] == w[0], "allgather_matmul (gather rhs, axis 1): inner dimensions differ: x" +
+                            FormatShape(x) + " @ w" + FormatShape(w));
+  if (op.variant == "blocking") {
+    e.Collective(OpKind::kAllGather, wn, e.Name("w_full"), 1);
+    e.Matmul(xn, e.Name("w_full"), out);
+    return e.Take();
+  }
+  if (op.variant == "unidirectional") {
+    std::string blk = wn;
+    std::vector<std::string> parts;
+    for (int s = 0; s < n; ++s) {
+      parts.push_back(e.Name("columns", s));
+      e.Matmul(xn, blk, parts.back());
+      if (s < n - 1) {
+        std::string next = e.Name("w", s + 1);
+        e.Shift(blk, next, +1);
+        blk = next;
+      }
+    }
+    e.DynamicConcat(parts, out, 1, -1);  // Step s holds the block of device i - s.
+    return e.Take();
+  }
+  Require(w[1] % 2 == 0, "allgather_matmul bidirectional: the w block's " + std::to_string(w[1]) +
+                             " columns do not split in halves");
+  const int64_t h = w[1] / 2;
+  std::string left = e.Name("left", 0), right = e.Name("right", 0);
+  e.Slice(wn, left, 0, h, 1);
+  e.Slice(wn, right, h, h, 1);
+  std::vector<std::string> lefts, rights;
+  for (int s = 0; s < n; ++s) {
+    lefts.push_back(e.Name("columns_left", s));
+    rights.push_back(e.Name("columns_right", s));
+    e.Matmul(xn, left, lefts.back());
+    e.Matmul(xn, right, rights.back());
+    if (s < n - 1) {
+      std::string nl = e.Name("left", s + 1), nr = e.Name("right", s + 1);
+      e.Shift(left, nl, +1);
+      e.Shift(right, nr, -1);
+      left = nl;
+      right = nr;
+    }
+  }
+  // Left halves came from devices i - s, right halves from i + s: [B, n, h] each, side by
+  // side along the last dimension, back into whole column blocks.
+  const int64_t b = x[0];
+  e.DynamicConcat(lefts, e.Name("lefts"), 1, -1);
+  e.DynamicConcat(rights, e.Name("rights"), 1, +1);
+  e.Local(OpKind::kReshape, {e.Name("lefts")}, e.Name("lefts3"), {b, n, h});
+  e.Local(OpKind::kReshape, {e.Name("rights")}, e.Name("rights3"), {b, n, h});
+  e.Local(OpKind::kConcatenate, {e.Name("lefts3"), e.Name("rights3")}, e.Name("blocks3"), {}, 2);
+  e.Local(OpKind::kReshape, {e.Name("blocks3")}, out, {b, n * 2 * h});
+  return e.Take();
+}
+
 std::vector<OpSpec> AllgatherMatmul(const OpSpec& op, const Shape& x, const Shape& w, int n) {
   Expansion e(op);
   const std::string& xn = op.in[0];
@@ -106,6 +241,10 @@ std::vector<OpSpec> AllgatherMatmul(const OpSpec& op, const Shape& x, const Shap
   bool rhs = op.gather == "rhs";
   Require(x.size() == 2 && w.size() == 2,
           "allgather_matmul takes 2-D operands, got " + FormatShape(x) + " and " + FormatShape(w));
+  Require(op.axis == 0 || op.axis == 1,
+          "allgather_matmul: axis (the gathered operand's dimension) must be 0 or 1, got " +
+              std::to_string(op.axis));
+  if (op.axis == 1) return rhs ? GatherRhsFree(op, x, w, n) : GatherLhsContracting(op, x, w, n);
   if (rhs) {
     Require(x[1] == w[0] * n, "allgather_matmul (gather rhs): x" + FormatShape(x) + " needs " +
                                   std::to_string(w[0] * n) + " columns to meet all_gather(w" +

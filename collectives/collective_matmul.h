@@ -24,6 +24,13 @@ namespace shardsim {
 // A[B_X, D_Y] @ W[D, F_Y]): the row blocks of x travel instead; each step's product is a row
 // block of the result, placed by a dynamic concatenation; bidirectional splits each block's
 // rows in halves.
+// `axis` (default 0) names the gathered operand's dimension, as all_gather's does: the forms
+// above gather rhs along 0 (its contracting dimension) and lhs along 0 (its rows). axis 1
+// gathers lhs along its contracting dimension (all_gather(x[B, K/n], axis 1) @ w[K, F]: the
+// column blocks of x travel, each step multiplies one with the matching row block of w and
+// accumulates) or rhs along its columns (x[B, K] @ all_gather(w[K, F/n], axis 1): each step's
+// product is a column block of the result); bidirectional splits the travelling blocks in
+// halves as above.
 // matmul_reduce_scatter (psum_scatter(x[B, K/n] @ w[K/n, F]) over the axis, scatter
 // dimension 0 or 1):
 // - blocking: matmul then psum_scatter(tiled);

@@ -905,10 +905,11 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       OpSpec coll = op;
       coll.kind = gather ? OpKind::kAllGather : OpKind::kPsumScatter;
       coll.tiled = true;
-      coll.axis = 0;
+      coll.axis = gather ? op.axis : 0;  // allgather_matmul: the gathered operand's dimension.
       std::vector<Array> gathered;
       const double k =
-          static_cast<double>(env[0].at(op.in[0]).shape().back()) * (gather ? 1 : group);
+          static_cast<double>(env[0].at(op.in[0]).shape().back()) *
+          (!gather || (op.gather == "lhs" && op.axis == 1) ? group : 1);  // x's columns gathered.
       if (gather) {
         bool rhs = op.gather == "rhs";
         std::vector<Array> inputs;

@@ -166,6 +166,9 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kAllgatherMatmul, "allgather_matmul", true, A::kTwo, false, S::kComposite,
        C::kAllGather, R::kSum, true,
        {OneOf("gather", &OpSpec::gather, {"lhs", "rhs"}, "The operand gathered (default rhs)"),
+        Opt("axis", T::kInt, &OpSpec::axis,
+            "The gathered operand's dimension (0: rhs contracting, lhs rows; 1: lhs "
+            "contracting, rhs columns)"),
         variant}},
       {OpKind::kMatmulReduceScatter, "matmul_reduce_scatter", true, A::kTwo, false,
        S::kComposite, C::kReduceScatter, R::kSum, true, {scatter_dimension, variant}},

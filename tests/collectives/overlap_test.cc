@@ -36,6 +36,7 @@
 
 #include "collectives/compute_model.h"
 #include "collectives/lowering.h"
+#include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "topology/torus.h"
@@ -443,6 +444,112 @@ TEST(OverlapTest, DeviceTimingsSplitComputeFromExposedCommunication) {
       EXPECT_EQ(d.idle, Time()) << "device " << d.device;
       ExpectWithin2Percent(d.comm, (kN - 1) * t, "comm");
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// allgather_matmul along the other dimension (axis 1): lhs gathered along its contracting
+// dimension (the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]) and rhs along its columns.
+
+// x and w of the axis-1 forms over `n` devices: lhs: x[B, n Kb] sharded by columns, w[n Kb, F]
+// replicated; rhs: x[B, K] replicated, w[K, n Fb] sharded by columns.
+ProgramSpec AllgatherMatmulAxis1(const std::string& gather, const std::string& variant, int n,
+                                 int64_t b, int64_t k, int64_t f) {
+  ProgramSpec p;
+  p.mesh_axes = {{"r", n}};
+  OpSpec op;
+  op.kind = OpKind::kAllgatherMatmul;
+  op.in = {"x", "w"};
+  op.out = {"y"};
+  op.axis_name = {"r"};
+  op.gather = gather;
+  op.axis = 1;
+  op.variant = variant;
+  op.name = "y";
+  op.key = "program.0";
+  if (gather == "lhs") {
+    p.arrays = {MakeArray("x", {b, n * k}, P({{}, {"r"}})), MakeArray("w", {n * k, f}, P({}))};
+  } else {
+    p.arrays = {MakeArray("x", {b, k}, P({})), MakeArray("w", {k, n * f}, P({{}, {"r"}}))};
+  }
+  for (ArraySpec& a : p.arrays) {
+    a.init.kind = InitSpec::Kind::kNormal;
+    a.init.seed = a.name == "x" ? 1 : 2;
+  }
+  p.outputs = {{"y", P({}), "outputs.y"}};
+  p.ops = {op};
+  return p;
+}
+
+// Every variant of both forms computes x @ w (the numerics check's reference, within its
+// bound) on rings of 2, 3 and 4 devices, odd blocks included where the variant allows.
+TEST(CollectiveMatmulAxis1Test, ComputesTheProduct) {
+  for (int n : {2, 3, 4}) {
+    for (const char* gather : {"lhs", "rhs"}) {
+      for (const char* variant : {"blocking", "unidirectional", "bidirectional"}) {
+        SCOPED_TRACE(std::string(gather) + " " + variant + " over " + std::to_string(n));
+        const int64_t inner = std::string(variant) == "bidirectional" ? 6 : 5;
+        ProgramSpec program = AllgatherMatmulAxis1(gather, variant, n, 7, inner, inner);
+        Machine machine(BuildTorus({n}, {true}, Bandwidth::GBps(45), Time::Microseconds(1),
+                                   LinkKind::kIci, DeviceSpec{}, "ring"),
+                        std::make_unique<RooflineModel>(HandRoofline()), 0.0);
+        Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+        CheckProgram(mesh, program);
+        RunConfig config;
+        config.numerics = true;
+        RunResult r = RunProgram(machine, mesh, program, config);
+        NumericsReport report = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+        EXPECT_TRUE(report.checked);
+        EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
+        EXPECT_EQ(r.outputs.at("y").shape(), (Shape{7, std::string(gather) == "lhs" ? inner
+                                                                                    : n * inner}));
+      }
+    }
+  }
+}
+
+// Gather lhs along K, unidirectional: the x column blocks travel like rhs's w blocks (S =
+// 4 B Kb bytes a shift); step s multiplies [B, Kb] @ [Kb, F] (M) and accumulates [B, F] (A),
+// so the forms are rhs's: compute-bound n M + (n - 1) A, transfer-bound (n - 1) T + M + A.
+TEST(CollectiveMatmulAxis1Test, GatherLhsContractingOverlaps) {
+  const int64_t b = 1024, kb = 4096, f = 512;
+  const double m = Matmul(b, kb, f), a = Add(b * f), bytes = 4.0 * b * kb;
+  {
+    ASSERT_LT(Shift(bytes, 700), m);
+    const double want = kN * m + (kN - 1) * a;
+    Time got = RunOnRing(AllgatherMatmulAxis1("lhs", "unidirectional", kN, b, kb, f), 700).end;
+    ExpectWithin2Percent(got, want, "lhs contracting uni compute-bound");
+    Time blocking = RunOnRing(AllgatherMatmulAxis1("lhs", "blocking", kN, b, kb, f), 700).end;
+    EXPECT_LT(got, blocking);
+  }
+  {
+    const double t = Shift(bytes, 100);
+    ASSERT_GT(t, m + a);
+    const double want = (kN - 1) * t + m + a;
+    ExpectWithin2Percent(
+        RunOnRing(AllgatherMatmulAxis1("lhs", "unidirectional", kN, b, kb, f), 100).end, want,
+        "lhs contracting uni transfer-bound");
+  }
+}
+
+// Gather rhs along F, unidirectional: the w column blocks travel (S = 4 K Fb bytes); step s
+// is [B, K] @ [K, Fb] (M) and the blocks are placed by a free dynamic concatenation: lhs's
+// forms, compute-bound n M, transfer-bound (n - 1) T + M.
+TEST(CollectiveMatmulAxis1Test, GatherRhsFreeOverlaps) {
+  const int64_t b = 1024, k = 4096, fb = 1024;
+  const double m = Matmul(b, k, fb), bytes = 4.0 * k * fb;
+  {
+    ASSERT_LT(Shift(bytes, 700), m);
+    ExpectWithin2Percent(
+        RunOnRing(AllgatherMatmulAxis1("rhs", "unidirectional", kN, b, k, fb), 700).end, kN * m,
+        "rhs free uni compute-bound");
+  }
+  {
+    const double t = Shift(bytes, 100);
+    ASSERT_GT(t, m);
+    ExpectWithin2Percent(
+        RunOnRing(AllgatherMatmulAxis1("rhs", "unidirectional", kN, b, k, fb), 100).end,
+        (kN - 1) * t + m, "rhs free uni transfer-bound");
   }
 }
 
