@@ -89,14 +89,23 @@ std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& n
   return MakeRingAlgorithm(network, job, std::move(plan));
 }
 
-// The tree's buffer flows in min(64, ceil(bytes / chunk_size)) segments: large messages
-// approach the bandwidth bound, small ones stay one latency-bound segment.
+// A tree's buffer of `bytes` flows in min(64, ceil(bytes / chunk_size)) segments: large
+// messages approach the bandwidth bound, small ones stay one latency-bound segment.
+int TreeSegments(int64_t bytes, Bytes chunk_size) {
+  int64_t chunk = std::max<int64_t>(1, chunk_size.count());
+  return static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
+}
+
 std::unique_ptr<CollectiveAlgorithm> MakeTree(Network& network, CollectiveJob& job,
                                               const std::vector<int>&, Bytes chunk_size) {
-  int64_t bytes = job.BytesOf(job.total).count();
-  int64_t chunk = std::max<int64_t>(1, chunk_size.count());
-  int segments = static_cast<int>(std::clamp<int64_t>((bytes + chunk - 1) / chunk, 1, 64));
-  return MakeTreeAlgorithm(network, job, segments);
+  return MakeTreeAlgorithm(network, job, TreeSegments(job.BytesOf(job.total).count(), chunk_size));
+}
+
+// Each of the two trees carries half the buffer.
+std::unique_ptr<CollectiveAlgorithm> MakeDoubleTree(Network& network, CollectiveJob& job,
+                                                    const std::vector<int>&, Bytes chunk_size) {
+  return MakeDoubleTreeAlgorithm(network, job,
+                                 TreeSegments(job.BytesOf(job.total).count() / 2, chunk_size));
 }
 
 // Starts another algorithm after a fixed delay: NCCL's kernel launch and the ranks'
@@ -179,6 +188,7 @@ const std::vector<AlgorithmDef>& AlgorithmRegistry() {
          return MakeHalvingDoublingAlgorithm(n, j);
        }},
       {"tree", {kReduce}, false, MakeTree},
+      {"double_tree", {kReduce}, false, MakeDoubleTree},
       {"nvls",
        {kReduce},
        false,

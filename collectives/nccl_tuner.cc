@@ -137,6 +137,19 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
                              ((1 + 1 / n) * s + segment) / (f.nvlink * simple.efficiency);
       add("nvls", Protocol::kSimple, seconds);
     }
+    // NCCL's double binary tree between nodes (one member per node here: its trees join
+    // nodes): 2 floor(log2 n) steps across nodes; every member sends about 2 S out (each half
+    // up once, an inner member's half down twice) over its NIC, pipelined in segments.
+    if (all_reduce && !one_node && f.k == 1) {
+      int depth = 0;
+      while ((2 << depth) <= f.n) ++depth;
+      const double tree_segment = std::min(s / 2, static_cast<double>(comm.chunk_size.count()));
+      for (Protocol p : all) {
+        add("double_tree", p,
+            Estimate(comm, p, 2 * depth, inter_route, 2 * s + 2 * depth * tree_segment,
+                     std::min(f.nvlink, f.nic)));
+      }
+    }
     // One member per node leaves no node stage: an all-pairs exchange between nodes is not
     // what NCCL runs (it rings them), so the tuner leaves it out.
     if (all_reduce && !one_node && f.k > 1 && HierarchicalSupports(network, job).empty()) {

@@ -21,8 +21,9 @@ struct NcclChoice {
 };
 
 // Every candidate the tuner weighs for `job`, restricted to `algorithm` unless it is "auto":
-// all-reduce: ring, nvls (one NVSwitch node that reduces; Simple only), hierarchical (two or
-// more nodes; Simple only when the nodes reduce by NVLS); all-gather and reduce-scatter: ring;
+// all-reduce: ring, nvls (one NVSwitch node that reduces; Simple only), double_tree (two or
+// more nodes, one member each), hierarchical (two or more nodes with two or more members each;
+// Simple only when the nodes reduce by NVLS); all-gather and reduce-scatter: ring;
 // all-to-all and permute: direct. Algorithms the tuner does not model (tree,
 // halving_doubling, bidirectional_ring, torus_2d) run with Simple. Each estimate, for a
 // message of S bytes (the all-reduce buffer, or the gathered array), is

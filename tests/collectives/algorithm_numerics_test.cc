@@ -377,6 +377,10 @@ std::vector<NumericsCase> Cases() {
     add_reductions("ring", Place::kNcclFatTree, shape, {g});
     cases.push_back({"ring", K::kAllReduce, ReduceOp::kSum, Place::kNcclFatTree, shape, {g}, 1000});
   }
+  // NCCL's double binary tree: on a switch (1..8, 16) and across nodes of one GPU each.
+  for (int g : {1, 2, 3, 5, 8, 16}) add_all_reduce("double_tree", Place::kNcclSwitch, {g});
+  for (int nodes : {2, 3, 7}) add_all_reduce("double_tree", Place::kNcclFatTree, {nodes, 1});
+  for (int g : {2, 6}) add_all_reduce("double_tree", Place::kSwitch, {g});
   // Every kind on an NCCL switch node and fat tree through the tuner's protocols.
   for (int g : {3, 8}) add_reductions("ring", Place::kNcclSwitch, {g}, {g});
   cases.push_back({"direct", K::kAllToAll, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3});

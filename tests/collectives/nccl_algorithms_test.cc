@@ -237,6 +237,21 @@ TEST(NcclChannels, RingsSpreadOverTheRails) {
   EXPECT_LE(four.us, 1.05 * nic_one / 4 + kLaunch + 7 * (2 + kStep));
 }
 
+// NCCL's double binary tree across 8 nodes of one GPU: at 64 bytes the time is its latency
+// chain, L + 2 floor(log2 8) (2 us across nodes + s), the bandwidth terms under a
+// nanosecond (within 1%); the tuner picks it over the ring (2 (8 - 1) steps) at that size and
+// the ring at 256 MiB, where the ring's 2 (n-1)/n S beats the trees' 2 S over each NIC.
+TEST(NcclDoubleTree, LatencyChainAndTunerChoice) {
+  Topology topo = Nodes(8, 1, Comm(false));
+  Ran tiny = RunCollective(topo, CollectiveKind::kAllReduce, "double_tree", 64);
+  const double chain = kLaunch + 2 * 3 * (2 + kStep);
+  EXPECT_NEAR(tiny.us, chain, 0.01 * chain);
+  EXPECT_EQ(RunCollective(topo, CollectiveKind::kAllReduce, "auto", 64).resolved.substr(0, 11),
+            "double_tree");
+  EXPECT_EQ(RunCollective(topo, CollectiveKind::kAllReduce, "auto", 256 * kMiB).resolved.substr(0, 4),
+            "ring");
+}
+
 // The tuner's estimate of what it picks is close to what the simulation then takes (within
 // 35%: like NCCL's own model, the estimates skip how the staged pipelines' windows and the
 // rings' fast and slow links interact), and what it picks is within 25% of the fastest
