@@ -22,31 +22,40 @@
 namespace shardsim {
 namespace {
 
-// One fitted figure: its `hardware.comm` key, its value in SI units (seconds or a fraction)
-// and its bounds.
+// What a fitted figure is.
+enum class FigureKind { kTime, kFraction, kCount };
+
+// One fitted figure: its `hardware.comm` key, its value in SI units (seconds, a fraction or a
+// count) and its bounds.
 struct Figure {
   std::string key;
-  bool is_time = false;
+  FigureKind kind = FigureKind::kFraction;
   double value = 0;
   double lo = 0, hi = 0;
+  bool is_time() const { return kind == FigureKind::kTime; }
 };
 
 // Every figure the fit may move, read from `comm`.
 std::vector<Figure> AllFigures(const CommSpec& comm, bool multi_node) {
   std::vector<Figure> f;
-  f.push_back({"launch_latency", true, comm.launch_latency.seconds(), 1e-7, 5e-4});
-  if (multi_node) f.push_back({"net_latency", true, comm.net_latency.seconds(), 1e-8, 5e-4});
+  constexpr FigureKind kT = FigureKind::kTime, kF = FigureKind::kFraction;
+  f.push_back({"launch_latency", kT, comm.launch_latency.seconds(), 1e-7, 5e-4});
+  if (multi_node) f.push_back({"net_latency", kT, comm.net_latency.seconds(), 1e-8, 5e-4});
   for (int p = 0; p < kNumProtocols; ++p) {
     const std::string name = ProtocolName(static_cast<Protocol>(p));
-    f.push_back({"protocols." + name + ".step_latency", true,
+    f.push_back({"protocols." + name + ".step_latency", kT,
                  comm.protocols[p].step_latency.seconds(), 1e-8, 2e-4});
   }
   for (Protocol p : {Protocol::kLL, Protocol::kLL128}) {
-    f.push_back({std::string("protocols.") + ProtocolName(p) + ".efficiency", false,
+    f.push_back({std::string("protocols.") + ProtocolName(p) + ".efficiency", kF,
                  comm.protocol(p).efficiency, 0.01, 1.0});
   }
-  f.push_back({"nvlink_efficiency", false, comm.nvlink_efficiency, 0.05, 1.0});
-  if (multi_node) f.push_back({"nic_efficiency", false, comm.nic_efficiency, 0.05, 1.0});
+  f.push_back({"nvlink_efficiency", kF, comm.nvlink_efficiency, 0.05, 1.0});
+  if (multi_node) {
+    f.push_back({"nic_efficiency", kF, comm.nic_efficiency, 0.05, 1.0});
+    // Rail-aligned ring channels across nodes: 1 to 64.
+    f.push_back({"channels", FigureKind::kCount, static_cast<double>(comm.channels), 1, 64});
+  }
   return f;
 }
 
@@ -54,7 +63,7 @@ std::vector<Figure> AllFigures(const CommSpec& comm, bool multi_node) {
 // network latency, starts at 1 us: the search scales values, so it could not leave 0).
 std::vector<Figure> Bounded(std::vector<Figure> figures) {
   for (Figure& f : figures) {
-    if (f.is_time && f.value <= 0) f.value = 1e-6;
+    if (f.is_time() && f.value <= 0) f.value = 1e-6;
     f.value = std::clamp(f.value, f.lo, f.hi);
   }
   return figures;
@@ -69,6 +78,7 @@ CommOverride OverrideOf(const std::vector<Figure>& figures) {
     if (f.key == "net_latency") o.net_latency = t;
     if (f.key == "nvlink_efficiency") o.nvlink_efficiency = f.value;
     if (f.key == "nic_efficiency") o.nic_efficiency = f.value;
+    if (f.key == "channels") o.channels = static_cast<int>(std::lround(f.value));
     for (int p = 0; p < kNumProtocols; ++p) {
       const std::string prefix =
           std::string("protocols.") + ProtocolName(static_cast<Protocol>(p)) + ".";
@@ -120,8 +130,10 @@ Simulated Simulate(const std::string& preset, int per_node, const std::vector<Nc
 
 std::string FormatFigure(const Figure& f) {
   char text[64];
-  if (f.is_time) {
+  if (f.is_time()) {
     std::snprintf(text, sizeof text, "%.3f us", f.value * 1e6);
+  } else if (f.kind == FigureKind::kCount) {
+    std::snprintf(text, sizeof text, "%ld", std::lround(f.value));
   } else {
     std::snprintf(text, sizeof text, "%.4f", f.value);
   }
@@ -156,7 +168,7 @@ std::vector<Figure> Figures(const CommSpec& comm, bool multi_node, const std::st
         throw InputError("--fit " + fit + ": unknown figure '" + key + "'; expected all or " +
                          list);
       }
-      if ((key == "nic_efficiency" || key == "net_latency") && !multi_node) {
+      if ((key == "nic_efficiency" || key == "net_latency" || key == "channels") && !multi_node) {
         throw InputError("--fit " + fit + ": " + key +
                          " needs a run spanning two or more nodes");
       }
@@ -223,6 +235,12 @@ int RunCalibrateCommand(const CalibrateCommandOptions& o) {
         std::vector<Figure> trial = figures;
         Figure& f = trial[i];
         f.value = std::clamp(f.value * std::exp(direction * step), f.lo, f.hi);
+        // A count moves by whole units, at least one.
+        if (f.kind == FigureKind::kCount) {
+          f.value = std::clamp(direction > 0 ? std::max(std::round(f.value), figures[i].value + 1)
+                                             : std::min(std::round(f.value), figures[i].value - 1),
+                               f.lo, f.hi);
+        }
         if (f.value == figures[i].value) continue;
         const double c = cost(trial);
         ++simulations;
@@ -253,19 +271,20 @@ int RunCalibrateCommand(const CalibrateCommandOptions& o) {
     if (f.key.rfind("protocols.", 0) == 0) continue;
     out << "    " << f.key << ": " << FormatFigure(f) << "\n";
   }
-  out << "    protocols:\n";
+  // Protocols with a fitted figure, each on one line.
+  std::string protocols;
   for (int p = 0; p < kNumProtocols; ++p) {
     const std::string name = ProtocolName(static_cast<Protocol>(p));
-    out << "      " << name << ": {";
-    bool first = true;
+    const std::string prefix = "protocols." + name + ".";
+    std::string entries;
     for (const Figure& f : figures) {
-      const std::string prefix = "protocols." + name + ".";
       if (f.key.rfind(prefix, 0) != 0) continue;
-      out << (first ? "" : ", ") << f.key.substr(prefix.size()) << ": " << FormatFigure(f);
-      first = false;
+      entries += (entries.empty() ? "" : ", ") + f.key.substr(prefix.size()) + ": " +
+                 FormatFigure(f);
     }
-    out << "}\n";
+    if (!entries.empty()) protocols += "      " + name + ": {" + entries + "}\n";
   }
+  if (!protocols.empty()) out << "    protocols:\n" << protocols;
   std::snprintf(line, sizeof line, "# %-24s %-20s %12s %13s %12s %8s %12s %8s  %s\n", "file",
                 "test", "size(B)", "measured(us)", "preset(us)", "error", "fitted(us)", "error",
                 "algorithm (fitted)");

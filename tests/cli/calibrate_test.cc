@@ -155,6 +155,12 @@ TEST_F(CalibrateTest, RefusesWhatItCannotRead) {
            "--fit", "launch_latncy"});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find("unknown figure 'launch_latncy'"), std::string::npos) << r;
+  // The channels and the network figures need a curve across nodes.
+  r = Run({"calibrate", "--preset", "a100-dgx", DataFile("a100_8gpu_oci_all_reduce_perf.txt"),
+           "--fit", "channels"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.err.find("channels needs a run spanning two or more nodes"), std::string::npos)
+      << r;
 }
 
 // hardware.comm overrides the preset's NCCL figures: raising the launch latency of an 8-GPU
