@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "collectives/algorithms/collnet.h"
 #include "collectives/algorithms/direct.h"
 #include "collectives/algorithms/halving_doubling.h"
 #include "collectives/algorithms/hierarchical.h"
@@ -200,6 +201,12 @@ const std::vector<AlgorithmDef>& AlgorithmRegistry() {
        false,
        [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
          return MakeHierarchicalAlgorithm(n, j);
+       }},
+      {"collnet",
+       {kReduce},
+       false,
+       [](Network& n, CollectiveJob& j, const std::vector<int>&, Bytes) {
+         return MakeCollnetAlgorithm(n, j);
        }},
   };
   return registry;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
+#include "collectives/algorithms/collnet.h"
 #include "collectives/algorithms/hierarchical.h"
 #include "collectives/algorithms/nvls.h"
 #include "collectives/staged_all_reduce.h"
@@ -151,28 +153,39 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
       }
     }
     // One member per node leaves no node stage: an all-pairs exchange between nodes is not
-    // what NCCL runs (it rings them), so the tuner leaves it out.
+    // what NCCL runs (it rings them), so the tuner leaves it out. CollNet is the same with the
+    // leaf switch reducing the rails.
     if (all_reduce && !one_node && f.k > 1 && HierarchicalSupports(network, job).empty()) {
-      const int windows = windows_of(HierarchicalLevels(network, job), &segment);
-      // Inside the node: NVLS (S + S/k up) or a direct exchange (2 (k-1)/k S); across nodes
-      // 2 (N-1)/N S/k over each NIC. The stages overlap: the slower one bounds the time.
-      const double k = f.k, nodes = f.nodes;
-      const bool nvls = comm.nvls && f.k > 1;
-      const double intra_bytes = nvls ? (1 + 1 / k) * s : 2 * (k - 1) / k * s;
-      const double inter_bytes = 2 * (nodes - 1) / nodes * s / k;
-      const double seconds_per_byte = std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
-      for (Protocol p : all) {
-        if (nvls && p != Protocol::kSimple) continue;
-        const ProtocolSpec& spec = comm.protocol(p);
-        // Latency chain of a node stage (NVLS: up and down; direct: one crossing) and of a rail
-        // stage (one crossing between nodes).
-        const double node_stage = nvls ? 2 * Seconds(f.nvlink_hop + spec.step_latency)
-                                       : Seconds(intra_route + spec.step_latency);
-        const double rail_stage = Seconds(inter_route + spec.step_latency);
-        const double seconds = Seconds(comm.launch_latency) + 2 * node_stage + 2 * rail_stage +
-                               (windows - 1) * std::max(node_stage, rail_stage) +
-                               (s + 2 * segment) * seconds_per_byte / spec.efficiency;
-        add("hierarchical", p, seconds);
+      const bool collnet = CollnetSupports(network, job).empty();
+      for (const char* name : {"hierarchical", "collnet"}) {
+        const bool in_switch = std::string(name) == "collnet";
+        if (in_switch && !collnet) continue;
+        const int windows = windows_of(
+            in_switch ? CollnetLevels(network, job) : HierarchicalLevels(network, job), &segment);
+        // Inside the node: NVLS (S + S/k up) or a direct exchange (2 (k-1)/k S); across nodes
+        // 2 (N-1)/N S/k over each NIC, or (1 + 1/N) S/k through a reducing leaf. The stages
+        // overlap: the slower one bounds the time.
+        const double k = f.k, nodes = f.nodes;
+        const bool nvls = comm.nvls && f.k > 1;
+        const double intra_bytes = nvls ? (1 + 1 / k) * s : 2 * (k - 1) / k * s;
+        const double inter_bytes =
+            in_switch ? (1 + 1 / nodes) * s / k : 2 * (nodes - 1) / nodes * s / k;
+        const double seconds_per_byte =
+            std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
+        for (Protocol p : all) {
+          if ((nvls || in_switch) && p != Protocol::kSimple) continue;
+          const ProtocolSpec& spec = comm.protocol(p);
+          // Latency chain of a node stage (NVLS: up and down; direct: one crossing) and of a
+          // rail stage (one crossing between nodes, or up to the leaf and down).
+          const double node_stage = nvls ? 2 * Seconds(f.nvlink_hop + spec.step_latency)
+                                         : Seconds(intra_route + spec.step_latency);
+          const double rail_stage = in_switch ? 2 * Seconds(f.nic_hop + spec.step_latency)
+                                              : Seconds(inter_route + spec.step_latency);
+          const double seconds = Seconds(comm.launch_latency) + 2 * node_stage + 2 * rail_stage +
+                                 (windows - 1) * std::max(node_stage, rail_stage) +
+                                 (s + 2 * segment) * seconds_per_byte / spec.efficiency;
+          add(name, p, seconds);
+        }
       }
     }
   }

@@ -23,7 +23,8 @@ struct NcclChoice {
 // Every candidate the tuner weighs for `job`, restricted to `algorithm` unless it is "auto":
 // all-reduce: ring, nvls (one NVSwitch node that reduces; Simple only), double_tree (two or
 // more nodes, one member each), hierarchical (two or more nodes with two or more members each;
-// Simple only when the nodes reduce by NVLS); all-gather and reduce-scatter: ring;
+// Simple only when the nodes reduce by NVLS), collnet (the same where the fabric reduces;
+// Simple only); all-gather and reduce-scatter: ring;
 // all-to-all and permute: direct. Algorithms the tuner does not model (tree,
 // halving_doubling, bidirectional_ring, torus_2d) run with Simple. Each estimate, for a
 // message of S bytes (the all-reduce buffer, or the gathered array), is

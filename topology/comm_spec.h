@@ -53,6 +53,9 @@ struct CommSpec {
   int channels = 1;
   // Whether the NVSwitch reduces in the network (NVLS / NVLink SHARP).
   bool nvls = false;
+  // Whether the scale-out switches reduce in the network (InfiniBand SHARP: NCCL's CollNet).
+  // No preset's fabric is documented with it (hardware.md); `hardware.comm.sharp` sets it.
+  bool sharp = false;
   // Pipelining unit of the NVLS and hierarchical algorithms: a buffer flows through their
   // stages in pieces of this size (at most 64 pieces).
   Bytes chunk_size = Bytes::MiB(1);

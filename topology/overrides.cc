@@ -145,6 +145,7 @@ CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec) {
     comm.channels = *override_spec.channels;
   }
   if (override_spec.nvls) comm.nvls = *override_spec.nvls;
+  if (override_spec.sharp) comm.sharp = *override_spec.sharp;
   if (override_spec.chunk_size) {
     if (override_spec.chunk_size->count() <= 0) {
       throw SpecError("hardware.comm.chunk_size",

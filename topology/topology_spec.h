@@ -45,6 +45,7 @@ struct CommOverride {
   std::optional<double> nic_efficiency;      // hardware.comm.nic_efficiency, in (0, 1]
   std::optional<int> channels;               // hardware.comm.channels, >= 1
   std::optional<bool> nvls;                  // hardware.comm.nvls
+  std::optional<bool> sharp;                 // hardware.comm.sharp
   std::optional<Bytes> chunk_size;           // hardware.comm.chunk_size, > 0
   std::optional<bool> multipath;             // hardware.comm.multipath
   std::optional<Bytes> multipath_min_bytes;  // hardware.comm.multipath_min_bytes, >= 0

@@ -164,7 +164,7 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
 // `hardware.comm`: the collective library's figures (comm_spec.h).
 CommOverride ReadCommOverride(const YamlValue& value) {
   YamlMap map = value.Map({"nccl", "launch_latency", "net_latency", "protocols", "nvlink_efficiency",
-                           "nic_efficiency", "channels", "nvls", "chunk_size", "multipath",
+                           "nic_efficiency", "channels", "nvls", "sharp", "chunk_size", "multipath",
                            "multipath_min_bytes"});
   CommOverride comm;
   if (auto v = map.Find("nccl")) comm.nccl = v->Bool();
@@ -186,6 +186,7 @@ CommOverride ReadCommOverride(const YamlValue& value) {
   if (auto v = map.Find("nic_efficiency")) comm.nic_efficiency = Fraction(*v);
   if (auto v = map.Find("channels")) comm.channels = v->Int(1);
   if (auto v = map.Find("nvls")) comm.nvls = v->Bool();
+  if (auto v = map.Find("sharp")) comm.sharp = v->Bool();
   if (auto v = map.Find("chunk_size")) {
     comm.chunk_size = v->ToBytes();
     if (comm.chunk_size->count() <= 0) v->Fail("must be positive, got " + v->Describe());

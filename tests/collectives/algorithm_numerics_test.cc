@@ -28,7 +28,16 @@ namespace {
 // kNcclSwitch and kNcclFatTree run as NCCL does (CommSpec::nccl, NVLS on the switch; the fat
 // tree's shape is {nodes, per node}, kNcclFatTreeNvls with NVLS inside its nodes), with a
 // 64-byte pipelining chunk so that large counts flow in many segments.
-enum class Place { kRing, kLine, kTorus, kSwitch, kNcclSwitch, kNcclFatTree, kNcclFatTreeNvls };
+enum class Place {
+  kRing,
+  kLine,
+  kTorus,
+  kSwitch,
+  kNcclSwitch,
+  kNcclFatTree,
+  kNcclFatTreeNvls,
+  kNcclFatTreeSharp,  // NVLS inside the nodes, SHARP in the leaf switch.
+};
 
 struct NumericsCase {
   std::string algorithm;
@@ -70,7 +79,8 @@ std::string CaseName(const NumericsCase& c) {
                       : c.place == Place::kSwitch           ? "switch"
                       : c.place == Place::kNcclSwitch       ? "ncclswitch"
                       : c.place == Place::kNcclFatTree      ? "nccltree"
-                                                            : "nccltreenvls";
+                      : c.place == Place::kNcclFatTreeNvls  ? "nccltreenvls"
+                                                            : "nccltreesharp";
   std::string name = c.algorithm + "_" + CollectiveKindName(c.kind);
   bool reduces = c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllReduce;
   if (reduces) name += std::string("_") + OpName(c.reduce);
@@ -100,7 +110,8 @@ Topology Build(Place place, const std::vector<int>& shape) {
                          DeviceSpec{}, "switch");
     case Place::kNcclSwitch:
     case Place::kNcclFatTree:
-    case Place::kNcclFatTreeNvls: {
+    case Place::kNcclFatTreeNvls:
+    case Place::kNcclFatTreeSharp: {
       CommSpec comm;
       comm.nccl = true;
       comm.launch_latency = Time::Microseconds(5);
@@ -108,6 +119,7 @@ Topology Build(Place place, const std::vector<int>& shape) {
                         ProtocolSpec{Time::Nanoseconds(1900), 0.92},
                         ProtocolSpec{Time::Nanoseconds(3400), 1.0}};
       comm.nvls = place != Place::kNcclFatTree;
+      comm.sharp = place == Place::kNcclFatTreeSharp;
       comm.channels = 4;
       comm.chunk_size = Bytes(64);
       Topology topo;
@@ -372,6 +384,7 @@ std::vector<NumericsCase> Cases() {
            {2, 1}, {2, 3}, {3, 3}, {5, 3}, {2, 8}, {4, 4}}) {
     add_all_reduce("hierarchical", Place::kNcclFatTree, shape);
     add_all_reduce("hierarchical", Place::kNcclFatTreeNvls, shape);
+    add_all_reduce("collnet", Place::kNcclFatTreeSharp, shape);
     // Rail-aligned ring channels (4 of them, fewer or more than the members per node).
     const int g = shape[0] * shape[1];
     add_reductions("ring", Place::kNcclFatTree, shape, {g});

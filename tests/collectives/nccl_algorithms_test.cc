@@ -116,6 +116,11 @@ std::vector<ClosedForm> Cases() {
   auto node8 = [] { return Node(8, Comm(true)); };
   auto two_by_four = [] { return Nodes(2, 4, Comm(false)); };
   auto two_by_four_nvls = [] { return Nodes(2, 4, Comm(true)); };
+  auto two_by_four_sharp = [] {
+    CommSpec c = Comm(false);
+    c.sharp = true;
+    return Nodes(2, 4, c);
+  };
   auto slow_links = [] {
     CommSpec c = Comm(false);
     c.nvlink_efficiency = 0.5;
@@ -143,6 +148,12 @@ std::vector<ClosedForm> Cases() {
     cases.push_back({"hierarchical_2x4_" + size, two_by_four, K::kAllReduce, "hierarchical", v,
                      kLaunch + 2 * (1 + kStep + 3.0 / 4 * v / kNvW) +
                          2 * (2 + kStep + v / 8 / kNicW)});
+    // CollNet (SHARP in the leaf, direct inside the node): the node stages as above; each
+    // rail stage goes up to the leaf and back down (1 us hops): reduce-scatter V/4 up and V/8
+    // down, all-gather V/8 up and the other member's V/8 down.
+    cases.push_back({"collnet_2x4_" + size, two_by_four_sharp, K::kAllReduce, "collnet", v,
+                     kLaunch + 2 * (1 + kStep + 3.0 / 4 * v / kNvW) + 4 * (1 + kStep) +
+                         (1.0 / 4 + 1.0 / 8 + 1.0 / 8 + 1.0 / 8) * v / kNicW});
     // With NVLS inside the node: V up and V/4 down, the rail stages as above, V/4 up and 3
     // pieces of V/4 down.
     cases.push_back({"hierarchical_nvls_2x4_" + size, two_by_four_nvls, K::kAllReduce,
@@ -250,6 +261,20 @@ TEST(NcclDoubleTree, LatencyChainAndTunerChoice) {
             "double_tree");
   EXPECT_EQ(RunCollective(topo, CollectiveKind::kAllReduce, "auto", 256 * kMiB).resolved.substr(0, 4),
             "ring");
+}
+
+// Across 8 nodes of 8 at 1 GiB, a fabric that reduces halves the rails' bytes ((1 + 1/8) S/8
+// through the leaf against 2 (7/8) S/8 exchanged): the tuner takes CollNet, and it is faster
+// than the hierarchical all-reduce the same machine runs without SHARP.
+TEST(NcclCollnet, TunerTakesTheReducingFabricAcrossManyNodes) {
+  CommSpec with = Comm(true, 8, Bytes::MiB(1));
+  with.sharp = true;
+  Ran sharp = RunCollective(Nodes(8, 8, with), CollectiveKind::kAllReduce, "auto", 1024 * kMiB);
+  Ran plain = RunCollective(Nodes(8, 8, Comm(true, 8, Bytes::MiB(1))), CollectiveKind::kAllReduce,
+                            "auto", 1024 * kMiB);
+  EXPECT_EQ(sharp.resolved, "collnet/Simple");
+  EXPECT_EQ(plain.resolved, "hierarchical/Simple");
+  EXPECT_LT(sharp.us, 0.9 * plain.us);
 }
 
 // The tuner's estimate of what it picks is close to what the simulation then takes (within
