@@ -1,5 +1,6 @@
 #include "sim/cli/topo_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -86,6 +87,23 @@ std::string DescribeTopology(const Topology& topo) {
     out << ", HBM " << FormatBandwidth(dev.hbm_bandwidth) << ", " << FormatBytes(dev.hbm_capacity)
         << "\n";
   }
+  const CommSpec& comm = topo.comm();
+  if (comm.nccl) {
+    out << "  nccl:       launch " << FormatTime(comm.launch_latency) << ", "
+        << FormatTime(comm.net_latency) << " per message over a NIC; steps";
+    for (int p = 0; p < kNumProtocols; ++p) {
+      out << (p ? ", " : " ") << ProtocolName(static_cast<Protocol>(p)) << " "
+          << FormatTime(comm.protocols[p].step_latency) << " at "
+          << std::lround(100 * comm.protocols[p].efficiency) << "%";
+    }
+    out << "; NVLink at " << std::lround(100 * comm.nvlink_efficiency) << "%, NICs at "
+        << std::lround(100 * comm.nic_efficiency) << "%; " << comm.channels << " channels"
+        << (comm.nvls ? "; NVLS" : "") << (comm.sharp ? "; SHARP" : "") << "\n";
+  }
+  if (comm.multipath) {
+    out << "  multipath:  permutes of " << FormatBytes(comm.multipath_min_bytes)
+        << " and more split over every minimal route\n";
+  }
   return out.str();
 }
 
@@ -142,6 +160,32 @@ std::string TopologyJson(const Topology& topo) {
   j += "}, \"hbm_bandwidth\": ";
   AppendJsonNumber(j, dev.hbm_bandwidth.bytes_per_second());
   j += ", \"hbm_capacity\": " + std::to_string(dev.hbm_capacity.count());
+  const CommSpec& comm = topo.comm();
+  j += "},\n  \"comm\": {\"nccl\": ";
+  j += comm.nccl ? "true" : "false";
+  j += ", \"launch_latency_s\": ";
+  AppendJsonNumber(j, comm.launch_latency.seconds());
+  j += ", \"net_latency_s\": ";
+  AppendJsonNumber(j, comm.net_latency.seconds());
+  j += ", \"protocols\": {";
+  for (int p = 0; p < kNumProtocols; ++p) {
+    j += p ? ", " : "";
+    AppendJsonString(j, ProtocolName(static_cast<Protocol>(p)));
+    j += ": {\"step_latency_s\": ";
+    AppendJsonNumber(j, comm.protocols[p].step_latency.seconds());
+    j += ", \"efficiency\": ";
+    AppendJsonNumber(j, comm.protocols[p].efficiency);
+    j += "}";
+  }
+  j += "}, \"nvlink_efficiency\": ";
+  AppendJsonNumber(j, comm.nvlink_efficiency);
+  j += ", \"nic_efficiency\": ";
+  AppendJsonNumber(j, comm.nic_efficiency);
+  j += ", \"channels\": " + std::to_string(comm.channels);
+  j += std::string(", \"nvls\": ") + (comm.nvls ? "true" : "false");
+  j += std::string(", \"sharp\": ") + (comm.sharp ? "true" : "false");
+  j += std::string(", \"multipath\": ") + (comm.multipath ? "true" : "false");
+  j += ", \"multipath_min_bytes\": " + std::to_string(comm.multipath_min_bytes.count());
   j += "}\n}\n";
   return j;
 }

@@ -112,6 +112,34 @@ TEST_F(CliTest, TopoH100DgxIsEightGpusOnOneNvSwitch) {
   EXPECT_DOUBLE_EQ(g["bandwidth"].get<double>(), 450e9);  // Per direction.
 }
 
+// topo reports how collectives drive the links: NCCL's figures on GPU presets (A100: no
+// NVLS, NVLink at NCCL's 235 of 300 GB/s; --set-style overrides from a run file apply), and
+// on TPU presets the split of permutes over minimal routes.
+TEST_F(CliTest, TopoReportsTheCollectiveLibrary) {
+  fs::path j = out() / "a100.json";
+  Result r = RunOk({"topo", "a100-dgx", "--nodes", "2", "--json", j.string()});
+  EXPECT_NE(r.out.find("nccl:       launch"), std::string::npos) << r;
+  json t = ReadJson(j);
+  EXPECT_EQ(t["comm"]["nccl"], true);
+  EXPECT_EQ(t["comm"]["nvls"], false);
+  EXPECT_NEAR(t["comm"]["nvlink_efficiency"].get<double>(), 235.0 / 300.0, 1e-12);
+  EXPECT_EQ(t["comm"]["protocols"].size(), 3u);
+  const std::string file = WriteInput("sharp.yaml", "hardware: {preset: h100-dgx, nodes: 2, "
+                                                    "comm: {sharp: true, channels: 4}}\n");
+  fs::path k = out() / "sharp.json";
+  RunOk({"topo", file, "--json", k.string()});
+  json u = ReadJson(k);
+  EXPECT_EQ(u["comm"]["sharp"], true);
+  EXPECT_EQ(u["comm"]["channels"], 4);
+  EXPECT_EQ(u["comm"]["nvls"], true);
+  fs::path v = out() / "v5e.json";
+  Result tpu = RunOk({"topo", "tpu-v5e", "--json", v.string()});
+  EXPECT_NE(tpu.out.find("multipath:"), std::string::npos) << tpu;
+  json w = ReadJson(v);
+  EXPECT_EQ(w["comm"]["nccl"], false);
+  EXPECT_EQ(w["comm"]["multipath"], true);
+}
+
 TEST_F(CliTest, TopoH100DgxFourNodes) {
   fs::path j = out() / "dgx4.json";
   RunOk({"topo", "h100-dgx", "--nodes", "4", "--json", j.string()});
