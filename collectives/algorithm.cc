@@ -236,8 +236,7 @@ std::optional<Protocol> ParseProtocol(const std::string& text) {
   return std::nullopt;
 }
 
-std::string AlgorithmSupports(const std::string& full_name, CollectiveKind kind,
-                              int group_size) {
+std::string AlgorithmSupports(const std::string& full_name, CollectiveKind kind, int group_size) {
   if (full_name.empty() || full_name == "auto") return "";
   const size_t slash = full_name.find('/');
   const std::string name = full_name.substr(0, slash);
@@ -325,8 +324,7 @@ std::unique_ptr<CollectiveAlgorithm> MakeAlgorithm(const std::string& name, Netw
     std::string refused = AlgorithmSupports(algorithm, job.kind, job.size());
     if (!refused.empty()) throw std::invalid_argument(refused);
   }
-  NcclChoice choice = ChooseNccl(network, job, axis_sizes, automatic ? "auto" : algorithm,
-                                 forced);
+  NcclChoice choice = ChooseNccl(network, job, axis_sizes, automatic ? "auto" : algorithm, forced);
   const ProtocolSpec& protocol = comm.protocol(choice.protocol);
   job.step_latency = protocol.step_latency;
   job.wire_factor = 1.0 / protocol.efficiency;

@@ -34,8 +34,7 @@ TransferId CollectiveJob::Send(Network& network, int from, int to, int64_t eleme
                                std::string label, Callback on_delivered,
                                Callback on_drained) const {
   return network.Start(members[from], members[to], WireBytes(elements), std::move(label),
-                       std::move(on_delivered), std::move(on_drained), step_latency,
-                       split_routes);
+                       std::move(on_delivered), std::move(on_drained), step_latency, split_routes);
 }
 
 std::vector<float> InitialWorkBuffer(const CollectiveJob& job, int member) {

@@ -102,16 +102,15 @@ void Require(bool ok, const std::string& what) {
 // w[K, F], the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]): the column blocks of x travel; step s
 // multiplies the block of device i - s with the matching row block of w and accumulates.
 // Bidirectional: left halves of the blocks travel forward, right halves backward.
-std::vector<OpSpec> GatherLhsContracting(const OpSpec& op, const Shape& x, const Shape& w,
-                                         int n) {
+std::vector<OpSpec> GatherLhsContracting(const OpSpec& op, const Shape& x, const Shape& w, int n) {
   Expansion e(op);
   const std::string& xn = op.in[0];
   const std::string& wn = op.in[1];
   const std::string& out = op.out[0];
-  Require(x[1] * n == w[0], "allgather_matmul (gather lhs, axis 1): all_gather(x" +
-                                FormatShape(x) + ", axis 1) over " + std::to_string(n) +
-                                " devices has " + std::to_string(x[1] * n) + " columns; w" +
-                                FormatShape(w) + " has " + std::to_string(w[0]) + " rows");
+  Require(x[1] * n == w[0], "allgather_matmul (gather lhs, axis 1): all_gather(x" + FormatShape(x) +
+                                ", axis 1) over " + std::to_string(n) + " devices has " +
+                                std::to_string(x[1] * n) + " columns; w" + FormatShape(w) +
+                                " has " + std::to_string(w[0]) + " rows");
   if (op.variant == "blocking") {
     e.Collective(OpKind::kAllGather, xn, e.Name("x_full"), 1);
     e.Matmul(e.Name("x_full"), wn, out);

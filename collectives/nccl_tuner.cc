@@ -14,9 +14,9 @@ namespace {
 
 // What the estimates read of the machine and the group.
 struct Facts {
-  int n = 1;      // Members.
-  int nodes = 1;  // NVSwitch nodes the members span (1 when they have none).
-  int k = 1;      // Members per node.
+  int n = 1;                   // Members.
+  int nodes = 1;               // NVSwitch nodes the members span (1 when they have none).
+  int k = 1;                   // Members per node.
   double nvlink = 0, nic = 0;  // Achievable bytes per second of a member's scale-up / NIC link.
   Time nvlink_hop, nic_hop;    // Latency of one such link.
 };
@@ -170,8 +170,7 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
         const double intra_bytes = nvls ? (1 + 1 / k) * s : 2 * (k - 1) / k * s;
         const double inter_bytes =
             in_switch ? (1 + 1 / nodes) * s / k : 2 * (nodes - 1) / nodes * s / k;
-        const double seconds_per_byte =
-            std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
+        const double seconds_per_byte = std::max(intra_bytes / f.nvlink, inter_bytes / f.nic) / s;
         for (Protocol p : all) {
           if ((nvls || in_switch) && p != Protocol::kSimple) continue;
           const ProtocolSpec& spec = comm.protocol(p);

@@ -15,9 +15,9 @@ namespace shardsim {
 
 // One candidate: an algorithm with a protocol, and its estimated time.
 struct NcclChoice {
-  std::string algorithm;              // Registry name.
+  std::string algorithm;  // Registry name.
   Protocol protocol = Protocol::kSimple;
-  Time estimate;                      // The tuner's closed form (not the simulated time).
+  Time estimate;  // The tuner's closed form (not the simulated time).
 };
 
 // Every candidate the tuner weighs for `job`, restricted to `algorithm` unless it is "auto":

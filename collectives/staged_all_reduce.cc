@@ -115,8 +115,8 @@ class StagedAllReduce : public CollectiveAlgorithm {
           const Range piece = Piece(range, q, g);
           const int to = group[q];
           Transfer(job_.members[m], job_.members[to], piece, Label(s, t),
-                   [this, to, s, t, piece, payload = Payload(work_.empty() ? Empty() : work_[m],
-                                                             piece)]() {
+                   [this, to, s, t, piece,
+                    payload = Payload(work_.empty() ? Empty() : work_[m], piece)]() {
                      if (job_.numerics) {
                        Combine(job_.reduce, job_.dtype, work_[to].data() + piece.first,
                                payload.data(), piece.second - piece.first);
@@ -291,8 +291,7 @@ int StagedSegments(int64_t bytes, int64_t chunk, int64_t transfers_per_segment) 
 std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
                                                          std::vector<ReductionLevel> levels,
                                                          int segments) {
-  return std::make_unique<StagedAllReduce>(network, job, std::move(levels),
-                                           std::max(1, segments));
+  return std::make_unique<StagedAllReduce>(network, job, std::move(levels), std::max(1, segments));
 }
 
 }  // namespace shardsim

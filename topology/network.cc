@@ -122,9 +122,9 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   return id;
 }
 
-void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes,
-                         Bytes bytes, const std::string& label, Callback on_delivered,
-                         Callback on_drained, Time extra_latency) {
+void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes, Bytes bytes,
+                         const std::string& label, Callback on_delivered, Callback on_drained,
+                         Time extra_latency) {
   // Every part delivered (drained) delivers (drains) the whole.
   struct Join {
     int delivered = 0, drained = 0, parts = 0;
@@ -150,11 +150,12 @@ void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& 
       };
     }
     // Each part is a flow of its own in traces: the first keeps the transfer's id.
-    StartFlow(i == 0 ? id : next_id_++, routes[i], part, std::move(part_label),
-              [join] {
-                if (++join->delivered == join->parts) join->on_delivered();
-              },
-              std::move(drained), extra_latency);
+    StartFlow(
+        i == 0 ? id : next_id_++, routes[i], part, std::move(part_label),
+        [join] {
+          if (++join->delivered == join->parts) join->on_delivered();
+        },
+        std::move(drained), extra_latency);
   }
 }
 

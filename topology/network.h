@@ -216,7 +216,7 @@ class Network {
   std::vector<LinkState> links_;
   std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
-  Time net_latency_;  // CommSpec::net_latency: added to transfers over a NIC link.
+  Time net_latency_;           // CommSpec::net_latency: added to transfers over a NIC link.
   bool multipath_ = false;     // CommSpec::multipath.
   Bytes multipath_min_bytes_;  // CommSpec::multipath_min_bytes.
   std::vector<int32_t> vertex_pid_;

@@ -127,7 +127,8 @@ CommSpec ApplyCommOverride(CommSpec comm, const CommOverride& override_spec) {
     if (o.step_latency) {
       comm.protocols[p].step_latency = latency(key + ".step_latency", *o.step_latency);
     }
-    if (o.efficiency) comm.protocols[p].efficiency = CheckedFraction(key + ".efficiency", *o.efficiency);
+    if (o.efficiency)
+      comm.protocols[p].efficiency = CheckedFraction(key + ".efficiency", *o.efficiency);
   }
   if (override_spec.nvlink_efficiency) {
     comm.nvlink_efficiency =

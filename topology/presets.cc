@@ -252,7 +252,8 @@ std::vector<GpuPreset> GpuPresets() {
     DeviceSpec d = Chip("A100 SXM", "GPU", 3.1e14, kGpuF32Fraction,
                         Bandwidth::BytesPerSecond(2.0e12), Gigabytes(80));
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d), NcclComm(false), Bandwidth::Gbps(200)});
+    out.push_back({"a100-dgx", 8, Bandwidth::BytesPerSecond(300e9), std::move(d), NcclComm(false),
+                   Bandwidth::Gbps(200)});
   }
   {
     // hardware.md, GPUs, row H100 SXM: HBM 80 GB, 3.35e12 B/s, bf16 dense 9.9e14 FLOP/s,
@@ -261,7 +262,8 @@ std::vector<GpuPreset> GpuPresets() {
                         Bandwidth::BytesPerSecond(3.35e12), Gigabytes(80));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
+    out.push_back({"h100-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true),
+                   Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, row H200: HBM 141 GB, 4.8e12 B/s, bf16 dense 9.9e14 FLOP/s,
@@ -270,7 +272,8 @@ std::vector<GpuPreset> GpuPresets() {
                         Gigabytes(141));
     d.flops["fp8"] = FlopRate::PerSecond(2.0e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
+    out.push_back({"h200-dgx", 8, Bandwidth::BytesPerSecond(450e9), std::move(d), NcclComm(true),
+                   Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, row B200: HBM 192 GB, 8.0e12 B/s, bf16 dense 2.3e15 FLOP/s,
@@ -279,7 +282,8 @@ std::vector<GpuPreset> GpuPresets() {
                         Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d), NcclComm(true), Bandwidth::Gbps(400)});
+    out.push_back({"b200-dgx", 8, Bandwidth::BytesPerSecond(900e9), std::move(d), NcclComm(true),
+                   Bandwidth::Gbps(400)});
   }
   {
     // hardware.md, GPUs, "GB200 NVL72: 72 GPUs in one NVLink domain, 900e9 B/s per GPU one
@@ -289,7 +293,8 @@ std::vector<GpuPreset> GpuPresets() {
                         Bandwidth::BytesPerSecond(8.0e12), Gigabytes(192));
     d.flops["fp8"] = FlopRate::PerSecond(4.5e15);
     SetComputeDefaults(d, kGpuDefaults);  // Efficiencies, overhead, slowdown: see above.
-    out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d), NcclComm(true), Bandwidth::Gbps(800)});
+    out.push_back({"gb200-nvl72", 72, Bandwidth::BytesPerSecond(900e9), std::move(d),
+                   NcclComm(true), Bandwidth::Gbps(800)});
   }
   return out;
 }

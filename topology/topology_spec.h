@@ -37,18 +37,18 @@ struct ProtocolOverride {
 
 // Overrides of the collective library's figures (`hardware.comm`; see comm_spec.h).
 struct CommOverride {
-  std::optional<bool> nccl;                  // hardware.comm.nccl
-  std::optional<Time> launch_latency;        // hardware.comm.launch_latency, >= 0
-  std::optional<Time> net_latency;           // hardware.comm.net_latency, >= 0
+  std::optional<bool> nccl;                   // hardware.comm.nccl
+  std::optional<Time> launch_latency;         // hardware.comm.launch_latency, >= 0
+  std::optional<Time> net_latency;            // hardware.comm.net_latency, >= 0
   std::array<ProtocolOverride, 3> protocols;  // By Protocol: LL, LL128, Simple.
-  std::optional<double> nvlink_efficiency;   // hardware.comm.nvlink_efficiency, in (0, 1]
-  std::optional<double> nic_efficiency;      // hardware.comm.nic_efficiency, in (0, 1]
-  std::optional<int> channels;               // hardware.comm.channels, >= 1
-  std::optional<bool> nvls;                  // hardware.comm.nvls
-  std::optional<bool> sharp;                 // hardware.comm.sharp
-  std::optional<Bytes> chunk_size;           // hardware.comm.chunk_size, > 0
-  std::optional<bool> multipath;             // hardware.comm.multipath
-  std::optional<Bytes> multipath_min_bytes;  // hardware.comm.multipath_min_bytes, >= 0
+  std::optional<double> nvlink_efficiency;    // hardware.comm.nvlink_efficiency, in (0, 1]
+  std::optional<double> nic_efficiency;       // hardware.comm.nic_efficiency, in (0, 1]
+  std::optional<int> channels;                // hardware.comm.channels, >= 1
+  std::optional<bool> nvls;                   // hardware.comm.nvls
+  std::optional<bool> sharp;                  // hardware.comm.sharp
+  std::optional<Bytes> chunk_size;            // hardware.comm.chunk_size, > 0
+  std::optional<bool> multipath;              // hardware.comm.multipath
+  std::optional<Bytes> multipath_min_bytes;   // hardware.comm.multipath_min_bytes, >= 0
 };
 
 // One link of an explicit graph (`kind: graph`).

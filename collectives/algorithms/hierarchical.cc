@@ -54,8 +54,7 @@ std::string HierarchicalSupports(const Network& network, const CollectiveJob& jo
   return "";
 }
 
-std::vector<ReductionLevel> HierarchicalLevels(const Network& network,
-                                               const CollectiveJob& job) {
+std::vector<ReductionLevel> HierarchicalLevels(const Network& network, const CollectiveJob& job) {
   const Topology& topo = network.topology();
   const std::vector<std::vector<int>> nodes = MembersByNode(network, job);
   const int k = static_cast<int>(nodes[0].size());

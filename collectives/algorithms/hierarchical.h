@@ -22,8 +22,7 @@ std::string HierarchicalSupports(const Network& network, const CollectiveJob& jo
 
 // The two levels: the nodes (through their switch when it reduces and a node has two or more
 // members), then the rails (member l of every node). Checked first.
-std::vector<ReductionLevel> HierarchicalLevels(const Network& network,
-                                                      const CollectiveJob& job);
+std::vector<ReductionLevel> HierarchicalLevels(const Network& network, const CollectiveJob& job);
 
 // With N nodes of k members: inside each node the k members reduce-scatter the segment (by
 // NVLS through the switch when it reduces, else directly), then member l of every node

@@ -24,7 +24,7 @@ class RingFamily : public CollectiveAlgorithm {
     strides_.assign(k, 1);
     for (int a = k - 2; a >= 0; --a) strides_[a] = strides_[a + 1] * plan_.axis_sizes[a + 1];
     lanes_ = plan_.channels.empty() ? plan_.parts * plan_.directions
-                                     : static_cast<int>(plan_.channels.size());
+                                    : static_cast<int>(plan_.channels.size());
     finished_.assign(g, 0);
   }
 

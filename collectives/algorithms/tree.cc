@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -132,8 +132,7 @@ class Tree : public CollectiveAlgorithm {
             }
           } else {
             if (job_.numerics) {
-              std::copy(payload.begin(), payload.end(),
-                        (*job_.out)[span_.order[to]].begin() + lo);
+              std::copy(payload.begin(), payload.end(), (*job_.out)[span_.order[to]].begin() + lo);
             }
             SendDown(to, s);
           }
@@ -168,8 +167,8 @@ class DoubleTree : public CollectiveAlgorithm {
       if (++halves_[member] == 2) job_.on_member_done(member);
     };
     const int64_t half = job.total / 2;
-    trees_[0] = std::make_unique<Tree>(network, job, pipeline,
-                                       TreeSpan{0, half, forward, done, false});
+    trees_[0] =
+        std::make_unique<Tree>(network, job, pipeline, TreeSpan{0, half, forward, done, false});
     trees_[1] = std::make_unique<Tree>(network, job, pipeline,
                                        TreeSpan{half, job.total, backward, done, false});
   }
@@ -195,12 +194,11 @@ std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, Collect
   for (int p = 0; p < job.size(); ++p) order[p] = p;
   return std::make_unique<Tree>(network, job, pipeline,
                                 TreeSpan{0, job.total, std::move(order),
-                                         [&job](int member) { job.on_member_done(member); },
-                                         true});
+                                         [&job](int member) { job.on_member_done(member); }, true});
 }
 
-std::unique_ptr<CollectiveAlgorithm> MakeDoubleTreeAlgorithm(Network& network,
-                                                             CollectiveJob& job, int pipeline) {
+std::unique_ptr<CollectiveAlgorithm> MakeDoubleTreeAlgorithm(Network& network, CollectiveJob& job,
+                                                             int pipeline) {
   return std::make_unique<DoubleTree>(network, job, pipeline);
 }
 

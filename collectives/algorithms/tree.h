@@ -26,7 +26,7 @@ std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, Collect
 // member sends each half up once and an inner member sends its half down twice: about 2 S out
 // of the busiest member for S bytes, against one tree's 3 S, in 2 floor(log2 G) steps rather
 // than a ring's 2 (G - 1).
-std::unique_ptr<CollectiveAlgorithm> MakeDoubleTreeAlgorithm(Network& network,
-                                                             CollectiveJob& job, int pipeline);
+std::unique_ptr<CollectiveAlgorithm> MakeDoubleTreeAlgorithm(Network& network, CollectiveJob& job,
+                                                             int pipeline);
 
 }  // namespace shardsim

@@ -112,10 +112,10 @@ Simulated Simulate(const std::string& preset, int per_node, const std::vector<Nc
     for (const NcclTestsPoint& p : run.points) {
       const int64_t elements = p.size.count() / 4 / run.ranks * run.ranks;
       std::string algorithm;
-      Time t = elements == 0 ? Time()
-                             : SimulateCollectiveSize(machine, mesh, {"x"}, run.op,
-                                                      std::max<int64_t>(elements, 1), "auto",
-                                                      &algorithm);
+      Time t = elements == 0
+                   ? Time()
+                   : SimulateCollectiveSize(machine, mesh, {"x"}, run.op,
+                                            std::max<int64_t>(elements, 1), "auto", &algorithm);
       out.times.back().push_back(t);
       out.algorithms.back().push_back(algorithm);
       if (t > Time()) {
@@ -154,9 +154,13 @@ std::vector<Figure> Figures(const CommSpec& comm, bool multi_node, const std::st
   if (fit == "all") return all;
   std::vector<std::string> wanted;
   if (fit.empty()) {
-    wanted = {"launch_latency",       "net_latency",       "protocols.LL.step_latency",
-              "protocols.LL128.step_latency", "protocols.Simple.step_latency",
-              "nvlink_efficiency",    "nic_efficiency"};
+    wanted = {"launch_latency",
+              "net_latency",
+              "protocols.LL.step_latency",
+              "protocols.LL128.step_latency",
+              "protocols.Simple.step_latency",
+              "nvlink_efficiency",
+              "nic_efficiency"};
   } else {
     std::stringstream in(fit);
     std::string key;
@@ -169,8 +173,7 @@ std::vector<Figure> Figures(const CommSpec& comm, bool multi_node, const std::st
                          list);
       }
       if ((key == "nic_efficiency" || key == "net_latency" || key == "channels") && !multi_node) {
-        throw InputError("--fit " + fit + ": " + key +
-                         " needs a run spanning two or more nodes");
+        throw InputError("--fit " + fit + ": " + key + " needs a run spanning two or more nodes");
       }
       wanted.push_back(key);
     }
@@ -192,7 +195,8 @@ std::vector<std::string> CalibrationKeys() {
 
 int RunCalibrateCommand(const CalibrateCommandOptions& o) {
   if (!IsPreset(o.preset)) {
-    throw InputError("--preset " + o.preset + ": unknown preset; GPU presets: a100-dgx, "
+    throw InputError("--preset " + o.preset +
+                     ": unknown preset; GPU presets: a100-dgx, "
                      "h100-dgx, h200-dgx, b200-dgx, gb200-nvl72");
   }
   if (IsTpuPreset(o.preset)) {
@@ -279,8 +283,8 @@ int RunCalibrateCommand(const CalibrateCommandOptions& o) {
     std::string entries;
     for (const Figure& f : figures) {
       if (f.key.rfind(prefix, 0) != 0) continue;
-      entries += (entries.empty() ? "" : ", ") + f.key.substr(prefix.size()) + ": " +
-                 FormatFigure(f);
+      entries +=
+          (entries.empty() ? "" : ", ") + f.key.substr(prefix.size()) + ": " + FormatFigure(f);
     }
     if (!entries.empty()) protocols += "      " + name + ": {" + entries + "}\n";
   }
@@ -295,11 +299,10 @@ int RunCalibrateCommand(const CalibrateCommandOptions& o) {
       const NcclTestsPoint& p = runs[r].points[i];
       const double measured = p.time.microseconds();
       const double a = was.times[r][i].microseconds(), b = now.times[r][i].microseconds();
-      std::snprintf(line, sizeof line,
-                    "# %-24s %-20s %12lld %13.2f %12.2f %+7.1f%% %12.2f %+7.1f%%  %s\n",
-                    file.c_str(), runs[r].test.c_str(), static_cast<long long>(p.size.count()),
-                    measured, a, (a / measured - 1) * 100, b, (b / measured - 1) * 100,
-                    now.algorithms[r][i].c_str());
+      std::snprintf(
+          line, sizeof line, "# %-24s %-20s %12lld %13.2f %12.2f %+7.1f%% %12.2f %+7.1f%%  %s\n",
+          file.c_str(), runs[r].test.c_str(), static_cast<long long>(p.size.count()), measured, a,
+          (a / measured - 1) * 100, b, (b / measured - 1) * 100, now.algorithms[r][i].c_str());
       out << line;
     }
   }

@@ -22,10 +22,11 @@ std::vector<std::string> CalibrationKeys();
 // Reads the files, fits the preset's CommSpec figures (by default launch latency, the
 // protocols' step latencies, NVLink efficiency, and when a run spans nodes the network
 // latency and NIC efficiency; --fit chooses among those, the LL and LL128 efficiencies and
-// the channel count, a whole number moved one at a time at least) by least squares on log time (a coordinate search in log space: each figure scaled
-// up and down by a step that halves when nothing improves, from 2x down to 0.5%), and prints
-// the fitted figures as a `hardware:` block and the error per size before and after.
-// Returns 0. Throws InputError for unreadable files or a preset that is not a GPU preset.
+// the channel count, a whole number moved one at a time at least) by least squares on log time (a
+// coordinate search in log space: each figure scaled up and down by a step that halves when nothing
+// improves, from 2x down to 0.5%), and prints the fitted figures as a `hardware:` block and the
+// error per size before and after. Returns 0. Throws InputError for unreadable files or a preset
+// that is not a GPU preset.
 int RunCalibrateCommand(const CalibrateCommandOptions& options);
 
 }  // namespace shardsim

@@ -79,8 +79,7 @@ ProgramSpec SweepProgram(const CollectiveCommandOptions& o, const std::vector<Me
 
 Time SimulateCollectiveSize(const Machine& machine, const Mesh& mesh,
                             const std::vector<std::string>& group_axes, OpKind kind,
-                            int64_t elements, const std::string& algorithm,
-                            std::string* resolved) {
+                            int64_t elements, const std::string& algorithm, std::string* resolved) {
   CollectiveCommandOptions o;
   o.algorithm = algorithm;
   ProgramSpec program = SweepProgram(o, mesh.axes(), group_axes, kind, elements);

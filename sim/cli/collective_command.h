@@ -37,8 +37,7 @@ int RunCollectiveCommand(const CollectiveCommandOptions& options);
 // ran. Throws as RunProgram does.
 Time SimulateCollectiveSize(const Machine& machine, const Mesh& mesh,
                             const std::vector<std::string>& group_axes, OpKind kind,
-                            int64_t elements, const std::string& algorithm,
-                            std::string* resolved);
+                            int64_t elements, const std::string& algorithm, std::string* resolved);
 
 // The values --op takes, from the op registry: "psum, pmean, ... or ppermute".
 std::string CollectiveOpChoices();

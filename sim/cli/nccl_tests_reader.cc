@@ -68,8 +68,10 @@ NcclTestsRun ParseNcclTests(const std::string& path, const std::string& text) {
     if (!AllDigits(tokens[0])) continue;  // Trailing summaries ("Out of bounds values ...").
     // size count type redop root time algbw busbw #wrong [in-place: time algbw busbw #wrong]
     if (tokens.size() < 8) {
-      fail(number, "expected nccl-tests columns 'size count type redop root time algbw busbw', "
-                   "got " + std::to_string(tokens.size()) + " fields");
+      fail(number,
+           "expected nccl-tests columns 'size count type redop root time algbw busbw', "
+           "got " +
+               std::to_string(tokens.size()) + " fields");
     }
     char* end = nullptr;
     const double us = std::strtod(tokens[5].c_str(), &end);
@@ -102,7 +104,8 @@ NcclTestsRun ParseNcclTests(const std::string& path, const std::string& text) {
     fail(1, (named.empty() ? std::string("cannot tell which test wrote this file")
                            : "unknown test '" + named + "'") +
                 ": expected a 'Collective test starting: NAME' line or a file name containing "
-                "one of " + list);
+                "one of " +
+                list);
   }
   if (run.ranks == 0) fail(1, "no '#  Rank N ...' lines: cannot tell how many GPUs ran the test");
   if (run.points.empty()) fail(number, "no result rows (lines starting with a size in bytes)");

@@ -13,17 +13,17 @@ namespace shardsim {
 
 // One row: the size nccl-tests reports and its out-of-place time.
 struct NcclTestsPoint {
-  Bytes size;  // The "size (B)" column: the whole operation (nccl-tests' convention).
-  Time time;   // The out-of-place "time (us)" column.
+  Bytes size;    // The "size (B)" column: the whole operation (nccl-tests' convention).
+  Time time;     // The out-of-place "time (us)" column.
   int line = 0;  // Where it was read (1-based).
 };
 
 // One nccl-tests output.
 struct NcclTestsRun {
-  std::string path;  // The file it came from.
-  std::string test;  // "all_reduce_perf", ...
+  std::string path;           // The file it came from.
+  std::string test;           // "all_reduce_perf", ...
   OpKind op = OpKind::kPsum;  // The shardsim op it measures (psum, all_gather, ...).
-  int ranks = 0;     // GPUs: the "#  Rank N ..." lines.
+  int ranks = 0;              // GPUs: the "#  Rank N ..." lines.
   std::vector<NcclTestsPoint> points;
 };
 

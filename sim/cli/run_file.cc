@@ -163,9 +163,9 @@ CustomTopologySpec ReadTopology(const YamlValue& value) {
 
 // `hardware.comm`: the collective library's figures (comm_spec.h).
 CommOverride ReadCommOverride(const YamlValue& value) {
-  YamlMap map = value.Map({"nccl", "launch_latency", "net_latency", "protocols", "nvlink_efficiency",
-                           "nic_efficiency", "channels", "nvls", "sharp", "chunk_size", "multipath",
-                           "multipath_min_bytes"});
+  YamlMap map = value.Map({"nccl", "launch_latency", "net_latency", "protocols",
+                           "nvlink_efficiency", "nic_efficiency", "channels", "nvls", "sharp",
+                           "chunk_size", "multipath", "multipath_min_bytes"});
   CommOverride comm;
   if (auto v = map.Find("nccl")) comm.nccl = v->Bool();
   if (auto v = map.Find("launch_latency")) comm.launch_latency = v->ToTime();
@@ -197,9 +197,8 @@ CommOverride ReadCommOverride(const YamlValue& value) {
 }
 
 HardwareSpec ReadHardware(const YamlValue& value) {
-  YamlMap map =
-      value.Map({"preset", "topology", "shape", "wraparound", "nodes", "slices", "link", "device",
-                 "comm"});
+  YamlMap map = value.Map(
+      {"preset", "topology", "shape", "wraparound", "nodes", "slices", "link", "device", "comm"});
   HardwareSpec hw;
   std::optional<YamlValue> preset = map.Find("preset");
   std::optional<YamlValue> topology = map.Find("topology");

@@ -69,8 +69,7 @@ class CalibrateTest : public shardsim::cli_test::CliFixture {
 // The presets' NCCL figures were fitted to these very curves (presets.cc), so this checks that
 // the shipped defaults still reproduce them, not an independent prediction.
 TEST_F(CalibrateTest, PresetsMatchThePublicCurves) {
-  for (const auto& [preset, file] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [preset, file] : std::vector<std::pair<std::string, std::string>>{
            {"a100-dgx", "a100_8gpu_oci_all_reduce_perf.txt"},
            {"h100-dgx", "h100_2x8gpu_aws_p5_all_reduce_perf.txt"}}) {
     SCOPED_TRACE(preset);
@@ -101,14 +100,15 @@ TEST_F(CalibrateTest, RecoversTheFiguresOfAKnownCurve) {
   shardsim::Mesh mesh(axes, shardsim::DefaultPlacement(axes, machine.topology()));
   std::ostringstream text;
   text << "# Collective test starting: all_reduce_perf\n# Using devices\n";
-  for (int r = 0; r < 8; ++r) text << "#  Rank  " << r << " Group  0 Pid 1 on host device  " << r << "\n";
+  for (int r = 0; r < 8; ++r)
+    text << "#  Rank  " << r << " Group  0 Pid 1 on host device  " << r << "\n";
   for (int64_t size = 64 << 10; size <= (int64_t{1} << 30); size *= 4) {
     const shardsim::Time t = shardsim::SimulateCollectiveSize(
         machine, mesh, {"x"}, shardsim::OpKind::kPsum, size / 4, "auto", nullptr);
     char line[200];
     std::snprintf(line, sizeof line, "%12lld %12lld float sum -1 %10.3f 0 0 0 %10.3f 0 0 0\n",
-                  static_cast<long long>(size), static_cast<long long>(size / 4),
-                  t.microseconds(), t.microseconds());
+                  static_cast<long long>(size), static_cast<long long>(size / 4), t.microseconds(),
+                  t.microseconds());
     text << line;
   }
   const std::string file = WriteInput("known.txt", text.str());
@@ -131,23 +131,24 @@ TEST_F(CalibrateTest, RecoversTheFiguresOfAKnownCurve) {
 
 TEST_F(CalibrateTest, RefusesWhatItCannotRead) {
   // No test name anywhere: which collective?
-  std::string nameless = WriteInput("out.txt", "#  Rank  0 Group 0\n1024 256 float sum -1 5.0 0 0 0\n");
+  std::string nameless =
+      WriteInput("out.txt", "#  Rank  0 Group 0\n1024 256 float sum -1 5.0 0 0 0\n");
   Result r = Run({"calibrate", "--preset", "a100-dgx", nameless});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
   EXPECT_NE(r.err.find(nameless + ":1: cannot tell which test wrote this file"), std::string::npos)
       << r;
   // A row whose time is not a number: the line is named.
-  std::string bad = WriteInput("all_reduce_perf.txt",
-                               "#  Rank  0 Group 0\n#  Rank  1 Group 0\n"
-                               "1024 256 float sum -1 5.0 0 0 0\n2048 512 float sum -1 fast 0 0 0\n");
+  std::string bad =
+      WriteInput("all_reduce_perf.txt",
+                 "#  Rank  0 Group 0\n#  Rank  1 Group 0\n"
+                 "1024 256 float sum -1 5.0 0 0 0\n2048 512 float sum -1 fast 0 0 0\n");
   r = Run({"calibrate", "--preset", "a100-dgx", bad});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find(bad + ":4: the out-of-place time column reads 'fast'"), std::string::npos)
       << r;
   // TPUs have no NCCL.
-  r = Run({"calibrate", "--preset", "tpu-v5e",
-           DataFile("a100_8gpu_oci_all_reduce_perf.txt")});
+  r = Run({"calibrate", "--preset", "tpu-v5e", DataFile("a100_8gpu_oci_all_reduce_perf.txt")});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find("only GPU presets"), std::string::npos) << r;
   // An unknown figure.
@@ -159,8 +160,7 @@ TEST_F(CalibrateTest, RefusesWhatItCannotRead) {
   r = Run({"calibrate", "--preset", "a100-dgx", DataFile("a100_8gpu_oci_all_reduce_perf.txt"),
            "--fit", "channels"});
   EXPECT_EQ(r.exit_code, 2) << r;
-  EXPECT_NE(r.err.find("channels needs a run spanning two or more nodes"), std::string::npos)
-      << r;
+  EXPECT_NE(r.err.find("channels needs a run spanning two or more nodes"), std::string::npos) << r;
 }
 
 // hardware.comm overrides the preset's NCCL figures: raising the launch latency of an 8-GPU
@@ -179,8 +179,8 @@ TEST_F(CalibrateTest, HardwareCommOverridesThePreset) {
     return m.size() > 1 ? std::stod(m[1]) : 0.0;
   };
   const double base = time_us(RunOk({"run", WriteInput("a.yaml", run_file(""))}).out);
-  const double later =
-      time_us(RunOk({"run", WriteInput("b.yaml", run_file(", comm: {launch_latency: 100 us}"))}).out);
+  const double later = time_us(
+      RunOk({"run", WriteInput("b.yaml", run_file(", comm: {launch_latency: 100 us}"))}).out);
   const double preset_launch =
       shardsim::BuildPreset("h100-dgx").comm().launch_latency.microseconds();
   EXPECT_NEAR(later - base, 100 - preset_launch, 0.1);  // The summary prints 0.1 us.
@@ -188,7 +188,8 @@ TEST_F(CalibrateTest, HardwareCommOverridesThePreset) {
   Result r = Run({"run", WriteInput("c.yaml", run_file(", comm: {nvlink_efficiency: 1.5}"))});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find("c.yaml:1:"), std::string::npos) << r;
-  r = Run({"run", WriteInput("d.yaml", run_file(", comm: {protocols: {LL129: {efficiency: 0.5}}}"))});
+  r = Run(
+      {"run", WriteInput("d.yaml", run_file(", comm: {protocols: {LL129: {efficiency: 0.5}}}"))});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find("LL129"), std::string::npos) << r;
 }

@@ -124,8 +124,9 @@ TEST_F(CliTest, TopoReportsTheCollectiveLibrary) {
   EXPECT_EQ(t["comm"]["nvls"], false);
   EXPECT_NEAR(t["comm"]["nvlink_efficiency"].get<double>(), 235.0 / 300.0, 1e-12);
   EXPECT_EQ(t["comm"]["protocols"].size(), 3u);
-  const std::string file = WriteInput("sharp.yaml", "hardware: {preset: h100-dgx, nodes: 2, "
-                                                    "comm: {sharp: true, channels: 4}}\n");
+  const std::string file = WriteInput("sharp.yaml",
+                                      "hardware: {preset: h100-dgx, nodes: 2, "
+                                      "comm: {sharp: true, channels: 4}}\n");
   fs::path k = out() / "sharp.json";
   RunOk({"topo", file, "--json", k.string()});
   json u = ReadJson(k);

@@ -324,10 +324,9 @@ TEST_F(CommandsTest, CollectiveH100AllGatherClosedForm) {
   ASSERT_TRUE(protocol.has_value()) << rows[0].algorithm;
   const shardsim::CommSpec comm = shardsim::BuildPreset("h100-dgx").comm();
   const shardsim::ProtocolSpec& spec = comm.protocol(*protocol);
-  double expected_us = comm.launch_latency.microseconds() +
-                       7 * (1.0 + spec.step_latency.microseconds()) +
-                       (7.0 / 8) * 64 * kMiB /
-                           (450e9 * comm.nvlink_efficiency * spec.efficiency) * 1e6;
+  double expected_us =
+      comm.launch_latency.microseconds() + 7 * (1.0 + spec.step_latency.microseconds()) +
+      (7.0 / 8) * 64 * kMiB / (450e9 * comm.nvlink_efficiency * spec.efficiency) * 1e6;
   EXPECT_NEAR(rows[0].time_us, expected_us, 0.01 * expected_us);
   ExpectConsistentRow(rows[0], 7.0 / 8);
 }

@@ -73,14 +73,14 @@ std::string Join(const std::vector<int>& v, const char* sep) {
 }
 
 std::string CaseName(const NumericsCase& c) {
-  std::string place = c.place == Place::kRing               ? "ring"
-                      : c.place == Place::kLine             ? "line"
-                      : c.place == Place::kTorus            ? "torus"
-                      : c.place == Place::kSwitch           ? "switch"
-                      : c.place == Place::kNcclSwitch       ? "ncclswitch"
-                      : c.place == Place::kNcclFatTree      ? "nccltree"
-                      : c.place == Place::kNcclFatTreeNvls  ? "nccltreenvls"
-                                                            : "nccltreesharp";
+  std::string place = c.place == Place::kRing              ? "ring"
+                      : c.place == Place::kLine            ? "line"
+                      : c.place == Place::kTorus           ? "torus"
+                      : c.place == Place::kSwitch          ? "switch"
+                      : c.place == Place::kNcclSwitch      ? "ncclswitch"
+                      : c.place == Place::kNcclFatTree     ? "nccltree"
+                      : c.place == Place::kNcclFatTreeNvls ? "nccltreenvls"
+                                                           : "nccltreesharp";
   std::string name = c.algorithm + "_" + CollectiveKindName(c.kind);
   bool reduces = c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllReduce;
   if (reduces) name += std::string("_") + OpName(c.reduce);
@@ -380,8 +380,8 @@ std::vector<NumericsCase> Cases() {
     cases.push_back({algo, K::kAllReduce, ReduceOp::kSum, place, shape, {g}, 1});
   };
   for (int g : {1, 2, 3, 5, 8, 16}) add_all_reduce("nvls", Place::kNcclSwitch, {g});
-  for (std::vector<int> shape : std::vector<std::vector<int>>{
-           {2, 1}, {2, 3}, {3, 3}, {5, 3}, {2, 8}, {4, 4}}) {
+  for (std::vector<int> shape :
+       std::vector<std::vector<int>>{{2, 1}, {2, 3}, {3, 3}, {5, 3}, {2, 8}, {4, 4}}) {
     add_all_reduce("hierarchical", Place::kNcclFatTree, shape);
     add_all_reduce("hierarchical", Place::kNcclFatTreeNvls, shape);
     add_all_reduce("collnet", Place::kNcclFatTreeSharp, shape);
@@ -397,8 +397,7 @@ std::vector<NumericsCase> Cases() {
   // Every kind on an NCCL switch node and fat tree through the tuner's protocols.
   for (int g : {3, 8}) add_reductions("ring", Place::kNcclSwitch, {g}, {g});
   cases.push_back({"direct", K::kAllToAll, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3});
-  cases.push_back(
-      {"direct", K::kPermute, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3, 0});
+  cases.push_back({"direct", K::kPermute, ReduceOp::kSum, Place::kNcclFatTree, {3, 3}, {9}, 3, 0});
   return cases;
 }
 
@@ -463,8 +462,7 @@ TEST(AlgorithmNumericsRejects, NcclAlgorithmsNeedTheirTopology) {
       MakeAlgorithm("nvls", net, job, {4}, &resolved);
       ADD_FAILURE() << "nvls ran without an NVLS switch";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("NVSwitch that reduces"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("NVSwitch that reduces"), std::string::npos) << e.what();
     }
     EXPECT_THROW(MakeAlgorithm("hierarchical", net, job, {4}, &resolved), std::invalid_argument);
   }

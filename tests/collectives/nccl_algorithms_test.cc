@@ -28,10 +28,10 @@ namespace shardsim {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr double kNvW = 450e3;   // Bytes per microsecond.
-constexpr double kNicW = 50e3;   // Bytes per microsecond.
-constexpr double kLaunch = 10;   // Microseconds.
-constexpr double kStep = 2;      // Microseconds, every protocol unless a test sets its own.
+constexpr double kNvW = 450e3;  // Bytes per microsecond.
+constexpr double kNicW = 50e3;  // Bytes per microsecond.
+constexpr double kLaunch = 10;  // Microseconds.
+constexpr double kStep = 2;     // Microseconds, every protocol unless a test sets its own.
 
 // Every protocol with the same figures (so the tuner's protocol does not change the time),
 // full efficiency, one segment (a 1 GiB chunk) unless `chunk` is given.
@@ -73,7 +73,8 @@ struct Ran {
 };
 
 // Runs `kind` of V bytes (f32) over every device of `topo`, timing only.
-Ran RunCollective(const Topology& topo, CollectiveKind kind, const std::string& algorithm, double v) {
+Ran RunCollective(const Topology& topo, CollectiveKind kind, const std::string& algorithm,
+                  double v) {
   Simulator sim;
   std::unique_ptr<Router> router = MakeRouter(topo);
   Network net(sim, topo, *router);
@@ -145,9 +146,9 @@ std::vector<ClosedForm> Cases() {
     // Hierarchical, 2 nodes of 4, direct inside the node: node reduce-scatter (3 pieces of V/4
     // out of and into every GPU), rail reduce-scatter and all-gather (V/8 over the NIC, 2 us
     // each way), node all-gather (3 pieces of V/4).
-    cases.push_back({"hierarchical_2x4_" + size, two_by_four, K::kAllReduce, "hierarchical", v,
-                     kLaunch + 2 * (1 + kStep + 3.0 / 4 * v / kNvW) +
-                         2 * (2 + kStep + v / 8 / kNicW)});
+    cases.push_back(
+        {"hierarchical_2x4_" + size, two_by_four, K::kAllReduce, "hierarchical", v,
+         kLaunch + 2 * (1 + kStep + 3.0 / 4 * v / kNvW) + 2 * (2 + kStep + v / 8 / kNicW)});
     // CollNet (SHARP in the leaf, direct inside the node): the node stages as above; each
     // rail stage goes up to the leaf and back down (1 us hops): reduce-scatter V/4 up and V/8
     // down, all-gather V/8 up and the other member's V/8 down.
@@ -227,8 +228,8 @@ TEST(NcclPipelining, HierarchicalOverlapsItsStagesOverEveryRail) {
   const double v = 256 * kMiB;
   Ran r = RunCollective(topo, CollectiveKind::kAllReduce, "hierarchical", v);
   const double bound = kLaunch + v / 400e3;
-  const double unpipelined = kLaunch + 4 * (0.5 + kStep) + (1 + 1.0 / 8 + 1.0 / 8 + 7.0 / 8) *
-                                                               v / kNvW +
+  const double unpipelined = kLaunch + 4 * (0.5 + kStep) +
+                             (1 + 1.0 / 8 + 1.0 / 8 + 7.0 / 8) * v / kNvW +
                              2 * (2 + kStep + v / 16 / kNicW);
   EXPECT_GE(r.us, bound);
   EXPECT_LE(r.us, 0.65 * unpipelined);
@@ -259,8 +260,9 @@ TEST(NcclDoubleTree, LatencyChainAndTunerChoice) {
   EXPECT_NEAR(tiny.us, chain, 0.01 * chain);
   EXPECT_EQ(RunCollective(topo, CollectiveKind::kAllReduce, "auto", 64).resolved.substr(0, 11),
             "double_tree");
-  EXPECT_EQ(RunCollective(topo, CollectiveKind::kAllReduce, "auto", 256 * kMiB).resolved.substr(0, 4),
-            "ring");
+  EXPECT_EQ(
+      RunCollective(topo, CollectiveKind::kAllReduce, "auto", 256 * kMiB).resolved.substr(0, 4),
+      "ring");
 }
 
 // Across 8 nodes of 8 at 1 GiB, a fabric that reduces halves the rails' bytes ((1 + 1/8) S/8

@@ -501,8 +501,8 @@ TEST(CollectiveMatmulAxis1Test, ComputesTheProduct) {
         NumericsReport report = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
         EXPECT_TRUE(report.checked);
         EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
-        EXPECT_EQ(r.outputs.at("y").shape(), (Shape{7, std::string(gather) == "lhs" ? inner
-                                                                                    : n * inner}));
+        EXPECT_EQ(r.outputs.at("y").shape(),
+                  (Shape{7, std::string(gather) == "lhs" ? inner : n * inner}));
       }
     }
   }
