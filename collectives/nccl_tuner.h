@@ -20,7 +20,9 @@ struct NcclChoice {
   Time estimate;  // The tuner's closed form (not the simulated time).
 };
 
-// Every candidate the tuner weighs for `job`, restricted to `algorithm` unless it is "auto":
+// Every candidate the tuner weighs for `job`, restricted to `algorithm` unless it is "auto".
+// Nodes are the NVSwitches the members hang off; members without one (a custom machine with
+// `hardware.comm.nccl` and no NVSwitch) count as one node, their links as NVLink's.
 // all-reduce: ring, nvls (one NVSwitch node that reduces; Simple only), double_tree (two or
 // more nodes, one member each), hierarchical (two or more nodes with two or more members each;
 // Simple only when the nodes reduce by NVLS), collnet (the same where the fabric reduces;

@@ -96,7 +96,7 @@ class StagedAllReduce : public CollectiveAlgorithm {
   // when it is >= 0).
   void Transfer(VertexId from, VertexId to, Range range, std::string label, Callback done) {
     network_.Start(from, to, job_.WireBytes(range.second - range.first), std::move(label),
-                   std::move(done), Callback(), job_.step_latency);
+                   std::move(done), Callback(), job_.step_latency, job_.split_routes);
   }
 
   // Member m's work for segment s, phase t.
@@ -116,10 +116,16 @@ class StagedAllReduce : public CollectiveAlgorithm {
           const int to = group[q];
           Transfer(job_.members[m], job_.members[to], piece, Label(s, t),
                    [this, to, s, t, piece,
-                    payload = Payload(work_.empty() ? Empty() : work_[m], piece)]() {
+                    payload = Payload(work_.empty() ? Empty() : work_[m], piece)]() mutable {
                      if (job_.numerics) {
-                       Combine(job_.reduce, job_.dtype, work_[to].data() + piece.first,
-                               payload.data(), piece.second - piece.first);
+                       // Until the receiver's step before is done, a switch may still
+                       // overwrite this piece with its reduction: hold the part till then.
+                       if (t > 0 && !done_[Index(to, s, t - 1)]) {
+                         held_[Index(to, s, t)].push_back({piece, std::move(payload)});
+                       } else {
+                         Combine(job_.reduce, job_.dtype, work_[to].data() + piece.first,
+                                 payload.data(), piece.second - piece.first);
+                       }
                      }
                      Arrived(to, s, t);
                    });
@@ -222,6 +228,17 @@ class StagedAllReduce : public CollectiveAlgorithm {
     const size_t i = Index(m, s, t);
     if (!entered_[i] || done_[i] || got_[i] < Expected(m, t)) return;
     done_[i] = 1;
+    // Parts of the next step that arrived before this one was done, now safe to add.
+    if (t + 1 < phases_) {
+      auto held = held_.find(Index(m, s, t + 1));
+      if (held != held_.end()) {
+        for (const Held& h : held->second) {
+          Combine(job_.reduce, job_.dtype, work_[m].data() + h.piece.first, h.payload.data(),
+                  h.piece.second - h.piece.first);
+        }
+        held_.erase(held);
+      }
+    }
     if (t == phases_ - 1 && ++finished_[m] == segments_) {
       if (job_.numerics) (*job_.out)[m] = std::move(work_[m]);
       job_.on_member_done(m);
@@ -252,6 +269,11 @@ class StagedAllReduce : public CollectiveAlgorithm {
     int arrived = 0;
     std::vector<float> sum;
   };
+  // A reduce-scatter part that reached a member before its previous step was done.
+  struct Held {
+    Range piece;
+    std::vector<float> payload;
+  };
 
   Network& network_;
   CollectiveJob& job_;
@@ -266,6 +288,7 @@ class StagedAllReduce : public CollectiveAlgorithm {
   std::vector<int> finished_;  // Per member: segments through the last phase.
   std::vector<std::vector<float>> work_;
   std::map<std::tuple<int, int, int>, Pending> pending_;  // (level, group, segment).
+  std::map<size_t, std::vector<Held>> held_;              // By Index(member, segment, step).
 };
 
 }  // namespace

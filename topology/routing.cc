@@ -88,11 +88,15 @@ class TorusRouter : public Router {
           const int dir = s > 0 ? 1 : 0;
           for (int j = 0; j < std::abs(s); ++j) {
             const LinkId link = step_[(static_cast<size_t>(current) * rank_ + d) * 2 + dir];
+            if (link < 0) throw std::logic_error("torus neighbours must be linked");
             route.push_back(link);
             current = link_dst_device_[link];
           }
         }
-        routes.push_back(std::move(route));
+        // A dimension of 2 that wraps ties both ways onto one link: the same route again.
+        if (std::find(routes.begin(), routes.end(), route) == routes.end()) {
+          routes.push_back(std::move(route));
+        }
       }
     }
     return routes;

@@ -17,8 +17,9 @@ class Router {
   // stays valid until the next call of Route on this router (copy it to keep it). `dst` must
   // be reachable from `src` (asserted; every builder makes connected topologies).
   virtual const std::vector<LinkId>& Route(VertexId src, VertexId dst) = 0;
-  // Minimal routes from `src` to `dst` that leave through different ports, Route's first
-  // (at most 8). The default knows only Route's.
+  // Distinct minimal routes from `src` to `dst`, Route's first (at most 8): on a torus the
+  // other dimension orders and ways round, so most leave through other ports (ones that only
+  // differ later share their first links). The default knows only Route's.
   virtual std::vector<std::vector<LinkId>> MinimalRoutes(VertexId src, VertexId dst) {
     return {Route(src, dst)};
   }

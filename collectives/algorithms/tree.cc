@@ -152,7 +152,8 @@ class Tree : public CollectiveAlgorithm {
 };
 
 // Two trees, each over half the buffer; the second's heap holds the members in reverse, so
-// the first tree's leaves (the upper half of the heap) are the second's inner members.
+// the first tree's leaves (the upper half of the heap) are the second's inner members (but
+// for the middle member of an odd group, a leaf of both).
 class DoubleTree : public CollectiveAlgorithm {
  public:
   DoubleTree(Network& network, CollectiveJob& job, int pipeline) : job_(job) {

@@ -22,7 +22,8 @@ std::unique_ptr<CollectiveAlgorithm> MakeTreeAlgorithm(Network& network, Collect
 
 // NCCL's double binary tree: two such trees at once, each reducing and broadcasting half of
 // the buffer, the second with the members' heap order reversed, so that a member that is a
-// leaf of one (the upper half of the heap) is an inner member of the other. Every non-root
+// leaf of one (the upper half of the heap) is an inner member of the other (for an odd G the
+// middle member is a leaf of both). Every non-root
 // member sends each half up once and an inner member sends its half down twice: about 2 S out
 // of the busiest member for S bytes, against one tree's 3 S, in 2 floor(log2 G) steps rather
 // than a ring's 2 (G - 1).

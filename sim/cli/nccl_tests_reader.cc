@@ -1,6 +1,8 @@
 #include "sim/cli/nccl_tests_reader.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <sstream>
 #include <utility>
 
@@ -72,6 +74,15 @@ NcclTestsRun ParseNcclTests(const std::string& path, const std::string& text) {
            "expected nccl-tests columns 'size count type redop root time algbw busbw', "
            "got " +
                std::to_string(tokens.size()) + " fields");
+    }
+    // Releases before the redop and root columns print the time in column 3: refuse them
+    // rather than read a bandwidth as a time.
+    static const char* const kRedops[] = {"sum", "prod", "min", "max", "avg", "none", "mulsum"};
+    if (std::find(std::begin(kRedops), std::end(kRedops), tokens[3]) == std::end(kRedops)) {
+      fail(number, "expected a reduction ('sum', 'max', ... or 'none') in column 4, got '" +
+                       tokens[3] +
+                       "': an nccl-tests output without the redop and root columns "
+                       "is not supported");
     }
     char* end = nullptr;
     const double us = std::strtod(tokens[5].c_str(), &end);

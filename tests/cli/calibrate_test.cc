@@ -147,6 +147,13 @@ TEST_F(CalibrateTest, RefusesWhatItCannotRead) {
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find(bad + ":4: the out-of-place time column reads 'fast'"), std::string::npos)
       << r;
+  // An old output without the redop and root columns: refused, not misread.
+  std::string old = WriteInput("all_gather_perf.txt",
+                               "#  Rank  0 Group 0\n#  Rank  1 Group 0\n"
+                               "1024 256 float 5.0 0.2 0.1 0 5.0 0.2 0.1 0\n");
+  r = Run({"calibrate", "--preset", "a100-dgx", old});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.err.find(old + ":3: expected a reduction"), std::string::npos) << r;
   // TPUs have no NCCL.
   r = Run({"calibrate", "--preset", "tpu-v5e", DataFile("a100_8gpu_oci_all_reduce_perf.txt")});
   EXPECT_EQ(r.exit_code, 2) << r;

@@ -279,6 +279,57 @@ TEST(NcclCollnet, TunerTakesTheReducingFabricAcrossManyNodes) {
   EXPECT_LT(sharp.us, 0.9 * plain.us);
 }
 
+// A node whose NVLS stage runs late must not lose the other node's contribution: member m of
+// a fast node, done with its node's reduction, sends its part across while the slow node's
+// switch has not yet returned the receiver's piece; the part must be added to that piece, not
+// overwritten by it. Node 1's NVLink is loaded by two large transfers between its GPUs that
+// start with the all-reduce; every output must still be the exact sum.
+TEST(NcclStagedNumerics, ASlowNodeKeepsTheOthersContributions) {
+  for (const char* algorithm : {"hierarchical", "collnet"}) {
+    SCOPED_TRACE(algorithm);
+    CommSpec c = Comm(true, 8, Bytes::GiB(1));  // One segment: node 1 lags by a whole stage.
+    c.sharp = true;
+    Topology topo = Nodes(2, 2, c);
+    Simulator sim;
+    std::unique_ptr<Router> router = MakeRouter(topo);
+    Network net(sim, topo, *router);
+    const int g = 4;
+    const int64_t n = 1 << 20;
+    std::vector<std::vector<float>> in(g), out(g);
+    for (int m = 0; m < g; ++m) {
+      for (int64_t i = 0; i < n; ++i) in[m].push_back(static_cast<float>((m + 1) * (i % 7 + 1)));
+    }
+    CollectiveJob job;
+    job.kind = CollectiveKind::kAllReduce;
+    job.dtype = DType::kF32;
+    for (int d = 0; d < g; ++d) job.members.push_back(topo.device_vertex(d));
+    job.total = n;
+    job.block = n;
+    job.numerics = true;
+    job.in = &in;
+    job.out = &out;
+    int done = 0;
+    job.on_member_done = [&done](int) { ++done; };
+    std::string resolved;
+    std::unique_ptr<CollectiveAlgorithm> algo = MakeAlgorithm(algorithm, net, job, {g}, &resolved);
+    // Load node 1's NVLink both ways (GPUs 2 and 3): its switch stage gets a fifth of the
+    // links, and finishes after node 0's parts have crossed to it (4 MiB at 450 GB/s per stage
+    // against 1 MiB over a 50 GB/s NIC).
+    for (int i = 0; i < 4; ++i) {
+      net.Start(topo.device_vertex(2), topo.device_vertex(3), Bytes::MiB(64), "load", [] {});
+      net.Start(topo.device_vertex(3), topo.device_vertex(2), Bytes::MiB(64), "load", [] {});
+    }
+    algo->Start();
+    sim.Run();
+    ASSERT_EQ(done, g);
+    for (int m = 0; m < g; ++m) {
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[m][i], static_cast<float>(10 * (i % 7 + 1))) << "member " << m << " at " << i;
+      }
+    }
+  }
+}
+
 // The tuner's estimate of what it picks is close to what the simulation then takes (within
 // 35%: like NCCL's own model, the estimates skip how the staged pipelines' windows and the
 // rings' fast and slow links interact), and what it picks is within 25% of the fastest

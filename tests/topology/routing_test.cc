@@ -257,6 +257,15 @@ TEST(TorusMinimalRoutesTest, DimensionOrdersAndTiedWays) {
     }
     EXPECT_EQ(first_dimensions.size(), 3u);
   }
+  {
+    // Dimensions of 2 that wrap tie both ways onto one link: no route twice.
+    Topology t = Torus({2, 2}, {true, true});
+    auto router = MakeRouter(t);
+    EXPECT_EQ(router->MinimalRoutes(0, 1).size(), 1u);
+    std::vector<std::vector<LinkId>> routes = router->MinimalRoutes(0, 3);
+    ASSERT_EQ(routes.size(), 2u);
+    EXPECT_NE(routes[0], routes[1]);
+  }
 }
 
 }  // namespace
