@@ -278,7 +278,7 @@ std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value) {
   std::map<std::string, std::string> out;
   YamlMap algorithms = value.Map(AlgorithmKeys());
   for (const auto& [op, algorithm] : algorithms.entries()) {
-    out[op] = algorithm.OneOf(AlgorithmNames());
+    out[op] = ReadAlgorithm(algorithm);
   }
   return out;
 }

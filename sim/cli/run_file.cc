@@ -81,6 +81,24 @@ std::string CanonicalDtypeKey(const std::string& dtype) {
   return it == kAliases.end() ? dtype : it->second;
 }
 
+}  // namespace
+
+std::string ReadAlgorithm(const YamlValue& value) {
+  const std::string text = value.String();
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) return value.OneOf(AlgorithmNames());
+  const std::vector<std::string>& names = AlgorithmNames();
+  const std::string base = text.substr(0, slash);
+  if (std::find(names.begin(), names.end(), base) == names.end() ||
+      !ParseProtocol(text.substr(slash + 1))) {
+    value.Fail("unknown value \"" + text + "\": expected an algorithm (" + JoinNames(names) +
+               ") or one with an NCCL protocol, like ring/LL128 (LL, LL128 or Simple)");
+  }
+  return text;
+}
+
+namespace {
+
 // A `hardware.device` efficiency factor: a number in (0, 1].
 double Fraction(const YamlValue& value) {
   const double x = value.Number();
@@ -898,7 +916,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     const std::string wrong = CheckOutputCount(op);
     if (!wrong.empty()) out.Fail(wrong);
   }
-  if (auto v = map.Find("algorithm")) op.algorithm = v->OneOf(AlgorithmNames());
+  if (auto v = map.Find("algorithm")) op.algorithm = ReadAlgorithm(*v);
 
   // Input counts, by the op's arity in the registry.
   if (in) {
@@ -1070,7 +1088,7 @@ RunOptions ReadOptions(const YamlValue& value) {
   if (auto a = map.Find("algorithms")) {
     YamlMap algorithms = a->Map(AlgorithmKeys());
     for (const auto& [op, algorithm] : algorithms.entries()) {
-      options.algorithms[op] = algorithm.OneOf(AlgorithmNames());
+      options.algorithms[op] = ReadAlgorithm(algorithm);
     }
   }
   return options;

@@ -94,6 +94,10 @@ class YamlValue;
 // Throws InputError at the entry at fault.
 std::vector<MeshAxis> ReadMeshAxes(const YamlValue& value);
 
+// A collective algorithm: a registry name or `auto`, optionally with an NCCL protocol
+// ("ring/LL128"); fails at `value` otherwise, suggesting the closest name.
+std::string ReadAlgorithm(const YamlValue& value);
+
 // A device list giving each position of a mesh of `axes` its own device. Throws InputError.
 std::vector<int> ReadMeshDevices(const YamlValue& value, const std::vector<MeshAxis>& axes);
 

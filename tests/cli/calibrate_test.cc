@@ -201,4 +201,27 @@ TEST_F(CalibrateTest, HardwareCommOverridesThePreset) {
   EXPECT_NE(r.err.find("LL129"), std::string::npos) << r;
 }
 
+// An op may name its protocol as NCCL_PROTO does ("ring/LL"); a protocol that does not
+// exist is a located error, and so is one on a machine without NCCL.
+TEST_F(CalibrateTest, AlgorithmsMayNameTheirProtocol) {
+  auto run_file = [](const std::string& preset, const std::string& algorithm) {
+    return "hardware: {preset: " + preset +
+           "}\nmesh: {axes: {x: 8}}\n"
+           "arrays: {g: {shape: [4096], dtype: f32, init: ones}}\n"
+           "program:\n  - {op: psum, in: g, out: s, axis_name: x, algorithm: " +
+           algorithm + "}\noutputs: {s: \"P()\"}\n";
+  };
+  Result ok = RunOk({"run", WriteInput("ll.yaml", run_file("h100-dgx", "ring/LL"))});
+  EXPECT_NE(ok.out.find("ring/LL"), std::string::npos) << ok;
+  Result bad = Run({"run", WriteInput("lx.yaml", run_file("h100-dgx", "ring/LX"))});
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_NE(bad.err.find("lx.yaml:5:"), std::string::npos) << bad;
+  EXPECT_NE(bad.err.find("(key program.0.algorithm)"), std::string::npos) << bad;
+  Result tpu = Run({"run", WriteInput("tpu.yaml", run_file("tpu-v5e, shape: [2, 4]", "ring/LL"))});
+  EXPECT_EQ(tpu.exit_code, 2) << tpu;
+  EXPECT_NE(tpu.err.find("protocols exist on machines whose collectives run as NCCL"),
+            std::string::npos)
+      << tpu;
+}
+
 }  // namespace
