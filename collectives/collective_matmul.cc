@@ -98,272 +98,205 @@ void Require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-// allgather_matmul of lhs along its contracting dimension (all_gather(x[B, K/n], axis 1) @
-// w[K, F], the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]): the column blocks of x travel; step s
-// multiplies the block of device i - s with the matching row block of w and accumulates.
-// Bidirectional: left halves of the blocks travel forward, right halves backward.
-std::vector<OpSpec> GatherLhsContracting(const OpSpec& op, const Shape& x, const Shape& w, int n) {
+// Which operand of an allgather_matmul travels and along which of its dimensions, and the
+// names its expansion gives the arrays it makes.
+struct GatherForm {
+  bool rhs = true;  // w travels (else x).
+  int axis = 0;     // The travelling operand's gathered dimension.
+
+  // The travelling blocks meet the matching blocks of the other operand and the products add
+  // up (rhs along its rows, lhs along its columns); otherwise each product is a block of the
+  // result (lhs rows, rhs columns).
+  bool Contracting() const { return rhs ? axis == 0 : axis == 1; }
+  const char* Moving() const { return rhs ? "w" : "x"; }
+  const char* Static() const { return rhs ? "x" : "w"; }
+  // The halves of a travelling block, split along `axis`.
+  const char* FirstHalf() const { return axis == 0 ? "top" : "left"; }
+  const char* SecondHalf() const { return axis == 0 ? "bottom" : "right"; }
+};
+
+// Contracting forms: x[B, K] @ all_gather(w[K/n, F]) (the seed notebook's FSDP matmul) and
+// all_gather(x[B, K/n], axis 1) @ w[K, F] (the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]). Step s
+// multiplies the block of device i - s with the matching block of the static operand (its
+// contracting dimension, dynamically sliced) and accumulates, while the next shift is in
+// flight; bidirectional: first halves travel forward, second halves backward.
+std::vector<OpSpec> GatherContracting(const OpSpec& op, const GatherForm& form, const Shape& moving,
+                                      int n) {
   Expansion e(op);
-  const std::string& xn = op.in[0];
-  const std::string& wn = op.in[1];
+  const std::string& mn = op.in[form.rhs ? 1 : 0];
+  const std::string& sn = op.in[form.rhs ? 0 : 1];
   const std::string& out = op.out[0];
-  Require(x[1] * n == w[0], "allgather_matmul (gather lhs, axis 1): all_gather(x" + FormatShape(x) +
-                                ", axis 1) over " + std::to_string(n) + " devices has " +
-                                std::to_string(x[1] * n) + " columns; w" + FormatShape(w) +
-                                " has " + std::to_string(w[0]) + " rows");
-  if (op.variant == "blocking") {
-    e.Collective(OpKind::kAllGather, xn, e.Name("x_full"), 1);
-    e.Matmul(e.Name("x_full"), wn, out);
-    return e.Take();
-  }
-  auto accumulate = [&](std::string* acc, const std::string& part, int s) {
+  const int64_t static_axis = form.rhs ? 1 : 0;  // The static operand's contracting dimension.
+  auto product = [&](const std::string& block, const std::string& slice, const std::string& to) {
+    if (form.rhs) {
+      e.Matmul(slice, block, to);
+    } else {
+      e.Matmul(block, slice, to);
+    }
+  };
+  std::string acc;
+  auto accumulate = [&](const std::string& part, int s) {
     if (s == 0) {
-      *acc = part;
+      acc = part;
       return;
     }
     std::string sum = s == n - 1 ? out : e.Name("acc", s);
-    e.Add(*acc, part, sum);
-    *acc = sum;
+    e.Add(acc, part, sum);
+    acc = sum;
   };
-  std::string acc;
   if (op.variant == "unidirectional") {
-    std::string blk = xn;
+    std::string blk = mn;
     for (int s = 0; s < n; ++s) {
-      std::string ws = e.Name("w", s);
-      e.DynamicSlice(wn, ws, 0, n, 1, -s);
+      std::string slice = e.Name(form.Static(), s);
+      e.DynamicSlice(sn, slice, static_axis, n, 1, -s);
       std::string part = n == 1 ? out : e.Name("part", s);
-      e.Matmul(blk, ws, part);
-      accumulate(&acc, part, s);
+      product(blk, slice, part);
+      accumulate(part, s);
       if (s < n - 1) {
-        std::string next = e.Name("x", s + 1);
+        std::string next = e.Name(form.Moving(), s + 1);
         e.Shift(blk, next, +1);
         blk = next;
       }
     }
     return e.Take();
   }
-  Require(x[1] % 2 == 0, "allgather_matmul bidirectional: the x block's " + std::to_string(x[1]) +
-                             " columns do not split in halves");
-  const int64_t h = x[1] / 2;
-  std::string left = e.Name("left", 0), right = e.Name("right", 0);
-  e.Slice(xn, left, 0, h, 1);
-  e.Slice(xn, right, h, h, 1);
+  const int64_t k = moving[form.axis];
+  Require(k % 2 == 0, std::string("allgather_matmul bidirectional: the ") + form.Moving() +
+                          " block's " + std::to_string(k) +
+                          (form.axis == 0 ? " rows" : " columns") + " do not split in halves");
+  const int64_t h = k / 2;
+  const std::string a = form.FirstHalf(), b = form.SecondHalf();
+  std::string first = e.Name(a, 0), second = e.Name(b, 0);
+  e.Slice(mn, first, 0, h, form.axis);
+  e.Slice(mn, second, h, h, form.axis);
   for (int s = 0; s < n; ++s) {
-    std::string wl = e.Name("w_left", s), wr = e.Name("w_right", s);
-    e.DynamicSlice(wn, wl, 0, 2 * n, 2, -2 * s);
-    e.DynamicSlice(wn, wr, 0, 2 * n, 2, 2 * s + 1);
-    std::string pl = e.Name("part_left", s), pr = e.Name("part_right", s);
-    e.Matmul(left, wl, pl);
-    e.Matmul(right, wr, pr);
+    const std::string sa = e.Name(std::string(form.Static()) + "_" + a, s);
+    const std::string sb = e.Name(std::string(form.Static()) + "_" + b, s);
+    e.DynamicSlice(sn, sa, static_axis, 2 * n, 2, -2 * s);
+    e.DynamicSlice(sn, sb, static_axis, 2 * n, 2, 2 * s + 1);
+    const std::string pa = e.Name("part_" + a, s), pb = e.Name("part_" + b, s);
+    product(first, sa, pa);
+    product(second, sb, pb);
     std::string both = n == 1 ? out : e.Name("part", s);
-    e.Add(pl, pr, both);
-    accumulate(&acc, both, s);
+    e.Add(pa, pb, both);
+    accumulate(both, s);
     if (s < n - 1) {
-      std::string nl = e.Name("left", s + 1), nr = e.Name("right", s + 1);
-      e.Shift(left, nl, +1);
-      e.Shift(right, nr, -1);
-      left = nl;
-      right = nr;
+      std::string na = e.Name(a, s + 1), nb = e.Name(b, s + 1);
+      e.Shift(first, na, +1);
+      e.Shift(second, nb, -1);
+      first = na;
+      second = nb;
     }
   }
   return e.Take();
 }
 
-// allgather_matmul of rhs along its free dimension (x[B, K] @ all_gather(w[K, F/n], axis 1)):
-// the column blocks of w travel; each step's product is a column block of the result, placed
-// by a dynamic concatenation. Bidirectional: left halves of the blocks forward, right halves
-// backward, interleaved back into whole blocks.
-std::vector<OpSpec> GatherRhsFree(const OpSpec& op, const Shape& x, const Shape& w, int n) {
+// Free forms: all_gather(x[B/n, K]) @ w[K, F] (rows of x travel) and x[B, K] @
+// all_gather(w[K, F/n], axis 1) (columns of w travel). Each step's product is a block of the
+// result along the same dimension, placed by a dynamic concatenation (step s holds the block
+// of device i - s); bidirectional: first halves travel forward, second halves backward, and
+// are interleaved back into whole blocks.
+std::vector<OpSpec> GatherFree(const OpSpec& op, const GatherForm& form, const Shape& x,
+                               const Shape& w, int n) {
   Expansion e(op);
-  const std::string& xn = op.in[0];
-  const std::string& wn = op.in[1];
+  const std::string& mn = op.in[form.rhs ? 1 : 0];
+  const std::string& sn = op.in[form.rhs ? 0 : 1];
   const std::string& out = op.out[0];
-  Require(x[1] == w[0], "allgather_matmul (gather rhs, axis 1): inner dimensions differ: x" +
-                            FormatShape(x) + " @ w" + FormatShape(w));
-  if (op.variant == "blocking") {
-    e.Collective(OpKind::kAllGather, wn, e.Name("w_full"), 1);
-    e.Matmul(xn, e.Name("w_full"), out);
-    return e.Take();
-  }
+  const char* blocks = form.axis == 0 ? "rows" : "columns";
+  auto product = [&](const std::string& block, const std::string& to) {
+    if (form.rhs) {
+      e.Matmul(sn, block, to);
+    } else {
+      e.Matmul(block, sn, to);
+    }
+  };
   if (op.variant == "unidirectional") {
-    std::string blk = wn;
+    std::string blk = mn;
     std::vector<std::string> parts;
     for (int s = 0; s < n; ++s) {
-      parts.push_back(e.Name("columns", s));
-      e.Matmul(xn, blk, parts.back());
+      parts.push_back(e.Name(blocks, s));
+      product(blk, parts.back());
       if (s < n - 1) {
-        std::string next = e.Name("w", s + 1);
+        std::string next = e.Name(form.Moving(), s + 1);
         e.Shift(blk, next, +1);
         blk = next;
       }
     }
-    e.DynamicConcat(parts, out, 1, -1);  // Step s holds the block of device i - s.
+    e.DynamicConcat(parts, out, form.axis, -1);
     return e.Take();
   }
-  Require(w[1] % 2 == 0, "allgather_matmul bidirectional: the w block's " + std::to_string(w[1]) +
-                             " columns do not split in halves");
-  const int64_t h = w[1] / 2;
-  std::string left = e.Name("left", 0), right = e.Name("right", 0);
-  e.Slice(wn, left, 0, h, 1);
-  e.Slice(wn, right, h, h, 1);
-  std::vector<std::string> lefts, rights;
+  const Shape& moving = form.rhs ? w : x;
+  const int64_t k = moving[form.axis];
+  Require(k % 2 == 0, std::string("allgather_matmul bidirectional: the ") + form.Moving() +
+                          " block's " + std::to_string(k) +
+                          (form.axis == 0 ? " rows" : " columns") + " do not split in halves");
+  const int64_t h = k / 2;
+  const std::string a = form.FirstHalf(), b = form.SecondHalf();
+  std::string first = e.Name(a, 0), second = e.Name(b, 0);
+  e.Slice(mn, first, 0, h, form.axis);
+  e.Slice(mn, second, h, h, form.axis);
+  std::vector<std::string> firsts, seconds;
   for (int s = 0; s < n; ++s) {
-    lefts.push_back(e.Name("columns_left", s));
-    rights.push_back(e.Name("columns_right", s));
-    e.Matmul(xn, left, lefts.back());
-    e.Matmul(xn, right, rights.back());
+    firsts.push_back(e.Name(std::string(blocks) + "_" + a, s));
+    seconds.push_back(e.Name(std::string(blocks) + "_" + b, s));
+    product(first, firsts.back());
+    product(second, seconds.back());
     if (s < n - 1) {
-      std::string nl = e.Name("left", s + 1), nr = e.Name("right", s + 1);
-      e.Shift(left, nl, +1);
-      e.Shift(right, nr, -1);
-      left = nl;
-      right = nr;
+      std::string na = e.Name(a, s + 1), nb = e.Name(b, s + 1);
+      e.Shift(first, na, +1);
+      e.Shift(second, nb, -1);
+      first = na;
+      second = nb;
     }
   }
-  // Left halves came from devices i - s, right halves from i + s: [B, n, h] each, side by
-  // side along the last dimension, back into whole column blocks.
-  const int64_t b = x[0];
-  e.DynamicConcat(lefts, e.Name("lefts"), 1, -1);
-  e.DynamicConcat(rights, e.Name("rights"), 1, +1);
-  e.Local(OpKind::kReshape, {e.Name("lefts")}, e.Name("lefts3"), {b, n, h});
-  e.Local(OpKind::kReshape, {e.Name("rights")}, e.Name("rights3"), {b, n, h});
-  e.Local(OpKind::kConcatenate, {e.Name("lefts3"), e.Name("rights3")}, e.Name("blocks3"), {}, 2);
-  e.Local(OpKind::kReshape, {e.Name("blocks3")}, out, {b, n * 2 * h});
+  // First halves came from devices i - s, second halves from i + s: n blocks of h along the
+  // gathered dimension each, set side by side along a new one and merged back.
+  e.DynamicConcat(firsts, e.Name(a + "s"), form.axis, -1);
+  e.DynamicConcat(seconds, e.Name(b + "s"), form.axis, +1);
+  const Shape split = form.axis == 0 ? Shape{n, h, w[1]} : Shape{x[0], n, h};
+  const Shape whole = form.axis == 0 ? Shape{n * 2 * h, w[1]} : Shape{x[0], n * 2 * h};
+  e.Local(OpKind::kReshape, {e.Name(a + "s")}, e.Name(a + "s3"), split);
+  e.Local(OpKind::kReshape, {e.Name(b + "s")}, e.Name(b + "s3"), split);
+  e.Local(OpKind::kConcatenate, {e.Name(a + "s3"), e.Name(b + "s3")}, e.Name("blocks3"), {},
+          form.axis + 1);
+  e.Local(OpKind::kReshape, {e.Name("blocks3")}, out, whole);
   return e.Take();
 }
 
 std::vector<OpSpec> AllgatherMatmul(const OpSpec& op, const Shape& x, const Shape& w, int n) {
-  Expansion e(op);
-  const std::string& xn = op.in[0];
-  const std::string& wn = op.in[1];
-  const std::string& out = op.out[0];
-  bool rhs = op.gather == "rhs";
   Require(x.size() == 2 && w.size() == 2,
           "allgather_matmul takes 2-D operands, got " + FormatShape(x) + " and " + FormatShape(w));
   Require(op.axis == 0 || op.axis == 1,
           "allgather_matmul: axis (the gathered operand's dimension) must be 0 or 1, got " +
               std::to_string(op.axis));
-  if (op.axis == 1) return rhs ? GatherRhsFree(op, x, w, n) : GatherLhsContracting(op, x, w, n);
-  if (rhs) {
+  const GatherForm form{op.gather == "rhs", static_cast<int>(op.axis)};
+  if (form.rhs && form.axis == 0) {
     Require(x[1] == w[0] * n, "allgather_matmul (gather rhs): x" + FormatShape(x) + " needs " +
                                   std::to_string(w[0] * n) + " columns to meet all_gather(w" +
                                   FormatShape(w) + ") over " + std::to_string(n) + " devices");
+  } else if (!form.rhs && form.axis == 1) {
+    Require(x[1] * n == w[0], "allgather_matmul (gather lhs, axis 1): all_gather(x" +
+                                  FormatShape(x) + ", axis 1) over " + std::to_string(n) +
+                                  " devices has " + std::to_string(x[1] * n) + " columns; w" +
+                                  FormatShape(w) + " has " + std::to_string(w[0]) + " rows");
   } else {
-    Require(x[1] == w[0], "allgather_matmul (gather lhs): inner dimensions differ: x" +
+    Require(x[1] == w[0], std::string("allgather_matmul (gather ") + (form.rhs ? "rhs" : "lhs") +
+                              (form.axis == 1 ? ", axis 1" : "") + "): inner dimensions differ: x" +
                               FormatShape(x) + " @ w" + FormatShape(w));
   }
   if (op.variant == "blocking") {
-    std::string gathered = e.Name(rhs ? "w_full" : "x_full");
-    e.Collective(OpKind::kAllGather, rhs ? wn : xn, gathered, 0);
-    if (rhs) {
-      e.Matmul(xn, gathered, out);
+    Expansion e(op);
+    const std::string gathered = e.Name(std::string(form.Moving()) + "_full");
+    e.Collective(OpKind::kAllGather, op.in[form.rhs ? 1 : 0], gathered, form.axis);
+    if (form.rhs) {
+      e.Matmul(op.in[0], gathered, op.out[0]);
     } else {
-      e.Matmul(gathered, wn, out);
+      e.Matmul(gathered, op.in[1], op.out[0]);
     }
     return e.Take();
   }
-  bool bidi = op.variant == "bidirectional";
-  if (rhs) {
-    if (!bidi) {
-      std::string blk = wn, acc;
-      for (int s = 0; s < n; ++s) {
-        std::string xs = e.Name("x", s);
-        e.DynamicSlice(xn, xs, 1, n, 1, -s);
-        std::string part = n == 1 ? out : e.Name("part", s);
-        e.Matmul(xs, blk, part);
-        if (s > 0) {
-          std::string sum = s == n - 1 ? out : e.Name("acc", s);
-          e.Add(acc, part, sum);
-          acc = sum;
-        } else {
-          acc = part;
-        }
-        if (s < n - 1) {
-          std::string next = e.Name("w", s + 1);
-          e.Shift(blk, next, +1);
-          blk = next;
-        }
-      }
-      return e.Take();
-    }
-    Require(w[0] % 2 == 0, "allgather_matmul bidirectional: the w block's " + std::to_string(w[0]) +
-                               " rows do not split in halves");
-    int64_t h = w[0] / 2;
-    std::string top = e.Name("top", 0), bot = e.Name("bottom", 0), acc;
-    e.Slice(wn, top, 0, h, 0);
-    e.Slice(wn, bot, h, h, 0);
-    for (int s = 0; s < n; ++s) {
-      std::string xt = e.Name("x_top", s), xb = e.Name("x_bottom", s);
-      e.DynamicSlice(xn, xt, 1, 2 * n, 2, -2 * s);
-      e.DynamicSlice(xn, xb, 1, 2 * n, 2, 2 * s + 1);
-      std::string pt = e.Name("part_top", s), pb = e.Name("part_bottom", s);
-      e.Matmul(xt, top, pt);
-      e.Matmul(xb, bot, pb);
-      std::string both = (s == 0 && n == 1) ? out : e.Name("part", s);
-      e.Add(pt, pb, both);
-      if (s > 0) {
-        std::string sum = s == n - 1 ? out : e.Name("acc", s);
-        e.Add(acc, both, sum);
-        acc = sum;
-      } else {
-        acc = both;
-      }
-      if (s < n - 1) {
-        std::string nt = e.Name("top", s + 1), nb = e.Name("bottom", s + 1);
-        e.Shift(top, nt, +1);
-        e.Shift(bot, nb, -1);
-        top = nt;
-        bot = nb;
-      }
-    }
-    return e.Take();
-  }
-  // Gather lhs: row blocks of x travel; each product is a row block of the result.
-  if (!bidi) {
-    std::string blk = xn;
-    std::vector<std::string> parts;
-    for (int s = 0; s < n; ++s) {
-      parts.push_back(e.Name("rows", s));
-      e.Matmul(blk, wn, parts.back());
-      if (s < n - 1) {
-        std::string next = e.Name("x", s + 1);
-        e.Shift(blk, next, +1);
-        blk = next;
-      }
-    }
-    e.DynamicConcat(parts, out, 0, -1);  // Step s holds the block of device i - s.
-    return e.Take();
-  }
-  Require(x[0] % 2 == 0, "allgather_matmul bidirectional: the x block's " + std::to_string(x[0]) +
-                             " rows do not split in halves");
-  int64_t h = x[0] / 2;
-  std::string top = e.Name("top", 0), bot = e.Name("bottom", 0);
-  e.Slice(xn, top, 0, h, 0);
-  e.Slice(xn, bot, h, h, 0);
-  std::vector<std::string> tops, bots;
-  for (int s = 0; s < n; ++s) {
-    tops.push_back(e.Name("rows_top", s));
-    bots.push_back(e.Name("rows_bottom", s));
-    e.Matmul(top, wn, tops.back());
-    e.Matmul(bot, wn, bots.back());
-    if (s < n - 1) {
-      std::string nt = e.Name("top", s + 1), nb = e.Name("bottom", s + 1);
-      e.Shift(top, nt, +1);
-      e.Shift(bot, nb, -1);
-      top = nt;
-      bot = nb;
-    }
-  }
-  // Top halves came from devices i - s, bottom halves from i + s; interleave them back into
-  // whole row blocks: [n, h, F] and [n, h, F] side by side along rows.
-  int64_t f = w[1];
-  e.DynamicConcat(tops, e.Name("tops"), 0, -1);
-  e.DynamicConcat(bots, e.Name("bottoms"), 0, +1);
-  e.Local(OpKind::kReshape, {e.Name("tops")}, e.Name("tops3"), {n, h, f});
-  e.Local(OpKind::kReshape, {e.Name("bottoms")}, e.Name("bottoms3"), {n, h, f});
-  e.Local(OpKind::kConcatenate, {e.Name("tops3"), e.Name("bottoms3")}, e.Name("blocks3"), {}, 1);
-  e.Local(OpKind::kReshape, {e.Name("blocks3")}, out, {n * 2 * h, f});
-  return e.Take();
+  return form.Contracting() ? GatherContracting(op, form, form.rhs ? w : x, n)
+                            : GatherFree(op, form, x, w, n);
 }
 
 std::vector<OpSpec> MatmulReduceScatter(const OpSpec& op, const Shape& x, const Shape& w, int n) {
