@@ -81,11 +81,11 @@ std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& n
   const CommSpec& comm = network.topology().comm();
   if (comm.nccl && std::string(algo) == "ring") {
     std::vector<std::vector<int>> nodes = MembersByNode(network, job);
-    bool equal = nodes.size() >= 2;
-    for (const std::vector<int>& node : nodes) equal = equal && node.size() == nodes[0].size();
-    // Channels beyond the members of a node would repeat a ring already run: the same links.
-    const int k = equal ? static_cast<int>(nodes[0].size()) : 0;
-    if (equal) plan.channels = RailAlignedRings(nodes, std::min(comm.channels, k));
+    if (EvenNodes(nodes)) {
+      // Channels beyond the members of a node would repeat a ring already run: the same links.
+      const int k = static_cast<int>(nodes[0].size());
+      plan.channels = RailAlignedRings(nodes, std::min(comm.channels, k));
+    }
   }
   return MakeRingAlgorithm(network, job, std::move(plan));
 }

@@ -21,14 +21,6 @@ struct Facts {
   Time nvlink_hop, nic_hop;    // Latency of one such link.
 };
 
-// The first link of `kind` out of vertex `v`, or nullptr.
-const Link* FirstLink(const Topology& topo, VertexId v, LinkKind kind) {
-  for (LinkId l : topo.out_links(v)) {
-    if (topo.link(l).kind == kind) return &topo.link(l);
-  }
-  return nullptr;
-}
-
 Facts Gather(const Network& network, const CollectiveJob& job) {
   const Topology& topo = network.topology();
   const CommSpec& comm = topo.comm();
@@ -38,7 +30,7 @@ Facts Gather(const Network& network, const CollectiveJob& job) {
   f.nodes = nodes.empty() ? 1 : static_cast<int>(nodes.size());
   f.k = std::max(1, f.n / f.nodes);
   const VertexId v = job.members.empty() ? 0 : job.members[0];
-  const Link* scale_up = FirstLink(topo, v, LinkKind::kNvlink);
+  const Link* scale_up = topo.FirstOutLink(v, LinkKind::kNvlink);
   if (scale_up) {
     f.nvlink = scale_up->bandwidth.bytes_per_second() * comm.nvlink_efficiency;
     f.nvlink_hop = scale_up->latency;
@@ -47,7 +39,7 @@ Facts Gather(const Network& network, const CollectiveJob& job) {
     f.nvlink = any.bandwidth.bytes_per_second();
     f.nvlink_hop = any.latency;
   }
-  const Link* nic = FirstLink(topo, v, LinkKind::kNic);
+  const Link* nic = topo.FirstOutLink(v, LinkKind::kNic);
   f.nic = nic ? nic->bandwidth.bytes_per_second() * comm.nic_efficiency : f.nvlink;
   f.nic_hop = nic ? nic->latency : f.nvlink_hop;
   return f;
@@ -124,8 +116,7 @@ std::vector<NcclChoice> NcclCandidates(Network& network, const CollectiveJob& jo
     // per stage: one segment pays every stage's latency chain, and each further window of
     // segments pays the slowest stage's again; the bytes go at the busiest link's rate.
     auto windows_of = [&](const std::vector<ReductionLevel>& levels, double* segment) {
-      const int segments = StagedSegments(static_cast<int64_t>(s), comm.chunk_size.count(),
-                                          StagedTransfersPerSegment(levels));
+      const int segments = StagedSegmentsOf(network, job, levels);
       *segment = s / segments;
       return (segments + kStagedInFlight - 1) / kStagedInFlight;
     };

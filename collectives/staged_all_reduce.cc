@@ -317,4 +317,17 @@ std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, Colle
   return std::make_unique<StagedAllReduce>(network, job, std::move(levels), std::max(1, segments));
 }
 
+int StagedSegmentsOf(const Network& network, const CollectiveJob& job,
+                     const std::vector<ReductionLevel>& levels) {
+  return StagedSegments(job.BytesOf(job.total).count(),
+                        network.topology().comm().chunk_size.count(),
+                        StagedTransfersPerSegment(levels));
+}
+
+std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
+                                                         std::vector<ReductionLevel> levels) {
+  const int segments = StagedSegmentsOf(network, job, levels);
+  return MakeStagedAllReduce(network, job, std::move(levels), segments);
+}
+
 }  // namespace shardsim

@@ -43,6 +43,11 @@ int64_t StagedTransfersPerSegment(const std::vector<ReductionLevel>& levels);
 // between 1 and 64, and at most kStagedTransferBudget / `transfers_per_segment` (at least 1).
 int StagedSegments(int64_t bytes, int64_t chunk, int64_t transfers_per_segment);
 
+// The segments `job`'s all-reduce buffer flows in through `levels` on `network`: StagedSegments
+// with the comm spec's chunk size.
+int StagedSegmentsOf(const Network& network, const CollectiveJob& job,
+                     const std::vector<ReductionLevel>& levels);
+
 // Runs `job` (kAllReduce) with `levels`: the buffer flows in `segments` pieces; each member
 // takes the segments through the 2 * levels.size() steps in order, up to 8 segments per step
 // at a time (NCCL's buffer slots), so a step's transfers of later segments overlap the next
@@ -55,5 +60,9 @@ int StagedSegments(int64_t bytes, int64_t chunk, int64_t transfers_per_segment);
 std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
                                                          std::vector<ReductionLevel> levels,
                                                          int segments);
+
+// The same in StagedSegmentsOf(network, job, levels) segments.
+std::unique_ptr<CollectiveAlgorithm> MakeStagedAllReduce(Network& network, CollectiveJob& job,
+                                                         std::vector<ReductionLevel> levels);
 
 }  // namespace shardsim

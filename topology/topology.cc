@@ -30,6 +30,18 @@ std::optional<LinkId> Topology::FindLink(VertexId a, VertexId b) const {
   return std::nullopt;
 }
 
+const Link* Topology::FirstOutLink(VertexId v, LinkKind kind) const {
+  for (LinkId id : out_links_[v]) {
+    if (links_[id].kind == kind) return &links_[id];
+  }
+  return nullptr;
+}
+
+VertexId Topology::SwitchOver(VertexId v, LinkKind kind) const {
+  const Link* link = FirstOutLink(v, kind);
+  return link && node(link->dst).kind == NodeKind::kSwitch ? link->dst : -1;
+}
+
 TopologyBuilder::TopologyBuilder(std::string name) { topo_.name_ = std::move(name); }
 
 VertexId TopologyBuilder::AddDevice(std::string name, std::vector<int> coords) {

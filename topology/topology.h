@@ -98,6 +98,11 @@ class Topology {
   const std::vector<LinkId>& out_links(VertexId v) const { return out_links_[v]; }
   // The directed link from `a` to `b`, if one exists (the first added).
   std::optional<LinkId> FindLink(VertexId a, VertexId b) const;
+  // The first link of `kind` leaving `v`, or nullptr.
+  const Link* FirstOutLink(VertexId v, LinkKind kind) const;
+  // The switch the first link of `kind` leaving `v` reaches (a GPU's NVSwitch, its NIC's
+  // leaf), or -1.
+  VertexId SwitchOver(VertexId v, LinkKind kind) const;
   // Compute figures shared by every device.
   const DeviceSpec& device_spec() const { return device_spec_; }
   // Torus structure, when built as a torus or ring.

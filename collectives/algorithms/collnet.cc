@@ -1,25 +1,10 @@
 #include "collectives/algorithms/collnet.h"
 
 #include <stdexcept>
-#include <utility>
 
 #include "collectives/algorithms/hierarchical.h"
 
 namespace shardsim {
-namespace {
-
-// The switch at the far end of member vertex `v`'s NIC link, or -1.
-VertexId LeafOf(const Topology& topo, VertexId v) {
-  for (LinkId l : topo.out_links(v)) {
-    const Link& link = topo.link(l);
-    if (link.kind == LinkKind::kNic && topo.node(link.dst).kind == NodeKind::kSwitch) {
-      return link.dst;
-    }
-  }
-  return -1;
-}
-
-}  // namespace
 
 std::string CollnetSupports(const Network& network, const CollectiveJob& job) {
   if (job.kind != CollectiveKind::kAllReduce) {
@@ -31,9 +16,9 @@ std::string CollnetSupports(const Network& network, const CollectiveJob& job) {
   }
   const std::string hierarchical = HierarchicalSupports(network, job);
   if (!hierarchical.empty()) return "collnet, like " + hierarchical;
-  const VertexId leaf = LeafOf(network.topology(), job.members[0]);
+  const VertexId leaf = network.topology().SwitchOver(job.members[0], LinkKind::kNic);
   for (VertexId v : job.members) {
-    if (leaf < 0 || LeafOf(network.topology(), v) != leaf) {
+    if (leaf < 0 || network.topology().SwitchOver(v, LinkKind::kNic) != leaf) {
       return "collnet needs every member's NIC on one leaf switch";
     }
   }
@@ -44,18 +29,15 @@ std::vector<ReductionLevel> CollnetLevels(const Network& network, const Collecti
   std::vector<ReductionLevel> levels = HierarchicalLevels(network, job);
   ReductionLevel& rails = levels[1];
   rails.via_switch = true;
-  rails.switches.assign(rails.groups.size(), LeafOf(network.topology(), job.members[0]));
+  rails.switches.assign(rails.groups.size(),
+                        network.topology().SwitchOver(job.members[0], LinkKind::kNic));
   return levels;
 }
 
 std::unique_ptr<CollectiveAlgorithm> MakeCollnetAlgorithm(Network& network, CollectiveJob& job) {
   const std::string why = CollnetSupports(network, job);
   if (!why.empty()) throw std::invalid_argument(why);
-  std::vector<ReductionLevel> levels = CollnetLevels(network, job);
-  const int segments =
-      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count(),
-                     StagedTransfersPerSegment(levels));
-  return MakeStagedAllReduce(network, job, std::move(levels), segments);
+  return MakeStagedAllReduce(network, job, CollnetLevels(network, job));
 }
 
 }  // namespace shardsim

@@ -1,41 +1,33 @@
 #include "collectives/algorithms/hierarchical.h"
 
-#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <utility>
 
-#include "collectives/algorithms/nvls.h"
 #include "collectives/staged_all_reduce.h"
 
 namespace shardsim {
-namespace {
-
-// The NVSwitch member vertex `v` reaches by NVLink, or -1.
-VertexId NodeSwitch(const Topology& topo, VertexId v) {
-  for (LinkId l : topo.out_links(v)) {
-    const Link& link = topo.link(l);
-    if (link.kind == LinkKind::kNvlink && topo.node(link.dst).kind == NodeKind::kSwitch) {
-      return link.dst;
-    }
-  }
-  return -1;
-}
-
-}  // namespace
 
 std::vector<std::vector<int>> MembersByNode(const Network& network, const CollectiveJob& job) {
   const Topology& topo = network.topology();
   std::vector<std::vector<int>> nodes;
   std::map<VertexId, int> index;
   for (int m = 0; m < job.size(); ++m) {
-    const VertexId hub = NodeSwitch(topo, job.members[m]);
+    const VertexId hub = topo.SwitchOver(job.members[m], LinkKind::kNvlink);
     if (hub < 0) return {};
     auto [it, inserted] = index.emplace(hub, static_cast<int>(nodes.size()));
     if (inserted) nodes.emplace_back();
     nodes[it->second].push_back(m);
   }
   return nodes;
+}
+
+bool EvenNodes(const std::vector<std::vector<int>>& nodes) {
+  if (nodes.size() < 2) return false;
+  for (const std::vector<int>& node : nodes) {
+    if (node.size() != nodes[0].size()) return false;
+  }
+  return true;
 }
 
 std::string HierarchicalSupports(const Network& network, const CollectiveJob& job) {
@@ -63,7 +55,7 @@ std::vector<ReductionLevel> HierarchicalLevels(const Network& network, const Col
   intra.via_switch = topo.comm().nvls && k > 1;
   if (intra.via_switch) {
     for (const std::vector<int>& node : nodes) {
-      intra.switches.push_back(NodeSwitch(topo, job.members[node[0]]));
+      intra.switches.push_back(topo.SwitchOver(job.members[node[0]], LinkKind::kNvlink));
     }
   }
   ReductionLevel rails;
@@ -81,11 +73,7 @@ std::unique_ptr<CollectiveAlgorithm> MakeHierarchicalAlgorithm(Network& network,
                                                                CollectiveJob& job) {
   const std::string why = HierarchicalSupports(network, job);
   if (!why.empty()) throw std::invalid_argument(why);
-  std::vector<ReductionLevel> levels = HierarchicalLevels(network, job);
-  const int segments =
-      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count(),
-                     StagedTransfersPerSegment(levels));
-  return MakeStagedAllReduce(network, job, std::move(levels), segments);
+  return MakeStagedAllReduce(network, job, HierarchicalLevels(network, job));
 }
 
 }  // namespace shardsim

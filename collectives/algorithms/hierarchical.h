@@ -17,6 +17,10 @@ namespace shardsim {
 // their first member, members in group order; empty when a member has no NVSwitch.
 std::vector<std::vector<int>> MembersByNode(const Network& network, const CollectiveJob& job);
 
+// Whether `nodes` (MembersByNode) are two or more with as many members each: the layout the
+// hierarchical algorithm and rail-aligned rings need.
+bool EvenNodes(const std::vector<std::vector<int>>& nodes);
+
 // "" when the hierarchical algorithm can run `job`, else why not.
 std::string HierarchicalSupports(const Network& network, const CollectiveJob& job);
 

@@ -1,6 +1,5 @@
 #include "collectives/algorithms/nvls.h"
 
-#include <algorithm>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -13,14 +12,7 @@ VertexId SharedNvSwitch(const Network& network, const CollectiveJob& job) {
   const Topology& topo = network.topology();
   VertexId hub = -1;
   for (VertexId v : job.members) {
-    VertexId mine = -1;
-    for (LinkId l : topo.out_links(v)) {
-      const Link& link = topo.link(l);
-      if (link.kind == LinkKind::kNvlink && topo.node(link.dst).kind == NodeKind::kSwitch) {
-        mine = link.dst;
-        break;
-      }
-    }
+    const VertexId mine = topo.SwitchOver(v, LinkKind::kNvlink);
     if (mine < 0 || (hub >= 0 && mine != hub)) return -1;
     hub = mine;
   }
@@ -55,11 +47,7 @@ std::vector<ReductionLevel> NvlsLevels(const Network& network, const CollectiveJ
 std::unique_ptr<CollectiveAlgorithm> MakeNvlsAlgorithm(Network& network, CollectiveJob& job) {
   const std::string why = NvlsSupports(network, job);
   if (!why.empty()) throw std::invalid_argument(why);
-  std::vector<ReductionLevel> levels = NvlsLevels(network, job);
-  const int segments =
-      StagedSegments(job.BytesOf(job.total).count(), network.topology().comm().chunk_size.count(),
-                     StagedTransfersPerSegment(levels));
-  return MakeStagedAllReduce(network, job, std::move(levels), segments);
+  return MakeStagedAllReduce(network, job, NvlsLevels(network, job));
 }
 
 }  // namespace shardsim
