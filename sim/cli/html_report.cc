@@ -128,44 +128,45 @@ std::string StepBars(const std::vector<ReportedStep>& steps) {
   return svg + "</svg>\n";
 }
 
-// A bar per step: parameters, gradients, optimizer state and activations stacked, with the
-// HBM capacity marked.
-std::string MemoryBars(const std::vector<ReportedStep>& steps) {
+// One bar of a memory chart: its label, the bytes of each part, the peak and the HBM.
+struct MemoryRow {
+  std::string label;
+  std::vector<double> values;  // Bytes, in the chart's part order.
+  Bytes peak, capacity;
+  bool fits = true;
+};
+
+// A stacked bar per row, its parts in `parts` order with the HBM capacity marked; the legend
+// entries sit `legend[k]` pixels apart.
+std::string MemoryChart(const std::vector<Segment>& parts, const std::vector<int>& legend,
+                        const std::vector<MemoryRow>& rows) {
   double most = 0;
-  for (const ReportedStep& s : steps) {
-    most = std::max({most, static_cast<double>(s.report.memory.peak.count()),
-                     static_cast<double>(s.report.memory.capacity.count())});
+  for (const MemoryRow& r : rows) {
+    most = std::max(
+        {most, static_cast<double>(r.peak.count()), static_cast<double>(r.capacity.count())});
   }
   const int label_w = 60, width = 640, row = 22;
-  const int height = 30 + row * static_cast<int>(steps.size()) + 10;
-  const Segment parts[] = {{"params", "#59a14f"},
-                           {"grads", "#8cd17d"},
-                           {"optimizer", "#b6992d"},
-                           {"activations and temporaries", "#f1ce63"}};
+  const int height = 30 + row * static_cast<int>(rows.size()) + 10;
   std::string svg = "<svg id=\"memory-bars\" width=\"" + std::to_string(label_w + width + 160) +
                     "\" height=\"" + std::to_string(height) + "\">";
   int lx = label_w;
-  for (const Segment& p : parts) {
+  for (size_t k = 0; k < parts.size(); ++k) {
     svg += "<rect x=\"" + std::to_string(lx) + "\" y=\"5\" width=\"10\" height=\"10\" fill=\"" +
-           p.colour + "\"/><text x=\"" + std::to_string(lx + 14) + "\" y=\"14\">" + p.name +
-           "</text>";
-    lx += p.name == std::string("activations and temporaries") ? 200 : 90;
+           parts[k].colour + "\"/><text x=\"" + std::to_string(lx + 14) + "\" y=\"14\">" +
+           parts[k].name + "</text>";
+    lx += legend[k];
   }
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const planner::StepMemory& m = steps[i].report.memory;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const MemoryRow& m = rows[i];
     const int y = 25 + row * static_cast<int>(i);
-    svg +=
-        "<text x=\"0\" y=\"" + std::to_string(y + 14) + "\">" + Escape(steps[i].label) + "</text>";
-    const double values[] = {
-        static_cast<double>(m.params.count()), static_cast<double>(m.grads.count()),
-        static_cast<double>(m.optimizer.count()), static_cast<double>(m.activations.count())};
+    svg += "<text x=\"0\" y=\"" + std::to_string(y + 14) + "\">" + Escape(m.label) + "</text>";
     double x = label_w;
-    for (size_t k = 0; k < 4; ++k) {
-      const double w = most > 0 ? width * values[k] / most : 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const double w = most > 0 ? width * m.values[k] / most : 0;
       if (w <= 0) continue;
       svg += "<rect class=\"memory-part\" x=\"" + Num(x) + "\" y=\"" + std::to_string(y) +
              "\" width=\"" + Num(w) + "\" height=\"16\" fill=\"" + parts[k].colour + "\"><title>" +
-             parts[k].name + ": " + FormatBytes(Bytes(static_cast<int64_t>(values[k]))) +
+             parts[k].name + ": " + FormatBytes(Bytes(static_cast<int64_t>(m.values[k]))) +
              "</title></rect>";
       x += w;
     }
@@ -179,6 +180,27 @@ std::string MemoryBars(const std::vector<ReportedStep>& steps) {
            (m.fits ? "" : " (does not fit)") + "</text>";
   }
   return svg + "</svg>\n";
+}
+
+// A bar per step: parameters, gradients, optimizer state and activations stacked, with the
+// HBM capacity marked.
+std::string MemoryBars(const std::vector<ReportedStep>& steps) {
+  std::vector<MemoryRow> rows;
+  for (const ReportedStep& s : steps) {
+    const planner::StepMemory& m = s.report.memory;
+    rows.push_back(
+        {s.label,
+         {static_cast<double>(m.params.count()), static_cast<double>(m.grads.count()),
+          static_cast<double>(m.optimizer.count()), static_cast<double>(m.activations.count())},
+         m.peak,
+         m.capacity,
+         m.fits});
+  }
+  return MemoryChart({{"params", "#59a14f"},
+                      {"grads", "#8cd17d"},
+                      {"optimizer", "#b6992d"},
+                      {"activations and temporaries", "#f1ce63"}},
+                     {90, 90, 90, 200}, rows);
 }
 
 // Step time against peak memory for every evaluated plan: filled when it fits, hollow when
@@ -335,52 +357,19 @@ std::string ServeBars(const std::vector<ReportedServe>& plans) {
 
 // A bar per serving plan: weights, KV cache and activations stacked, HBM marked.
 std::string ServeMemoryBars(const std::vector<ReportedServe>& plans) {
-  const Segment parts[] = {
-      {"weights", "#59a14f"}, {"KV cache", "#b07aa1"}, {"activations and temporaries", "#f1ce63"}};
-  double most = 0;
+  std::vector<MemoryRow> rows;
   for (const ReportedServe& p : plans) {
-    most = std::max({most, static_cast<double>(p.report.memory.peak.count()),
-                     static_cast<double>(p.report.memory.capacity.count())});
+    const planner::ServeMemory& m = p.report.memory;
+    rows.push_back({p.label,
+                    {static_cast<double>(m.params.count()), static_cast<double>(m.kv_cache.count()),
+                     static_cast<double>(m.activations.count())},
+                    m.peak,
+                    m.capacity,
+                    m.fits});
   }
-  const int label_w = 60, width = 640, row = 22;
-  const int height = 30 + row * static_cast<int>(plans.size()) + 10;
-  std::string svg = "<svg id=\"memory-bars\" width=\"" + std::to_string(label_w + width + 160) +
-                    "\" height=\"" + std::to_string(height) + "\">";
-  int lx = label_w;
-  for (const Segment& p : parts) {
-    svg += "<rect x=\"" + std::to_string(lx) + "\" y=\"5\" width=\"10\" height=\"10\" fill=\"" +
-           p.colour + "\"/><text x=\"" + std::to_string(lx + 14) + "\" y=\"14\">" + p.name +
-           "</text>";
-    lx += 110;
-  }
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const planner::ServeMemory& m = plans[i].report.memory;
-    const int y = 25 + row * static_cast<int>(i);
-    svg +=
-        "<text x=\"0\" y=\"" + std::to_string(y + 14) + "\">" + Escape(plans[i].label) + "</text>";
-    const double values[] = {static_cast<double>(m.params.count()),
-                             static_cast<double>(m.kv_cache.count()),
-                             static_cast<double>(m.activations.count())};
-    double x = label_w;
-    for (size_t k = 0; k < 3; ++k) {
-      const double w = most > 0 ? width * values[k] / most : 0;
-      if (w <= 0) continue;
-      svg += "<rect class=\"memory-part\" x=\"" + Num(x) + "\" y=\"" + std::to_string(y) +
-             "\" width=\"" + Num(w) + "\" height=\"16\" fill=\"" + parts[k].colour + "\"><title>" +
-             parts[k].name + ": " + FormatBytes(Bytes(static_cast<int64_t>(values[k]))) +
-             "</title></rect>";
-      x += w;
-    }
-    const double cap =
-        most > 0 ? label_w + width * static_cast<double>(m.capacity.count()) / most : label_w;
-    svg += "<line class=\"capacity\" x1=\"" + Num(cap) + "\" x2=\"" + Num(cap) + "\" y1=\"" +
-           std::to_string(y - 2) + "\" y2=\"" + std::to_string(y + 18) +
-           "\" stroke=\"#000\" stroke-width=\"2\"/>";
-    svg += "<text x=\"" + Num(std::max(x, cap) + 6) + "\" y=\"" + std::to_string(y + 13) + "\">" +
-           FormatBytes(m.peak) + " of " + FormatBytes(m.capacity) +
-           (m.fits ? "" : " (does not fit)") + "</text>";
-  }
-  return svg + "</svg>\n";
+  return MemoryChart(
+      {{"weights", "#59a14f"}, {"KV cache", "#b07aa1"}, {"activations and temporaries", "#f1ce63"}},
+      {110, 110, 110}, rows);
 }
 
 std::string Table(const std::vector<std::vector<std::string>>& rows, const std::string& id) {
