@@ -14,6 +14,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/collective.h"
 #include "sim/simulator.h"
+#include "tests/topology/fat_tree_params.h"
 #include "topology/hierarchical.h"
 #include "topology/network.h"
 #include "topology/routing.h"
@@ -127,15 +128,8 @@ Topology Build(Place place, const std::vector<int>& shape) {
         topo = BuildSwitch(shape[0], Bandwidth::GBps(450), Time::Nanoseconds(500),
                            LinkKind::kNvlink, DeviceSpec{}, "switch");
       } else {
-        HierarchicalParams params;
-        params.nodes = shape[0];
-        params.per_node = shape[1];
-        params.nvlink_bandwidth = Bandwidth::GBps(450);
-        params.nvlink_latency = Time::Nanoseconds(500);
-        params.nic_bandwidth = Bandwidth::GBps(50);
-        params.nic_latency = Time::Microseconds(1);
-        params.fabric_latency = Time::Nanoseconds(500);
-        topo = BuildHierarchical(params, DeviceSpec{}, "fat tree");
+        topo = BuildHierarchical(testing_support::FatTree(shape[0], shape[1]), DeviceSpec{},
+                                 "fat tree");
       }
       topo.SetCommSpec(comm);
       return topo;

@@ -19,6 +19,7 @@
 #include "collectives/collective.h"
 #include "collectives/nccl_tuner.h"
 #include "sim/simulator.h"
+#include "tests/topology/fat_tree_params.h"
 #include "topology/hierarchical.h"
 #include "topology/network.h"
 #include "topology/routing.h"
@@ -54,15 +55,7 @@ Topology Node(int gpus, const CommSpec& comm) {
 }
 
 Topology Nodes(int nodes, int per_node, const CommSpec& comm) {
-  HierarchicalParams p;
-  p.nodes = nodes;
-  p.per_node = per_node;
-  p.nvlink_bandwidth = Bandwidth::GBps(450);
-  p.nvlink_latency = Time::Nanoseconds(500);
-  p.nic_bandwidth = Bandwidth::GBps(50);
-  p.nic_latency = Time::Microseconds(1);
-  p.fabric_latency = Time::Nanoseconds(500);
-  Topology t = BuildHierarchical(p, DeviceSpec{}, "nodes");
+  Topology t = BuildHierarchical(testing_support::FatTree(nodes, per_node), DeviceSpec{}, "nodes");
   t.SetCommSpec(comm);
   return t;
 }
