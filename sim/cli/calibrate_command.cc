@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -26,35 +27,53 @@ namespace {
 enum class FigureKind { kTime, kFraction, kCount };
 
 // One fitted figure: its `hardware.comm` key, its value in SI units (seconds, a fraction or a
-// count) and its bounds.
+// count), its bounds, and where an override takes it.
 struct Figure {
   std::string key;
   FigureKind kind = FigureKind::kFraction;
   double value = 0;
   double lo = 0, hi = 0;
+  std::function<void(CommOverride&, double)> set;
   bool is_time() const { return kind == FigureKind::kTime; }
 };
 
 // Every figure the fit may move, read from `comm`.
 std::vector<Figure> AllFigures(const CommSpec& comm, bool multi_node) {
-  std::vector<Figure> f;
+  auto time = [](std::optional<Time> CommOverride::*field) {
+    return [field](CommOverride& o, double v) { o.*field = Time::FromSeconds(v); };
+  };
+  auto fraction = [](std::optional<double> CommOverride::*field) {
+    return [field](CommOverride& o, double v) { o.*field = v; };
+  };
   constexpr FigureKind kT = FigureKind::kTime, kF = FigureKind::kFraction;
-  f.push_back({"launch_latency", kT, comm.launch_latency.seconds(), 1e-7, 5e-4});
-  if (multi_node) f.push_back({"net_latency", kT, comm.net_latency.seconds(), 1e-8, 5e-4});
+  std::vector<Figure> f;
+  f.push_back({"launch_latency", kT, comm.launch_latency.seconds(), 1e-7, 5e-4,
+               time(&CommOverride::launch_latency)});
+  if (multi_node) {
+    f.push_back({"net_latency", kT, comm.net_latency.seconds(), 1e-8, 5e-4,
+                 time(&CommOverride::net_latency)});
+  }
   for (int p = 0; p < kNumProtocols; ++p) {
     const std::string name = ProtocolName(static_cast<Protocol>(p));
-    f.push_back({"protocols." + name + ".step_latency", kT,
-                 comm.protocols[p].step_latency.seconds(), 1e-8, 2e-4});
+    f.push_back(
+        {"protocols." + name + ".step_latency", kT, comm.protocols[p].step_latency.seconds(), 1e-8,
+         2e-4,
+         [p](CommOverride& o, double v) { o.protocols[p].step_latency = Time::FromSeconds(v); }});
   }
   for (Protocol p : {Protocol::kLL, Protocol::kLL128}) {
     f.push_back({std::string("protocols.") + ProtocolName(p) + ".efficiency", kF,
-                 comm.protocol(p).efficiency, 0.01, 1.0});
+                 comm.protocol(p).efficiency, 0.01, 1.0, [p](CommOverride& o, double v) {
+                   o.protocols[static_cast<int>(p)].efficiency = v;
+                 }});
   }
-  f.push_back({"nvlink_efficiency", kF, comm.nvlink_efficiency, 0.05, 1.0});
+  f.push_back({"nvlink_efficiency", kF, comm.nvlink_efficiency, 0.05, 1.0,
+               fraction(&CommOverride::nvlink_efficiency)});
   if (multi_node) {
-    f.push_back({"nic_efficiency", kF, comm.nic_efficiency, 0.05, 1.0});
+    f.push_back({"nic_efficiency", kF, comm.nic_efficiency, 0.05, 1.0,
+                 fraction(&CommOverride::nic_efficiency)});
     // Rail-aligned ring channels across nodes: 1 to 64.
-    f.push_back({"channels", FigureKind::kCount, static_cast<double>(comm.channels), 1, 64});
+    f.push_back({"channels", FigureKind::kCount, static_cast<double>(comm.channels), 1, 64,
+                 [](CommOverride& o, double v) { o.channels = static_cast<int>(std::lround(v)); }});
   }
   return f;
 }
@@ -72,20 +91,7 @@ std::vector<Figure> Bounded(std::vector<Figure> figures) {
 // The override that sets every figure.
 CommOverride OverrideOf(const std::vector<Figure>& figures) {
   CommOverride o;
-  for (const Figure& f : figures) {
-    const Time t = Time::FromSeconds(f.value);
-    if (f.key == "launch_latency") o.launch_latency = t;
-    if (f.key == "net_latency") o.net_latency = t;
-    if (f.key == "nvlink_efficiency") o.nvlink_efficiency = f.value;
-    if (f.key == "nic_efficiency") o.nic_efficiency = f.value;
-    if (f.key == "channels") o.channels = static_cast<int>(std::lround(f.value));
-    for (int p = 0; p < kNumProtocols; ++p) {
-      const std::string prefix =
-          std::string("protocols.") + ProtocolName(static_cast<Protocol>(p)) + ".";
-      if (f.key == prefix + "step_latency") o.protocols[p].step_latency = t;
-      if (f.key == prefix + "efficiency") o.protocols[p].efficiency = f.value;
-    }
-  }
+  for (const Figure& f : figures) f.set(o, f.value);
   return o;
 }
 
