@@ -12,6 +12,8 @@
 
 namespace shardsim {
 
+struct RaggedPlan;
+
 // The collectives algorithms implement. The executor maps JAX's ops onto them: psum/pmean/
 // pmax/pmin -> kAllReduce, psum_scatter -> kReduceScatter, all_gather -> kAllGather,
 // all_to_all -> kAllToAll, ppermute -> kPermute.
@@ -65,6 +67,11 @@ struct CollectiveJob {
   // Whether a message may be split over several minimal routes (CommSpec::multipath): a
   // permute's point-to-point messages (see direct.cc); ring steps go to a neighbour.
   bool split_routes = false;
+  // kAllToAll as jax.lax.ragged_all_to_all (null: none; not owned): member m sends member j
+  // the slices ragged->slices[m * G + j] of its input (rows of ragged->row_elements elements),
+  // written at their rows of j's output, which starts as the op's `output` (`out` holds it
+  // when the job starts). Only `direct` runs it.
+  const RaggedPlan* ragged = nullptr;
 
   // Number of members.
   int size() const { return static_cast<int>(members.size()); }

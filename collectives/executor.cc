@@ -12,6 +12,7 @@
 #include "collectives/local_op.h"
 #include "collectives/local_ops.h"
 #include "collectives/outputs.h"
+#include "collectives/ragged_all_to_all.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
 #include "sim/intervals.h"
@@ -100,6 +101,9 @@ struct Executor::GroupRun {
   std::vector<std::vector<float>> in, out;
   std::vector<int> positions;
   std::vector<Array> inputs;  // Per member, numerics only (data moved into `in`).
+  // ragged_all_to_all with numerics: per member its six inputs, and the messages they make.
+  std::vector<std::vector<Array>> ragged_inputs;
+  RaggedPlan plan;
   int arrived = 0;
   int finished = 0;
   Time start;
@@ -376,6 +380,12 @@ void Executor::BuildClasses() {
     const Array& input = lp.values[op.in_values[0]];
     request.dtype = input.dtype();
     request.elements = input.size();
+    if (op.spec.kind == OpKind::kRaggedAllToAll) {
+      // Timing only: the balanced routing LaunchGroup assumes without data, G blocks.
+      const Shape& output = lp.values[op.in_values[1]].shape();
+      request.elements = BalancedRaggedRows(input.shape(), output, op.group_size) *
+                         RaggedRowElements(input.shape()) * op.group_size;
+    }
     request.algorithm = op.algorithm;
     request.axes = op.axes;
     request.destination = op.destination;
@@ -671,12 +681,22 @@ void Executor::Arrive(int position, size_t op_index) {
   GroupRun& run = *slot;
   const LoweredOp& op = lowered_->ops[op_index];
   if (config_.numerics) {
-    const Array& in = devices_[position].values[op.in_values[0]];
-    const Array& shape = lowered_->values[op.in_values[0]];
     // A value this position never made (its op runs elsewhere) takes part as zeros.
-    run.inputs[m] = in.has_data() ? in
-                                  : Array::FromValues(shape.dtype(), shape.shape(),
-                                                      std::vector<float>(shape.size(), 0.0f));
+    auto value = [&](int v) {
+      const Array& in = devices_[position].values[v];
+      const Array& shape = lowered_->values[v];
+      return in.has_data() ? in
+                           : Array::FromValues(shape.dtype(), shape.shape(),
+                                               std::vector<float>(shape.size(), 0.0f));
+    };
+    if (op.spec.kind == OpKind::kRaggedAllToAll) {
+      // Its result starts as `output` (input 1): the layout CollectiveOutput keeps.
+      run.ragged_inputs.resize(run.positions.size());
+      for (int v : op.in_values) run.ragged_inputs[m].push_back(value(v));
+      run.inputs[m] = run.ragged_inputs[m][1];
+    } else {
+      run.inputs[m] = value(op.in_values[0]);
+    }
   }
   // A collective's transfers start when its whole group has issued it: XLA's collectives are
   // synchronous across their replica group.
@@ -724,7 +744,33 @@ void Executor::LaunchGroup(size_t op_index, int group) {
                   ? size / g
                   : size;
   if (job.kind == CollectiveKind::kPermute) job.destination = lowered.destination;
-  if (job.numerics) {
+  const bool ragged = op.kind == OpKind::kRaggedAllToAll;
+  if (ragged && !job.numerics) {
+    // No index data: every pair moves the balanced share (BalancedRaggedRows).
+    const Shape& output = lowered_->values[lowered.in_values[1]].shape();
+    job.block = BalancedRaggedRows(input.shape(), output, g) * RaggedRowElements(input.shape());
+  }
+  if (ragged && job.numerics) {
+    std::vector<std::vector<const Array*>> views(g);
+    for (int m = 0; m < g; ++m) {
+      for (const Array& a : run.ragged_inputs[m]) views[m].push_back(&a);
+    }
+    try {
+      run.plan = PlanRaggedAllToAll(views);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key, std::string("ragged_all_to_all: ") + e.what());
+    }
+    job.ragged = &run.plan;
+    run.in.resize(g);
+    run.out.resize(g);
+    for (int m = 0; m < g; ++m) {
+      run.in[m] = run.ragged_inputs[m][0].TakeValues();
+      run.out[m] = run.ragged_inputs[m][1].TakeValues();
+    }
+    run.ragged_inputs.clear();
+    job.in = &run.in;
+    job.out = &run.out;
+  } else if (job.numerics) {
     run.in.resize(g);
     run.out.resize(g);
     for (int m = 0; m < g; ++m) {

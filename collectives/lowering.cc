@@ -7,6 +7,7 @@
 #include "collectives/collective_matmul.h"
 #include "collectives/local_op.h"
 #include "collectives/outputs.h"
+#include "collectives/ragged_all_to_all.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
 #include "sim/spec_error.h"
@@ -92,9 +93,13 @@ class Lowerer {
       if (def.stream == OpStream::kCollective) {
         int g = lowered.group_size;
         if (op.kind == OpKind::kPpermute) lowered.destination = ResolvePermutation(op, mesh_);
-        results.push_back(
-            Array::ShapeOnly(CollectiveOutputDType(op, inputs[0]->dtype()),
-                             CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
+        if (op.kind == OpKind::kRaggedAllToAll) {
+          results.push_back(Array::ShapeOnly(inputs[0]->dtype(), RaggedAllToAllShape(inputs, g)));
+        } else {
+          results.push_back(Array::ShapeOnly(
+              CollectiveOutputDType(op, inputs[0]->dtype()),
+              CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
+        }
         lowered.collective = true;
       } else {
         results = ApplyLocalOp(op, inputs, mesh_, 0);
@@ -105,6 +110,17 @@ class Lowerer {
     if (lowered.collective) {
       bool own = !op.algorithm.empty();
       lowered.algorithm = own ? op.algorithm : DefaultAlgorithm(op, algorithms_);
+      // Its messages have data-dependent sizes, one per pair of members: only `direct` sends
+      // them as they are (the run's all_to_all default does not apply).
+      if (op.kind == OpKind::kRaggedAllToAll) {
+        if (own && op.algorithm != "direct" && op.algorithm != "auto") {
+          throw SpecError(op.key + ".algorithm",
+                          "ragged_all_to_all runs only as direct (one message of its own size "
+                          "per pair of members), got '" +
+                              op.algorithm + "'");
+        }
+        lowered.algorithm = "direct";
+      }
       std::string refused =
           AlgorithmSupports(lowered.algorithm, def.collective, lowered.group_size);
       if (!refused.empty()) {

@@ -15,6 +15,7 @@
 #include "collectives/lowering.h"
 #include "collectives/nn_ops.h"
 #include "collectives/outputs.h"
+#include "collectives/ragged_all_to_all.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
 
@@ -935,6 +936,22 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       track(op, [&](const Stats& s, DType dtype, size_t) {
         return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
                                      k);
+      });
+      continue;
+    }
+    if (op.kind == OpKind::kRaggedAllToAll) {
+      std::vector<std::vector<Array>> inputs(n);
+      for (int p = 0; p < n; ++p) {
+        for (const std::string& name : op.in) inputs[p].push_back(env[p].at(name));
+      }
+      std::vector<Array> outs = ReferenceRaggedAllToAll(op, mesh, inputs);
+      for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
+      zero_elsewhere(op);
+      // Rows move unchanged: the result is as wrong as the worse of operand and output.
+      track(op, [&](const Stats&, DType, size_t) {
+        const Error& a = tracked.at(op.in[0]).error;
+        const Error& b = tracked.at(op.in[1]).error;
+        return Error{std::max(a.max, b.max), std::max(a.rms, b.rms)};
       });
       continue;
     }

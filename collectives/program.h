@@ -137,6 +137,10 @@ enum class OpKind {
   kCrossEntropyGrad,
   kTopKGrad,
   kAttentionGrad,
+  // jax.lax.ragged_all_to_all (collectives/ragged_all_to_all.h): inputs [operand, output,
+  // input_offsets, send_sizes, output_offsets, recv_sizes], run as point-to-point messages of
+  // the sizes its index data gives.
+  kRaggedAllToAll,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -169,11 +173,11 @@ struct OpSpec {
   Shape shape;                            // reshape.
   // transpose (empty: reverse); sum, mean, reduce_max: the axes reduced (`axis`; empty: all).
   std::vector<int64_t> axes;
-  int64_t sections = 0;                   // split.
-  int64_t start = 0;                      // slice.
-  int64_t size = 0;                       // slice.
-  std::string algorithm;                  // Collective algorithm, "" for the run's default.
-  std::string gather = "rhs";             // allgather_matmul: lhs | rhs.
+  int64_t sections = 0;        // split.
+  int64_t start = 0;           // slice.
+  int64_t size = 0;            // slice.
+  std::string algorithm;       // Collective algorithm, "" for the run's default.
+  std::string gather = "rhs";  // allgather_matmul: lhs | rhs.
   // Collective matmuls: blocking | unidirectional | bidirectional.
   std::string variant = "blocking";
   int64_t block_scale = 1;  // Internal dynamic ops: see OpKind.
@@ -188,24 +192,24 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;        // sharding_constraint, reshard: the sharding asked for.
-  std::string of;                // grad: the scalar value differentiated.
-  std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
-  std::optional<double> fill_value;           // full_like: the value of every element.
+  PartitionSpec sharding;            // sharding_constraint, reshard: the sharding asked for.
+  std::string of;                    // grad: the scalar value differentiated.
+  std::vector<std::string> wrt;      // grad: the values it is differentiated with respect to.
+  std::optional<double> fill_value;  // full_like: the value of every element.
   std::vector<int64_t> broadcast_dimensions;  // broadcast_in_dim: output dim of each input dim.
   int64_t low = 0;                            // pad: zeros before, along `axis`.
   int64_t high = 0;                           // pad: zeros after, along `axis`.
   std::string fn;                             // unary_grad: the elementwise op differentiated.
-  bool keepdims = false;   // sum, mean, reduce_max: keep reduced axes as size 1.
+  bool keepdims = false;                      // sum, mean, reduce_max: keep reduced axes as size 1.
   // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
   // default is the last; `axis` itself is take's and the data-movement ops').
   int64_t norm_axis = -1;
-  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
-  int64_t k = 0;              // top_k: how many of the largest values to keep.
-  bool causal = true;         // attention: each query sees only keys up to its position.
-  int64_t num_classes = 0;    // one_hot: the length of the new last axis.
-  int64_t experts = 0;        // moe_route: the experts tokens are routed to.
-  int64_t capacity = 0;       // moe_route: the slots of each expert per group.
+  std::optional<double> eps;       // rms_norm, layer_norm: added to the variance (unset: Flax's).
+  int64_t k = 0;                   // top_k: how many of the largest values to keep.
+  bool causal = true;              // attention: each query sees only keys up to its position.
+  int64_t num_classes = 0;         // one_hot: the length of the new last axis.
+  int64_t experts = 0;             // moe_route: the experts tokens are routed to.
+  int64_t capacity = 0;            // moe_route: the slots of each expert per group.
   std::string priority = "token";  // moe_route: token | choice (which assignment fills first).
 };
 
@@ -232,11 +236,11 @@ inline constexpr ProgramMode kProgramModes[] = {ProgramMode::kManual, ProgramMod
 // A whole program on a mesh: a shard_map body (manual) or a global program (explicit, auto).
 struct ProgramSpec {
   ProgramMode mode = ProgramMode::kManual;  // `mode:`
-  std::vector<MeshAxis> mesh_axes;  // `mesh.axes`, in order.
-  std::vector<int> mesh_devices;    // `mesh.devices`, or empty for the default placement.
-  std::vector<ArraySpec> arrays;    // `arrays:`
-  std::vector<OpSpec> ops;          // `program:`
-  std::vector<OutputSpec> outputs;  // `outputs:`
+  std::vector<MeshAxis> mesh_axes;          // `mesh.axes`, in order.
+  std::vector<int> mesh_devices;            // `mesh.devices`, or empty for the default placement.
+  std::vector<ArraySpec> arrays;            // `arrays:`
+  std::vector<OpSpec> ops;                  // `program:`
+  std::vector<OutputSpec> outputs;          // `outputs:`
 };
 
 }  // namespace shardsim

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/ragged_all_to_all.h"
+
 namespace shardsim {
 namespace {
 
@@ -82,6 +84,14 @@ class Direct : public CollectiveAlgorithm {
           out = in;
           break;
         case CollectiveKind::kAllToAll:
+          if (job_.ragged) {  // `out` holds the op's `output`; a member's own slices land now.
+            const int64_t row = job_.ragged->row_elements;
+            for (const RaggedSlice& s : job_.ragged->slices[static_cast<size_t>(m) * g + m]) {
+              std::copy(in.begin() + s.src_row * row, in.begin() + (s.src_row + s.rows) * row,
+                        out.begin() + s.dst_row * row);
+            }
+            break;
+          }
           out.assign(in.size(), 0.0f);
           std::copy(in.begin() + job_.block * m, in.begin() + job_.block * (m + 1),
                     out.begin() + job_.block * m);
@@ -130,6 +140,10 @@ class Direct : public CollectiveAlgorithm {
           });
           break;
         case CollectiveKind::kAllToAll: {
+          if (job_.ragged) {
+            SendRaggedSlices(m, peer);
+            break;
+          }
           auto [lo, hi] = Chunk(peer);
           Transfer(m, peer, lo, hi, in, "chunk", [this, m](int to, const auto& p) {
             if (job_.numerics) {
@@ -172,6 +186,30 @@ class Direct : public CollectiveAlgorithm {
         });
       }
     }
+  }
+
+  // ragged_all_to_all: the slices `from` sends `to`, packed into one message in slice order
+  // and written at their rows of `to`'s output on arrival.
+  void SendRaggedSlices(int from, int to) {
+    const RaggedPlan& plan = *job_.ragged;
+    const int64_t row = plan.row_elements;
+    const std::vector<RaggedSlice>& slices =
+        plan.slices[static_cast<size_t>(from) * job_.size() + to];
+    const std::vector<float>& in = (*job_.in)[from];
+    std::vector<float> packed;
+    packed.reserve(static_cast<size_t>(plan.Elements(from, to)));
+    for (const RaggedSlice& s : slices) {
+      packed.insert(packed.end(), in.begin() + s.src_row * row,
+                    in.begin() + (s.src_row + s.rows) * row);
+    }
+    Transfer(from, to, 0, static_cast<int64_t>(packed.size()), &packed, "slices",
+             [this, &slices, row](int dst, const auto& p) {
+               auto at = p.begin();
+               for (const RaggedSlice& s : slices) {
+                 std::copy(at, at + s.rows * row, (*job_.out)[dst].begin() + s.dst_row * row);
+                 at += s.rows * row;
+               }
+             });
   }
 
   // All-reduce, second round: member m's chunk m is fully reduced; send it to every peer.

@@ -302,6 +302,8 @@ std::vector<OpDef> MakeRegistry() {
        {Opt("causal", T::kBool, &OpSpec::causal,
             "Each query sees only the keys up to its position (default true)")},
        false, {}, nullptr, false, /*outputs=*/3},
+      {OpKind::kRaggedAllToAll, "ragged_all_to_all", true, A::kSix, false, S::kCollective,
+       C::kAllToAll, R::kSum, true, {}},
   };
   // clang-format on
 }
@@ -540,10 +542,20 @@ const char* ArityBlamesAttr(const OpSpec& op) {
   return nullptr;
 }
 
+namespace {
+
+// A collective of one input: ragged_all_to_all (six inputs, always direct) is not swept and
+// takes no run default.
+bool OneInputCollective(const OpDef& def) {
+  return def.user_visible && def.stream == OpStream::kCollective && def.arity == OpArity::kOne;
+}
+
+}  // namespace
+
 std::vector<std::string> CollectiveOpNames() {
   std::vector<std::string> names;
   for (const OpDef& def : OpRegistry()) {
-    if (def.user_visible && def.stream == OpStream::kCollective) names.emplace_back(def.name);
+    if (OneInputCollective(def)) names.emplace_back(def.name);
   }
   return names;
 }
@@ -551,7 +563,7 @@ std::vector<std::string> CollectiveOpNames() {
 std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
   std::vector<std::string> names;
   for (const OpDef& def : OpRegistry()) {
-    if (def.user_visible && def.stream == OpStream::kCollective && def.collective == kind) {
+    if (OneInputCollective(def) && def.collective == kind) {
       names.emplace_back(def.name);
     }
   }
@@ -604,6 +616,12 @@ std::string CheckArity(const OpSpec& op) {
       return n == 3 ? "" : name + " takes 3 inputs (in: [a, b, c]), got " + std::to_string(n);
     case OpArity::kFour:
       return n == 4 ? "" : name + " takes 4 inputs (in: [a, b, c, d]), got " + std::to_string(n);
+    case OpArity::kSix:
+      return n == 6 ? ""
+                    : name +
+                          " takes 6 inputs (in: [operand, output, input_offsets, send_sizes, "
+                          "output_offsets, recv_sizes]), got " +
+                          std::to_string(n);
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";

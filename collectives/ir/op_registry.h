@@ -24,6 +24,7 @@ enum class OpArity {
   kTwo,         // Exactly two inputs (matmul, einsum, collective matmuls).
   kThree,       // Exactly three inputs (max_grad; attention: q, k, v).
   kFour,        // Exactly four inputs (attention_grad: g, q, k, v).
+  kSix,         // Exactly six inputs (ragged_all_to_all).
   kBinary,      // Two inputs, or one input with `scalar:` (add, sub, mul, div, max).
   kAtLeastTwo,  // Two or more (concatenate).
   kOneOrMore,   // One or more (custom_call: the values it depends on).
@@ -90,10 +91,10 @@ struct ExactlyOneOf {
 
 // One op of the registry.
 struct OpDef {
-  OpKind kind;                 // The op.
-  const char* name;            // SPEC name ("psum").
-  bool user_visible;           // Written in run files (false: internal lowering ops).
-  OpArity arity;               // Inputs it takes.
+  OpKind kind;        // The op.
+  const char* name;   // SPEC name ("psum").
+  bool user_visible;  // Written in run files (false: internal lowering ops).
+  OpArity arity;      // Inputs it takes.
   // Makes several outputs: as many as output_count says (split, grad), or `outputs` (top_k).
   bool multi_output;
   OpStream stream;             // How it is scheduled.
@@ -168,10 +169,11 @@ std::string CheckArity(const OpSpec& op);
 // The attribute CheckArity's complaint is about when it is not the inputs ("scalar" for a
 // binary op given two inputs and a scalar), or nullptr.
 const char* ArityBlamesAttr(const OpSpec& op);
-// The ops that run as collectives (stream kCollective), by name, in registry order.
+// The ops of one input that run as collectives (stream kCollective), by name, in registry
+// order: what `shardsim collective` sweeps and `options.algorithms` may name
+// (ragged_all_to_all, which always runs as direct, is not among them).
 std::vector<std::string> CollectiveOpNames();
-// The collective ops (stream kCollective) that run `kind`, by name ("psum", "pmean", ... for
-// all-reduce).
+// Those of them that run `kind`, by name ("psum", "pmean", ... for all-reduce).
 std::vector<std::string> CollectiveOpNames(CollectiveKind kind);
 
 }  // namespace shardsim

@@ -127,6 +127,9 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
     case OpArity::kFour:
       entry += ", in: [x, x, x, x]";
       break;
+    case OpArity::kSix:
+      entry += ", in: [x, x, x, x, x, x]";
+      break;
   }
   // One name per output (top_k: two); the run file's outputs name the first, y.
   std::string names = "y";
