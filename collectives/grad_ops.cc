@@ -13,6 +13,7 @@
 #include "collectives/ir/op_registry.h"
 #include "collectives/kernel_support.h"
 #include "collectives/nn_ops.h"
+#include "collectives/ragged_dot.h"
 
 namespace shardsim {
 namespace {
@@ -170,6 +171,7 @@ bool IsGradOp(OpKind kind) {
     case OpKind::kCrossEntropyGrad:
     case OpKind::kTopKGrad:
     case OpKind::kAttentionGrad:
+    case OpKind::kRaggedDotRhsGrad:
       return true;
     default:
       return false;
@@ -652,6 +654,9 @@ std::vector<Array> ApplyGradOp(const OpSpec& op, const std::vector<const Array*>
     case OpKind::kAttentionGrad:
       need(4);
       return AttentionGrad(*inputs[0], *inputs[1], *inputs[2], *inputs[3], op.causal);
+    case OpKind::kRaggedDotRhsGrad:
+      need(3);
+      return One(RaggedDotRhsGrad(*inputs[0], *inputs[1], *inputs[2]));
     default:
       throw std::logic_error(std::string("internal error: ") + OpKindName(op.kind) +
                              " is not a grad op");
@@ -708,6 +713,8 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                         static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s_len, op.causal),
                     in_bytes + out_bytes};
     }
+    case OpKind::kRaggedDotRhsGrad:
+      return RaggedDotRhsGradCost(inputs, outputs);
     default:
       return OpCost{0, in_bytes + out_bytes};
   }

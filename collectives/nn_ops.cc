@@ -13,6 +13,7 @@
 #include "collectives/ir/op_registry.h"
 #include "collectives/kernel_support.h"
 #include "collectives/moe_route.h"
+#include "collectives/ragged_dot.h"
 
 namespace shardsim {
 namespace {
@@ -122,6 +123,7 @@ bool IsNnOp(OpKind kind) {
     case OpKind::kAttention:
     case OpKind::kOneHot:
     case OpKind::kMoeRoute:
+    case OpKind::kRaggedDot:
       return true;
     default:
       return false;
@@ -160,6 +162,8 @@ std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& 
       return One(OneHot(x, op.num_classes, MaskDType(op)));
     case OpKind::kMoeRoute:
       return One(MoeRoute(x, op.experts, op.capacity, RoutePriorityOf(op), MaskDType(op)));
+    case OpKind::kRaggedDot:
+      return One(RaggedDot(x, *inputs[1], *inputs[2]));
     default:
       Fail(OpKindName(op.kind), "is not an array op of nn_ops");
   }
@@ -550,6 +554,8 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       return cost;
     case OpKind::kMoeRoute:
       return MoeRouteCost(inputs, outputs);
+    case OpKind::kRaggedDot:
+      return RaggedDotCost(inputs, outputs);
     default:
       return cost;
   }

@@ -24,8 +24,8 @@
 
 namespace shardsim {
 
-// Whether `kind` is one of this file's ops (kSum ... kAttention, one_hot, and moe_route, whose
-// kernel is moe_route.h's).
+// Whether `kind` is one of this file's ops (kSum ... kAttention, one_hot, moe_route and
+// ragged_dot, whose kernels are moe_route.h's and ragged_dot.h's).
 bool IsNnOp(OpKind kind);
 // Runs op `op` (IsNnOp) on `inputs`; one array per output (top_k: values, then indices).
 std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& inputs);

@@ -348,7 +348,9 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
       return Error{std::max(n - 1, 0.0), std::max(n - 1, 0.0)};
     case OpKind::kOneHot:
     case OpKind::kMoeRoute:
-      return Error{1, 1};  // Reached with inexact indices only: any element may flip.
+      return Error{1, 1};     // Reached with inexact indices only: any element may flip.
+    case OpKind::kRaggedDot:  // Each output is a k-term dot product, as matmul's.
+      return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, n), dtype, out);
     case OpKind::kAttention: {
       const Error& eq = a;
       const Error& ek = in[1]->error;
@@ -372,7 +374,8 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
 }
 
 // The error the derivative ops of grad_ops.h pass on (see ErrorBoundModel). g = in[0] is the
-// cotangent (M_g, e_g); first-order bounds, each derived beside its case.
+// cotangent (M_g, e_g; ragged_dot_rhs_grad's is in[1]); first-order bounds, each derived beside
+// its case.
 Error GradOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const OpFacts& facts,
                   const Stats& out, DType dtype) {
   const Tracked& g = *in[0];
@@ -459,6 +462,9 @@ Error GradOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const
       if (inexact(2)) e = Error{e.max + 2 * mg / n, e.rms + 2 * rg / n};
       return Rounded(e, dtype, out);
     }
+    case OpKind::kRaggedDotRhsGrad:  // in = [lhs, g]: a dot product over a group's rows.
+      return Rounded(MatmulPropagation(in[0]->error, in[1]->error, in[0]->stats, in[1]->stats, n),
+                     dtype, out);
     case OpKind::kAttentionGrad: {
       // Logits s = q k / sqrt(H) move by e_s (the forward's bound); p = softmax(s) by a factor
       // exp(2 e_s): rho = expm1(2 e_s) of p. dp = g . v is at most H M_g M_v and moves by
@@ -774,6 +780,12 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
       break;
     case OpKind::kAttention:
       facts.k = static_cast<double>(x.shape().back());
+      break;
+    case OpKind::kRaggedDot:  // lhs [m, k]: k products per output.
+      facts.k = static_cast<double>(x.shape().back());
+      break;
+    case OpKind::kRaggedDotRhsGrad:  // At most m rows (one group's) per output.
+      facts.k = static_cast<double>(x.shape().front());
       break;
     case OpKind::kSoftmaxGrad:
     case OpKind::kLogSoftmaxGrad:

@@ -141,6 +141,11 @@ enum class OpKind {
   // input_offsets, send_sizes, output_offsets, recv_sizes], run as point-to-point messages of
   // the sizes its index data gives.
   kRaggedAllToAll,
+  // jax.lax.ragged_dot (collectives/ragged_dot.h): [lhs, rhs, group_sizes], a grouped matmul.
+  kRaggedDot,
+  // ragged_dot's cotangent for rhs (collectives/ragged_dot.h): [lhs, g, group_sizes] -> per
+  // group e, lhs_e^T g_e, [groups, k, n] (`size`: the groups).
+  kRaggedDotRhsGrad,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).

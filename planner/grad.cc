@@ -587,6 +587,24 @@ std::vector<std::string> AttentionRule(const RuleArgs& r) {
   return r.e.EmitAll(std::move(op), r.Base(0));
 }
 
+// ragged_dot: d lhs = ragged_dot(g, rhs with k and n swapped, group_sizes) (rows past the groups
+// get zeros, as their results were zeros); d rhs = ragged_dot_rhs_grad(lhs, g, group_sizes);
+// the (integer) group sizes get none.
+std::vector<std::string> RaggedDotRule(const RuleArgs& r) {
+  std::vector<std::string> d(3);
+  if (r.needs[0]) {
+    OpSpec swap;
+    swap.axes = {0, 2, 1};
+    const std::string rhs_t =
+        r.e.Op(OpKind::kTranspose, {r.op.in[1]}, r.op.in[1] + "_t", std::move(swap));
+    d[0] = r.e.Op(OpKind::kRaggedDot, {r.cts[0], rhs_t, r.op.in[2]}, r.Base(0));
+  }
+  if (r.needs[1]) {
+    d[1] = r.e.Op(OpKind::kRaggedDotRhsGrad, {r.op.in[0], r.cts[0], r.op.in[2]}, r.Base(1));
+  }
+  return d;
+}
+
 // broadcast_in_dim: g summed over the dimensions the broadcast made (new ones, and those the
 // input had as 1), then reshaped to the input.
 std::vector<std::string> BroadcastInDimRule(const RuleArgs& r) {
@@ -645,6 +663,7 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kCrossEntropy, CrossEntropyRule},
       {OpKind::kTopK, TopKRule},
       {OpKind::kAttention, AttentionRule},
+      {OpKind::kRaggedDot, RaggedDotRule},
   };
   auto it = kRules.find(kind);
   return it == kRules.end() ? nullptr : &it->second;

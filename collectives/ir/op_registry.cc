@@ -304,6 +304,10 @@ std::vector<OpDef> MakeRegistry() {
        false, {}, nullptr, false, /*outputs=*/3},
       {OpKind::kRaggedAllToAll, "ragged_all_to_all", true, A::kSix, false, S::kCollective,
        C::kAllToAll, R::kSum, true, {}},
+      {OpKind::kRaggedDot, "ragged_dot", true, A::kThree, false, S::kCompute, C::kAllReduce,
+       R::kSum, false, {}},
+      {OpKind::kRaggedDotRhsGrad, "ragged_dot_rhs_grad", true, A::kThree, false, S::kCompute,
+       C::kAllReduce, R::kSum, false, {}},
   };
   // clang-format on
 }

@@ -86,6 +86,8 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kAttentionGrad:
     case OpKind::kOneHot:
     case OpKind::kMoeRoute:
+    case OpKind::kRaggedDot:
+    case OpKind::kRaggedDotRhsGrad:
       return &MappedRule;
     case OpKind::kBroadcastInDim:
       return &BroadcastRule;

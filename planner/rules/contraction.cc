@@ -195,7 +195,8 @@ std::vector<Strategy> ContractionRule(const RuleContext& ctx, bool explicit_mode
     if (!Valid(layout, sizes, ctx.axes)) continue;
     Strategy s = strategy(layout, why);
     bool seen = false;
-    for (const Strategy& t : out) seen = seen || (t.operands == s.operands && t.results == s.results);
+    for (const Strategy& t : out)
+      seen = seen || (t.operands == s.operands && t.results == s.results);
     if (!seen) out.push_back(std::move(s));
   }
   return out;

@@ -180,6 +180,25 @@ Mapping MappingOf(const RuleContext& ctx) {
       m.whole = {1, 3};
       break;
     }
+    case OpKind::kRaggedDot:           // (lhs [m, k], rhs [g, k, n], sizes) -> [m, n].
+    case OpKind::kRaggedDotRhsGrad: {  // (lhs [m, k], g [m, n], sizes) -> [g, k, n].
+      // Layout [m, k, n]. Group e's rows are [sum of the sizes before e, + size e) of the whole
+      // lhs, so the rows (and the groups) are whole; n splits with rhs's (or g's) columns;
+      // a split of k contracts locally: ragged_dot's result is then a partial sum over it.
+      m.rank = 3;
+      m.whole = {0};
+      const std::vector<int> lhs = {kWhole, 1};
+      if (op.kind == OpKind::kRaggedDot) {
+        m.operand = {lhs, {kWhole, 1, 2}, {kWhole}};
+        m.result = {{kWhole, 2}};
+        m.summed = {1};
+      } else {
+        m.operand = {lhs, {kWhole, 2}, {kWhole}};
+        m.result = {{kWhole, 1, 2}};
+      }
+      m.linear_in_first = true;
+      break;
+    }
     case OpKind::kOneHot:  // x -> x's dimensions + [classes], whole.
       m.rank = s[0].size();
       m.operand = {Identity(m.rank)};

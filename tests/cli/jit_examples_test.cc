@@ -180,6 +180,10 @@ std::map<std::string, Example> Examples() {
       {"transformer_dp2_tp4_sp", {SequenceParallelTransformer(), {}}},
       // An elementwise op keeps In's sharding: nothing to insert.
       {"sin", {{}, {}}},
+      // h = ragged_dot(x, w) with k split: its partial sums psummed once ([8, 32] f32); the
+      // backward pass gathers w2's transpose (split on its k) for d h's ragged_dot.
+      {"ragged_dot_tp_grad",
+       {{{"psum", {"tp"}, 8 * 32 * kF32}, {"all_gather", {"tp"}, 2 * 8 * 32 * kF32}}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of
       // [512, 1024] summed over Y for out P('X', None).
       {"einsum_auto", {{{"psum", {"Y"}, 512 * 1024 * kF32}}, {}}},

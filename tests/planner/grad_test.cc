@@ -504,6 +504,13 @@ std::vector<FdCase> Cases() {
          return p.Op(OpKind::kTake, {p.Normal("table", {4, 3}), ids});
        },
        {"table"}},
+      {"RaggedDot",  // Groups of 2, 0 and 3 rows of 6: row 5 is past them (no gradient).
+       [](Program& p) {
+         const std::string sizes = p.In("sizes", {3}, {2, 0, 3}, DType::kI32);
+         return p.Op(OpKind::kRaggedDot,
+                     {p.Normal("lhs", {6, 3}), p.Normal("rhs", {3, 3, 2}), sizes});
+       },
+       {"lhs", "rhs"}},
       {"TakeAxis1",
        [](Program& p) {
          const std::string ids = p.In("ids", {3}, {2, 0, 2}, DType::kI32);
