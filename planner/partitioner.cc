@@ -640,7 +640,7 @@ PartitionResult PartitionOnMachine(const ProgramSpec& global, const Machine& mac
   NetworkCollectiveModel network(machine);
   CachedCollectiveModel cache(network);
   return Partition(global, PartitionCosts{&mesh, &cache, machine.compute_model(),
-                                          DeviceInBytesPerSecond(machine)});
+                                          DeviceInBytesPerSecond(machine), &machine});
 }
 
 double DeviceInBytesPerSecond(const Machine& machine) {

@@ -26,6 +26,8 @@ struct PartitionCosts {
   // the collective model: the choice is the same, without simulating collectives that could
   // not win (FSDP's embedding on thousands of devices offers gathers of gigabytes).
   double device_in_bytes_per_second = 0;
+  // The machine (null: unknown): collective matmuls' auto mode times both ways on it.
+  const Machine* machine = nullptr;
 };
 
 // The most bytes per second the links into any one device carry together (for

@@ -91,6 +91,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   }
   stage.algorithms = plan.algorithms;
   stage.remat = plan.remat;
+  stage.collective_matmul = plan.collective_matmul;
   if (train.batch % (m * replicas) != 0) {
     throw SpecError("plan.pipeline", "the batch (" + std::to_string(train.batch) +
                                          ") does not split into " + std::to_string(m) +

@@ -103,10 +103,11 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups) {
   std::vector<size_t> phases;
-  const PartitionResult partitioned = PartitionTrainStep(
-      global, layers, plan.remat,
-      PartitionCosts{&mesh, &collectives, machine.compute_model(), DeviceInBytesPerSecond(machine)},
-      prefetch_groups, &phases);
+  const PartitionResult partitioned =
+      PartitionTrainStep(global, layers, plan.remat,
+                         PartitionCosts{&mesh, &collectives, machine.compute_model(),
+                                        DeviceInBytesPerSecond(machine), &machine},
+                         prefetch_groups, &phases, plan.collective_matmul);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -142,7 +143,8 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
 PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    const std::vector<std::vector<std::string>>& layers,
                                    RematPolicy remat, const PartitionCosts& costs,
-                                   int prefetch_groups, std::vector<size_t>* phases) {
+                                   int prefetch_groups, std::vector<size_t>* phases,
+                                   CollectiveMatmulMode collective_matmul) {
   std::vector<size_t> passes;
   ProgramSpec expanded = ExpandGrads(global, &passes);
   ApplyRemat(expanded, passes, layers, remat);
@@ -154,6 +156,11 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   } catch (const std::invalid_argument& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  }
+  if (collective_matmul != CollectiveMatmulMode::kOff) {
+    if (!costs.mesh) throw std::logic_error("internal error: collective matmuls need the mesh");
+    FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
+                          costs.collectives);
   }
   PrefetchWeightCollectives(partitioned, prefetch_groups);
   if (phases) {

@@ -15,6 +15,7 @@
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/collective_matmul.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/pipeline_schedule.h"
 #include "planner/models/transformer.h"
@@ -37,6 +38,8 @@ struct StepPlan {
   std::map<std::string, std::string> algorithms;          // Default algorithm per collective.
   RematPolicy remat = RematPolicy::kNone;                 // What each layer's backward recomputes.
   std::optional<PipelinePlan> pipeline;                   // Pipeline parallelism (none: off).
+  // Which all-gathers become collective matmuls (FuseCollectiveMatmuls).
+  CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff;
 };
 
 // The bytes one device holds for the step's state (the largest over devices), by kind.
@@ -194,12 +197,15 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
 // recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
 // its weight collectives prefetched a layer ahead (PrefetchWeightCollectives over
-// `prefetch_groups`; 0: not). `phases`, when given, receives the partitioned program's op
-// indices where each backward pass starts and ends (RunConfig::memory_phases).
-PartitionResult PartitionTrainStep(const ProgramSpec& global,
-                                   const std::vector<std::vector<std::string>>& layers,
-                                   RematPolicy remat, const PartitionCosts& costs,
-                                   int prefetch_groups, std::vector<size_t>* phases = nullptr);
+// `prefetch_groups`; 0: not), after the all-gathers `collective_matmul` asks for became
+// collective matmuls with their products (FuseCollectiveMatmuls on costs.mesh). `phases`,
+// when given, receives the partitioned program's op indices where each backward pass starts
+// and ends (RunConfig::memory_phases).
+PartitionResult PartitionTrainStep(
+    const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
+    RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
+    std::vector<size_t>* phases = nullptr,
+    CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff);
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

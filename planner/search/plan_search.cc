@@ -258,7 +258,12 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       plan.algorithms = space.algorithms;
       for (const std::optional<PipelinePlan>& schedule : schedules) {
         plan.pipeline = schedule;
-        add_family(plan);
+        // Each collective matmul mode is a family of its own (its remat and microbatches
+        // dominate only each other).
+        for (CollectiveMatmulMode cm : space.collective_matmul) {
+          plan.collective_matmul = cm;
+          add_family(plan);
+        }
       }
     }
   }

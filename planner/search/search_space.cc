@@ -41,6 +41,9 @@ std::string CandidateKey(const PlanCandidate& candidate) {
            std::string(PipelineScheduleName(plan.pipeline->schedule)) + " v" +
            std::to_string(plan.pipeline->virtual_stages);
   }
+  if (plan.collective_matmul != CollectiveMatmulMode::kOff) {
+    key += std::string("; collective_matmul ") + CollectiveMatmulModeName(plan.collective_matmul);
+  }
   for (const auto& [op, algorithm] : plan.algorithms) key += "; " + op + "=" + algorithm;
   return key;
 }

@@ -50,6 +50,9 @@ struct SearchSpace {
   // The schedules to try on meshes with a stage axis (`plan.pipeline`, whose schedule and
   // virtual_stages may be lists; all share one axis, `stage` unless given).
   std::vector<PipelinePlan> pipelines = {PipelinePlan{}};
+  // Collective matmul modes to try (`search.collective_matmul` or `plan.collective_matmul`,
+  // one or a list); serving plans take the first.
+  std::vector<CollectiveMatmulMode> collective_matmul = {CollectiveMatmulMode::kOff};
   // Default algorithm per collective (`plan.algorithms`).
   std::map<std::string, std::string> algorithms;
   // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).

@@ -267,11 +267,11 @@ std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value
   return rules;
 }
 
-void ReadCollectiveMatmul(const YamlValue& value) {
-  if (value.OneOf({"off", "unidirectional", "bidirectional", "auto"}) != "off") {
-    value.Fail("collective_matmul: " + value.String() +
-               " is not built yet for model runs (the partitioner inserts blocking collectives)");
-  }
+planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value) {
+  planner::CollectiveMatmulMode mode = planner::CollectiveMatmulMode::kOff;
+  planner::ParseCollectiveMatmulMode(
+      value.OneOf({"off", "unidirectional", "bidirectional", "auto"}), &mode);
+  return mode;
 }
 
 std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value) {
@@ -295,7 +295,7 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
   if (auto rules = map.Find("rules")) plan.rules = ReadRules(*rules, plan.mesh);
   if (auto v = map.Find("remat")) plan.remat = ReadRemat(*v);
   if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
-  if (auto v = map.Find("collective_matmul")) ReadCollectiveMatmul(*v);
+  if (auto v = map.Find("collective_matmul")) plan.collective_matmul = ReadCollectiveMatmul(*v);
   if (auto v = map.Find("microbatches")) {
     v->FailAtKey("microbatches: belongs to train: (train: {microbatches: 4})");
   }
@@ -328,6 +328,13 @@ ModelRunSpec ReadModelRun(const YamlMap& top) {
     run.train = ReadTrain(*train, !run.mlp);
   }
   run.plan = ReadPlan(top.Get("plan"));
+  if (serve && run.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
+    top.Get("plan")
+        .Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul", "algorithms",
+              "microbatches"})
+        .Get("collective_matmul")
+        .FailAtKey("collective_matmul: applies to training steps, not to serve:");
+  }
   if (run.mlp) {
     if (serve) serve->FailAtKey("serve: serving steps are built for transformers");
     const YamlValue plan = top.Get("plan");

@@ -54,8 +54,8 @@ planner::RematPolicy ReadRemat(const YamlValue& value);
 planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 // `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages}.
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
-// `plan.collective_matmul`: only off is built for model runs (others fail, saying so).
-void ReadCollectiveMatmul(const YamlValue& value);
+// `plan.collective_matmul`: off, unidirectional, bidirectional or auto.
+planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value);
 // `plan.algorithms`: collective -> algorithm name.
 std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value);
 

@@ -58,6 +58,9 @@ Json PlanJson(const planner::PlanCandidate& c) {
         {"schedule", std::string(planner::PipelineScheduleName(c.plan.pipeline->schedule))},
         {"virtual_stages", c.plan.pipeline->virtual_stages}};
   }
+  if (c.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
+    plan["collective_matmul"] = planner::CollectiveMatmulModeName(c.plan.collective_matmul);
+  }
   if (!c.plan.algorithms.empty()) plan["algorithms"] = c.plan.algorithms;
   return plan;
 }
@@ -238,6 +241,10 @@ std::string PlanLine(const planner::PlanCandidate& c) {
                      planner::RematPolicyName(c.plan.remat) + "; microbatches " +
                      std::to_string(c.microbatches);
   if (c.plan.pipeline) text += " (" + ScheduleText(*c.plan.pipeline) + ")";
+  if (c.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
+    text += std::string("; collective matmul ") +
+            planner::CollectiveMatmulModeName(c.plan.collective_matmul);
+  }
   return text;
 }
 
@@ -483,6 +490,10 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     std::snprintf(tok, sizeof(tok), "%.0f", o.tokens_per_s_per_device);
     std::string mesh = MeshText(r.candidate.plan.mesh);
     if (r.candidate.plan.pipeline) mesh += " (" + ScheduleText(*r.candidate.plan.pipeline) + ")";
+    if (r.candidate.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
+      mesh += std::string(" (cm ") +
+              planner::CollectiveMatmulModeName(r.candidate.plan.collective_matmul) + ")";
+    }
     if (serving) {
       rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan), FormatTime(o.ttft),
                       FormatTime(o.tpot), FormatTime(o.step_time), tok,

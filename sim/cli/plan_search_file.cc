@@ -149,7 +149,10 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto p = plan->Find("pipeline")) space.pipelines = ReadPipelines(*p, all_axes);
     if (auto c = plan->Find("collective_matmul")) {
-      for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
+      space.collective_matmul.clear();
+      for (const YamlValue& v : OneOrList(*c)) {
+        space.collective_matmul.push_back(ReadCollectiveMatmul(v));
+      }
     }
     if (auto a = plan->Find("algorithms")) space.algorithms = ReadPlanAlgorithms(*a);
   }
@@ -180,7 +183,13 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       if (space.microbatches.empty()) m->Fail("give at least one microbatch count");
     }
     if (auto c = search->Find("collective_matmul")) {
-      for (const YamlValue& v : OneOrList(*c)) ReadCollectiveMatmul(v);
+      if (plan && plan->Has("collective_matmul")) {
+        c->FailAtKey("give search.collective_matmul or plan.collective_matmul, not both");
+      }
+      space.collective_matmul.clear();
+      for (const YamlValue& v : OneOrList(*c)) {
+        space.collective_matmul.push_back(ReadCollectiveMatmul(v));
+      }
     }
     if (auto o = search->Find("objective")) {
       constexpr planner::SearchObjective kAll[] = {
@@ -215,7 +224,9 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
              {&plan, "remat"},
              {&search, "remat"},
              {&search, "microbatches"},
-             {&plan, "pipeline"}}) {
+             {&plan, "pipeline"},
+             {&plan, "collective_matmul"},
+             {&search, "collective_matmul"}}) {
       if (*section) {
         if (auto v = (*section)->Find(key)) {
           v->FailAtKey(std::string(key) + ": applies to training steps, not to serve:");

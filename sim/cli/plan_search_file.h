@@ -24,8 +24,8 @@ struct PlanSearchSpec {
 // list, remat one or a list, pipeline, algorithms) and `search:` {axes, remat, microbatches,
 // collective_matmul, objective, memory_limit} from the top-level mapping. Throws InputError
 // at the key for anything unknown, out of range, contradictory (search.axes and plan.mesh,
-// search.remat and plan.remat) or not built yet (serving, kind: mlp, collective_matmul other
-// than off, expert axes for dense models).
+// search.remat and plan.remat) or not built yet (serving with remat, microbatches, pipelines or
+// collective matmuls, kind: mlp, expert axes for dense models).
 PlanSearchSpec ReadPlanSearch(const YamlMap& top);
 
 }  // namespace shardsim

@@ -400,8 +400,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
       return planner::PartitionTrainStep(
           global, layers, run.plan.remat,
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
-                                  planner::DeviceInBytesPerSecond(machine)},
-          planner::PrefetchGroups(layer_count, run.train));
+                                  planner::DeviceInBytesPerSecond(machine), &machine},
+          planner::PrefetchGroups(layer_count, run.train), nullptr, run.plan.collective_matmul);
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));

@@ -272,6 +272,23 @@ TEST_F(PlanCommandTest, TimeLimitStopsStartingPlans) {
   EXPECT_TRUE(IsOneErrorLine(bad.err)) << bad;
 }
 
+// search.collective_matmul lists modes: each is a family of its own, so the candidates double,
+// and the evaluated plans carry their mode (in --out and the ranked table).
+TEST_F(PlanCommandTest, CollectiveMatmulModesAreSearched) {
+  auto candidates = [](const std::string& out) {
+    const size_t at = out.find("candidates:");
+    return std::stoll(out.substr(at + 11));
+  };
+  const Result plain = RunOk({"plan", Tiny()});
+  const std::string results = (out() / "cm.jsonl").string();
+  const Result both = RunOk({"plan", Tiny("  collective_matmul: [off, bidirectional]\n"), "--out",
+                             results, "--top", "100"});
+  EXPECT_EQ(candidates(both.out), 2 * candidates(plain.out)) << both.out;
+  const std::string lines = ReadFile(results);
+  EXPECT_NE(lines.find("\"collective_matmul\":\"bidirectional\""), std::string::npos);
+  EXPECT_NE(both.out.find("(cm bidirectional)"), std::string::npos) << both.out;
+}
+
 TEST_F(PlanCommandTest, LocatedErrors) {
   struct Case {
     std::string extra;
@@ -283,7 +300,9 @@ TEST_F(PlanCommandTest, LocatedErrors) {
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
-           Case{"plan: {collective_matmul: bidirectional}\n", "not built yet"},
+           Case{"  collective_matmul: [off, windowed]\n", "(key search.collective_matmul.1)"},
+           Case{"  collective_matmul: auto\nplan: {collective_matmul: off}\n",
+                "give search.collective_matmul or plan.collective_matmul, not both"},
            Case{"plan: {pipeline: {schedule: [gpipe, 1f1b], virtual_stages: 2}}\n",
                 "virtual_stages > 1 needs schedule: interleaved"},
        }) {

@@ -1,0 +1,328 @@
+#include "planner/collective_matmul.h"
+
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "collectives/ir/op_registry.h"
+#include "collectives/lowering.h"
+#include "collectives/runtime/run_program.h"
+#include "collectives/semantics.h"
+
+namespace shardsim::planner {
+namespace {
+
+// How a matmul or einsum reads its operands: as x [..., K] @ w [K, N] -> [..., N], or not.
+bool IsPlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
+  if (rhs.size() != 2 || lhs.empty() || lhs.back() != rhs[0]) return false;
+  if (op.kind == OpKind::kMatmul) return lhs.size() >= 2;
+  if (op.kind != OpKind::kEinsum) return false;
+  // "<rows>k,kn-><rows>n": k and n distinct letters that no row letter repeats.
+  std::string s;
+  for (char c : op.spec) {
+    if (c != ' ') s += c;
+  }
+  const size_t comma = s.find(','), arrow = s.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos) return false;
+  const std::string a = s.substr(0, comma), b = s.substr(comma + 1, arrow - comma - 1),
+                    out = s.substr(arrow + 2);
+  if (a.size() != lhs.size() || b.size() != 2 || a.size() < 2) return false;
+  const char k = b[0], n = b[1];
+  const std::string rows = a.substr(0, a.size() - 1);
+  if (a.back() != k || k == n || out != rows + n) return false;
+  return rows.find(k) == std::string::npos && rows.find(n) == std::string::npos &&
+         std::set<char>(rows.begin(), rows.end()).size() == rows.size();
+}
+
+// The variant `mode` gives a loop whose travelling block has `extent` rows or columns to split.
+// Bidirectional (and auto) fall back to one way where the block has an odd extent.
+std::string VariantOf(CollectiveMatmulMode mode, int64_t extent) {
+  if (mode == CollectiveMatmulMode::kUnidirectional || extent % 2 != 0) return "unidirectional";
+  return "bidirectional";
+}
+
+// One gather-and-product pair as a program of its own: x (its local shape, replicated) and the
+// gathered operand's local block w (split over the gather's axes along `axis`), run blocking
+// (all_gather then matmul) or as the allgather_matmul `variant`.
+struct Pair {
+  Shape x, w;                   // Local shapes of the operand kept whole and of the gathered block.
+  DType dtype = DType::kF32;    // The gathered block's.
+  DType x_dtype = DType::kF32;  // The other operand's.
+  std::vector<std::string> axes;
+  int64_t axis = 0;
+  bool gather_rhs = true;
+  // Everything that determines the time, for the cache.
+  std::string Key(const std::string& variant) const {
+    std::string k = FormatShape(x) + FormatShape(w) + DTypeName(dtype) + DTypeName(x_dtype) +
+                    std::to_string(axis) + (gather_rhs ? "r" : "l") + variant;
+    for (const std::string& a : axes) k += "," + a;
+    return k;
+  }
+};
+
+Time PairTime(const Pair& pair, const std::string& variant, const Machine& machine,
+              const Mesh& mesh, CollectiveCostModel& collectives) {
+  ProgramSpec p;
+  p.mesh_axes = mesh.axes();
+  p.mesh_devices = mesh.devices();
+  const int n = mesh.GroupSize([&] {
+    std::vector<int> axes;
+    for (const std::string& a : pair.axes) axes.push_back(mesh.AxisIndex(a));
+    return axes;
+  }());
+  ArraySpec kept{"kept", pair.x, pair.x_dtype, {}, PartitionSpec{}};
+  kept.sharding.dims.resize(pair.x.size());
+  ArraySpec block{"block", pair.w, pair.dtype, {}, PartitionSpec{}};
+  block.shape[static_cast<size_t>(pair.axis)] *= n;
+  block.sharding.dims.resize(pair.w.size());
+  block.sharding.dims[static_cast<size_t>(pair.axis)] = pair.axes;
+  p.arrays = {kept, block};
+  const std::string lhs = pair.gather_rhs ? "kept" : "block";
+  const std::string rhs = pair.gather_rhs ? "block" : "kept";
+  if (variant == "blocking") {
+    OpSpec gather;
+    gather.kind = OpKind::kAllGather;
+    gather.in = {"block"};
+    gather.out = {"whole"};
+    gather.axis_name = pair.axes;
+    gather.axis = pair.axis;
+    gather.tiled = true;
+    OpSpec product;
+    product.kind = OpKind::kMatmul;
+    product.in = {pair.gather_rhs ? lhs : "whole", pair.gather_rhs ? "whole" : rhs};
+    product.out = {"y"};
+    p.ops = {gather, product};
+  } else {
+    OpSpec cm;
+    cm.kind = OpKind::kAllgatherMatmul;
+    cm.in = {lhs, rhs};
+    cm.out = {"y"};
+    cm.axis_name = pair.axes;
+    cm.gather = pair.gather_rhs ? "rhs" : "lhs";
+    cm.axis = pair.axis;
+    cm.variant = variant;
+    p.ops = {cm};
+  }
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    p.ops[i].name = "op" + std::to_string(i);
+    p.ops[i].key = "program." + std::to_string(i);
+  }
+  RunConfig config;
+  config.timing = TimingPath::kCached;
+  config.collective_model = &collectives;
+  return RunProgram(machine, mesh, p, config).end;
+}
+
+}  // namespace
+
+const char* CollectiveMatmulModeName(CollectiveMatmulMode mode) {
+  switch (mode) {
+    case CollectiveMatmulMode::kOff:
+      return "off";
+    case CollectiveMatmulMode::kUnidirectional:
+      return "unidirectional";
+    case CollectiveMatmulMode::kBidirectional:
+      return "bidirectional";
+    case CollectiveMatmulMode::kAuto:
+      return "auto";
+  }
+  return "off";
+}
+
+bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mode) {
+  for (CollectiveMatmulMode m :
+       {CollectiveMatmulMode::kOff, CollectiveMatmulMode::kUnidirectional,
+        CollectiveMatmulMode::kBidirectional, CollectiveMatmulMode::kAuto}) {
+    if (name == CollectiveMatmulModeName(m)) {
+      *mode = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
+                          const Machine* machine, CollectiveCostModel* collectives) {
+  if (mode == CollectiveMatmulMode::kOff) return 0;
+  if (mode == CollectiveMatmulMode::kAuto && (!machine || !collectives)) {
+    throw std::logic_error("internal error: collective_matmul auto needs a machine to time on");
+  }
+  std::map<std::string, Time> timed;  // Pair::Key -> time.
+  auto time_of = [&](const Pair& pair, const std::string& variant) {
+    auto [it, fresh_key] = timed.try_emplace(pair.Key(variant));
+    if (fresh_key) it->second = PairTime(pair, variant, *machine, mesh, *collectives);
+    return it->second;
+  };
+  ProgramSpec& program = partitioned.program;
+  const LoweredProgram lowered = LowerProgram(mesh, program);
+  // Each program op's local input types (the first lowered op it became).
+  std::vector<std::vector<Array>> in_types(program.ops.size());
+  std::vector<char> seen(program.ops.size(), 0);
+  for (const LoweredOp& op : lowered.ops) {
+    if (seen[op.source]) continue;
+    seen[op.source] = 1;
+    for (int v : op.in_values) in_types[op.source].push_back(lowered.values[v]);
+  }
+  std::set<std::string> names, outputs;
+  for (const ArraySpec& a : program.arrays) names.insert(a.name);
+  for (const OpSpec& op : program.ops) names.insert(op.out.begin(), op.out.end());
+  for (const OutputSpec& o : program.outputs) outputs.insert(o.name);
+  // Per op index: the op that reads each binding of a name, until it is bound again.
+  std::map<std::string, std::vector<size_t>> readers_of_binding;  // By "name@binder".
+  std::map<std::string, size_t> binder;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const std::string& in : program.ops[i].in) {
+      auto it = binder.find(in);
+      const std::string key =
+          in + "@" + (it == binder.end() ? "input" : std::to_string(it->second));
+      readers_of_binding[key].push_back(i);
+    }
+    for (const std::string& out : program.ops[i].out) binder[out] = i;
+  }
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int i = 2; names.count(name); ++i) name = base + "_" + std::to_string(i);
+    names.insert(name);
+    return name;
+  };
+
+  std::vector<char> drop(program.ops.size(), 0);
+  // Replacements: op index -> the ops (with reasons and types) that take its place.
+  std::map<size_t, std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>>> replace;
+  int fused = 0;
+  for (size_t g = 0; g < program.ops.size(); ++g) {
+    const OpSpec& gather = program.ops[g];
+    if (gather.kind != OpKind::kAllGather || !gather.tiled || gather.out.size() != 1) continue;
+    const std::string& v = gather.out[0];
+    if (outputs.count(v) || binder.at(v) != g) continue;  // Read at the end, or bound again.
+    const std::vector<size_t>& readers = readers_of_binding[v + "@" + std::to_string(g)];
+    if (readers.size() != 1 || drop[readers[0]] || replace.count(readers[0])) continue;
+    const size_t c = readers[0];
+    const OpSpec& consumer = program.ops[c];
+    if (consumer.in.size() != 2 || consumer.in[0] == consumer.in[1] || consumer.out.size() != 1 ||
+        consumer.where != gather.where || in_types[c].size() != 2) {
+      continue;
+    }
+    const Shape& lhs = in_types[c][0].shape();
+    const Shape& rhs = in_types[c][1].shape();
+    if (!IsPlainProduct(consumer, lhs, rhs)) continue;
+    // The gathered block must still be bound as the gather read it when the product runs.
+    bool rebound = false;
+    for (size_t i = g + 1; i < c && !rebound; ++i) {
+      for (const std::string& o : program.ops[i].out) rebound = rebound || o == gather.in[0];
+    }
+    if (rebound) continue;
+    const bool gather_rhs = consumer.in[1] == v;
+    const Shape& gathered = gather_rhs ? rhs : lhs;
+    const int64_t axis =
+        gather.axis < 0 ? gather.axis + static_cast<int64_t>(gathered.size()) : gather.axis;
+    if (!(axis == 0 || axis == 1) || (!gather_rhs && lhs.size() != 2)) continue;
+    const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
+    if (n <= 1) continue;
+    // The travelling block: rhs rows or columns (K / n or N / n), lhs rows or columns.
+    const int64_t extent = gathered[static_cast<size_t>(axis)] / n;
+    const std::string variant = VariantOf(mode, extent);
+    std::string priced;
+    if (mode == CollectiveMatmulMode::kAuto) {
+      // x as the loop sees it (leading dimensions folded into rows).
+      Pair pair;
+      pair.x = gather_rhs ? Shape{NumElements(lhs) / lhs.back(), lhs.back()} : rhs;
+      pair.w = in_types[g][0].shape();
+      pair.dtype = in_types[g][0].dtype();
+      pair.x_dtype = in_types[c][gather_rhs ? 0 : 1].dtype();
+      pair.axes = gather.axis_name;
+      pair.axis = axis;
+      pair.gather_rhs = gather_rhs;
+      const Time blocking = time_of(pair, "blocking");
+      const Time loop = time_of(pair, variant);
+      if (loop >= blocking) continue;
+      priced = ", " + FormatTime(loop) + " against " + FormatTime(blocking) + " blocking";
+    }
+
+    std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>> ops;
+    const std::string& type = partitioned.types.size() > c ? partitioned.types[c] : "";
+    std::string x = gather_rhs ? consumer.in[0] : gather.in[0];
+    std::string w = gather_rhs ? gather.in[0] : consumer.in[1];
+    std::string out = consumer.out[0];
+    Shape rows_shape = lhs;
+    const bool fold = gather_rhs && lhs.size() > 2;
+    if (fold) {  // x [..., K] -> [rows, K], a free reshape.
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < lhs.size(); ++d) rows *= lhs[d];
+      OpSpec reshape;
+      reshape.kind = OpKind::kReshape;
+      reshape.name = consumer.name + "/rows";
+      reshape.key = consumer.key;
+      reshape.in = {x};
+      reshape.out = {fresh(consumer.out[0] + "/rows")};
+      reshape.shape = {rows, lhs.back()};
+      reshape.where = consumer.where;
+      x = reshape.out[0];
+      ops.push_back({reshape,
+                     {"the rows of " + consumer.in[0] + " for the collective matmul",
+                      FormatShape(reshape.shape) + " per device"}});
+      out = fresh(consumer.out[0] + "/2d");
+    }
+    OpSpec cm;
+    cm.kind = OpKind::kAllgatherMatmul;
+    cm.name = consumer.name;
+    cm.key = consumer.key;
+    cm.in = {x, w};
+    cm.out = {out};
+    cm.axis_name = gather.axis_name;
+    cm.gather = gather_rhs ? "rhs" : "lhs";
+    cm.axis = axis;
+    cm.variant = variant;
+    cm.algorithm = gather.algorithm;
+    cm.where = consumer.where;
+    const std::string gather_reason =
+        partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
+    ops.push_back(
+        {cm,
+         {"collective matmul (" + cm.variant + priced + "): " + OpKindName(consumer.kind) +
+              " fused with the all_gather of " + gather.in[0] + " over " + gather.axis_name[0] +
+              (gather_reason.empty() ? "" : "; " + gather_reason),
+          type}});
+    if (fold) {
+      OpSpec reshape;
+      reshape.kind = OpKind::kReshape;
+      reshape.name = consumer.name + "/unrows";
+      reshape.key = consumer.key;
+      reshape.in = {out};
+      reshape.out = {consumer.out[0]};
+      reshape.shape = lhs;
+      reshape.shape.back() = rhs[1];
+      reshape.where = consumer.where;
+      ops.push_back({reshape, {"the collective matmul's rows back", type}});
+    }
+    drop[g] = 1;
+    replace[c] = std::move(ops);
+    ++fused;
+  }
+  if (fused == 0) return 0;
+  ProgramSpec rewritten = program;
+  rewritten.ops.clear();
+  std::vector<std::string> reasons, types;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    if (drop[i]) continue;
+    auto it = replace.find(i);
+    if (it == replace.end()) {
+      rewritten.ops.push_back(std::move(program.ops[i]));
+      reasons.push_back(i < partitioned.reasons.size() ? partitioned.reasons[i] : "");
+      types.push_back(i < partitioned.types.size() ? partitioned.types[i] : "");
+      continue;
+    }
+    for (auto& [op, why] : it->second) {
+      rewritten.ops.push_back(std::move(op));
+      reasons.push_back(why.first);
+      types.push_back(why.second);
+    }
+  }
+  partitioned.program = std::move(rewritten);
+  partitioned.reasons = std::move(reasons);
+  partitioned.types = std::move(types);
+  return fused;
+}
+
+}  // namespace shardsim::planner

@@ -1,0 +1,47 @@
+// Collective matmuls chosen by the partitioner: an all-gather whose only reader is a matmul
+// becomes one allgather_matmul, whose ppermute loop overlaps each block's transfer with the
+// product of the block before (the seed notebook's collective matmul; XLA's windowed einsum,
+// `xla_tpu_enable_windowed_einsum_for_all_gather`). Plans ask for it with `collective_matmul`.
+#pragma once
+
+#include <string>
+
+#include "collectives/mesh.h"
+#include "planner/partitioner.h"
+
+namespace shardsim::planner {
+
+// What `collective_matmul:` asks of a plan.
+enum class CollectiveMatmulMode {
+  kOff,             // Gathers stay blocking collectives.
+  kUnidirectional,  // Blocks travel one way round the group.
+  // Half of each block each way (both directions of every link); one way where a travelling
+  // block has an odd number of rows (or columns) to halve.
+  kBidirectional,
+  // Per gather, the faster of blocking and kBidirectional's loop, each timed alone on the
+  // machine (it cannot see that prefetching may hide a blocking gather: a search listing
+  // [off, auto] compares whole steps).
+  kAuto,
+};
+
+// The SPEC name of a mode ("off", "unidirectional", "bidirectional", "auto").
+const char* CollectiveMatmulModeName(CollectiveMatmulMode mode);
+// Parses a mode name; false for an unknown one.
+bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mode);
+
+// Rewrites `partitioned` (a manual program on `mesh`) in place: each tiled all_gather whose
+// result one matmul or einsum reads, and nothing else (no other op, no output), fuses with it
+// into an allgather_matmul of the forms it has (collective_matmul.h):
+// - the gathered value is the matmul's rhs w [K, N] (a weight: FSDP's embed, gathered along
+//   0, or a column block of it, along 1) and the lhs x [..., K] of any rank, its leading
+//   dimensions folded into rows by free reshapes before and after;
+// - or it is the lhs x [M, K] (gathered along 0 or 1) of a 2-D product with w [K, N].
+// einsum counts when its spec is that product ("btd,df->btf"). The rewritten op keeps the
+// matmul's name and output; its reason names the fused gather. kAuto times each pair both ways
+// as a program of its own on `machine`, collectives from `collectives` (both required for it;
+// equal pairs are timed once). Returns how many it fused.
+int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
+                          const Machine* machine = nullptr,
+                          CollectiveCostModel* collectives = nullptr);
+
+}  // namespace shardsim::planner

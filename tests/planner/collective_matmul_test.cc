@@ -1,0 +1,202 @@
+// Collective matmuls chosen by the partitioner: which all-gathers fuse with their matmul (FSDP
+// weights, 3-D activations folded into rows, gathered lhs rows), which do not (a gather read
+// twice), numerics against the unsharded program, and the overlap's gain on the network.
+#include "planner/collective_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include "collectives/ir/program_builder.h"
+#include "collectives/runtime/run_program.h"
+#include "planner/partitioned_numerics.h"
+#include "tests/planner/partition_test_support.h"
+#include "topology/presets.h"
+
+namespace shardsim::planner {
+namespace {
+
+// FSDP over 4: x [b, d] and w [d, f] both split along their first dimension; y = x @ w keeps
+// x's rows split, so w is all-gathered along its rows (d, the contracting dimension).
+ProgramSpec FsdpMatmul(Shape x, int64_t f, const std::string& spec = "") {
+  ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
+  std::vector<std::vector<std::string>> x_spec(x.size());
+  x_spec[0] = {"fsdp"};
+  const int64_t d = x.back();
+  b.Input("x", x, DType::kF32, P(x_spec), Normal(0));
+  b.Input("w", {d, f}, DType::kF32, P({{"fsdp"}, {}}), Normal(1));
+  if (spec.empty()) {
+    b.Matmul("x", "w", "y");
+  } else {
+    b.Einsum(spec, "x", "w", "y");
+  }
+  b.Output("y", P(x_spec));
+  return std::move(b).Build();
+}
+
+struct Fused {
+  PartitionResult partitioned;
+  int count = 0;
+};
+
+Fused PartitionAndFuse(const ProgramSpec& global, const Machine& machine, const Mesh& mesh,
+                       CollectiveMatmulMode mode) {
+  Fused f;
+  f.partitioned = PartitionOnMachine(global, machine, mesh);
+  f.count = FuseCollectiveMatmuls(f.partitioned, mesh, mode);
+  return f;
+}
+
+int Count(const ProgramSpec& program, OpKind kind) {
+  int n = 0;
+  for (const OpSpec& op : program.ops) n += op.kind == kind;
+  return n;
+}
+
+void ExpectNumericsPass(const ProgramSpec& global, const PartitionResult& lowered,
+                        const Machine& machine, const Mesh& mesh) {
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, lowered.program, config);
+  NumericsReport report =
+      CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
+  EXPECT_TRUE(report.checked);
+  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
+                             << " tolerance " << report.tolerance;
+}
+
+TEST(CollectiveMatmulTest, FsdpWeightGatherFusesWithItsMatmul) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  const ProgramSpec global = FsdpMatmul({64, 128}, 96);
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  for (CollectiveMatmulMode mode :
+       {CollectiveMatmulMode::kUnidirectional, CollectiveMatmulMode::kBidirectional}) {
+    SCOPED_TRACE(CollectiveMatmulModeName(mode));
+    Fused f = PartitionAndFuse(global, machine, mesh, mode);
+    EXPECT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 0);
+    ASSERT_EQ(Count(f.partitioned.program, OpKind::kAllgatherMatmul), 1);
+    for (size_t i = 0; i < f.partitioned.program.ops.size(); ++i) {
+      const OpSpec& op = f.partitioned.program.ops[i];
+      if (op.kind != OpKind::kAllgatherMatmul) continue;
+      EXPECT_EQ(op.gather, "rhs");
+      EXPECT_EQ(op.axis, 0);  // w's rows: the contracting dimension.
+      EXPECT_EQ(op.variant, CollectiveMatmulModeName(mode));
+      EXPECT_EQ(op.name, "y");
+      EXPECT_NE(f.partitioned.reasons[i].find("fused with the all_gather of w over fsdp"),
+                std::string::npos)
+          << f.partitioned.reasons[i];
+    }
+    ExpectNumericsPass(global, f.partitioned, machine, mesh);
+  }
+  // Off leaves the program as the partitioner made it.
+  Fused off = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
+  EXPECT_EQ(off.count, 0);
+  EXPECT_EQ(Count(off.partitioned.program, OpKind::kAllGather), 1);
+}
+
+// A [b, t, d] activation (einsum "btd,df->btf") is folded into [b t, d] rows around the loop.
+TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  const ProgramSpec global = FsdpMatmul({8, 16, 64}, 32, "btd,df->btf");
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+  EXPECT_EQ(f.count, 1);
+  EXPECT_EQ(Count(f.partitioned.program, OpKind::kReshape), 2);
+  EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllgatherMatmul), 1);
+  ExpectNumericsPass(global, f.partitioned, machine, mesh);
+}
+
+// An odd travelling block (d / 4 = 3 rows of w) cannot be halved: bidirectional falls back to
+// one way.
+TEST(CollectiveMatmulTest, OddBlocksTravelOneWay) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  const ProgramSpec global = FsdpMatmul({8, 12}, 8);
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+  ASSERT_EQ(f.count, 1);
+  for (const OpSpec& op : f.partitioned.program.ops) {
+    if (op.kind == OpKind::kAllgatherMatmul) EXPECT_EQ(op.variant, "unidirectional");
+  }
+  ExpectNumericsPass(global, f.partitioned, machine, mesh);
+}
+
+// A gathered weight read by two products (or kept as an output) stays a blocking gather: the
+// loop would gather it twice.
+TEST(CollectiveMatmulTest, GatherReadTwiceIsNotFused) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
+  b.Input("x", {64, 128}, DType::kF32, P({{"fsdp"}, {}}), Normal(0));
+  b.Input("z", {64, 128}, DType::kF32, P({{"fsdp"}, {}}), Normal(2));
+  b.Input("w", {128, 96}, DType::kF32, P({{"fsdp"}, {}}), Normal(1));
+  b.Matmul("x", "w", "y1");
+  b.Matmul("z", "w", "y2");
+  b.Output("y1", P({{"fsdp"}, {}}));
+  b.Output("y2", P({{"fsdp"}, {}}));
+  const ProgramSpec global = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  PartitionResult p = PartitionOnMachine(global, machine, mesh);
+  const int gathers = Count(p.program, OpKind::kAllGather);
+  ASSERT_GE(gathers, 1);
+  // Reshards are reused: one gather of w feeds both products, so nothing fuses.
+  if (gathers == 1)
+    EXPECT_EQ(FuseCollectiveMatmuls(p, mesh, CollectiveMatmulMode::kBidirectional), 0);
+}
+
+// The point of it: with the gather as long as the product, the overlapped loop ends sooner
+// than gather-then-multiply on the same network (v5e, 4 chips in a line, bf16 weights).
+TEST(CollectiveMatmulTest, OverlapShortensTheStep) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
+  b.Input("x", {4096, 4096}, DType::kBF16, P({{"fsdp"}, {}}));
+  b.Input("w", {4096, 4096}, DType::kBF16, P({{"fsdp"}, {}}));
+  b.Matmul("x", "w", "y");
+  b.Output("y", P({{"fsdp"}, {}}));
+  const ProgramSpec global = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
+  Fused fused = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+  ASSERT_EQ(fused.count, 1);
+  const Time t_blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
+  const Time t_fused = RunProgram(machine, mesh, fused.partitioned.program, {}).end;
+  EXPECT_LT(t_fused, t_blocking);
+}
+
+// auto times each pair both ways on the machine: the 32 MiB weight above (transfer-bound) goes
+// into the loop, whose step is then the bidirectional one's; a tiny product, where the loop's
+// n partial products and shifts each pay their fixed costs, stays blocking.
+TEST(CollectiveMatmulTest, AutoKeepsTheFasterWay) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  for (int64_t size : {4096, 64}) {
+    SCOPED_TRACE(size);
+    ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
+    b.Input("x", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
+    b.Input("w", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
+    b.Matmul("x", "w", "y");
+    b.Output("y", P({{"fsdp"}, {}}));
+    const ProgramSpec global = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
+    Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    PartitionResult automatic = PartitionOnMachine(global, machine, mesh);
+    const int fused =
+        FuseCollectiveMatmuls(automatic, mesh, CollectiveMatmulMode::kAuto, &machine, &cache);
+    const Time t_blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
+    const Time t_loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
+    const Time t_auto = RunProgram(machine, mesh, automatic.program, {}).end;
+    EXPECT_EQ(fused, size == 4096 ? 1 : 0);
+    EXPECT_EQ(t_auto, std::min(t_blocking, t_loop));
+  }
+}
+
+TEST(CollectiveMatmulTest, ModeNames) {
+  CollectiveMatmulMode mode = CollectiveMatmulMode::kOff;
+  for (const char* name : {"off", "unidirectional", "bidirectional", "auto"}) {
+    ASSERT_TRUE(ParseCollectiveMatmulMode(name, &mode)) << name;
+    EXPECT_STREQ(CollectiveMatmulModeName(mode), name);
+  }
+  EXPECT_FALSE(ParseCollectiveMatmulMode("windowed", &mode));
+}
+
+}  // namespace
+}  // namespace shardsim::planner
