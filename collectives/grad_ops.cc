@@ -714,7 +714,7 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                     in_bytes + out_bytes};
     }
     case OpKind::kRaggedDotRhsGrad:
-      return RaggedDotRhsGradCost(inputs, outputs);
+      return RaggedDotCost(inputs, outputs);
     default:
       return OpCost{0, in_bytes + out_bytes};
   }

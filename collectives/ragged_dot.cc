@@ -118,16 +118,9 @@ Array RaggedDotRhsGrad(const Array& lhs, const Array& g, const Array& group_size
 
 OpCost RaggedDotCost(const std::vector<const Array*>& inputs,
                      const std::vector<const Array*>& outputs) {
+  // lhs [m, k] is inputs[0] for both ops; n is the result's last dimension for both.
   const Shape& lhs = inputs.at(0)->shape();
-  const double n = static_cast<double>(inputs.at(1)->shape().at(2));
-  return OpCost{2.0 * static_cast<double>(lhs.at(0)) * static_cast<double>(lhs.at(1)) * n,
-                TotalBytes(inputs, outputs)};
-}
-
-OpCost RaggedDotRhsGradCost(const std::vector<const Array*>& inputs,
-                            const std::vector<const Array*>& outputs) {
-  const Shape& lhs = inputs.at(0)->shape();
-  const double n = static_cast<double>(inputs.at(1)->shape().at(1));
+  const double n = static_cast<double>(outputs.at(0)->shape().back());
   return OpCost{2.0 * static_cast<double>(lhs.at(0)) * static_cast<double>(lhs.at(1)) * n,
                 TotalBytes(inputs, outputs)};
 }

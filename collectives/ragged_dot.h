@@ -23,13 +23,10 @@ Array RaggedDot(const Array& lhs, const Array& rhs, const Array& group_sizes);
 // Same checks and precision as RaggedDot.
 Array RaggedDotRhsGrad(const Array& lhs, const Array& g, const Array& group_sizes);
 
-// Its cost: 2 m k n FLOPs, every row against its group's block once (a grouped matmul kernel
-// runs the padding rows too); lhs, rhs and group_sizes read and the result written once.
+// The cost of RaggedDot and of RaggedDotRhsGrad: 2 m k n FLOPs, every row against its group's
+// block once (a grouped matmul kernel runs the padding rows too; the rhs cotangent takes each
+// row's outer product once); the inputs read and the result written once.
 OpCost RaggedDotCost(const std::vector<const Array*>& inputs,
                      const std::vector<const Array*>& outputs);
-// RaggedDotRhsGrad's: 2 m k n FLOPs (each row's outer product once), inputs read, result
-// written.
-OpCost RaggedDotRhsGradCost(const std::vector<const Array*>& inputs,
-                            const std::vector<const Array*>& outputs);
 
 }  // namespace shardsim

@@ -51,16 +51,14 @@ int Count(const ProgramSpec& program, OpKind kind) {
   return n;
 }
 
-void ExpectNumericsPass(const ProgramSpec& global, const PartitionResult& lowered,
-                        const Machine& machine, const Mesh& mesh) {
-  RunConfig config;
-  config.numerics = true;
-  RunResult r = RunProgram(machine, mesh, lowered.program, config);
-  NumericsReport report =
-      CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
-  EXPECT_TRUE(report.checked);
-  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
-                             << " tolerance " << report.tolerance;
+// y = x @ w, both bf16 [size, size] split along their rows over fsdp 4.
+ProgramSpec SquareFsdpMatmul(int64_t size) {
+  ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
+  b.Input("x", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
+  b.Input("w", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
+  b.Matmul("x", "w", "y");
+  b.Output("y", P({{"fsdp"}, {}}));
+  return std::move(b).Build();
 }
 
 TEST(CollectiveMatmulTest, FsdpWeightGatherFusesWithItsMatmul) {
@@ -145,12 +143,7 @@ TEST(CollectiveMatmulTest, GatherReadTwiceIsNotFused) {
 // than gather-then-multiply on the same network (v5e, 4 chips in a line, bf16 weights).
 TEST(CollectiveMatmulTest, OverlapShortensTheStep) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
-  ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
-  b.Input("x", {4096, 4096}, DType::kBF16, P({{"fsdp"}, {}}));
-  b.Input("w", {4096, 4096}, DType::kBF16, P({{"fsdp"}, {}}));
-  b.Matmul("x", "w", "y");
-  b.Output("y", P({{"fsdp"}, {}}));
-  const ProgramSpec global = std::move(b).Build();
+  const ProgramSpec global = SquareFsdpMatmul(4096);
   Mesh mesh = PlaceMesh(machine, global.mesh_axes);
   Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
   Fused fused = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
@@ -169,12 +162,7 @@ TEST(CollectiveMatmulTest, AutoKeepsTheFasterWay) {
   CachedCollectiveModel cache(network);
   for (int64_t size : {4096, 64}) {
     SCOPED_TRACE(size);
-    ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
-    b.Input("x", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
-    b.Input("w", {size, size}, DType::kBF16, P({{"fsdp"}, {}}));
-    b.Matmul("x", "w", "y");
-    b.Output("y", P({{"fsdp"}, {}}));
-    const ProgramSpec global = std::move(b).Build();
+    const ProgramSpec global = SquareFsdpMatmul(size);
     Mesh mesh = PlaceMesh(machine, global.mesh_axes);
     Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
     Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);

@@ -57,12 +57,10 @@ inline std::vector<Inserted> Collectives(const ProgramSpec& global,
   return out;
 }
 
-// Runs `global` partitioned on a TPU v5e 4x2 with numerics and checks it against the
-// unsharded program.
-inline void ExpectNumericsPass(const ProgramSpec& global) {
-  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-  PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
+// Runs `lowered` (a partitioning of `global`) on `mesh` of `machine` with numerics and checks
+// it against the unsharded program.
+inline void ExpectNumericsPass(const ProgramSpec& global, const PartitionResult& lowered,
+                               const Machine& machine, const Mesh& mesh) {
   RunConfig config;
   config.numerics = true;
   RunResult r = RunProgram(machine, mesh, lowered.program, config);
@@ -71,6 +69,14 @@ inline void ExpectNumericsPass(const ProgramSpec& global) {
   EXPECT_TRUE(report.checked);
   EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
                              << " tolerance " << report.tolerance;
+}
+
+// Runs `global` partitioned on a TPU v5e 4x2 with numerics and checks it against the
+// unsharded program.
+inline void ExpectNumericsPass(const ProgramSpec& global) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  ExpectNumericsPass(global, PartitionOnMachine(global, machine, mesh), machine, mesh);
 }
 
 }  // namespace shardsim::planner
