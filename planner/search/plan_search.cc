@@ -243,26 +243,40 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       }
     }
     for (const auto& rules : rule_sets) {
-      StepPlan plan;
-      plan.mesh = mesh;
-      // Rules naming an axis this mesh left out (size 1) drop it.
-      for (const auto& [dim, axes] : rules) {
-        std::vector<std::string> present;
-        for (const std::string& a : axes) {
-          for (const MeshAxis& m : mesh) {
-            if (m.name == a) present.push_back(a);
+      for (bool sequence_parallel : space.sequence_parallel) {
+        StepPlan plan;
+        plan.mesh = mesh;
+        // Rules naming an axis this mesh left out (size 1) drop it.
+        for (const auto& [dim, axes] : rules) {
+          std::vector<std::string> present;
+          for (const std::string& a : axes) {
+            for (const MeshAxis& m : mesh) {
+              if (m.name == a) present.push_back(a);
+            }
+          }
+          if (!present.empty()) plan.rules[dim] = present;
+        }
+        if (sequence_parallel) {
+          // Megatron's sequence parallelism: the sequence splits over the heads' (tensor) axes
+          // outside attention and the MLP. Without such axes, or with the sequence split
+          // already, it is the plan without it.
+          auto heads = plan.rules.find("heads");
+          if (heads != plan.rules.end() && !plan.rules.count("length")) {
+            plan.rules["length"] = heads->second;
+          } else if (std::count(space.sequence_parallel.begin(), space.sequence_parallel.end(),
+                                false) > 0) {
+            continue;  // Tried without it already.
           }
         }
-        if (!present.empty()) plan.rules[dim] = present;
-      }
-      plan.algorithms = space.algorithms;
-      for (const std::optional<PipelinePlan>& schedule : schedules) {
-        plan.pipeline = schedule;
-        // Each collective matmul mode is a family of its own (its remat and microbatches
-        // dominate only each other).
-        for (CollectiveMatmulMode cm : space.collective_matmul) {
-          plan.collective_matmul = cm;
-          add_family(plan);
+        plan.algorithms = space.algorithms;
+        for (const std::optional<PipelinePlan>& schedule : schedules) {
+          plan.pipeline = schedule;
+          // Each collective matmul mode is a family of its own (its remat and microbatches
+          // dominate only each other).
+          for (CollectiveMatmulMode cm : space.collective_matmul) {
+            plan.collective_matmul = cm;
+            add_family(plan);
+          }
         }
       }
     }

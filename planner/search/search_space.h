@@ -50,6 +50,11 @@ struct SearchSpace {
   // The schedules to try on meshes with a stage axis (`plan.pipeline`, whose schedule and
   // virtual_stages may be lists; all share one axis, `stage` unless given).
   std::vector<PipelinePlan> pipelines = {PipelinePlan{}};
+  // Whether to try each rule set without and with sequence parallelism
+  // (`search.sequence_parallel: [off, on]`, a shardsim extension): with it, the sequence
+  // (`length`) splits over the axes that split the heads, where some do and it is not split
+  // already (otherwise the plan is the one without it, not tried twice).
+  std::vector<bool> sequence_parallel = {false};
   // Collective matmul modes to try (`search.collective_matmul` or `plan.collective_matmul`,
   // one or a list); serving plans take the first.
   std::vector<CollectiveMatmulMode> collective_matmul = {CollectiveMatmulMode::kOff};

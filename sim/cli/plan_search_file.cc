@@ -88,7 +88,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
   std::optional<YamlMap> search;
   if (auto s = top.Find("search")) {
     search = s->Map({"axes", "axis_orders", "remat", "microbatches", "collective_matmul",
-                     "objective", "memory_limit"});
+                     "sequence_parallel", "objective", "memory_limit"});
   }
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
@@ -191,6 +191,12 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
         space.collective_matmul.push_back(ReadCollectiveMatmul(v));
       }
     }
+    if (auto sp = search->Find("sequence_parallel")) {
+      space.sequence_parallel.clear();
+      for (const YamlValue& v : OneOrList(*sp)) {
+        space.sequence_parallel.push_back(v.OneOf({"off", "on"}) == "on");
+      }
+    }
     if (auto o = search->Find("objective")) {
       constexpr planner::SearchObjective kAll[] = {
           planner::SearchObjective::kStepTime, planner::SearchObjective::kTokensPerSPerDevice,
@@ -226,7 +232,8 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
              {&search, "microbatches"},
              {&plan, "pipeline"},
              {&plan, "collective_matmul"},
-             {&search, "collective_matmul"}}) {
+             {&search, "collective_matmul"},
+             {&search, "sequence_parallel"}}) {
       if (*section) {
         if (auto v = (*section)->Find(key)) {
           v->FailAtKey(std::string(key) + ": applies to training steps, not to serve:");

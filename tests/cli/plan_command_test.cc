@@ -289,6 +289,20 @@ TEST_F(PlanCommandTest, CollectiveMatmulModesAreSearched) {
   EXPECT_NE(both.out.find("(cm bidirectional)"), std::string::npos) << both.out;
 }
 
+// search.sequence_parallel: [off, on] tries every rule set that splits the heads once more
+// with the sequence split over the same axes; meshes without a tensor axis are tried once.
+TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
+  auto candidates = [](const std::string& out) {
+    return std::stoll(out.substr(out.find("candidates:") + 11));
+  };
+  const Result plain = RunOk({"plan", Tiny()});
+  const Result both = RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n"), "--top", "100"});
+  EXPECT_GT(candidates(both.out), candidates(plain.out));
+  EXPECT_LT(candidates(both.out), 2 * candidates(plain.out)) << "meshes without tensor twice";
+  EXPECT_NE(both.out.find("length: tensor"), std::string::npos) << both.out;
+  EXPECT_EQ(plain.out.find("length: tensor"), std::string::npos) << plain.out;
+}
+
 TEST_F(PlanCommandTest, LocatedErrors) {
   struct Case {
     std::string extra;
