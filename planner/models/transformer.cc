@@ -113,8 +113,11 @@ class TrainStepBuilder {
     std::string loss_sum;
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
-      const std::string loss =
-          Op(OpKind::kCrossEntropy, {mlp_ ? MlpLogits() : Logits(), N("labels")}, N("loss"));
+      aux_.clear();
+      std::string loss = Op(OpKind::kCrossEntropy, {mlp_ ? MlpLogits() : Logits(), N("labels")},
+                            N(model_.router_aux_loss > 0 ? "ce_loss" : "loss"));
+      // The routers' load-balancing losses join the loss the gradients are taken of.
+      if (!aux_.empty()) loss = Op(OpKind::kAdd, {loss, aux_}, N("loss"));
       if (train_.forward_only) {
         pb_.Output(loss, PartitionSpec{});
         return std::move(pb_).Build();
@@ -290,6 +293,33 @@ class TrainStepBuilder {
     one_hot.dtype = dtype;
     const std::string hot = pb_.Add(std::move(one_hot));
     const std::string expert_gates = pb_.Einsum("btk,btke->bte", gates, hot, N("egates" + L));
+    if (kind_ == StepKind::kTrain && model_.router_aux_loss > 0) {
+      // The load-balancing loss: experts * sum_e c_e P_e, weighted (router_aux_loss). Only the
+      // probabilities carry a gradient; the counts come from the integer choices.
+      OpSpec per_token;
+      per_token.kind = OpKind::kSum;
+      per_token.in = {hot};
+      per_token.axes = {2};
+      per_token.out = {N("chosen" + L)};
+      const std::string chosen = pb_.Add(std::move(per_token));  // [b, t, E]
+      OpSpec counts;
+      counts.kind = OpKind::kMean;
+      counts.in = {chosen};
+      counts.axes = {0, 1};
+      counts.out = {N("load" + L)};
+      const std::string load = pb_.Add(std::move(counts));  // c [E]
+      const std::string probs = Op(OpKind::kSoftmax, {logits}, N("probs" + L));
+      OpSpec mean_probs;
+      mean_probs.kind = OpKind::kMean;
+      mean_probs.in = {probs};
+      mean_probs.axes = {0, 1};
+      mean_probs.out = {N("importance" + L)};
+      const std::string importance = pb_.Add(std::move(mean_probs));  // P [E]
+      const std::string balance = pb_.Einsum("e,e->", load, importance, N("balance" + L));
+      const std::string term = Scalar(
+          OpKind::kMul, balance, model_.router_aux_loss * static_cast<double>(e), N("aux" + L));
+      aux_ = aux_.empty() ? term : Op(OpKind::kAdd, {aux_, term}, N("aux_sum" + L));
+    }
     OpSpec route;
     route.kind = OpKind::kMoeRoute;
     route.in = {N("choice" + L)};
@@ -492,6 +522,7 @@ class TrainStepBuilder {
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
   std::string sfx_;             // The current microbatch's suffix ("" with one).
+  std::string aux_;             // The microbatch's load-balancing losses so far ("" none).
   std::set<std::string> cast_;  // Compute-dtype copies made so far.
   StepKind kind_ = StepKind::kTrain;
   int64_t group_tokens_ = 0;            // Tokens per sequence: a MoE routing group.
@@ -517,6 +548,8 @@ void CheckModel(const TransformerConfig& model) {
                                                               std::to_string(model.experts) + ")]");
   Check(model.capacity_factor > 0 && std::isfinite(model.capacity_factor),
         "capacity_factor must be a finite number > 0");
+  Check(model.router_aux_loss >= 0 && std::isfinite(model.router_aux_loss),
+        "router_aux_loss must be a finite number >= 0");
   Check(model.shared_experts >= 0 && model.expert_d_ff >= 0 && model.dense_layers >= 0 &&
             model.dense_layers <= model.layers,
         "shared_experts and expert_d_ff must be >= 0, dense_layers in [0, layers]");

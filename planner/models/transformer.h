@@ -49,6 +49,11 @@ struct TransformerConfig {
   int64_t shared_experts = 0;     // Experts every token goes through.
   int64_t expert_d_ff = 0;        // MLP width of one expert (0: d_ff).
   int64_t dense_layers = 0;       // Leading layers with a dense MLP (DeepSeek-V3's first 3).
+  // The weight of the routers' load-balancing loss added to a training step's loss (0: none;
+  // Switch Transformer's is 0.01): per MoE layer, experts * sum_e c_e P_e, c_e the mean over
+  // tokens of how many of a token's top_k choices are e, P_e the mean router probability of e
+  // (the form of Hugging Face's Mixtral, `router_aux_loss_coef`).
+  double router_aux_loss = 0;
 };
 
 // Whether decoder layer `layer` of `model` is a mixture of experts.

@@ -1,5 +1,6 @@
 #include "sim/cli/model_run_file.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <vector>
@@ -44,10 +45,11 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
     const std::string name = value.String();
     return {name, Preset(value, name)};
   }
-  YamlMap map =
-      value.Map({"kind", "preset", "layers", "d_model", "d_ff", "heads", "kv_heads", "head_dim",
-                 "vocab", "mlp", "norm", "experts", "top_k", "capacity_factor", "shared_experts",
-                 "expert_d_ff", "dense_layers", "layer_sizes", "activation"});
+  YamlMap map = value.Map(
+      {"kind",        "preset",       "layers",          "d_model",         "d_ff",
+       "heads",       "kv_heads",     "head_dim",        "vocab",           "mlp",
+       "norm",        "experts",      "top_k",           "capacity_factor", "shared_experts",
+       "expert_d_ff", "dense_layers", "router_aux_loss", "layer_sizes",     "activation"});
   std::string name = "transformer";
   TransformerConfig m;
   if (auto preset = map.Find("preset")) {
@@ -100,6 +102,15 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);
   if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);
   if (auto v = map.Find("dense_layers")) m.dense_layers = v->Int64(0);
+  if (auto v = map.Find("router_aux_loss")) {
+    m.router_aux_loss = v->Number();
+    if (!(m.router_aux_loss >= 0 && std::isfinite(m.router_aux_loss))) {
+      v->Fail("router_aux_loss must be a finite number >= 0");
+    }
+    if (m.experts == 0 && m.router_aux_loss > 0) {
+      v->Fail("router_aux_loss balances the experts' routers: give experts too");
+    }
+  }
   if (m.experts > 0 && m.top_k > m.experts) {
     const std::optional<YamlValue> at = map.Find("top_k");
     (at ? *at : value)

@@ -161,9 +161,12 @@ class MoeStepTest : public ::testing::TestWithParam<MoeVariant> {};
 TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
   const MoeVariant& v = GetParam();
   TrainConfig train;  // Gradients only: Adam's first step g / |g| would magnify rounding.
-  const ProgramSpec global = BuildTrainStep(
-      SmallMoe(v.capacity_factor, v.mlp == "gelu" ? MlpKind::kGelu : MlpKind::kSwiGlu), train,
-      v.mesh, LogicalRules(v.rules, v.mesh));
+  // With the routers' load-balancing loss (Switch's weight): its batch means and softmax
+  // over the experts are partitioned too.
+  TransformerConfig model =
+      SmallMoe(v.capacity_factor, v.mlp == "gelu" ? MlpKind::kGelu : MlpKind::kSwiGlu);
+  model.router_aux_loss = 0.01;
+  const ProgramSpec global = BuildTrainStep(model, train, v.mesh, LogicalRules(v.rules, v.mesh));
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   Mesh mesh = PlaceMesh(machine, global.mesh_axes);
   PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
@@ -228,6 +231,29 @@ TEST(MoeStepTest, ExpertParallelismMovesTokensWithFourAllToAlls) {
   const int64_t block = 4 * 1 * ExpertCapacity(SmallMoe(1.0, MlpKind::kSwiGlu), 16) * 64 * 4;
   const Inserted want{OpKind::kAllToAll, {"expert"}, block};
   EXPECT_EQ(all_to_all, (std::vector<Inserted>{want, want, want, want}));
+}
+
+// The routers' load-balancing loss, closed form: with every router weight zero the logits tie,
+// so each token takes experts 0 and 1 (top_k keeps the lower indices) and every probability is
+// 1 / E: sum_e c_e P_e = k / E, and the loss grows by router_aux_loss * E * k / E = 0.01 * 2
+// for the one MoE layer. Tolerance 1e-6: the f32 losses are O(1).
+TEST(MoeStepTest, LoadBalancingLossAddsItsClosedForm) {
+  const std::vector<MeshAxis> mesh = {{"data", 8}};
+  const LogicalRules rules({{"batch", {"data"}}}, mesh);
+  auto loss = [&](double weight) {
+    TransformerConfig m = SmallMoe(2.0, MlpKind::kSwiGlu);
+    m.router_aux_loss = weight;
+    ProgramSpec global = BuildTrainStep(m, TrainConfig{}, mesh, rules);
+    int routers = 0;
+    for (ArraySpec& a : global.arrays) {
+      if (a.name.rfind("w_router", 0) != 0) continue;
+      a.init = InitSpec{};  // Zeros.
+      ++routers;
+    }
+    EXPECT_EQ(routers, 1);
+    return GlobalReference(global, "").at("loss").at(0);
+  };
+  EXPECT_NEAR(loss(0.01) - loss(0), 0.01 * 2, 1e-6);
 }
 
 // The dropped share of the tiny MoE step's assignments on its real data: some at capacity
