@@ -1026,24 +1026,40 @@ namespace {
 // Exposed communication by class: sweeping the spans' ends in time order, each stretch with
 // no compute running and k collective spans in flight adds its length / k to each of their
 // classes.
+// `compute` is in time order (a device computes one op at a time) and `by_start` lists the comm
+// spans in order of their starts, so the edges are merged rather than sorted. Edges at one
+// instant may come in any order: only the stretches between distinct instants add time, and the
+// counts after an instant's last edge are the same in every order.
 std::vector<Time> ExposedByClass(const std::vector<std::pair<Time, Time>>& compute,
                                  const std::vector<std::pair<Time, Time>>& comm,
+                                 const std::vector<int>& by_start,
                                  const std::vector<int>& comm_class, size_t classes) {
   struct Edge {
     Time at;
     int delta;  // +1 start, -1 end.
     int span;   // Comm span index, or -1 for compute.
   };
-  std::vector<Edge> edges;
+  auto before = [](const Edge& a, const Edge& b) { return a.at < b.at; };
+  std::vector<Edge> compute_edges, starts, ends;
+  compute_edges.reserve(2 * compute.size());
   for (const auto& [start, end] : compute) {
-    edges.push_back({start, 1, -1});
-    edges.push_back({end, -1, -1});
+    compute_edges.push_back({start, 1, -1});
+    compute_edges.push_back({end, -1, -1});
   }
-  for (size_t s = 0; s < comm.size(); ++s) {
-    edges.push_back({comm[s].first, 1, static_cast<int>(s)});
-    edges.push_back({comm[s].second, -1, static_cast<int>(s)});
+  starts.reserve(comm.size());
+  for (int s : by_start) starts.push_back({comm[static_cast<size_t>(s)].first, 1, s});
+  ends.reserve(comm.size());
+  for (size_t s = 0; s < comm.size(); ++s)
+    ends.push_back({comm[s].second, -1, static_cast<int>(s)});
+  // Spans are recorded as they end, so their ends are usually in order already.
+  if (!std::is_sorted(ends.begin(), ends.end(), before)) {
+    std::stable_sort(ends.begin(), ends.end(), before);
   }
-  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  std::vector<Edge> comm_edges(starts.size() + ends.size());
+  std::merge(starts.begin(), starts.end(), ends.begin(), ends.end(), comm_edges.begin(), before);
+  std::vector<Edge> edges(compute_edges.size() + comm_edges.size());
+  std::merge(compute_edges.begin(), compute_edges.end(), comm_edges.begin(), comm_edges.end(),
+             edges.begin(), before);
   std::vector<double> ps(classes, 0.0);
   std::vector<int> in_flight(classes, 0);
   int computing = 0, collectives = 0;
@@ -1072,12 +1088,24 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
   // Per simulated device once, then one row per position of its class.
   std::vector<DeviceTiming> per_agent;
   for (const Device& d : devices_) {
-    std::vector<std::pair<Time, Time>> both = d.compute_spans;
-    both.insert(both.end(), d.comm_spans.begin(), d.comm_spans.end());
+    // Compute spans are in time order (one op at a time); comm spans are sorted once here.
+    if (!std::is_sorted(d.compute_spans.begin(), d.compute_spans.end())) {
+      throw std::logic_error("internal error: a device's compute spans overlap");
+    }
+    std::vector<int> by_start(d.comm_spans.size());
+    for (size_t s = 0; s < by_start.size(); ++s) by_start[s] = static_cast<int>(s);
+    std::sort(by_start.begin(), by_start.end(),
+              [&](int a, int b) { return d.comm_spans[a] < d.comm_spans[b]; });
+    std::vector<std::pair<Time, Time>> comm;
+    comm.reserve(by_start.size());
+    for (int s : by_start) comm.push_back(d.comm_spans[static_cast<size_t>(s)]);
+    std::vector<std::pair<Time, Time>> both(d.compute_spans.size() + comm.size());
+    std::merge(d.compute_spans.begin(), d.compute_spans.end(), comm.begin(), comm.end(),
+               both.begin());
     DeviceTiming t;
-    t.compute = CoveredTime(d.compute_spans);
-    t.comm = CoveredTime(d.comm_spans);
-    Time busy = CoveredTime(both);
+    t.compute = CoveredTimeOfSorted(d.compute_spans);
+    t.comm = CoveredTimeOfSorted(comm);
+    Time busy = CoveredTimeOfSorted(both);
     // Communication not hidden under compute: what the union adds beyond compute.
     t.exposed_comm = busy - t.compute;
     t.idle = end_ - busy;
@@ -1085,8 +1113,8 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.peak_op = d.peak_op;
     for (int64_t p : d.phase_peak) t.phase_peaks.push_back(Bytes(p));
     for (int64_t p : d.phase_entry) t.phase_entry_live.push_back(Bytes(std::max<int64_t>(p, 0)));
-    const std::vector<Time> exposed =
-        ExposedByClass(d.compute_spans, d.comm_spans, d.comm_span_class, comm_classes_.size());
+    const std::vector<Time> exposed = ExposedByClass(d.compute_spans, d.comm_spans, by_start,
+                                                     d.comm_span_class, comm_classes_.size());
     for (size_t c = 0; c < exposed.size(); ++c) {
       if (exposed[c] > Time()) t.exposed_by_collective[comm_classes_[c]] = exposed[c];
     }

@@ -124,10 +124,19 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   auto timing = std::make_shared<CollectiveTiming>();
   timing->member_time.assign(mesh.size(), Time());
   std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
-  if (translate_groups_ && groups.size() > 1 &&
-      SimulateByTranslation(mesh, request, groups, *timing)) {
-    ++translated_;
-    return timing;
+  if (translate_groups_ && groups.size() > 1) {
+    auto layout = std::make_tuple(mesh.fingerprint(), static_cast<int>(request.kind),
+                                  request.algorithm, request.axes);
+    if (!untranslatable_.count(layout)) {
+      if (SimulateByTranslation(mesh, request, groups, *timing)) {
+        ++translated_;
+        return timing;
+      }
+      untranslatable_.insert(std::move(layout));
+      // What a refused translation left in `timing` goes; the full simulation fills it.
+      *timing = CollectiveTiming();
+      timing->member_time.assign(mesh.size(), Time());
+    }
   }
   Simulate(mesh, request, groups, *timing);
   return timing;

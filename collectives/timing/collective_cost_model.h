@@ -6,7 +6,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/collective.h"
@@ -107,6 +109,11 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   bool translate_groups_;
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
+  // Group layouts whose first group's links, translated, met another group's: (mesh
+  // fingerprint, kind, algorithm asked for, axes). Another size of the same collective uses
+  // the same links (or, where `auto` resolves differently, the full simulation is exact
+  // anyway), so its lone first group is not simulated only to find that out again.
+  std::set<std::tuple<uint64_t, int, std::string, std::vector<int>>> untranslatable_;
 };
 
 // Memoizes another model by everything that determines its answer: the request and the
