@@ -74,7 +74,8 @@ ProgramSpec Step(int layers) {
 }
 
 // How collectives are priced: by the network model with a fresh cache per iteration (cold),
-// one shared across iterations as a search shares it (warm), or by bytes (no model).
+// one shared across iterations as a search shares it (warm; both with the lower bound that
+// skips candidates that cannot win, as PartitionOnMachine sets it), or by bytes (no model).
 enum class Pricing { kCold, kWarm, kBytes };
 
 // Partitions `program` (grad expanded first) each iteration, priced as `pricing` says, and
@@ -89,7 +90,8 @@ void PartitionEach(benchmark::State& state, Pricing pricing, const Machine& mach
     planner::PartitionResult r =
         pricing == Pricing::kCold ? planner::PartitionOnMachine(program, machine, mesh)
         : pricing == Pricing::kWarm
-            ? planner::Partition(program, {&mesh, &cache, machine.compute_model()})
+            ? planner::Partition(program, {&mesh, &cache, machine.compute_model(),
+                                           planner::DeviceInBytesPerSecond(machine), &machine})
             : planner::Partition(program);
     if (lower) benchmark::DoNotOptimize(LowerProgram(mesh, r.program));
     lowered_ops = r.program.ops.size();
