@@ -1090,7 +1090,7 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
   for (const Device& d : devices_) {
     // Compute spans are in time order (one op at a time); comm spans are sorted once here.
     if (!std::is_sorted(d.compute_spans.begin(), d.compute_spans.end())) {
-      throw std::logic_error("internal error: a device's compute spans overlap");
+      throw std::logic_error("internal error: a device's compute spans are out of order");
     }
     std::vector<int> by_start(d.comm_spans.size());
     for (size_t s = 0; s < by_start.size(); ++s) by_start[s] = static_cast<int>(s);

@@ -350,6 +350,8 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
     case OpKind::kMoeRoute:
       return Error{1, 1};     // Reached with inexact indices only: any element may flip.
     case OpKind::kRaggedDot:  // Each output is a k-term dot product, as matmul's.
+      // Sizes that may be off move rows between groups: no bound holds.
+      if (!in[2]->error.exact()) return kUnbounded;
       return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, n), dtype, out);
     case OpKind::kAttention: {
       const Error& eq = a;
@@ -463,6 +465,7 @@ Error GradOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const
       return Rounded(e, dtype, out);
     }
     case OpKind::kRaggedDotRhsGrad:  // in = [lhs, g]: a dot product over a group's rows.
+      if (!in[2]->error.exact()) return kUnbounded;  // Rows may change group.
       return Rounded(MatmulPropagation(in[0]->error, in[1]->error, in[0]->stats, in[1]->stats, n),
                      dtype, out);
     case OpKind::kAttentionGrad: {
@@ -959,8 +962,12 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       std::vector<Array> outs = ReferenceRaggedAllToAll(op, mesh, inputs);
       for (int p = 0; p < n; ++p) env[p][op.out.at(0)] = std::move(outs[p]);
       zero_elsewhere(op);
-      // Rows move unchanged: the result is as wrong as the worse of operand and output.
+      // Rows move unchanged: the result is as wrong as the worse of operand and output, unless
+      // an offset or size may be off (rows would land elsewhere: no bound holds).
       track(op, [&](const Stats&, DType, size_t) {
+        for (size_t k = 2; k < op.in.size(); ++k) {
+          if (!tracked.at(op.in[k]).error.exact()) return kUnbounded;
+        }
         const Error& a = tracked.at(op.in[0]).error;
         const Error& b = tracked.at(op.in[1]).error;
         return Error{std::max(a.max, b.max), std::max(a.rms, b.rms)};

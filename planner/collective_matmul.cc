@@ -250,6 +250,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     if (fold) {  // x [..., K] -> [rows, K], a free reshape.
       int64_t rows = 1;
       for (size_t d = 0; d + 1 < lhs.size(); ++d) rows *= lhs[d];
+      rows_shape = {rows, lhs.back()};
       OpSpec reshape;
       reshape.kind = OpKind::kReshape;
       reshape.name = consumer.name + "/rows";
@@ -278,12 +279,14 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     cm.where = consumer.where;
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
+    std::string axes_text;
+    for (const std::string& a : gather.axis_name) axes_text += (axes_text.empty() ? "" : ", ") + a;
     ops.push_back(
         {cm,
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(consumer.kind) +
-              " fused with the all_gather of " + gather.in[0] + " over " + gather.axis_name[0] +
+              " fused with the all_gather of " + gather.in[0] + " over " + axes_text +
               (gather_reason.empty() ? "" : "; " + gather_reason),
-          type}});
+          fold ? FormatShape({rows_shape[0], rhs[1]}) + " per device" : type}});
     if (fold) {
       OpSpec reshape;
       reshape.kind = OpKind::kReshape;

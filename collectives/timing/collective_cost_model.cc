@@ -126,7 +126,7 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
   if (translate_groups_ && groups.size() > 1) {
     auto layout = std::make_tuple(mesh.fingerprint(), static_cast<int>(request.kind),
-                                  request.algorithm, request.axes);
+                                  request.algorithm, request.axes, request.destination);
     if (!untranslatable_.count(layout)) {
       if (SimulateByTranslation(mesh, request, groups, *timing)) {
         ++translated_;

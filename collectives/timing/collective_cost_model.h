@@ -110,10 +110,13 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
   // Group layouts whose first group's links, translated, met another group's: (mesh
-  // fingerprint, kind, algorithm asked for, axes). Another size of the same collective uses
-  // the same links (or, where `auto` resolves differently, the full simulation is exact
-  // anyway), so its lone first group is not simulated only to find that out again.
-  std::set<std::tuple<uint64_t, int, std::string, std::vector<int>>> untranslatable_;
+  // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
+  // same collective uses the same links, so its lone first group is not simulated only to find
+  // that out again. Answers do not depend on it: where translation applies it equals the full
+  // simulation exactly (TranslatedGroupsEqualTheFullSimulation), so a request simulated in
+  // full (`auto` resolving otherwise at another size, say) gets the same timing.
+  std::set<std::tuple<uint64_t, int, std::string, std::vector<int>, std::vector<int>>>
+      untranslatable_;
 };
 
 // Memoizes another model by everything that determines its answer: the request and the

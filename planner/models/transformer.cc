@@ -114,8 +114,9 @@ class TrainStepBuilder {
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
       aux_.clear();
-      std::string loss = Op(OpKind::kCrossEntropy, {mlp_ ? MlpLogits() : Logits(), N("labels")},
-                            N(model_.router_aux_loss > 0 ? "ce_loss" : "loss"));
+      const std::string logits = mlp_ ? MlpLogits() : Logits();  // Fills aux_ (MoE layers).
+      std::string loss =
+          Op(OpKind::kCrossEntropy, {logits, N("labels")}, N(aux_.empty() ? "loss" : "ce_loss"));
       // The routers' load-balancing losses join the loss the gradients are taken of.
       if (!aux_.empty()) loss = Op(OpKind::kAdd, {loss, aux_}, N("loss"));
       if (train_.forward_only) {
@@ -542,14 +543,16 @@ void CheckModel(const TransformerConfig& model) {
   Check(model.heads % model.kv_heads == 0, "heads (" + std::to_string(model.heads) +
                                                ") must be a multiple of kv_heads (" +
                                                std::to_string(model.kv_heads) + ")");
+  Check(model.router_aux_loss >= 0 && std::isfinite(model.router_aux_loss),
+        "router_aux_loss must be a finite number >= 0");
+  Check(model.experts > 0 || model.router_aux_loss == 0,
+        "router_aux_loss balances the experts' routers: give experts too");
   if (model.experts == 0) return;
   Check(model.top_k >= 1 && model.top_k <= model.experts, "top_k (" + std::to_string(model.top_k) +
                                                               ") must be in [1, experts (" +
                                                               std::to_string(model.experts) + ")]");
   Check(model.capacity_factor > 0 && std::isfinite(model.capacity_factor),
         "capacity_factor must be a finite number > 0");
-  Check(model.router_aux_loss >= 0 && std::isfinite(model.router_aux_loss),
-        "router_aux_loss must be a finite number >= 0");
   Check(model.shared_experts >= 0 && model.expert_d_ff >= 0 && model.dense_layers >= 0 &&
             model.dense_layers <= model.layers,
         "shared_experts and expert_d_ff must be >= 0, dense_layers in [0, layers]");

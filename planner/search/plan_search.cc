@@ -198,6 +198,22 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   std::sort(remat.begin(), remat.end(),
             [](RematPolicy a, RematPolicy b) { return RematRank(a) < RematRank(b); });
   remat.erase(std::unique(remat.begin(), remat.end()), remat.end());
+  // Modes and sequence parallelism once each, in the order given; serving takes the first
+  // collective matmul mode (its steps have no weight gathers to fuse).
+  std::vector<CollectiveMatmulMode> matmul_modes;
+  for (CollectiveMatmulMode m : space.collective_matmul) {
+    if (std::find(matmul_modes.begin(), matmul_modes.end(), m) == matmul_modes.end()) {
+      matmul_modes.push_back(m);
+    }
+  }
+  if (space.serve && matmul_modes.size() > 1) matmul_modes.resize(1);
+  std::vector<bool> sequence_parallel;
+  for (bool sp : space.sequence_parallel) {
+    if (std::find(sequence_parallel.begin(), sequence_parallel.end(), sp) ==
+        sequence_parallel.end()) {
+      sequence_parallel.push_back(sp);
+    }
+  }
   std::vector<Family> families;
   int64_t kept = 0;
   // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat
@@ -243,7 +259,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       }
     }
     for (const auto& rules : rule_sets) {
-      for (bool sequence_parallel : space.sequence_parallel) {
+      for (bool sp : sequence_parallel) {
         StepPlan plan;
         plan.mesh = mesh;
         // Rules naming an axis this mesh left out (size 1) drop it.
@@ -256,15 +272,14 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           }
           if (!present.empty()) plan.rules[dim] = present;
         }
-        if (sequence_parallel) {
+        if (sp) {
           // Megatron's sequence parallelism: the sequence splits over the heads' (tensor) axes
           // outside attention and the MLP. Without such axes, or with the sequence split
           // already, it is the plan without it.
           auto heads = plan.rules.find("heads");
           if (heads != plan.rules.end() && !plan.rules.count("length")) {
             plan.rules["length"] = heads->second;
-          } else if (std::count(space.sequence_parallel.begin(), space.sequence_parallel.end(),
-                                false) > 0) {
+          } else if (std::count(sequence_parallel.begin(), sequence_parallel.end(), false) > 0) {
             continue;  // Tried without it already.
           }
         }
@@ -273,7 +288,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           plan.pipeline = schedule;
           // Each collective matmul mode is a family of its own (its remat and microbatches
           // dominate only each other).
-          for (CollectiveMatmulMode cm : space.collective_matmul) {
+          for (CollectiveMatmulMode cm : matmul_modes) {
             plan.collective_matmul = cm;
             add_family(plan);
           }

@@ -21,8 +21,9 @@ struct PlanSearchSpec {
 };
 
 // Reads `model:`, `train:`, `plan:` (optional: mesh a map or a list of maps, rules a map or a
-// list, remat one or a list, pipeline, algorithms) and `search:` {axes, remat, microbatches,
-// collective_matmul, objective, memory_limit} from the top-level mapping. Throws InputError
+// list, remat one or a list, pipeline, collective_matmul, algorithms) and `search:` {axes,
+// axis_orders, remat, microbatches, collective_matmul, sequence_parallel, objective,
+// memory_limit} from the top-level mapping. Throws InputError
 // at the key for anything unknown, out of range, contradictory (search.axes and plan.mesh,
 // search.remat and plan.remat) or not built yet (serving with remat, microbatches, pipelines or
 // collective matmuls, kind: mlp, expert axes for dense models).

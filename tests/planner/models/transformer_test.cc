@@ -254,6 +254,20 @@ TEST(MoeStepTest, LoadBalancingLossAddsItsClosedForm) {
     return GlobalReference(global, "").at("loss").at(0);
   };
   EXPECT_NEAR(loss(0.01) - loss(0), 0.01 * 2, 1e-6);
+  // Every layer dense (dense_layers = layers): no router, no term, the loss as without it.
+  TransformerConfig dense = SmallMoe(2.0, MlpKind::kSwiGlu);
+  dense.dense_layers = dense.layers;
+  dense.router_aux_loss = 0.01;
+  const double with =
+      GlobalReference(BuildTrainStep(dense, TrainConfig{}, mesh, rules), "").at("loss").at(0);
+  dense.router_aux_loss = 0;
+  EXPECT_EQ(
+      with,
+      GlobalReference(BuildTrainStep(dense, TrainConfig{}, mesh, rules), "").at("loss").at(0));
+  // A dense model has no routers to balance.
+  TransformerConfig no_experts = SmallModel();
+  no_experts.router_aux_loss = 0.01;
+  EXPECT_THROW(BuildTrainStep(no_experts, TrainConfig{}, mesh, rules), std::invalid_argument);
 }
 
 // The dropped share of the tiny MoE step's assignments on its real data: some at capacity
