@@ -31,6 +31,11 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
   }
   if (IsGradOp(op.kind)) return ApplyGradOp(op, inputs);
   if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
+  if (op.kind == OpKind::kTakeShard) {
+    need(2);
+    const int64_t block = mesh.IndexInGroup(position, ResolveCollectiveAxes(op, mesh));
+    return One(TakeShard(*inputs[0], *inputs[1], op.axis, op.size, block));
+  }
   if (IsUnary(op.kind)) {
     need(1);
     return One(Unary(op.kind, *inputs[0]));

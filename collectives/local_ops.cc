@@ -1078,6 +1078,8 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
     out_elements += static_cast<double>(a->size());
   }
   OpCost cost{0, in_bytes + out_bytes};
+  // take_shard costs what take does on the block.
+  if (kind == OpKind::kTakeShard) kind = OpKind::kTake;
   if (IsNnOp(kind) || IsGradOp(kind)) {  // Their attributes at the defaults (attention causal).
     OpSpec op;
     op.kind = kind;

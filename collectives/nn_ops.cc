@@ -254,33 +254,63 @@ Array LayerNorm(const Array& x, const Array& scale, int64_t axis, double eps) {
   return NormImpl("layer_norm", x, scale, axis, eps, true);
 }
 
-Array Take(const Array& table, const Array& ids, int64_t axis) {
-  const char* op = "take";
+namespace {
+
+// jnp.take, or (shard) its look-up in block `shard->block` of a table `shard->size` long.
+struct TakeBlock {
+  int64_t size;   // The whole table's length along the axis.
+  int64_t block;  // Which block `table` is.
+};
+
+Array TakeImpl(const char* op, const Array& table, const Array& ids, int64_t axis,
+               const TakeBlock* shard) {
   if (table.rank() == 0) Fail(op, "table must have rank >= 1, got " + table.TypeString());
   if (ids.dtype() != DType::kI32) Fail(op, "ids must be i32, got " + ids.TypeString());
   const int ax = NormalizeAxis(op, axis, table);
   Shape shape(table.shape().begin(), table.shape().begin() + ax);
   shape.insert(shape.end(), ids.shape().begin(), ids.shape().end());
   shape.insert(shape.end(), table.shape().begin() + ax + 1, table.shape().end());
+  const int64_t local = table.shape()[static_cast<size_t>(ax)];
+  const int64_t whole = shard ? shard->size : local;
+  if (shard &&
+      (local == 0 || whole % local != 0 || shard->block < 0 || shard->block >= whole / local)) {
+    Fail(op, "a block of " + std::to_string(local) + " rows cannot be block " +
+                 std::to_string(shard->block) + " of a table of " + std::to_string(whole));
+  }
   if (AnyShapeOnly({&table, &ids})) return Array::ShapeOnly(table.dtype(), shape);
   const Rows rows = RowsAlong(table.shape(), ax);
   const float fill = table.dtype() == DType::kI32 ? IntToWord(std::numeric_limits<int32_t>::min())
                                                   : std::numeric_limits<float>::quiet_NaN();
+  const int64_t offset = shard ? shard->block * local : 0;
+  const bool fills = !shard || shard->block == 0;
   std::vector<float> words;
   words.reserve(static_cast<size_t>(NumElements(shape)));
   for (int64_t o = 0; o < rows.outer; ++o) {
     for (int64_t t = 0; t < ids.size(); ++t) {
       int64_t id = ids.IntAt(t);
-      if (id < 0) id += rows.n;  // [-n, 0) counts from the end.
-      if (id < 0 || id >= rows.n) {
-        words.insert(words.end(), static_cast<size_t>(rows.inner), fill);
+      if (id < 0) id += whole;  // [-n, 0) counts from the end.
+      if (id < 0 || id >= whole) {
+        words.insert(words.end(), static_cast<size_t>(rows.inner), fills ? fill : 0.0f);
+      } else if (id < offset || id >= offset + local) {
+        words.insert(words.end(), static_cast<size_t>(rows.inner), 0.0f);  // Another block's.
       } else {
-        const float* row = table.data() + rows.At(o, id, 0);
+        const float* row = table.data() + rows.At(o, id - offset, 0);
         words.insert(words.end(), row, row + rows.inner);
       }
     }
   }
   return Array::FromWords(table.dtype(), std::move(shape), std::move(words));
+}
+
+}  // namespace
+
+Array Take(const Array& table, const Array& ids, int64_t axis) {
+  return TakeImpl("take", table, ids, axis, nullptr);
+}
+
+Array TakeShard(const Array& table, const Array& ids, int64_t axis, int64_t size, int64_t block) {
+  const TakeBlock shard{size, block};
+  return TakeImpl("take_shard", table, ids, axis, &shard);
 }
 
 Array CrossEntropy(const Array& logits, const Array& labels) {

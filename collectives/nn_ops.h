@@ -54,6 +54,10 @@ Array LayerNorm(const Array& x, const Array& scale, int64_t axis, double eps);
 // ids are i32; one in [-n, 0) counts from the end; one outside [-n, n) takes the fill value
 // (jnp.take's default mode "fill": NaN for float tables, the most negative int32 for i32).
 Array Take(const Array& table, const Array& ids, int64_t axis);
+// take_shard: `table` is block `block` of a table `size` long along `axis`, split into equal
+// blocks; rows for the ids in the block's range, zeros for the others, take's fill for ids
+// outside the whole table on block 0 only (so the blocks' sum is Take of the whole table).
+Array TakeShard(const Array& table, const Array& ids, int64_t axis, int64_t size, int64_t block);
 // The mean over every label position of -log_softmax(logits)[label]: logits [..., C] float,
 // labels [...] i32 (optax.softmax_cross_entropy_with_integer_labels, then jnp.mean). The
 // result is an f32 scalar whatever the logits' dtype (the loss as training loops log it). A

@@ -520,6 +520,11 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
     e.rms = std::max(e.rms, t->error.rms);
   }
   if (IsNnOp(op.kind)) return NnOpError(op, in, facts, out, dtype);
+  if (op.kind == OpKind::kTakeShard) {  // A block's look-up: take's bound.
+    OpSpec take = op;
+    take.kind = OpKind::kTake;
+    return NnOpError(take, in, facts, out, dtype);
+  }
   if (IsGradOp(op.kind)) return GradOpError(op, in, facts, out, dtype);
   const Error& a = in[0]->error;
   const Stats& sa = in[0]->stats;
@@ -1000,7 +1005,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       for (const std::string& name : op.in) args[p].push_back(&env[p].at(name));
     }
     const bool by_position = op.kind == OpKind::kAxisIndex || op.kind == OpKind::kDynamicSlice ||
-                             op.kind == OpKind::kDynamicConcat;
+                             op.kind == OpKind::kTakeShard || op.kind == OpKind::kDynamicConcat;
     std::vector<std::vector<Array>> results(n);
     for (int p = 0; p < n; ++p) {
       int same = by_position ? -1 : SameAs(args, distinct, p);

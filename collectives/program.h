@@ -146,6 +146,12 @@ enum class OpKind {
   // ragged_dot's cotangent for rhs (collectives/ragged_dot.h): [lhs, g, group_sizes] -> per
   // group e, lhs_e^T g_e, [groups, k, n] (`size`: the groups).
   kRaggedDotRhsGrad,
+  // jnp.take on one device's block of a table split along `axis` over axis_name (XLA's
+  // partitioned gather): the ids index the whole table (`size` long along axis); ids in this
+  // block's range take its rows, others give zeros (an id outside the table gives take's fill on
+  // the first block only), so a psum over axis_name gives jnp.take of the whole table. The
+  // partitioner emits it for a vocabulary-split embedding.
+  kTakeShard,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).

@@ -300,6 +300,15 @@ class Partitioner {
   // `op` (first result of global `result_shape`) with the attributes that depend on global
   // shapes made local under `s`.
   OpSpec LocalOp(const OpSpec& op, const Shape& result_shape, const Strategy& s) const {
+    if (s.local_op) {  // Another kind on the blocks: the op's values and names, its attributes.
+      OpSpec local = *s.local_op;
+      local.name = op.name;
+      local.key = op.key;
+      local.in = op.in;
+      local.out = op.out;
+      local.where = op.where;
+      return local;
+    }
     OpSpec local = op;
     if (op.kind == OpKind::kReshape || op.kind == OpKind::kBroadcastInDim) {
       local.shape = LocalShape(result_shape, s.results[0], axes_);

@@ -308,6 +308,10 @@ std::vector<OpDef> MakeRegistry() {
        R::kSum, false, {}},
       {OpKind::kRaggedDotRhsGrad, "ragged_dot_rhs_grad", true, A::kThree, false, S::kCompute,
        C::kAllReduce, R::kSum, false, {}},
+      {OpKind::kTakeShard, "take_shard", true, A::kTwo, false, S::kCompute, C::kAllReduce,
+       R::kSum, true,
+       {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)"),
+        Req("size", T::kPositiveInt, &OpSpec::size, "The whole table's length along axis")}},
   };
   // clang-format on
 }

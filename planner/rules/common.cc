@@ -80,7 +80,6 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kCrossEntropy:
     case OpKind::kCrossEntropyGrad:
     case OpKind::kReduceMaxGrad:
-    case OpKind::kTake:
     case OpKind::kTakeGrad:
     case OpKind::kAttention:
     case OpKind::kAttentionGrad:
@@ -89,6 +88,8 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kRaggedDot:
     case OpKind::kRaggedDotRhsGrad:
       return &MappedRule;
+    case OpKind::kTake:
+      return &TakeRule;
     case OpKind::kBroadcastInDim:
       return &BroadcastRule;
     case OpKind::kConcatenate:

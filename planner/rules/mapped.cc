@@ -302,6 +302,7 @@ int MergeInto(std::vector<std::vector<int>>& layout, const std::vector<std::vect
 std::string AxisWords(const Mapping& m) {
   std::string words;
   for (int d : m.whole) words += (words.empty() ? "" : ", ") + std::to_string(d);
+  if (m.whole.empty()) return "no layout dimension";
   return (m.whole.size() == 1 ? "dimension " : "dimensions ") + words;
 }
 
@@ -378,6 +379,51 @@ std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode) {
   }
   if (candidates.empty()) add(std::vector<std::vector<int>>(m.rank), whole + ", replicated");
   return candidates;
+}
+
+std::vector<Strategy> TakeRule(const RuleContext& ctx, bool explicit_mode) {
+  std::vector<Strategy> out = MappedRule(ctx, explicit_mode);
+  if (explicit_mode) return out;
+  const ValueSharding& table = ctx.in[0];
+  const size_t table_rank = ctx.in_shapes[0].size();
+  const int axis = NormalAxis(ctx.op.axis, table_rank);
+  const std::vector<int>& split = table.dims[static_cast<size_t>(axis)];
+  if (split.empty() || !table.partial.empty()) return out;
+  // The ids whole on the table axis's mesh axes (every device looks up every id there).
+  ValueSharding ids = Reduced(ctx.in[1]);
+  for (std::vector<int>& dim : ids.dims) {
+    dim.erase(std::remove_if(
+                  dim.begin(), dim.end(),
+                  [&](int a) { return std::find(split.begin(), split.end(), a) != split.end(); }),
+              dim.end());
+  }
+  ValueSharding result;
+  for (size_t d = 0; d < table_rank; ++d) {
+    if (static_cast<int>(d) == axis) {
+      result.dims.insert(result.dims.end(), ids.dims.begin(), ids.dims.end());
+    } else {
+      result.dims.push_back(table.dims[d]);
+    }
+  }
+  std::vector<std::vector<int>> used = result.dims;
+  used.push_back(split);
+  if (!AxesDistinct(used)) return out;
+  result.partial = split;
+  std::sort(result.partial.begin(), result.partial.end());
+  Strategy s;
+  s.operands = {table, ids};
+  s.results = {result};
+  std::string names;
+  for (int a : split) names += (names.empty() ? "" : ", ") + ctx.axes[static_cast<size_t>(a)].name;
+  s.why = "each device takes the rows of its table block over " + names + ", partial sums";
+  OpSpec local;
+  local.kind = OpKind::kTakeShard;
+  local.axis = axis;
+  local.size = ctx.in_shapes[0][static_cast<size_t>(axis)];
+  for (int a : split) local.axis_name.push_back(ctx.axes[static_cast<size_t>(a)].name);
+  s.local_op = std::move(local);
+  out.push_back(std::move(s));
+  return out;
 }
 
 }  // namespace shardsim::planner

@@ -40,6 +40,9 @@ struct Strategy {
   // Mesh axes each result is a maximum over after the local op (a max over split
   // dimensions): the partitioner takes pmax over them at once (empty: none).
   std::vector<int> result_max_over;
+  // The local op to emit instead of the global op's kind (its kind and attributes; inputs,
+  // outputs and names come from the op): take_shard for a split table's look-up.
+  std::optional<OpSpec> local_op;
 };
 
 // An op explicit mode refuses (JAX would raise): the message names what is wrong and the fix.
@@ -65,6 +68,10 @@ std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> ReductionRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode);
+// take: MappedRule's layouts (the table's indexed axis whole) and, in auto mode, the look-up in
+// place on a table split along that axis (XLA's partitioned gather): each device takes the
+// rows its block holds (take_shard), leaving partial sums over the axis's mesh axes.
+std::vector<Strategy> TakeRule(const RuleContext& ctx, bool explicit_mode);
 
 // Per operand of `op` (operands of global shapes `in_shapes`), the dimensions its sharding
 // rule reads whole (a row op's rows, attention's sequences); empty lists for ops whose rule

@@ -212,6 +212,41 @@ std::vector<RuleCase> Cases() {
          return std::move(g).Build();
        },
        std::vector<Inserted>{{OpKind::kPsum, {"X"}, 160}, {OpKind::kPsum, {"X", "Y"}, 4}}},
+      // A vocabulary-split table [32768@Y, 64] (XLA's partitioned gather): each device takes
+      // the rows of its 16384 for ids [16@X, 4] (zeros for the other block's), a [4, 4, 64]
+      // partial over Y psummed once (4 KiB) rather than its 4 MiB block gathered. (For a table
+      // of a few KiB the gather is the cheaper, and auto mode keeps it.)
+      {"TakeFromAVocabularySplitTableLooksUpInPlace",
+       [] {
+         Global g;
+         g.In("table", {32768, 64}, P({{"Y"}, {}}));
+         g.Ids("ids", {16, 4}, P({{"X"}}), 32768);
+         g.Op(OpKind::kTake, {"table", "ids"}, {}, {"e"});
+         g.b().Output("e", P({{"X"}}));
+         return std::move(g).Build();
+       },
+       std::vector<Inserted>{{OpKind::kPsum, {"Y"}, 4 * 4 * 64 * 4}}},
+      // The same with ids from the end (-1: the last row) and outside the table (40000,
+      // -32769), and the two blocks' edges:
+      // take's NaN fill comes from block 0 alone, so the psum keeps it (numerics compare NaN
+      // with NaN).
+      {"TakeFromASplitTableKeepsNegativeIdsAndTheFill",
+       [] {
+         Global g;
+         g.In("table", {32768, 8}, P({{"Y"}, {}}));
+         ArraySpec ids;
+         ids.name = "ids";
+         ids.shape = {8};
+         ids.dtype = DType::kI32;
+         ids.sharding = P({{"X"}});
+         ids.init.kind = InitSpec::Kind::kValue;
+         ids.init.values = {0, 32767, -1, 20000, 40000, -32769, 16383, 16384};
+         g.b().Input(std::move(ids));
+         g.Op(OpKind::kTake, {"table", "ids"}, {}, {"e"});
+         g.b().Output("e", P({{"X"}}));
+         return std::move(g).Build();
+       },
+       std::nullopt},
       {"TopKGrad",
        [] {
          Global g;
