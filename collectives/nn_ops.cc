@@ -407,6 +407,21 @@ std::vector<Array> TopK(const Array& x, int64_t k) {
   return out;
 }
 
+double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool backward) {
+  if (op.kernel != "unfused") return 0;
+  // Megatron-LM's attention before FlashAttention, per element of the B N T S scores (all of
+  // them: the mask is applied to the full square), e the dtype's bytes: forward, the scores
+  // written by the batched q k^T, read and the probabilities written by the fused
+  // scale-mask-softmax, read and written by dropout with its one-byte mask, read by p v: 6e + 1;
+  // backward, p read for dv, dp written, dropout's backward (dp and the mask read, written),
+  // softmax's backward (p and the gradient read, written), ds read for dq and for dk: 9e + 1.
+  const double e = static_cast<double>(DTypeSize(q.dtype()));
+  const Shape& qs = q.shape();
+  const double scores = static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
+                        static_cast<double>(qs.at(1)) * static_cast<double>(s);
+  return scores * (backward ? 9 * e + 1 : 6 * e + 1);
+}
+
 double AttentionPairs(int64_t t, int64_t s, bool causal) {
   const double td = static_cast<double>(t), sd = static_cast<double>(s);
   // Causal, aligned bottom-right: query i sees S - T + i + 1 keys; summed over i < T that is
@@ -576,6 +591,7 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       const int64_t s = inputs.at(1)->shape().at(1);
       cost.flops = 4.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
+      cost.bytes += UnfusedAttentionBytes(op, x, s, /*backward=*/false);
       return cost;
     }
     case OpKind::kOneHot:

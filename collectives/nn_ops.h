@@ -75,6 +75,10 @@ Array OneHot(const Array& x, int64_t num_classes, DType dtype);
 // double, the probabilities rounded to the dtype before weighting v. causal: query t sees keys
 // j <= t + S - T (the last query aligned with the last key; needs T <= S).
 Array Attention(const Array& q, const Array& k, const Array& v, bool causal);
+// The HBM bytes an `unfused` attention (kernel: unfused) or attention_grad (`backward`) adds for
+// its materialized B N T S scores of q's dtype (q [B, T, N, H], S keys; see nn_ops.cc); 0 for
+// flash.
+double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool backward);
 // The (query, key) pairs attention scores per batch element and head: T * S, or causally
 // T * S - T (T - 1) / 2.
 double AttentionPairs(int64_t t, int64_t s, bool causal);

@@ -218,6 +218,8 @@ struct OpSpec {
   std::optional<double> eps;       // rms_norm, layer_norm: added to the variance (unset: Flax's).
   int64_t k = 0;                   // top_k: how many of the largest values to keep.
   bool causal = true;              // attention: each query sees only keys up to its position.
+  // attention, attention_grad: flash (scores stay on chip) | unfused (materialized in HBM).
+  std::string kernel = "flash";
   int64_t num_classes = 0;         // one_hot: the length of the new last axis.
   int64_t experts = 0;             // moe_route: the experts tokens are routed to.
   int64_t capacity = 0;            // moe_route: the slots of each expert per group.

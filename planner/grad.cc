@@ -583,6 +583,7 @@ std::vector<std::string> AttentionRule(const RuleArgs& r) {
   OpSpec op;
   op.kind = OpKind::kAttentionGrad;
   op.causal = r.op.causal;
+  op.kernel = r.op.kernel;
   op.in = {r.cts[0], r.op.in[0], r.op.in[1], r.op.in[2]};
   return r.e.EmitAll(std::move(op), r.Base(0));
 }

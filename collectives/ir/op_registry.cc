@@ -83,6 +83,9 @@ std::vector<OpDef> MakeRegistry() {
                     nullptr,
                     "Added to the variance (default 1e-6 rms_norm, 1e-5 layer_norm, as Flax)",
                     CheckEps};
+  const AttrDef attention_kernel =
+      OneOf("kernel", &OpSpec::kernel, {"flash", "unfused"},
+            "flash (scores stay on chip, the default) or unfused (scores written to HBM)");
   const std::vector<AttrDef> moe_route = {
       Req("experts", T::kPositiveInt, &OpSpec::experts, "The experts tokens are routed to"),
       Req("capacity", T::kPositiveInt, &OpSpec::capacity,
@@ -271,7 +274,8 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kAttention, "attention", true, A::kThree, false, S::kCompute, C::kAllReduce,
        R::kSum, false,
        {Opt("causal", T::kBool, &OpSpec::causal,
-            "Each query sees only the keys up to its position (default true)")}},
+            "Each query sees only the keys up to its position (default true)"),
+        attention_kernel}},
       {OpKind::kOneHot, "one_hot", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
        false,
        {Req("num_classes", T::kPositiveInt, &OpSpec::num_classes,
@@ -300,7 +304,8 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kAttentionGrad, "attention_grad", true, A::kFour, true, S::kCompute, C::kAllReduce,
        R::kSum, false,
        {Opt("causal", T::kBool, &OpSpec::causal,
-            "Each query sees only the keys up to its position (default true)")},
+            "Each query sees only the keys up to its position (default true)"),
+        attention_kernel},
        false, {}, nullptr, false, /*outputs=*/3},
       {OpKind::kRaggedAllToAll, "ragged_all_to_all", true, A::kSix, false, S::kCollective,
        C::kAllToAll, R::kSum, true, {}},

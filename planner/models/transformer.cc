@@ -479,7 +479,12 @@ class TrainStepBuilder {
       keys = KvCacheName(true, layer);
       values = KvCacheName(false, layer);
     }
-    const std::string a = Op(OpKind::kAttention, {q, keys, values}, N("a" + L));
+    OpSpec attention;
+    attention.kind = OpKind::kAttention;
+    attention.in = {q, keys, values};
+    attention.out = {N("a" + L)};
+    if (model_.unfused_attention) attention.kernel = "unfused";
+    const std::string a = pb_.Add(std::move(attention));
     const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), N("o" + L));
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
     h = Residual(h, N("hc" + L));

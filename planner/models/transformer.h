@@ -38,6 +38,10 @@ struct TransformerConfig {
   // The logits read the embedding table (its transpose) instead of a separate unembedding
   // (MaxText's 2023 global_parameter_scale models).
   bool tied_embeddings = false;
+  // Attention materializes its B N T S scores in HBM (Megatron-LM before FlashAttention, with
+  // attention dropout) instead of keeping them on chip: `attention: unfused` (a shardsim
+  // extension; default flash).
+  bool unfused_attention = false;
   // Mixture of experts (SPEC's experts, top_k, capacity_factor, shared_experts,
   // expert_d_ff): 0 experts is a dense model; otherwise every layer from dense_layers on has a
   // router and `experts` MLPs expert_d_ff wide, each token running its top_k, with tokens

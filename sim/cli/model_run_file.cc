@@ -49,7 +49,8 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
       {"kind",        "preset",       "layers",          "d_model",         "d_ff",
        "heads",       "kv_heads",     "head_dim",        "vocab",           "mlp",
        "norm",        "experts",      "top_k",           "capacity_factor", "shared_experts",
-       "expert_d_ff", "dense_layers", "router_aux_loss", "layer_sizes",     "activation"});
+       "expert_d_ff", "dense_layers", "router_aux_loss", "attention",       "layer_sizes",
+       "activation"});
   std::string name = "transformer";
   TransformerConfig m;
   if (auto preset = map.Find("preset")) {
@@ -102,6 +103,9 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);
   if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);
   if (auto v = map.Find("dense_layers")) m.dense_layers = v->Int64(0);
+  if (auto v = map.Find("attention")) {
+    m.unfused_attention = v->OneOf({"flash", "unfused"}) == "unfused";
+  }
   if (auto v = map.Find("router_aux_loss")) {
     m.router_aux_loss = v->Number();
     if (!(m.router_aux_loss >= 0 && std::isfinite(m.router_aux_loss))) {

@@ -675,6 +675,31 @@ TEST(NnOpsCostTest, ExecutorTimesAttentionFromItsAttributes) {
   }
 }
 
+// kernel: unfused writes the B N T S scores to HBM (Megatron-LM before FlashAttention): forward
+// 6e + 1 bytes per score (e = 2 for bf16: the scores written, the softmax's read and write,
+// dropout's read, write and 1-byte mask, p v's read), backward 9e + 1; the FLOPs are the same.
+TEST(NnOpsCostTest, UnfusedAttentionPaysForItsScores) {
+  Array q = S(DType::kBF16, {2, 256, 4, 64}), kv = S(DType::kBF16, {2, 512, 4, 64});
+  Array o = S(DType::kBF16, {2, 256, 4, 64});
+  const std::vector<const Array*> ins = {&q, &kv, &kv}, outs = {&o};
+  OpSpec unfused = AttentionOp(true);
+  unfused.kernel = "unfused";
+  const OpCost flash = LocalOpCost(AttentionOp(true), ins, outs);
+  const OpCost with = LocalOpCost(unfused, ins, outs);
+  const double scores = 2.0 * 4 * 256 * 512;
+  EXPECT_EQ(with.flops, flash.flops);
+  EXPECT_DOUBLE_EQ(with.bytes - flash.bytes, scores * 13);
+  Array g = o;
+  const std::vector<const Array*> grad_ins = {&g, &q, &kv, &kv}, grad_outs = {&q, &kv, &kv};
+  OpSpec grad = unfused;
+  grad.kind = OpKind::kAttentionGrad;
+  OpSpec grad_flash = AttentionOp(true);
+  grad_flash.kind = OpKind::kAttentionGrad;
+  EXPECT_DOUBLE_EQ(LocalOpCost(grad, grad_ins, grad_outs).bytes -
+                       LocalOpCost(grad_flash, grad_ins, grad_outs).bytes,
+                   scores * 19);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The registry entries.
 
