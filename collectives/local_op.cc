@@ -33,7 +33,19 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
   if (IsNnOp(op.kind)) return ApplyNnOp(op, inputs);
   if (op.kind == OpKind::kTakeShard) {
     need(2);
-    const int64_t block = mesh.IndexInGroup(position, ResolveCollectiveAxes(op, mesh));
+    const std::vector<int> axes = ResolveCollectiveAxes(op, mesh);
+    const int64_t blocks = mesh.GroupSize(axes);
+    const Shape& table = inputs[0]->shape();
+    const int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(table.size()) : op.axis;
+    if (axis >= 0 && axis < static_cast<int64_t>(table.size()) &&
+        table[static_cast<size_t>(axis)] * blocks != op.size) {
+      throw std::invalid_argument("take_shard: " + std::to_string(blocks) + " blocks of " +
+                                  std::to_string(table[static_cast<size_t>(axis)]) +
+                                  " rows over axis_name do not make a "
+                                  "table of size " +
+                                  std::to_string(op.size));
+    }
+    const int64_t block = mesh.IndexInGroup(position, axes);
     return One(TakeShard(*inputs[0], *inputs[1], op.axis, op.size, block));
   }
   if (IsUnary(op.kind)) {

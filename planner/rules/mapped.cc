@@ -311,6 +311,7 @@ std::string AxisWords(const Mapping& m) {
 std::vector<std::vector<int>> WholeOperandDims(const OpSpec& op,
                                                const std::vector<Shape>& in_shapes) {
   std::vector<std::vector<int>> whole(in_shapes.size());
+  // take (TakeRule) reads nothing whole: its table may stay split along the indexed axis.
   if (FindShardingRule(op.kind) != &MappedRule) return whole;
   const std::vector<MeshAxis> no_axes;
   RuleContext ctx{op, in_shapes, {}, {}, {}, no_axes, std::nullopt};

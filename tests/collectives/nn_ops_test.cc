@@ -20,6 +20,7 @@
 #include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
+#include "sim/spec_error.h"
 #include "topology/presets.h"
 
 namespace shardsim {
@@ -698,6 +699,57 @@ TEST(NnOpsCostTest, UnfusedAttentionPaysForItsScores) {
   EXPECT_DOUBLE_EQ(LocalOpCost(grad, grad_ins, grad_outs).bytes -
                        LocalOpCost(grad_flash, grad_ins, grad_outs).bytes,
                    scores * 19);
+}
+
+// take_shard in a shard_map body: each device's block of an [8, 4] table split over Y takes the
+// rows of its ids and psum assembles jnp.take of the whole table; a group whose blocks do not
+// make `size` rows is refused when the program is lowered.
+TEST(TakeShardTest, BlocksSumToTheWholeTake) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  auto program = [](int64_t size) {
+    ProgramBuilder b({{"Y", 2}});
+    InitSpec arange;
+    arange.kind = InitSpec::Kind::kArange;
+    b.Input("table", {8, 4}, DType::kF32, PartitionSpec{{{"Y"}}}, arange);
+    ArraySpec ids;
+    ids.name = "ids";
+    ids.shape = {4};
+    ids.dtype = DType::kI32;
+    ids.init.kind = InitSpec::Kind::kValue;
+    ids.init.values = {7, 0, -3, 4};
+    b.Input(std::move(ids));
+    OpSpec take;
+    take.kind = OpKind::kTakeShard;
+    take.in = {"table", "ids"};
+    take.out = {"part"};
+    take.axis_name = {"Y"};
+    take.size = size;
+    b.Add(take);
+    OpSpec psum;
+    psum.kind = OpKind::kPsum;
+    psum.in = {"part"};
+    psum.out = {"e"};
+    psum.axis_name = {"Y"};
+    b.Add(psum);
+    b.Output("e", PartitionSpec{});
+    return std::move(b).Build();
+  };
+  const ProgramSpec good = program(8);
+  RunConfig config;
+  config.numerics = true;
+  const RunResult r = RunProgram(machine, PlaceMesh(machine, good.mesh_axes), good, config);
+  // Rows 7, 0, 5 (-3 from the end) and 4 of arange(32) as [8, 4].
+  const std::vector<float> want = {28, 29, 30, 31, 0, 1, 2, 3, 20, 21, 22, 23, 16, 17, 18, 19};
+  const Array& e = r.outputs.at("e");
+  for (int64_t i = 0; i < e.size(); ++i) EXPECT_EQ(e.at(i), want[static_cast<size_t>(i)]) << i;
+  const ProgramSpec bad = program(16);
+  try {
+    RunProgram(machine, PlaceMesh(machine, bad.mesh_axes), bad, config);
+    ADD_FAILURE() << "a table of 2 blocks of 4 rows is not 16 rows";
+  } catch (const SpecError& err) {
+    EXPECT_NE(std::string(err.what()).find("do not make a table of size 16"), std::string::npos)
+        << err.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
