@@ -115,6 +115,45 @@ struct GatherForm {
   const char* SecondHalf() const { return axis == 0 ? "bottom" : "right"; }
 };
 
+// A bidirectional loop's travelling block, split along the form's axis into halves that go
+// round the group in opposite directions: first halves forward, second halves backward.
+class Halves {
+ public:
+  // Splits block `block` of shape `moving` into the halves of step 0; its extent along the
+  // form's axis must be even.
+  Halves(Expansion& e, const GatherForm& form, const std::string& block, const Shape& moving)
+      : e_(e), a_(form.FirstHalf()), b_(form.SecondHalf()) {
+    const int64_t k = moving[form.axis];
+    Require(k % 2 == 0, std::string("allgather_matmul bidirectional: the ") + form.Moving() +
+                            " block's " + std::to_string(k) +
+                            (form.axis == 0 ? " rows" : " columns") + " do not split in halves");
+    h_ = k / 2;
+    first_ = e.Name(a_, 0);
+    second_ = e.Name(b_, 0);
+    e.Slice(block, first_, 0, h_, form.axis);
+    e.Slice(block, second_, h_, h_, form.axis);
+  }
+  // Sends both halves on after step `s`: the first forward, the second backward.
+  void Shift(int s) {
+    const std::string na = e_.Name(a_, s + 1), nb = e_.Name(b_, s + 1);
+    e_.Shift(first_, na, +1);
+    e_.Shift(second_, nb, -1);
+    first_ = na;
+    second_ = nb;
+  }
+  const std::string& first() const { return first_; }    // The first half held now.
+  const std::string& second() const { return second_; }  // The second half held now.
+  const std::string& a() const { return a_; }            // The first halves' name.
+  const std::string& b() const { return b_; }            // The second halves' name.
+  int64_t extent() const { return h_; }                  // A half's extent along the axis.
+
+ private:
+  Expansion& e_;
+  std::string a_, b_;
+  int64_t h_ = 0;
+  std::string first_, second_;
+};
+
 // Contracting forms: x[B, K] @ all_gather(w[K/n, F]) (the seed notebook's FSDP matmul) and
 // all_gather(x[B, K/n], axis 1) @ w[K, F] (the Scaling Book's A[B_X, D_Y] @ W[D, F_Y]). Step s
 // multiplies the block of device i - s with the matching block of the static operand (its
@@ -160,33 +199,21 @@ std::vector<OpSpec> GatherContracting(const OpSpec& op, const GatherForm& form, 
     }
     return e.Take();
   }
-  const int64_t k = moving[form.axis];
-  Require(k % 2 == 0, std::string("allgather_matmul bidirectional: the ") + form.Moving() +
-                          " block's " + std::to_string(k) +
-                          (form.axis == 0 ? " rows" : " columns") + " do not split in halves");
-  const int64_t h = k / 2;
-  const std::string a = form.FirstHalf(), b = form.SecondHalf();
-  std::string first = e.Name(a, 0), second = e.Name(b, 0);
-  e.Slice(mn, first, 0, h, form.axis);
-  e.Slice(mn, second, h, h, form.axis);
+  Halves halves(e, form, mn, moving);
+  const std::string& a = halves.a();
+  const std::string& b = halves.b();
   for (int s = 0; s < n; ++s) {
     const std::string sa = e.Name(std::string(form.Static()) + "_" + a, s);
     const std::string sb = e.Name(std::string(form.Static()) + "_" + b, s);
     e.DynamicSlice(sn, sa, static_axis, 2 * n, 2, -2 * s);
     e.DynamicSlice(sn, sb, static_axis, 2 * n, 2, 2 * s + 1);
     const std::string pa = e.Name("part_" + a, s), pb = e.Name("part_" + b, s);
-    product(first, sa, pa);
-    product(second, sb, pb);
+    product(halves.first(), sa, pa);
+    product(halves.second(), sb, pb);
     std::string both = n == 1 ? out : e.Name("part", s);
     e.Add(pa, pb, both);
     accumulate(both, s);
-    if (s < n - 1) {
-      std::string na = e.Name(a, s + 1), nb = e.Name(b, s + 1);
-      e.Shift(first, na, +1);
-      e.Shift(second, nb, -1);
-      first = na;
-      second = nb;
-    }
+    if (s < n - 1) halves.Shift(s);
   }
   return e.Take();
 }
@@ -225,29 +252,17 @@ std::vector<OpSpec> GatherFree(const OpSpec& op, const GatherForm& form, const S
     e.DynamicConcat(parts, out, form.axis, -1);
     return e.Take();
   }
-  const Shape& moving = form.rhs ? w : x;
-  const int64_t k = moving[form.axis];
-  Require(k % 2 == 0, std::string("allgather_matmul bidirectional: the ") + form.Moving() +
-                          " block's " + std::to_string(k) +
-                          (form.axis == 0 ? " rows" : " columns") + " do not split in halves");
-  const int64_t h = k / 2;
-  const std::string a = form.FirstHalf(), b = form.SecondHalf();
-  std::string first = e.Name(a, 0), second = e.Name(b, 0);
-  e.Slice(mn, first, 0, h, form.axis);
-  e.Slice(mn, second, h, h, form.axis);
+  Halves halves(e, form, mn, form.rhs ? w : x);
+  const std::string& a = halves.a();
+  const std::string& b = halves.b();
+  const int64_t h = halves.extent();
   std::vector<std::string> firsts, seconds;
   for (int s = 0; s < n; ++s) {
     firsts.push_back(e.Name(std::string(blocks) + "_" + a, s));
     seconds.push_back(e.Name(std::string(blocks) + "_" + b, s));
-    product(first, firsts.back());
-    product(second, seconds.back());
-    if (s < n - 1) {
-      std::string na = e.Name(a, s + 1), nb = e.Name(b, s + 1);
-      e.Shift(first, na, +1);
-      e.Shift(second, nb, -1);
-      first = na;
-      second = nb;
-    }
+    product(halves.first(), firsts.back());
+    product(halves.second(), seconds.back());
+    if (s < n - 1) halves.Shift(s);
   }
   // First halves came from devices i - s, second halves from i + s: n blocks of h along the
   // gathered dimension each, set side by side along a new one and merged back.

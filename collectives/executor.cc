@@ -383,8 +383,7 @@ void Executor::BuildClasses() {
     if (op.spec.kind == OpKind::kRaggedAllToAll) {
       // Timing only: the balanced routing LaunchGroup assumes without data, G blocks.
       const Shape& output = lp.values[op.in_values[1]].shape();
-      request.elements = BalancedRaggedRows(input.shape(), output, op.group_size) *
-                         RaggedRowElements(input.shape()) * op.group_size;
+      request.elements = BalancedRaggedBlock(input.shape(), output, op.group_size) * op.group_size;
     }
     request.algorithm = op.algorithm;
     request.axes = op.axes;
@@ -746,9 +745,9 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   if (job.kind == CollectiveKind::kPermute) job.destination = lowered.destination;
   const bool ragged = op.kind == OpKind::kRaggedAllToAll;
   if (ragged && !job.numerics) {
-    // No index data: every pair moves the balanced share (BalancedRaggedRows).
+    // No index data: every pair moves the balanced share (BalancedRaggedBlock).
     const Shape& output = lowered_->values[lowered.in_values[1]].shape();
-    job.block = BalancedRaggedRows(input.shape(), output, g) * RaggedRowElements(input.shape());
+    job.block = BalancedRaggedBlock(input.shape(), output, g);
   }
   if (ragged && job.numerics) {
     std::vector<std::vector<const Array*>> views(g);

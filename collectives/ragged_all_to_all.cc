@@ -111,6 +111,10 @@ int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_
   return std::min(operand[0], output[0]) / group_size;
 }
 
+int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size) {
+  return BalancedRaggedRows(operand, output, group_size) * RaggedRowElements(operand);
+}
+
 std::vector<Array> ReferenceRaggedAllToAll(
     const OpSpec& op, const Mesh& mesh, const std::vector<std::vector<Array>>& inputs_by_position) {
   std::vector<Array> out(inputs_by_position.size());

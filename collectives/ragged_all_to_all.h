@@ -57,6 +57,9 @@ RaggedPlan PlanRaggedAllToAll(const std::vector<std::vector<const Array*>>& inpu
 // min(N, M) / G rows per pair. Routing skew makes real runs slower; runs with data price the
 // real sizes.
 int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_size);
+// The elements of those rows: the block each pair moves in a timing-only run (the all_to_all
+// of blocks of this size).
+int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size);
 
 // The reference result on `mesh`, following JAX's definition step by step (the receiver's
 // offsets are an all_to_all of the senders' output_offsets): inputs_by_position[p] holds the

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
@@ -200,20 +201,16 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   remat.erase(std::unique(remat.begin(), remat.end()), remat.end());
   // Modes and sequence parallelism once each, in the order given; serving takes the first
   // collective matmul mode (its steps have no weight gathers to fuse).
-  std::vector<CollectiveMatmulMode> matmul_modes;
-  for (CollectiveMatmulMode m : space.collective_matmul) {
-    if (std::find(matmul_modes.begin(), matmul_modes.end(), m) == matmul_modes.end()) {
-      matmul_modes.push_back(m);
+  auto distinct = [](const auto& list) {
+    std::decay_t<decltype(list)> once;
+    for (const auto& x : list) {
+      if (std::find(once.begin(), once.end(), x) == once.end()) once.push_back(x);
     }
-  }
+    return once;
+  };
+  std::vector<CollectiveMatmulMode> matmul_modes = distinct(space.collective_matmul);
   if (space.serve && matmul_modes.size() > 1) matmul_modes.resize(1);
-  std::vector<bool> sequence_parallel;
-  for (bool sp : space.sequence_parallel) {
-    if (std::find(sequence_parallel.begin(), sequence_parallel.end(), sp) ==
-        sequence_parallel.end()) {
-      sequence_parallel.push_back(sp);
-    }
-  }
+  const std::vector<bool> sequence_parallel = distinct(space.sequence_parallel);
   std::vector<Family> families;
   int64_t kept = 0;
   // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat

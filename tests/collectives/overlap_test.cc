@@ -115,18 +115,25 @@ constexpr int64_t kLhsBl = 1024, kLhsK = 4096, kLhsF = 512;
 // matmul_reduce_scatter: x[B, n Kl] sharded by columns, w[n Kl, F] by rows, scatter rows.
 constexpr int64_t kRsB = 4096, kRsKl = 4096, kRsF = 512;
 
-ProgramSpec AllgatherMatmul(const std::string& gather, const std::string& variant) {
-  ProgramSpec p;
-  p.mesh_axes = {{"r", kN}};
+// y = allgather_matmul(x, w) over axis r, the program's only op.
+OpSpec AllgatherMatmulOp(const std::string& gather, const std::string& variant, int64_t axis) {
   OpSpec op;
   op.kind = OpKind::kAllgatherMatmul;
   op.in = {"x", "w"};
   op.out = {"y"};
   op.axis_name = {"r"};
   op.gather = gather;
+  op.axis = axis;
   op.variant = variant;
   op.name = "y";
   op.key = "program.0";
+  return op;
+}
+
+ProgramSpec AllgatherMatmul(const std::string& gather, const std::string& variant) {
+  ProgramSpec p;
+  p.mesh_axes = {{"r", kN}};
+  const OpSpec op = AllgatherMatmulOp(gather, variant, 0);
   if (gather == "rhs") {
     p.arrays = {MakeArray("x", {kRhsB, kN * kRhsKb}, P({})),
                 MakeArray("w", {kN * kRhsKb, kRhsF}, P({{"r"}}))};
@@ -457,16 +464,7 @@ ProgramSpec AllgatherMatmulAxis1(const std::string& gather, const std::string& v
                                  int64_t b, int64_t k, int64_t f) {
   ProgramSpec p;
   p.mesh_axes = {{"r", n}};
-  OpSpec op;
-  op.kind = OpKind::kAllgatherMatmul;
-  op.in = {"x", "w"};
-  op.out = {"y"};
-  op.axis_name = {"r"};
-  op.gather = gather;
-  op.axis = 1;
-  op.variant = variant;
-  op.name = "y";
-  op.key = "program.0";
+  const OpSpec op = AllgatherMatmulOp(gather, variant, 1);
   if (gather == "lhs") {
     p.arrays = {MakeArray("x", {b, n * k}, P({{}, {"r"}})), MakeArray("w", {n * k, f}, P({}))};
   } else {
