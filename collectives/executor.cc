@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "collectives/algorithm.h"
+#include "collectives/device_put.h"
 #include "collectives/init.h"
 #include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
@@ -194,8 +195,6 @@ void Executor::Start() {
   for (const auto& [name, v] : lp.inputs) held_[v] = !config_.donated_inputs.count(name);
   for (const OutputSpec& o : program_.outputs) held_[lp.final_values.at(o.name)] = 1;
 
-  int64_t input_bytes = 0;
-  for (const auto& [name, v] : lp.inputs) input_bytes += value_bytes_[v];
   if (lp.has_where) {
     for (int a = 0; a < n; ++a) agent_coords_.push_back(mesh_.Coords(agent_position_[a]));
   }
@@ -207,6 +206,20 @@ void Executor::Start() {
     d.absent.assign(num_values, 0);
     d.taken.assign(num_values, 0);
     d.pending = readers_;
+    // The inputs of its mesh (with several meshes, the others' never exist here).
+    const int part = mesh_.PartOf(agent_position_[a]);
+    int64_t input_bytes = 0;
+    for (const auto& [name, v] : lp.inputs) {
+      if (lp.value_part[v] < 0 || lp.value_part[v] == part) {
+        input_bytes += value_bytes_[v];
+      } else {
+        d.absent[v] = 1;
+      }
+    }
+    // A device_put's result exists on its destination only.
+    for (const LoweredOp& op : lp.ops) {
+      if (op.to_part >= 0 && op.to_part != part) d.absent[op.out_values[0]] = 1;
+    }
     d.live = d.peak = input_bytes;
     d.phase_peak.assign(config_.memory_phases.size() + 1, input_bytes);
     d.phase_entry.assign(config_.memory_phases.size() + 1, -1);
@@ -236,10 +249,14 @@ void Executor::Start() {
     for (const auto& [name, value] : lp.inputs) {
       if (name == spec.name) id = value;
     }
-    Sharding sharding(mesh_, spec.sharding, spec.shape);
+    // With several meshes, the array's blocks are its mesh's positions'.
+    const int part = lp.value_part[id];
+    const Mesh& home = part >= 0 ? mesh_.parts()[part] : mesh_;
+    Sharding sharding(home, spec.sharding, spec.shape);
     for (int p = 0; p < n; ++p) {
-      if (config_.numerics) devices_[p].values[id] = sharding.Shard(global, p);
       devices_[p].ready[id] = 1;
+      if (!config_.numerics || (part >= 0 && mesh_.PartOf(p) != part)) continue;
+      devices_[p].values[id] = sharding.Shard(global, p - mesh_.PartOffset(std::max(part, 0)));
     }
     inputs_[spec.name] = std::move(global);
   }
@@ -284,13 +301,26 @@ void Executor::Start() {
     comm_ops_.push_back(i);
     std::string name = std::string(op.def->name) + " over";
     for (const std::string& axis : op.spec.axis_name) name += " " + axis;
+    if (op.device_put) name = std::string(op.def->name) + " to " + op.spec.mesh;
     const auto [id, added] = class_ids.try_emplace(name, static_cast<int>(comm_classes_.size()));
     if (added) comm_classes_.push_back(name);
     comm_class_of_op_[i] = id->second;
     op_timings_[op.source].comm_class = name;
-    auto [it, made] = layouts_.try_emplace(op.axes);
+    // A device_put's one group: its source mesh's positions, then its destination's (keyed
+    // apart from every tuple of axes by negative entries).
+    const std::vector<int> key =
+        op.device_put ? std::vector<int>{-1 - op.from_part, -1 - op.to_part} : op.axes;
+    auto [it, made] = layouts_.try_emplace(key);
     if (made) {
-      if (config_.collective_model) {
+      if (op.device_put) {
+        std::vector<int> members;
+        for (int part : {op.from_part, op.to_part}) {
+          for (int p = 0; p < mesh_.parts()[part].size(); ++p) {
+            members.push_back(mesh_.PartOffset(part) + p);
+          }
+        }
+        it->second.groups = {members};
+      } else if (config_.collective_model) {
         // Agents' groups: the classes met in each group of positions (the same set for every
         // member of a class, by the refinement).
         std::map<std::vector<int>, int> seen;
@@ -374,6 +404,11 @@ void Executor::BuildClasses() {
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
     if (!op.collective) continue;
+    if (op.device_put) {
+      throw SpecError(op.spec.key,
+                      "device_put: the cached timing path does not price "
+                      "transfers between meshes; use --timing network");
+    }
     CollectiveRequest request;
     request.kind = op.def->collective;
     request.reduce = op.def->reduce;
@@ -484,7 +519,9 @@ void Executor::Allocate(int position, size_t op_index) {
   const LoweredOp& op = lowered_->ops[op_index];
   const char* name = op.spec.name.c_str();
   Device& d = devices_[position];
-  for (int v : op.out_values) d.live += value_bytes_[v];
+  for (int v : op.out_values) {
+    if (!d.absent[v]) d.live += value_bytes_[v];
+  }
   // Writing in place over a dying input of the same size allocates nothing new: the first
   // input this op is the last reader of here, not the caller's and made here.
   for (int r : op.reusable_inputs) {
@@ -688,7 +725,9 @@ void Executor::Arrive(int position, size_t op_index) {
                            : Array::FromValues(shape.dtype(), shape.shape(),
                                                std::vector<float>(shape.size(), 0.0f));
     };
-    if (op.spec.kind == OpKind::kRaggedAllToAll) {
+    if (op.device_put) {
+      if (m < op.device_put->sources) run.inputs[m] = devices_[position].values[op.in_values[0]];
+    } else if (op.spec.kind == OpKind::kRaggedAllToAll) {
       // Its result starts as `output` (input 1): the layout CollectiveOutput keeps.
       run.ragged_inputs.resize(run.positions.size());
       for (int v : op.in_values) run.ragged_inputs[m].push_back(value(v));
@@ -727,6 +766,10 @@ void Executor::LaunchGroup(size_t op_index, int group) {
     unscheduled_.push_back(shared.get());
     shared_.push_back(std::move(shared));
     Reshare(++ops_in_flight_[op_index] == 1);
+    return;
+  }
+  if (lowered.device_put) {
+    LaunchDevicePut(op_index, group);
     return;
   }
   CollectiveJob& job = run.job;
@@ -798,6 +841,36 @@ void Executor::LaunchGroup(size_t op_index, int group) {
                     std::string(lowered.def->name) + ": " + e.what());
   }
   if (row.algorithm.empty()) row.algorithm = resolved;
+  run.algorithm->Start();
+  run.in.clear();
+  run.in.shrink_to_fit();
+}
+
+// device_put: one message per (source, destination) pair sharing a box of the array
+// (DevicePutTransfers), the destinations' blocks assembled from what arrives.
+void Executor::LaunchDevicePut(size_t op_index, int group) {
+  GroupRun& run = *groups_.at({op_index, group});
+  const LoweredOp& lowered = lowered_->ops[op_index];
+  CollectiveJob& job = run.job;
+  job.kind = CollectiveKind::kPermute;
+  job.dtype = lowered_->values[lowered.in_values[0]].dtype();
+  job.numerics = config_.numerics;
+  for (int p : run.positions) {
+    job.members.push_back(network_.topology().device_vertex(mesh_.device(p)));
+  }
+  const int g = static_cast<int>(run.positions.size());
+  if (job.numerics) {
+    run.in.resize(g);
+    run.out.resize(g);
+    for (int m = 0; m < lowered.device_put->sources; ++m) run.in[m] = run.inputs[m].TakeValues();
+    job.in = &run.in;
+    job.out = &run.out;
+  }
+  job.label = lowered.spec.name;
+  job.on_member_done = [this, op_index, group](int member) { MemberDone(op_index, group, member); };
+  OpTiming& row = op_timings_[lowered.source];
+  if (row.algorithm.empty()) row.algorithm = lowered.algorithm;
+  run.algorithm = MakeDevicePutTransfers(network_, job, *lowered.device_put);
   run.algorithm->Start();
   run.in.clear();
   run.in.shrink_to_fit();
@@ -988,7 +1061,16 @@ void Executor::MemberDone(size_t op_index, int group, int member) {
   int g = static_cast<int>(run.positions.size());
   int position = run.positions[member];
   Device& d = devices_[position];
-  if (config_.numerics) {
+  if (config_.numerics && lowered.device_put) {
+    const DevicePutPlan& plan = *lowered.device_put;
+    if (member >= plan.sources) {
+      d.values[lowered.out_values[0]] =
+          Array::FromValues(lowered_->values[lowered.out_values[0]].dtype(), plan.to_block,
+                            std::move(run.out[member]));
+    }
+    run.out[member] = {};
+    run.inputs[member] = Array();
+  } else if (config_.numerics) {
     d.values[lowered.out_values[0]] =
         CollectiveOutput(op, run.inputs[member], std::move(run.out[member]), g);
     run.out[member] = {};
@@ -1139,13 +1221,17 @@ std::map<std::string, Array> Executor::Outputs() const {
     return out;
   }
   std::vector<std::map<std::string, Array>> env(mesh_.size());
+  std::vector<int> parts;  // Per output: its mesh, with several.
   for (const OutputSpec& o : program_.outputs) {
     int id = lowered_->final_values.at(o.name);
+    parts.push_back(lowered_->value_part[id]);
     for (int p = 0; p < mesh_.size(); ++p) {
+      if (devices_[p].absent[id]) continue;
       env[p][o.name] = devices_[p].values[id];
     }
   }
-  return AssembleOutputs(mesh_, program_, std::move(env));
+  return AssembleOutputs(mesh_, program_, std::move(env),
+                         mesh_.parts().empty() ? std::vector<int>{} : parts);
 }
 
 }  // namespace shardsim

@@ -24,6 +24,11 @@ class Lowerer {
   int Define(const std::string& name, Array shape, std::vector<std::pair<int, int>> where = {}) {
     int id = static_cast<int>(out_.values.size());
     out_.values.push_back(std::move(shape));
+    int part = -1;
+    for (const auto& [axis, index] : where) {
+      if (axis == part_axis_) part = index;
+    }
+    out_.value_part.push_back(part);
     value_where_.push_back(std::move(where));
     current_[name] = id;
     return id;
@@ -80,12 +85,25 @@ class Lowerer {
     }
     const OpDef& def = Op(op.kind);
     lowered.def = &def;
+    const int part = ResolvePart(op, lowered);
+    // An op runs on its mesh's positions only: where kMeshPartAxis is its mesh's index.
+    if (part >= 0 && op.kind != OpKind::kDevicePut) lowered.where.push_back({part_axis_, part});
     ResolveWhere(op, lowered);
+    if (op.kind == OpKind::kDevicePut) {
+      LowerDevicePut(std::move(op), source, std::move(lowered), *inputs[0]);
+      return;
+    }
     std::vector<Array> results;
     try {
       if (def.takes_axis_name) {
         lowered.axes = ResolveCollectiveAxes(op, mesh_);
-        for (int a : lowered.axes) lowered.axis_sizes.push_back(mesh_.axes()[a].size);
+        for (int a : lowered.axes) {
+          if (part >= 0 && mesh_.PartOfAxis(a) != part) {
+            throw std::invalid_argument("mesh axis '" + mesh_.axes()[a].name +
+                                        "' is not an axis of mesh '" + op.mesh + "'");
+          }
+          lowered.axis_sizes.push_back(mesh_.axes()[a].size);
+        }
         lowered.group_size = mesh_.GroupSize(lowered.axes);
       }
       std::string wrong = CheckArity(op);
@@ -148,15 +166,39 @@ class Lowerer {
   }
 
   void Lower(const ProgramSpec& program) {
+    if (program.meshes.size() != mesh_.parts().size()) {
+      throw std::logic_error("internal error: a program of " +
+                             std::to_string(program.meshes.size()) + " meshes lowered on " +
+                             std::to_string(mesh_.parts().size()));
+    }
+    if (!mesh_.parts().empty()) {
+      part_axis_ = static_cast<int>(mesh_.axes().size()) - 1;
+      out_.has_where = true;
+    }
     for (const ArraySpec& spec : program.arrays) {
+      int part = -1;
+      if (part_axis_ >= 0) {
+        part = mesh_.PartIndex(spec.mesh);
+        if (part < 0) {
+          throw SpecError(
+              "arrays." + spec.name + ".mesh",
+              "array " + spec.name +
+                  (spec.mesh.empty() ? " names no mesh"
+                                     : " names mesh '" + spec.mesh + "', which is not one"));
+        }
+      }
+      const Mesh& home = part >= 0 ? mesh_.parts()[part] : mesh_;
       try {
-        ValidatePartitionSpec(spec.sharding, spec.shape, mesh_);
+        ValidatePartitionSpec(spec.sharding, spec.shape, home);
       } catch (const std::invalid_argument& e) {
         throw SpecError("arrays." + spec.name + ".sharding",
                         "array " + spec.name + ": " + e.what());
       }
-      Shape local = Sharding(mesh_, spec.sharding, spec.shape).LocalShape();
-      out_.inputs.push_back({spec.name, Define(spec.name, Array::ShapeOnly(spec.dtype, local))});
+      Shape local = Sharding(home, spec.sharding, spec.shape).LocalShape();
+      std::vector<std::pair<int, int>> where;
+      if (part >= 0) where.push_back({part_axis_, part});
+      out_.inputs.push_back(
+          {spec.name, Define(spec.name, Array::ShapeOnly(spec.dtype, local), std::move(where))});
     }
     for (size_t i = 0; i < program.ops.size(); ++i) {
       const OpSpec& op = program.ops[i];
@@ -180,6 +222,7 @@ class Lowerer {
       }
       for (OpSpec& sub : expanded) {
         sub.where = op.where;
+        sub.mesh = op.mesh;
         Append(std::move(sub), i);
       }
     }
@@ -188,7 +231,8 @@ class Lowerer {
       if (it == current_.end()) {
         throw SpecError(o.key, "output '" + o.name + "' is never produced");
       }
-      if (!value_where_[it->second].empty()) {
+      for (const auto& [axis, index] : value_where_[it->second]) {
+        if (axis == part_axis_) continue;  // Its mesh's positions: all it needs.
         throw SpecError(o.key, "output '" + o.name +
                                    "' is made on some positions only (its op has where:); an "
                                    "output needs a block on every position");
@@ -199,9 +243,93 @@ class Lowerer {
   }
 
  private:
+  // With several meshes: the index of the op's mesh (checking that its inputs live there and
+  // that `where` names its axes); -1 on a single mesh. device_put's is its destination, and
+  // its source is its input's mesh.
+  int ResolvePart(const OpSpec& op, LoweredOp& lowered) {
+    if (part_axis_ < 0) {
+      if (op.kind == OpKind::kDevicePut) {
+        throw SpecError(op.key,
+                        "device_put moves arrays between meshes; the run has one mesh "
+                        "(write meshes: to have several)");
+      }
+      return -1;
+    }
+    const int part = mesh_.PartIndex(op.mesh);
+    if (part < 0) {
+      throw SpecError(op.key + ".mesh",
+                      std::string(Op(op.kind).name) +
+                          (op.mesh.empty() ? " names no mesh (give mesh:, one of the meshes)"
+                                           : ": mesh '" + op.mesh + "' is not one of the meshes"));
+    }
+    for (size_t k = 0; k < op.in.size(); ++k) {
+      const auto it = current_.find(op.in[k]);
+      if (it == current_.end()) continue;
+      const int home = out_.value_part[it->second];
+      if (op.kind == OpKind::kDevicePut) {
+        lowered.from_part = home;
+        lowered.to_part = part;
+        if (home == part) {
+          throw SpecError(op.key, "device_put: '" + op.in[k] + "' is on mesh '" + op.mesh +
+                                      "' already; device_put moves it to another mesh");
+        }
+      } else if (home != part) {
+        throw SpecError(op.key + ".in", std::string(Op(op.kind).name) + ": '" + op.in[k] +
+                                            "' lives on mesh '" + mesh_.part_names()[home] +
+                                            "' but the op runs on mesh '" + op.mesh +
+                                            "'; device_put it there first");
+      }
+    }
+    for (const auto& [name, index] : op.where) {
+      const int a = mesh_.AxisIndex(name);
+      if (a >= 0 && mesh_.PartOfAxis(a) != part) {
+        throw SpecError(op.key + ".where",
+                        "'" + name + "' is not an axis of mesh '" + op.mesh + "'");
+      }
+    }
+    return part;
+  }
+
+  // device_put: the input laid out by in_sharding on its mesh becomes the global array laid
+  // out by sharding on the destination mesh, moved by the messages PlanDevicePut makes.
+  void LowerDevicePut(OpSpec op, size_t source, LoweredOp lowered, const Array& input) {
+    const Mesh& from = mesh_.parts()[lowered.from_part];
+    const Mesh& to = mesh_.parts()[lowered.to_part];
+    Shape global = GlobalShapeOf(input.shape(), op.in_sharding, from);
+    Array result;
+    try {
+      ValidatePartitionSpec(op.in_sharding, global, from);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key + ".in_sharding", std::string("device_put: ") + e.what());
+    }
+    try {
+      ValidatePartitionSpec(op.sharding, global, to);
+      Sharding in(from, op.in_sharding, global);
+      Sharding out(to, op.sharding, global);
+      lowered.device_put = std::make_shared<const DevicePutPlan>(PlanDevicePut(in, out));
+      result = Array::ShapeOnly(input.dtype(), out.LocalShape());
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key + ".sharding", std::string("device_put: ") + e.what());
+    }
+    if (!op.algorithm.empty() && op.algorithm != "direct" && op.algorithm != "auto") {
+      throw SpecError(op.key + ".algorithm",
+                      "device_put runs only as direct (one message per pair of devices that "
+                      "share a box of the array), got '" +
+                          op.algorithm + "'");
+    }
+    lowered.algorithm = "direct";
+    lowered.collective = true;
+    lowered.out_values.push_back(
+        Define(op.out.at(0), std::move(result), {{part_axis_, lowered.to_part}}));
+    lowered.spec = std::move(op);
+    lowered.source = source;
+    out_.ops.push_back(std::move(lowered));
+  }
+
   const Mesh& mesh_;
   LoweredProgram& out_;
   const std::map<std::string, std::string>& algorithms_;
+  int part_axis_ = -1;  // With several meshes: the index of kMeshPartAxis.
   std::map<std::string, int> current_;
   std::vector<std::vector<std::pair<int, int>>> value_where_;  // Per value: its op's where.
 };
@@ -249,6 +377,9 @@ int64_t SequentialPeakElements(const LoweredProgram& lowered) {
 }
 
 bool RunsAt(const LoweredOp& op, const std::vector<int>& coords) {
+  if (op.to_part >= 0 && coords.back() != op.to_part && coords.back() != op.from_part) {
+    return false;
+  }
   for (const auto& [axis, index] : op.where) {
     if (coords[axis] != index) return false;
   }
@@ -256,6 +387,7 @@ bool RunsAt(const LoweredOp& op, const std::vector<int>& coords) {
 }
 
 bool RunsAt(const OpSpec& op, const Mesh& mesh, int position) {
+  if (!mesh.parts().empty() && mesh.PartIndex(op.mesh) != mesh.PartOf(position)) return false;
   if (op.where.empty()) return true;
   std::vector<int> coords = mesh.Coords(position);
   for (const auto& [name, index] : op.where) {

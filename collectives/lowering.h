@@ -3,10 +3,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/array.h"
+#include "collectives/device_put.h"
 #include "collectives/ir/op_registry.h"
 #include "collectives/mesh.h"
 #include "collectives/program.h"
@@ -35,6 +37,11 @@ struct LoweredOp {
   // Elementwise ops: the inputs (value ids, distinct) of the output's size whose buffer the
   // output may take over in place (XLA's buffer sharing) when this op is their last reader.
   std::vector<int> reusable_inputs;
+  // device_put: the meshes (parts of the union Mesh) it moves from and to; its one group is
+  // the source's positions then the destination's; its messages, planned once.
+  int from_part = -1;
+  int to_part = -1;
+  std::shared_ptr<const DevicePutPlan> device_put;
 };
 
 // A program ready to run. Values are single-assignment: an array name written twice (allowed
@@ -47,6 +54,8 @@ struct LoweredProgram {
   std::map<std::string, int> final_values;          // Name -> its last value id.
   std::vector<int> output_values;                   // Value ids of `outputs:`, in order.
   bool has_where = false;                           // Some op runs on a subset of the positions.
+  // Per value id: the mesh (part of the union Mesh) it lives on; -1 on a single mesh.
+  std::vector<int> value_part;
 };
 
 // Whether op `op` runs at mesh position `coords` (the position's coordinates).
@@ -54,8 +63,10 @@ bool RunsAt(const LoweredOp& op, const std::vector<int>& coords);
 // Whether `op` (its `where` by axis names) runs at mesh position `position`.
 bool RunsAt(const OpSpec& op, const Mesh& mesh, int position);
 
-// Lowers `program` on `mesh`, checking names, shapes, dtypes and parameters of every op on
-// the local shapes. Throws SpecError naming the op's key ("program.3") or the array's
+// Lowers `program` on `mesh` (with several meshes, their Mesh::Union in program.meshes' order:
+// each op runs on its `mesh:`, where kMeshPartAxis is its index), checking names, shapes, dtypes
+// and parameters of every op on the local shapes. Throws SpecError naming the op's key
+// ("program.3") or the array's
 // ("arrays.x.sharding", "outputs.y").
 // `algorithms` are the run's default algorithm per collective (keys: JAX op names or generic
 // kinds, as ExecutorConfig::algorithms); an explicit algorithm that cannot run an op (tree for

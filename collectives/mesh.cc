@@ -62,6 +62,71 @@ Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
   fingerprint_ = h;
 }
 
+Mesh Mesh::Union(std::vector<Mesh> parts, std::vector<std::string> names) {
+  if (parts.empty()) throw std::invalid_argument("a union of meshes needs at least one mesh");
+  if (names.size() != parts.size()) {
+    throw std::invalid_argument("a union of meshes needs one name per mesh");
+  }
+  Mesh u;
+  std::set<std::string> axis_names;
+  std::set<int> devices;
+  uint64_t h = 1469598103934665603ull;
+  for (const Mesh& part : parts) {
+    if (!part.parts_.empty()) throw std::invalid_argument("a union's part is itself a union");
+    u.part_offset_.push_back(static_cast<int>(u.devices_.size()));
+    u.part_first_axis_.push_back(static_cast<int>(u.axes_.size()));
+    for (const MeshAxis& axis : part.axes_) {
+      if (!axis_names.insert(axis.name).second) {
+        throw std::invalid_argument("mesh axis '" + axis.name + "' is in two meshes");
+      }
+      u.axes_.push_back(axis);
+    }
+    for (int d : part.devices_) {
+      if (!devices.insert(d).second) {
+        throw std::invalid_argument("device " + std::to_string(d) + " is in two meshes");
+      }
+      u.devices_.push_back(d);
+    }
+    // FNV-1a over the parts' fingerprints.
+    for (int b = 0; b < 8; ++b) {
+      h ^= (part.fingerprint_ >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  u.axes_.push_back(MeshAxis{kMeshPartAxis, static_cast<int>(parts.size())});
+  u.strides_.assign(u.axes_.size(), 0);
+  u.fingerprint_ = h;
+  u.parts_ = std::move(parts);
+  u.part_names_ = std::move(names);
+  return u;
+}
+
+int Mesh::PartIndex(const std::string& name) const {
+  for (size_t i = 0; i < part_names_.size(); ++i) {
+    if (part_names_[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Mesh::PartOf(int position) const {
+  if (parts_.empty()) return 0;
+  if (position < 0 || position >= size()) {
+    throw std::invalid_argument("mesh position " + std::to_string(position) +
+                                " is out of range [0, " + std::to_string(size()) + ")");
+  }
+  return static_cast<int>(std::upper_bound(part_offset_.begin(), part_offset_.end(), position) -
+                          part_offset_.begin()) -
+         1;
+}
+
+int Mesh::PartOfAxis(int axis) const {
+  if (parts_.empty()) return 0;
+  if (axis == static_cast<int>(axes_.size()) - 1) return -1;
+  return static_cast<int>(std::upper_bound(part_first_axis_.begin(), part_first_axis_.end(), axis) -
+                          part_first_axis_.begin()) -
+         1;
+}
+
 int Mesh::AxisIndex(const std::string& name) const {
   for (size_t i = 0; i < axes_.size(); ++i) {
     if (axes_[i].name == name) return static_cast<int>(i);
@@ -74,6 +139,14 @@ std::vector<int> Mesh::Coords(int position) const {
     throw std::invalid_argument("mesh position " + std::to_string(position) +
                                 " is out of range [0, " + std::to_string(size()) + ")");
   }
+  if (!parts_.empty()) {
+    const int part = PartOf(position);
+    std::vector<int> coords(axes_.size(), 0);
+    const std::vector<int> local = parts_[part].Coords(position - part_offset_[part]);
+    std::copy(local.begin(), local.end(), coords.begin() + part_first_axis_[part]);
+    coords.back() = part;
+    return coords;
+  }
   std::vector<int> coords(axes_.size());
   for (size_t i = 0; i < axes_.size(); ++i) {
     coords[i] = position / strides_[i] % axes_[i].size;
@@ -85,6 +158,16 @@ int Mesh::Position(const std::vector<int>& coords) const {
   if (coords.size() != axes_.size()) {
     throw std::invalid_argument("mesh coordinates have " + std::to_string(coords.size()) +
                                 " entries; the mesh has " + std::to_string(axes_.size()) + " axes");
+  }
+  if (!parts_.empty()) {
+    const int part = coords.back();
+    if (part < 0 || part >= static_cast<int>(parts_.size())) {
+      throw std::invalid_argument("mesh index " + std::to_string(part) + " is out of range");
+    }
+    const Mesh& m = parts_[part];
+    const auto first = coords.begin() + part_first_axis_[part];
+    return part_offset_[part] +
+           m.Position(std::vector<int>(first, first + static_cast<long>(m.axes_.size())));
   }
   int position = 0;
   for (size_t i = 0; i < axes_.size(); ++i) {
@@ -110,6 +193,28 @@ int Mesh::GroupSize(const std::vector<int>& axes) const {
 }
 
 std::vector<std::vector<int>> Mesh::Groups(const std::vector<int>& axes) const {
+  if (!parts_.empty()) {
+    std::vector<std::vector<int>> groups;
+    if (axes.empty()) {
+      for (int p = 0; p < size(); ++p) groups.push_back({p});
+      return groups;
+    }
+    GroupSize(axes);  // Checks the axis indices.
+    const int part = PartOfAxis(axes[0]);
+    std::vector<int> local;
+    for (int a : axes) {
+      if (part < 0 || PartOfAxis(a) != part) {
+        throw std::invalid_argument("mesh axes of a group must lie in one mesh, got '" +
+                                    axes_[axes[0]].name + "' and '" + axes_[a].name + "'");
+      }
+      local.push_back(a - part_first_axis_[part]);
+    }
+    groups = parts_[part].Groups(local);
+    for (std::vector<int>& group : groups) {
+      for (int& p : group) p += part_offset_[part];
+    }
+    return groups;
+  }
   const int group_size = GroupSize(axes);
   std::vector<bool> in_group(axes_.size(), false);
   for (int a : axes) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/device_put.h"
 #include "collectives/grad_ops.h"
 #include "collectives/init.h"
 #include "collectives/local_op.h"
@@ -831,12 +832,26 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
 
 }  // namespace
 
-std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
+std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
                                               const std::map<std::string, Array>* inputs,
                                               std::map<std::string, double>* bounds) {
-  int n = mesh.size();
-  std::vector<std::map<std::string, Array>> env(n);
+  // With several meshes each op runs on its mesh alone: the positions of one part of the union,
+  // which are contiguous. part_of: each name's mesh (-1: the whole mesh).
+  const bool parts = !whole_mesh.parts().empty();
+  std::map<std::string, int> part_of;
+  auto part_named = [&](const std::string& mesh_name) {
+    return parts ? whole_mesh.PartIndex(mesh_name) : -1;
+  };
+  for (const ArraySpec& spec : program.arrays) part_of[spec.name] = part_named(spec.mesh);
+  for (const OpSpec& op : program.ops) {
+    for (const std::string& name : op.out) part_of[name] = part_named(op.mesh);
+  }
+  auto mesh_of = [&](int part) -> const Mesh& {
+    return part >= 0 ? whole_mesh.parts()[part] : whole_mesh;
+  };
+  auto offset_of = [&](int part) { return part >= 0 ? whole_mesh.PartOffset(part) : 0; };
+  std::vector<std::map<std::string, Array>> all_env(whole_mesh.size());
   std::map<std::string, Tracked> tracked;  // Only when bounds are asked for.
   for (const ArraySpec& spec : program.arrays) {
     Array made;
@@ -847,10 +862,18 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       made = MakeInitialArray(spec, /*with_data=*/true, base_dir);
       global = &made;
     }
-    Sharding sharding(mesh, spec.sharding, spec.shape);
-    for (int p = 0; p < n; ++p) env[p][spec.name] = sharding.Shard(*global, p);
+    const int part = part_of.at(spec.name);
+    const Mesh& home = mesh_of(part);
+    Sharding sharding(home, spec.sharding, spec.shape);
+    for (int p = 0; p < home.size(); ++p) {
+      all_env[offset_of(part) + p][spec.name] = sharding.Shard(*global, p);
+    }
     if (bounds) tracked[spec.name] = Tracked{Error{}, StatsOf({global})};
   }
+  // The current op's mesh and its positions' values (moved out of all_env while it runs).
+  const Mesh* mesh_now = &whole_mesh;
+  int offset = 0;
+  std::vector<std::map<std::string, Array>> env;
   // Records the error of op's outputs; `error_of` maps an output's statistics to its error.
   std::vector<int> distinct;  // Positions with distinct results of the current op (empty: all).
   auto track = [&](const OpSpec& op, auto error_of) {
@@ -874,16 +897,19 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   for (size_t i = 0; i < program.ops.size(); ++i) {
     for (const std::string& name : program.ops[i].in) last_read[name] = last_use[name] = i;
   }
-  // The positions whose block of an output its assembly reads (AssembleFirstReplicas).
+  // The positions whose block of an output its assembly reads (AssembleFirstReplicas), by
+  // position of the output's mesh.
   std::map<std::string, std::vector<char>> assembled;
   for (const OutputSpec& o : program.outputs) {
     last_use[o.name] = program.ops.size();
+    const Mesh& home = mesh_of(part_of.count(o.name) ? part_of.at(o.name) : -1);
     std::vector<char>& read = assembled[o.name];
-    read.resize(static_cast<size_t>(n), 0);
-    for (int p = 0; p < n; ++p) read[p] = read[p] || IsFirstReplica(mesh, o.spec, p);
+    read.resize(static_cast<size_t>(home.size()), 0);
+    for (int p = 0; p < home.size(); ++p) read[p] = read[p] || IsFirstReplica(home, o.spec, p);
   }
-  // Whether position p needs its own copy of `name`, defined by op i: a later op reads it,
-  // or the output assembly does. (Replicas of the reference's results are copies.)
+  // Whether position p (of the current op's mesh) needs its own copy of `name`, defined by op
+  // i: a later op reads it, or the output assembly does. (Replicas of the reference's results
+  // are copies.)
   auto needed = [&](const std::string& name, size_t i, int p) {
     auto read = last_read.find(name);
     if (read != last_read.end() && read->second > i) return true;
@@ -894,8 +920,8 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   // zeros, as collectives see them in the simulation (the outputs computed there are dropped).
   auto zero_elsewhere = [&](const OpSpec& op) {
     if (op.where.empty()) return;
-    for (int p = 0; p < n; ++p) {
-      if (RunsAt(op, mesh, p)) continue;
+    for (int p = 0; p < static_cast<int>(env.size()); ++p) {
+      if (RunsAt(op, whole_mesh, offset + p)) continue;
       for (const std::string& name : op.out) {
         Array& a = env[p][name];
         a = Array::FromValues(a.dtype(), a.shape(), std::vector<float>(a.size(), 0.0f));
@@ -906,19 +932,14 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   std::vector<std::string> dead;
   auto free_dead = [&] {
     for (const std::string& name : dead) {
-      for (auto& values : env) values.erase(name);
+      for (auto& values : all_env) values.erase(name);
     }
     dead.clear();
   };
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    free_dead();
-    distinct.clear();
-    const OpSpec& op = program.ops[i];
-    for (const std::string& name : op.in) {
-      if (last_use.at(name) == i && std::find(op.out.begin(), op.out.end(), name) == op.out.end()) {
-        dead.push_back(name);
-      }
-    }
+  // Runs op i on the current mesh's positions (env).
+  auto run_op = [&](const OpSpec& op, size_t i) {
+    const Mesh& mesh = *mesh_now;
+    const int n = static_cast<int>(env.size());
     int group = IsCollective(op.kind) ? mesh.GroupSize(ResolveCollectiveAxes(op, mesh)) : 1;
     if (op.kind == OpKind::kAllgatherMatmul || op.kind == OpKind::kMatmulReduceScatter) {
       // By definition: x @ all_gather(w) (or all_gather(x) @ w), psum_scatter(x @ w).
@@ -957,7 +978,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         return CollectiveMatmulError(tracked.at(op.in[0]), tracked.at(op.in[1]), s, dtype, group,
                                      k);
       });
-      continue;
+      return;
     }
     if (op.kind == OpKind::kRaggedAllToAll) {
       std::vector<std::vector<Array>> inputs(n);
@@ -977,7 +998,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         const Error& b = tracked.at(op.in[1]).error;
         return Error{std::max(a.max, b.max), std::max(a.rms, b.rms)};
       });
-      continue;
+      return;
     }
     if (IsCollective(op.kind)) {
       std::vector<Array> inputs;
@@ -995,7 +1016,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
         }
         return in.error;  // Moves and exact max/min.
       });
-      continue;
+      return;
     }
     // Every position's outputs, computed before any is stored (an output may reuse an input's
     // name). Positions whose inputs are bit-identical to an earlier one's (replicas) share its
@@ -1041,6 +1062,56 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
       at.output = output;
       return LocalOpError(op, kept, at, s, dtype);
     });
+  };
+  // Moves the values of mesh `part`'s positions into env (and back with `back`).
+  auto enter = [&](int part) {
+    mesh_now = &mesh_of(part);
+    offset = offset_of(part);
+    env.clear();
+    env.resize(static_cast<size_t>(mesh_now->size()));
+    for (size_t p = 0; p < env.size(); ++p) env[p] = std::move(all_env[offset + p]);
+  };
+  auto leave = [&] {
+    for (size_t p = 0; p < env.size(); ++p) all_env[offset + p] = std::move(env[p]);
+    env.clear();
+  };
+  std::map<std::string, int> live_part;  // Each name's mesh as the program runs.
+  for (const ArraySpec& spec : program.arrays) live_part[spec.name] = part_of.at(spec.name);
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    free_dead();
+    distinct.clear();
+    const OpSpec& op = program.ops[i];
+    for (const std::string& name : op.in) {
+      if (last_use.at(name) == i && std::find(op.out.begin(), op.out.end(), name) == op.out.end()) {
+        dead.push_back(name);
+      }
+    }
+    const int part = parts ? whole_mesh.PartIndex(op.mesh) : -1;
+    if (op.kind == OpKind::kDevicePut && !parts) {
+      // One mesh (the unsharded reference of a global program): the value as it is.
+      for (auto& values : all_env) values[op.out.at(0)] = values.at(op.in.at(0));
+      if (bounds) tracked[op.out.at(0)] = tracked.at(op.in.at(0));
+    } else if (op.kind == OpKind::kDevicePut) {
+      // The global array the source blocks form, cut by the destination's sharding.
+      const int from = live_part.at(op.in.at(0));
+      enter(from);
+      std::vector<Array> blocks;
+      for (auto& values : env) blocks.push_back(values.at(op.in.at(0)));
+      const Shape global = GlobalShapeOf(blocks.at(0).shape(), op.in_sharding, *mesh_now);
+      const Sharding in(*mesh_now, op.in_sharding, global);
+      leave();
+      enter(part);
+      std::vector<Array> outs =
+          ReferenceDevicePut(in, Sharding(*mesh_now, op.sharding, global), blocks);
+      for (size_t p = 0; p < env.size(); ++p) env[p][op.out.at(0)] = std::move(outs[p]);
+      track(op, [&](const Stats&, DType, size_t) { return tracked.at(op.in.at(0)).error; });
+      leave();
+    } else {
+      enter(part);
+      run_op(op, i);
+      leave();
+    }
+    for (const std::string& name : op.out) live_part[name] = part;
   }
   free_dead();
   if (bounds) {
@@ -1048,9 +1119,12 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpe
   }
   std::map<std::string, Array> outputs;
   for (const OutputSpec& o : program.outputs) {
+    enter(live_part.at(o.name));
+    const Mesh& mesh = *mesh_now;
     const Array& first = env[0].at(o.name);
     Sharding sharding(mesh, o.spec, GlobalShapeOf(first.shape(), o.spec, mesh));
     outputs[o.name] = AssembleFirstReplicas(sharding, env, o.name);
+    leave();
   }
   return outputs;
 }

@@ -1,5 +1,6 @@
 #include "collectives/outputs.h"
 
+#include <stdexcept>
 #include <utility>
 
 #include "collectives/sharding.h"
@@ -19,7 +20,8 @@ Shape GlobalShapeOf(const Shape& local, const PartitionSpec& spec, const Mesh& m
 }
 
 std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec& program,
-                                             std::vector<std::map<std::string, Array>> env) {
+                                             std::vector<std::map<std::string, Array>> env,
+                                             const std::vector<int>& output_parts) {
   std::map<std::string, Array> out;
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     const OutputSpec& o = program.outputs[i];
@@ -28,13 +30,19 @@ std::map<std::string, Array> AssembleOutputs(const Mesh& mesh, const ProgramSpec
     for (size_t j = i + 1; j < program.outputs.size(); ++j) {
       again = again || program.outputs[j].name == o.name;
     }
+    const bool union_mesh = !mesh.parts().empty();
+    if (union_mesh && output_parts.size() != program.outputs.size()) {
+      throw std::logic_error("internal error: outputs on several meshes need their meshes");
+    }
+    const Mesh& home = union_mesh ? mesh.parts()[output_parts[i]] : mesh;
+    const int first = union_mesh ? mesh.PartOffset(output_parts[i]) : 0;
     std::vector<Array> locals;
-    for (int p = 0; p < mesh.size(); ++p) {
+    for (int p = first; p < first + home.size(); ++p) {
       Array& block = env[p].at(o.name);
       locals.push_back(again ? block : std::move(block));
     }
-    Shape global = GlobalShapeOf(locals[0].shape(), o.spec, mesh);
-    Sharding sharding(mesh, o.spec, global);
+    Shape global = GlobalShapeOf(locals[0].shape(), o.spec, home);
+    Sharding sharding(home, o.spec, global);
     std::string axis;
     Array assembled = sharding.Assemble(locals, &axis);
     if (!axis.empty()) {

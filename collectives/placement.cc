@@ -283,6 +283,14 @@ void ValidateMeshDevices(const Mesh& mesh, const Topology& topo) {
 }
 
 std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
+  if (!mesh.parts().empty()) {  // Several meshes: each in turn.
+    std::string text;
+    for (size_t k = 0; k < mesh.parts().size(); ++k) {
+      text +=
+          (k ? "; " : "") + mesh.part_names()[k] + ": " + DescribePlacement(mesh.parts()[k], topo);
+    }
+    return text;
+  }
   ValidateMeshDevices(mesh, topo);
   const bool whole_machine = mesh.size() == topo.num_devices();
   const bool is_default = whole_machine && mesh.devices() == DefaultPlacement(mesh.axes(), topo);

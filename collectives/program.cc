@@ -26,6 +26,13 @@ const char* ProgramModeName(ProgramMode mode) {
   return "manual";
 }
 
+int MeshIndex(const ProgramSpec& program, const std::string& name) {
+  for (size_t i = 0; i < program.meshes.size(); ++i) {
+    if (program.meshes[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 bool IsCollective(OpKind kind) {
   OpStream stream = Op(kind).stream;
   return stream == OpStream::kCollective || stream == OpStream::kComposite;

@@ -31,6 +31,7 @@ struct ArraySpec {
   DType dtype = DType::kF32;  // Element type.
   InitSpec init;              // How values are made.
   PartitionSpec sharding;     // in_spec.
+  std::string mesh;           // With several meshes: the mesh it lives on (`mesh:`).
 };
 
 // The ops of SPEC's "Ops" table.
@@ -152,6 +153,11 @@ enum class OpKind {
   // the first block only), so a psum over axis_name gives jnp.take of the whole table. The
   // partitioner emits it for a vocabulary-split embedding.
   kTakeShard,
+  // jax.device_put between disjoint meshes (`meshes:`): the value, laid out by `in_sharding` on
+  // its mesh, becomes the same global array laid out by `sharding` on mesh `mesh`, moved as
+  // point-to-point transfers (collectives/device_put.h). Global programs write only `sharding`
+  // and `mesh`; the partitioner fills in_sharding.
+  kDevicePut,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -203,10 +209,15 @@ struct OpSpec {
   // given index (`where: {stage: 1}`: the devices of pipeline stage 1). Empty: everywhere.
   // This is how devices run different op sequences (pipeline stages, disjoint sub-meshes).
   std::vector<std::pair<std::string, int>> where;
-  PartitionSpec sharding;            // sharding_constraint, reshard: the sharding asked for.
-  std::string of;                    // grad: the scalar value differentiated.
-  std::vector<std::string> wrt;      // grad: the values it is differentiated with respect to.
-  std::optional<double> fill_value;  // full_like: the value of every element.
+  // With several meshes: the mesh the op runs on (device_put: the destination). Run files may
+  // leave it out where the inputs tell; programs that reach lowering name it on every op.
+  std::string mesh;
+  // sharding_constraint, reshard: the sharding asked for; device_put: the destination's.
+  PartitionSpec sharding;
+  PartitionSpec in_sharding;     // device_put in a shard_map body: the input's layout on its mesh.
+  std::string of;                // grad: the scalar value differentiated.
+  std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
+  std::optional<double> fill_value;           // full_like: the value of every element.
   std::vector<int64_t> broadcast_dimensions;  // broadcast_in_dim: output dim of each input dim.
   int64_t low = 0;                            // pad: zeros before, along `axis`.
   int64_t high = 0;                           // pad: zeros after, along `axis`.
@@ -215,9 +226,9 @@ struct OpSpec {
   // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
   // default is the last; `axis` itself is take's and the data-movement ops').
   int64_t norm_axis = -1;
-  std::optional<double> eps;       // rms_norm, layer_norm: added to the variance (unset: Flax's).
-  int64_t k = 0;                   // top_k: how many of the largest values to keep.
-  bool causal = true;              // attention: each query sees only keys up to its position.
+  std::optional<double> eps;  // rms_norm, layer_norm: added to the variance (unset: Flax's).
+  int64_t k = 0;              // top_k: how many of the largest values to keep.
+  bool causal = true;         // attention: each query sees only keys up to its position.
   // attention, attention_grad: flash (scores stay on chip) | unfused (materialized in HBM).
   std::string kernel = "flash";
   int64_t num_classes = 0;         // one_hot: the length of the new last axis.
@@ -246,14 +257,28 @@ const char* ProgramModeName(ProgramMode mode);
 inline constexpr ProgramMode kProgramModes[] = {ProgramMode::kManual, ProgramMode::kExplicit,
                                                 ProgramMode::kAuto};
 
+// One of several disjoint meshes (`meshes:` NAME: {axes, devices}).
+struct MeshSpec {
+  std::string name;            // Its name, which arrays and ops give as `mesh:`.
+  std::vector<MeshAxis> axes;  // Its axes, in order.
+  std::vector<int> devices;    // Its devices, or empty: the next devices no earlier mesh took.
+};
+
 // A whole program on a mesh: a shard_map body (manual) or a global program (explicit, auto).
 struct ProgramSpec {
   ProgramMode mode = ProgramMode::kManual;  // `mode:`
-  std::vector<MeshAxis> mesh_axes;          // `mesh.axes`, in order.
-  std::vector<int> mesh_devices;            // `mesh.devices`, or empty for the default placement.
-  std::vector<ArraySpec> arrays;            // `arrays:`
-  std::vector<OpSpec> ops;                  // `program:`
-  std::vector<OutputSpec> outputs;          // `outputs:`
+  // `mesh.axes`, in order; with several meshes, every mesh's axes in turn (names are distinct).
+  std::vector<MeshAxis> mesh_axes;
+  std::vector<int> mesh_devices;  // `mesh.devices`, or empty for the default placement.
+  // `meshes:` several disjoint meshes, in order (empty: the one mesh above). Positions of the
+  // program's Mesh (Mesh::Union) are each mesh's in turn.
+  std::vector<MeshSpec> meshes;
+  std::vector<ArraySpec> arrays;    // `arrays:`
+  std::vector<OpSpec> ops;          // `program:`
+  std::vector<OutputSpec> outputs;  // `outputs:`
 };
+
+// The index in program.meshes of the mesh called `name`, or -1.
+int MeshIndex(const ProgramSpec& program, const std::string& name);
 
 }  // namespace shardsim

@@ -71,9 +71,9 @@ Time PairTime(const Pair& pair, const std::string& variant, const Machine& machi
     for (const std::string& a : pair.axes) axes.push_back(mesh.AxisIndex(a));
     return axes;
   }());
-  ArraySpec kept{"kept", pair.x, pair.x_dtype, {}, PartitionSpec{}};
+  ArraySpec kept{"kept", pair.x, pair.x_dtype, {}, PartitionSpec{}, ""};
   kept.sharding.dims.resize(pair.x.size());
-  ArraySpec block{"block", pair.w, pair.dtype, {}, PartitionSpec{}};
+  ArraySpec block{"block", pair.w, pair.dtype, {}, PartitionSpec{}, ""};
   block.shape[static_cast<size_t>(pair.axis)] *= n;
   block.sharding.dims.resize(pair.w.size());
   block.sharding.dims[static_cast<size_t>(pair.axis)] = pair.axes;

@@ -47,7 +47,8 @@ class Names {
 std::vector<Array> InferTypes(const OpSpec& op, const Types& types) {
   std::vector<const Array*> inputs;
   for (const std::string& name : op.in) inputs.push_back(&types.at(name));
-  if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+  if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard ||
+      op.kind == OpKind::kDevicePut) {
     return {*inputs.at(0)};
   }
   static const Mesh kOnePosition({}, {0});  // Global-program ops do not read the mesh.

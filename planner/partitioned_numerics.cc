@@ -15,6 +15,7 @@ std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const st
   whole.mode = ProgramMode::kManual;
   whole.mesh_axes = {MeshAxis{"whole", 1}};
   whole.mesh_devices.clear();
+  whole.meshes.clear();  // One device: a device_put between meshes passes the value on.
   for (ArraySpec& a : whole.arrays) a.sharding = PartitionSpec{};
   for (OutputSpec& o : whole.outputs) o.spec = PartitionSpec{};
   return ReferenceOutputs(Mesh(whole.mesh_axes, {0}), whole, base_dir, inputs);

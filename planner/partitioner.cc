@@ -56,6 +56,8 @@ class Partitioner {
       Define(a.name, std::move(v));
     }
     if (!explicit_) Hints();
+    result_.program.meshes = global_.meshes;
+    for (const ArraySpec& a : global_.arrays) mesh_of_[a.name] = a.mesh;
     size_t next_pass = 0;
     for (size_t i = 0; i < global_.ops.size(); ++i) {
       // A backward pass starts or ends: autodiff saved the program's values, not the copies
@@ -66,13 +68,81 @@ class Partitioner {
         reshards_.clear();
         ++next_pass;
       }
-      Emit(global_.ops[i]);
+      const OpSpec& op = global_.ops[i];
+      const size_t first = result_.program.ops.size();
+      Emit(op);
+      const std::string mesh = MeshOf(op);
+      for (const std::string& name : op.out) mesh_of_[name] = mesh;
+      Tag(first, mesh);
     }
-    for (const OutputSpec& o : global_.outputs) EmitOutput(o);
+    for (const OutputSpec& o : global_.outputs) {
+      const size_t first = result_.program.ops.size();
+      EmitOutput(o);
+      Tag(first, mesh_of_[o.name]);
+    }
     return std::move(result_);
   }
 
  private:
+  // With several meshes: the mesh `op` runs on, its own or (for ops reverse mode made) its
+  // inputs'; every input of an op but device_put must live there. "" on one mesh.
+  std::string MeshOf(const OpSpec& op) {
+    if (global_.meshes.empty()) return "";
+    std::string mesh = op.mesh;
+    if (mesh.empty() && !op.in.empty()) mesh = mesh_of_[op.in[0]];
+    if (op.kind == OpKind::kDevicePut) return mesh;
+    for (const std::string& name : op.in) {
+      if (mesh_of_[name] != mesh) {
+        throw SpecError(op.key + ".in", std::string(OpKindName(op.kind)) + ": '" + name +
+                                            "' lives on mesh '" + mesh_of_[name] +
+                                            "' but the op runs on mesh '" + mesh +
+                                            "'; device_put it there first");
+      }
+    }
+    return mesh;
+  }
+
+  // Names mesh `mesh` on the ops emitted from index `first` on that name none.
+  void Tag(size_t first, const std::string& mesh) {
+    for (size_t k = first; k < result_.program.ops.size(); ++k) {
+      if (result_.program.ops[k].mesh.empty()) result_.program.ops[k].mesh = mesh;
+    }
+  }
+
+  // device_put: the value, summed first if it holds partial sums, moves as it is laid out to
+  // the destination's sharding.
+  void EmitDevicePut(const OpSpec& op) {
+    int id = current_.at(op.in[0]);
+    if (!values_[static_cast<size_t>(id)].sharding.partial.empty()) {
+      const size_t first = result_.program.ops.size();
+      Value reduced = values_[static_cast<size_t>(id)];
+      reduced.sharding = Reduced(reduced.sharding);
+      reduced.local = EmitReshard(id, reduced.sharding,
+                                  op.in[0] + " holds partial sums: summed before device_put");
+      Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
+      Define(op.in[0], std::move(reduced));
+      id = current_.at(op.in[0]);
+    }
+    const Value& v = values_[static_cast<size_t>(id)];
+    ValueSharding to;
+    try {
+      to = FromSpec(op.sharding, static_cast<int>(v.shape.size()), axes_);
+      LocalShape(v.shape, to, axes_);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key + ".sharding", e.what());
+    }
+    OpSpec put = op;
+    put.in = {v.local};
+    put.in_sharding = ToSpec(v.sharding, axes_);
+    result_.program.ops.push_back(std::move(put));
+    result_.reasons.push_back("");
+    result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+    Value out = v;
+    out.sharding = to;
+    out.local = op.out[0];
+    Define(op.out[0], std::move(out));
+  }
+
   static Mesh MakeShapeMesh(const std::vector<MeshAxis>& axes) {
     int n = 1;
     for (const MeshAxis& a : axes) n *= a.size;
@@ -155,7 +225,8 @@ class Partitioner {
       info.shapes_known = true;
       std::vector<Shape>& shapes = info.in_shapes;
       for (const Value* v : in) shapes.push_back(v->shape);
-      if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+      if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard ||
+          op.kind == OpKind::kDevicePut) {
         defined[op.out[0]] = *in[0];
         continue;
       }
@@ -397,6 +468,10 @@ class Partitioner {
       Define(op.out[0], std::move(out));
       return;
     }
+    if (op.kind == OpKind::kDevicePut) {
+      EmitDevicePut(op);
+      return;
+    }
     if (op.kind == OpKind::kCustomCall) {
       throw SpecError(op.key,
                       "custom_call has no sharding rule: its cost is per device, so "
@@ -599,6 +674,7 @@ class Partitioner {
   std::set<std::string> taken_;
   std::map<ReshardKeyType, std::string> reshards_;
   std::map<std::string, PartitionSpec> hint_specs_;
+  std::map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
 
   // Dimensions a later reader wants whole, per value name.
   std::map<std::string, std::set<int>> whole_dims_;

@@ -317,6 +317,12 @@ std::vector<OpDef> MakeRegistry() {
        R::kSum, true,
        {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)"),
         Req("size", T::kPositiveInt, &OpSpec::size, "The whole table's length along axis")}},
+      {OpKind::kDevicePut, "device_put", true, A::kOne, false, S::kCollective, C::kPermute,
+       R::kSum, false,
+       {Req("sharding", T::kSharding, &OpSpec::sharding,
+            "The layout on the destination mesh (`mesh:`)"),
+        Opt("in_sharding", T::kSharding, &OpSpec::in_sharding,
+            "A shard_map body's input layout on its own mesh (global programs know it)")}},
   };
   // clang-format on
 }
@@ -432,7 +438,7 @@ std::vector<std::string> OpKeys(OpKind kind) {
   const OpDef& def = Op(kind);
   std::vector<std::string> keys = {"op"};
   if (def.arity != OpArity::kNone) keys.push_back("in");
-  keys.insert(keys.end(), {"out", "name", "where"});
+  keys.insert(keys.end(), {"out", "name", "where", "mesh"});
   if (def.takes_axis_name) keys.push_back("axis_name");
   for (const AttrDef& attr : def.attrs) keys.emplace_back(attr.name);
   if (def.stream == OpStream::kCollective || def.stream == OpStream::kComposite) {
@@ -560,7 +566,8 @@ namespace {
 // A collective of one input: ragged_all_to_all (six inputs, always direct) is not swept and
 // takes no run default.
 bool OneInputCollective(const OpDef& def) {
-  return def.user_visible && def.stream == OpStream::kCollective && def.arity == OpArity::kOne;
+  return def.user_visible && def.stream == OpStream::kCollective && def.arity == OpArity::kOne &&
+         def.takes_axis_name;
 }
 
 }  // namespace

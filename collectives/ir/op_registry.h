@@ -171,7 +171,8 @@ std::string CheckArity(const OpSpec& op);
 const char* ArityBlamesAttr(const OpSpec& op);
 // The ops of one input that run as collectives (stream kCollective), by name, in registry
 // order: what `shardsim collective` sweeps and `options.algorithms` may name
-// (ragged_all_to_all, which always runs as direct, is not among them).
+// over mesh axes (ragged_all_to_all, which always runs as direct, and device_put, which moves
+// an array between meshes, are not among them).
 std::vector<std::string> CollectiveOpNames();
 // Those of them that run `kind`, by name ("psum", "pmean", ... for all-reduce).
 std::vector<std::string> CollectiveOpNames(CollectiveKind kind);

@@ -1,5 +1,7 @@
 #include "collectives/ir/program_builder.h"
 
+#include <stdexcept>
+
 #include "collectives/ir/op_registry.h"
 #include "sim/spec_error.h"
 
@@ -10,6 +12,18 @@ ProgramBuilder::ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devi
   program_.mode = mode;
   program_.mesh_axes = std::move(axes);
   program_.mesh_devices = std::move(devices);
+}
+
+void ProgramBuilder::Meshes(std::vector<MeshSpec> meshes) {
+  if (!program_.arrays.empty() || !program_.ops.empty()) {
+    throw std::logic_error("internal error: meshes are set before arrays and ops");
+  }
+  if (program_.mesh_axes.empty()) {
+    for (const MeshSpec& m : meshes) {
+      program_.mesh_axes.insert(program_.mesh_axes.end(), m.axes.begin(), m.axes.end());
+    }
+  }
+  program_.meshes = std::move(meshes);
 }
 
 std::string ProgramBuilder::Fresh() {
@@ -35,6 +49,7 @@ std::string ProgramBuilder::Input(ArraySpec array) {
   if (!defined_.insert(array.name).second) {
     throw SpecError("arrays." + array.name, "array '" + array.name + "' is defined twice");
   }
+  mesh_of_[array.name] = array.mesh;
   program_.arrays.push_back(std::move(array));
   return program_.arrays.back().name;
 }
@@ -81,13 +96,20 @@ std::string ProgramBuilder::Add(OpSpec op) {
       }
     }
   }
+  // With several meshes an op runs where its first input lives unless it says.
+  if (!program_.meshes.empty() && op.mesh.empty() && !op.in.empty()) {
+    op.mesh = mesh_of_[op.in[0]];
+  }
   // Outputs: as many fresh names as the op makes when none are given.
   if (op.out.empty()) {
     for (int64_t i = 0, n = OutputCount(op); i < n; ++i) op.out.push_back(Fresh());
   }
   wrong = CheckOutputCount(op);
   if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
-  for (const std::string& name : op.out) defined_.insert(name);
+  for (const std::string& name : op.out) {
+    defined_.insert(name);
+    mesh_of_[name] = op.mesh;
+  }
   if (op.name.empty())
     op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
   op_names_.insert(op.name);

@@ -3,6 +3,7 @@
 // and hands the values to a builder.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -23,6 +24,11 @@ class ProgramBuilder {
   explicit ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices = {},
                           ProgramMode mode = ProgramMode::kManual);
 
+  // Makes the program run on several disjoint meshes (call before any array or op): arrays
+  // name theirs (ArraySpec::mesh), ops run on their first input's unless OpSpec::mesh says
+  // (device_put's is its destination). Without axes given to the constructor, the program's
+  // axes become every mesh's in turn.
+  void Meshes(std::vector<MeshSpec> meshes);
   // Declares input array `name`; returns the name.
   std::string Input(std::string name, Shape shape, DType dtype, PartitionSpec sharding,
                     InitSpec init = {});
@@ -76,6 +82,7 @@ class ProgramBuilder {
   ProgramSpec program_;
   std::set<std::string> defined_;
   std::set<std::string> op_names_;
+  std::map<std::string, std::string> mesh_of_;  // With several meshes: each value's mesh.
   int next_value_ = 0;
 };
 

@@ -1,6 +1,9 @@
 #include "collectives/runtime/machine.h"
 
+#include <set>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "collectives/placement.h"
 #include "sim/spec_error.h"
@@ -36,6 +39,40 @@ Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
     throw SpecError("mesh.devices", e.what());
   }
   return mesh;
+}
+
+Mesh PlaceProgramMesh(const Machine& machine, const ProgramSpec& program) {
+  if (program.meshes.empty()) return PlaceMesh(machine, program.mesh_axes, program.mesh_devices);
+  std::set<int> taken;
+  for (const MeshSpec& m : program.meshes) taken.insert(m.devices.begin(), m.devices.end());
+  std::vector<Mesh> parts;
+  std::vector<std::string> names;
+  int next = 0;
+  for (const MeshSpec& m : program.meshes) {
+    std::vector<int> devices = m.devices;
+    if (devices.empty()) {
+      int64_t n = 1;
+      for (const MeshAxis& a : m.axes) n *= a.size;
+      while (static_cast<int64_t>(devices.size()) < n) {
+        if (!taken.count(next)) devices.push_back(next);
+        taken.insert(next++);
+      }
+    }
+    const std::string key = "meshes." + m.name + ".devices";
+    try {
+      Mesh part(m.axes, devices);
+      ValidateMeshDevices(part, machine.topology());
+      parts.push_back(std::move(part));
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(key, "mesh " + m.name + ": " + e.what());
+    }
+    names.push_back(m.name);
+  }
+  try {
+    return Mesh::Union(std::move(parts), std::move(names));
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("meshes", e.what());
+  }
 }
 
 }  // namespace shardsim

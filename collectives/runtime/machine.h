@@ -7,6 +7,7 @@
 
 #include "collectives/compute_model.h"
 #include "collectives/mesh.h"
+#include "collectives/program.h"
 #include "sim/units.h"
 #include "topology/routing.h"
 #include "topology/topology.h"
@@ -48,5 +49,10 @@ class Machine {
 // the topology-aware default placement. Throws SpecError ("mesh.axes" or "mesh.devices").
 Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
                const std::vector<int>& devices = {});
+
+// The mesh `program` runs on: PlaceMesh of its mesh, or with several meshes (program.meshes)
+// their Mesh::Union, a mesh without devices taking the lowest devices no other mesh has.
+// Throws SpecError ("mesh.axes", "mesh.devices", "meshes.NAME.devices").
+Mesh PlaceProgramMesh(const Machine& machine, const ProgramSpec& program);
 
 }  // namespace shardsim

@@ -23,7 +23,7 @@ void RunLowerCommand(const LowerCommandOptions& options) {
   planner::PartitionResult lowered;
   try {
     Machine machine(BuildHardware(file.hardware));
-    Mesh mesh = PlaceMesh(machine, program.mesh_axes, program.mesh_devices);
+    Mesh mesh = PlaceProgramMesh(machine, program);
     lowered = planner::PartitionOnMachine(program, machine, mesh);
   } catch (const SpecError& e) {
     throw InputError(file.Locate(e));

@@ -117,6 +117,7 @@ std::string OpYaml(const OpSpec& op) {
     if (!v.empty()) t += ", " + std::string(attr.name) + ": " + v;
   }
   if (!op.algorithm.empty()) t += ", algorithm: " + op.algorithm;
+  if (!op.mesh.empty()) t += ", mesh: " + op.mesh;
   if (!op.where.empty()) {
     std::string w;
     for (const auto& [axis, index] : op.where) {
@@ -129,20 +130,33 @@ std::string OpYaml(const OpSpec& op) {
 
 std::string ProgramYaml(const ProgramSpec& program, const std::vector<std::string>& comments,
                         const std::string& file_dir) {
-  std::string y = "mode: " + std::string(ProgramModeName(program.mode)) + "\nmesh:\n  axes: {";
-  for (size_t i = 0; i < program.mesh_axes.size(); ++i) {
-    y += (i ? ", " : "") + program.mesh_axes[i].name + ": " +
-         std::to_string(program.mesh_axes[i].size);
-  }
-  y += "}\n";
-  if (!program.mesh_devices.empty()) {
-    std::vector<int64_t> d(program.mesh_devices.begin(), program.mesh_devices.end());
-    y += "  devices: " + Ints(d) + "\n";
+  auto axes = [](const std::vector<MeshAxis>& axes) {
+    std::string t = "{";
+    for (size_t i = 0; i < axes.size(); ++i) {
+      t += (i ? ", " : "") + axes[i].name + ": " + std::to_string(axes[i].size);
+    }
+    return t + "}";
+  };
+  auto devices = [](const std::vector<int>& devices) {
+    return Ints(std::vector<int64_t>(devices.begin(), devices.end()));
+  };
+  std::string y = "mode: " + std::string(ProgramModeName(program.mode)) + "\n";
+  if (program.meshes.empty()) {
+    y += "mesh:\n  axes: " + axes(program.mesh_axes) + "\n";
+    if (!program.mesh_devices.empty()) y += "  devices: " + devices(program.mesh_devices) + "\n";
+  } else {
+    y += "meshes:\n";
+    for (const MeshSpec& m : program.meshes) {
+      y += "  " + m.name + ": {axes: " + axes(m.axes);
+      if (!m.devices.empty()) y += ", devices: " + devices(m.devices);
+      y += "}\n";
+    }
   }
   if (!program.arrays.empty()) y += "arrays:\n";
   for (const ArraySpec& a : program.arrays) {
     y += "  " + a.name + ": {shape: " + Ints(a.shape) + ", dtype: " + DTypeName(a.dtype) +
-         ", init: " + InitYaml(a, file_dir) + ", sharding: " + Spec(a.sharding) + "}\n";
+         ", init: " + InitYaml(a, file_dir) + ", sharding: " + Spec(a.sharding) +
+         (a.mesh.empty() ? "" : ", mesh: " + a.mesh) + "}\n";
   }
   y += "program:\n";
   for (size_t i = 0; i < program.ops.size(); ++i) {

@@ -228,7 +228,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                                              const PartitionFn& partition = nullptr,
                                              const std::set<std::string>& donated = {}) {
   const ProgramSpec& written = *file.program;
-  Mesh mesh = PlaceMesh(machine, written.mesh_axes, written.mesh_devices);
+  Mesh mesh = PlaceProgramMesh(machine, written);
   report.placement = DescribePlacement(mesh, machine.topology());
   // A global program (mode: explicit | auto) runs as the shard_map body it partitions into.
   std::optional<planner::PartitionResult> partitioned;

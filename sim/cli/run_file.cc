@@ -29,12 +29,14 @@ namespace {
 
 // Keys a run file may have at its top level.
 std::vector<std::string> TopLevelKeys() {
-  return {"hardware", "mode",  "transfers", "program", "mesh",    "arrays", "outputs",
-          "model",    "train", "serve",     "plan",    "options", "search"};
+  return {"hardware", "mode",  "transfers", "program", "mesh", "meshes",  "arrays",
+          "outputs",  "model", "train",     "serve",   "plan", "options", "search"};
 }
 
 // Top-level keys that belong to a program (not to a `transfers:` study).
-std::vector<std::string> ProgramOnlyKeys() { return {"mode", "mesh", "arrays", "outputs"}; }
+std::vector<std::string> ProgramOnlyKeys() {
+  return {"mode", "mesh", "meshes", "arrays", "outputs"};
+}
 
 // The kinds of `hardware.topology`.
 std::vector<std::string> TopologyKinds() {
@@ -433,6 +435,68 @@ void ReadMesh(const YamlValue& value, ProgramSpec& program) {
   }
 }
 
+// `meshes:` NAME: {axes: {...}, devices: [...]}, several disjoint meshes (SPEC): axis names
+// and devices are each in one mesh only. program.mesh_axes becomes every mesh's axes in turn.
+void ReadMeshes(const YamlValue& value, ProgramSpec& program) {
+  YamlMap meshes = value.Map({});
+  if (meshes.entries().empty()) {
+    value.Fail("expected at least one mesh, like {infer: {axes: {tp: 4}, devices: [0, 1, 2, 3]}}");
+  }
+  std::map<std::string, std::string> axis_mesh;  // Axis name -> its mesh.
+  std::map<int, std::string> device_mesh;        // Device -> its mesh.
+  for (const auto& [name, entry] : meshes.entries()) {
+    CheckIdentifier(entry, name, "mesh", /*at_key=*/true);
+    YamlMap map = entry.Map({"axes", "devices"});
+    MeshSpec mesh;
+    mesh.name = name;
+    YamlValue axes = map.Get("axes");
+    mesh.axes = ReadMeshAxes(axes);
+    const YamlMap axis_map = axes.Map({});
+    for (const auto& [axis, size] : axis_map.entries()) {
+      const auto [it, fresh] = axis_mesh.emplace(axis, name);
+      if (!fresh) {
+        size.FailAtKey("mesh axis '" + axis + "' is an axis of mesh '" + it->second +
+                       "' too; give each mesh's axes their own names");
+      }
+    }
+    if (auto devices = map.Find("devices")) {
+      mesh.devices = ReadMeshDevices(*devices, mesh.axes);
+      const std::vector<YamlValue> entries = devices->List();
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const auto [it, fresh] = device_mesh.emplace(mesh.devices[i], name);
+        if (!fresh) {
+          entries[i].Fail("device " + std::to_string(mesh.devices[i]) + " is in mesh '" +
+                          it->second + "' too; meshes are disjoint");
+        }
+      }
+    }
+    program.mesh_axes.insert(program.mesh_axes.end(), mesh.axes.begin(), mesh.axes.end());
+    program.meshes.push_back(std::move(mesh));
+  }
+}
+
+// The names of the meshes, for messages.
+std::vector<std::string> MeshNames(const std::vector<MeshSpec>& meshes) {
+  std::vector<std::string> names;
+  for (const MeshSpec& m : meshes) names.push_back(m.name);
+  return names;
+}
+
+// The axes of the mesh `value` names (a `mesh:` key), which must be one of `meshes`.
+const MeshSpec& NamedMesh(const YamlValue& value, const std::vector<MeshSpec>& meshes) {
+  if (meshes.empty()) {
+    value.FailAtKey("mesh: names one of the run's meshes:, and this run has one mesh (mesh:)");
+  }
+  if (!value.IsScalar()) value.Expected("a mesh name");
+  const std::string name = value.String();
+  for (const MeshSpec& m : meshes) {
+    if (m.name == name) return m;
+  }
+  const std::string hint = DidYouMean(name, MeshNames(meshes));
+  value.Fail("'" + name + "' is not a mesh" +
+             (hint.empty() ? "; the meshes are " + JoinNames(MeshNames(meshes)) : hint));
+}
+
 // An array's shape: a list of positive integers ([] for a scalar), or "1024x4096".
 Shape ReadArrayShape(const YamlValue& value) {
   Shape shape;
@@ -550,18 +614,30 @@ Mesh CheckingMesh(const std::vector<MeshAxis>& axes) {
   return Mesh(axes, devices);
 }
 
-// `arrays:` name -> {shape, dtype, init, seed, sharding}.
-std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<MeshAxis>& axes) {
+// `arrays:` name -> {shape, dtype, init, seed, sharding, mesh}; `mesh` names the array's mesh
+// when the run has several (`meshes`), whose axes its sharding uses.
+std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<MeshAxis>& all_axes,
+                                  const std::vector<MeshSpec>& meshes) {
   YamlMap arrays = value.Map({});
-  const Mesh mesh = CheckingMesh(axes);
   const std::vector<std::string> dtypes = {"f32",     "bf16",     "f16",     "i32",
                                            "float32", "bfloat16", "float16", "int32"};
   std::vector<ArraySpec> out;
   for (const auto& [name, entry] : arrays.entries()) {
     CheckIdentifier(entry, name, "array", /*at_key=*/true);
-    YamlMap map = entry.Map({"shape", "dtype", "init", "seed", "sharding"});
+    YamlMap map = entry.Map({"shape", "dtype", "init", "seed", "sharding", "mesh"});
     ArraySpec array;
     array.name = name;
+    const std::vector<MeshAxis>* home = &all_axes;
+    if (auto v = map.Find("mesh")) {
+      const MeshSpec& m = NamedMesh(*v, meshes);
+      array.mesh = m.name;
+      home = &m.axes;
+    } else if (!meshes.empty()) {
+      entry.FailChild("mesh", "missing required key 'mesh' (the array's mesh, one of " +
+                                  JoinNames(MeshNames(meshes)) + ")");
+    }
+    const std::vector<MeshAxis>& axes = *home;
+    const Mesh mesh = CheckingMesh(axes);
     array.shape = ReadArrayShape(map.Get("shape"));
     if (auto dtype = map.Find("dtype")) array.dtype = *ParseDType(dtype->OneOf(dtypes));
     array.init.kind = InitSpec::Kind::kNormal;
@@ -595,9 +671,10 @@ std::vector<YamlValue> NameValues(const YamlValue& value, const std::string& wha
 
 // Which names the program has defined so far, for checking each op's inputs.
 struct NameFlow {
-  std::vector<std::string> defined;       // Arrays, then op outputs, in order.
-  std::set<std::string> defined_set;      // The same names, for lookups.
-  std::map<std::string, size_t> made_by;  // Output name -> the first op that makes it.
+  std::vector<std::string> defined;            // Arrays, then op outputs, in order.
+  std::set<std::string> defined_set;           // The same names, for lookups.
+  std::map<std::string, size_t> made_by;       // Output name -> the first op that makes it.
+  std::map<std::string, std::string> mesh_of;  // With several meshes: each name's mesh.
 
   bool Has(const std::string& name) const { return defined_set.count(name) > 0; }
   void Add(const std::string& name) {
@@ -781,9 +858,47 @@ AttrValue ReadAttr(const YamlValue& value, const AttrDef& attr, const AttrContex
   throw std::logic_error("internal error: attribute type without a reader");
 }
 
+// The axes of mesh `name` of `meshes`.
+const std::vector<MeshAxis>& MeshAxesOf(const std::vector<MeshSpec>& meshes,
+                                        const std::string& name) {
+  for (const MeshSpec& m : meshes) {
+    if (m.name == name) return m.axes;
+  }
+  throw std::logic_error("internal error: no mesh '" + name + "'");
+}
+
+// device_put's shardings: `sharding` over the destination mesh's axes, `in_sharding` (a
+// shard_map body's only) over the input's.
+void CheckDevicePut(const YamlMap& map, const OpSpec& op, ProgramMode mode,
+                    const std::vector<MeshSpec>& meshes, const NameFlow& flow) {
+  auto check = [&](const char* key, const PartitionSpec& spec, const std::string& mesh) {
+    const std::vector<MeshAxis>& axes = MeshAxesOf(meshes, mesh);
+    for (const std::vector<std::string>& dim : spec.dims) {
+      for (const std::string& axis : dim) {
+        bool found = false;
+        for (const MeshAxis& a : axes) found = found || a.name == axis;
+        if (!found) {
+          map.Find(key)->Fail("'" + axis + "' is not an axis of mesh '" + mesh + "'" +
+                              DidYouMean(axis, AxisNames(axes)));
+        }
+      }
+    }
+  };
+  check("sharding", op.sharding, op.mesh);
+  if (auto v = map.Find("in_sharding")) {
+    if (mode != ProgramMode::kManual) {
+      v->FailAtKey(
+          "in_sharding: a global program's device_put moves its input as it is laid "
+          "out; only a shard_map body (mode: manual) writes it");
+    }
+    check("in_sharding", op.in_sharding, flow.mesh_of.at(op.in.at(0)));
+  }
+}
+
 // One op of `program:` (the entry at `index`).
-OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
-              ProgramMode mode, NameFlow& flow, std::set<std::string>& op_names) {
+OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& all_axes,
+              const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow,
+              std::set<std::string>& op_names) {
   OpSpec op;
   op.key = value.path();
   YamlMap any = value.Map({});
@@ -837,6 +952,54 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
       op.in.push_back(DefinedName(entry, flow, index));
     }
   }
+
+  // Its mesh: `mesh:` (device_put's destination), else its inputs'; the axes it may name.
+  const std::vector<MeshAxis>* op_axes = &all_axes;
+  const bool device_put = op.kind == OpKind::kDevicePut;
+  if (auto v = map.Find("mesh")) {
+    const MeshSpec& m = NamedMesh(*v, meshes);
+    op.mesh = m.name;
+    op_axes = &m.axes;
+  } else if (device_put) {
+    value.FailChild("mesh", meshes.empty()
+                                ? "device_put moves arrays between meshes; the run has one mesh "
+                                  "(write meshes: to have several)"
+                                : "missing required key 'mesh' (the destination mesh, one of " +
+                                      JoinNames(MeshNames(meshes)) + ")");
+  } else if (!meshes.empty() && op.kind == OpKind::kGrad) {
+    // grad: the mesh of the scalar it differentiates (read from `of`, before the attributes).
+    if (auto of = map.Find("of"); of && of->IsScalar() && flow.mesh_of.count(of->String())) {
+      op.mesh = flow.mesh_of.at(of->String());
+      op_axes = &MeshAxesOf(meshes, op.mesh);
+    }
+  } else if (!meshes.empty()) {
+    if (op.in.empty()) {
+      value.FailChild("mesh",
+                      "missing required key 'mesh' (the op has no input to tell its "
+                      "mesh; one of " +
+                          JoinNames(MeshNames(meshes)) + ")");
+    }
+    op.mesh = flow.mesh_of.at(op.in[0]);
+    for (const MeshSpec& m : meshes) {
+      if (m.name == op.mesh) op_axes = &m.axes;
+    }
+  }
+  if (!meshes.empty()) {
+    for (size_t k = 0; k < op.in.size(); ++k) {
+      const std::string& home = flow.mesh_of.at(op.in[k]);
+      const YamlValue at = in->IsList() ? in->List()[k] : *in;
+      if (device_put && home == op.mesh) {
+        at.Fail("'" + op.in[k] + "' is on mesh '" + home +
+                "' already; device_put moves it to another mesh");
+      }
+      if (!device_put && home != op.mesh) {
+        at.Fail("'" + op.in[k] + "' lives on mesh '" + home + "' but the op runs on mesh '" +
+                op.mesh + "'; device_put it there first");
+      }
+    }
+  }
+  // device_put reads its shardings over every axis, then checks each against its own mesh.
+  const std::vector<MeshAxis>& axes = device_put ? all_axes : *op_axes;
 
   // Outputs.
   YamlValue out = map.Get("out");
@@ -927,13 +1090,26 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     }
   }
 
-  for (const std::string& name : op.out) flow.Add(name);
+  if (device_put) CheckDevicePut(map, op, mode, meshes, flow);
+  if (op.kind == OpKind::kGrad && !meshes.empty()) {
+    for (const std::string& name : op.wrt) {
+      if (flow.mesh_of.at(name) != op.mesh) {
+        map.Find("wrt")->Fail("'" + name + "' lives on mesh '" + flow.mesh_of.at(name) + "' but '" +
+                              op.of + "' on mesh '" + op.mesh +
+                              "'; grad does not differentiate across meshes");
+      }
+    }
+  }
+  for (const std::string& name : op.out) {
+    flow.Add(name);
+    if (!meshes.empty()) flow.mesh_of[name] = op.mesh;
+  }
   return op;
 }
 
 // `program:` a list of ops.
 std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
-                            ProgramMode mode, NameFlow& flow) {
+                            const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow) {
   if (!value.IsList()) {
     value.Expected("a list of ops like [{op: psum, in: x, out: y, axis_name: dp}]");
   }
@@ -943,14 +1119,14 @@ std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>&
   std::set<std::string> op_names;  // Names given so far, for defaults that stay unique.
   std::vector<OpSpec> ops;
   for (size_t i = 0; i < entries.size(); ++i) {
-    ops.push_back(ReadOp(entries[i], i, axes, mode, flow, op_names));
+    ops.push_back(ReadOp(entries[i], i, axes, meshes, mode, flow, op_names));
   }
   return ops;
 }
 
 // `outputs:` name -> out_spec; every name must be an array or an op's output.
-std::vector<OutputSpec> ReadOutputs(const YamlValue& value, const std::vector<MeshAxis>& axes,
-                                    const NameFlow& flow) {
+std::vector<OutputSpec> ReadOutputs(const YamlValue& value, const std::vector<MeshAxis>& all_axes,
+                                    const std::vector<MeshSpec>& meshes, const NameFlow& flow) {
   YamlMap map = value.Map({});
   if (map.entries().empty()) {
     value.Fail("expected at least one output, like {y: \"P('dp', None)\"}");
@@ -961,7 +1137,9 @@ std::vector<OutputSpec> ReadOutputs(const YamlValue& value, const std::vector<Me
     OutputSpec output;
     output.name = name;
     output.key = entry.path();
-    output.spec = ReadPartitionSpec(entry, axes);
+    // With several meshes, over the axes of the mesh the value lives on.
+    output.spec = ReadPartitionSpec(
+        entry, meshes.empty() ? all_axes : MeshAxesOf(meshes, flow.mesh_of.at(name)));
     outputs.push_back(std::move(output));
   }
   return outputs;
@@ -970,7 +1148,9 @@ std::vector<OutputSpec> ReadOutputs(const YamlValue& value, const std::vector<Me
 // A program run file's mesh/arrays/program/outputs.
 ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValue& ops) {
   std::optional<YamlValue> mesh = map.Find("mesh");
-  if (!mesh) {
+  std::optional<YamlValue> meshes = map.Find("meshes");
+  if (mesh && meshes) meshes->FailAtKey("give mesh: (one mesh) or meshes: (several), not both");
+  if (!mesh && !meshes) {
     top.FailChild("mesh",
                   "missing required key 'mesh' (the program's device mesh, like mesh: {axes: "
                   "{dp: 4}})");
@@ -990,15 +1170,24 @@ ProgramSpec ReadProgram(const YamlValue& top, const YamlMap& map, const YamlValu
       if (name == ProgramModeName(m)) read.mode = m;
     }
   }
-  ReadMesh(*mesh, read);
+  if (mesh) {
+    ReadMesh(*mesh, read);
+  } else {
+    ReadMeshes(*meshes, read);
+  }
   std::vector<ArraySpec> arrays;
-  if (auto a = map.Find("arrays")) arrays = ReadArrays(*a, read.mesh_axes);
+  if (auto a = map.Find("arrays")) arrays = ReadArrays(*a, read.mesh_axes, read.meshes);
   NameFlow flow;
-  for (const ArraySpec& array : arrays) flow.Add(array.name);
-  std::vector<OpSpec> program_ops = ReadOps(ops, read.mesh_axes, read.mode, flow);
-  std::vector<OutputSpec> program_outputs = ReadOutputs(*outputs, read.mesh_axes, flow);
+  for (const ArraySpec& array : arrays) {
+    flow.Add(array.name);
+    if (!read.meshes.empty()) flow.mesh_of[array.name] = array.mesh;
+  }
+  std::vector<OpSpec> program_ops = ReadOps(ops, read.mesh_axes, read.meshes, read.mode, flow);
+  std::vector<OutputSpec> program_outputs =
+      ReadOutputs(*outputs, read.mesh_axes, read.meshes, flow);
   // Validated with locations above; the builder assembles the program as for any client.
   ProgramBuilder builder(std::move(read.mesh_axes), std::move(read.mesh_devices), read.mode);
+  builder.Meshes(std::move(read.meshes));
   for (ArraySpec& array : arrays) builder.Input(std::move(array));
   for (OpSpec& op : program_ops) builder.Add(std::move(op));
   for (OutputSpec& output : program_outputs) builder.Output(output.name, std::move(output.spec));

@@ -182,6 +182,21 @@ std::map<std::string, Example> Examples() {
       {"sin", {{}, {}}},
       // h = ragged_dot(x, w) with k split: its partial sums psummed once ([8, 32] f32); the
       // backward pass gathers w2's transpose (split on its k) for d h's ragged_dot.
+      // Teacher [256, 512] -> 2048@tp -> 64 on mesh infer, student on mesh train with the batch
+      // over dp. The teacher's products over the split 2048 are partial sums: one psum over tp
+      // of [256, 64] before its device_put, one for the next batch's output. The student's
+      // loss (a mean over rows split over dp) psums 4 B; its gradient of w2 ([256, 64]) is
+      // psummed over dp, while for w1 ([512, 256], 512 KiB) auto mode prices gathering the
+      // batch ([64, 512] blocks) and the cotangent ([64, 256] blocks) over dp as cheaper than
+      // psumming the gradient, and gathers them. device_put inserts nothing: it is written.
+      {"teacher_student",
+       {{{"psum", {"tp"}, 256 * 64 * kF32},
+         {"psum", {"tp"}, 256 * 64 * kF32},
+         {"psum", {"dp"}, 4},
+         {"psum", {"dp"}, 256 * 64 * kF32},
+         {"all_gather", {"dp"}, 64 * 512 * kF32},
+         {"all_gather", {"dp"}, 64 * 256 * kF32}},
+        {}}},
       {"ragged_dot_tp_grad",
        {{{"psum", {"tp"}, 8 * 32 * kF32}, {"all_gather", {"tp"}, 2 * 8 * 32 * kF32}}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of

@@ -98,7 +98,10 @@ std::vector<const AttrDef*> WrittenAttrs(const OpDef& def) {
         if (std::string(group.names[i]) == attr.name) later_in_group = true;
       }
     }
-    if (!later_in_group) written.push_back(&attr);
+    // device_put's in_sharding names the source mesh's axes, not the sample's (tested apart).
+    const bool other_mesh =
+        def.kind == OpKind::kDevicePut && attr.name == std::string("in_sharding");
+    if (!later_in_group && !other_mesh) written.push_back(&attr);
   }
   return written;
 }
@@ -136,6 +139,7 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
   for (int i = 1; i < def.outputs; ++i) names += ", y" + std::to_string(i);
   entry += def.outputs > 1 ? ", out: [" + names + "]" : ", out: y";
   if (def.takes_axis_name) entry += ", axis_name: d";
+  if (def.kind == OpKind::kDevicePut) entry += ", mesh: b";  // From mesh a (OpFile).
   for (const AttrDef* attr : attrs)
     entry += ", " + std::string(attr->name) + ": " + SampleOf(*attr).yaml;
   if (!extra.empty()) entry += ", " + extra;
@@ -156,14 +160,15 @@ class OpFile {
   explicit OpFile(const std::string& entry)
       : path_(std::filesystem::temp_directory_path() /
               ("shardsim_op_attrs_" + std::to_string(getpid()) + ".yaml")) {
-    std::ofstream(path_) << "hardware: {preset: tpu-v5e, shape: [2, 1]}\n"
-                            "mode: "
-                         << ModeFor(entry)
-                         << "\n"
-                            "mesh: {axes: {d: 2}}\n"
-                            "arrays: {x: {shape: [4, 4]}}\n"
-                            "program:\n  - "
-                         << entry << "\noutputs: {y: \"P()\"}\n";
+    // device_put moves x from a mesh of its own to one with the sample axis d.
+    const bool put = entry.find("op: device_put") != std::string::npos;
+    std::ofstream(path_) << "hardware: {preset: tpu-v5e, shape: [" << (put ? 4 : 2) << ", 1]}\n"
+                         << "mode: " << ModeFor(entry) << "\n"
+                         << (put ? "meshes: {a: {axes: {c: 2}}, b: {axes: {d: 2}}}\n"
+                                   "arrays: {x: {shape: [4, 4], mesh: a}}\n"
+                                 : "mesh: {axes: {d: 2}}\n"
+                                   "arrays: {x: {shape: [4, 4]}}\n")
+                         << "program:\n  - " << entry << "\noutputs: {y: \"P()\"}\n";
   }
   ~OpFile() { std::filesystem::remove(path_); }
   // The file's path.

@@ -37,10 +37,10 @@ TEST(OpRegistryTest, EveryKindHasItsEntry) {
 
 TEST(OpRegistryTest, KeysAndArity) {
   EXPECT_EQ(OpKeys(OpKind::kAllToAll),
-            (std::vector<std::string>{"op", "in", "out", "name", "where", "axis_name", "split_axis",
-                                      "concat_axis", "tiled", "algorithm"}));
+            (std::vector<std::string>{"op", "in", "out", "name", "where", "mesh", "axis_name",
+                                      "split_axis", "concat_axis", "tiled", "algorithm"}));
   EXPECT_EQ(OpKeys(OpKind::kAxisIndex),
-            (std::vector<std::string>{"op", "out", "name", "where", "axis_name"}));
+            (std::vector<std::string>{"op", "out", "name", "where", "mesh", "axis_name"}));
   OpSpec add;
   add.kind = OpKind::kAdd;
   add.in = {"a"};
@@ -192,10 +192,10 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
 
 TEST(OpAttrsTest, KeysComeFromTheAttributes) {
   EXPECT_EQ(OpKeys(OpKind::kSlice), (std::vector<std::string>{"op", "in", "out", "name", "where",
-                                                              "start", "size", "axis"}));
+                                                              "mesh", "start", "size", "axis"}));
   EXPECT_EQ(OpKeys(OpKind::kPpermute),
-            (std::vector<std::string>{"op", "in", "out", "name", "where", "axis_name", "perm",
-                                      "shift", "algorithm"}));
+            (std::vector<std::string>{"op", "in", "out", "name", "where", "mesh", "axis_name",
+                                      "perm", "shift", "algorithm"}));
   const std::vector<std::string> all = AllOpKeys();
   for (const OpDef& def : OpRegistry()) {
     if (!def.user_visible) continue;

@@ -24,10 +24,10 @@ OpSpec MakeOp(OpKind kind, std::vector<std::string> in, std::string out) {
 ProgramSpec Chain(int layers) {
   ProgramSpec p;
   p.mode = ProgramMode::kManual;
-  p.arrays.push_back({"y0", {4, 4}, DType::kF32, {}, {}});
+  p.arrays.push_back({"y0", {4, 4}, DType::kF32, {}, {}, ""});
   for (int i = 0; i < layers; ++i) {
     const std::string k = std::to_string(i);
-    p.arrays.push_back({"w" + k, {1, 4}, DType::kF32, {}, {}});
+    p.arrays.push_back({"w" + k, {1, 4}, DType::kF32, {}, {}, ""});
     p.ops.push_back(MakeOp(OpKind::kConvert, {"w" + k}, "c" + k));
     p.ops.push_back(MakeOp(OpKind::kAllGather, {"c" + k}, "g" + k));
     p.ops.push_back(MakeOp(OpKind::kMatmul, {"y" + k, "g" + k}, "y" + std::to_string(i + 1)));
