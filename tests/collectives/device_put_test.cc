@@ -1,0 +1,278 @@
+// Several disjoint meshes and jax.device_put between them: the union Mesh's positions, axes and
+// groups; the messages a device_put plans (boxes, replicas sharing the sending); its transfers
+// against closed forms on a switch; its data against the reference; programs on two meshes
+// overlapping; and the refusals.
+#include "collectives/device_put.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/ir/program_builder.h"
+#include "collectives/numerics_check.h"
+#include "collectives/runtime/machine.h"
+#include "collectives/runtime/run_program.h"
+#include "sim/spec_error.h"
+#include "topology/switch.h"
+
+namespace shardsim {
+namespace {
+
+PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
+
+// 450 GB/s per direction between each device and the switch, 500 ns a hop (2 hops a route):
+// a message of S bytes alone takes 1 us + S / 450 GB/s. Compute: 100 TFLOP/s, 2 TB/s HBM.
+Machine Switch(int n) {
+  DeviceSpec device;
+  device.flops["f32"] = FlopRate::PerSecond(100e12);
+  device.hbm_bandwidth = Bandwidth::GBps(2000);
+  device.hbm_capacity = Bytes::GiB(80);
+  return Machine(BuildSwitch(n, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
+                             device, "switch"));
+}
+
+TEST(MeshUnionTest, PositionsAxesAndGroupsStayInTheirMesh) {
+  const Mesh u = Mesh::Union(
+      {Mesh({{"x", 4}}, {0, 1, 2, 3}), Mesh({{"y", 2}, {"z", 2}}, {7, 6, 5, 4})}, {"a", "b"});
+  ASSERT_EQ(u.size(), 8);
+  ASSERT_EQ(u.axes().size(), 4u);  // x, y, z, then the mesh index.
+  EXPECT_EQ(u.axes()[3].name, kMeshPartAxis);
+  EXPECT_EQ(u.devices(), (std::vector<int>{0, 1, 2, 3, 7, 6, 5, 4}));
+  EXPECT_EQ(u.PartOf(3), 0);
+  EXPECT_EQ(u.PartOf(4), 1);
+  EXPECT_EQ(u.PartOffset(1), 4);
+  EXPECT_EQ(u.PartIndex("b"), 1);
+  EXPECT_EQ(u.PartIndex("c"), -1);
+  EXPECT_EQ(u.PartOfAxis(0), 0);
+  EXPECT_EQ(u.PartOfAxis(2), 1);
+  EXPECT_EQ(u.PartOfAxis(3), -1);
+  // Position 6 is b's position 2: y = 1, z = 0; a's axis reads 0.
+  EXPECT_EQ(u.Coords(6), (std::vector<int>{0, 1, 0, 1}));
+  for (int p = 0; p < u.size(); ++p) EXPECT_EQ(u.Position(u.Coords(p)), p);
+  EXPECT_EQ(u.Groups({0}), (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(u.Groups({2}), (std::vector<std::vector<int>>{{4, 5}, {6, 7}}));
+  EXPECT_EQ(u.Groups({2, 1}), (std::vector<std::vector<int>>{{4, 6, 5, 7}}));
+  EXPECT_EQ(u.IndexInGroup(5, {2, 1}), 2);
+  EXPECT_THROW(u.Groups({0, 1}), std::invalid_argument);  // Two meshes' axes.
+  EXPECT_THROW(Mesh::Union({Mesh({{"x", 2}}, {0, 1}), Mesh({{"x", 2}}, {2, 3})}, {"a", "b"}),
+               std::invalid_argument);  // An axis name in both.
+  EXPECT_THROW(Mesh::Union({Mesh({{"x", 2}}, {0, 1}), Mesh({{"y", 2}}, {1, 2})}, {"a", "b"}),
+               std::invalid_argument);  // A device in both.
+}
+
+// Rows split 4 ways on a to rows split 2 ways (over y) on b: each b device needs the two source
+// blocks its rows span, one message each (b's two replicas over z both receive them).
+TEST(DevicePutPlanTest, BoxesAreTheOverlapsOfBlocks) {
+  const Mesh a({{"x", 4}}, {0, 1, 2, 3});
+  const Mesh b({{"y", 2}, {"z", 2}}, {4, 5, 6, 7});
+  const DevicePutPlan plan =
+      PlanDevicePut(Sharding(a, P({{"x"}, {}}), {8, 3}), Sharding(b, P({{"y"}, {}}), {8, 3}));
+  ASSERT_EQ(plan.messages.size(), 8u);  // 4 destinations x 2 overlapping blocks.
+  // Destination 2 (y = 1, z = 0) holds rows 4..7: from sources 2 (rows 4, 5) and 3 (rows 6, 7).
+  const DevicePutMessage& m = plan.messages[4];
+  EXPECT_EQ(m.to, 2);
+  EXPECT_EQ(m.from, 2);
+  EXPECT_EQ(m.lo, (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(m.hi, (std::vector<int64_t>{6, 3}));
+  EXPECT_EQ(m.elements, 6);
+}
+
+// A replicated source (every a device holds the whole array) sends each destination's block
+// from a different replica in turn, so no device sends twice while another idles.
+TEST(DevicePutPlanTest, ReplicasShareTheSending) {
+  const Mesh a({{"x", 4}}, {0, 1, 2, 3});
+  const Mesh b({{"y", 4}}, {4, 5, 6, 7});
+  const DevicePutPlan plan =
+      PlanDevicePut(Sharding(a, P({}), {8, 3}), Sharding(b, P({{"y"}, {}}), {8, 3}));
+  ASSERT_EQ(plan.messages.size(), 4u);
+  for (int q = 0; q < 4; ++q) {
+    EXPECT_EQ(plan.messages[q].to, q);
+    EXPECT_EQ(plan.messages[q].from, q);
+    EXPECT_EQ(plan.messages[q].elements, 6);
+  }
+}
+
+// A manual program on meshes a and b moving x [1024, 1024] f32 from `from` on a to `to` on b.
+ProgramSpec PutProgram(PartitionSpec from, PartitionSpec to, InitSpec init = {}) {
+  ProgramBuilder b({}, {}, ProgramMode::kManual);
+  b.Meshes({MeshSpec{"a", {{"x", 4}}, {0, 1, 2, 3}}, MeshSpec{"b", {{"y", 4}}, {4, 5, 6, 7}}});
+  ArraySpec x;
+  x.name = "x";
+  x.shape = {1024, 1024};
+  x.init = init;
+  x.sharding = from;
+  x.mesh = "a";
+  b.Input(x);
+  OpSpec put;
+  put.kind = OpKind::kDevicePut;
+  put.in = {"x"};
+  put.out = {"y"};
+  put.mesh = "b";
+  put.sharding = to;
+  put.in_sharding = from;
+  b.Add(put);
+  b.Output("y", to);
+  return std::move(b).Build();
+}
+
+// Closed forms on the switch (each device has its own 450 GB/s up- and downlink; 1 us of
+// latency a route). Tolerance: 2 ps (drains round up to whole picoseconds).
+TEST(DevicePutTimingTest, ClosedFormsOnASwitch) {
+  const Machine machine = Switch(8);
+  const double block = 256.0 * 1024 * 4;  // A quarter of the rows: 1 MiB.
+  RunConfig config;
+  // Rows over x to rows over y: four disjoint 1 MiB messages at once, each alone on its links.
+  {
+    const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}));
+    RunResult r = RunProgram(machine, PlaceProgramMesh(machine, p), p, config);
+    EXPECT_NEAR(r.end.seconds(), 1e-6 + block / 450e9, 2e-12);
+    EXPECT_EQ(r.ops[0].algorithm, "direct");
+  }
+  // Replicated on a to rows over y: the same four messages, one from each replica.
+  {
+    const ProgramSpec p = PutProgram(P({}), P({{"y"}, {}}));
+    RunResult r = RunProgram(machine, PlaceProgramMesh(machine, p), p, config);
+    EXPECT_NEAR(r.end.seconds(), 1e-6 + block / 450e9, 2e-12);
+  }
+  // Rows over x to replicated on b: every b device needs all four blocks. Each uplink carries
+  // four messages and each downlink four, so every message gets a quarter: 1 us + 4 MiB / BW.
+  {
+    const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({}));
+    RunResult r = RunProgram(machine, PlaceProgramMesh(machine, p), p, config);
+    EXPECT_NEAR(r.end.seconds(), 1e-6 + 4 * block / 450e9, 2e-12);
+    // Memory: a device of b holds the 4 MiB result, a device of a its 1 MiB block only.
+    EXPECT_EQ(r.per_device[0].peak_memory, Bytes(static_cast<int64_t>(block)));
+    EXPECT_EQ(r.per_device[4].peak_memory, Bytes(static_cast<int64_t>(4 * block)));
+  }
+}
+
+// Real data: rows over x become columns over y, and the values arrive where the reference puts
+// them (the whole array, exactly).
+TEST(DevicePutNumericsTest, ValuesArriveWhereTheReferencePutsThem) {
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{}, {"y"}}), init);
+  const Machine machine = Switch(8);
+  const Mesh mesh = PlaceProgramMesh(machine, p);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, p, config);
+  const Array& y = r.outputs.at("y");
+  ASSERT_EQ(y.shape(), (Shape{1024, 1024}));
+  for (int64_t i : {int64_t{0}, int64_t{1023}, int64_t{513 * 1024 + 7}, int64_t{1024 * 1024 - 1}}) {
+    EXPECT_EQ(y.at(i), static_cast<float>(i)) << i;
+  }
+  NumericsReport check = CheckNumerics(r.outputs, mesh, p, "", &r.inputs);
+  EXPECT_TRUE(check.checked);
+  EXPECT_TRUE(check.passed);
+  EXPECT_EQ(check.max_abs_error, 0.0);
+}
+
+// Programs on different meshes overlap: a psum on a and a matmul chain on b, independent and on
+// disjoint links, end together at the later of their ends alone.
+TEST(SeveralMeshesTest, IndependentProgramsOverlap) {
+  const Machine machine = Switch(8);
+  auto program = [](bool on_a, bool on_b) {
+    ProgramBuilder b({}, {}, ProgramMode::kManual);
+    b.Meshes({MeshSpec{"a", {{"x", 4}}, {0, 1, 2, 3}}, MeshSpec{"b", {{"y", 4}}, {4, 5, 6, 7}}});
+    ArraySpec g;
+    g.name = "g";
+    g.shape = {4096, 1024};
+    g.mesh = "a";
+    b.Input(g);
+    ArraySpec w;
+    w.name = "w";
+    w.shape = {2048, 2048};
+    w.mesh = "b";
+    b.Input(w);
+    if (on_a) {
+      b.Reduce(OpKind::kPsum, "g", {"x"}, "s");
+      b.Output("s", P({}));
+    }
+    if (on_b) {
+      std::string h = "w";
+      for (int i = 0; i < 3; ++i) h = b.Matmul(h, "w");
+      b.Output(h, P({}));
+    }
+    return std::move(b).Build();
+  };
+  RunConfig config;
+  auto end = [&](bool on_a, bool on_b) {
+    const ProgramSpec p = program(on_a, on_b);
+    return RunProgram(machine, PlaceProgramMesh(machine, p), p, config).end;
+  };
+  const Time a = end(true, false), b = end(false, true), both = end(true, true);
+  EXPECT_GT(a, Time());
+  EXPECT_GT(b, Time());
+  EXPECT_EQ(both, std::max(a, b));
+}
+
+// The lowering's refusals, each at its key.
+TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
+  const Machine machine = Switch(8);
+  auto refusal = [&](const ProgramSpec& p) -> std::pair<std::string, std::string> {
+    try {
+      LowerProgram(PlaceProgramMesh(machine, p), p);
+    } catch (const SpecError& e) {
+      return {e.key(), e.what()};
+    }
+    return {"", ""};
+  };
+  // An op reading values of two meshes.
+  {
+    ProgramSpec p = PutProgram(P({}), P({}));
+    OpSpec add;
+    add.kind = OpKind::kAdd;
+    add.in = {"x", "y"};
+    add.out = {"z"};
+    add.mesh = "b";
+    add.key = "program.1";
+    p.ops.push_back(add);
+    const auto [key, what] = refusal(p);
+    EXPECT_EQ(key, "program.1.in");
+    EXPECT_NE(what.find("'x' lives on mesh 'a' but the op runs on mesh 'b'"), std::string::npos)
+        << what;
+  }
+  // A collective over another mesh's axis.
+  {
+    ProgramSpec p = PutProgram(P({}), P({}));
+    OpSpec psum;
+    psum.kind = OpKind::kPsum;
+    psum.in = {"y"};
+    psum.out = {"z"};
+    psum.axis_name = {"x"};
+    psum.mesh = "b";
+    psum.key = "program.1";
+    p.ops.push_back(psum);
+    const auto [key, what] = refusal(p);
+    EXPECT_EQ(key, "program.1");
+    EXPECT_NE(what.find("mesh axis 'x' is not an axis of mesh 'b'"), std::string::npos) << what;
+  }
+  // A device_put to the mesh its input is on.
+  {
+    ProgramSpec p = PutProgram(P({}), P({}));
+    p.ops[0].mesh = "a";
+    p.outputs.clear();
+    const auto [key, what] = refusal(p);
+    EXPECT_NE(what.find("is on mesh 'a' already"), std::string::npos) << what;
+  }
+}
+
+// The cached timing path prices collectives on one mesh; it refuses device_put by name.
+TEST(SeveralMeshesTest, TheCachedPathRefusesDevicePut) {
+  const Machine machine = Switch(8);
+  const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}));
+  RunConfig config;
+  config.timing = TimingPath::kCached;
+  try {
+    RunProgram(machine, PlaceProgramMesh(machine, p), p, config);
+    FAIL() << "ran";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("use --timing network"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardsim
