@@ -25,6 +25,9 @@ FlopRate FirstRate(const DeviceSpec& device, std::initializer_list<const char*> 
 //   bf16: "bf16", then "f16", then "f32"
 //   f16:  "f16", then "bf16", then "f32"
 //   i32:  "i32", then "int8", then the bf16 peak above.
+//   f8e4m3, f8e5m2: "fp8" (one published rate for both, as NVIDIA's datasheets give it), then
+//   the bf16 peak above: a chip without FP8 units (A100, the TPU presets) runs FP8 operands
+//   through its bf16 units, so FP8 there saves bytes but no FLOP time.
 // Presets list f32, bf16 and f16 (presets.cc), so the fallbacks serve devices built by hand
 // or with a run file's flops override only. i32: ASSUMPTION, no chip publishes an int32
 // matmul rate; the integer (int8) MXU/tensor-core rate is the nearest published figure, and
@@ -38,6 +41,8 @@ RooflineConfig RooflineConfig::FromDevice(const DeviceSpec& device) {
   c.peak_flops_f16 = FirstRate(device, {"f16", "bf16", "f32"});
   c.peak_flops_i32 = FirstRate(device, {"i32", "int8"});
   if (!(c.peak_flops_i32.per_second() > 0)) c.peak_flops_i32 = c.peak_flops_bf16;
+  c.peak_flops_f8 = FirstRate(device, {"fp8"});
+  if (!(c.peak_flops_f8.per_second() > 0)) c.peak_flops_f8 = c.peak_flops_bf16;
   if (!(c.peak_flops_bf16.per_second() > 0)) {
     throw std::invalid_argument("device '" + device.chip +
                                 "' has no f32, bf16 or f16 FLOP/s figure to price ops with");
@@ -81,6 +86,10 @@ Time RooflineModel::OpTime(OpKind kind, const OpCost& cost, DType dtype) const {
       break;
     case DType::kI32:
       peak = config_.peak_flops_i32;
+      break;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      peak = config_.peak_flops_f8;
       break;
   }
   double compute_s = 0;

@@ -24,6 +24,7 @@ struct RooflineConfig {
   FlopRate peak_flops_bf16;        // Peak for bf16 work.
   FlopRate peak_flops_f16;         // Peak for f16 work.
   FlopRate peak_flops_i32;         // Peak for i32 work (elementwise only in practice).
+  FlopRate peak_flops_f8;          // Peak for f8e4m3 / f8e5m2 work (FP8 tensor cores).
   Bandwidth hbm_bandwidth;         // HBM bandwidth.
   double matmul_efficiency = 1.0;  // Fraction of peak FLOP/s reached.
   double memory_efficiency = 1.0;  // Fraction of HBM bandwidth reached.

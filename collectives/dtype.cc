@@ -36,6 +36,30 @@ float RoundF16(float v) {
   return std::copysign(r, v);
 }
 
+// Rounds to an 8-bit float with `mantissa` stored bits and smallest normal exponent `emin`
+// (subnormals below it keep the spacing 2^(emin - mantissa)), ties to even; a result above
+// `largest` becomes `overflow` with v's sign (NaN for e4m3fn, infinity for e5m2), and so does
+// an infinity where the format has none.
+float RoundFloat8(float v, int mantissa, int emin, float largest, float overflow) {
+  if (std::isnan(v) || v == 0.0f) return v;
+  if (std::isinf(v)) return std::isnan(overflow) ? overflow : v;
+  const float a = std::fabs(v);
+  int exp;
+  std::frexp(a, &exp);  // a = m * 2^exp, m in [0.5, 1).
+  const float ulp = std::ldexp(1.0f, std::max(exp - 1, emin) - mantissa);
+  float r = std::nearbyint(a / ulp) * ulp;  // Default rounding mode: to nearest even.
+  if (r > largest) r = overflow;
+  return std::copysign(r, v);
+}
+
+float RoundE4m3(float v) {
+  return RoundFloat8(v, 3, -6, 448.0f, std::numeric_limits<float>::quiet_NaN());
+}
+
+float RoundE5m2(float v) {
+  return RoundFloat8(v, 2, -14, 57344.0f, std::numeric_limits<float>::infinity());
+}
+
 }  // namespace
 
 int64_t DTypeSize(DType dtype) {
@@ -46,6 +70,9 @@ int64_t DTypeSize(DType dtype) {
     case DType::kBF16:
     case DType::kF16:
       return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return 1;
   }
   return 4;
 }
@@ -60,6 +87,10 @@ const char* DTypeName(DType dtype) {
       return "f16";
     case DType::kI32:
       return "i32";
+    case DType::kF8E4M3:
+      return "f8e4m3";
+    case DType::kF8E5M2:
+      return "f8e5m2";
   }
   return "f32";
 }
@@ -69,8 +100,19 @@ std::optional<DType> ParseDType(std::string_view name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "f16" || name == "float16") return DType::kF16;
   if (name == "i32" || name == "int32") return DType::kI32;
+  if (name == "f8e4m3" || name == "float8_e4m3fn") return DType::kF8E4M3;
+  if (name == "f8e5m2" || name == "float8_e5m2") return DType::kF8E5M2;
   return std::nullopt;
 }
+
+const std::vector<std::string>& DTypeNames() {
+  static const std::vector<std::string> kNames = {
+      "f32",     "bf16",     "f16",     "i32",   "f8e4m3",        "f8e5m2",
+      "float32", "bfloat16", "float16", "int32", "float8_e4m3fn", "float8_e5m2"};
+  return kNames;
+}
+
+bool IsFloat8(DType dtype) { return dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2; }
 
 float RoundToDType(DType dtype, float value) {
   switch (dtype) {
@@ -80,6 +122,10 @@ float RoundToDType(DType dtype, float value) {
       return RoundBf16(value);
     case DType::kF16:
       return RoundF16(value);
+    case DType::kF8E4M3:
+      return RoundE4m3(value);
+    case DType::kF8E5M2:
+      return RoundE5m2(value);
     case DType::kI32: {
       if (std::isnan(value)) return 0.0f;
       constexpr float kLimit = 2147483520.0f;  // Largest float below 2^31.
@@ -99,6 +145,12 @@ void RoundToDType(DType dtype, float* data, int64_t n) {
       return;
     case DType::kF16:
       for (int64_t i = 0; i < n; ++i) data[i] = RoundF16(data[i]);
+      return;
+    case DType::kF8E4M3:
+      for (int64_t i = 0; i < n; ++i) data[i] = RoundE4m3(data[i]);
+      return;
+    case DType::kF8E5M2:
+      for (int64_t i = 0; i < n; ++i) data[i] = RoundE5m2(data[i]);
       return;
     case DType::kI32:
       return;

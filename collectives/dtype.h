@@ -5,22 +5,30 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardsim {
 
-// The element types of SPEC's run file.
-enum class DType { kF32, kBF16, kF16, kI32 };
+// The element types of SPEC's run file, and the two 8-bit floats of FP8 training and serving
+// (ml_dtypes' float8_e4m3fn: 3 mantissa bits, largest 448, no infinity; float8_e5m2: IEEE-like
+// with 2 mantissa bits, largest 57344).
+enum class DType { kF32, kBF16, kF16, kI32, kF8E4M3, kF8E5M2 };
 
-// Bytes per element: what costs count (4, 2, 2, 4).
+// Bytes per element: what costs count (4, 2, 2, 4, 1, 1).
 int64_t DTypeSize(DType dtype);
-// The SPEC name: "f32", "bf16", "f16", "i32".
+// The name: "f32", "bf16", "f16", "i32", "f8e4m3", "f8e5m2".
 const char* DTypeName(DType dtype);
-// Parses "f32", "bf16", "f16", "i32" and the long spellings "float32", "bfloat16",
-// "float16", "int32"; nullopt otherwise.
+// Parses those names and the long spellings "float32", "bfloat16", "float16", "int32",
+// "float8_e4m3fn", "float8_e5m2"; nullopt otherwise.
 std::optional<DType> ParseDType(std::string_view name);
+// The names ParseDType reads, short then long, for messages and choices.
+const std::vector<std::string>& DTypeNames();
+// Whether `dtype` is one of the 8-bit floats.
+bool IsFloat8(DType dtype);
 
 // Rounds a float32 value to the nearest value representable in `dtype` (round to nearest
-// even; i32 rounds to the nearest integer, saturating). Arrays store the floating dtypes as
+// even; i32 rounds to the nearest integer, saturating; f8e4m3 turns what overflows, and
+// infinities, into NaN, as ml_dtypes does; f8e5m2 overflows to infinity). Arrays store the floating dtypes as
 // float32 and apply this after every op, so bf16/f16 numerics match hardware that rounds each
 // op's result.
 float RoundToDType(DType dtype, float value);

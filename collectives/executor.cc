@@ -293,7 +293,8 @@ void Executor::Start() {
         for (int v : op.in_values) ins.push_back(&lp.values[v]);
         for (int v : op.out_values) outs.push_back(&lp.values[v]);
         OpCost cost = LocalOpCost(op.spec, ins, outs);
-        op_duration_[i] = config_.compute_model->OpTime(op.spec.kind, cost, outs[0]->dtype());
+        op_duration_[i] =
+            config_.compute_model->OpTime(op.spec.kind, cost, CostDType(op.spec, ins, outs));
         op_timings_[op.source].compute += op_duration_[i];
       }
       continue;

@@ -28,6 +28,10 @@ int UniformBits(DType dtype) {
       return 8;
     case DType::kF16:
       return 11;
+    case DType::kF8E4M3:
+      return 4;
+    case DType::kF8E5M2:
+      return 3;
     case DType::kF32:
     case DType::kI32:
       return 24;
@@ -63,7 +67,7 @@ Array FromFile(const ArraySpec& spec, bool with_data, const std::string& base_di
   if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
   NpyHeader header = ReadNpyHeader(path.string());
   // Half-precision arrays may start from float32/float64 data, rounded to their dtype.
-  bool half = spec.dtype == DType::kBF16 || spec.dtype == DType::kF16;
+  bool half = spec.dtype == DType::kBF16 || spec.dtype == DType::kF16 || IsFloat8(spec.dtype);
   bool dtype_ok =
       header.dtype == spec.dtype || (half && (header.descr == "<f4" || header.descr == "<f8"));
   if (header.shape != spec.shape || !dtype_ok) {

@@ -77,10 +77,10 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       return One(*inputs[0]);
     case OpKind::kMatmul:
       need(2);
-      return One(Matmul(*inputs[0], *inputs[1]));
+      return One(Matmul(*inputs[0], *inputs[1], ParseDType(op.dtype)));
     case OpKind::kEinsum:
       need(2);
-      return One(Einsum(op.spec, *inputs[0], *inputs[1]));
+      return One(Einsum(op.spec, *inputs[0], *inputs[1], ParseDType(op.dtype)));
     case OpKind::kReshape:
       need(1);
       return One(Reshape(*inputs[0], op.shape));

@@ -687,10 +687,31 @@ DType PromoteTypes(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::kI32) return b;
   if (b == DType::kI32) return a;
+  // An 8-bit float meets a wider float: the wider one (JAX has no implicit promotion path
+  // for float8 and wants a convert; fused FP8 kernels dequantize their operands, which this
+  // follows). The two 8-bit floats meet in bf16, which holds both ranges.
+  if (IsFloat8(a) && IsFloat8(b)) return DType::kBF16;
+  if (IsFloat8(a)) return b;
+  if (IsFloat8(b)) return a;
   return DType::kF32;
 }
 
-Array Matmul(const Array& a, const Array& b) {
+namespace {
+
+// A contraction's result type: `result` when given (a float type for float operands), else the
+// operands' promoted `operands`.
+DType ResultDType(const char* op, DType operands, std::optional<DType> result) {
+  if (!result) return operands;
+  if (operands == DType::kI32 || *result == DType::kI32) {
+    Fail(op, std::string("preferred_element_type ") + DTypeName(*result) + " of " +
+                 DTypeName(operands) + " operands: both must be floating types");
+  }
+  return *result;
+}
+
+}  // namespace
+
+Array Matmul(const Array& a, const Array& b, std::optional<DType> result) {
   const char* op = "matmul";
   std::string types = a.TypeString() + " @ " + b.TypeString();
   if (a.rank() == 0 || b.rank() == 0) Fail(op, "operands must have rank >= 1: " + types);
@@ -707,12 +728,13 @@ Array Matmul(const Array& a, const Array& b) {
   if (!a_vector) shape.push_back(m);
   if (!b_vector) shape.push_back(n);
   DType dtype = PromoteTypes(a.dtype(), b.dtype());
-  if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(dtype, shape);
+  const DType out_dtype = ResultDType(op, dtype, result);
+  if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(out_dtype, shape);
   const bool ints = dtype == DType::kI32;
   Array a_holder, b_holder;
   const Array& ac = AsDType(a, dtype, a_holder);
   const Array& bc = AsDType(b, dtype, b_holder);
-  Array out(dtype, shape);
+  Array out(out_dtype, shape);
   if (NumElements(b_batch) == 1) {  // One sgemm with a's batch folded into its rows.
     AnyGemm(ints, false, false, NumElements(a_batch) * m, n, k, ac.data(), k, bc.data(), n,
             out.data(), n);
@@ -731,12 +753,14 @@ Array Matmul(const Array& a, const Array& b) {
   return out;
 }
 
-Array Einsum(const std::string& spec, const Array& a, const Array& b) {
+Array Einsum(const std::string& spec, const Array& a, const Array& b,
+             std::optional<DType> result) {
   EinsumPlan plan = ParseEinsum(spec, a, b);
   Shape shape;
   for (char c : plan.out) shape.push_back(plan.size[static_cast<unsigned char>(c)]);
   DType dtype = PromoteTypes(a.dtype(), b.dtype());
-  if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(dtype, shape);
+  const DType out_dtype = ResultDType("einsum", dtype, result);
+  if (AnyShapeOnly({&a, &b})) return Array::ShapeOnly(out_dtype, shape);
   const bool ints = dtype == DType::kI32;
   Array a_holder, b_holder;
   const Array& ac = AsDType(a, dtype, a_holder);
@@ -764,7 +788,7 @@ Array Einsum(const std::string& spec, const Array& a, const Array& b) {
   int64_t nb = LettersSize(plan, batch), m = LettersSize(plan, x_free);
   int64_t n = LettersSize(plan, y_free), k = LettersSize(plan, contracted);
 
-  Array out(dtype, shape);
+  Array out(out_dtype, shape);
   std::string result_letters = batch + x_free + y_free;
   std::vector<float> temp;
   float* c = out.data();
@@ -1126,6 +1150,14 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
       assert(false && "LocalOpCost of a collective op");
       return cost;
   }
+}
+
+DType CostDType(const OpSpec& op, const std::vector<const Array*>& inputs,
+                const std::vector<const Array*>& outputs) {
+  if ((op.kind == OpKind::kMatmul || op.kind == OpKind::kEinsum) && inputs.size() == 2) {
+    return PromoteTypes(inputs[0]->dtype(), inputs[1]->dtype());
+  }
+  return outputs.empty() ? DType::kF32 : outputs[0]->dtype();
 }
 
 }  // namespace shardsim

@@ -37,13 +37,17 @@ DType PromoteTypes(DType a, DType b);
 
 // a @ b as NumPy's matmul: 2-D @ 2-D, 1-D operands as vectors, and for rank > 2 a stack of
 // matrices with broadcast batch dimensions ([..., M, K] @ [..., K, N]). Uses OpenBLAS sgemm.
-Array Matmul(const Array& a, const Array& b);
+// With `result`, the product is accumulated in f32 and rounded to it (dot_general's
+// preferred_element_type) instead of to the operands' promoted type.
+Array Matmul(const Array& a, const Array& b, std::optional<DType> result = std::nullopt);
 
 // jnp.einsum of two operands, e.g. "bd,df->bf", "bij,bjk->bik", "ij,kj->ik"; without "->"
 // the output is the letters seen once, sorted (NumPy's implicit mode). Letters that appear
 // in one operand only and not in the output are summed first; the rest becomes a batched
 // sgemm. Repeated letters within an operand (diagonals) and "..." are rejected.
-Array Einsum(const std::string& spec, const Array& a, const Array& b);
+// `result` as Matmul's.
+Array Einsum(const std::string& spec, const Array& a, const Array& b,
+             std::optional<DType> result = std::nullopt);
 
 // The number of products each output element of Einsum(spec, a, b) sums: the product of the
 // sizes of the letters not in the output (contracted, or summed away first).
@@ -99,5 +103,10 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
 // for those of grad_ops.h, or, for custom_call, the FLOPs and bytes the op states.
 OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs);
+// The element type whose FLOP rate prices `op`: a matmul's or einsum's operands' (promoted),
+// whatever its result type (an FP8 GEMM with a bf16 result runs on FP8 units); otherwise its
+// first result's (f32 when it has none).
+DType CostDType(const OpSpec& op, const std::vector<const Array*>& inputs,
+                const std::vector<const Array*>& outputs);
 
 }  // namespace shardsim

@@ -133,6 +133,10 @@ double UnitRoundoff(DType dtype) {
       return std::ldexp(1.0, -8);
     case DType::kF16:
       return std::ldexp(1.0, -11);
+    case DType::kF8E4M3:
+      return std::ldexp(1.0, -4);
+    case DType::kF8E5M2:
+      return std::ldexp(1.0, -3);
     case DType::kI32:
       return 0.0;
   }

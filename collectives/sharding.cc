@@ -45,6 +45,10 @@ float ReplicaTolerance(DType dtype) {
       return 8 * std::ldexp(1.0f, -7);
     case DType::kF16:
       return 8 * std::ldexp(1.0f, -10);
+    case DType::kF8E4M3:
+      return 8 * std::ldexp(1.0f, -3);
+    case DType::kF8E5M2:
+      return 8 * std::ldexp(1.0f, -2);
     case DType::kI32:
       return 0;
   }

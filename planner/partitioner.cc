@@ -364,7 +364,7 @@ class Partitioner {
     std::vector<const Array*> out_ptrs;
     for (const Array& a : outs) out_ptrs.push_back(&a);
     const OpCost cost = LocalOpCost(local, ptrs, out_ptrs);
-    const DType dtype = outs.empty() ? DType::kF32 : outs[0].dtype();
+    const DType dtype = CostDType(local, ptrs, out_ptrs);
     return static_cast<double>(costs_.compute->OpTime(op.kind, cost, dtype).picoseconds());
   }
 

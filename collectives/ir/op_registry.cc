@@ -33,6 +33,14 @@ AttrDef OneOf(const char* name, AttrField field, std::vector<const char*> values
   return AttrDef{name, T::kOneOf, false, field, std::move(values), nullptr, doc};
 }
 
+// A contraction's preferred_element_type, when given, names a dtype.
+std::string CheckElementType(const OpSpec& op) {
+  if (op.dtype.empty() || ParseDType(op.dtype)) return "";
+  std::string names;
+  for (const std::string& n : DTypeNames()) names += (names.empty() ? "" : ", ") + n;
+  return "preferred_element_type must be one of " + names + ", got '" + op.dtype + "'";
+}
+
 // einsum's spec names exactly two operands.
 std::string CheckEinsumSpec(const OpSpec& op) {
   const std::string operands = op.spec.substr(0, op.spec.find("->"));
@@ -61,13 +69,16 @@ std::vector<OpDef> MakeRegistry() {
       OneOf("variant", &OpSpec::variant, {"blocking", "unidirectional", "bidirectional"},
             "How communication overlaps the matmuls (default blocking)");
   const std::vector<AttrDef> binary = {scalar};
-  const AttrDef dtype{"dtype",
-                      T::kOneOf,
-                      true,
-                      &OpSpec::dtype,
-                      {"f32", "bf16", "f16", "i32", "float32", "bfloat16", "float16", "int32"},
-                      nullptr,
+  std::vector<const char*> dtype_names;  // DTypeNames(), whose strings live on.
+  for (const std::string& name : DTypeNames()) dtype_names.push_back(name.c_str());
+  const AttrDef dtype{"dtype", T::kOneOf, true, &OpSpec::dtype, dtype_names, nullptr,
                       "The result's element type"};
+  // jax.lax.dot_general's preferred_element_type: the result's type, the product accumulated
+  // in f32 (an FP8 GEMM with a bf16 result; FLOPs priced at the operands' rate).
+  const std::vector<AttrDef> contraction = {
+      AttrDef{"preferred_element_type", T::kString, false, &OpSpec::dtype, {}, nullptr,
+              "The result's element type (default: the operands', promoted)",
+              CheckElementType}};
   // The array ops of global programs (collectives/nn_ops.h).
   const std::vector<AttrDef> reduction = {
       Opt("axis", T::kAxisList, &OpSpec::axes, "The axis or axes reduced (default: all)",
@@ -127,10 +138,11 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kAxisIndex, "axis_index", true, A::kNone, false, S::kFree, C::kAllReduce, R::kSum,
        true, {}},
       {OpKind::kMatmul, "matmul", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
-       {}},
+       contraction},
       {OpKind::kEinsum, "einsum", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum, false,
        {AttrDef{"spec", T::kString, true, &OpSpec::spec, {}, nullptr,
-                "The contraction, like \"bd,df->bf\"", CheckEinsumSpec}}},
+                "The contraction, like \"bd,df->bf\"", CheckEinsumSpec},
+        contraction[0]}},
       {OpKind::kAdd, "add", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,
        binary, true},
       {OpKind::kSub, "sub", true, A::kBinary, false, S::kCompute, C::kAllReduce, R::kSum, false,

@@ -619,8 +619,7 @@ Mesh CheckingMesh(const std::vector<MeshAxis>& axes) {
 std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<MeshAxis>& all_axes,
                                   const std::vector<MeshSpec>& meshes) {
   YamlMap arrays = value.Map({});
-  const std::vector<std::string> dtypes = {"f32",     "bf16",     "f16",     "i32",
-                                           "float32", "bfloat16", "float16", "int32"};
+  const std::vector<std::string>& dtypes = DTypeNames();
   std::vector<ArraySpec> out;
   for (const auto& [name, entry] : arrays.entries()) {
     CheckIdentifier(entry, name, "array", /*at_key=*/true);

@@ -37,7 +37,8 @@ Sample SampleOf(const AttrDef& attr) {
       return {"[1, 0]", std::vector<int64_t>{1, 0}};
     case AttrType::kShape:
       return {"[2, -1]", std::vector<int64_t>{2, -1}};
-    case AttrType::kString:  // Strings are einsum specs.
+    case AttrType::kString:  // Strings are einsum specs, or element types.
+      if (attr.name == std::string("preferred_element_type")) return {"bf16", std::string("bf16")};
       return {"\"ab,bc->ac\"", std::string("ab,bc->ac")};
     case AttrType::kOneOf:
       return {attr.values.back(), std::string(attr.values.back())};

@@ -248,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "unknown op 'allgather'; did you mean 'all_gather'?"},
         BadFileCase{
             "KeyNotForOp", "bad_program_key_not_applicable.yaml", "6:38", "program.0.tiled",
-            "key 'tiled' does not apply to op matmul (it takes op, in, out, name, where, mesh)"},
+            "key 'tiled' does not apply to op matmul (it takes op, in, out, name, where, mesh, "
+                    "preferred_element_type)"},
         BadFileCase{"KeyOfAnotherOpDidYouMean", "bad_program_key_typo.yaml", "6:52",
                     "program.0.axes",
                     "key 'axes' does not apply to op all_gather; did you mean 'axis'?"},
@@ -539,7 +540,7 @@ TEST(ProgramFileTest, SetErrorsNameTheOption) {
   const std::string file = Data("valid_program.yaml");
   EXPECT_EQ(LoadError(file, {"program.1.tiled=true"}),
             "--set program.1.tiled: key 'tiled' does not apply to op matmul (it takes op, in, "
-            "out, name, where, mesh) (key program.1.tiled)");
+            "out, name, where, mesh, preferred_element_type) (key program.1.tiled)");
   EXPECT_EQ(LoadError(file, {"outputs.z=P()"}),
             "--set outputs.z: 'z' is never produced (defined: x, w, w_full, y) (key outputs.z)");
   // The file's device list no longer fits the overridden mesh: the error points at it.

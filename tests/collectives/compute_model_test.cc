@@ -205,6 +205,31 @@ TEST(RooflineTest, DtypePeaks) {
   EXPECT_NEAR(RoofSeconds(model, cost, DType::kI32) / bf16, 0.5, 1e-9);
 }
 
+// FP8: H100 lists 2.0e15 FLOP/s (hardware.md) against 9.9e14 for bf16; a chip without an FP8 figure
+// (v5e) runs FP8 operands at its bf16 rate. A matmul's rate follows its operands, not its
+// result: an f8e4m3 GEMM with a bf16 result (preferred_element_type) runs at the FP8 rate.
+TEST(RooflineTest, Fp8RunsAtTheFp8RateWhereTheChipHasOne) {
+  const RooflineConfig gpu = RooflineConfig::FromDevice(PresetDeviceSpec("h100-dgx"));
+  EXPECT_DOUBLE_EQ(gpu.peak_flops_f8.per_second(), 2.0e15);
+  const RooflineConfig tpu = RooflineConfig::FromDevice(PresetDeviceSpec("tpu-v5e"));
+  EXPECT_DOUBLE_EQ(tpu.peak_flops_f8.per_second(), 197e12);
+  const RooflineModel model(gpu);
+  const OpCost cost{1e14, 0};
+  EXPECT_NEAR(RoofSeconds(model, cost, DType::kF8E4M3) / RoofSeconds(model, cost, DType::kBF16),
+              9.9e14 / 2.0e15, 1e-9);
+  const Array a = Array::ShapeOnly(DType::kF8E4M3, {4096, 4096});
+  OpSpec gemm;
+  gemm.kind = OpKind::kMatmul;
+  gemm.dtype = "bf16";
+  const Array out = Matmul(a, a, DType::kBF16);
+  EXPECT_EQ(out.dtype(), DType::kBF16);
+  EXPECT_EQ(CostDType(gemm, {&a, &a}, {&out}), DType::kF8E4M3);
+  // Bytes: 16 MiB of each operand at 1 B an element, 32 MiB of bf16 result.
+  const OpCost c = LocalOpCost(gemm, {&a, &a}, {&out});
+  EXPECT_DOUBLE_EQ(c.bytes, 4096.0 * 4096 * (1 + 1 + 2));
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 4096 * 4096 * 4096);
+}
+
 TEST(RooflineTest, FromDeviceCopiesFiguresAndFallsBack) {
   DeviceSpec d;
   d.chip = "test";

@@ -140,6 +140,24 @@ TEST(MatmulTest, Bf16ResultIsRoundedOnce) {
   ExpectArray(d, {1, 1}, {1.0f + std::ldexp(1.0f, -8)});
 }
 
+// FP8 operands: the product of two f8e4m3 matrices is f8e4m3 (31 has five significant bits:
+// e4m3 keeps four, 32); with preferred_element_type bf16 it is accumulated in f32 and keeps 31,
+// as an FP8 GEMM with a bf16 output does. Einsum alike. An i32 operand refuses it.
+TEST(MatmulTest, PreferredElementTypeRoundsTheResultOnlyOnce) {
+  const Array a = Array::FromValues(DType::kF8E4M3, {2, 2}, {1, 2, 3, 5});
+  const Array low = Matmul(a, a);
+  EXPECT_EQ(low.dtype(), DType::kF8E4M3);
+  ExpectArray(low, {2, 2}, {7, 12, 18, 32});
+  const Array wide = Matmul(a, a, DType::kBF16);
+  EXPECT_EQ(wide.dtype(), DType::kBF16);
+  ExpectArray(wide, {2, 2}, {7, 12, 18, 31});
+  ExpectArray(Einsum("ij,jk->ik", a, a, DType::kBF16), {2, 2}, {7, 12, 18, 31});
+  EXPECT_EQ(Matmul(Array::ShapeOnly(DType::kF8E4M3, {2, 2}), a, DType::kBF16).dtype(),
+            DType::kBF16);
+  const Array ints = Array::FromInts({2, 2}, {1, 2, 3, 4});
+  EXPECT_THROW(Matmul(ints, ints, DType::kF32), std::invalid_argument);
+}
+
 TEST(MatmulTest, LargerMatchesNaive) {
   Array a = Iota({33, 70}, 0.01f);
   Array b = Iota({70, 17}, -0.02f);
