@@ -28,9 +28,9 @@ bool IsFloat8(DType dtype);
 
 // Rounds a float32 value to the nearest value representable in `dtype` (round to nearest
 // even; i32 rounds to the nearest integer, saturating; f8e4m3 turns what overflows, and
-// infinities, into NaN, as ml_dtypes does; f8e5m2 overflows to infinity). Arrays store the floating dtypes as
-// float32 and apply this after every op, so bf16/f16 numerics match hardware that rounds each
-// op's result.
+// infinities, into NaN, as ml_dtypes does; f8e5m2 overflows to infinity). Arrays store the floating
+// dtypes as float32 and apply this after every op, so bf16/f16 numerics match hardware that rounds
+// each op's result.
 float RoundToDType(DType dtype, float value);
 
 // Rounds every float element of `data[0..n)` in place: no-op for f32, and for i32, whose

@@ -753,8 +753,7 @@ Array Matmul(const Array& a, const Array& b, std::optional<DType> result) {
   return out;
 }
 
-Array Einsum(const std::string& spec, const Array& a, const Array& b,
-             std::optional<DType> result) {
+Array Einsum(const std::string& spec, const Array& a, const Array& b, std::optional<DType> result) {
   EinsumPlan plan = ParseEinsum(spec, a, b);
   Shape shape;
   for (char c : plan.out) shape.push_back(plan.size[static_cast<unsigned char>(c)]);

@@ -447,9 +447,11 @@ Array Attention(const Array& q, const Array& k, const Array& v, bool causal) {
     Fail(op, "the query heads N = " + std::to_string(heads) +
                  " must be a multiple of the key/value heads K = " + std::to_string(kv_heads));
   }
-  if (q.dtype() != k.dtype() || v.dtype() != k.dtype() || q.dtype() == DType::kI32) {
-    Fail(op, std::string("q, k and v must share one float dtype, got ") + DTypeName(q.dtype()) +
-                 ", " + DTypeName(k.dtype()) + ", " + DTypeName(v.dtype()));
+  // k and v share one float dtype, which may differ from q's: a cache stored narrower (f8e4m3,
+  // say) is read as stored, as fused kernels dequantize it; the result has q's dtype.
+  if (v.dtype() != k.dtype() || q.dtype() == DType::kI32 || k.dtype() == DType::kI32) {
+    Fail(op, std::string("q must be a float and k and v share one float dtype, got ") +
+                 DTypeName(q.dtype()) + ", " + DTypeName(k.dtype()) + ", " + DTypeName(v.dtype()));
   }
   if (causal && t > s) {
     const std::string got = "T = " + std::to_string(t) + ", S = " + std::to_string(s);
@@ -592,6 +594,14 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       cost.flops = 4.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
       cost.bytes += UnfusedAttentionBytes(op, x, s, /*backward=*/false);
+      if (op.kernel == "mmha") {
+        // Each of the N query heads reads its kv head's keys and values (no sharing within a
+        // group of N / K): k and v cross HBM N / K times, once counted above.
+        const double group =
+            static_cast<double>(qs.at(2)) / static_cast<double>(inputs.at(1)->shape().at(2));
+        cost.bytes += (group - 1) * static_cast<double>(inputs.at(1)->bytes().count() +
+                                                        inputs.at(2)->bytes().count());
+      }
       return cost;
     }
     case OpKind::kOneHot:

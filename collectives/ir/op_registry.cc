@@ -71,12 +71,17 @@ std::vector<OpDef> MakeRegistry() {
   const std::vector<AttrDef> binary = {scalar};
   std::vector<const char*> dtype_names;  // DTypeNames(), whose strings live on.
   for (const std::string& name : DTypeNames()) dtype_names.push_back(name.c_str());
-  const AttrDef dtype{"dtype", T::kOneOf, true, &OpSpec::dtype, dtype_names, nullptr,
-                      "The result's element type"};
+  const AttrDef dtype{
+      "dtype", T::kOneOf, true, &OpSpec::dtype, dtype_names, nullptr, "The result's element type"};
   // jax.lax.dot_general's preferred_element_type: the result's type, the product accumulated
   // in f32 (an FP8 GEMM with a bf16 result; FLOPs priced at the operands' rate).
   const std::vector<AttrDef> contraction = {
-      AttrDef{"preferred_element_type", T::kString, false, &OpSpec::dtype, {}, nullptr,
+      AttrDef{"preferred_element_type",
+              T::kString,
+              false,
+              &OpSpec::dtype,
+              {},
+              nullptr,
               "The result's element type (default: the operands', promoted)",
               CheckElementType}};
   // The array ops of global programs (collectives/nn_ops.h).
@@ -95,8 +100,9 @@ std::vector<OpDef> MakeRegistry() {
                     "Added to the variance (default 1e-6 rms_norm, 1e-5 layer_norm, as Flax)",
                     CheckEps};
   const AttrDef attention_kernel =
-      OneOf("kernel", &OpSpec::kernel, {"flash", "unfused"},
-            "flash (scores stay on chip, the default) or unfused (scores written to HBM)");
+      OneOf("kernel", &OpSpec::kernel, {"flash", "unfused", "mmha"},
+            "flash (scores stay on chip, the default), unfused (scores written to HBM) or mmha "
+            "(each query head reads its kv head's keys and values from HBM)");
   const std::vector<AttrDef> moe_route = {
       Req("experts", T::kPositiveInt, &OpSpec::experts, "The experts tokens are routed to"),
       Req("capacity", T::kPositiveInt, &OpSpec::capacity,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -39,6 +40,7 @@ class TrainStepBuilder {
     ids.kind = InitSpec::Kind::kArange;
     const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
     group_tokens_ = tokens_per_sequence;
+    linear_dtype_ = serve.matmul_dtype;
     pb_.Input("tokens", {serve.batch, tokens_per_sequence}, DType::kI32,
               rules_.Spec({"batch", "length"}), ids);
     DeclareParams();
@@ -208,10 +210,14 @@ class TrainStepBuilder {
     for (int64_t l = 0; l < model_.layers; ++l) {
       const std::string L = std::to_string(l);
       Param("attn_norm" + L, {d}, {"embed"}, /*ones=*/true);
-      Param("wq" + L, {d, model_.heads, model_.head_dim}, {"embed", "heads", "head_dim"});
-      Param("wk" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
-      Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"});
-      Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"});
+      Param("wq" + L, {d, model_.heads, model_.head_dim}, {"embed", "heads", "head_dim"}, false,
+            true);
+      Param("wk" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"},
+            false, true);
+      Param("wv" + L, {d, model_.kv_heads, model_.head_dim}, {"embed", "kv_heads", "head_dim"},
+            false, true);
+      Param("wo" + L, {model_.heads, model_.head_dim, d}, {"heads", "head_dim", "embed"}, false,
+            true);
       Param("mlp_norm" + L, {d}, {"embed"}, /*ones=*/true);
       if (!IsMoeLayer(model_, l)) {
         FeedForwardParams("w", L, {}, model_.d_ff);
@@ -240,7 +246,7 @@ class TrainStepBuilder {
         shape.insert(shape.begin(), experts[0]);
         dims.insert(dims.begin(), "expert");
       }
-      Param(prefix + "_" + name + L, std::move(shape), dims);
+      Param(prefix + "_" + name + L, std::move(shape), dims, false, /*linear=*/true);
     };
     if (model_.mlp == MlpKind::kSwiGlu) param("gate", {d, ff}, {"embed", "mlp"});
     param("up", {d, ff}, {"embed", "mlp"});
@@ -254,16 +260,16 @@ class TrainStepBuilder {
                           const std::string& in, const std::string& out, const std::string& name) {
     std::string m;
     if (model_.mlp == MlpKind::kSwiGlu) {
-      const std::string gate = pb_.Einsum(in, x, W(prefix + "_gate" + L), N(name + "gate" + L));
-      const std::string up = pb_.Einsum(in, x, W(prefix + "_up" + L), N(name + "up" + L));
+      const std::string gate = Linear(in, x, prefix + "_gate" + L, N(name + "gate" + L));
+      const std::string up = Linear(in, x, prefix + "_up" + L, N(name + "up" + L));
       const std::string act = Op(OpKind::kSilu, {gate}, N(name + "act" + L));
       m = Op(OpKind::kMul, {act, up}, N(name + "m" + L));
     } else {
-      const std::string up = pb_.Einsum(in, x, W(prefix + "_up" + L), N(name + "up" + L));
+      const std::string up = Linear(in, x, prefix + "_up" + L, N(name + "up" + L));
       m = Op(model_.mlp == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {up},
              N(name + "act" + L));
     }
-    return pb_.Einsum(out, m, W(prefix + "_down" + L), N(name + "d" + L));
+    return Linear(out, m, prefix + "_down" + L, N(name + "d" + L));
   }
 
   // The mixture of experts of layer L on x [batch, length, embed] (GShard's dense dispatch with
@@ -373,7 +379,7 @@ class TrainStepBuilder {
   std::string N(const std::string& base) const { return base + sfx_; }
 
   void Param(const std::string& name, Shape shape, const std::vector<std::string>& dims,
-             bool ones = false) {
+             bool ones = false, bool linear = false) {
     InitSpec init;
     init.kind = ones ? InitSpec::Kind::kOnes : InitSpec::Kind::kNormal;
     if (!ones) init.seed = ++seed_;
@@ -392,8 +398,37 @@ class TrainStepBuilder {
                                         ") does not divide into " + std::to_string(blocks) +
                                         " blocks");
     }
-    pb_.Input(name, shape, train_.param_dtype, spec, init);
+    // A linear layer's weight of quantized GEMMs is stored in their type.
+    const DType dtype =
+        linear && linear_dtype_ != train_.dtype ? linear_dtype_ : train_.param_dtype;
+    pb_.Input(name, shape, dtype, spec, init);
     params_.push_back({name, std::move(shape), spec, ""});
+  }
+
+  // x times linear weight `weight` by einsum `spec`: with quantized GEMMs (linear_dtype_), x is
+  // converted to their type once and the product accumulated into the compute dtype. The
+  // conversion is fused (free): TensorRT-LLM quantizes in the epilogue of the kernel that makes
+  // x, and the GEMM's bytes count the narrow x it reads.
+  std::string Linear(const std::string& spec, const std::string& x, const std::string& weight,
+                     const std::string& out) {
+    if (linear_dtype_ == train_.dtype) return pb_.Einsum(spec, x, W(weight), out);
+    auto [it, fresh] = quantized_.try_emplace(x);
+    if (fresh) {
+      OpSpec cast;
+      cast.kind = OpKind::kConvert;
+      cast.in = {x};
+      cast.out = {x + "_q"};
+      cast.dtype = DTypeName(linear_dtype_);
+      cast.fused = true;
+      it->second = pb_.Add(std::move(cast));
+    }
+    OpSpec gemm;
+    gemm.kind = OpKind::kEinsum;
+    gemm.spec = spec;
+    gemm.in = {it->second, weight};
+    gemm.out = {out};
+    gemm.dtype = DTypeName(train_.dtype);
+    return pb_.Add(std::move(gemm));
   }
 
   // The value the forward pass reads for parameter `name`: the parameter, or with mixed
@@ -467,9 +502,9 @@ class TrainStepBuilder {
     const std::string L = std::to_string(layer);
     x = Residual(x, N("r" + L));
     const std::string na = Norm(x, W("attn_norm" + L), N("n" + L + "a"));
-    const std::string q = pb_.Einsum("btd,dhk->bthk", na, W("wq" + L), N("q" + L));
-    const std::string k = pb_.Einsum("btd,dhk->bthk", na, W("wk" + L), N("k" + L));
-    const std::string v = pb_.Einsum("btd,dhk->bthk", na, W("wv" + L), N("v" + L));
+    const std::string q = Linear("btd,dhk->bthk", na, "wq" + L, N("q" + L));
+    const std::string k = Linear("btd,dhk->bthk", na, "wk" + L, N("k" + L));
+    const std::string v = Linear("btd,dhk->bthk", na, "wv" + L, N("v" + L));
     // Serving: prefill returns each layer's keys and values (the cache); decode attends over
     // the cache (the new token's own key and value are returned to be written into it, as an
     // in-place cache update does, and not attended: one position of the context) instead.
@@ -483,9 +518,10 @@ class TrainStepBuilder {
     attention.kind = OpKind::kAttention;
     attention.in = {q, keys, values};
     attention.out = {N("a" + L)};
-    if (model_.unfused_attention) attention.kernel = "unfused";
+    attention.kernel =
+        model_.attention == "mmha" && kind_ != StepKind::kDecode ? "flash" : model_.attention;
     const std::string a = pb_.Add(std::move(attention));
-    const std::string o = pb_.Einsum("bthk,hkd->btd", a, W("wo" + L), N("o" + L));
+    const std::string o = Linear("bthk,hkd->btd", a, "wo" + L, N("o" + L));
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
     h = Residual(h, N("hc" + L));
     const std::string nm = Norm(h, W("mlp_norm" + L), N("n" + L + "m"));
@@ -527,9 +563,11 @@ class TrainStepBuilder {
   std::vector<std::vector<std::string>>* layer_values_;  // Per layer: its values (or null).
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
-  std::string sfx_;             // The current microbatch's suffix ("" with one).
-  std::string aux_;             // The microbatch's load-balancing losses so far ("" none).
-  std::set<std::string> cast_;  // Compute-dtype copies made so far.
+  std::string sfx_;                    // The current microbatch's suffix ("" with one).
+  std::string aux_;                    // The microbatch's load-balancing losses so far ("" none).
+  std::set<std::string> cast_;         // Compute-dtype copies made so far.
+  DType linear_dtype_ = train_.dtype;  // The linear layers' GEMM type.
+  std::map<std::string, std::string> quantized_;  // Value -> its copy in linear_dtype_.
   StepKind kind_ = StepKind::kTrain;
   int64_t group_tokens_ = 0;            // Tokens per sequence: a MoE routing group.
   std::vector<std::string> cache_out_;  // Serving: the keys and values each layer returns.

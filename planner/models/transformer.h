@@ -38,10 +38,12 @@ struct TransformerConfig {
   // The logits read the embedding table (its transpose) instead of a separate unembedding
   // (MaxText's 2023 global_parameter_scale models).
   bool tied_embeddings = false;
-  // Attention materializes its B N T S scores in HBM (Megatron-LM before FlashAttention, with
-  // attention dropout) instead of keeping them on chip: `attention: unfused` (a shardsim
-  // extension; default flash).
-  bool unfused_attention = false;
+  // The attention kernel (`attention:`, a shardsim extension): flash (the default: scores on
+  // chip); unfused (Megatron-LM before FlashAttention: the B N T S scores, softmax and dropout
+  // through HBM); mmha (serving: a decode step's attention reads each kv head's cache once per
+  // query head, TensorRT-LLM's masked multi-head attention before its GQA-aware XQA kernel;
+  // prefill runs flash).
+  std::string attention = "flash";
   // Mixture of experts (SPEC's experts, top_k, capacity_factor, shared_experts,
   // expert_d_ff): 0 experts is a dense model; otherwise every layer from dense_layers on has a
   // router and `experts` MLPs expert_d_ff wide, each token running its top_k, with tokens
@@ -107,6 +109,11 @@ struct ServeConfig {
   int64_t context = 16;           // A decode step's cache positions (keys and values attended).
   DType dtype = DType::kBF16;     // Weights and activations.
   DType kv_dtype = DType::kBF16;  // The KV cache.
+  // The linear layers' GEMMs (q, k, v, o and the MLPs', experts' included): their weights are
+  // stored in it and their activations converted to it, the products accumulated into dtype
+  // (preferred_element_type), as FP8 serving (TensorRT-LLM's FP8 quantization) runs them.
+  // The embedding, router, norms and logits stay in dtype. Equal to dtype: plain GEMMs.
+  DType matmul_dtype = DType::kBF16;
 };
 
 // Which serving step.

@@ -104,7 +104,7 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);
   if (auto v = map.Find("dense_layers")) m.dense_layers = v->Int64(0);
   if (auto v = map.Find("attention")) {
-    m.unfused_attention = v->OneOf({"flash", "unfused"}) == "unfused";
+    m.attention = v->OneOf({"flash", "unfused", "mmha"});
   }
   if (auto v = map.Find("router_aux_loss")) {
     m.router_aux_loss = v->Number();
@@ -191,16 +191,26 @@ planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   return t;
 }
 
-// `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype}.
+// An element type a serving step may store its cache or run its GEMMs in: ReadDtype's and
+// the 8-bit floats.
+DType ReadStorageDtype(const YamlValue& value) {
+  return *ParseDType(value.OneOf({"f32", "bf16", "f16", "f8e4m3", "f8e5m2", "float32", "bfloat16",
+                                  "float8_e4m3fn", "float8_e5m2"}));
+}
+
+// `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype, matmul_dtype}.
 planner::ServeConfig ReadServe(const YamlValue& value) {
-  YamlMap map = value.Map({"batch", "prompt_len", "decode_len", "dtype", "kv_dtype"});
+  YamlMap map =
+      value.Map({"batch", "prompt_len", "decode_len", "dtype", "kv_dtype", "matmul_dtype"});
   planner::ServeConfig s;
   s.batch = map.Get("batch").Int64(1);
   s.prompt_len = map.Get("prompt_len").Int64(1);
   s.decode_len = map.Get("decode_len").Int64(1);
   if (auto v = map.Find("dtype")) s.dtype = ReadDtype(*v);
   s.kv_dtype = s.dtype;
-  if (auto v = map.Find("kv_dtype")) s.kv_dtype = ReadDtype(*v);
+  if (auto v = map.Find("kv_dtype")) s.kv_dtype = ReadStorageDtype(*v);
+  s.matmul_dtype = s.dtype;
+  if (auto v = map.Find("matmul_dtype")) s.matmul_dtype = ReadStorageDtype(*v);
   return s;
 }
 

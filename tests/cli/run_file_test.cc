@@ -249,7 +249,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{
             "KeyNotForOp", "bad_program_key_not_applicable.yaml", "6:38", "program.0.tiled",
             "key 'tiled' does not apply to op matmul (it takes op, in, out, name, where, mesh, "
-                    "preferred_element_type)"},
+            "preferred_element_type)"},
         BadFileCase{"KeyOfAnotherOpDidYouMean", "bad_program_key_typo.yaml", "6:52",
                     "program.0.axes",
                     "key 'axes' does not apply to op all_gather; did you mean 'axis'?"},

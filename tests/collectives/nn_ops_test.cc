@@ -523,8 +523,8 @@ std::vector<ErrorCase> ErrorCases() {
        "attention: the query heads N = 3 must be a multiple of the key/value heads K = 2"},
       {"AttentionDtypes",
        AttentionOp(false),
-       {A(bf16, {1, 1, 1, 2}, {0, 0}), Arange({1, 2, 1, 2}), Arange({1, 2, 1, 2})},
-       "attention: q, k and v must share one float dtype, got bf16, f32, f32"},
+       {A(bf16, {1, 1, 1, 2}, {0, 0}), Arange({1, 2, 1, 2}), A(bf16, {1, 2, 1, 2}, {0, 0, 0, 0})},
+       "attention: q must be a float and k and v share one float dtype, got bf16, f32, bf16"},
       {"AttentionCausalNeedsTAtMostS",
        AttentionOp(true),
        {Arange({1, 3, 1, 2}), Arange({1, 2, 1, 2}), Arange({1, 2, 1, 2})},
@@ -699,6 +699,22 @@ TEST(NnOpsCostTest, UnfusedAttentionPaysForItsScores) {
   EXPECT_DOUBLE_EQ(LocalOpCost(grad, grad_ins, grad_outs).bytes -
                        LocalOpCost(grad_flash, grad_ins, grad_outs).bytes,
                    scores * 19);
+}
+
+// kernel: mmha reads a kv head's keys and values once per query head: with 8 query heads over
+// 2 kv heads (groups of 4), 3 more reads of k and v than flash's one; a cache in f8e4m3 read
+// as stored (1 B an element) beside bf16 queries. FLOPs unchanged.
+TEST(NnOpsCostTest, MmhaReadsTheCacheOncePerQueryHead) {
+  Array q = S(DType::kBF16, {4, 1, 8, 64}), kv = S(DType::kF8E4M3, {4, 1024, 2, 64});
+  Array o = S(DType::kBF16, {4, 1, 8, 64});
+  const std::vector<const Array*> ins = {&q, &kv, &kv}, outs = {&o};
+  OpSpec mmha = AttentionOp(true);
+  mmha.kernel = "mmha";
+  const OpCost flash = LocalOpCost(AttentionOp(true), ins, outs);
+  const OpCost with = LocalOpCost(mmha, ins, outs);
+  EXPECT_EQ(with.flops, flash.flops);
+  EXPECT_DOUBLE_EQ(flash.bytes, 2.0 * 4 * 8 * 64 * 2 + 2.0 * 4 * 1024 * 2 * 64 * 1);
+  EXPECT_DOUBLE_EQ(with.bytes - flash.bytes, 3 * 2.0 * 4 * 1024 * 2 * 64 * 1);
 }
 
 // take_shard in a shard_map body: each device's block of an [8, 4] table split over Y takes the

@@ -85,6 +85,46 @@ TEST(ServeRunTest, ComposedMatchesTheWholeSteps) {
   EXPECT_EQ(composed.memory.kv_cache, full.memory.kv_cache);
 }
 
+// FP8 serving (matmul_dtype and kv_dtype f8e4m3): the cache takes 1 B an element, half the
+// bf16 cache exactly; of the weights, the linear layers' take 1 B: per layer wq 256x8x32, wk
+// and wv 256x2x32, wo 8x32x256, gate and up 256x512, down 512x256, 557,056 elements, 6 layers,
+// half per device over tensor 2: 1,671,168 bytes fewer than in bf16, the rest (embedding,
+// unembedding, norms) unchanged. The decode step, bound by those bytes, is shorter.
+TEST(ServeRunTest, Fp8StoresLinearWeightsAndTheCacheInOneByte) {
+  Machine machine(BuildPreset("h100-dgx"));
+  StepPlan plan = TensorParallel();
+  plan.mesh = {{"data", 4}, {"tensor", 2}};
+  ServeConfig fp8 = Workload();
+  fp8.kv_dtype = fp8.matmul_dtype = DType::kF8E4M3;
+  const ServeReport wide = SimulateServe(machine, Small(), Workload(), plan);
+  const ServeReport narrow = SimulateServe(machine, Small(), fp8, plan);
+  EXPECT_EQ(narrow.memory.kv_cache.count() * 2, wide.memory.kv_cache.count());
+  EXPECT_EQ(wide.memory.params.count() - narrow.memory.params.count(), 1671168);
+  EXPECT_LT(narrow.tpot, wide.tpot);
+}
+
+// An FP8 step computes what the unsharded FP8 step computes (activations quantized to f8e4m3
+// before each linear layer, products accumulated into f32).
+TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) {
+  TransformerConfig m = Small();
+  m.layers = 2;
+  m.d_model = 64;
+  m.head_dim = 8;
+  m.d_ff = 128;
+  m.vocab = 128;
+  ServeConfig s;
+  s.batch = 8;
+  s.prompt_len = 16;
+  s.decode_len = 4;
+  s.context = 16;
+  s.dtype = DType::kF32;
+  s.kv_dtype = s.matmul_dtype = DType::kF8E4M3;
+  const StepPlan plan = TensorParallel();
+  const LogicalRules rules(plan.rules, plan.mesh);
+  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kPrefill, plan.mesh, rules));
+  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kDecode, plan.mesh, rules));
+}
+
 // Prefill and decode, partitioned with data x tensor parallelism (grouped kv heads over
 // tensor), compute what the unsharded steps compute.
 TEST(ServeRunTest, StepsMatchTheUnshardedOnes) {
