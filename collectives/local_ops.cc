@@ -1154,6 +1154,8 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
 DType CostDType(const OpSpec& op, const std::vector<const Array*>& inputs,
                 const std::vector<const Array*>& outputs) {
   if ((op.kind == OpKind::kMatmul || op.kind == OpKind::kEinsum) && inputs.size() == 2) {
+    // Two 8-bit floats (an f8e5m2 cotangent by f8e4m3 weights) run on the FP8 units too.
+    if (IsFloat8(inputs[0]->dtype()) && IsFloat8(inputs[1]->dtype())) return inputs[0]->dtype();
     return PromoteTypes(inputs[0]->dtype(), inputs[1]->dtype());
   }
   return outputs.empty() ? DType::kF32 : outputs[0]->dtype();

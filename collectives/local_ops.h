@@ -103,9 +103,9 @@ OpCost LocalOpCost(OpKind kind, const std::vector<const Array*>& inputs,
 // for those of grad_ops.h, or, for custom_call, the FLOPs and bytes the op states.
 OpCost LocalOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    const std::vector<const Array*>& outputs);
-// The element type whose FLOP rate prices `op`: a matmul's or einsum's operands' (promoted),
-// whatever its result type (an FP8 GEMM with a bf16 result runs on FP8 units); otherwise its
-// first result's (f32 when it has none).
+// The element type whose FLOP rate prices `op`: a matmul's or einsum's operands' (promoted; an
+// 8-bit float when both are), whatever its result type (an FP8 GEMM with a bf16 result runs on
+// FP8 units); otherwise its first result's (f32 when it has none).
 DType CostDType(const OpSpec& op, const std::vector<const Array*>& inputs,
                 const std::vector<const Array*>& outputs);
 

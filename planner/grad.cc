@@ -120,10 +120,12 @@ class Emitter {
     op.fill_value = value;
     return Op(OpKind::kFullLike, {x}, base, std::move(op));
   }
+  // jnp.einsum; `preferred` its preferred_element_type ("" for none).
   std::string Einsum(const std::string& spec, const std::string& a, const std::string& b,
-                     const std::string& base) {
+                     const std::string& base, const std::string& preferred = "") {
     OpSpec op;
     op.spec = spec;
+    op.dtype = preferred;
     return Op(OpKind::kEinsum, {a, b}, base, std::move(op));
   }
   std::string Slice(const std::string& x, int64_t start, int64_t size, int64_t axis,
@@ -396,12 +398,17 @@ EinsumLetters ParseLetters(const std::string& spec) {
 // The cotangent of operand `which` of einsum(letters, a, b) from the result's cotangent g: the
 // einsum of g with the other operand onto the operand's letters (those of its letters summed
 // away on their own, in neither the other operand nor the result, come back by broadcasting).
+// With `preferred` (the forward's preferred_element_type, "" for none) and an 8-bit float
+// other operand, the backward GEMM runs in FP8 too, as Transformer Engine's hybrid recipe
+// does: g quantized to f8e5m2 (fused into the kernel that makes it, free), the product
+// accumulated into g's type.
 std::string EinsumOperandGrad(Emitter& e, const EinsumLetters& l, const std::string& a,
                               const std::string& b, const std::string& g, int which,
-                              const std::string& base) {
+                              const std::string& base, const std::string& preferred = "") {
   const std::string& own = which == 0 ? l.a : l.b;
   const std::string& other = which == 0 ? l.b : l.a;
   const std::string& operand = which == 0 ? a : b;
+  const std::string& partner = which == 0 ? b : a;
   std::string kept;
   std::vector<int64_t> dims;
   for (size_t d = 0; d < own.size(); ++d) {
@@ -410,7 +417,15 @@ std::string EinsumOperandGrad(Emitter& e, const EinsumLetters& l, const std::str
       dims.push_back(static_cast<int64_t>(d));
     }
   }
-  std::string d = e.Einsum(l.out + "," + other + "->" + kept, g, which == 0 ? b : a, base);
+  std::string grad = g, result_type;
+  if (!preferred.empty() && IsFloat8(e.Type(partner).dtype())) {
+    OpSpec quantize;
+    quantize.dtype = DTypeName(DType::kF8E5M2);
+    quantize.fused = true;
+    grad = e.Op(OpKind::kConvert, {g}, g + "_q", std::move(quantize));
+    result_type = DTypeName(e.Type(g).dtype());
+  }
+  std::string d = e.Einsum(l.out + "," + other + "->" + kept, grad, partner, base, result_type);
   if (kept.size() == own.size()) return d;
   OpSpec op;
   op.shape = e.Type(operand).shape();
@@ -424,7 +439,7 @@ std::vector<std::string> EinsumRule(const RuleArgs& r) {
   std::vector<std::string> d(2);
   for (int k = 0; k < 2; ++k) {
     if (r.needs[k]) {
-      d[k] = EinsumOperandGrad(r.e, l, r.op.in[0], r.op.in[1], r.cts[0], k, r.Base(k));
+      d[k] = EinsumOperandGrad(r.e, l, r.op.in[0], r.op.in[1], r.cts[0], k, r.Base(k), r.op.dtype);
     }
   }
   return d;
@@ -470,7 +485,7 @@ std::vector<std::string> MatmulRule(const RuleArgs& r) {
   std::vector<std::string> d(2);
   for (int k = 0; k < 2; ++k) {
     if (!r.needs[k]) continue;
-    d[k] = EinsumOperandGrad(e, l, a, b, r.cts[0], k, r.Base(k));
+    d[k] = EinsumOperandGrad(e, l, a, b, r.cts[0], k, r.Base(k), r.op.dtype);
     d[k] = e.Reshape(d[k], k == 0 ? sa : sb, r.Base(k));
   }
   return d;

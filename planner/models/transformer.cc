@@ -84,6 +84,7 @@ class TrainStepBuilder {
 
   ProgramSpec Build() && {
     group_tokens_ = train_.seq_len;
+    linear_dtype_ = train_.matmul_dtype.value_or(train_.dtype);
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
     const int64_t micro = train_.microbatches;
@@ -398,9 +399,10 @@ class TrainStepBuilder {
                                         ") does not divide into " + std::to_string(blocks) +
                                         " blocks");
     }
-    // A linear layer's weight of quantized GEMMs is stored in their type.
-    const DType dtype =
-        linear && linear_dtype_ != train_.dtype ? linear_dtype_ : train_.param_dtype;
+    // Serving stores a linear layer's weight of quantized GEMMs in their type; training keeps
+    // its master weights and converts them.
+    const bool stored = linear && linear_dtype_ != train_.dtype && kind_ != StepKind::kTrain;
+    const DType dtype = stored ? linear_dtype_ : train_.param_dtype;
     pb_.Input(name, shape, dtype, spec, init);
     params_.push_back({name, std::move(shape), spec, ""});
   }
@@ -412,6 +414,22 @@ class TrainStepBuilder {
   std::string Linear(const std::string& spec, const std::string& x, const std::string& weight,
                      const std::string& out) {
     if (linear_dtype_ == train_.dtype) return pb_.Einsum(spec, x, W(weight), out);
+    std::string w = weight;
+    if (kind_ == StepKind::kTrain) {
+      // The weight's compute copy cast to the GEMMs' type where first read (a kernel of its
+      // own, as Transformer Engine casts the weights).
+      const std::string copy = W(weight);
+      auto [at, made] = quantized_.try_emplace(copy);
+      if (made) {
+        OpSpec cast;
+        cast.kind = OpKind::kConvert;
+        cast.in = {copy};
+        cast.out = {N(weight + "_q")};
+        cast.dtype = DTypeName(linear_dtype_);
+        at->second = pb_.Add(std::move(cast));
+      }
+      w = at->second;
+    }
     auto [it, fresh] = quantized_.try_emplace(x);
     if (fresh) {
       OpSpec cast;
@@ -425,7 +443,7 @@ class TrainStepBuilder {
     OpSpec gemm;
     gemm.kind = OpKind::kEinsum;
     gemm.spec = spec;
-    gemm.in = {it->second, weight};
+    gemm.in = {it->second, w};
     gemm.out = {out};
     gemm.dtype = DTypeName(train_.dtype);
     return pb_.Add(std::move(gemm));

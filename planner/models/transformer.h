@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,12 @@ struct TrainConfig {
   // The forward pass and loss only (no grad, no update): what a pipeline stage's forward
   // costs. Needs one microbatch.
   bool forward_only = false;
+  // The linear layers' GEMMs (`train.matmul_dtype`; unset: dtype, plain GEMMs). An 8-bit float
+  // runs FP8 training as Transformer Engine's hybrid recipe: each weight's dtype copy cast to it
+  // where first read (a kernel of its own), activations quantized to it (fused, free),
+  // products accumulated into dtype; the backward GEMMs take the cotangent in f8e5m2.
+  // Parameters, gradients and optimizer state stay in param_dtype.
+  std::optional<DType> matmul_dtype;
 };
 
 // An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the

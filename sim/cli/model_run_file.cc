@@ -159,11 +159,18 @@ bool IsMlp(const YamlValue& value) {
 
 namespace {}  // namespace
 
+// An element type a step may store its cache or run its GEMMs in: ReadDtype's and the 8-bit
+// floats.
+DType ReadStorageDtype(const YamlValue& value) {
+  return *ParseDType(value.OneOf({"f32", "bf16", "f16", "f8e4m3", "f8e5m2", "float32", "bfloat16",
+                                  "float8_e4m3fn", "float8_e5m2"}));
+}
+
 // `train:` {global_batch, seq_len, microbatches, optimizer, dtype, param_dtype,
 // learning_rate}; seq_len only when `sequences` (an MLP's batch rows are single examples).
 planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   YamlMap map = value.Map({"global_batch", "seq_len", "microbatches", "optimizer", "dtype",
-                           "param_dtype", "learning_rate"});
+                           "param_dtype", "learning_rate", "matmul_dtype"});
   planner::TrainConfig t;
   t.batch = map.Get("global_batch").Int64(1);
   if (sequences) {
@@ -187,15 +194,9 @@ planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   }
   if (auto v = map.Find("dtype")) t.dtype = ReadDtype(*v);
   if (auto v = map.Find("param_dtype")) t.param_dtype = ReadDtype(*v);
+  if (auto v = map.Find("matmul_dtype")) t.matmul_dtype = ReadStorageDtype(*v);
   if (auto v = map.Find("learning_rate")) t.learning_rate = v->Number();
   return t;
-}
-
-// An element type a serving step may store its cache or run its GEMMs in: ReadDtype's and
-// the 8-bit floats.
-DType ReadStorageDtype(const YamlValue& value) {
-  return *ParseDType(value.OneOf({"f32", "bf16", "f16", "f8e4m3", "f8e5m2", "float32", "bfloat16",
-                                  "float8_e4m3fn", "float8_e5m2"}));
 }
 
 // `serve:` {batch, prompt_len, decode_len, dtype, kv_dtype, matmul_dtype}.

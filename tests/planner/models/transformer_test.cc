@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "planner/grad.h"
 #include "planner/models/model_presets.h"
 #include "sim/cli/program_writer.h"
 #include "sim/cli/run_file.h"
@@ -332,6 +333,63 @@ TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
     ASSERT_NE(it, gathers.end()) << "no all_gather of " << bytes << " B";
     gathers.erase(it);
   }
+}
+
+// FP8 training (matmul_dtype f8e4m3) under FSDP 8: the linear layers' bf16 copies are cast to
+// f8e4m3 on their blocks before the gathers, which move 1 B an element: w_gate/w_up/w_down
+// 1 KiB, wq/wk/wv/wo 512 B; the embedding and unembedding (not linear layers) still 2 KiB of
+// bf16, the norms 16 B. The parameters stay f32.
+TEST(TransformerTest, Fp8TrainingGathersFp8Blocks) {
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  TrainConfig train;
+  train.dtype = DType::kBF16;
+  train.param_dtype = DType::kF32;
+  train.matmul_dtype = DType::kF8E4M3;
+  const std::vector<MeshAxis> mesh = {{"fsdp", 8}};
+  const ProgramSpec global = BuildTrainStep(
+      m, train, mesh, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, mesh));
+  for (const ArraySpec& a : global.arrays) {
+    if (a.dtype != DType::kI32) {
+      EXPECT_EQ(a.dtype, DType::kF32) << a.name;
+    }
+  }
+  std::vector<int64_t> gathers;
+  for (const Inserted& c : Collectives(global, Partition(global))) {
+    if (c.kind == OpKind::kAllGather) gathers.push_back(c.bytes);
+  }
+  const std::vector<int64_t> parameters = {2048, 2048, 1024, 1024, 1024, 512,
+                                           512,  512,  512,  16,   16,   16};
+  for (int64_t bytes : parameters) {
+    const auto it = std::find(gathers.begin(), gathers.end(), bytes);
+    ASSERT_NE(it, gathers.end()) << "no all_gather of " << bytes << " B";
+    gathers.erase(it);
+  }
+}
+
+// An FP8 training step (f32 compute, f8e4m3 GEMMs, f8e5m2 cotangents in the backward GEMMs),
+// partitioned under FSDP 4 x TP 2, computes what the unsharded FP8 step computes.
+TEST(TransformerTest, Fp8StepMatchesTheUnshardedOne) {
+  TransformerConfig m = SmallModel();
+  m.layers = 1;
+  TrainConfig train;
+  train.optimizer = Optimizer::kSgd;
+  train.matmul_dtype = DType::kF8E4M3;
+  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
+  const LogicalRules rules({{"batch", {"fsdp"}},
+                            {"embed", {"fsdp"}},
+                            {"heads", {"tp"}},
+                            {"kv_heads", {"tp"}},
+                            {"mlp", {"tp"}}},
+                           mesh);
+  const ProgramSpec global = BuildTrainStep(m, train, mesh, rules);
+  int fp8_gemms = 0;
+  for (const OpSpec& op : ExpandGrads(global).ops) {
+    fp8_gemms += op.kind == OpKind::kEinsum && !op.dtype.empty();
+  }
+  // Per linear layer (q, k, v, o, gate, up, down): its forward and both backward GEMMs.
+  EXPECT_EQ(fp8_gemms, 7 * 3);
+  ExpectNumericsPass(global);
 }
 
 TEST(LogicalRulesTest, MapsDimensionsAndDropsAnAxisTakenEarlier) {
