@@ -199,6 +199,10 @@ void Executor::Start() {
     for (int a = 0; a < n; ++a) agent_coords_.push_back(mesh_.Coords(agent_position_[a]));
   }
   devices_.assign(n, Device{});
+  std::vector<const LoweredOp*> puts;  // device_puts, whose results live on their destination.
+  for (const LoweredOp& op : lp.ops) {
+    if (op.to_part >= 0) puts.push_back(&op);
+  }
   for (int a = 0; a < n; ++a) {
     Device& d = devices_[a];
     if (config_.numerics) d.values.resize(num_values);
@@ -217,8 +221,8 @@ void Executor::Start() {
       }
     }
     // A device_put's result exists on its destination only.
-    for (const LoweredOp& op : lp.ops) {
-      if (op.to_part >= 0 && op.to_part != part) d.absent[op.out_values[0]] = 1;
+    for (const LoweredOp* op : puts) {
+      if (op->to_part != part) d.absent[op->out_values[0]] = 1;
     }
     d.live = d.peak = input_bytes;
     d.phase_peak.assign(config_.memory_phases.size() + 1, input_bytes);

@@ -1071,11 +1071,19 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
   auto enter = [&](int part) {
     mesh_now = &mesh_of(part);
     offset = offset_of(part);
+    if (part < 0) {  // The whole mesh: every position's values at once.
+      env.swap(all_env);
+      return;
+    }
     env.clear();
     env.resize(static_cast<size_t>(mesh_now->size()));
     for (size_t p = 0; p < env.size(); ++p) env[p] = std::move(all_env[offset + p]);
   };
   auto leave = [&] {
+    if (all_env.empty()) {
+      all_env.swap(env);
+      return;
+    }
     for (size_t p = 0; p < env.size(); ++p) all_env[offset + p] = std::move(env[p]);
     env.clear();
   };

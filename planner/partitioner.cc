@@ -71,6 +71,7 @@ class Partitioner {
       const OpSpec& op = global_.ops[i];
       const size_t first = result_.program.ops.size();
       Emit(op);
+      if (global_.meshes.empty()) continue;
       const std::string mesh = MeshOf(op);
       for (const std::string& name : op.out) mesh_of_[name] = mesh;
       Tag(first, mesh);
@@ -78,7 +79,7 @@ class Partitioner {
     for (const OutputSpec& o : global_.outputs) {
       const size_t first = result_.program.ops.size();
       EmitOutput(o);
-      Tag(first, mesh_of_[o.name]);
+      if (!global_.meshes.empty()) Tag(first, mesh_of_[o.name]);
     }
     return std::move(result_);
   }
