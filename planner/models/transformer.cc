@@ -41,6 +41,7 @@ class TrainStepBuilder {
     const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
     group_tokens_ = tokens_per_sequence;
     linear_dtype_ = serve.matmul_dtype;
+    kv_dtype_ = serve.kv_dtype;
     pb_.Input("tokens", {serve.batch, tokens_per_sequence}, DType::kI32,
               rules_.Spec({"batch", "length"}), ids);
     DeclareParams();
@@ -527,7 +528,22 @@ class TrainStepBuilder {
     // the cache (the new token's own key and value are returned to be written into it, as an
     // in-place cache update does, and not attended: one position of the context) instead.
     std::string keys = k, values = v;
-    if (kind_ != StepKind::kTrain) cache_out_.insert(cache_out_.end(), {k, v});
+    if (kind_ != StepKind::kTrain) {
+      // Written into the cache in its type (a conversion fused into the kernel writing them).
+      for (const std::string& kv : {k, v}) {
+        if (kv_dtype_ == train_.dtype) {
+          cache_out_.push_back(kv);
+          continue;
+        }
+        OpSpec cast;
+        cast.kind = OpKind::kConvert;
+        cast.in = {kv};
+        cast.out = {kv + "_cache"};
+        cast.dtype = DTypeName(kv_dtype_);
+        cast.fused = true;
+        cache_out_.push_back(pb_.Add(std::move(cast)));
+      }
+    }
     if (kind_ == StepKind::kDecode) {
       keys = KvCacheName(true, layer);
       values = KvCacheName(false, layer);
@@ -585,6 +601,7 @@ class TrainStepBuilder {
   std::string aux_;                    // The microbatch's load-balancing losses so far ("" none).
   std::set<std::string> cast_;         // Compute-dtype copies made so far.
   DType linear_dtype_ = train_.dtype;  // The linear layers' GEMM type.
+  DType kv_dtype_ = train_.dtype;      // Serving: the KV cache's type.
   std::map<std::string, std::string> quantized_;  // Value -> its copy in linear_dtype_.
   StepKind kind_ = StepKind::kTrain;
   int64_t group_tokens_ = 0;            // Tokens per sequence: a MoE routing group.
