@@ -101,6 +101,16 @@ TEST(ServeRunTest, Fp8StoresLinearWeightsAndTheCacheInOneByte) {
   EXPECT_EQ(narrow.memory.kv_cache.count() * 2, wide.memory.kv_cache.count());
   EXPECT_EQ(wide.memory.params.count() - narrow.memory.params.count(), 1671168);
   EXPECT_LT(narrow.tpot, wide.tpot);
+  // The prefill returns every layer's keys and values converted to the cache's type, in the
+  // kernels that make them (fused: no time of their own).
+  const LogicalRules rules(plan.rules, plan.mesh);
+  int converted = 0;
+  for (const OpSpec& op :
+       BuildServeStep(Small(), fp8, ServeStep::kPrefill, plan.mesh, rules).ops) {
+    converted += op.kind == OpKind::kConvert && op.dtype == "f8e4m3" && op.fused &&
+                 op.out[0].find("_cache") != std::string::npos;
+  }
+  EXPECT_EQ(converted, 2 * 6);
 }
 
 // An FP8 step computes what the unsharded FP8 step computes (activations quantized to f8e4m3
