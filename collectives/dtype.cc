@@ -114,6 +114,24 @@ const std::vector<std::string>& DTypeNames() {
 
 bool IsFloat8(DType dtype) { return dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2; }
 
+float LargestFinite(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return std::numeric_limits<float>::max();
+    case DType::kBF16:
+      return std::bit_cast<float>(0x7f7f0000u);  // (2 - 2^-7) 2^127.
+    case DType::kF16:
+      return 65504.0f;
+    case DType::kI32:
+      return 2147483647.0f;
+    case DType::kF8E4M3:
+      return 448.0f;
+    case DType::kF8E5M2:
+      return 57344.0f;
+  }
+  return std::numeric_limits<float>::max();
+}
+
 float RoundToDType(DType dtype, float value) {
   switch (dtype) {
     case DType::kF32:

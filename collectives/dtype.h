@@ -25,6 +25,9 @@ std::optional<DType> ParseDType(std::string_view name);
 const std::vector<std::string>& DTypeNames();
 // Whether `dtype` is one of the 8-bit floats.
 bool IsFloat8(DType dtype);
+// The largest finite value of a floating `dtype` (448 for f8e4m3, 57344 for f8e5m2, 65504 for
+// f16), what a saturating conversion clamps to; 2^31 - 1 for i32.
+float LargestFinite(DType dtype);
 
 // Rounds a float32 value to the nearest value representable in `dtype` (round to nearest
 // even; i32 rounds to the nearest integer, saturating; f8e4m3 turns what overflows, and

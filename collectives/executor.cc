@@ -403,17 +403,17 @@ std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
 void Executor::BuildClasses() {
   const LoweredProgram& lp = *lowered_;
   const int positions = mesh_.size();
+  if (!mesh_.parts().empty()) {
+    throw SpecError("meshes",
+                    "the cached timing path prices collectives on one mesh; a program "
+                    "on several meshes runs with --timing network");
+  }
   timings_.assign(lp.ops.size(), nullptr);
   std::vector<std::pair<const std::vector<int>*, const CollectiveTiming*>> distinct;
   std::map<std::pair<std::vector<int>, const CollectiveTiming*>, int> seen;
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
     if (!op.collective) continue;
-    if (op.device_put) {
-      throw SpecError(op.spec.key,
-                      "device_put: the cached timing path does not price "
-                      "transfers between meshes; use --timing network");
-    }
     CollectiveRequest request;
     request.kind = op.def->collective;
     request.reduce = op.def->reduce;
@@ -731,7 +731,7 @@ void Executor::Arrive(int position, size_t op_index) {
                                                std::vector<float>(shape.size(), 0.0f));
     };
     if (op.device_put) {
-      if (m < op.device_put->sources) run.inputs[m] = devices_[position].values[op.in_values[0]];
+      if (m < op.device_put->sources) run.inputs[m] = value(op.in_values[0]);
     } else if (op.spec.kind == OpKind::kRaggedAllToAll) {
       // Its result starts as `output` (input 1): the layout CollectiveOutput keeps.
       run.ragged_inputs.resize(run.positions.size());

@@ -224,7 +224,7 @@ class Executor {
   std::vector<int> agent_of_;
   std::vector<std::vector<int>> agent_coords_;  // Per agent, when some op has `where`.
   bool RunsHere(int agent, const LoweredOp& op) const {
-    return op.where.empty() || RunsAt(op, agent_coords_[agent]);
+    return (op.where.empty() && op.to_part < 0) || RunsAt(op, agent_coords_[agent]);
   }
   std::map<std::vector<int>, std::vector<std::vector<int>>> position_groups_;
   // Per lowered collective, with a collective model: its timing per position.

@@ -57,7 +57,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       need(1);
       std::optional<DType> dtype = ParseDType(op.dtype);
       if (!dtype) throw std::invalid_argument("convert: unknown dtype '" + op.dtype + "'");
-      return One(ConvertElementType(*inputs[0], *dtype));
+      return One(ConvertElementType(*inputs[0], *dtype, op.saturate));
     }
     case OpKind::kCustomCall: {
       std::optional<DType> dtype = ParseDType(op.dtype);

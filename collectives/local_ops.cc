@@ -908,9 +908,17 @@ Array Unary(OpKind kind, const Array& a) {
   return out;
 }
 
-Array ConvertElementType(const Array& a, DType dtype) {
+Array ConvertElementType(const Array& a, DType dtype, bool saturate) {
   if (a.dtype() == dtype) return a;
   if (!a.has_data()) return Array::ShapeOnly(dtype, a.shape());
+  if (saturate && dtype != DType::kI32 && a.dtype() != DType::kI32) {
+    const float top = LargestFinite(dtype);
+    std::vector<float> clamped = a.values();
+    for (float& v : clamped) {
+      if (!std::isnan(v)) v = std::clamp(v, -top, top);
+    }
+    return ConvertTo(Array::FromValues(a.dtype(), a.shape(), std::move(clamped)), dtype);
+  }
   if (dtype != DType::kI32) return ConvertTo(a, dtype);
   std::vector<float> words(static_cast<size_t>(a.size()));
   const float* x = a.data();

@@ -62,8 +62,10 @@ Array BinaryScalar(BinaryKind kind, const Array& a, double scalar);
 Array Unary(OpKind kind, const Array& a);
 // jax.lax.convert_element_type(a, dtype): floats round to a narrower float type; floats to
 // i32 truncate toward zero, saturating at the int32 range, NaN to 0 (XLA's conversion);
-// i32 to floats round to the nearest representable value.
-Array ConvertElementType(const Array& a, DType dtype);
+// i32 to floats round to the nearest representable value. With `saturate`, float values beyond
+// the target's largest finite value (infinities too) clamp to it before rounding, as NVIDIA's
+// __NV_SATFINITE conversions and Transformer Engine's FP8 casts do; NaN stays NaN.
+Array ConvertElementType(const Array& a, DType dtype, bool saturate = false);
 
 // jnp.reshape: same elements in row-major order; one dimension may be -1 (inferred).
 Array Reshape(const Array& a, const Shape& shape);

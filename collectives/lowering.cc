@@ -90,6 +90,11 @@ class Lowerer {
     if (part >= 0 && op.kind != OpKind::kDevicePut) lowered.where.push_back({part_axis_, part});
     ResolveWhere(op, lowered);
     if (op.kind == OpKind::kDevicePut) {
+      if (!op.where.empty()) {
+        throw SpecError(op.key + ".where",
+                        "device_put runs on every device of its two meshes; where: cannot "
+                        "pick some of them");
+      }
       LowerDevicePut(std::move(op), source, std::move(lowered), *inputs[0]);
       return;
     }

@@ -866,7 +866,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
       made = MakeInitialArray(spec, /*with_data=*/true, base_dir);
       global = &made;
     }
-    const int part = part_of.at(spec.name);
+    const int part = part_named(spec.mesh);
     const Mesh& home = mesh_of(part);
     Sharding sharding(home, spec.sharding, spec.shape);
     for (int p = 0; p < home.size(); ++p) {
@@ -906,7 +906,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
   std::map<std::string, std::vector<char>> assembled;
   for (const OutputSpec& o : program.outputs) {
     last_use[o.name] = program.ops.size();
-    const Mesh& home = mesh_of(part_of.count(o.name) ? part_of.at(o.name) : -1);
+    const Mesh& home = mesh_of(part_of.at(o.name));
     std::vector<char>& read = assembled[o.name];
     read.resize(static_cast<size_t>(home.size()), 0);
     for (int p = 0; p < home.size(); ++p) read[p] = read[p] || IsFirstReplica(home, o.spec, p);
@@ -914,11 +914,13 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
   // Whether position p (of the current op's mesh) needs its own copy of `name`, defined by op
   // i: a later op reads it, or the output assembly does. (Replicas of the reference's results
   // are copies.)
+  int part_now = -1;  // The mesh of the op running (its index; -1: the whole mesh).
   auto needed = [&](const std::string& name, size_t i, int p) {
     auto read = last_read.find(name);
     if (read != last_read.end() && read->second > i) return true;
     auto out = assembled.find(name);
-    return out == assembled.end() || out->second[p] != 0;
+    // An output assembled on another mesh is a later binding of the name: keep this one.
+    return out == assembled.end() || part_of.at(name) != part_now || out->second[p] != 0;
   };
   // An op with `where` makes its outputs only on the positions it runs at; elsewhere they are
   // zeros, as collectives see them in the simulation (the outputs computed there are dropped).
@@ -1071,6 +1073,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
   auto enter = [&](int part) {
     mesh_now = &mesh_of(part);
     offset = offset_of(part);
+    part_now = part;
     if (part < 0) {  // The whole mesh: every position's values at once.
       env.swap(all_env);
       return;
@@ -1088,7 +1091,7 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
     env.clear();
   };
   std::map<std::string, int> live_part;  // Each name's mesh as the program runs.
-  for (const ArraySpec& spec : program.arrays) live_part[spec.name] = part_of.at(spec.name);
+  for (const ArraySpec& spec : program.arrays) live_part[spec.name] = part_named(spec.mesh);
   for (size_t i = 0; i < program.ops.size(); ++i) {
     free_dead();
     distinct.clear();

@@ -203,6 +203,7 @@ struct OpSpec {
   bool fused = false;
   int64_t block_offset = 0;     // Internal dynamic ops: see OpKind.
   std::string dtype;            // convert, custom_call: the result's dtype name.
+  bool saturate = false;        // convert: clamp to the target's finite range first.
   std::optional<double> flops;  // custom_call: floating-point operations it costs.
   std::optional<double> bytes;  // custom_call: bytes of HBM traffic it costs.
   // Where the op runs: only on mesh positions whose coordinate along each named axis is the

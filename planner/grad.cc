@@ -143,7 +143,9 @@ class Emitter {
     return Type(c).dtype() == dtype ? c : Convert(c, dtype, base);
   }
   // Cotangent `ct` as one of value `target`: same shape (a rule's promise), converted to its
-  // dtype where promotion changed it.
+  // dtype where promotion changed it, except that the cotangent of an 8-bit float stays in its
+  // wider type (FP8 recipes' gradients: Transformer Engine passes them through its casts, and
+  // the backward GEMMs quantize them to f8e5m2 themselves).
   std::string Match(const std::string& ct, const std::string& target, const std::string& base) {
     const Array& c = Type(ct);
     const Array& t = Type(target);
@@ -151,7 +153,8 @@ class Emitter {
       throw std::logic_error("internal error: grad made a cotangent " + c.TypeString() + " for '" +
                              target + "' of type " + t.TypeString());
     }
-    return c.dtype() == t.dtype() ? ct : Convert(ct, t.dtype(), base);
+    const bool keep = c.dtype() == t.dtype() || (IsFloat8(t.dtype()) && c.dtype() != DType::kI32);
+    return keep ? ct : Convert(ct, t.dtype(), base);
   }
   // sum(x, axes) (keepdims false).
   std::string Sum(const std::string& x, std::vector<int64_t> axes, const std::string& base) {
@@ -422,6 +425,7 @@ std::string EinsumOperandGrad(Emitter& e, const EinsumLetters& l, const std::str
     OpSpec quantize;
     quantize.dtype = DTypeName(DType::kF8E5M2);
     quantize.fused = true;
+    quantize.saturate = true;
     grad = e.Op(OpKind::kConvert, {g}, g + "_q", std::move(quantize));
     result_type = DTypeName(e.Type(g).dtype());
   }

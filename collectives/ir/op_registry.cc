@@ -35,10 +35,14 @@ AttrDef OneOf(const char* name, AttrField field, std::vector<const char*> values
 
 // A contraction's preferred_element_type, when given, names a dtype.
 std::string CheckElementType(const OpSpec& op) {
-  if (op.dtype.empty() || ParseDType(op.dtype)) return "";
+  const std::optional<DType> dtype = ParseDType(op.dtype);
+  if (op.dtype.empty() || (dtype && *dtype != DType::kI32)) return "";
   std::string names;
-  for (const std::string& n : DTypeNames()) names += (names.empty() ? "" : ", ") + n;
-  return "preferred_element_type must be one of " + names + ", got '" + op.dtype + "'";
+  for (const std::string& n : DTypeNames()) {
+    if (ParseDType(n) != DType::kI32) names += (names.empty() ? "" : ", ") + n;
+  }
+  return "preferred_element_type must be a floating type: one of " + names + ", got '" + op.dtype +
+         "'";
 }
 
 // einsum's spec names exactly two operands.
@@ -223,7 +227,10 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kCos, "cos", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum, false,
        {}, true},
       {OpKind::kConvert, "convert", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
-       false, {dtype}, true},
+       false,
+       {dtype, Opt("saturate", T::kBool, &OpSpec::saturate,
+                   "Clamp to the target's largest finite value first (FP8 casts; default false)")},
+       true},
       {OpKind::kCustomCall, "custom_call", true, A::kOneOrMore, false, S::kCompute,
        C::kAllReduce, R::kSum, false,
        {Req("shape", T::kShape, &OpSpec::shape, "The result's shape",

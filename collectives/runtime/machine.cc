@@ -44,7 +44,18 @@ Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
 Mesh PlaceProgramMesh(const Machine& machine, const ProgramSpec& program) {
   if (program.meshes.empty()) return PlaceMesh(machine, program.mesh_axes, program.mesh_devices);
   std::set<int> taken;
-  for (const MeshSpec& m : program.meshes) taken.insert(m.devices.begin(), m.devices.end());
+  int64_t positions = 0;
+  for (const MeshSpec& m : program.meshes) {
+    taken.insert(m.devices.begin(), m.devices.end());
+    int64_t n = 1;
+    for (const MeshAxis& a : m.axes) n *= a.size;
+    positions += n;
+  }
+  if (positions > machine.topology().num_devices()) {
+    throw SpecError("meshes", "the meshes have " + std::to_string(positions) +
+                                  " positions in all, but the machine has " +
+                                  std::to_string(machine.topology().num_devices()) + " devices");
+  }
   std::vector<Mesh> parts;
   std::vector<std::string> names;
   int next = 0;

@@ -427,6 +427,7 @@ class TrainStepBuilder {
         cast.in = {copy};
         cast.out = {N(weight + "_q")};
         cast.dtype = DTypeName(linear_dtype_);
+        cast.saturate = true;
         at->second = pb_.Add(std::move(cast));
       }
       w = at->second;
@@ -439,6 +440,7 @@ class TrainStepBuilder {
       cast.out = {x + "_q"};
       cast.dtype = DTypeName(linear_dtype_);
       cast.fused = true;
+      cast.saturate = true;
       it->second = pb_.Add(std::move(cast));
     }
     OpSpec gemm;
@@ -540,6 +542,7 @@ class TrainStepBuilder {
         cast.in = {kv};
         cast.out = {kv + "_cache"};
         cast.dtype = DTypeName(kv_dtype_);
+        cast.saturate = true;
         cast.fused = true;
         cache_out_.push_back(pb_.Add(std::move(cast)));
       }

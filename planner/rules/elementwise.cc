@@ -3,7 +3,9 @@
 // layout its operands share; JAX's broadcasting sharding rule merges a split dimension with an
 // unsplit one and refuses two different splits of one dimension.
 #include <algorithm>
+#include <optional>
 
+#include "collectives/dtype.h"
 #include "planner/rules/sharding_rule.h"
 
 namespace shardsim::planner {
@@ -29,7 +31,14 @@ std::vector<int> KeptPartial(const RuleContext& ctx) {
   bool any = false;
   for (const ValueSharding& s : ctx.in) any = any || !s.partial.empty();
   if (!any) return none;
-  if (kind == OpKind::kNeg || kind == OpKind::kConvert) return ctx.in[0].partial;
+  if (kind == OpKind::kNeg) return ctx.in[0].partial;
+  // A convert is linear too, but partial sums rounded to a narrower type (bf16 to f8e4m3)
+  // would be summed in it: only a widening or equal-width convert keeps them partial.
+  if (kind == OpKind::kConvert) {
+    const std::optional<DType> to = ParseDType(ctx.op.dtype);
+    const bool narrows = to && DTypeSize(*to) < DTypeSize(ctx.in_dtypes.at(0));
+    return narrows ? none : ctx.in[0].partial;
+  }
   // unary_grad and max_grad scale the cotangent g (operand 0) by a factor of the others.
   if (kind == OpKind::kUnaryGrad || kind == OpKind::kMaxGrad) {
     for (size_t i = 1; i < n; ++i) {

@@ -113,7 +113,11 @@ std::string OpYaml(const OpSpec& op) {
     t += ", axis_name: " + (op.axis_name.size() == 1 ? op.axis_name[0] : List(op.axis_name));
   }
   for (const AttrDef& attr : def.attrs) {
-    const std::string v = AttrYaml(op, attr);
+    std::string v = AttrYaml(op, attr);
+    // A shard_map body's device_put always states its input's layout, replicated included.
+    if (v.empty() && op.kind == OpKind::kDevicePut && attr.name == std::string("in_sharding")) {
+      v = Spec(op.in_sharding);
+    }
     if (!v.empty()) t += ", " + std::string(attr.name) + ": " + v;
   }
   if (!op.algorithm.empty()) t += ", algorithm: " + op.algorithm;

@@ -884,6 +884,12 @@ void CheckDevicePut(const YamlMap& map, const OpSpec& op, ProgramMode mode,
     }
   };
   check("sharding", op.sharding, op.mesh);
+  if (mode == ProgramMode::kManual && !map.Has("in_sharding")) {
+    map.Find("sharding")
+        ->FailAtKey(
+            "a shard_map body's device_put needs in_sharding, the layout of its input's blocks on "
+            "their mesh (\"P()\" when every device holds the whole array)");
+  }
   if (auto v = map.Find("in_sharding")) {
     if (mode != ProgramMode::kManual) {
       v->FailAtKey(

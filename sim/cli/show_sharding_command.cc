@@ -24,7 +24,8 @@ void RunShowShardingCommand(const ShowShardingOptions& o) {
   std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
   Shape shape = ParseShapeFlag("--shape", o.shape);
   std::optional<DType> dtype = ParseDType(o.dtype);
-  if (!dtype) throw InputError("--dtype " + o.dtype + ": expected f32, bf16, f16 or i32");
+  if (!dtype)
+    throw InputError("--dtype " + o.dtype + ": expected f32, bf16, f16, i32, f8e4m3 or f8e5m2");
   PartitionSpec spec;
   try {
     spec = ParsePartitionSpec(o.spec);

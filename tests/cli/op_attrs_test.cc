@@ -140,7 +140,9 @@ std::string OpEntry(const OpDef& def, const std::vector<const AttrDef*>& attrs,
   for (int i = 1; i < def.outputs; ++i) names += ", y" + std::to_string(i);
   entry += def.outputs > 1 ? ", out: [" + names + "]" : ", out: y";
   if (def.takes_axis_name) entry += ", axis_name: d";
-  if (def.kind == OpKind::kDevicePut) entry += ", mesh: b";  // From mesh a (OpFile).
+  if (def.kind == OpKind::kDevicePut) {
+    entry += ", mesh: b, in_sharding: \"P()\"";  // From mesh a (OpFile), replicated there.
+  }
   for (const AttrDef* attr : attrs)
     entry += ", " + std::string(attr->name) + ": " + SampleOf(*attr).yaml;
   if (!extra.empty()) entry += ", " + extra;

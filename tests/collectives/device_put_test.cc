@@ -209,6 +209,105 @@ TEST(SeveralMeshesTest, IndependentProgramsOverlap) {
   EXPECT_EQ(both, std::max(a, b));
 }
 
+// Three meshes: a device_put from a to b while c runs a psum of its own; c's devices take no
+// part in the transfer (they would wait for it forever if they did), and the values arrive.
+TEST(SeveralMeshesTest, ThreeMeshesRunTheirOwnOps) {
+  const Machine machine = Switch(8);
+  ProgramBuilder b({}, {}, ProgramMode::kManual);
+  b.Meshes({MeshSpec{"a", {{"x", 2}}, {0, 1}}, MeshSpec{"b", {{"y", 2}}, {2, 3}},
+            MeshSpec{"c", {{"z", 4}}, {4, 5, 6, 7}}});
+  InitSpec arange;
+  arange.kind = InitSpec::Kind::kArange;
+  ArraySpec x;
+  x.name = "x";
+  x.shape = {4, 2};
+  x.init = arange;
+  x.sharding = P({{"x"}, {}});
+  x.mesh = "a";
+  b.Input(x);
+  ArraySpec g = x;
+  g.name = "g";
+  g.sharding = P({});
+  g.mesh = "c";
+  b.Input(g);
+  OpSpec put;
+  put.kind = OpKind::kDevicePut;
+  put.in = {"x"};
+  put.out = {"y"};
+  put.mesh = "b";
+  put.sharding = P({{}, {"y"}});
+  put.in_sharding = P({{"x"}, {}});
+  b.Add(put);
+  b.Reduce(OpKind::kPsum, "g", {"z"}, "s");
+  b.Output("y", P({{}, {"y"}}));
+  b.Output("s", P({}));
+  const ProgramSpec p = std::move(b).Build();
+  const Mesh mesh = PlaceProgramMesh(machine, p);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, p, config);
+  EXPECT_EQ(r.outputs.at("y").values(), (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(r.outputs.at("s").at(7), 4 * 7.0f);
+  EXPECT_TRUE(CheckNumerics(r.outputs, mesh, p, "", &r.inputs).passed);
+}
+
+// A device_put reading a value its mesh made under `where:` on some devices only: the others
+// send zeros, as every collective reads such a value.
+TEST(SeveralMeshesTest, AValueMadeOnSomeDevicesMovesAsZerosElsewhere) {
+  InitSpec ones;
+  ones.kind = InitSpec::Kind::kOnes;
+  ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}), ones);
+  OpSpec neg;
+  neg.kind = OpKind::kNeg;
+  neg.in = {"x"};
+  neg.out = {"n"};
+  neg.mesh = "a";
+  neg.where = {{"x", 1}};
+  neg.key = "program.0";
+  neg.name = "n";
+  p.ops.insert(p.ops.begin(), neg);
+  p.ops[1].in = {"n"};
+  p.ops[1].key = "program.1";
+  const Machine machine = Switch(8);
+  const Mesh mesh = PlaceProgramMesh(machine, p);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, p, config);
+  const Array& y = r.outputs.at("y");
+  EXPECT_EQ(y.at(0), 0.0f);            // Rows 0-255: device 0 did not run neg.
+  EXPECT_EQ(y.at(256 * 1024), -1.0f);  // Rows 256-511: device 1 did.
+  EXPECT_EQ(y.at(512 * 1024), 0.0f);
+}
+
+// A name bound again on another mesh (device_put x to x): each binding lives on its own mesh,
+// the run and the reference alike.
+TEST(SeveralMeshesTest, ANameBoundAgainOnAnotherMesh) {
+  InitSpec arange;
+  arange.kind = InitSpec::Kind::kArange;
+  ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{}, {"y"}}), arange);
+  p.ops[0].out = {"x"};
+  OpSpec twice;
+  twice.kind = OpKind::kMul;
+  twice.in = {"x"};
+  twice.scalar = 2.0;
+  twice.out = {"z"};
+  twice.mesh = "b";
+  twice.key = "program.1";
+  twice.name = "z";
+  p.ops.push_back(twice);
+  p.outputs = {OutputSpec{"x", P({{}, {"y"}}), "outputs.x"},
+               OutputSpec{"z", P({{}, {"y"}}), "outputs.z"}};
+  const Machine machine = Switch(8);
+  const Mesh mesh = PlaceProgramMesh(machine, p);
+  RunConfig config;
+  config.numerics = true;
+  RunResult r = RunProgram(machine, mesh, p, config);
+  EXPECT_EQ(r.outputs.at("z").at(1025), 2 * 1025.0f);
+  const NumericsReport check = CheckNumerics(r.outputs, mesh, p, "", &r.inputs);
+  EXPECT_TRUE(check.passed);
+  EXPECT_EQ(check.max_abs_error, 0.0);
+}
+
 // The lowering's refusals, each at its key.
 TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
   const Machine machine = Switch(8);
@@ -250,6 +349,15 @@ TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
     EXPECT_EQ(key, "program.1");
     EXPECT_NE(what.find("mesh axis 'x' is not an axis of mesh 'b'"), std::string::npos) << what;
   }
+  // A device_put with where: (it runs on every device of its two meshes).
+  {
+    ProgramSpec p = PutProgram(P({}), P({}));
+    p.ops[0].where = {{"y", 1}};
+    p.ops[0].key = "program.0";
+    const auto [key, what] = refusal(p);
+    EXPECT_EQ(key, "program.0.where");
+    EXPECT_NE(what.find("where: cannot pick"), std::string::npos) << what;
+  }
   // A device_put to the mesh its input is on.
   {
     ProgramSpec p = PutProgram(P({}), P({}));
@@ -260,17 +368,29 @@ TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
   }
 }
 
-// The cached timing path prices collectives on one mesh; it refuses device_put by name.
-TEST(SeveralMeshesTest, TheCachedPathRefusesDevicePut) {
+// The cached timing path prices collectives on one mesh; it refuses a program on several, with
+// or without a device_put.
+TEST(SeveralMeshesTest, TheCachedPathRefusesSeveralMeshes) {
   const Machine machine = Switch(8);
-  const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}));
+  ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}));
+  p.ops.clear();
+  p.outputs = {OutputSpec{"x", P({{"x"}, {}}), "outputs.x"}};
+  OpSpec psum;
+  psum.kind = OpKind::kPsum;
+  psum.in = {"x"};
+  psum.out = {"x"};
+  psum.axis_name = {"x"};
+  psum.mesh = "a";
+  psum.key = "program.0";
+  psum.name = "s";
+  p.ops = {psum};
   RunConfig config;
   config.timing = TimingPath::kCached;
   try {
     RunProgram(machine, PlaceProgramMesh(machine, p), p, config);
     FAIL() << "ran";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("use --timing network"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("with --timing network"), std::string::npos) << e.what();
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -60,7 +61,7 @@ inline std::vector<Inserted> Collectives(const ProgramSpec& global,
 // Runs `lowered` (a partitioning of `global`) on `mesh` of `machine` with numerics and checks
 // it against the unsharded program.
 inline void ExpectNumericsPass(const ProgramSpec& global, const PartitionResult& lowered,
-                               const Machine& machine, const Mesh& mesh) {
+                               const Machine& machine, const Mesh& mesh, bool finite = true) {
   RunConfig config;
   config.numerics = true;
   RunResult r = RunProgram(machine, mesh, lowered.program, config);
@@ -69,14 +70,23 @@ inline void ExpectNumericsPass(const ProgramSpec& global, const PartitionResult&
   EXPECT_TRUE(report.checked);
   EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
                              << " tolerance " << report.tolerance;
+  // NaN on both sides would compare equal: the outputs must be finite to mean anything
+  // (`finite` false: the program makes NaN on purpose).
+  for (const auto& [name, a] : r.outputs) {
+    if (!finite) break;
+    if (!a.has_data()) continue;
+    for (int64_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(a.ValueAt(i))) << name << " element " << i;
+    }
+  }
 }
 
 // Runs `global` partitioned on a TPU v5e 4x2 with numerics and checks it against the
 // unsharded program.
-inline void ExpectNumericsPass(const ProgramSpec& global) {
+inline void ExpectNumericsPass(const ProgramSpec& global, bool finite = true) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-  ExpectNumericsPass(global, PartitionOnMachine(global, machine, mesh), machine, mesh);
+  ExpectNumericsPass(global, PartitionOnMachine(global, machine, mesh), machine, mesh, finite);
 }
 
 }  // namespace shardsim::planner

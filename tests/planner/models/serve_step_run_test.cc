@@ -105,8 +105,7 @@ TEST(ServeRunTest, Fp8StoresLinearWeightsAndTheCacheInOneByte) {
   // kernels that make them (fused: no time of their own).
   const LogicalRules rules(plan.rules, plan.mesh);
   int converted = 0;
-  for (const OpSpec& op :
-       BuildServeStep(Small(), fp8, ServeStep::kPrefill, plan.mesh, rules).ops) {
+  for (const OpSpec& op : BuildServeStep(Small(), fp8, ServeStep::kPrefill, plan.mesh, rules).ops) {
     converted += op.kind == OpKind::kConvert && op.dtype == "f8e4m3" && op.fused &&
                  op.out[0].find("_cache") != std::string::npos;
   }

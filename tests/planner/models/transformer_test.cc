@@ -383,12 +383,19 @@ TEST(TransformerTest, Fp8StepMatchesTheUnshardedOne) {
                             {"mlp", {"tp"}}},
                            mesh);
   const ProgramSpec global = BuildTrainStep(m, train, mesh, rules);
-  int fp8_gemms = 0;
+  int fp8_gemms = 0, to_e4m3 = 0, to_e5m2 = 0;
   for (const OpSpec& op : ExpandGrads(global).ops) {
     fp8_gemms += op.kind == OpKind::kEinsum && !op.dtype.empty();
+    to_e4m3 += op.kind == OpKind::kConvert && op.dtype == "f8e4m3";
+    to_e5m2 += op.kind == OpKind::kConvert && op.dtype == "f8e5m2";
   }
   // Per linear layer (q, k, v, o, gate, up, down): its forward and both backward GEMMs.
   EXPECT_EQ(fp8_gemms, 7 * 3);
+  // Forward: the 7 weights cast, 4 activations quantized (q, k and v share theirs, gate and up
+  // theirs); the cotangents never pass through f8e4m3 (they stay f32 to the parameters): each
+  // backward GEMM quantizes its own to f8e5m2.
+  EXPECT_EQ(to_e4m3, 7 + 4);
+  EXPECT_EQ(to_e5m2, 7 * 2);
   ExpectNumericsPass(global);
 }
 
