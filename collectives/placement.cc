@@ -286,8 +286,13 @@ std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
   if (!mesh.parts().empty()) {  // Several meshes: each in turn.
     std::string text;
     for (size_t k = 0; k < mesh.parts().size(); ++k) {
-      text +=
-          (k ? "; " : "") + mesh.part_names()[k] + ": " + DescribePlacement(mesh.parts()[k], topo);
+      // Each mesh's devices are its `devices:` or the lowest free ones (PlaceProgramMesh).
+      std::string part = DescribePlacement(mesh.parts()[k], topo);
+      const std::string given = "as given by mesh.devices";
+      if (const size_t at = part.find(given); at != std::string::npos) {
+        part.replace(at, given.size(), "as placed");
+      }
+      text += (k ? "; " : "") + mesh.part_names()[k] + ": " + part;
     }
     return text;
   }
