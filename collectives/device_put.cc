@@ -76,7 +76,6 @@ class DevicePutTransfers : public CollectiveAlgorithm {
     // The box, packed in row-major order of its own shape.
     std::vector<float> payload;
     Shape box;
-    std::vector<int64_t> zero(m.lo.size(), 0);
     for (size_t d = 0; d < m.lo.size(); ++d) box.push_back(m.hi[d] - m.lo[d]);
     if (job_.numerics) {
       payload.resize(static_cast<size_t>(m.elements));
