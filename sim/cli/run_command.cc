@@ -311,6 +311,51 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   return std::move(result.outputs);
 }
 
+// A serving run's numerics: the whole prefill and a decode step at the mean context, each
+// partitioned and run with real data on the network and checked against the unsharded step.
+// The report's numerics are the worse of the two; its timing stays the composed one.
+void CheckServeNumerics(const RunFile& file, const RunCommandOptions& options,
+                        const Machine& machine, const ModelRunSpec& run, RunReport& report) {
+  const planner::LogicalRules rules = planner::PlanRules(run.plan);
+  std::string note;
+  NumericsReport worst;
+  worst.checked = true;
+  planner::ServeConfig mean = *run.serve;
+  mean.context = report.serve->mean_context;
+  for (const auto& [step, what] : {std::pair{planner::ServeStep::kPrefill, "prefill"},
+                                   std::pair{planner::ServeStep::kDecode, "decode"}}) {
+    RunFile as_program = file;
+    as_program.model.reset();
+    try {
+      as_program.program = planner::BuildServeStep(
+          run.model, step == planner::ServeStep::kPrefill ? *run.serve : mean, step, run.plan.mesh,
+          rules);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError("model", e.what());
+    }
+    as_program.program->mesh_devices = run.plan.devices;
+    for (const auto& [op, algorithm] : run.plan.algorithms) {
+      as_program.options.algorithms[op] = algorithm;
+    }
+    RunCommandOptions step_options = options;
+    step_options.timing = "network";
+    step_options.numerics = "on";
+    RunReport step_report;
+    SimulateProgram(as_program, step_options, machine, nullptr, step_report);
+    const NumericsReport& n = step_report.numerics;
+    worst.checked = worst.checked && n.checked;
+    if (!n.passed) worst.passed = false;
+    if (n.max_abs_error >= worst.max_abs_error) {
+      worst.max_abs_error = n.max_abs_error;
+      worst.tolerance = n.tolerance;
+      worst.worst_output = std::string(what) + " " + n.worst_output;
+    }
+    note += (note.empty() ? "" : "; ") + std::string(what) + " " + step_report.numerics_note;
+  }
+  report.numerics = worst;
+  report.numerics_note = note;
+}
+
 // A model run: the step built from the model and plan. Timing-only runs (the default) use
 // the cached collective costs on 2 and 3 layers, composed; numerics, traces, dumps and
 // --timing network run the whole step's program the way every program runs.
@@ -348,10 +393,11 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
         "steps without a pipeline");
   }
   if (run.serve) {
-    if (whole) {
+    const bool check = mode == "on";
+    if (whole && !(check && !tracer && options.dump_dir.empty() && options.timing.empty())) {
       throw InputError(
-          "serve: runs are timing only (prefill and decode composed from 2 and 3 layers); "
-          "--numerics on, --trace, --dump and --timing network run training steps");
+          "serve: runs time prefill and decode composed from 2 and 3 layers; --trace, --dump "
+          "and --timing network run training steps (--numerics on checks both serving steps)");
     }
     try {
       report.serve = planner::SimulateServe(machine, run.model, *run.serve, run.plan);
@@ -361,7 +407,10 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     report.end = report.serve->total;
     report.events = report.serve->events;
     report.numerics.checked = false;
-    report.numerics_note = "off: serving runs are timing only";
+    report.numerics_note =
+        "off: serving runs are timing only by default (--numerics on checks the prefill and a "
+        "decode step with real data against the unsharded steps)";
+    if (check) CheckServeNumerics(file, options, machine, run, report);
     return outputs;
   }
   try {

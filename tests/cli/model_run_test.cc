@@ -139,9 +139,20 @@ TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
   EXPECT_DOUBLE_EQ(j["generation_s"].get<double>(),
                    j["ttft_s"].get<double>() + 7 * j["tpot_s"].get<double>());
   EXPECT_TRUE(j["fits"].get<bool>());
-  const Result whole = Run({"run", file, "--numerics", "on"});
-  EXPECT_EQ(whole.exit_code, 2) << whole;
-  EXPECT_NE(whole.err.find("serve: runs are timing only"), std::string::npos) << whole;
+  // --numerics on checks the prefill and a decode step (each partitioned, run with data and
+  // compared with the unsharded step); the timing stays the composed one.
+  const nlohmann::json checked = RunJson({"run", file, "--numerics", "on"});
+  EXPECT_TRUE(checked["numerics"]["checked"].get<bool>()) << checked["numerics"];
+  EXPECT_TRUE(checked["numerics"]["passed"].get<bool>()) << checked["numerics"];
+  EXPECT_EQ(checked["tpot_s"], j["tpot_s"]);
+  const Result on = RunOk({"run", file, "--numerics", "on"});
+  EXPECT_NE(on.out.find("prefill passed"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("decode passed"), std::string::npos) << on.out;
+  const Result traced = Run({"run", file, "--trace", (out() / "serve.json").string()});
+  EXPECT_EQ(traced.exit_code, 2) << traced;
+  EXPECT_NE(traced.err.find("--trace, --dump and --timing network run training steps"),
+            std::string::npos)
+      << traced;
 }
 
 // A kind: mlp model run: the step's report counts 6 FLOPs per weight per example
