@@ -52,10 +52,14 @@ struct Pair {
   std::vector<std::string> axes;
   int64_t axis = 0;
   bool gather_rhs = true;
+  // A product and the psum_scatter of it along `axis` instead (x [M, K] @ w [K, N], both local
+  // and replicated, partial sums over `axes`).
+  bool scatter = false;
   // Everything that determines the time, for the cache.
   std::string Key(const std::string& variant) const {
     std::string k = FormatShape(x) + FormatShape(w) + DTypeName(dtype) + DTypeName(x_dtype) +
-                    std::to_string(axis) + (gather_rhs ? "r" : "l") + variant;
+                    std::to_string(axis) + (gather_rhs ? "r" : "l") + (scatter ? "s" : "g") +
+                    variant;
     for (const std::string& a : axes) k += "," + a;
     return k;
   }
@@ -74,13 +78,37 @@ Time PairTime(const Pair& pair, const std::string& variant, const Machine& machi
   ArraySpec kept{"kept", pair.x, pair.x_dtype, {}, PartitionSpec{}, ""};
   kept.sharding.dims.resize(pair.x.size());
   ArraySpec block{"block", pair.w, pair.dtype, {}, PartitionSpec{}, ""};
-  block.shape[static_cast<size_t>(pair.axis)] *= n;
   block.sharding.dims.resize(pair.w.size());
-  block.sharding.dims[static_cast<size_t>(pair.axis)] = pair.axes;
+  if (!pair.scatter) {
+    block.shape[static_cast<size_t>(pair.axis)] *= n;
+    block.sharding.dims[static_cast<size_t>(pair.axis)] = pair.axes;
+  }
   p.arrays = {kept, block};
   const std::string lhs = pair.gather_rhs ? "kept" : "block";
   const std::string rhs = pair.gather_rhs ? "block" : "kept";
-  if (variant == "blocking") {
+  if (pair.scatter) {
+    OpSpec op;
+    op.in = {"kept", "block"};
+    op.out = {"y"};
+    if (variant == "blocking") {
+      op.kind = OpKind::kMatmul;
+      op.out = {"product"};
+      OpSpec scatter;
+      scatter.kind = OpKind::kPsumScatter;
+      scatter.in = {"product"};
+      scatter.out = {"y"};
+      scatter.axis_name = pair.axes;
+      scatter.scatter_dimension = pair.axis;
+      scatter.tiled = true;
+      p.ops = {op, scatter};
+    } else {
+      op.kind = OpKind::kMatmulReduceScatter;
+      op.axis_name = pair.axes;
+      op.scatter_dimension = pair.axis;
+      op.variant = variant;
+      p.ops = {op};
+    }
+  } else if (variant == "blocking") {
     OpSpec gather;
     gather.kind = OpKind::kAllGather;
     gather.in = {"block"};
@@ -171,7 +199,13 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   // Per op index: the op that reads each binding of a name, until it is bound again.
   std::map<std::string, std::vector<size_t>> readers_of_binding;  // By "name@binder".
   std::map<std::string, size_t> binder;
+  // Per op: the op whose binding its first input reads (-1: an array or none).
+  std::vector<int64_t> first_in_binder(program.ops.size(), -1);
   for (size_t i = 0; i < program.ops.size(); ++i) {
+    if (!program.ops[i].in.empty()) {
+      auto it = binder.find(program.ops[i].in[0]);
+      if (it != binder.end()) first_in_binder[i] = static_cast<int64_t>(it->second);
+    }
     for (const std::string& in : program.ops[i].in) {
       auto it = binder.find(in);
       const std::string key =
@@ -300,6 +334,135 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       ops.push_back({reshape, {"the collective matmul's rows back", type}});
     }
     drop[g] = 1;
+    replace[c] = std::move(ops);
+    ++fused;
+  }
+  // Reduce-scatters: a tiled psum_scatter whose input one plain product makes, and nothing else
+  // reads, fuses with it into a matmul_reduce_scatter in the product's place, its partial
+  // products summed block by block as they travel. The scatter runs along the product's rows
+  // (leading dimensions folded into rows: dimension 0, or a later one when every dimension
+  // before it is 1 on the device) or its columns.
+  for (size_t s = 0; s < program.ops.size(); ++s) {
+    const OpSpec& scatter = program.ops[s];
+    if (scatter.kind != OpKind::kPsumScatter || !scatter.tiled || scatter.out.size() != 1 ||
+        in_types[s].size() != 1) {
+      continue;
+    }
+    const std::string& v = scatter.in[0];
+    if (first_in_binder[s] < 0) continue;
+    const size_t c = static_cast<size_t>(first_in_binder[s]);
+    // Not fused when that binding of v is also an output (the last binding of its name).
+    if (outputs.count(v) && binder.at(v) == c) continue;
+    if (drop[c] || replace.count(c)) continue;
+    const std::vector<size_t>& readers = readers_of_binding[v + "@" + std::to_string(c)];
+    if (readers.size() != 1 || readers[0] != s) continue;
+    const OpSpec& product = program.ops[c];
+    if (product.in.size() != 2 || product.out.size() != 1 || product.where != scatter.where ||
+        in_types[c].size() != 2 || !product.dtype.empty()) {
+      continue;
+    }
+    const Shape& lhs = in_types[c][0].shape();
+    const Shape& rhs = in_types[c][1].shape();
+    if (!IsPlainProduct(product, lhs, rhs)) continue;
+    // The scatter's result is defined where the product was: nothing in between may read or
+    // bind its name, nor bind the product's operands.
+    bool clash = false;
+    for (size_t i = c + 1; i < s && !clash; ++i) {
+      for (const std::string& in : program.ops[i].in) clash = clash || in == scatter.out[0];
+      for (const std::string& o : program.ops[i].out) {
+        clash = clash || o == scatter.out[0] || o == product.in[0] || o == product.in[1];
+      }
+    }
+    if (clash) continue;
+    const Shape& made = in_types[s][0].shape();  // The product's local result [..., N].
+    const int64_t rank = static_cast<int64_t>(made.size());
+    const int64_t d = scatter.scatter_dimension < 0 ? scatter.scatter_dimension + rank
+                                                    : scatter.scatter_dimension;
+    bool leading_ones = true;
+    for (int64_t i = 0; i < d && i < rank - 1; ++i) leading_ones = leading_ones && made[i] == 1;
+    if (d < 0 || d >= rank || (d < rank - 1 && d > 0 && !leading_ones)) continue;
+    const int64_t folded_dim = d == rank - 1 ? 1 : 0;
+    const int n = mesh.GroupSize(ResolveCollectiveAxes(scatter, mesh));
+    if (n <= 1) continue;
+    int64_t rows = 1;
+    for (int64_t i = 0; i + 1 < rank; ++i) rows *= made[i];
+    const int64_t extent = (folded_dim == 0 ? rows : rhs[1]);
+    if (extent % n != 0) continue;
+    const std::string variant = VariantOf(mode, extent / n);
+    std::string priced;
+    if (mode == CollectiveMatmulMode::kAuto) {
+      Pair pair;
+      pair.scatter = true;
+      pair.x = {rows, lhs.back()};
+      pair.w = rhs;
+      pair.dtype = in_types[c][1].dtype();
+      pair.x_dtype = in_types[c][0].dtype();
+      pair.axes = scatter.axis_name;
+      pair.axis = folded_dim;
+      const Time blocking = time_of(pair, "blocking");
+      const Time loop = time_of(pair, variant);
+      if (loop >= blocking) continue;
+      priced = ", " + FormatTime(loop) + " against " + FormatTime(blocking) + " blocking";
+    }
+    std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>> ops;
+    const std::string& type = partitioned.types.size() > s ? partitioned.types[s] : "";
+    std::string x = product.in[0];
+    std::string out = scatter.out[0];
+    const bool fold = rank > 2;
+    if (fold) {  // x [..., K] -> [rows, K], a free reshape.
+      OpSpec reshape;
+      reshape.kind = OpKind::kReshape;
+      reshape.name = product.name + "/rows";
+      reshape.key = product.key;
+      reshape.in = {x};
+      reshape.out = {fresh(product.out[0] + "/rows")};
+      reshape.shape = {rows, lhs.back()};
+      reshape.where = product.where;
+      x = reshape.out[0];
+      ops.push_back({reshape,
+                     {"the rows of " + product.in[0] + " for the collective matmul",
+                      FormatShape(reshape.shape) + " per device"}});
+      out = fresh(scatter.out[0] + "/2d");
+    }
+    OpSpec cm;
+    cm.kind = OpKind::kMatmulReduceScatter;
+    cm.name = product.name;
+    cm.key = product.key;
+    cm.in = {x, product.in[1]};
+    cm.out = {out};
+    cm.axis_name = scatter.axis_name;
+    cm.scatter_dimension = folded_dim;
+    cm.variant = variant;
+    cm.algorithm = scatter.algorithm;
+    cm.where = product.where;
+    const std::string scatter_reason =
+        partitioned.reasons.size() > s ? partitioned.reasons[s] : std::string();
+    std::string axes_text;
+    for (const std::string& a : scatter.axis_name) {
+      axes_text += (axes_text.empty() ? "" : ", ") + a;
+    }
+    Shape result = made;
+    result[static_cast<size_t>(d)] /= n;
+    ops.push_back(
+        {cm,
+         {"collective matmul (" + cm.variant + priced + "): " + OpKindName(product.kind) +
+              " fused with the psum_scatter of its result " + "over " + axes_text +
+              (scatter_reason.empty() ? "" : "; " + scatter_reason),
+          fold ? FormatShape(folded_dim == 0 ? Shape{rows / n, rhs[1]} : Shape{rows, rhs[1] / n}) +
+                     " per device"
+               : type}});
+    if (fold) {
+      OpSpec reshape;
+      reshape.kind = OpKind::kReshape;
+      reshape.name = product.name + "/unrows";
+      reshape.key = product.key;
+      reshape.in = {out};
+      reshape.out = {scatter.out[0]};
+      reshape.shape = result;
+      reshape.where = product.where;
+      ops.push_back({reshape, {"the collective matmul's rows back", type}});
+    }
+    drop[s] = 1;
     replace[c] = std::move(ops);
     ++fused;
   }

@@ -91,6 +91,61 @@ TEST(CollectiveMatmulTest, FsdpWeightGatherFusesWithItsMatmul) {
   EXPECT_EQ(Count(off.partitioned.program, OpKind::kAllGather), 1);
 }
 
+// Tensor parallelism over 4 with the contraction split on both sides: x [.., 256@tp] @ w [256@tp,
+// 64] leaves partial sums, and an output split along `out_dim` over tp makes the partitioner
+// psum_scatter the product there.
+ProgramSpec RowParallelMatmul(Shape x, int64_t out_dim) {
+  ProgramBuilder b({{"tp", 4}}, {}, ProgramMode::kAuto);
+  std::vector<std::vector<std::string>> x_spec(x.size()), y_spec(x.size());
+  x_spec.back() = {"tp"};
+  y_spec[static_cast<size_t>(out_dim)] = {"tp"};
+  b.Input("x", x, DType::kF32, P(x_spec), Normal(0));
+  b.Input("w", {x.back(), 64}, DType::kF32, P({{"tp"}, {}}), Normal(1));
+  std::string spec = x.size() == 2 ? "md,df->mf" : "btd,df->btf";
+  b.Einsum(spec, "x", "w", "y");
+  b.Output("y", P(y_spec));
+  return std::move(b).Build();
+}
+
+// The product and the psum_scatter of it fuse into one matmul_reduce_scatter: along rows
+// ([64, 256] x [256, 64] scattered along 0), along columns (1), and for [1, 64, 256]
+// activations along the sequence (dimension 1: rows, the leading dimension being 1); each
+// computes what the unsharded program computes. With two sequences ([2, 64, 256]) the
+// sequence blocks are not contiguous rows: the scatter stays.
+TEST(CollectiveMatmulTest, ReduceScatterFusesWithItsProduct) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  struct Case {
+    Shape x;
+    int64_t out_dim;
+    int64_t scatter_dimension;  // Of the 2-D loop; -1: not fused.
+  };
+  for (const Case& c : {Case{{64, 256}, 0, 0}, Case{{64, 256}, 1, 1}, Case{{1, 64, 256}, 1, 0},
+                        Case{{2, 64, 256}, 1, -1}}) {
+    SCOPED_TRACE(FormatShape(c.x) + " out dim " + std::to_string(c.out_dim));
+    const ProgramSpec global = RowParallelMatmul(c.x, c.out_dim);
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    if (c.scatter_dimension < 0) {
+      EXPECT_EQ(Count(f.partitioned.program, OpKind::kMatmulReduceScatter), 0);
+      EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 1);
+      continue;
+    }
+    EXPECT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 0);
+    for (size_t i = 0; i < f.partitioned.program.ops.size(); ++i) {
+      const OpSpec& op = f.partitioned.program.ops[i];
+      if (op.kind != OpKind::kMatmulReduceScatter) continue;
+      EXPECT_EQ(op.scatter_dimension, c.scatter_dimension);
+      EXPECT_EQ(op.variant, "bidirectional");
+      EXPECT_NE(f.partitioned.reasons[i].find("fused with the psum_scatter of its result over tp"),
+                std::string::npos)
+          << f.partitioned.reasons[i];
+    }
+    ASSERT_EQ(Count(f.partitioned.program, OpKind::kMatmulReduceScatter), 1);
+    ExpectNumericsPass(global, f.partitioned, machine, mesh);
+  }
+}
+
 // A [b, t, d] activation (einsum "btd,df->btf") is folded into [b t, d] rows around the loop.
 TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
@@ -173,6 +228,27 @@ TEST(CollectiveMatmulTest, AutoKeepsTheFasterWay) {
     const Time t_loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
     const Time t_auto = RunProgram(machine, mesh, automatic.program, {}).end;
     EXPECT_EQ(fused, size == 4096 ? 1 : 0);
+    EXPECT_EQ(t_auto, std::min(t_blocking, t_loop));
+  }
+}
+
+// Auto on a reduce-scatter keeps whichever of blocking and the loop runs faster, as for gathers:
+// the program it leaves takes the smaller of the two times.
+TEST(CollectiveMatmulTest, AutoKeepsTheFasterReduceScatter) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  for (int64_t rows : {4096, 16}) {
+    SCOPED_TRACE(rows);
+    const ProgramSpec global = RowParallelMatmul({rows, 1024}, 0);
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
+    Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    PartitionResult automatic = PartitionOnMachine(global, machine, mesh);
+    FuseCollectiveMatmuls(automatic, mesh, CollectiveMatmulMode::kAuto, &machine, &cache);
+    const Time t_blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
+    const Time t_loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
+    const Time t_auto = RunProgram(machine, mesh, automatic.program, {}).end;
     EXPECT_EQ(t_auto, std::min(t_blocking, t_loop));
   }
 }
