@@ -403,17 +403,18 @@ std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
 void Executor::BuildClasses() {
   const LoweredProgram& lp = *lowered_;
   const int positions = mesh_.size();
-  if (!mesh_.parts().empty()) {
-    throw SpecError("meshes",
-                    "the cached timing path prices collectives on one mesh; a program "
-                    "on several meshes runs with --timing network");
-  }
   timings_.assign(lp.ops.size(), nullptr);
   std::vector<std::pair<const std::vector<int>*, const CollectiveTiming*>> distinct;
   std::map<std::pair<std::vector<int>, const CollectiveTiming*>, int> seen;
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
     if (!op.collective) continue;
+    if (op.device_put) {
+      throw SpecError(op.spec.key,
+                      "device_put: the cached timing path prices collectives within "
+                      "one mesh; a program moving arrays between meshes runs with "
+                      "--timing network");
+    }
     CollectiveRequest request;
     request.kind = op.def->collective;
     request.reduce = op.def->reduce;
@@ -460,12 +461,14 @@ void Executor::BuildClasses() {
     colors = static_cast<int>(ids.size());
   }
   while (!distinct.empty() || colors > 1) {
-    // The colour set of every group, per distinct collective.
+    // The colour set of every group, per distinct collective (empty for the positions of other
+    // meshes, which no group of it holds).
+    static const std::vector<int> kNone;
     std::vector<std::vector<const std::vector<int>*>> group_colors(distinct.size());
     std::vector<std::vector<std::vector<int>>> sets(distinct.size());
     for (size_t k = 0; k < distinct.size(); ++k) {
       const std::vector<std::vector<int>>& groups = PositionGroups(*distinct[k].first);
-      group_colors[k].assign(positions, nullptr);
+      group_colors[k].assign(positions, &kNone);
       sets[k].resize(groups.size());
       for (size_t g = 0; g < groups.size(); ++g) {
         std::vector<int>& set = sets[k][g];
