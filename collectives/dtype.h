@@ -13,6 +13,9 @@ namespace shardsim {
 // (ml_dtypes' float8_e4m3fn: 3 mantissa bits, largest 448, no infinity; float8_e5m2: IEEE-like
 // with 2 mantissa bits, largest 57344).
 enum class DType { kF32, kBF16, kF16, kI32, kF8E4M3, kF8E5M2 };
+// Every dtype, in declaration order.
+inline constexpr DType kDTypes[] = {DType::kF32, DType::kBF16,   DType::kF16,
+                                    DType::kI32, DType::kF8E4M3, DType::kF8E5M2};
 
 // Bytes per element: what costs count (4, 2, 2, 4, 1, 1).
 int64_t DTypeSize(DType dtype);

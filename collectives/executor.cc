@@ -776,10 +776,6 @@ void Executor::LaunchGroup(size_t op_index, int group) {
     Reshare(++ops_in_flight_[op_index] == 1);
     return;
   }
-  if (lowered.device_put) {
-    LaunchDevicePut(op_index, group);
-    return;
-  }
   CollectiveJob& job = run.job;
   job.kind = lowered.def->collective;
   job.reduce = lowered.def->reduce;
@@ -821,6 +817,7 @@ void Executor::LaunchGroup(size_t op_index, int group) {
     job.in = &run.in;
     job.out = &run.out;
   } else if (job.numerics) {
+    // (A device_put's destinations bring no input: theirs stay empty.)
     run.in.resize(g);
     run.out.resize(g);
     for (int m = 0; m < g; ++m) {
@@ -840,45 +837,21 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   }
   job.label = op.name;
   job.on_member_done = [this, op_index, group](int member) { MemberDone(op_index, group, member); };
-  std::string resolved;
-  try {
-    run.algorithm = MakeAlgorithm(lowered.algorithm, network_, job, lowered.axis_sizes, &resolved,
-                                  config_.chunk_size);
-  } catch (const std::invalid_argument& e) {
-    throw SpecError(op.algorithm.empty() ? op.key : op.key + ".algorithm",
-                    std::string(lowered.def->name) + ": " + e.what());
+  std::string resolved = lowered.algorithm;
+  if (lowered.device_put) {
+    // One message per (source, destination) pair sharing a box of the array, the destinations'
+    // blocks assembled from what arrives.
+    run.algorithm = MakeDevicePutTransfers(network_, job, *lowered.device_put);
+  } else {
+    try {
+      run.algorithm = MakeAlgorithm(lowered.algorithm, network_, job, lowered.axis_sizes, &resolved,
+                                    config_.chunk_size);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.algorithm.empty() ? op.key : op.key + ".algorithm",
+                      std::string(lowered.def->name) + ": " + e.what());
+    }
   }
   if (row.algorithm.empty()) row.algorithm = resolved;
-  run.algorithm->Start();
-  run.in.clear();
-  run.in.shrink_to_fit();
-}
-
-// device_put: one message per (source, destination) pair sharing a box of the array
-// (DevicePutTransfers), the destinations' blocks assembled from what arrives.
-void Executor::LaunchDevicePut(size_t op_index, int group) {
-  GroupRun& run = *groups_.at({op_index, group});
-  const LoweredOp& lowered = lowered_->ops[op_index];
-  CollectiveJob& job = run.job;
-  job.kind = CollectiveKind::kPermute;
-  job.dtype = lowered_->values[lowered.in_values[0]].dtype();
-  job.numerics = config_.numerics;
-  for (int p : run.positions) {
-    job.members.push_back(network_.topology().device_vertex(mesh_.device(p)));
-  }
-  const int g = static_cast<int>(run.positions.size());
-  if (job.numerics) {
-    run.in.resize(g);
-    run.out.resize(g);
-    for (int m = 0; m < lowered.device_put->sources; ++m) run.in[m] = run.inputs[m].TakeValues();
-    job.in = &run.in;
-    job.out = &run.out;
-  }
-  job.label = lowered.spec.name;
-  job.on_member_done = [this, op_index, group](int member) { MemberDone(op_index, group, member); };
-  OpTiming& row = op_timings_[lowered.source];
-  if (row.algorithm.empty()) row.algorithm = lowered.algorithm;
-  run.algorithm = MakeDevicePutTransfers(network_, job, *lowered.device_put);
   run.algorithm->Start();
   run.in.clear();
   run.in.shrink_to_fit();

@@ -174,7 +174,6 @@ class Executor {
   void FinishCompute(int position, size_t op_index, Time started);
   void Arrive(int position, size_t op_index);
   void LaunchGroup(size_t op_index, int group);
-  void LaunchDevicePut(size_t op_index, int group);
   void MemberDone(size_t op_index, int group, int member);
   void Record(size_t op_index, Time start, Time end);
   void DeclareTracks();

@@ -282,20 +282,12 @@ void ValidateMeshDevices(const Mesh& mesh, const Topology& topo) {
   }
 }
 
-std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
-  if (!mesh.parts().empty()) {  // Several meshes: each in turn.
-    std::string text;
-    for (size_t k = 0; k < mesh.parts().size(); ++k) {
-      // Each mesh's devices are its `devices:` or the lowest free ones (PlaceProgramMesh).
-      std::string part = DescribePlacement(mesh.parts()[k], topo);
-      const std::string given = "as given by mesh.devices";
-      if (const size_t at = part.find(given); at != std::string::npos) {
-        part.replace(at, given.size(), "as placed");
-      }
-      text += (k ? "; " : "") + mesh.part_names()[k] + ": " + part;
-    }
-    return text;
-  }
+namespace {
+
+// DescribePlacement of a plain mesh; `given` says where devices not in the default order came
+// from ("devices as given by mesh.devices").
+std::string DescribePlainPlacement(const Mesh& mesh, const Topology& topo,
+                                   const std::string& given) {
   ValidateMeshDevices(mesh, topo);
   const bool whole_machine = mesh.size() == topo.num_devices();
   const bool is_default = whole_machine && mesh.devices() == DefaultPlacement(mesh.axes(), topo);
@@ -303,15 +295,30 @@ std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
     const TorusShape& torus = *topo.torus();
     if (is_default)
       return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape), torus);
-    return "devices as given by mesh.devices (" + DescribeTorusHops(mesh, topo) + ")";
+    return given + " (" + DescribeTorusHops(mesh, topo) + ")";
   }
-  const std::string order =
-      IsIdentity(mesh.devices()) ? "row-major device order" : "devices as given by mesh.devices";
+  const std::string order = IsIdentity(mesh.devices()) ? "row-major device order" : given;
   if (const std::optional<HierarchicalParams> params = RecognizeHierarchical(topo)) {
     return DescribeNodes(mesh, params->per_node) + " (" + order + ")";
   }
   if (topo.num_switches() == 1) return order + ", all devices behind one switch";
   return order;
+}
+
+}  // namespace
+
+std::string DescribePlacement(const Mesh& mesh, const Topology& topo) {
+  if (mesh.parts().empty()) {
+    return DescribePlainPlacement(mesh, topo, "devices as given by mesh.devices");
+  }
+  // Several meshes, each in turn: a mesh's devices are its `devices:` or the lowest free ones
+  // (PlaceProgramMesh).
+  std::string text;
+  for (size_t k = 0; k < mesh.parts().size(); ++k) {
+    text += (k ? "; " : "") + mesh.part_names()[k] + ": " +
+            DescribePlainPlacement(mesh.parts()[k], topo, "devices as placed");
+  }
+  return text;
 }
 
 }  // namespace shardsim

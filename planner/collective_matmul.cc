@@ -65,6 +65,31 @@ struct Pair {
   }
 };
 
+// One op of a rewrite, with why it is there and its type ("f32[64,64]").
+using Rewritten = std::pair<OpSpec, std::pair<std::string, std::string>>;
+
+// The free reshape of `in` to `shape`, writing `out`, that stands where `product` stood (its
+// key and where) around a loop: its rows before (`suffix` "/rows") or back after ("/unrows").
+Rewritten Reshape(const OpSpec& product, const std::string& suffix, const std::string& in,
+                  const std::string& out, Shape shape, std::string reason, std::string type) {
+  OpSpec reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.name = product.name + suffix;
+  reshape.key = product.key;
+  reshape.in = {in};
+  reshape.out = {out};
+  reshape.shape = std::move(shape);
+  reshape.where = product.where;
+  return {reshape, {std::move(reason), std::move(type)}};
+}
+
+// "tp" or "fsdp, tp": a collective's axes for a reason.
+std::string AxesText(const std::vector<std::string>& axes) {
+  std::string text;
+  for (const std::string& a : axes) text += (text.empty() ? "" : ", ") + a;
+  return text;
+}
+
 Time PairTime(const Pair& pair, const std::string& variant, const Machine& machine,
               const Mesh& mesh, CollectiveCostModel& collectives) {
   ProgramSpec p;
@@ -221,9 +246,21 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     return name;
   };
 
+  // Folds `product`'s x [..., K] into [rows, K] ahead of its loop (a free reshape appended to
+  // `ops`): x takes the reshape's name, and `out` a fresh 2-D name for the loop's result.
+  auto fold_rows = [&](const OpSpec& product, int64_t rows, int64_t k, const std::string& result,
+                       std::vector<Rewritten>& ops, std::string& x, std::string& out) {
+    const Shape rows_shape = {rows, k};
+    ops.push_back(Reshape(product, "/rows", x, fresh(product.out[0] + "/rows"), rows_shape,
+                          "the rows of " + product.in[0] + " for the collective matmul",
+                          FormatShape(rows_shape) + " per device"));
+    x = ops.back().first.out[0];
+    out = fresh(result + "/2d");
+  };
+
   std::vector<char> drop(program.ops.size(), 0);
   // Replacements: op index -> the ops (with reasons and types) that take its place.
-  std::map<size_t, std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>>> replace;
+  std::map<size_t, std::vector<Rewritten>> replace;
   int fused = 0;
   for (size_t g = 0; g < program.ops.size(); ++g) {
     const OpSpec& gather = program.ops[g];
@@ -274,30 +311,16 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       priced = ", " + FormatTime(loop) + " against " + FormatTime(blocking) + " blocking";
     }
 
-    std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>> ops;
+    std::vector<Rewritten> ops;
     const std::string& type = partitioned.types.size() > c ? partitioned.types[c] : "";
     std::string x = gather_rhs ? consumer.in[0] : gather.in[0];
     std::string w = gather_rhs ? gather.in[0] : consumer.in[1];
     std::string out = consumer.out[0];
     Shape rows_shape = lhs;
     const bool fold = gather_rhs && lhs.size() > 2;
-    if (fold) {  // x [..., K] -> [rows, K], a free reshape.
-      int64_t rows = 1;
-      for (size_t d = 0; d + 1 < lhs.size(); ++d) rows *= lhs[d];
-      rows_shape = {rows, lhs.back()};
-      OpSpec reshape;
-      reshape.kind = OpKind::kReshape;
-      reshape.name = consumer.name + "/rows";
-      reshape.key = consumer.key;
-      reshape.in = {x};
-      reshape.out = {fresh(consumer.out[0] + "/rows")};
-      reshape.shape = {rows, lhs.back()};
-      reshape.where = consumer.where;
-      x = reshape.out[0];
-      ops.push_back({reshape,
-                     {"the rows of " + consumer.in[0] + " for the collective matmul",
-                      FormatShape(reshape.shape) + " per device"}});
-      out = fresh(consumer.out[0] + "/2d");
+    if (fold) {
+      rows_shape = {NumElements(lhs) / lhs.back(), lhs.back()};
+      fold_rows(consumer, rows_shape[0], lhs.back(), consumer.out[0], ops, x, out);
     }
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
@@ -313,25 +336,17 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     cm.where = consumer.where;
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
-    std::string axes_text;
-    for (const std::string& a : gather.axis_name) axes_text += (axes_text.empty() ? "" : ", ") + a;
     ops.push_back(
         {cm,
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(consumer.kind) +
-              " fused with the all_gather of " + gather.in[0] + " over " + axes_text +
-              (gather_reason.empty() ? "" : "; " + gather_reason),
+              " fused with the all_gather of " + gather.in[0] + " over " +
+              AxesText(gather.axis_name) + (gather_reason.empty() ? "" : "; " + gather_reason),
           fold ? FormatShape({rows_shape[0], rhs[1]}) + " per device" : type}});
     if (fold) {
-      OpSpec reshape;
-      reshape.kind = OpKind::kReshape;
-      reshape.name = consumer.name + "/unrows";
-      reshape.key = consumer.key;
-      reshape.in = {out};
-      reshape.out = {consumer.out[0]};
-      reshape.shape = lhs;
-      reshape.shape.back() = rhs[1];
-      reshape.where = consumer.where;
-      ops.push_back({reshape, {"the collective matmul's rows back", type}});
+      Shape back = lhs;
+      back.back() = rhs[1];
+      ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
+                            "the collective matmul's rows back", type));
     }
     drop[g] = 1;
     replace[c] = std::move(ops);
@@ -404,26 +419,12 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       if (loop >= blocking) continue;
       priced = ", " + FormatTime(loop) + " against " + FormatTime(blocking) + " blocking";
     }
-    std::vector<std::pair<OpSpec, std::pair<std::string, std::string>>> ops;
+    std::vector<Rewritten> ops;
     const std::string& type = partitioned.types.size() > s ? partitioned.types[s] : "";
     std::string x = product.in[0];
     std::string out = scatter.out[0];
     const bool fold = rank > 2;
-    if (fold) {  // x [..., K] -> [rows, K], a free reshape.
-      OpSpec reshape;
-      reshape.kind = OpKind::kReshape;
-      reshape.name = product.name + "/rows";
-      reshape.key = product.key;
-      reshape.in = {x};
-      reshape.out = {fresh(product.out[0] + "/rows")};
-      reshape.shape = {rows, lhs.back()};
-      reshape.where = product.where;
-      x = reshape.out[0];
-      ops.push_back({reshape,
-                     {"the rows of " + product.in[0] + " for the collective matmul",
-                      FormatShape(reshape.shape) + " per device"}});
-      out = fresh(scatter.out[0] + "/2d");
-    }
+    if (fold) fold_rows(product, rows, lhs.back(), scatter.out[0], ops, x, out);
     OpSpec cm;
     cm.kind = OpKind::kMatmulReduceScatter;
     cm.name = product.name;
@@ -437,30 +438,19 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     cm.where = product.where;
     const std::string scatter_reason =
         partitioned.reasons.size() > s ? partitioned.reasons[s] : std::string();
-    std::string axes_text;
-    for (const std::string& a : scatter.axis_name) {
-      axes_text += (axes_text.empty() ? "" : ", ") + a;
-    }
     Shape result = made;
     result[static_cast<size_t>(d)] /= n;
     ops.push_back(
         {cm,
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(product.kind) +
-              " fused with the psum_scatter of its result " + "over " + axes_text +
+              " fused with the psum_scatter of its result over " + AxesText(scatter.axis_name) +
               (scatter_reason.empty() ? "" : "; " + scatter_reason),
           fold ? FormatShape(folded_dim == 0 ? Shape{rows / n, rhs[1]} : Shape{rows, rhs[1] / n}) +
                      " per device"
                : type}});
     if (fold) {
-      OpSpec reshape;
-      reshape.kind = OpKind::kReshape;
-      reshape.name = product.name + "/unrows";
-      reshape.key = product.key;
-      reshape.in = {out};
-      reshape.out = {scatter.out[0]};
-      reshape.shape = result;
-      reshape.where = product.where;
-      ops.push_back({reshape, {"the collective matmul's rows back", type}});
+      ops.push_back(Reshape(product, "/unrows", out, scatter.out[0], result,
+                            "the collective matmul's rows back", type));
     }
     drop[s] = 1;
     replace[c] = std::move(ops);

@@ -110,28 +110,38 @@ class Partitioner {
     }
   }
 
+  // The layout `spec` gives a value of global `shape`, checked to split it evenly; a SpecError at
+  // `key` otherwise.
+  ValueSharding Layout(const PartitionSpec& spec, const Shape& shape,
+                       const std::string& key) const {
+    try {
+      ValueSharding to = FromSpec(spec, static_cast<int>(shape.size()), axes_);
+      LocalShape(shape, to, axes_);
+      return to;
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(key, e.what());
+    }
+  }
+
+  // Rebinds `name` to its value with its partial sums summed (one reshard, `why`).
+  void SumPartials(const std::string& name, const std::string& why) {
+    const int id = current_.at(name);
+    Value reduced = values_[static_cast<size_t>(id)];
+    reduced.sharding = Reduced(reduced.sharding);
+    reduced.local = EmitReshard(id, reduced.sharding, why);
+    Define(name, std::move(reduced));
+  }
+
   // device_put: the value, summed first if it holds partial sums, moves as it is laid out to
   // the destination's sharding.
   void EmitDevicePut(const OpSpec& op) {
-    int id = current_.at(op.in[0]);
-    if (!values_[static_cast<size_t>(id)].sharding.partial.empty()) {
+    if (!values_[static_cast<size_t>(current_.at(op.in[0]))].sharding.partial.empty()) {
       const size_t first = result_.program.ops.size();
-      Value reduced = values_[static_cast<size_t>(id)];
-      reduced.sharding = Reduced(reduced.sharding);
-      reduced.local = EmitReshard(id, reduced.sharding,
-                                  op.in[0] + " holds partial sums: summed before device_put");
+      SumPartials(op.in[0], op.in[0] + " holds partial sums: summed before device_put");
       Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
-      Define(op.in[0], std::move(reduced));
-      id = current_.at(op.in[0]);
     }
-    const Value& v = values_[static_cast<size_t>(id)];
-    ValueSharding to;
-    try {
-      to = FromSpec(op.sharding, static_cast<int>(v.shape.size()), axes_);
-      LocalShape(v.shape, to, axes_);
-    } catch (const std::invalid_argument& e) {
-      throw SpecError(op.key + ".sharding", e.what());
-    }
+    const Value& v = values_[static_cast<size_t>(current_.at(op.in[0]))];
+    const ValueSharding to = Layout(op.sharding, v.shape, op.key + ".sharding");
     OpSpec put = op;
     put.in = {v.local};
     put.in_sharding = ToSpec(v.sharding, axes_);
@@ -448,13 +458,7 @@ class Partitioner {
     if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
       const int id = current_.at(op.in[0]);
       Value v = values_[static_cast<size_t>(id)];
-      ValueSharding to;
-      try {
-        to = FromSpec(op.sharding, static_cast<int>(v.shape.size()), axes_);
-        LocalShape(v.shape, to, axes_);
-      } catch (const std::invalid_argument& e) {
-        throw SpecError(op.key + ".sharding", e.what());
-      }
+      const ValueSharding to = Layout(op.sharding, v.shape, op.key + ".sharding");
       if (explicit_ && op.kind == OpKind::kShardingConstraint && !(Reduced(v.sharding) == to)) {
         throw SpecError(op.key, "sharding_constraint: " + op.in[0] + " is " +
                                     FormatType(v.dtype, v.shape, v.sharding, axes_) + ", not " +
@@ -489,15 +493,10 @@ class Partitioner {
     OpInfo& info = Info(op);
     const std::vector<int>& uses = info.uses;
     for (size_t i = 0; i < op.in.size(); ++i) {
-      const int id = current_.at(op.in[i]);
-      const Value& v = values_[static_cast<size_t>(id)];
+      const Value& v = values_[static_cast<size_t>(current_.at(op.in[i]))];
       if (v.sharding.partial.empty() || uses[i] < 2) continue;
-      Value reduced = v;
-      reduced.sharding = Reduced(v.sharding);
-      reduced.local = EmitReshard(id, reduced.sharding,
-                                  op.in[i] + " is read by " + std::to_string(uses[i]) +
-                                      " ops: its partial sums are summed once");
-      Define(op.in[i], std::move(reduced));
+      SumPartials(op.in[i], op.in[i] + " is read by " + std::to_string(uses[i]) +
+                                " ops: its partial sums are summed once");
     }
     std::vector<const Value*> in;
     std::vector<int> ids;
@@ -639,13 +638,7 @@ class Partitioner {
   void EmitOutput(const OutputSpec& o) {
     const int id = current_.at(o.name);
     const Value& v = values_[static_cast<size_t>(id)];
-    ValueSharding to;
-    try {
-      to = FromSpec(o.spec, static_cast<int>(v.shape.size()), axes_);
-      LocalShape(v.shape, to, axes_);
-    } catch (const std::invalid_argument& e) {
-      throw SpecError(o.key, e.what());
-    }
+    const ValueSharding to = Layout(o.spec, v.shape, o.key);
     if (v.sharding == to && v.local == o.name) return;
     if (v.sharding == to) {
       // Same layout under another local name: a free relabel to the output's name.

@@ -408,6 +408,19 @@ class TrainStepBuilder {
     params_.push_back({name, std::move(shape), spec, ""});
   }
 
+  // `in` converted to the narrower `dtype` as `out`, saturating (FP8 casts clamp to the
+  // format's range); `fused`: into the kernel that makes `in` (no time of its own).
+  std::string Cast(const std::string& in, const std::string& out, DType dtype, bool fused) {
+    OpSpec cast;
+    cast.kind = OpKind::kConvert;
+    cast.in = {in};
+    cast.out = {out};
+    cast.dtype = DTypeName(dtype);
+    cast.saturate = true;
+    cast.fused = fused;
+    return pb_.Add(std::move(cast));
+  }
+
   // x times linear weight `weight` by einsum `spec`: with quantized GEMMs (linear_dtype_), x is
   // converted to their type once and the product accumulated into the compute dtype. The
   // conversion is fused (free): TensorRT-LLM quantizes in the epilogue of the kernel that makes
@@ -421,28 +434,11 @@ class TrainStepBuilder {
       // own, as Transformer Engine casts the weights).
       const std::string copy = W(weight);
       auto [at, made] = quantized_.try_emplace(copy);
-      if (made) {
-        OpSpec cast;
-        cast.kind = OpKind::kConvert;
-        cast.in = {copy};
-        cast.out = {N(weight + "_q")};
-        cast.dtype = DTypeName(linear_dtype_);
-        cast.saturate = true;
-        at->second = pb_.Add(std::move(cast));
-      }
+      if (made) at->second = Cast(copy, N(weight + "_q"), linear_dtype_, /*fused=*/false);
       w = at->second;
     }
     auto [it, fresh] = quantized_.try_emplace(x);
-    if (fresh) {
-      OpSpec cast;
-      cast.kind = OpKind::kConvert;
-      cast.in = {x};
-      cast.out = {x + "_q"};
-      cast.dtype = DTypeName(linear_dtype_);
-      cast.fused = true;
-      cast.saturate = true;
-      it->second = pb_.Add(std::move(cast));
-    }
+    if (fresh) it->second = Cast(x, x + "_q", linear_dtype_, /*fused=*/true);
     OpSpec gemm;
     gemm.kind = OpKind::kEinsum;
     gemm.spec = spec;
@@ -537,14 +533,7 @@ class TrainStepBuilder {
           cache_out_.push_back(kv);
           continue;
         }
-        OpSpec cast;
-        cast.kind = OpKind::kConvert;
-        cast.in = {kv};
-        cast.out = {kv + "_cache"};
-        cast.dtype = DTypeName(kv_dtype_);
-        cast.saturate = true;
-        cast.fused = true;
-        cache_out_.push_back(pb_.Add(std::move(cast)));
+        cache_out_.push_back(Cast(kv, kv + "_cache", kv_dtype_, /*fused=*/true));
       }
     }
     if (kind_ == StepKind::kDecode) {

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--shape", show.shape, "Global shape, e.g. 1024x4096")->required();
   show_cmd->add_option("--spec", show.spec, "PartitionSpec, e.g. \"P('dp', None)\"")->required();
   show_cmd->add_option("--dtype", show.dtype,
-                       "f32, bf16, f16, i32, f8e4m3 or f8e5m2 (default f32)");
+                       shardsim::ShowShardingDTypeChoices() + " (default f32)");
   show_cmd->add_option("--hardware", show.hardware, "Place the mesh on a preset's devices");
   show_cmd->add_option("--hw-shape", show.hw_shape, "The preset's torus shape, e.g. 4x2");
 

@@ -162,8 +162,11 @@ namespace {}  // namespace
 // An element type a step may store its cache or run its GEMMs in: ReadDtype's and the 8-bit
 // floats.
 DType ReadStorageDtype(const YamlValue& value) {
-  return *ParseDType(value.OneOf({"f32", "bf16", "f16", "f8e4m3", "f8e5m2", "float32", "bfloat16",
-                                  "float8_e4m3fn", "float8_e5m2"}));
+  std::vector<std::string> floats;
+  for (const std::string& name : DTypeNames()) {
+    if (ParseDType(name) != DType::kI32) floats.push_back(name);
+  }
+  return *ParseDType(value.OneOf(floats));
 }
 
 // `train:` {global_batch, seq_len, microbatches, optimizer, dtype, param_dtype,

@@ -10,6 +10,7 @@
 #include "collectives/sharding.h"
 #include "sim/cli/flags.h"
 #include "sim/cli/run_file.h"
+#include "sim/closest_name.h"
 #include "topology/build.h"
 
 namespace shardsim {
@@ -20,12 +21,17 @@ constexpr int64_t kMaxShownDevices = int64_t{1} << 16;
 
 }  // namespace
 
+std::string ShowShardingDTypeChoices() {
+  std::vector<std::string> names;
+  for (DType d : kDTypes) names.emplace_back(DTypeName(d));
+  return JoinNamesOr(names);
+}
+
 void RunShowShardingCommand(const ShowShardingOptions& o) {
   std::vector<MeshAxis> axes = ParseMeshFlag("--mesh", o.mesh);
   Shape shape = ParseShapeFlag("--shape", o.shape);
   std::optional<DType> dtype = ParseDType(o.dtype);
-  if (!dtype)
-    throw InputError("--dtype " + o.dtype + ": expected f32, bf16, f16, i32, f8e4m3 or f8e5m2");
+  if (!dtype) throw InputError("--dtype " + o.dtype + ": expected " + ShowShardingDTypeChoices());
   PartitionSpec spec;
   try {
     spec = ParsePartitionSpec(o.spec);

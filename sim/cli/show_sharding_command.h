@@ -15,6 +15,9 @@ struct ShowShardingOptions {
   std::string hw_shape;       // --hw-shape 4x2 (with --hardware)
 };
 
+// The --dtype values, for usage text: "f32, bf16, ... or f8e5m2".
+std::string ShowShardingDTypeChoices();
+
 // Prints the global type (f32[1024@dp,4096]), the local block type (f32[256,4096]{dp}) and,
 // for 1D and 2D arrays, the grid of devices per block. Throws InputError for bad input.
 void RunShowShardingCommand(const ShowShardingOptions& options);

@@ -15,23 +15,12 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
-#include "topology/switch.h"
+#include "tests/collectives/switch_machine.h"
 
 namespace shardsim {
 namespace {
 
 PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
-
-// 450 GB/s per direction between each device and the switch, 500 ns a hop (2 hops a route):
-// a message of S bytes alone takes 1 us + S / 450 GB/s. Compute: 100 TFLOP/s, 2 TB/s HBM.
-Machine Switch(int n) {
-  DeviceSpec device;
-  device.flops["f32"] = FlopRate::PerSecond(100e12);
-  device.hbm_bandwidth = Bandwidth::GBps(2000);
-  device.hbm_capacity = Bytes::GiB(80);
-  return Machine(BuildSwitch(n, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
-                             device, "switch"));
-}
 
 TEST(MeshUnionTest, PositionsAxesAndGroupsStayInTheirMesh) {
   const Mesh u = Mesh::Union(
@@ -94,33 +83,62 @@ TEST(DevicePutPlanTest, ReplicasShareTheSending) {
   }
 }
 
+// An f32 input array `name` of `shape` on mesh `mesh`.
+ArraySpec OnMesh(const std::string& name, Shape shape, const std::string& mesh,
+                 PartitionSpec sharding = {}, InitSpec init = {}) {
+  ArraySpec a;
+  a.name = name;
+  a.shape = std::move(shape);
+  a.mesh = mesh;
+  a.sharding = std::move(sharding);
+  a.init = init;
+  return a;
+}
+
+// A shard_map body's device_put of `in` (laid out by `from`) to `out` on `mesh` by `to`.
+OpSpec Put(const std::string& in, const std::string& out, const std::string& mesh,
+           PartitionSpec from, PartitionSpec to) {
+  OpSpec put;
+  put.kind = OpKind::kDevicePut;
+  put.in = {in};
+  put.out = {out};
+  put.mesh = mesh;
+  put.sharding = std::move(to);
+  put.in_sharding = std::move(from);
+  return put;
+}
+
 // A manual program on meshes a and b moving x [1024, 1024] f32 from `from` on a to `to` on b.
 ProgramSpec PutProgram(PartitionSpec from, PartitionSpec to, InitSpec init = {}) {
   ProgramBuilder b({}, {}, ProgramMode::kManual);
   b.Meshes({MeshSpec{"a", {{"x", 4}}, {0, 1, 2, 3}}, MeshSpec{"b", {{"y", 4}}, {4, 5, 6, 7}}});
-  ArraySpec x;
-  x.name = "x";
-  x.shape = {1024, 1024};
-  x.init = init;
-  x.sharding = from;
-  x.mesh = "a";
-  b.Input(x);
-  OpSpec put;
-  put.kind = OpKind::kDevicePut;
-  put.in = {"x"};
-  put.out = {"y"};
-  put.mesh = "b";
-  put.sharding = to;
-  put.in_sharding = from;
-  b.Add(put);
+  b.Input(OnMesh("x", {1024, 1024}, "a", from, init));
+  b.Add(Put("x", "y", "b", from, to));
   b.Output("y", to);
   return std::move(b).Build();
+}
+
+// `p` run with real data on an 8-device switch: its outputs and inputs, and whether they pass
+// the numerics check against the reference (its largest error in `max_abs_error`).
+struct DataRun {
+  RunResult r;
+  NumericsReport check;
+};
+
+DataRun RunWithData(const ProgramSpec& p) {
+  const Machine machine = SwitchMachine(8);
+  const Mesh mesh = PlaceProgramMesh(machine, p);
+  RunConfig config;
+  config.numerics = true;
+  DataRun run{RunProgram(machine, mesh, p, config), {}};
+  run.check = CheckNumerics(run.r.outputs, mesh, p, "", &run.r.inputs);
+  return run;
 }
 
 // Closed forms on the switch (each device has its own 450 GB/s up- and downlink; 1 us of
 // latency a route). Tolerance: 2 ps (drains round up to whole picoseconds).
 TEST(DevicePutTimingTest, ClosedFormsOnASwitch) {
-  const Machine machine = Switch(8);
+  const Machine machine = SwitchMachine(8);
   const double block = 256.0 * 1024 * 4;  // A quarter of the rows: 1 MiB.
   RunConfig config;
   // Rows over x to rows over y: four disjoint 1 MiB messages at once, each alone on its links.
@@ -153,40 +171,26 @@ TEST(DevicePutTimingTest, ClosedFormsOnASwitch) {
 TEST(DevicePutNumericsTest, ValuesArriveWhereTheReferencePutsThem) {
   InitSpec init;
   init.kind = InitSpec::Kind::kArange;
-  const ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{}, {"y"}}), init);
-  const Machine machine = Switch(8);
-  const Mesh mesh = PlaceProgramMesh(machine, p);
-  RunConfig config;
-  config.numerics = true;
-  RunResult r = RunProgram(machine, mesh, p, config);
-  const Array& y = r.outputs.at("y");
+  const DataRun run = RunWithData(PutProgram(P({{"x"}, {}}), P({{}, {"y"}}), init));
+  const Array& y = run.r.outputs.at("y");
   ASSERT_EQ(y.shape(), (Shape{1024, 1024}));
   for (int64_t i : {int64_t{0}, int64_t{1023}, int64_t{513 * 1024 + 7}, int64_t{1024 * 1024 - 1}}) {
     EXPECT_EQ(y.at(i), static_cast<float>(i)) << i;
   }
-  NumericsReport check = CheckNumerics(r.outputs, mesh, p, "", &r.inputs);
-  EXPECT_TRUE(check.checked);
-  EXPECT_TRUE(check.passed);
-  EXPECT_EQ(check.max_abs_error, 0.0);
+  EXPECT_TRUE(run.check.checked);
+  EXPECT_TRUE(run.check.passed);
+  EXPECT_EQ(run.check.max_abs_error, 0.0);
 }
 
 // Programs on different meshes overlap: a psum on a and a matmul chain on b, independent and on
 // disjoint links, end together at the later of their ends alone.
 TEST(SeveralMeshesTest, IndependentProgramsOverlap) {
-  const Machine machine = Switch(8);
+  const Machine machine = SwitchMachine(8);
   auto program = [](bool on_a, bool on_b) {
     ProgramBuilder b({}, {}, ProgramMode::kManual);
     b.Meshes({MeshSpec{"a", {{"x", 4}}, {0, 1, 2, 3}}, MeshSpec{"b", {{"y", 4}}, {4, 5, 6, 7}}});
-    ArraySpec g;
-    g.name = "g";
-    g.shape = {4096, 1024};
-    g.mesh = "a";
-    b.Input(g);
-    ArraySpec w;
-    w.name = "w";
-    w.shape = {2048, 2048};
-    w.mesh = "b";
-    b.Input(w);
+    b.Input(OnMesh("g", {4096, 1024}, "a"));
+    b.Input(OnMesh("w", {2048, 2048}, "b"));
     if (on_a) {
       b.Reduce(OpKind::kPsum, "g", {"x"}, "s");
       b.Output("s", P({}));
@@ -212,43 +216,21 @@ TEST(SeveralMeshesTest, IndependentProgramsOverlap) {
 // Three meshes: a device_put from a to b while c runs a psum of its own; c's devices take no
 // part in the transfer (they would wait for it forever if they did), and the values arrive.
 TEST(SeveralMeshesTest, ThreeMeshesRunTheirOwnOps) {
-  const Machine machine = Switch(8);
   ProgramBuilder b({}, {}, ProgramMode::kManual);
   b.Meshes({MeshSpec{"a", {{"x", 2}}, {0, 1}}, MeshSpec{"b", {{"y", 2}}, {2, 3}},
             MeshSpec{"c", {{"z", 4}}, {4, 5, 6, 7}}});
   InitSpec arange;
   arange.kind = InitSpec::Kind::kArange;
-  ArraySpec x;
-  x.name = "x";
-  x.shape = {4, 2};
-  x.init = arange;
-  x.sharding = P({{"x"}, {}});
-  x.mesh = "a";
-  b.Input(x);
-  ArraySpec g = x;
-  g.name = "g";
-  g.sharding = P({});
-  g.mesh = "c";
-  b.Input(g);
-  OpSpec put;
-  put.kind = OpKind::kDevicePut;
-  put.in = {"x"};
-  put.out = {"y"};
-  put.mesh = "b";
-  put.sharding = P({{}, {"y"}});
-  put.in_sharding = P({{"x"}, {}});
-  b.Add(put);
+  b.Input(OnMesh("x", {4, 2}, "a", P({{"x"}, {}}), arange));
+  b.Input(OnMesh("g", {4, 2}, "c", P({}), arange));
+  b.Add(Put("x", "y", "b", P({{"x"}, {}}), P({{}, {"y"}})));
   b.Reduce(OpKind::kPsum, "g", {"z"}, "s");
   b.Output("y", P({{}, {"y"}}));
   b.Output("s", P({}));
-  const ProgramSpec p = std::move(b).Build();
-  const Mesh mesh = PlaceProgramMesh(machine, p);
-  RunConfig config;
-  config.numerics = true;
-  RunResult r = RunProgram(machine, mesh, p, config);
-  EXPECT_EQ(r.outputs.at("y").values(), (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(r.outputs.at("s").at(7), 4 * 7.0f);
-  EXPECT_TRUE(CheckNumerics(r.outputs, mesh, p, "", &r.inputs).passed);
+  const DataRun run = RunWithData(std::move(b).Build());
+  EXPECT_EQ(run.r.outputs.at("y").values(), (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(run.r.outputs.at("s").at(7), 4 * 7.0f);
+  EXPECT_TRUE(run.check.passed);
 }
 
 // A device_put reading a value its mesh made under `where:` on some devices only: the others
@@ -268,12 +250,8 @@ TEST(SeveralMeshesTest, AValueMadeOnSomeDevicesMovesAsZerosElsewhere) {
   p.ops.insert(p.ops.begin(), neg);
   p.ops[1].in = {"n"};
   p.ops[1].key = "program.1";
-  const Machine machine = Switch(8);
-  const Mesh mesh = PlaceProgramMesh(machine, p);
-  RunConfig config;
-  config.numerics = true;
-  RunResult r = RunProgram(machine, mesh, p, config);
-  const Array& y = r.outputs.at("y");
+  const DataRun run = RunWithData(p);
+  const Array& y = run.r.outputs.at("y");
   EXPECT_EQ(y.at(0), 0.0f);            // Rows 0-255: device 0 did not run neg.
   EXPECT_EQ(y.at(256 * 1024), -1.0f);  // Rows 256-511: device 1 did.
   EXPECT_EQ(y.at(512 * 1024), 0.0f);
@@ -297,20 +275,15 @@ TEST(SeveralMeshesTest, ANameBoundAgainOnAnotherMesh) {
   p.ops.push_back(twice);
   p.outputs = {OutputSpec{"x", P({{}, {"y"}}), "outputs.x"},
                OutputSpec{"z", P({{}, {"y"}}), "outputs.z"}};
-  const Machine machine = Switch(8);
-  const Mesh mesh = PlaceProgramMesh(machine, p);
-  RunConfig config;
-  config.numerics = true;
-  RunResult r = RunProgram(machine, mesh, p, config);
-  EXPECT_EQ(r.outputs.at("z").at(1025), 2 * 1025.0f);
-  const NumericsReport check = CheckNumerics(r.outputs, mesh, p, "", &r.inputs);
-  EXPECT_TRUE(check.passed);
-  EXPECT_EQ(check.max_abs_error, 0.0);
+  const DataRun run = RunWithData(p);
+  EXPECT_EQ(run.r.outputs.at("z").at(1025), 2 * 1025.0f);
+  EXPECT_TRUE(run.check.passed);
+  EXPECT_EQ(run.check.max_abs_error, 0.0);
 }
 
 // The lowering's refusals, each at its key.
 TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
-  const Machine machine = Switch(8);
+  const Machine machine = SwitchMachine(8);
   auto refusal = [&](const ProgramSpec& p) -> std::pair<std::string, std::string> {
     try {
       LowerProgram(PlaceProgramMesh(machine, p), p);
@@ -372,13 +345,10 @@ TEST(SeveralMeshesTest, LoweringRefusesOpsAcrossMeshes) {
 // its mesh: a psum on each of two meshes (disjoint links of the switch, nothing contends) takes
 // what the full simulation takes, device by device. A device_put it refuses by name.
 TEST(SeveralMeshesTest, TheCachedPathPricesEachMeshAndRefusesDevicePut) {
-  const Machine machine = Switch(8);
+  const Machine machine = SwitchMachine(8);
   ProgramSpec p = PutProgram(P({{"x"}, {}}), P({{"y"}, {}}));
-  p.arrays.push_back(p.arrays[0]);
-  p.arrays[1].name = "z";
-  p.arrays[1].mesh = "b";
-  p.arrays[1].sharding = P({});
-  p.arrays[1].shape = {256, 512};  // Half the bytes of x's blocks: a shorter psum.
+  // z: half the bytes of x's blocks, a shorter psum.
+  p.arrays.push_back(OnMesh("z", {256, 512}, "b"));
   auto psum = [](const std::string& in, const std::string& axis, const std::string& mesh,
                  int index) {
     OpSpec op;

@@ -13,7 +13,7 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
-#include "topology/switch.h"
+#include "tests/collectives/switch_machine.h"
 
 namespace shardsim {
 namespace {
@@ -72,17 +72,6 @@ RaggedCase DocstringCase() {
   return c;
 }
 
-// 450 GB/s per direction between each device and the switch, 500 ns a hop (2 hops a route).
-// The program has no compute op: the device's figures only have to exist.
-Machine Switch(int n) {
-  DeviceSpec device;
-  device.flops["f32"] = FlopRate::PerSecond(100e12);
-  device.hbm_bandwidth = Bandwidth::GBps(2000);
-  device.hbm_capacity = Bytes::GiB(80);
-  return Machine(BuildSwitch(n, Bandwidth::GBps(450), Time::Nanoseconds(500), LinkKind::kNvlink,
-                             device, "switch"));
-}
-
 std::vector<float> Flat(const Array& a) {
   std::vector<float> v;
   for (int64_t i = 0; i < a.size(); ++i) v.push_back(a.at(i));
@@ -91,7 +80,7 @@ std::vector<float> Flat(const Array& a) {
 
 TEST(RaggedAllToAllTest, DocstringExampleThroughTheReference) {
   ProgramSpec program = RaggedProgram(DocstringCase());
-  Machine machine = Switch(2);
+  Machine machine = SwitchMachine(2);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   std::map<std::string, Array> ref = ReferenceOutputs(mesh, program, "");
   // JAX: axis index 0 -> [1, 3, 0, 0], axis index 1 -> [2, 2, 4, 0].
@@ -100,7 +89,7 @@ TEST(RaggedAllToAllTest, DocstringExampleThroughTheReference) {
 
 TEST(RaggedAllToAllTest, DocstringExampleThroughTheTransfers) {
   ProgramSpec program = RaggedProgram(DocstringCase());
-  Machine machine = Switch(2);
+  Machine machine = SwitchMachine(2);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunConfig config;
   config.numerics = true;
@@ -136,7 +125,7 @@ TEST(RaggedAllToAllTest, SeveralSlicesPerPeerMatchTheReference) {
   }
   ProgramSpec program = RaggedProgram(c);
   program.arrays[1].init.kind = InitSpec::Kind::kOnes;
-  Machine machine = Switch(4);
+  Machine machine = SwitchMachine(4);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunConfig config;
   config.numerics = true;
@@ -172,7 +161,7 @@ TEST(RaggedAllToAllTest, MessagesHaveTheSizesTheIndexDataGives) {
   c.recv_sizes[2 * 4 + 0] = 100;
   c.recv_sizes[2 * 4 + 1] = 50;
   ProgramSpec program = RaggedProgram(c);
-  Machine machine = Switch(4);
+  Machine machine = SwitchMachine(4);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunConfig config;
   config.numerics = true;
@@ -202,7 +191,7 @@ TEST(RaggedAllToAllTest, TimingOnlyRunsAssumeBalancedRouting) {
   b.Input("a", {4 * 4096, 256}, DType::kF32, P({{"x"}}));  // 4 blocks of 1024 rows each.
   b.Output(b.AllToAll("a", {"x"}, 0, 0, /*tiled=*/true), P({{"x"}}));
   ProgramSpec plain = std::move(b).Build();
-  Machine machine = Switch(4);
+  Machine machine = SwitchMachine(4);
   Mesh mesh = PlaceMesh(machine, ragged.mesh_axes);
   RunConfig network;
   RunConfig cached;
@@ -215,7 +204,7 @@ TEST(RaggedAllToAllTest, TimingOnlyRunsAssumeBalancedRouting) {
 // The refusals, each naming the op's key.
 std::string Refusal(const RaggedCase& c, bool numerics) {
   ProgramSpec program = RaggedProgram(c);
-  Machine machine = Switch(c.n);
+  Machine machine = SwitchMachine(c.n);
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   RunConfig config;
   config.numerics = numerics;

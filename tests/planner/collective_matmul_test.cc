@@ -208,48 +208,49 @@ TEST(CollectiveMatmulTest, OverlapShortensTheStep) {
   EXPECT_LT(t_fused, t_blocking);
 }
 
+// `global` on a TPU v5e 4x1 partitioned three ways: collective matmuls off, bidirectional, and
+// auto (timing each pair both ways); how many auto fused, and each program's simulated time.
+struct ModeTimes {
+  int auto_fused = 0;
+  Time blocking, loop, automatic;
+};
+
+ModeTimes TimeModes(const ProgramSpec& global) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
+  Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+  PartitionResult automatic = PartitionOnMachine(global, machine, mesh);
+  ModeTimes t;
+  t.auto_fused =
+      FuseCollectiveMatmuls(automatic, mesh, CollectiveMatmulMode::kAuto, &machine, &cache);
+  t.blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
+  t.loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
+  t.automatic = RunProgram(machine, mesh, automatic.program, {}).end;
+  return t;
+}
+
 // auto times each pair both ways on the machine: the 32 MiB weight above (transfer-bound) goes
 // into the loop, whose step is then the bidirectional one's; a tiny product, where the loop's
 // n partial products and shifts each pay their fixed costs, stays blocking.
 TEST(CollectiveMatmulTest, AutoKeepsTheFasterWay) {
-  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
-  NetworkCollectiveModel network(machine);
-  CachedCollectiveModel cache(network);
   for (int64_t size : {4096, 64}) {
     SCOPED_TRACE(size);
-    const ProgramSpec global = SquareFsdpMatmul(size);
-    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-    Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
-    Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
-    PartitionResult automatic = PartitionOnMachine(global, machine, mesh);
-    const int fused =
-        FuseCollectiveMatmuls(automatic, mesh, CollectiveMatmulMode::kAuto, &machine, &cache);
-    const Time t_blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
-    const Time t_loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
-    const Time t_auto = RunProgram(machine, mesh, automatic.program, {}).end;
-    EXPECT_EQ(fused, size == 4096 ? 1 : 0);
-    EXPECT_EQ(t_auto, std::min(t_blocking, t_loop));
+    const ModeTimes t = TimeModes(SquareFsdpMatmul(size));
+    EXPECT_EQ(t.auto_fused, size == 4096 ? 1 : 0);
+    EXPECT_EQ(t.automatic, std::min(t.blocking, t.loop));
   }
 }
 
 // Auto on a reduce-scatter keeps whichever of blocking and the loop runs faster, as for gathers:
 // the program it leaves takes the smaller of the two times.
 TEST(CollectiveMatmulTest, AutoKeepsTheFasterReduceScatter) {
-  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
-  NetworkCollectiveModel network(machine);
-  CachedCollectiveModel cache(network);
   for (int64_t rows : {4096, 16}) {
     SCOPED_TRACE(rows);
-    const ProgramSpec global = RowParallelMatmul({rows, 1024}, 0);
-    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-    Fused blocking = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kOff);
-    Fused loop = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
-    PartitionResult automatic = PartitionOnMachine(global, machine, mesh);
-    FuseCollectiveMatmuls(automatic, mesh, CollectiveMatmulMode::kAuto, &machine, &cache);
-    const Time t_blocking = RunProgram(machine, mesh, blocking.partitioned.program, {}).end;
-    const Time t_loop = RunProgram(machine, mesh, loop.partitioned.program, {}).end;
-    const Time t_auto = RunProgram(machine, mesh, automatic.program, {}).end;
-    EXPECT_EQ(t_auto, std::min(t_blocking, t_loop));
+    const ModeTimes t = TimeModes(RowParallelMatmul({rows, 1024}, 0));
+    EXPECT_EQ(t.automatic, std::min(t.blocking, t.loop));
   }
 }
 

@@ -112,9 +112,10 @@ TEST(ServeRunTest, Fp8StoresLinearWeightsAndTheCacheInOneByte) {
   EXPECT_EQ(converted, 2 * 6);
 }
 
-// An FP8 step computes what the unsharded FP8 step computes (activations quantized to f8e4m3
-// before each linear layer, products accumulated into f32).
-TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) {
+// Prefill and decode of a 2-layer d 64 model on 8 sequences of 16 (f32 compute, the cache and
+// the linear layers' GEMMs in `narrow`), partitioned with data x tensor parallelism (grouped kv
+// heads over tensor), compute what the unsharded steps compute.
+void ExpectServeStepsMatch(DType narrow) {
   TransformerConfig m = Small();
   m.layers = 2;
   m.d_model = 64;
@@ -127,33 +128,18 @@ TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) {
   s.decode_len = 4;
   s.context = 16;
   s.dtype = DType::kF32;
-  s.kv_dtype = s.matmul_dtype = DType::kF8E4M3;
+  s.kv_dtype = s.matmul_dtype = narrow;
   const StepPlan plan = TensorParallel();
   const LogicalRules rules(plan.rules, plan.mesh);
   ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kPrefill, plan.mesh, rules));
   ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kDecode, plan.mesh, rules));
 }
 
-// Prefill and decode, partitioned with data x tensor parallelism (grouped kv heads over
-// tensor), compute what the unsharded steps compute.
-TEST(ServeRunTest, StepsMatchTheUnshardedOnes) {
-  TransformerConfig m = Small();
-  m.layers = 2;
-  m.d_model = 64;
-  m.head_dim = 8;
-  m.d_ff = 128;
-  m.vocab = 128;
-  ServeConfig s;
-  s.batch = 8;
-  s.prompt_len = 16;
-  s.decode_len = 4;
-  s.context = 16;
-  s.dtype = s.kv_dtype = DType::kF32;
-  const StepPlan plan = TensorParallel();
-  const LogicalRules rules(plan.rules, plan.mesh);
-  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kPrefill, plan.mesh, rules));
-  ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kDecode, plan.mesh, rules));
-}
+// An FP8 step computes what the unsharded FP8 step computes (activations quantized to f8e4m3
+// before each linear layer, products accumulated into f32).
+TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType::kF8E4M3); }
+
+TEST(ServeRunTest, StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType::kF32); }
 
 }  // namespace
 }  // namespace shardsim::planner

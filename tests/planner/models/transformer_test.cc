@@ -304,14 +304,11 @@ TEST(MoeStepTest, CapacityIsTheEvenShareTimesTheFactor) {
   EXPECT_EQ(ExpertCapacity(FindModelPreset("mixtral-8x7b")->config, 4096), 1280);
 }
 
-// Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
-// its block, so each one's FSDP all-gather moves bf16 blocks: embed [128, 64/8], w_gate/w_up
-// [64/8, 128], w_down [128, 64/8], unembed [64/8, 128]: 2 KiB each; wq/wk/wv/wo an eighth of
-// 64 x 64: 1 KiB; the three norms 64/8: 16 B (f32 would be twice each).
-TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
+// A one-layer step of `train` (f32 parameters, bf16 compute) under FSDP 8: every parameter
+// stays f32, and the step's all-gathers include one of each of `parameters` bytes.
+void ExpectFsdpGathers(TrainConfig train, const std::vector<int64_t>& parameters) {
   TransformerConfig m = SmallModel();
   m.layers = 1;
-  TrainConfig train;
   train.dtype = DType::kBF16;
   train.param_dtype = DType::kF32;
   const std::vector<MeshAxis> mesh = {{"fsdp", 8}};
@@ -326,8 +323,6 @@ TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
   for (const Inserted& c : Collectives(global, Partition(global))) {
     if (c.kind == OpKind::kAllGather) gathers.push_back(c.bytes);
   }
-  const std::vector<int64_t> parameters = {2048, 2048, 2048, 2048, 2048, 1024,
-                                           1024, 1024, 1024, 16,   16,   16};
   for (int64_t bytes : parameters) {
     const auto it = std::find(gathers.begin(), gathers.end(), bytes);
     ASSERT_NE(it, gathers.end()) << "no all_gather of " << bytes << " B";
@@ -335,36 +330,23 @@ TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
   }
 }
 
+// Mixed precision (f32 parameters, bf16 compute) under FSDP 8: each parameter is converted on
+// its block, so each one's FSDP all-gather moves bf16 blocks: embed [128, 64/8], w_gate/w_up
+// [64/8, 128], w_down [128, 64/8], unembed [64/8, 128]: 2 KiB each; wq/wk/wv/wo an eighth of
+// 64 x 64: 1 KiB; the three norms 64/8: 16 B (f32 would be twice each).
+TEST(TransformerTest, MixedPrecisionGathersBf16Copies) {
+  ExpectFsdpGathers(TrainConfig{},
+                    {2048, 2048, 2048, 2048, 2048, 1024, 1024, 1024, 1024, 16, 16, 16});
+}
+
 // FP8 training (matmul_dtype f8e4m3) under FSDP 8: the linear layers' bf16 copies are cast to
 // f8e4m3 on their blocks before the gathers, which move 1 B an element: w_gate/w_up/w_down
 // 1 KiB, wq/wk/wv/wo 512 B; the embedding and unembedding (not linear layers) still 2 KiB of
 // bf16, the norms 16 B. The parameters stay f32.
 TEST(TransformerTest, Fp8TrainingGathersFp8Blocks) {
-  TransformerConfig m = SmallModel();
-  m.layers = 1;
   TrainConfig train;
-  train.dtype = DType::kBF16;
-  train.param_dtype = DType::kF32;
   train.matmul_dtype = DType::kF8E4M3;
-  const std::vector<MeshAxis> mesh = {{"fsdp", 8}};
-  const ProgramSpec global = BuildTrainStep(
-      m, train, mesh, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, mesh));
-  for (const ArraySpec& a : global.arrays) {
-    if (a.dtype != DType::kI32) {
-      EXPECT_EQ(a.dtype, DType::kF32) << a.name;
-    }
-  }
-  std::vector<int64_t> gathers;
-  for (const Inserted& c : Collectives(global, Partition(global))) {
-    if (c.kind == OpKind::kAllGather) gathers.push_back(c.bytes);
-  }
-  const std::vector<int64_t> parameters = {2048, 2048, 1024, 1024, 1024, 512,
-                                           512,  512,  512,  16,   16,   16};
-  for (int64_t bytes : parameters) {
-    const auto it = std::find(gathers.begin(), gathers.end(), bytes);
-    ASSERT_NE(it, gathers.end()) << "no all_gather of " << bytes << " B";
-    gathers.erase(it);
-  }
+  ExpectFsdpGathers(train, {2048, 2048, 1024, 1024, 1024, 512, 512, 512, 512, 16, 16, 16});
 }
 
 // An FP8 training step (f32 compute, f8e4m3 GEMMs, f8e5m2 cotangents in the backward GEMMs),
