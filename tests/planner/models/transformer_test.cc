@@ -90,6 +90,18 @@ struct Variant {
   bool tied_embeddings = false;
 };
 
+// FSDP 4 x TP 2 with MaxText's rules: the batch and embed over fsdp, heads, kv heads and mlp
+// over tp.
+std::vector<MeshAxis> FsdpTpMesh() { return {{"fsdp", 4}, {"tp", 2}}; }
+LogicalRules FsdpTpRules() {
+  return LogicalRules({{"batch", {"fsdp"}},
+                       {"embed", {"fsdp"}},
+                       {"heads", {"tp"}},
+                       {"kv_heads", {"tp"}},
+                       {"mlp", {"tp"}}},
+                      FsdpTpMesh());
+}
+
 class StepVariantTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
@@ -104,13 +116,8 @@ TEST_P(StepVariantTest, ShardedStepMatchesTheUnshardedOne) {
   train.optimizer = v.optimizer;
   train.microbatches = v.microbatches;
   train.batch = 8 * v.microbatches;  // Each microbatch still splits over fsdp.
-  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
-  const LogicalRules rules({{"batch", {"fsdp"}},
-                            {"embed", {"fsdp"}},
-                            {"heads", {"tp"}},
-                            {"kv_heads", {"tp"}},
-                            {"mlp", {"tp"}}},
-                           mesh);
+  const std::vector<MeshAxis> mesh = FsdpTpMesh();
+  const LogicalRules rules = FsdpTpRules();
   ExpectNumericsPass(BuildTrainStep(m, train, mesh, rules));
 }
 
@@ -357,13 +364,8 @@ TEST(TransformerTest, Fp8StepMatchesTheUnshardedOne) {
   TrainConfig train;
   train.optimizer = Optimizer::kSgd;
   train.matmul_dtype = DType::kF8E4M3;
-  const std::vector<MeshAxis> mesh = {{"fsdp", 4}, {"tp", 2}};
-  const LogicalRules rules({{"batch", {"fsdp"}},
-                            {"embed", {"fsdp"}},
-                            {"heads", {"tp"}},
-                            {"kv_heads", {"tp"}},
-                            {"mlp", {"tp"}}},
-                           mesh);
+  const std::vector<MeshAxis> mesh = FsdpTpMesh();
+  const LogicalRules rules = FsdpTpRules();
   const ProgramSpec global = BuildTrainStep(m, train, mesh, rules);
   int fp8_gemms = 0, to_e4m3 = 0, to_e5m2 = 0;
   for (const OpSpec& op : ExpandGrads(global).ops) {
