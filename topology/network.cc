@@ -260,6 +260,7 @@ void Network::SettleLazy(LinkId link) {
   sim_.Cancel(flow.drain_event);
   flow.remaining -= flow.rate * static_cast<double>(now - flow.updated_ps);
   flow.updated_ps = now;
+  flow.event_ps = flow.drain_ps;
   flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
 }
 
@@ -346,9 +347,15 @@ void Network::SetRate(int32_t f, double rate) {
   flow.updated_ps = now;
   flow.rate = rate;
   if (flow.drain_event) {
-    // A rate change that leaves the rounded drain time as it was keeps its event: cancelled
-    // events stay in the heap until their time, so needless reschedules pile up.
-    if (DrainTime(flow) == flow.drain_ps) return;
+    // A drain that moves later keeps its event, which re-arms itself when it fires (Drain):
+    // cancelled events stay in the heap until their time, so under contention, where every
+    // rebalance moves many drains, cancelling piles them up (tens of thousands in a 512-chip
+    // ring pass). Only a drain that moves before the pending event needs a new one.
+    const int64_t drain = DrainTime(flow);
+    if (drain >= flow.event_ps) {
+      flow.drain_ps = drain;
+      return;
+    }
     sim_.Cancel(flow.drain_event);
   }
   ScheduleDrain(f);
@@ -370,12 +377,18 @@ int64_t Network::DrainTime(const Flow& flow) const {
 void Network::ScheduleDrain(int32_t f) {
   Flow& flow = flows_[f];
   flow.drain_ps = DrainTime(flow);
+  flow.event_ps = flow.drain_ps;
   flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
 }
 
 void Network::Drain(int32_t f) {
   Flow& flow = flows_[f];
   Time now = sim_.Now();
+  if (flow.drain_ps > now.picoseconds()) {  // The drain moved later (SetRate): re-arm.
+    flow.event_ps = flow.drain_ps;
+    flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
+    return;
+  }
   flow.drain_event = EventId{};
   ReleaseLinks(f);
   if (sim_.tracing()) {

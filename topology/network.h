@@ -119,7 +119,8 @@ class Network {
     double total = 0;        // Bytes of the whole transfer.
     double remaining = 0;    // Bytes still to leave the source.
     int64_t updated_ps = 0;  // When `remaining` was last brought up to date.
-    int64_t drain_ps = 0;    // Lazy flows: when the last byte leaves.
+    int64_t drain_ps = 0;    // When the last byte leaves (at the current rate).
+    int64_t event_ps = 0;    // When drain_event fires: at or before drain_ps.
     Time latency;
     bool lazy = false;         // Alone since admission: one event drains and delivers it.
     bool active = false;       // Holds its links.

@@ -162,6 +162,20 @@ TEST(NetworkTest, LateArrivalSlowsTheTransferInFlight) {
   ExpectNear(h.delivered[1], 4 * half);
 }
 
+TEST(NetworkTest, ADrainMovedLaterAndBackLandsOnTheClosedForm) {
+  // A (4S) starts alone at full B, due at 4S/B. B (S) joins at S/B: A's drain moves later (to
+  // 7S/B), so its pending event at 4S/B is kept and re-arms when it fires. B drains at
+  // S/B + 2S/B = 3S/B; A, with 2S left at full B, then drains at 5S/B: still after the kept
+  // event, which fires at 4S/B and re-arms for 5S/B. Exact up to picosecond rounding.
+  Harness h(Line(2, kBw, Time()));
+  const double unit = kS / 45e9;
+  h.Start(0, 1, kSize * 4);
+  h.Start(0, 1, kSize, Time::FromSeconds(unit));
+  h.sim.Run();
+  EXPECT_NEAR(h.delivered[0].seconds(), 5 * unit, 1e-9 * unit);
+  EXPECT_NEAR(h.delivered[1].seconds(), 3 * unit, 1e-9 * unit);
+}
+
 TEST(NetworkTest, ZeroBytesAndSelfTransfersCompleteImmediately) {
   Harness h(Line(2, kBw, kLat));
   h.Start(0, 1, Bytes(0));
