@@ -215,10 +215,14 @@ struct OpSpec {
   std::string mesh;
   // sharding_constraint, reshard: the sharding asked for; device_put: the destination's.
   PartitionSpec sharding;
-  PartitionSpec in_sharding;     // device_put in a shard_map body: the input's layout on its mesh.
-  std::string of;                // grad: the scalar value differentiated.
-  std::vector<std::string> wrt;  // grad: the values it is differentiated with respect to.
-  std::optional<double> fill_value;           // full_like: the value of every element.
+  PartitionSpec in_sharding;  // device_put in a shard_map body: the input's layout on its mesh.
+  // device_put that reverse mode made (global programs): lands on the mesh of this value, laid
+  // out as it is (JAX's transpose of device_put returns the cotangent to its primal's layout);
+  // `sharding` and `mesh` then stay empty and the partitioner fills them.
+  std::string like;
+  std::string of;                    // grad: the scalar value differentiated.
+  std::vector<std::string> wrt;      // grad: the values it is differentiated with respect to.
+  std::optional<double> fill_value;  // full_like: the value of every element.
   std::vector<int64_t> broadcast_dimensions;  // broadcast_in_dim: output dim of each input dim.
   int64_t low = 0;                            // pad: zeros before, along `axis`.
   int64_t high = 0;                           // pad: zeros after, along `axis`.

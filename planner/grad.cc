@@ -366,6 +366,14 @@ std::vector<std::string> ShardingRule(const RuleArgs& r) {
   return {r.e.Op(r.op.kind, {r.cts[0]}, r.Base(0), std::move(op))};
 }
 
+// device_put: the cotangent goes back to the primal's mesh and layout (JAX's transpose of
+// device_put), moved as real transfers like the forward's.
+std::vector<std::string> DevicePutRule(const RuleArgs& r) {
+  OpSpec op;
+  op.like = r.op.in[0];
+  return {r.e.Op(OpKind::kDevicePut, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
 // full_like: its value does not depend on its input's.
 std::vector<std::string> ConstantRule(const RuleArgs& r) { return {""}; }
 
@@ -671,6 +679,7 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kEinsum, EinsumRule},
       {OpKind::kShardingConstraint, ShardingRule},
       {OpKind::kReshard, ShardingRule},
+      {OpKind::kDevicePut, DevicePutRule},
       {OpKind::kFullLike, ConstantRule},
       {OpKind::kBroadcastInDim, BroadcastInDimRule},
       {OpKind::kSum, SumRule},

@@ -90,6 +90,7 @@ class Partitioner {
   std::string MeshOf(const OpSpec& op) {
     if (global_.meshes.empty()) return "";
     std::string mesh = op.mesh;
+    if (mesh.empty() && !op.like.empty()) mesh = mesh_of_[op.like];  // Made by grad.
     if (mesh.empty() && !op.in.empty()) mesh = mesh_of_[op.in[0]];
     if (op.kind == OpKind::kDevicePut) return mesh;
     for (const std::string& name : op.in) {
@@ -141,10 +142,19 @@ class Partitioner {
       Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
     }
     const Value& v = values_[static_cast<size_t>(current_.at(op.in[0]))];
-    const ValueSharding to = Layout(op.sharding, v.shape, op.key + ".sharding");
+    // One grad made lands as its primal is laid out (never partial: a partial value is summed
+    // before it leaves its mesh).
+    const ValueSharding to =
+        op.like.empty() ? Layout(op.sharding, v.shape, op.key + ".sharding")
+                        : Reduced(values_[static_cast<size_t>(current_.at(op.like))].sharding);
     OpSpec put = op;
     put.in = {v.local};
     put.in_sharding = ToSpec(v.sharding, axes_);
+    if (!op.like.empty()) {
+      put.sharding = ToSpec(to, axes_);
+      put.mesh = mesh_of_[op.like];
+      put.like.clear();
+    }
     result_.program.ops.push_back(std::move(put));
     result_.reasons.push_back("");
     result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));

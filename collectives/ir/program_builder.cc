@@ -96,9 +96,10 @@ std::string ProgramBuilder::Add(OpSpec op) {
       }
     }
   }
-  // With several meshes an op runs where its first input lives unless it says.
+  // With several meshes an op runs where its first input lives unless it says (a device_put
+  // reverse mode made: where the value it is `like` lives).
   if (!program_.meshes.empty() && op.mesh.empty() && !op.in.empty()) {
-    op.mesh = mesh_of_[op.in[0]];
+    op.mesh = mesh_of_[op.like.empty() ? op.in[0] : op.like];
   }
   // Outputs: as many fresh names as the op makes when none are given.
   if (op.out.empty()) {
@@ -106,9 +107,11 @@ std::string ProgramBuilder::Add(OpSpec op) {
   }
   wrong = CheckOutputCount(op);
   if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
-  for (const std::string& name : op.out) {
-    defined_.insert(name);
-    mesh_of_[name] = op.mesh;
+  for (size_t i = 0; i < op.out.size(); ++i) {
+    defined_.insert(op.out[i]);
+    // A gradient lives where its parameter does.
+    const bool gradient = op.kind == OpKind::kGrad && i < op.wrt.size();
+    mesh_of_[op.out[i]] = gradient ? mesh_of_[op.wrt[i]] : op.mesh;
   }
   if (op.name.empty())
     op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];

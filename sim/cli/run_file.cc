@@ -1096,18 +1096,12 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   }
 
   if (device_put) CheckDevicePut(map, op, mode, meshes, flow);
-  if (op.kind == OpKind::kGrad && !meshes.empty()) {
-    for (const std::string& name : op.wrt) {
-      if (flow.mesh_of.at(name) != op.mesh) {
-        map.Find("wrt")->Fail("'" + name + "' lives on mesh '" + flow.mesh_of.at(name) + "' but '" +
-                              op.of + "' on mesh '" + op.mesh +
-                              "'; grad does not differentiate across meshes");
-      }
-    }
-  }
-  for (const std::string& name : op.out) {
-    flow.Add(name);
-    if (!meshes.empty()) flow.mesh_of[name] = op.mesh;
+  for (size_t i = 0; i < op.out.size(); ++i) {
+    flow.Add(op.out[i]);
+    // A gradient lives where its parameter does (reverse mode returns cotangents through
+    // device_put to their primals' meshes).
+    const bool gradient = op.kind == OpKind::kGrad && i < op.wrt.size();
+    if (!meshes.empty()) flow.mesh_of[op.out[i]] = gradient ? flow.mesh_of.at(op.wrt[i]) : op.mesh;
   }
   return op;
 }

@@ -197,6 +197,12 @@ std::map<std::string, Example> Examples() {
          {"all_gather", {"dp"}, 64 * 512 * kF32},
          {"all_gather", {"dp"}, 64 * 256 * kF32}},
         {}}},
+      // Layer 1 [256, 512] x [512, 1024@tp] on mesh a, layer 2 [1024, 64] and the loss on
+      // mesh b over dp. Both device_puts (the activations forward, their cotangent back to
+      // P(None, 'tp') on a) are written or made by grad, not inserted; on b, the loss (4 B) and
+      // w2's update ([1024, 64] f32, partial over dp) are psummed over dp; a needs nothing: the
+      // cotangent lands column-split, as w1's gradient is.
+      {"two_mesh_pipeline", {{{"psum", {"dp"}, 1024 * 64 * kF32}, {"psum", {"dp"}, 4}}, {}}},
       {"ragged_dot_tp_grad",
        {{{"psum", {"tp"}, 8 * 32 * kF32}, {"all_gather", {"tp"}, 2 * 8 * 32 * kF32}}, {}}},
       // einsum('bd,df->bf') with In [2048@X, 4096@Y], W [4096@Y, 1024]: local products of

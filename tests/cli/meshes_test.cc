@@ -156,15 +156,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "{axes: {x: 8}}}\narrays:\n  t: {shape: [8, 4]}\nprogram:\n  - {op: neg, in: t, "
                 "out: y}\noutputs: {y: \"P()\"}\n",
                 "F:3:1: give mesh: (one mesh) or meshes: (several), not both (key meshes)"},
-        BadCase{"GradAcrossMeshes",
+        // A gradient lives on its parameter's mesh: gw on b has no axis x (gt, on a, has).
+        BadCase{"GradientOnItsParametersMesh",
                 "hardware: {preset: tpu-v5e, shape: [4, 2]}\nmode: auto\nmeshes:\n  a: {axes: "
                 "{x: 4}}\n  b: {axes: {y: 4}}\narrays:\n  t: {shape: [8, 4], mesh: a}\n  w: "
                 "{shape: [8, 4], mesh: b}\nprogram:\n  - {op: device_put, in: t, out: u, "
                 "sharding: \"P()\", mesh: b}\n  - {op: mul, in: [u, w], out: z}\n  - {op: sum, "
                 "in: z, out: l}\n  - {op: grad, of: l, wrt: [w, t], out: [gw, gt]}\noutputs: "
-                "{gw: \"P()\"}\n",
-                "F:13:28: 't' lives on mesh 'a' but 'l' on mesh 'b'; grad does not differentiate "
-                "across meshes (key program.3.wrt)"}),
+                "{gt: \"P('x', None)\", gw: \"P('x', None)\"}\n",
+                "F:14:35: 'x' is not a mesh axis (mesh axes: y) (key outputs.gw)"}),
     [](const testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace shardsim::planner {
 namespace {
 
 // Every value of a global program (grad ops expanded first), evaluated op by op on whole
-// arrays; the sharding ops pass their input on.
+// arrays; the sharding ops and device_put pass their input on.
 std::map<std::string, Array> Evaluate(const ProgramSpec& program) {
   const ProgramSpec expanded = ExpandGrads(program);
   std::map<std::string, Array> env;
@@ -30,7 +30,8 @@ std::map<std::string, Array> Evaluate(const ProgramSpec& program) {
     std::vector<const Array*> in;
     for (const std::string& name : op.in) in.push_back(&env.at(name));
     std::vector<Array> out;
-    if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
+    if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard ||
+        op.kind == OpKind::kDevicePut) {
       out.push_back(*in.at(0));
     } else {
       out = ApplyLocalOp(op, in, kOnePosition, 0);
@@ -703,6 +704,55 @@ TEST(GradStructureTest, RebindingsAreRenamedApart) {
     EXPECT_NEAR(v.at("dx").at(i), 2 * x2 * v.at("r").at(i), 1e-5);
     EXPECT_NEAR(v.at("h").at(i), x2 * x2, 1e-5);
   }
+}
+
+// Through a device_put between two meshes the cotangent goes back by a device_put of its own,
+// `like` the primal (its mesh and layout, which the partitioner reads); rebuilt, it runs on the
+// primal's mesh and the gradient lives on its parameter's. Values pass through unchanged (the
+// loss sum(w * r) on mesh b of w moved from a: its gradient is r, exactly).
+TEST(GradStructureTest, DevicePutSendsTheCotangentBackToThePrimalsMesh) {
+  ProgramBuilder b({}, {}, ProgramMode::kAuto);
+  b.Meshes({MeshSpec{"a", {{"x", 2}}, {0, 1}}, MeshSpec{"b", {{"y", 2}}, {2, 3}}});
+  auto input = [&](const std::string& name, const std::string& mesh, std::vector<float> v) {
+    ArraySpec a;
+    a.name = name;
+    a.shape = {4};
+    a.mesh = mesh;
+    a.init.kind = InitSpec::Kind::kValue;
+    a.init.values = std::move(v);
+    b.Input(std::move(a));
+  };
+  input("w", "a", {1, 2, 3, 4});
+  input("r", "b", {0.5, -1, 2, 0.25});
+  OpSpec put;
+  put.kind = OpKind::kDevicePut;
+  put.in = {"w"};
+  put.out = {"w_b"};
+  put.mesh = "b";
+  b.Add(put);
+  OpSpec loss;
+  loss.kind = OpKind::kEinsum;
+  loss.in = {"w_b", "r"};
+  loss.spec = "i,i->";
+  loss.out = {"loss"};
+  b.Add(loss);
+  b.Grad("loss", {"w"}, {"dw"});
+  const ProgramSpec expanded = ExpandGrads(b.program());
+  const auto back = std::find_if(expanded.ops.begin(), expanded.ops.end(), [](const OpSpec& op) {
+    return op.kind == OpKind::kDevicePut && !op.like.empty();
+  });
+  ASSERT_NE(back, expanded.ops.end());
+  EXPECT_EQ(back->like, "w");
+  ProgramBuilder again({}, {}, ProgramMode::kAuto);
+  again.Meshes(expanded.meshes);
+  for (const ArraySpec& a : expanded.arrays) again.Input(a);
+  for (const OpSpec& op : expanded.ops) again.Add(op);
+  for (const OpSpec& op : again.program().ops) {
+    if (op.kind == OpKind::kDevicePut && !op.like.empty()) EXPECT_EQ(op.mesh, "a");
+    if (std::find(op.out.begin(), op.out.end(), "dw") != op.out.end()) EXPECT_EQ(op.mesh, "a");
+  }
+  const std::map<std::string, Array> values = Evaluate(b.program());
+  EXPECT_EQ(values.at("dw").values(), values.at("r").values());
 }
 
 TEST(GradStructureTest, ProgramsWithoutGradComeBackUnchanged) {
