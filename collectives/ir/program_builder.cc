@@ -107,11 +107,15 @@ std::string ProgramBuilder::Add(OpSpec op) {
   }
   wrong = CheckOutputCount(op);
   if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
+  // A gradient lives where its parameter does (every parameter's mesh read before any output,
+  // which may reuse a parameter's name, is bound).
+  std::vector<std::string> out_mesh(op.out.size(), op.mesh);
+  for (size_t i = 0; i < op.out.size() && i < op.wrt.size(); ++i) {
+    if (op.kind == OpKind::kGrad) out_mesh[i] = mesh_of_[op.wrt[i]];
+  }
   for (size_t i = 0; i < op.out.size(); ++i) {
     defined_.insert(op.out[i]);
-    // A gradient lives where its parameter does.
-    const bool gradient = op.kind == OpKind::kGrad && i < op.wrt.size();
-    mesh_of_[op.out[i]] = gradient ? mesh_of_[op.wrt[i]] : op.mesh;
+    mesh_of_[op.out[i]] = out_mesh[i];
   }
   if (op.name.empty())
     op.name = op_names_.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];

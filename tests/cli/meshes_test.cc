@@ -77,6 +77,19 @@ TEST(MeshesFileTest, LoadsMeshesAndEachOpsMesh) {
   EXPECT_EQ(p.ops[1].mesh, "train");  // From its inputs.
 }
 
+// Gradients whose names swap their parameters': each lives on its own parameter's mesh (every
+// parameter's mesh is read before the outputs rebind the names), so gw2, named w1, takes b's dp.
+TEST(MeshesFileTest, GradientsNamedAsOtherParametersLiveOnTheirOwnParametersMesh) {
+  EXPECT_EQ(Error("hardware: {preset: tpu-v5e, shape: [4, 2]}\nmode: auto\nmeshes:\n  a: {axes: "
+                  "{x: 4}}\n  b: {axes: {y: 4}}\narrays:\n  w1: {shape: [8, 4], mesh: a}\n  w2: "
+                  "{shape: [8, 4], mesh: b}\nprogram:\n  - {op: device_put, in: w1, out: u, "
+                  "sharding: \"P()\", mesh: b}\n  - {op: mul, in: [u, w2], out: z}\n  - {op: sum, "
+                  "in: z, out: l}\n  - {op: grad, of: l, wrt: [w1, w2], out: [w2, w1]}\n  - {op: "
+                  "add, in: [w1, w1], out: v}\noutputs: {w1: \"P('y', None)\", w2: \"P('x', "
+                  "None)\", v: \"P()\"}\n"),
+            "");
+}
+
 struct BadCase {
   const char* name;
   std::string text;

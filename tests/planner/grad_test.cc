@@ -748,8 +748,12 @@ TEST(GradStructureTest, DevicePutSendsTheCotangentBackToThePrimalsMesh) {
   for (const ArraySpec& a : expanded.arrays) again.Input(a);
   for (const OpSpec& op : expanded.ops) again.Add(op);
   for (const OpSpec& op : again.program().ops) {
-    if (op.kind == OpKind::kDevicePut && !op.like.empty()) EXPECT_EQ(op.mesh, "a");
-    if (std::find(op.out.begin(), op.out.end(), "dw") != op.out.end()) EXPECT_EQ(op.mesh, "a");
+    if (op.kind == OpKind::kDevicePut && !op.like.empty()) {
+      EXPECT_EQ(op.mesh, "a");
+    }
+    if (std::find(op.out.begin(), op.out.end(), "dw") != op.out.end()) {
+      EXPECT_EQ(op.mesh, "a");
+    }
   }
   const std::map<std::string, Array> values = Evaluate(b.program());
   EXPECT_EQ(values.at("dw").values(), values.at("r").values());
