@@ -69,7 +69,10 @@ namespace {
 //   matmul/einsum with K products per output: sum_k (a + da)(b + db) - ab has K terms of
 //     size <= e_a |b| + e_b |a| + e_a e_b: worst case K (e_a M_b + e_b M_a + e_a e_b); with
 //     independent signs the rms is sqrt(K) (rms_a R_b + rms_b R_a + rms_a rms_b), so
-//     max = min(worst case, kSigmas rms); plus the rounding term.
+//     max = min(worst case, kSigmas rms); when that is not zero, the float32 accumulation
+//     of the K products runs on different values on the two sides, so its roundings differ
+//     too: rms u32 K R_a R_b (as a collective matmul's), kSigmas times it in max; plus the
+//     rounding term.
 //   The array ops of nn_ops.h compute in double and round once, so the same rounding term
 //   covers them; what each passes on (x's error e_x, n the terms or the axis length):
 //   sum of n terms as a matmul of length n: max min(n e_x, kSigmas sqrt(n) rms_x), rms
@@ -604,8 +607,18 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
     case OpKind::kCustomCall:
       return Error{};  // Zeros on both sides.
     case OpKind::kMatmul:
-    case OpKind::kEinsum:
-      return Rounded(MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k), dtype, out);
+    case OpKind::kEinsum: {
+      Error m = MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k);
+      // With inexact inputs both sides accumulate the K products in float32 on different
+      // values, so the accumulations' roundings differ too: as a collective matmul's, rms
+      // u32 K R_a R_b (partial sums up to sqrt(K) R_a R_b, K of them).
+      if (!m.exact() && dtype != DType::kI32) {
+        const double acc_rms = kU32 * k * sa.rms * in[1]->stats.rms;
+        m.max += kSigmas * acc_rms;
+        m.rms = Rss(m.rms, acc_rms);
+      }
+      return Rounded(m, dtype, out);
+    }
     default:
       return e;
   }
