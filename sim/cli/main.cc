@@ -51,7 +51,7 @@ int InternalError(const std::string& message) {
 // system makes later arrays fault them in again (scaling_book_lhs with numerics under
 // jemalloc's defaults: 70% more page faults, 10% slower). For `run`, freed memory is kept for
 // reuse. Not for `plan`: its worker threads' arenas then grow without bound (the pod search
-// passed 24 GB), while jemalloc's defaults keep it at 3.5 GB.
+// passed 24 GB), while jemalloc's defaults keep it at 3.4 GB.
 void KeepFreedMemory() {
 #ifdef SHARDSIM_HAVE_JEMALLOC
   // Arenas made from now on, and every existing one (MALLCTL_ARENAS_ALL).
