@@ -260,8 +260,7 @@ void Network::SettleLazy(LinkId link) {
   sim_.Cancel(flow.drain_event);
   flow.remaining -= flow.rate * static_cast<double>(now - flow.updated_ps);
   flow.updated_ps = now;
-  flow.event_ps = flow.drain_ps;
-  flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
+  ArmDrain(f);
 }
 
 void Network::ReleaseLinks(int32_t f) {
@@ -377,6 +376,11 @@ int64_t Network::DrainTime(const Flow& flow) const {
 void Network::ScheduleDrain(int32_t f) {
   Flow& flow = flows_[f];
   flow.drain_ps = DrainTime(flow);
+  ArmDrain(f);
+}
+
+void Network::ArmDrain(int32_t f) {
+  Flow& flow = flows_[f];
   flow.event_ps = flow.drain_ps;
   flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
 }
@@ -385,8 +389,7 @@ void Network::Drain(int32_t f) {
   Flow& flow = flows_[f];
   Time now = sim_.Now();
   if (flow.drain_ps > now.picoseconds()) {  // The drain moved later (SetRate): re-arm.
-    flow.event_ps = flow.drain_ps;
-    flow.drain_event = sim_.ScheduleAt(Time::Picoseconds(flow.drain_ps), [this, f] { Drain(f); });
+    ArmDrain(f);
     return;
   }
   flow.drain_event = EventId{};

@@ -198,6 +198,8 @@ class Network {
   void FillUpdate(LinkId link);
   void SetRate(int32_t f, double rate);
   void ScheduleDrain(int32_t f);
+  // Schedules flow f's drain event at its drain_ps (ScheduleDrain, SettleLazy, a re-arm).
+  void ArmDrain(int32_t f);
   // When a flow's last byte leaves at its current rate; throws std::overflow_error beyond the
   // range of Time.
   int64_t DrainTime(const Flow& flow) const;

@@ -7,6 +7,17 @@
 
 namespace shardsim {
 
+std::vector<std::string> OutputMeshes(const OpSpec& op,
+                                      const std::map<std::string, std::string>& mesh_of) {
+  std::vector<std::string> meshes(op.out.size(), op.mesh);
+  if (op.kind != OpKind::kGrad) return meshes;
+  for (size_t i = 0; i < op.out.size() && i < op.wrt.size(); ++i) {
+    const auto it = mesh_of.find(op.wrt[i]);
+    if (it != mesh_of.end()) meshes[i] = it->second;
+  }
+  return meshes;
+}
+
 ProgramBuilder::ProgramBuilder(std::vector<MeshAxis> axes, std::vector<int> devices,
                                ProgramMode mode) {
   program_.mode = mode;
@@ -107,12 +118,7 @@ std::string ProgramBuilder::Add(OpSpec op) {
   }
   wrong = CheckOutputCount(op);
   if (!wrong.empty()) throw SpecError(op.key + ".out", wrong);
-  // A gradient lives where its parameter does (every parameter's mesh read before any output,
-  // which may reuse a parameter's name, is bound).
-  std::vector<std::string> out_mesh(op.out.size(), op.mesh);
-  for (size_t i = 0; i < op.out.size() && i < op.wrt.size(); ++i) {
-    if (op.kind == OpKind::kGrad) out_mesh[i] = mesh_of_[op.wrt[i]];
-  }
+  const std::vector<std::string> out_mesh = OutputMeshes(op, mesh_of_);
   for (size_t i = 0; i < op.out.size(); ++i) {
     defined_.insert(op.out[i]);
     mesh_of_[op.out[i]] = out_mesh[i];

@@ -13,6 +13,13 @@
 
 namespace shardsim {
 
+// With several meshes, the mesh each output of `op` lives on, given each defined value's mesh
+// (`mesh_of`): the op's own, except that a grad's gradients live on their parameters' meshes
+// (reverse mode returns cotangents through device_put to their primals' meshes). Every
+// parameter's mesh is read before any output, which may reuse a parameter's name, is bound.
+std::vector<std::string> OutputMeshes(const OpSpec& op,
+                                      const std::map<std::string, std::string>& mesh_of);
+
 // Appends arrays, ops and outputs to a program, checking each against the op registry (arity,
 // attributes as CheckAttrs does, output count) and the names defined so far. Errors are SpecErrors
 // keyed like run files

@@ -1096,13 +1096,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   }
 
   if (device_put) CheckDevicePut(map, op, mode, meshes, flow);
-  // A gradient lives where its parameter does (reverse mode returns cotangents through
-  // device_put to their primals' meshes); read every parameter's mesh before any output, which
-  // may reuse a parameter's name, is bound.
-  std::vector<std::string> out_mesh(op.out.size(), op.mesh);
-  for (size_t i = 0; i < op.out.size() && !meshes.empty(); ++i) {
-    if (op.kind == OpKind::kGrad && i < op.wrt.size()) out_mesh[i] = flow.mesh_of.at(op.wrt[i]);
-  }
+  const std::vector<std::string> out_mesh = OutputMeshes(op, flow.mesh_of);
   for (size_t i = 0; i < op.out.size(); ++i) {
     flow.Add(op.out[i]);
     if (!meshes.empty()) flow.mesh_of[op.out[i]] = out_mesh[i];
