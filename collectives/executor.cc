@@ -93,6 +93,9 @@ Array CollectiveOutput(const OpSpec& op, const Array& in, std::vector<float> fla
 // Trace tracks of the executor on each device process; the network's start at 1.
 constexpr int32_t kComputeTid = 0;
 constexpr int32_t kCollectiveTid = 1 << 29;
+constexpr int32_t kHostTid = (1 << 29) - 1;  // Host copies (both directions).
+// A host copy's direction: 0 to host memory, 1 back to the device.
+int HostDirection(const LoweredOp& op) { return op.spec.kind == OpKind::kMoveToHost ? 0 : 1; }
 
 }  // namespace
 
@@ -127,15 +130,20 @@ struct Executor::SharedRun {
 };
 
 struct Executor::Device {
-  std::vector<Array> values;     // By value id; numerics only.
-  std::vector<char> ready;       // By value id.
-  std::vector<int32_t> pending;  // By value id: readers that have not finished.
-  std::vector<char> absent;      // By value id: never made here (its op runs elsewhere).
-  std::vector<char> taken;       // By value id: its buffer became an elementwise op's output.
-  size_t compute_pc = 0;         // Next entry of compute_ops_.
-  size_t comm_pc = 0;            // Next entry of comm_ops_.
-  bool busy = false;             // The compute stream runs an op.
-  int in_flight = 0;             // Collectives issued and not finished.
+  std::vector<Array> values;           // By value id; numerics only.
+  std::vector<char> ready;             // By value id.
+  std::vector<int32_t> pending;        // By value id: readers that have not finished.
+  std::vector<char> absent;            // By value id: never made here (its op runs elsewhere).
+  std::vector<char> taken;             // By value id: its buffer became an elementwise op's output.
+  size_t compute_pc = 0;               // Next entry of compute_ops_.
+  size_t comm_pc = 0;                  // Next entry of comm_ops_.
+  bool busy = false;                   // The compute stream runs an op.
+  int in_flight = 0;                   // Collectives issued and not finished.
+  size_t host_pc[2] = {0, 0};          // Next entry of host_ops_, per direction.
+  bool host_busy[2] = {false, false};  // The DMA queue of that direction copies.
+  int64_t host_live = 0;               // Bytes in host memory.
+  int64_t host_peak = 0;               // Most bytes in host memory at once.
+  std::vector<std::pair<Time, Time>> host_spans;  // Copies, in order of their end.
   bool finished = false;
   int64_t live = 0;                  // Bytes of live buffers.
   int64_t peak = 0;                  // Most bytes live at once.
@@ -181,7 +189,9 @@ void Executor::Start() {
   readers_.assign(num_values, 0);
   held_.assign(num_values, 0);
   value_bytes_.resize(num_values);
-  for (size_t v = 0; v < num_values; ++v) value_bytes_[v] = lp.values[v].bytes().count();
+  for (size_t v = 0; v < num_values; ++v) {
+    value_bytes_[v] = lp.in_host[v] ? 0 : lp.values[v].bytes().count();
+  }
   for (const LoweredOp& op : lp.ops) {
     for (size_t k = 0; k < op.in_values.size(); ++k) {
       int v = op.in_values[k];
@@ -284,12 +294,25 @@ void Executor::Start() {
   layout_of_op_.assign(lp.ops.size(), nullptr);
   phase_of_op_.assign(lp.ops.size(), 0);
   comm_class_of_op_.assign(lp.ops.size(), -1);
+  compute_before_.assign(lp.ops.size(), 0);
   const std::vector<size_t>& marks = config_.memory_phases;
   std::map<std::string, int> class_ids;  // "psum over tensor" -> its index in comm_classes_.
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
     phase_of_op_[i] = static_cast<size_t>(std::upper_bound(marks.begin(), marks.end(), op.source) -
                                           marks.begin());
+    compute_before_[i] = compute_ops_.size();
+    if (op.def->stream == OpStream::kHostTransfer) {
+      if (config_.host_bandwidth.bytes_per_second() <= 0) {
+        throw SpecError(op.spec.key, std::string(op.def->name) +
+                                         ": the hardware gives no host link bandwidth (set "
+                                         "hardware.device.host_bandwidth)");
+      }
+      host_ops_[HostDirection(op)].push_back(i);
+      const Bytes bytes = lp.values[op.in_values[0]].bytes();
+      op_duration_[i] = config_.host_bandwidth.TransferTime(bytes);
+      continue;
+    }
     if (!op.collective) {
       compute_ops_.push_back(i);
       if (config_.compute_model && op.def->stream == OpStream::kCompute && !op.spec.fused) {
@@ -508,6 +531,9 @@ void Executor::DeclareTracks() {
     int32_t pid = network_.ProcessOf(network_.topology().device_vertex(mesh_.device(p)));
     sim_.DeclareThread(pid, kComputeTid, "compute", -2);
     sim_.DeclareThread(pid, kCollectiveTid, "collectives", -1);
+    if (!host_ops_[0].empty() || !host_ops_[1].empty()) {
+      sim_.DeclareThread(pid, kHostTid, "host copies", 0);
+    }
   }
 }
 
@@ -632,6 +658,18 @@ void Executor::Try(int position) {
         ++d.comm_pc;
       }
     }
+    // Each DMA queue copies in program order, one copy at a time, each once the compute
+    // stream has reached it and its input is ready.
+    for (int dir = 0; dir < 2; ++dir) {
+      const std::vector<size_t>& queue = host_ops_[dir];
+      size_t& pc = d.host_pc[dir];
+      while (pc < queue.size() && !RunsHere(position, lp.ops[queue[pc]])) ++pc;
+      if (!d.host_busy[dir] && pc < queue.size() && d.compute_pc >= compute_before_[queue[pc]] &&
+          Ready(position, lp.ops[queue[pc]])) {
+        StartHostCopy(position, dir, queue[pc++]);
+        progress = true;
+      }
+    }
     // The compute stream runs local ops in program order, one at a time.
     if (!d.busy && d.compute_pc < compute_ops_.size() &&
         Ready(position, lp.ops[compute_ops_[d.compute_pc]])) {
@@ -644,7 +682,8 @@ void Executor::Try(int position) {
     }
   }
   if (!d.finished && !d.busy && d.in_flight == 0 && d.compute_pc == compute_ops_.size() &&
-      d.comm_pc == comm_ops_.size()) {
+      d.comm_pc == comm_ops_.size() && !d.host_busy[0] && !d.host_busy[1] &&
+      d.host_pc[0] == host_ops_[0].size() && d.host_pc[1] == host_ops_[1].size()) {
     d.finished = true;
     ++finished_positions_;
     end_ = std::max(end_, sim_.Now());
@@ -711,6 +750,50 @@ void Executor::FinishCompute(int position, size_t op_index, Time started) {
     }
   }
   Record(op_index, started, now);
+}
+
+void Executor::StartHostCopy(int position, int dir, size_t op_index) {
+  Device& d = devices_[position];
+  const LoweredOp& op = lowered_->ops[op_index];
+  Allocate(position, op_index);  // move_to_device's result in HBM; a host value takes none.
+  if (dir == 0) {
+    d.host_live += lowered_->values[op.out_values[0]].bytes().count();
+    d.host_peak = std::max(d.host_peak, d.host_live);
+  }
+  if (config_.numerics) d.values[op.out_values[0]] = d.values[op.in_values[0]];
+  d.host_busy[dir] = true;
+  const Time started = sim_.Now();
+  sim_.Schedule(op_duration_[op_index], [this, position, dir, op_index, started] {
+    Device& dev = devices_[position];
+    const LoweredOp& copy = lowered_->ops[op_index];
+    dev.host_busy[dir] = false;
+    dev.ready[copy.out_values[0]] = 1;
+    // The host copy a move_to_device read is freed with its last reader.
+    if (dir == 1 && dev.pending[copy.in_values[0]] == 1 && !held_[copy.in_values[0]]) {
+      dev.host_live -= lowered_->values[copy.in_values[0]].bytes().count();
+    }
+    Release(position, copy);
+    // A host copy no op reads here dies at once, as Release frees such outputs.
+    if (dir == 0 && dev.pending[copy.out_values[0]] == 0 && !held_[copy.out_values[0]]) {
+      dev.host_live -= lowered_->values[copy.out_values[0]].bytes().count();
+    }
+    const Time now = sim_.Now();
+    dev.host_spans.push_back({started, now});
+    if (sim_.tracing() && now > started) {
+      SliceRecord slice;
+      slice.pid = network_.ProcessOf(
+          network_.topology().device_vertex(mesh_.device(agent_position_[position])));
+      slice.tid = kHostTid;
+      slice.name = copy.spec.name;
+      slice.category = "host";
+      slice.start = started;
+      slice.end = now;
+      slice.args = {{"op", copy.def->name}};
+      sim_.ReportSlice(slice);
+    }
+    Record(op_index, started, now);
+    Wake(position);
+  });
 }
 
 void Executor::Arrive(int position, size_t op_index) {
@@ -1173,6 +1256,10 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     t.idle = end_ - busy;
     t.peak_memory = Bytes(d.peak);
     t.peak_op = d.peak_op;
+    std::vector<std::pair<Time, Time>> host = d.host_spans;
+    std::sort(host.begin(), host.end());
+    t.host_transfer = CoveredTimeOfSorted(host);
+    t.host_peak = Bytes(d.host_peak);
     for (int64_t p : d.phase_peak) t.phase_peaks.push_back(Bytes(p));
     for (int64_t p : d.phase_entry) t.phase_entry_live.push_back(Bytes(std::max<int64_t>(p, 0)));
     const std::vector<Time> exposed = ExposedByClass(d.compute_spans, d.comm_spans, by_start,

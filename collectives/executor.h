@@ -55,6 +55,9 @@ struct ExecutorConfig {
   // arguments (donate_argnums: a training step's parameters and optimizer state, which its
   // updated outputs replace). Others stay live to the end.
   std::set<std::string> donated_inputs;
+  // Each device's link to its host's memory, one way (move_to_host and move_to_device copy
+  // at this rate; zero: the hardware gives none, and a program moving data refuses to run).
+  Bandwidth host_bandwidth;
 };
 
 // When one op of the program ran, over all devices.
@@ -91,13 +94,18 @@ struct DeviceTiming {
   // exposed_comm by collective, keyed "psum over tensor" (the op's name over its mesh axes):
   // each stretch of exposed communication split evenly among the collectives in flight then.
   std::map<std::string, Time> exposed_by_collective;
+  Time host_transfer;  // Copying between HBM and host memory (union over both directions).
+  Bytes host_peak;     // Most bytes held in host memory at once (move_to_host's values).
 };
 
 // Runs a program on every mesh position, event by event. Each device has a compute stream
 // and communication engines: local ops run on the stream in program order, each starting when
 // the stream is free and its inputs are ready; collectives are issued in program order as soon
 // as their input is ready, up to max_collectives_in_flight at once (XLA's async collectives),
-// and a collective's transfers start once every member of its group issued it. Data
+// and a collective's transfers start once every member of its group issued it. Copies between
+// HBM and host memory (move_to_host, move_to_device) run on a DMA queue per direction, one at
+// a time, each issued at its place in program order (once the compute stream has started the
+// local ops before it) and its input ready, as XLA's copy-start is scheduled. Data
 // dependencies are exact: an op waits for the values it reads, not for everything before it,
 // so a ppermute and an independent matmul overlap.
 // Memory follows XLA's buffer lifetimes: an op's outputs are allocated when it starts (a
@@ -172,6 +180,8 @@ class Executor {
   void FreeValue(int position, int value);
   void StartCompute(int position, size_t op_index);
   void FinishCompute(int position, size_t op_index, Time started);
+  // Runs host copy `op_index` on `position`'s DMA queue of direction `dir` (0: to host).
+  void StartHostCopy(int position, int dir, size_t op_index);
   void Arrive(int position, size_t op_index);
   void LaunchGroup(size_t op_index, int group);
   void MemberDone(size_t op_index, int group, int member);
@@ -202,6 +212,11 @@ class Executor {
   bool draining_ = false;
   std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
   std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.
+  // Lowered host copies, in order: [0] to host, [1] to device.
+  std::vector<size_t> host_ops_[2];
+  // Per lowered op: how many entries of compute_ops_ come before it in program order (a host
+  // copy issues once the compute stream has started that many).
+  std::vector<size_t> compute_before_;
   std::vector<Device> devices_;
   std::vector<OpTiming> op_timings_;
   std::vector<bool> op_started_;

@@ -70,6 +70,11 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
       return One(Array::FromValues(
           *dtype, op.shape, std::vector<float>(static_cast<size_t>(NumElements(op.shape)), 0.0f)));
     }
+    case OpKind::kMoveToHost:
+    case OpKind::kMoveToDevice:
+      // A copy into the other memory: the same values.
+      need(1);
+      return One(*inputs[0]);
     case OpKind::kShardingConstraint:
     case OpKind::kReshard:
       // On whole arrays (the reference of a global program) a layout change is the identity.

@@ -29,6 +29,7 @@ class Lowerer {
       if (axis == part_axis_) part = index;
     }
     out_.value_part.push_back(part);
+    out_.in_host.push_back(0);
     value_where_.push_back(std::move(where));
     current_[name] = id;
     return id;
@@ -73,6 +74,27 @@ class Lowerer {
     }
   }
 
+  // Host memory holds data only: move_to_host takes a value in HBM, move_to_device one in host
+  // memory, and every other op reads values in HBM (JAX computes on device memory).
+  void CheckMemoryKinds(const OpSpec& op, const LoweredOp& lowered) const {
+    for (size_t k = 0; k < lowered.in_values.size(); ++k) {
+      const bool host = out_.in_host[lowered.in_values[k]];
+      const std::string& name = op.in[k];
+      if (op.kind == OpKind::kMoveToDevice && !host) {
+        throw SpecError(op.key + ".in", "move_to_device: '" + name +
+                                            "' is in device memory already (move_to_host "
+                                            "puts a value in host memory)");
+      }
+      if (op.kind != OpKind::kMoveToDevice && host) {
+        throw SpecError(op.key + ".in",
+                        std::string(Op(op.kind).name) + ": '" + name + "' is in host memory" +
+                            (op.kind == OpKind::kMoveToHost
+                                 ? " already"
+                                 : "; ops read device memory (move_to_device it first)"));
+      }
+    }
+  }
+
   // Checks one primitive op on the current shapes and appends it.
   void Append(OpSpec op, size_t source) {
     LoweredOp lowered;
@@ -85,6 +107,7 @@ class Lowerer {
     }
     const OpDef& def = Op(op.kind);
     lowered.def = &def;
+    CheckMemoryKinds(op, lowered);
     const int part = ResolvePart(op, lowered);
     // An op runs on its mesh's positions only: where kMeshPartAxis is its mesh's index.
     if (part >= 0 && op.kind != OpKind::kDevicePut) lowered.where.push_back({part_axis_, part});
@@ -164,6 +187,7 @@ class Lowerer {
     }
     for (size_t k = 0; k < results.size() && k < op.out.size(); ++k) {
       lowered.out_values.push_back(Define(op.out[k], std::move(results[k]), lowered.where));
+      out_.in_host.back() = op.kind == OpKind::kMoveToHost;
     }
     lowered.spec = std::move(op);
     lowered.source = source;

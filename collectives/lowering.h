@@ -56,6 +56,8 @@ struct LoweredProgram {
   bool has_where = false;                           // Some op runs on a subset of the positions.
   // Per value id: the mesh (part of the union Mesh) it lives on; -1 on a single mesh.
   std::vector<int> value_part;
+  // Per value id: whether it lives in host memory (made by move_to_host), taking no HBM.
+  std::vector<char> in_host;
 };
 
 // Whether op `op` runs at mesh position `coords` (the position's coordinates).

@@ -158,6 +158,12 @@ enum class OpKind {
   // point-to-point transfers (collectives/device_put.h). Global programs write only `sharding`
   // and `mesh`; the partitioner fills in_sharding.
   kDevicePut,
+  // Host offload (jax.device_put to memory_kind "pinned_host" and back; XLA's MoveToHost and
+  // MoveToDevice): each device copies its block between its HBM and its host's memory over
+  // the host link, on a DMA queue of that direction beside the compute stream. The value and
+  // its layout are unchanged; a value in host memory takes no HBM.
+  kMoveToHost,
+  kMoveToDevice,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).

@@ -374,6 +374,10 @@ std::vector<std::string> DevicePutRule(const RuleArgs& r) {
   return {r.e.Op(OpKind::kDevicePut, {r.cts[0]}, r.Base(0), std::move(op))};
 }
 
+// move_to_host, move_to_device: the value is unchanged, so the cotangent passes through; it
+// stays in device memory, where the backward ops that make and read it run.
+std::vector<std::string> MoveRule(const RuleArgs& r) { return {r.cts[0]}; }
+
 // full_like: its value does not depend on its input's.
 std::vector<std::string> ConstantRule(const RuleArgs& r) { return {""}; }
 
@@ -680,6 +684,8 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kShardingConstraint, ShardingRule},
       {OpKind::kReshard, ShardingRule},
       {OpKind::kDevicePut, DevicePutRule},
+      {OpKind::kMoveToHost, MoveRule},
+      {OpKind::kMoveToDevice, MoveRule},
       {OpKind::kFullLike, ConstantRule},
       {OpKind::kBroadcastInDim, BroadcastInDimRule},
       {OpKind::kSum, SumRule},

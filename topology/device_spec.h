@@ -25,6 +25,9 @@ struct DeviceSpec {
   // GPUs: communication kernels take SMs, so compute that overlaps communication runs this
   // fraction slower (0.1 = 10% longer). TPUs move data with DMA engines: 0.
   double comm_compute_slowdown = 0.0;
+  // The link between the device and its host's memory, one way (host offload's copies; zero:
+  // not known).
+  Bandwidth host_bandwidth;
 };
 
 }  // namespace shardsim

@@ -102,6 +102,14 @@ DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override
     }
     device.comm_compute_slowdown = x;
   }
+  if (override_spec.host_bandwidth) {
+    if (!(override_spec.host_bandwidth->bytes_per_second() > 0)) {
+      throw SpecError("hardware.device.host_bandwidth",
+                      "host link bandwidth must be positive, got " +
+                          FormatBandwidth(*override_spec.host_bandwidth));
+    }
+    device.host_bandwidth = *override_spec.host_bandwidth;
+  }
   return device;
 }
 

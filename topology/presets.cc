@@ -161,6 +161,11 @@ constexpr ComputeDefaults kTpuDefaults{0.85, 0.9, Time::Microseconds(1), 0.0};
 //   132/116 = 1.14), plus some HBM bandwidth taken by the copies; 0.1 = 10% longer.
 constexpr ComputeDefaults kGpuDefaults{0.8, 0.9, Time::Microseconds(2), 0.1};
 
+// hardware.md, TPU chips: "PCIe host link about 1.6e10 B/s" (taken as each direction's, per
+// chip). hardware.md gives no GPU host link: GPU presets leave it unset (host offload then
+// asks for hardware.device.host_bandwidth).
+constexpr double kTpuHostLinkBytesPerSecond = 1.6e10;
+
 // Sets `d`'s efficiency factors, overhead and slowdown from `defaults`.
 void SetComputeDefaults(DeviceSpec& d, const ComputeDefaults& defaults) {
   d.matmul_efficiency = defaults.matmul_efficiency;
@@ -179,6 +184,7 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(1.2e12), Gigabytes(32));
     d.flops["int8"] = FlopRate::PerSecond(2.75e14);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
+    d.host_bandwidth = Bandwidth::BytesPerSecond(kTpuHostLinkBytesPerSecond);
     out.push_back({"tpu-v4",
                    {4, 4, 4},
                    WrapRule::kFullCubes,
@@ -194,6 +200,7 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(8.2e11), Gigabytes(16));
     d.flops["int8"] = FlopRate::PerSecond(3.94e14);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
+    d.host_bandwidth = Bandwidth::BytesPerSecond(kTpuHostLinkBytesPerSecond);
     // hardware.md, TPU chips: "DCN: ... 3.125e9 (v5e)" B/s per chip.
     out.push_back({"tpu-v5e",
                    {4, 4},
@@ -210,6 +217,7 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(2.8e12), Gigabytes(96));
     d.flops["int8"] = FlopRate::PerSecond(9.18e14);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
+    d.host_bandwidth = Bandwidth::BytesPerSecond(kTpuHostLinkBytesPerSecond);
     // hardware.md, TPU chips: "DCN: 6.25e9 B/s per chip (v5p)".
     out.push_back({"tpu-v5p",
                    {4, 4, 4},
@@ -226,6 +234,7 @@ std::vector<TpuPreset> TpuPresets() {
                         Bandwidth::BytesPerSecond(1.6e12), Gigabytes(32));
     d.flops["int8"] = FlopRate::PerSecond(1.84e15);
     SetComputeDefaults(d, kTpuDefaults);  // Efficiencies, overhead, slowdown: see above.
+    d.host_bandwidth = Bandwidth::BytesPerSecond(kTpuHostLinkBytesPerSecond);
     // hardware.md, TPU chips: "DCN: ... 1.25e10 (v6e)" B/s per chip.
     out.push_back({"tpu-v6e",
                    {4, 4},

@@ -27,6 +27,7 @@ struct DeviceOverride {
   std::optional<double> memory_efficiency;      // hardware.device.memory_efficiency, in (0, 1]
   std::optional<Time> op_overhead;              // hardware.device.op_overhead, >= 0
   std::optional<double> comm_compute_slowdown;  // hardware.device.comm_compute_slowdown, >= 0
+  std::optional<Bandwidth> host_bandwidth;      // hardware.device.host_bandwidth, > 0
 };
 
 // Overrides of one protocol's figures (`hardware.comm.protocols.<LL|LL128|Simple>`).

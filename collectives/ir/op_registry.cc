@@ -348,6 +348,10 @@ std::vector<OpDef> MakeRegistry() {
             "The layout on the destination mesh (`mesh:`)"),
         Opt("in_sharding", T::kSharding, &OpSpec::in_sharding,
             "A shard_map body's input layout on its own mesh (global programs know it)")}},
+      {OpKind::kMoveToHost, "move_to_host", true, A::kOne, false, S::kHostTransfer,
+       C::kAllReduce, R::kSum, false, {}},
+      {OpKind::kMoveToDevice, "move_to_device", true, A::kOne, false, S::kHostTransfer,
+       C::kAllReduce, R::kSum, false, {}},
   };
   // clang-format on
 }

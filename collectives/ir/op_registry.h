@@ -32,10 +32,12 @@ enum class OpArity {
 
 // How an op is scheduled on a device.
 enum class OpStream {
-  kCompute,     // Runs on the compute stream, priced by the compute model.
-  kFree,        // Runs on the compute stream but costs nothing (relabelling, fused views).
-  kCollective,  // Runs on the communication engines as a collective over a group.
-  kComposite,   // Expands at lowering into primitives (collective matmuls).
+  kCompute,       // Runs on the compute stream, priced by the compute model.
+  kFree,          // Runs on the compute stream but costs nothing (relabelling, fused views).
+  kCollective,    // Runs on the communication engines as a collective over a group.
+  kComposite,     // Expands at lowering into primitives (collective matmuls).
+  kHostTransfer,  // A copy between HBM and host memory on the device's DMA queue of its
+                  // direction (one copy at a time each way), priced by the host link.
 };
 
 // The type of an op attribute: how its run-file value is read and what values it takes.

@@ -24,6 +24,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.max_collectives_in_flight = config.max_collectives_in_flight;
   exec.memory_phases = config.memory_phases;
   exec.donated_inputs = config.donated_inputs;
+  exec.host_bandwidth = machine.topology().device_spec().host_bandwidth;
   std::unique_ptr<NetworkCollectiveModel> network_model;
   std::unique_ptr<CachedCollectiveModel> cache;
   if (config.timing == TimingPath::kCached) {
@@ -65,6 +66,8 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
     for (size_t p = 0; p < d.phase_entry_live.size(); ++p) {
       result.phase_entry_live[p] = std::max(result.phase_entry_live[p], d.phase_entry_live[p]);
     }
+    result.host_peak = std::max(result.host_peak, d.host_peak);
+    result.host_transfer = std::max(result.host_transfer, d.host_transfer);
     if (d.peak_memory > result.peak_memory) {
       result.peak_memory = d.peak_memory;
       result.peak_device = d.device;

@@ -52,12 +52,14 @@ struct RunResult {
   std::map<std::string, Array> outputs;  // Global outputs (shapes only without numerics).
   std::map<std::string, Array> inputs;   // Global inputs made (with data under numerics).
   Bytes peak_memory;                     // The largest per-device peak.
-  int peak_device = 0;                   // The device where it occurred.
-  std::string peak_op;                   // The op being started there when it did.
-  std::vector<Bytes> phase_peaks;        // Per memory phase, the largest per-device peak.
-  std::vector<Bytes> phase_entry_live;   // Per memory phase, the most live at its start.
-  Bytes hbm_capacity;                    // Per device, from the machine.
-  bool fits = true;                      // peak_memory <= hbm_capacity.
+  Bytes host_peak;                 // The most bytes one device held in host memory (host offload).
+  Time host_transfer;              // The most time one device spent copying to or from host memory.
+  int peak_device = 0;             // The device where it occurred.
+  std::string peak_op;             // The op being started there when it did.
+  std::vector<Bytes> phase_peaks;  // Per memory phase, the largest per-device peak.
+  std::vector<Bytes> phase_entry_live;  // Per memory phase, the most live at its start.
+  Bytes hbm_capacity;                   // Per device, from the machine.
+  bool fits = true;                     // peak_memory <= hbm_capacity.
   // kCached: per directed link, its collectives' bytes / its bandwidth (Executor::LinkBusy).
   std::vector<std::pair<LinkId, Time>> link_busy;
 };

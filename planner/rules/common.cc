@@ -51,6 +51,9 @@ void Refuse(const RuleContext& ctx, size_t i, const std::string& what) {
 ShardingRule FindShardingRule(OpKind kind) {
   if (Op(kind).elementwise) return &ElementwiseRule;
   switch (kind) {
+    case OpKind::kMoveToHost:  // A copy to the other memory: the layout stays.
+    case OpKind::kMoveToDevice:
+      return &ElementwiseRule;
     case OpKind::kMatmul:
     case OpKind::kEinsum:
       return &ContractionRule;

@@ -31,7 +31,9 @@ std::vector<int> KeptPartial(const RuleContext& ctx) {
   bool any = false;
   for (const ValueSharding& s : ctx.in) any = any || !s.partial.empty();
   if (!any) return none;
-  if (kind == OpKind::kNeg) return ctx.in[0].partial;
+  if (kind == OpKind::kNeg || kind == OpKind::kMoveToHost || kind == OpKind::kMoveToDevice) {
+    return ctx.in[0].partial;
+  }
   // A convert is linear too, but partial sums rounded to a narrower type (bf16 to f8e4m3)
   // would be summed in it: only a widening or equal-width convert keeps them partial.
   if (kind == OpKind::kConvert) {

@@ -254,8 +254,9 @@ HardwareSpec ReadHardware(const YamlValue& value) {
     if (auto l = link.Find("latency")) hw.link.latency = l->ToTime();
   }
   if (auto v = map.Find("device")) {
-    YamlMap device = v->Map({"flops", "hbm_bandwidth", "hbm_capacity", "matmul_efficiency",
-                             "memory_efficiency", "op_overhead", "comm_compute_slowdown"});
+    YamlMap device =
+        v->Map({"flops", "hbm_bandwidth", "hbm_capacity", "matmul_efficiency", "memory_efficiency",
+                "op_overhead", "comm_compute_slowdown", "host_bandwidth"});
     if (auto flops = device.Find("flops")) {
       YamlMap rates = flops->Map(DtypeNames());
       std::map<std::string, std::string> written;  // Canonical dtype -> the key as written.
@@ -270,6 +271,7 @@ HardwareSpec ReadHardware(const YamlValue& value) {
       }
     }
     if (auto b = device.Find("hbm_bandwidth")) hw.device.hbm_bandwidth = b->ToBandwidth();
+    if (auto b = device.Find("host_bandwidth")) hw.device.host_bandwidth = b->ToBandwidth();
     if (auto c = device.Find("hbm_capacity")) {
       hw.device.hbm_capacity = c->ToBytes();
       if (hw.device.hbm_capacity->count() <= 0) c->Fail("must be positive, got " + c->Describe());

@@ -84,8 +84,11 @@ std::string DescribeTopology(const Topology& topo) {
   if (!dev.chip.empty()) {
     out << "  device:     " << dev.chip;
     for (const auto& [dtype, rate] : dev.flops) out << ", " << dtype << " " << FormatFlopRate(rate);
-    out << ", HBM " << FormatBandwidth(dev.hbm_bandwidth) << ", " << FormatBytes(dev.hbm_capacity)
-        << "\n";
+    out << ", HBM " << FormatBandwidth(dev.hbm_bandwidth) << ", " << FormatBytes(dev.hbm_capacity);
+    if (dev.host_bandwidth.bytes_per_second() > 0) {
+      out << ", host link " << FormatBandwidth(dev.host_bandwidth);
+    }
+    out << "\n";
   }
   const CommSpec& comm = topo.comm();
   if (comm.nccl) {
@@ -160,6 +163,10 @@ std::string TopologyJson(const Topology& topo) {
   j += "}, \"hbm_bandwidth\": ";
   AppendJsonNumber(j, dev.hbm_bandwidth.bytes_per_second());
   j += ", \"hbm_capacity\": " + std::to_string(dev.hbm_capacity.count());
+  if (dev.host_bandwidth.bytes_per_second() > 0) {
+    j += ", \"host_bandwidth\": ";
+    AppendJsonNumber(j, dev.host_bandwidth.bytes_per_second());
+  }
   const CommSpec& comm = topo.comm();
   j += "},\n  \"comm\": {\"nccl\": ";
   j += comm.nccl ? "true" : "false";
