@@ -27,7 +27,8 @@ bool IsRecompute(const std::string& name) {
 }
 
 void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
-                const std::vector<std::vector<std::string>>& segments, RematPolicy policy) {
+                const std::vector<std::vector<std::string>>& segments, RematPolicy policy,
+                const std::set<std::string>& saved) {
   if (policy == RematPolicy::kNone || segments.empty()) return;
   const std::vector<OpSpec>& ops = expanded.ops;
   const size_t n = ops.size();
@@ -53,6 +54,7 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   // Kept: the policy keeps it, or a forward op outside its segment reads it.
   std::set<std::string> kept;
   for (const auto& [v, s] : segment_of) {
+    if (saved.count(v)) kept.insert(v);
     const OpKind kind = ops[maker.at(v)].kind;
     if (policy == RematPolicy::kSelective && (kind == OpKind::kEinsum || kind == OpKind::kMatmul)) {
       kept.insert(v);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,10 @@ bool IsRecompute(const std::string& name);
 // v + kRematSuffix, and the pass reads those instead. So the forward's copies die after their
 // last forward reader, and the recompute runs as ordinary ops (sharded, costed and traced like
 // the rest). `pass_starts` is updated for the inserted ops. kNone changes nothing; names bound
-// twice are never recomputed.
+// twice are never recomputed. Values in `saved` are kept whatever the policy (a custom policy's
+// saved or offloaded names).
 void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
-                const std::vector<std::vector<std::string>>& segments, RematPolicy policy);
+                const std::vector<std::vector<std::string>>& segments, RematPolicy policy,
+                const std::set<std::string>& saved = {});
 
 }  // namespace shardsim::planner

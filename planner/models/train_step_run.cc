@@ -13,6 +13,7 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/pipeline_step_run.h"
+#include "planner/offload.h"
 #include "planner/partitioner.h"
 #include "planner/prefetch.h"
 #include "planner/value_sharding.h"
@@ -94,6 +95,8 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.state.params = Extrapolate(a.state.params, b.state.params, k);
   f.state.grads = Extrapolate(a.state.grads, b.state.grads, k);
   f.state.optimizer = Extrapolate(a.state.optimizer, b.state.optimizer, k);
+  f.host_peak = Extrapolate(a.host_peak, b.host_peak, k);
+  f.host_transfer = Extrapolate(a.host_transfer, b.host_transfer, k);
   f.events = a.events + b.events;  // The work done, not a figure of the step.
   return f;
 }
@@ -101,13 +104,14 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
-                                int prefetch_groups) {
+                                int prefetch_groups,
+                                const std::vector<std::vector<std::string>>& offloaded) {
   std::vector<size_t> phases;
   const PartitionResult partitioned =
       PartitionTrainStep(global, layers, plan.remat,
                          PartitionCosts{&mesh, &collectives, machine.compute_model(),
                                         DeviceInBytesPerSecond(machine), &machine},
-                         prefetch_groups, &phases, plan.collective_matmul);
+                         prefetch_groups, &phases, plan.collective_matmul, offloaded);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -122,7 +126,22 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   f.link_busy = run.link_busy;
   f.phase_peaks = run.phase_peaks;
   f.phase_entry_live = run.phase_entry_live;
+  f.host_peak = run.host_peak;
+  f.host_transfer = run.host_transfer;
   return f;
+}
+
+std::vector<std::vector<std::string>> OffloadedValues(
+    const std::vector<std::map<std::string, std::string>>& checkpoints,
+    const std::vector<std::string>& names) {
+  std::vector<std::vector<std::string>> out;
+  for (const std::map<std::string, std::string>& layer : checkpoints) {
+    std::vector<std::string>& values = out.emplace_back();
+    for (const std::string& name : names) {
+      if (const auto it = layer.find(name); it != layer.end()) values.push_back(it->second);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -133,9 +152,11 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const StepPlan& plan, const LogicalRules& rules,
                             CollectiveCostModel& collectives, bool prefetch) {
   std::vector<std::vector<std::string>> layers;
-  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers);
+  std::vector<std::map<std::string, std::string>> checkpoints;
+  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints);
   return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
-                             prefetch ? PrefetchGroups(model.layers, train) : 0);
+                             prefetch ? PrefetchGroups(model.layers, train) : 0,
+                             OffloadedValues(checkpoints, plan.offload));
 }
 
 }  // namespace
@@ -144,10 +165,15 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    const std::vector<std::vector<std::string>>& layers,
                                    RematPolicy remat, const PartitionCosts& costs,
                                    int prefetch_groups, std::vector<size_t>* phases,
-                                   CollectiveMatmulMode collective_matmul) {
+                                   CollectiveMatmulMode collective_matmul,
+                                   const std::vector<std::vector<std::string>>& offloaded) {
   std::vector<size_t> passes;
   ProgramSpec expanded = ExpandGrads(global, &passes);
-  ApplyRemat(expanded, passes, layers, remat);
+  std::set<std::string> saved;
+  for (const std::vector<std::string>& values : offloaded)
+    saved.insert(values.begin(), values.end());
+  ApplyRemat(expanded, passes, layers, remat, saved);
+  if (!saved.empty()) ApplyOffload(expanded, passes, offloaded);
   const std::vector<size_t> boundaries = passes;
   PartitionResult partitioned;
   try {
@@ -219,6 +245,8 @@ StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, 
       f.exposed_comm = d.exposed_comm;
       f.exposed_by_collective = d.exposed_by_collective;
     }
+    f.host_peak = std::max(f.host_peak, d.host_peak);
+    f.host_transfer = std::max(f.host_transfer, d.host_transfer);
   }
   f.peak = peak;
   f.state = StepStateBytes(global, mesh);
@@ -238,6 +266,20 @@ Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
   const Shape local = LocalShape(
       array.shape, FromSpec(array.sharding, static_cast<int>(array.shape.size()), axes), axes);
   return Bytes(NumElements(local) * DTypeSize(array.dtype));
+}
+
+void CheckOffload(const Machine& machine, const StepPlan& plan) {
+  if (plan.offload.empty()) return;
+  if (plan.pipeline) {
+    throw SpecError("plan.offload",
+                    "offload with a pipeline is not modelled (host offload runs on unpipelined "
+                    "training steps)");
+  }
+  if (!(machine.topology().device_spec().host_bandwidth.bytes_per_second() > 0)) {
+    throw SpecError("plan.offload",
+                    "the devices have no host link to offload over (hardware.md gives none for "
+                    "this preset): set hardware.device.host_bandwidth");
+  }
 }
 
 Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan) {
@@ -316,6 +358,8 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
   m.activations = m.peak > state ? m.peak - state : Bytes(0);
   m.capacity = machine.hbm_capacity();
   m.fits = m.peak <= m.capacity;
+  m.host = figures.host_peak;
+  r.host_transfer = figures.host_transfer;
   r.events = figures.events;
   r.simulated_layers = std::move(simulated_layers);
   return r;
@@ -346,6 +390,7 @@ int64_t ComposedFrom(const TransformerConfig& model) {
 TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
+  CheckOffload(machine, plan);
   if (plan.pipeline) return SimulatePipelinedTrainStep(machine, model, train, plan, options);
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);

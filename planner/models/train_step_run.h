@@ -40,6 +40,9 @@ struct StepPlan {
   std::optional<PipelinePlan> pipeline;                   // Pipeline parallelism (none: off).
   // Which all-gathers become collective matmuls (FuseCollectiveMatmuls).
   CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff;
+  // MaxText checkpoint names (CheckpointNames()) of the layer values kept in host memory
+  // between forward and backward (ApplyOffload), whatever `remat` recomputes.
+  std::vector<std::string> offload;
 };
 
 // The bytes one device holds for the step's state (the largest over devices), by kind.
@@ -70,6 +73,8 @@ struct StepFigures {
   std::vector<Bytes> phase_peaks;
   std::vector<Bytes> phase_entry_live;  // RunResult's: live bytes as each phase began.
   StateBytes state;                     // Parameters, gradients and optimizer state.
+  Bytes host_peak;                      // Most bytes one device offloaded to host memory.
+  Time host_transfer;                   // Most time one device copied to or from its host.
   uint64_t events = 0;                  // Events the engine dispatched.
 };
 
@@ -84,6 +89,7 @@ struct StepMemory {
   Bytes peak;        // Liveness peak of the simulated step (program inputs included).
   Bytes capacity;    // HBM per device.
   bool fits = true;  // peak <= capacity.
+  Bytes host;        // Most bytes held in host memory at once (plan.offload's values).
 };
 
 // The step report (SPEC "Models, training and serving steps").
@@ -100,6 +106,7 @@ struct TrainStepReport {
   Time comm;                     // Its time in collectives.
   Time exposed_comm;             // Communication not hidden under compute.
   Time recompute;                // Compute spent recomputing what remat did not keep.
+  Time host_transfer;            // Copying offloaded values to and from host memory.
   Time bubble;                   // Pipelines: the busiest stage's idle time inside the schedule.
   int pipeline_stages = 1;       // Pipelines: the stages (1: none).
   // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
@@ -155,6 +162,10 @@ Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes);
 // The plan's mesh placed on `machine`; throws SpecError "plan.mesh" when it does not fit.
 Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan);
 
+// Refuses (SpecError at plan.offload) a plan.offload that cannot run: with a pipeline (not
+// modelled), or on devices without a host link (hardware.device.host_bandwidth).
+void CheckOffload(const Machine& machine, const StepPlan& plan);
+
 // The plan's logical axis rules; throws SpecError "plan.rules" for an unknown name or axis.
 LogicalRules PlanRules(const StepPlan& plan);
 
@@ -175,10 +186,17 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
+// `offloaded` lists per layer the values plan.offload names (OffloadedValues).
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
-                                int prefetch_groups);
+                                int prefetch_groups,
+                                const std::vector<std::vector<std::string>>& offloaded = {});
+
+// Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names` it has.
+std::vector<std::vector<std::string>> OffloadedValues(
+    const std::vector<std::map<std::string, std::string>>& checkpoints,
+    const std::vector<std::string>& names);
 
 // The inputs a step replaces: those with an output <name>_new (BuildTrainStep's updated
 // parameters and Adam moments). Model runs donate them (RunConfig::donated_inputs), as a JAX
@@ -200,12 +218,15 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // `prefetch_groups`; 0: not), after the all-gathers `collective_matmul` asks for became
 // collective matmuls with their products (FuseCollectiveMatmuls on costs.mesh). `phases`,
 // when given, receives the partitioned program's op indices where each backward pass starts
-// and ends (RunConfig::memory_phases).
+// and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
+// `remat` recomputes and live in host memory between their forward and backward uses
+// (ApplyOffload, after remat).
 PartitionResult PartitionTrainStep(
     const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
     RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
     std::vector<size_t>* phases = nullptr,
-    CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff);
+    CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff,
+    const std::vector<std::vector<std::string>>& offloaded = {});
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

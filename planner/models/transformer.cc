@@ -22,12 +22,14 @@ class TrainStepBuilder {
  public:
   TrainStepBuilder(const TransformerConfig& model, const TrainConfig& train,
                    const std::vector<MeshAxis>& axes, const LogicalRules& rules,
-                   std::vector<std::vector<std::string>>* layer_values)
+                   std::vector<std::vector<std::string>>* layer_values,
+                   std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr)
       : model_(model),
         train_(train),
         rules_(rules),
         axes_(axes),
         layer_values_(layer_values),
+        layer_checkpoints_(layer_checkpoints),
         pb_(axes, {}, ProgramMode::kAuto) {}
 
   // The builder of an MLP classifier's step (Build() then makes it).
@@ -258,20 +260,28 @@ class TrainStepBuilder {
   // The MLP of layer L on x (its weights <prefix>_* as FeedForwardParams declares them):
   // einsums `in` (x by gate or up) and `out` (the activation by down), values named
   // <name><kind><L>: SwiGLU down(silu(x gate) * (x up)), else down(act(x up)).
+  // The dense MLP's projections are recorded as MaxText's mlpwi_0 (gate, or the one input
+  // projection of a GELU MLP), mlpwi_1 (up) and mlpwo.
   std::string FeedForward(const std::string& x, const std::string& prefix, const std::string& L,
                           const std::string& in, const std::string& out, const std::string& name) {
+    const bool dense = name.empty();
     std::string m;
     if (model_.mlp == MlpKind::kSwiGlu) {
       const std::string gate = Linear(in, x, prefix + "_gate" + L, N(name + "gate" + L));
       const std::string up = Linear(in, x, prefix + "_up" + L, N(name + "up" + L));
+      if (dense) checkpoints_["mlpwi_0"] = gate;
+      if (dense) checkpoints_["mlpwi_1"] = up;
       const std::string act = Op(OpKind::kSilu, {gate}, N(name + "act" + L));
       m = Op(OpKind::kMul, {act, up}, N(name + "m" + L));
     } else {
       const std::string up = Linear(in, x, prefix + "_up" + L, N(name + "up" + L));
+      if (dense) checkpoints_["mlpwi_0"] = up;
       m = Op(model_.mlp == MlpKind::kGelu ? OpKind::kGelu : OpKind::kRelu, {up},
              N(name + "act" + L));
     }
-    return Linear(out, m, prefix + "_down" + L, N(name + "d" + L));
+    const std::string down = Linear(out, m, prefix + "_down" + L, N(name + "d" + L));
+    if (dense) checkpoints_["mlpwo"] = down;
+    return down;
   }
 
   // The mixture of experts of layer L on x [batch, length, embed] (GShard's dense dispatch with
@@ -359,7 +369,9 @@ class TrainStepBuilder {
   // Layer `l` on x, its values recorded for remat when asked.
   std::string LayerAndRecord(const std::string& x, int64_t l) {
     const size_t first = pb_.program().ops.size();
+    checkpoints_.clear();
     std::string y = Layer(x, l);
+    if (layer_checkpoints_) layer_checkpoints_->push_back(checkpoints_);
     if (layer_values_) {
       std::vector<std::string>& made = layer_values_->emplace_back();
       const std::vector<OpSpec>& ops = pb_.program().ops;
@@ -518,10 +530,14 @@ class TrainStepBuilder {
   std::string Layer(std::string x, int64_t layer) {
     const std::string L = std::to_string(layer);
     x = Residual(x, N("r" + L));
+    checkpoints_["decoder_layer_input"] = x;
     const std::string na = Norm(x, W("attn_norm" + L), N("n" + L + "a"));
     const std::string q = Linear("btd,dhk->bthk", na, "wq" + L, N("q" + L));
     const std::string k = Linear("btd,dhk->bthk", na, "wk" + L, N("k" + L));
     const std::string v = Linear("btd,dhk->bthk", na, "wv" + L, N("v" + L));
+    checkpoints_["query_proj"] = q;
+    checkpoints_["key_proj"] = k;
+    checkpoints_["value_proj"] = v;
     // Serving: prefill returns each layer's keys and values (the cache); decode attends over
     // the cache (the new token's own key and value are returned to be written into it, as an
     // in-place cache update does, and not attended: one position of the context) instead.
@@ -548,6 +564,7 @@ class TrainStepBuilder {
         model_.attention == "mmha" && kind_ != StepKind::kDecode ? "flash" : model_.attention;
     const std::string a = pb_.Add(std::move(attention));
     const std::string o = Linear("bthk,hkd->btd", a, "wo" + L, N("o" + L));
+    checkpoints_["out_proj"] = o;
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));
     h = Residual(h, N("hc" + L));
     const std::string nm = Norm(h, W("mlp_norm" + L), N("n" + L + "m"));
@@ -587,6 +604,9 @@ class TrainStepBuilder {
   const LogicalRules& rules_;
   const std::vector<MeshAxis>& axes_;
   std::vector<std::vector<std::string>>* layer_values_;  // Per layer: its values (or null).
+  // Per layer: its values by MaxText's checkpoint names (or null).
+  std::vector<std::map<std::string, std::string>>* layer_checkpoints_;
+  std::map<std::string, std::string> checkpoints_;  // The current layer's so far.
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
   std::string sfx_;                    // The current microbatch's suffix ("" with one).
@@ -689,7 +709,8 @@ ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
 
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules,
-                           std::vector<std::vector<std::string>>* layer_values) {
+                           std::vector<std::vector<std::string>>* layer_values,
+                           std::vector<std::map<std::string, std::string>>* layer_checkpoints) {
   CheckModel(model);
   Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
   Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
@@ -697,7 +718,8 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
             std::to_string(train.batch) + ")");
   Check(!train.forward_only || train.microbatches == 1, "a forward-only step runs one microbatch");
   if (layer_values) layer_values->clear();
-  return TrainStepBuilder(model, train, axes, rules, layer_values).Build();
+  if (layer_checkpoints) layer_checkpoints->clear();
+  return TrainStepBuilder(model, train, axes, rules, layer_values, layer_checkpoints).Build();
 }
 
 }  // namespace shardsim::planner

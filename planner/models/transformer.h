@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -180,10 +181,13 @@ ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
                               const std::vector<MeshAxis>& axes, const LogicalRules& rules);
 
 // When `layer_values` is given it receives, per microbatch and decoder layer, the names of the
-// values that layer's forward makes (the segments planner::ApplyRemat checkpoints).
-ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
-                           const std::vector<MeshAxis>& axes, const LogicalRules& rules,
-                           std::vector<std::vector<std::string>>* layer_values = nullptr);
+// values that layer's forward makes (the segments planner::ApplyRemat checkpoints);
+// `layer_checkpoints`, per the same layers, those of them MaxText names (planner::
+// CheckpointNames(): "query_proj" -> the layer's q).
+ProgramSpec BuildTrainStep(
+    const TransformerConfig& model, const TrainConfig& train, const std::vector<MeshAxis>& axes,
+    const LogicalRules& rules, std::vector<std::vector<std::string>>* layer_values = nullptr,
+    std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr);
 
 // The runs of a step's weight collectives (planner::PrefetchWeightCollectives): each layer's
 // forward and backward in each microbatch, 2 x microbatches x `layers` (a transformer's decoder

@@ -1,5 +1,6 @@
 #include "sim/cli/model_run_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "collectives/dtype.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_presets.h"
+#include "planner/offload.h"
 #include "sim/cli/run_file.h"
 #include "sim/cli/yaml_reader.h"
 #include "sim/closest_name.h"
@@ -314,15 +316,36 @@ std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value) {
 
 namespace {
 
-// `plan:` {mesh, devices, rules, remat, pipeline, collective_matmul, algorithms}.
+// The keys of `plan:` (microbatches only to say where it belongs).
+const std::vector<std::string>& PlanKeys() {
+  static const std::vector<std::string> keys = {
+      "mesh",     "devices",           "rules",      "remat",       "offload",
+      "pipeline", "collective_matmul", "algorithms", "microbatches"};
+  return keys;
+}
+
+// `offload:` a list of MaxText checkpoint names, each once.
+std::vector<std::string> ReadOffload(const YamlValue& value) {
+  std::vector<std::string> names;
+  for (const YamlValue& v : value.List()) {
+    const std::string name = v.OneOf(planner::CheckpointNames());
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      v.Fail("'" + name + "' is named twice");
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+// `plan:` {mesh, devices, rules, remat, offload, pipeline, collective_matmul, algorithms}.
 planner::StepPlan ReadPlan(const YamlValue& value) {
-  YamlMap map = value.Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul",
-                           "algorithms", "microbatches"});
+  YamlMap map = value.Map(PlanKeys());
   planner::StepPlan plan;
   plan.mesh = ReadMeshAxes(map.Get("mesh"));
   if (auto devices = map.Find("devices")) plan.devices = ReadMeshDevices(*devices, plan.mesh);
   if (auto rules = map.Find("rules")) plan.rules = ReadRules(*rules, plan.mesh);
   if (auto v = map.Find("remat")) plan.remat = ReadRemat(*v);
+  if (auto v = map.Find("offload")) plan.offload = ReadOffload(*v);
   if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
   if (auto v = map.Find("collective_matmul")) plan.collective_matmul = ReadCollectiveMatmul(*v);
   if (auto v = map.Find("microbatches")) {
@@ -359,18 +382,25 @@ ModelRunSpec ReadModelRun(const YamlMap& top) {
   run.plan = ReadPlan(top.Get("plan"));
   if (serve && run.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
     top.Get("plan")
-        .Map({"mesh", "devices", "rules", "remat", "pipeline", "collective_matmul", "algorithms",
-              "microbatches"})
+        .Map(PlanKeys())
         .Get("collective_matmul")
         .FailAtKey("collective_matmul: applies to training steps, not to serve:");
+  }
+  if (serve && !run.plan.offload.empty()) {
+    top.Get("plan")
+        .Map(PlanKeys())
+        .Get("offload")
+        .FailAtKey("offload: keeps training activations in host memory; serving steps have none");
   }
   if (run.mlp) {
     if (serve) serve->FailAtKey("serve: serving steps are built for transformers");
     const YamlValue plan = top.Get("plan");
-    const YamlMap keys = plan.Map({"mesh", "devices", "rules", "remat", "pipeline",
-                                   "collective_matmul", "algorithms", "microbatches"});
+    const YamlMap keys = plan.Map(PlanKeys());
     if (run.plan.remat != planner::RematPolicy::kNone) {
       keys.Get("remat").Fail("remat applies to transformer layers, not kind: mlp");
+    }
+    if (!run.plan.offload.empty()) {
+      keys.Get("offload").FailAtKey("offload: names transformer layer values, not kind: mlp's");
     }
     if (run.plan.pipeline) keys.Get("pipeline").FailAtKey("pipelines stage transformer layers");
   }

@@ -68,6 +68,8 @@ struct MemoryReport {
   std::string peak_op;  // The op started or issued when it peaked.
   Bytes capacity;       // HBM per device.
   bool fits = true;     // peak <= capacity.
+  Bytes host;           // Most bytes one device held in host memory (move_to_host).
+  Time host_transfer;   // Most time one device spent copying to or from host memory.
 };
 
 // What a run reports, whichever kind of run file it was.
@@ -119,6 +121,7 @@ std::string SlowestGivenQuantity(const HardwareSpec& hw) {
   if (d.hbm_bandwidth) return "hardware.device.hbm_bandwidth";
   if (d.op_overhead) return "hardware.device.op_overhead";
   if (d.comm_compute_slowdown) return "hardware.device.comm_compute_slowdown";
+  if (d.host_bandwidth) return "hardware.device.host_bandwidth";
   if (hw.link.latency) return "hardware.link.latency";
   if (hw.link.bandwidth) return "hardware.link.bandwidth";
   return "";
@@ -284,8 +287,9 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                                t.compute});
   }
   report.per_device = result.per_device;
-  report.memory = MemoryReport{true,           result.peak_memory,  result.peak_device,
-                               result.peak_op, result.hbm_capacity, result.fits};
+  report.memory = MemoryReport{
+      true,        result.peak_memory, result.peak_device,  result.peak_op, result.hbm_capacity,
+      result.fits, result.host_peak,   result.host_transfer};
   if (numerics) {
     report.numerics =
         partitioned ? planner::CheckPartitionedNumerics(result.outputs, mesh, written, program,
@@ -428,13 +432,18 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           "with real data and checks it against the unsharded step)";
       return outputs;
     }
+    planner::CheckOffload(machine, run.plan);
     const planner::LogicalRules rules = planner::PlanRules(run.plan);
     RunFile as_program = file;
     as_program.model.reset();
     std::vector<std::vector<std::string>> layers;
-    as_program.program =
-        run.mlp ? planner::BuildMlpTrainStep(*run.mlp, run.train, run.plan.mesh, rules)
-                : planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules, &layers);
+    std::vector<std::map<std::string, std::string>> checkpoints;
+    as_program.program = run.mlp
+                             ? planner::BuildMlpTrainStep(*run.mlp, run.train, run.plan.mesh, rules)
+                             : planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules,
+                                                       &layers, &checkpoints);
+    const std::vector<std::vector<std::string>> offloaded =
+        planner::OffloadedValues(checkpoints, run.plan.offload);
     const int64_t layer_count =
         run.mlp ? static_cast<int64_t>(run.mlp->layer_sizes.size()) - 1 : run.model.layers;
     as_program.program->mesh_devices = run.plan.devices;
@@ -450,7 +459,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           global, layers, run.plan.remat,
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
                                   planner::DeviceInBytesPerSecond(machine), &machine},
-          planner::PrefetchGroups(layer_count, run.train), nullptr, run.plan.collective_matmul);
+          planner::PrefetchGroups(layer_count, run.train), nullptr, run.plan.collective_matmul,
+          offloaded);
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));
@@ -537,6 +547,10 @@ std::string ModelSummary(const RunReport& r) {
       << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
       << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
       << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  if (m.host > Bytes(0)) {
+    out << "host offload:   " << FormatBytes(m.host) << " in host memory at most, copies "
+        << FormatTime(s.host_transfer) << " on the host link (beside compute)\n";
+  }
   out << "\nnumerics:       " << r.numerics_note << "\n";
   return out.str();
 }
@@ -612,6 +626,10 @@ std::string Summary(const RunReport& r) {
         << r.memory.peak_device << ", at " << r.memory.peak_op << ") of "
         << FormatBytes(r.memory.capacity) << " HBM: " << (r.memory.fits ? "fits" : "DOES NOT FIT")
         << "\n";
+    if (r.memory.host > Bytes(0)) {
+      out << "host memory:    " << FormatBytes(r.memory.host) << " per device at most, copies "
+          << FormatTime(r.memory.host_transfer) << " on the host link (beside compute)\n";
+    }
   }
   out << "\nnumerics:       " << r.numerics_note << "\n";
   return out.str();
@@ -662,7 +680,9 @@ void AppendStepJson(std::string& j, const RunReport& r) {
        ", \"optimizer\": " + std::to_string(m.optimizer.count()) +
        ", \"activations\": " + std::to_string(m.activations.count()) +
        ", \"peak\": " + std::to_string(m.peak.count()) +
-       ", \"capacity\": " + std::to_string(m.capacity.count()) + "}";
+       ", \"capacity\": " + std::to_string(m.capacity.count()) +
+       (m.host > Bytes(0) ? ", \"host\": " + std::to_string(m.host.count()) : std::string()) + "}";
+  if (m.host > Bytes(0)) number("host_transfer_s", s.host_transfer.seconds());
   j += ",\n  \"fits\": ";
   j += m.fits ? "true" : "false";
   j += ",\n  \"simulated_layers\": [";
@@ -710,7 +730,12 @@ std::string Json(const RunReport& r) {
     j += ",\n  \"memory\": {\"peak_bytes\": " + std::to_string(r.memory.peak.count()) +
          ", \"peak_device\": " + std::to_string(r.memory.peak_device) + ", \"peak_op\": ";
     AppendJsonString(j, r.memory.peak_op);
-    j += ", \"capacity_bytes\": " + std::to_string(r.memory.capacity.count()) + "}";
+    j += ", \"capacity_bytes\": " + std::to_string(r.memory.capacity.count());
+    if (r.memory.host > Bytes(0)) {
+      j += ", \"host_bytes\": " + std::to_string(r.memory.host.count()) + ", \"host_transfer_s\": ";
+      AppendJsonNumber(j, r.memory.host_transfer.seconds());
+    }
+    j += "}";
     j += ",\n  \"fits\": ";
     j += r.memory.fits ? "true" : "false";
   }

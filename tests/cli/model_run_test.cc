@@ -118,6 +118,38 @@ TEST_F(ModelRunTest, RematRecomputesAndStillPasses) {
   }
 }
 
+// Host offload (MaxText's remat_policy custom with "offload"): with full remat and the layers'
+// inputs and query projections in host memory, the whole step still matches the unsharded one;
+// the report gives the host memory held and the time copying, and the composed run agrees
+// with the whole step within 1% (its host bytes exactly: whole buffers, per layer).
+TEST_F(ModelRunTest, OffloadKeepsValuesInHostMemoryAndStillPasses) {
+  const std::string file = Tiny();
+  const std::vector<std::string> sets = {"--set", "plan.remat=full", "--set",
+                                         "plan.offload=[decoder_layer_input, query_proj]"};
+  std::vector<std::string> args = {"run", file, "--numerics", "on"};
+  args.insert(args.end(), sets.begin(), sets.end());
+  const nlohmann::json whole = RunJson(args);
+  EXPECT_TRUE(whole["numerics"]["passed"].get<bool>()) << whole["numerics"];
+  // By hand: a microbatch of 8 sequences over fsdp 4 is 2 x 16 tokens per device; a layer's
+  // input [2, 16, 64] f32 is 8192 B, its queries split over tensor 2 (4 of 8 heads of 8)
+  // 4096 B; the second microbatch's forward starts after the first's backward fetched all of
+  // its values back, so at most one microbatch's 4 layers are in host memory at once.
+  EXPECT_EQ(whole["step_memory"]["host"].get<int64_t>(), 4 * (8192 + 4096));
+  EXPECT_GT(whole["host_transfer_s"].get<double>(), 0);
+  args = {"run", file};
+  args.insert(args.end(), sets.begin(), sets.end());
+  const nlohmann::json composed = RunJson(args);
+  EXPECT_NEAR(composed["step_time_s"].get<double>(), whole["step_time_s"].get<double>(),
+              0.01 * whole["step_time_s"].get<double>());
+  EXPECT_EQ(composed["step_memory"]["host"], whole["step_memory"]["host"]);
+  const Result text = RunOk(args);
+  EXPECT_NE(text.out.find("host offload:"), std::string::npos) << text.out;
+  // Without offload the report has no host line and the JSON no host figures.
+  const nlohmann::json none = RunJson({"run", file, "--set", "plan.remat=full"});
+  EXPECT_FALSE(none["step_memory"].contains("host"));
+  EXPECT_FALSE(none.contains("host_transfer_s"));
+}
+
 // A serve: run prints TTFT, TPOT and the KV cache, and gives SPEC's keys in --json: the cache
 // by hand (2 x 4 layers x 8 / 4 sequences x (16 + 8) positions x 2 / 2 kv heads x 8 x 4 B).
 TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
@@ -139,6 +171,11 @@ TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
   EXPECT_DOUBLE_EQ(j["generation_s"].get<double>(),
                    j["ttft_s"].get<double>() + 7 * j["tpot_s"].get<double>());
   EXPECT_TRUE(j["fits"].get<bool>());
+  // Serving keeps no activations for a backward pass: nothing to offload.
+  const Result offload = Run({"run", file, "--set", "plan.offload=[query_proj]"});
+  EXPECT_EQ(offload.exit_code, 2) << offload;
+  EXPECT_NE(offload.err.find("serving steps have none (key plan.offload)"), std::string::npos)
+      << offload;
   // --numerics on checks the prefill and a decode step (each partitioned, run with data and
   // compared with the unsharded step); the timing stays the composed one.
   const nlohmann::json checked = RunJson({"run", file, "--numerics", "on"});
@@ -228,9 +265,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"NegativeAuxLoss", "model={preset: llama-2-7b, experts: 2, router_aux_loss: -1}",
                  "model.router_aux_loss", "finite number >= 0"},
         BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh", "devices"},
+        BadModel{"UnknownOffloadName", "plan.offload=[attention_out]", "plan.offload.0",
+                 "expected one of decoder_layer_input, query_proj"},
+        BadModel{"OffloadNamedTwice", "plan.offload=[key_proj, key_proj]", "plan.offload.1",
+                 "'key_proj' is named twice"},
+        BadModel{"OffloadWithAPipeline",
+                 "plan={mesh: {fsdp: 4, stage: 2}, rules: {batch: fsdp, layers: stage}, "
+                 "pipeline: {axis: stage}, offload: [query_proj]}",
+                 "plan.offload", "offload with a pipeline is not modelled"},
         BadModel{"KvHeadsNotDividingTensor", "plan.mesh={fsdp: 2, tensor: 4}", "plan.rules",
                  "parameter wk0 [embed, kv_heads, head_dim]"}),
     [](const auto& info) { return info.param.name; });
+
+// GPU presets give no host link (hardware.md lists none): offload asks for one, and runs once
+// given.
+TEST_F(ModelRunTest, OffloadNeedsAHostLink) {
+  const std::string file = Tiny("  offload: [query_proj]\n");
+  const Result r = Run({"run", file, "--set", "hardware={preset: h100-dgx}"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find("set hardware.device.host_bandwidth (key plan.offload)"), std::string::npos)
+      << r;
+  RunOk({"run", file, "--set", "hardware={preset: h100-dgx, device: {host_bandwidth: 64 GB/s}}"});
+}
 
 TEST_F(ModelRunTest, ProgramKeysDoNotGoWithAModel) {
   const Result r = Run({"run", Tiny("mesh: {axes: {dp: 8}}\n")});

@@ -10,6 +10,7 @@
 
 #include "planner/models/model_flops.h"
 #include "planner/models/model_presets.h"
+#include "topology/build.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
@@ -216,8 +217,9 @@ struct ComposeCase {
   std::map<std::string, std::vector<std::string>> rules;
   int64_t microbatches = 1;
   RematPolicy remat = RematPolicy::kNone;
-  int64_t experts = 0;       // MoE layers: 4 experts of ff 256, top 2.
-  int64_t dense_layers = 0;  // Leading dense layers before the MoE ones.
+  int64_t experts = 0;                    // MoE layers: 4 experts of ff 256, top 2.
+  int64_t dense_layers = 0;               // Leading dense layers before the MoE ones.
+  std::vector<std::string> offload = {};  // plan.offload.
 };
 
 class ComposedStepTest : public ::testing::TestWithParam<ComposeCase> {};
@@ -237,6 +239,7 @@ TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
   plan.mesh = c.mesh;
   plan.rules = c.rules;
   plan.remat = c.remat;
+  plan.offload = c.offload;
   TrainConfig train = SmallTrain();
   train.microbatches = c.microbatches;
   TransformerConfig model = Small();
@@ -262,6 +265,10 @@ TEST_P(ComposedStepTest, MatchesTheWholeStepWithinOnePercent) {
               0.01 * full.step_time.seconds());
   EXPECT_EQ(composed.memory.params, full.memory.params);
   EXPECT_EQ(composed.memory.optimizer, full.memory.optimizer);
+  EXPECT_EQ(full.memory.host > Bytes(0), !c.offload.empty());
+  EXPECT_EQ(composed.memory.host, full.memory.host);  // Whole buffers, one set per layer.
+  EXPECT_NEAR(composed.host_transfer.seconds(), full.host_transfer.seconds(),
+              0.01 * full.step_time.seconds());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -301,7 +308,15 @@ INSTANTIATE_TEST_SUITE_P(
                     1,
                     RematPolicy::kFull,
                     4,
-                    2}),
+                    2},
+        ComposeCase{"fsdp8_full_remat_offload_input_and_qkv",
+                    {{"fsdp", 8}},
+                    {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}},
+                    1,
+                    RematPolicy::kFull,
+                    0,
+                    0,
+                    {"decoder_layer_input", "query_proj", "key_proj", "value_proj"}}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
@@ -336,13 +351,21 @@ struct ActivationCase {
   std::map<std::string, std::vector<std::string>> rules;
   double elements_per_sbh;  // Per device, per layer, in units of s·b·h / devices holding b.
   RematPolicy remat = RematPolicy::kNone;
+  std::vector<std::string> offload = {};  // plan.offload: MaxText checkpoint names.
+  double host_elements_per_sbh = 0;       // Likewise, held in host memory.
 };
 
 class ActivationMemoryTest : public ::testing::TestWithParam<ActivationCase> {};
 
 TEST_P(ActivationMemoryTest, PerLayerBytesAreKorthikantisWithoutDropoutAndScores) {
   const ActivationCase& c = GetParam();
-  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  // A host link fast enough that no value waits in HBM for its copy to host memory (at 1.6e10
+  // B/s this small layer's copies fall behind its compute, and the backlog adds to the slope).
+  HardwareSpec hardware;
+  hardware.preset = "tpu-v5e";
+  hardware.shape = {4, 2};
+  hardware.device.host_bandwidth = Bandwidth::BytesPerSecond(1e18);
+  Machine machine(BuildHardware(hardware));
   TransformerConfig m;
   m.d_model = 64;
   m.heads = 4;
@@ -359,6 +382,7 @@ TEST_P(ActivationMemoryTest, PerLayerBytesAreKorthikantisWithoutDropoutAndScores
   plan.mesh = c.mesh;
   plan.rules = c.rules;
   plan.remat = c.remat;
+  plan.offload = c.offload;
   TrainStepOptions whole;
   whole.compose = false;
   m.layers = 2;
@@ -371,6 +395,8 @@ TEST_P(ActivationMemoryTest, PerLayerBytesAreKorthikantisWithoutDropoutAndScores
   for (const MeshAxis& a : c.mesh) batch_split *= a.name == "data" ? a.size : 1;
   const double sbh = static_cast<double>(t.seq_len * t.batch / batch_split * m.d_model);
   EXPECT_EQ(static_cast<double>(layer), c.elements_per_sbh * sbh * 4);
+  EXPECT_EQ(static_cast<double>((three.memory.host - two.memory.host).count()),
+            c.host_elements_per_sbh * sbh * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -403,7 +429,33 @@ INSTANTIATE_TEST_SUITE_P(
                         {"kv_heads", {"tensor"}},
                         {"mlp", {"tensor"}}},
                        1.0 / 4,
-                       RematPolicy::kFull}),
+                       RematPolicy::kFull},
+        // Host offload (MaxText's custom remat policy with "offload"): the offloaded values
+        // leave HBM for host memory; what a layer's backward fetches back a layer ahead is live
+        // whatever the layer count. (With full remat and the input offloaded a layer keeps
+        // nothing in HBM, and the peak moves to the backward's end, where every gradient is
+        // live: no activation slope to measure there.)
+        ActivationCase{"data8_offload_input",
+                       {{"data", 8}},
+                       {{"batch", {"data"}}},
+                       16 - 1,
+                       RematPolicy::kNone,
+                       {"decoder_layer_input"},
+                       1},
+        ActivationCase{"data8_selective_offload_mlp_input_projection",
+                       {{"data", 8}},
+                       {{"batch", {"data"}}},
+                       9 - 4,
+                       RematPolicy::kSelective,
+                       {"mlpwi_0"},
+                       4},
+        ActivationCase{"data8_offload_qkv",
+                       {{"data", 8}},
+                       {{"batch", {"data"}}},
+                       16 - 3,
+                       RematPolicy::kNone,
+                       {"query_proj", "key_proj", "value_proj"},
+                       3}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,0 +1,114 @@
+#include "planner/offload.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "planner/name_bindings.h"
+
+namespace shardsim::planner {
+
+const std::vector<std::string>& CheckpointNames() {
+  // MaxText's decoder layer (layers/llama2.py, layers/attentions.py, layers/linears.py).
+  static const std::vector<std::string> names = {
+      "decoder_layer_input",  // The layer's input (the residual stream).
+      "query_proj",           // q = norm(x) Wq.
+      "key_proj",             // k = norm(x) Wk.
+      "value_proj",           // v = norm(x) Wv.
+      "out_proj",             // The attention output's projection, before the residual add.
+      "mlpwi_0",              // The MLP's gate projection (SwiGLU) or its input projection.
+      "mlpwi_1",              // The MLP's up projection (SwiGLU).
+      "mlpwo",                // The MLP's output projection.
+  };
+  return names;
+}
+
+void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
+                  const std::vector<std::vector<std::string>>& offloaded) {
+  const std::vector<OpSpec>& ops = expanded.ops;
+  const size_t n = ops.size();
+  std::vector<int> pass_of(n, -1);
+  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
+    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
+      pass_of[i] = static_cast<int>(k / 2);
+    }
+  }
+  const NameBindings bindings = BindingsOf(expanded);
+  // Per value offloaded: its segment and its first backward reader.
+  std::map<std::string, int> segment_of;
+  for (size_t s = 0; s < offloaded.size(); ++s) {
+    for (const std::string& v : offloaded[s]) {
+      const auto maker = bindings.maker.find(v);
+      if (bindings.Once(v) && maker != bindings.maker.end() && pass_of[maker->second] < 0) {
+        segment_of[v] = static_cast<int>(s);
+      }
+    }
+  }
+  std::map<std::string, size_t> first_read;
+  for (size_t i = 0; i < n; ++i) {
+    if (pass_of[i] < 0) continue;
+    for (const std::string& in : ops[i].in) {
+      if (segment_of.count(in)) first_read.emplace(in, i);
+    }
+  }
+  // Per segment: its first backward read of any offloaded value.
+  std::map<int, size_t> segment_first;
+  for (const auto& [v, at] : first_read) {
+    const int s = segment_of.at(v);
+    const auto it = segment_first.find(s);
+    if (it == segment_first.end() || at < it->second) segment_first[s] = at;
+  }
+  // A segment's fetch goes where the segment read just before it in the same pass starts.
+  std::vector<size_t> starts;
+  for (const auto& [s, at] : segment_first) starts.push_back(at);
+  std::sort(starts.begin(), starts.end());
+  auto fetch_at = [&](int s) {
+    const size_t own = segment_first.at(s);
+    const auto it = std::lower_bound(starts.begin(), starts.end(), own);
+    if (it == starts.begin()) return own;
+    const size_t before = *(it - 1);
+    return pass_of[before] == pass_of[own] ? before : own;
+  };
+  std::map<size_t, std::vector<std::string>> put_after;   // Maker -> values to copy out.
+  std::map<size_t, std::vector<std::string>> put_before;  // Op -> values to copy back first.
+  for (const auto& [v, at] : first_read) {
+    put_after[bindings.maker.at(v)].push_back(v);
+    put_before[fetch_at(segment_of.at(v))].push_back(v);
+  }
+  auto move = [](OpKind kind, const std::string& in, const std::string& out) {
+    OpSpec op;
+    op.kind = kind;
+    op.in = {in};
+    op.out = {out};
+    op.name = out;
+    return op;
+  };
+  std::vector<OpSpec> out;
+  out.reserve(n + 2 * first_read.size());
+  std::vector<size_t> block_start(n + 1);
+  for (size_t i = 0; i <= n; ++i) {
+    block_start[i] = out.size();
+    if (const auto it = put_before.find(i); it != put_before.end()) {
+      for (const std::string& v : it->second) {
+        out.push_back(move(OpKind::kMoveToDevice, v + "_host", v + "_dev"));
+      }
+    }
+    if (i == n) break;
+    OpSpec op = ops[i];
+    if (pass_of[i] >= 0) {
+      for (std::string& in : op.in) {
+        if (first_read.count(in)) in += "_dev";
+      }
+    }
+    out.push_back(std::move(op));
+    if (const auto it = put_after.find(i); it != put_after.end()) {
+      for (const std::string& v : it->second) {
+        out.push_back(move(OpKind::kMoveToHost, v, v + "_host"));
+      }
+    }
+  }
+  for (size_t& at : pass_starts) at = block_start[std::min(at, n)];
+  expanded.ops = std::move(out);
+}
+
+}  // namespace shardsim::planner
