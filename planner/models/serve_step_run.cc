@@ -29,8 +29,7 @@ StepFigures StepOf(const Machine& machine, const Mesh& mesh, const TransformerCo
     *simulated = {model.layers};
     return run(model.layers);
   }
-  *simulated = {short_layers, short_layers + 1};
-  return ComposeFigures(run(short_layers), run(short_layers + 1), model.layers - short_layers);
+  return ComposeShortSteps(short_layers, model.layers, run, simulated);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -183,6 +184,15 @@ int64_t ComposedFrom(const TransformerConfig& model);
 // figure extrapolated (a + (b - a) k; the peak per memory phase, then the largest), the
 // events summed.
 StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k);
+// Whether b's peak (overall or in some memory phase) is below a's, b being one layer longer:
+// such peaks cannot be extrapolated (ComposeShortSteps composes from the next pair then).
+bool PeakFalls(const StepFigures& a, const StepFigures& b);
+// The figures of a step of `layers` layers composed (ComposeFigures) from `run`'s steps of
+// `from` and `from` + 1 layers, or of the next pair when the peak falls between the first
+// (PeakFalls; `layers` must exceed `from` + 1); `simulated` receives the pair composed from.
+StepFigures ComposeShortSteps(int64_t from, int64_t layers,
+                              const std::function<StepFigures(int64_t)>& run,
+                              std::vector<int64_t>* simulated);
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.

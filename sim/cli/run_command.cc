@@ -560,11 +560,14 @@ std::string ServeSummary(const RunReport& r) {
   std::ostringstream out;
   char line[512];
   ModelRunHeader(out, r);
+  const std::string how = s.simulated_layers.size() == 2
+                              ? "composed from " + std::to_string(s.simulated_layers[0]) + " and " +
+                                    std::to_string(s.simulated_layers[1]) + " layers"
+                              : std::string("whole");
   std::snprintf(line, sizeof(line),
                 "simulated:      prefill and decode, each %s\n"
                 "events:         %llu in %.3f s wall\n\n",
-                s.simulated_layers.size() == 2 ? "composed from 2 and 3 layers" : "whole",
-                static_cast<unsigned long long>(r.events), r.wall_s);
+                how.c_str(), static_cast<unsigned long long>(r.events), r.wall_s);
   out << line;
   out << "TTFT:           " << FormatTime(s.ttft) << " (the prefill step)\n";
   out << "TPOT:           " << FormatTime(s.tpot) << " (one decode step at context "
