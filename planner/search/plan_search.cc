@@ -114,7 +114,8 @@ PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& m
 namespace {
 
 // A (mesh, rules) pair's candidates in dominance order: microbatches ascending, then remat
-// from none to full, so every candidate that could dominate one comes before it.
+// from none to full, then offload sets by size, so every candidate that could dominate one
+// comes before it.
 struct Family {
   std::vector<PlanCandidate> variants;
 };
@@ -143,6 +144,14 @@ Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
     s[layers - 1] = (b.params + b.optimizer).count();
   }
   return Bytes(s[0] + (s[1] - s[0]) * (model.layers - 1));
+}
+
+// Whether every name of `a` is in `b`.
+bool Within(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (const std::string& name : a) {
+    if (std::find(b.begin(), b.end(), name) == b.end()) return false;
+  }
+  return true;
 }
 
 // Whether `o` is better than `p` by `objective` (ties: neither).
@@ -194,6 +203,18 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   std::vector<int64_t> microbatches = space.serve ? std::vector<int64_t>{1} : space.microbatches;
   std::sort(microbatches.begin(), microbatches.end());
   microbatches.erase(std::unique(microbatches.begin(), microbatches.end()), microbatches.end());
+  // Offload sets by size (a set's subsets first), each once; serving offloads nothing.
+  std::vector<std::vector<std::string>> offload;
+  for (const std::vector<std::string>& set :
+       space.serve ? std::vector<std::vector<std::string>>{{}} : space.offload) {
+    bool seen = false;
+    for (const std::vector<std::string>& o : offload) {
+      seen = seen || (o.size() == set.size() && Within(o, set));
+    }
+    if (!seen) offload.push_back(set);
+  }
+  std::stable_sort(offload.begin(), offload.end(),
+                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
   std::vector<RematPolicy> remat =
       space.serve ? std::vector<RematPolicy>{RematPolicy::kNone} : space.remat;
   std::sort(remat.begin(), remat.end(),
@@ -220,27 +241,34 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     std::optional<bool> state_fits;
     for (int64_t m : microbatches) {
       for (RematPolicy r : remat) {
-        ++result.candidates;
-        PlanCandidate c{plan, m};
-        c.plan.remat = r;
-        if (Indivisible(model, shape, c)) {
-          ++result.pruned["logical dimensions the mesh does not divide"];
-          continue;
+        for (const std::vector<std::string>& o : offload) {
+          ++result.candidates;
+          PlanCandidate c{plan, m};
+          c.plan.remat = r;
+          c.plan.offload = o;
+          if (!o.empty() && plan.pipeline) {
+            ++result.pruned["offload with a pipeline (not modelled)"];
+            continue;
+          }
+          if (Indivisible(model, shape, c)) {
+            ++result.pruned["logical dimensions the mesh does not divide"];
+            continue;
+          }
+          if (!state_fits && !plan.pipeline && !space.serve) {
+            state_fits =
+                WithinLimit(StateLowerBound(model, train, plan), capacity, space.memory_limit);
+          }
+          if (state_fits && !*state_fits) {
+            ++result.pruned["parameters and optimizer state alone over the memory limit"];
+            continue;
+          }
+          if (options.budget > 0 && kept >= options.budget) {
+            ++result.beyond_budget;
+            continue;
+          }
+          ++kept;
+          family.variants.push_back(std::move(c));
         }
-        if (!state_fits && !plan.pipeline && !space.serve) {
-          state_fits =
-              WithinLimit(StateLowerBound(model, train, plan), capacity, space.memory_limit);
-        }
-        if (state_fits && !*state_fits) {
-          ++result.pruned["parameters and optimizer state alone over the memory limit"];
-          continue;
-        }
-        if (options.budget > 0 && kept >= options.budget) {
-          ++result.beyond_budget;
-          continue;
-        }
-        ++kept;
-        family.variants.push_back(std::move(c));
       }
     }
     if (!family.variants.empty()) families.push_back(std::move(family));
@@ -315,9 +343,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   auto mine = [&](size_t f) {
     return static_cast<int>(f % static_cast<size_t>(processes)) == options.process_rank;
   };
-  // Per family: the remat and microbatches of its candidates that fit, and the first
+  // Per family: the candidates that fit (their remat, microbatches and offload), and the first
   // candidate's outcome (phase 2's order).
-  std::vector<std::vector<std::pair<RematPolicy, int64_t>>> fitting(families.size());
+  std::vector<std::vector<const PlanCandidate*>> fitting(families.size());
   std::vector<std::optional<PlanOutcome>> first_outcome(families.size());
   std::atomic<bool> out_of_time{false};
   std::mutex commit_mutex;
@@ -337,15 +365,24 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   };
   // Settles `item` on one worker.
   auto settle = [&](Item& item, Machine& machine, CollectiveCostModel& collectives) {
-    std::vector<std::pair<RematPolicy, int64_t>>& fits = fitting[item.family];
+    std::vector<const PlanCandidate*>& fits = fitting[item.family];
     for (size_t v = item.first; v < item.last; ++v) {
       const PlanCandidate& c = families[item.family].variants[v];
       bool is_dominated = false;
-      for (const auto& [r, m] : fits) {
+      for (const PlanCandidate* f : fits) {
         // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
-        // extra work.
+        // extra work. Offloading more adds copies (which never speed a step up) and saves
+        // recompute only under full remat: every checkpoint name is a matmul output or the
+        // layer's input, which selective remat keeps anyway. So a fitting plan with a subset
+        // of c's offload dominates c, unless it remats fully and c offloads more.
+        const int64_t m = f->microbatches;
         const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
-        is_dominated = is_dominated || (RematRank(r) <= RematRank(c.plan.remat) && fewer);
+        const bool offload = f->plan.remat == RematPolicy::kFull
+                                 ? f->plan.offload.size() == c.plan.offload.size() &&
+                                       Within(f->plan.offload, c.plan.offload)
+                                 : Within(f->plan.offload, c.plan.offload);
+        is_dominated = is_dominated ||
+                       (RematRank(f->plan.remat) <= RematRank(c.plan.remat) && fewer && offload);
       }
       if (is_dominated) {
         ++item.dominated;
@@ -377,9 +414,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           }
         }
       }
-      if (pr.outcome.refused.empty() && pr.outcome.fits) {
-        fits.push_back({c.plan.remat, c.microbatches});
-      }
+      if (pr.outcome.refused.empty() && pr.outcome.fits) fits.push_back(&c);
       if (v == 0) first_outcome[item.family] = pr.outcome;
       item.results.push_back(std::move(pr));
     }

@@ -35,6 +35,10 @@ std::string CandidateKey(const PlanCandidate& candidate) {
     for (size_t i = 0; i < axes.size(); ++i) key += (i ? "+" : "") + axes[i];
   }
   key += std::string("; remat ") + RematPolicyName(plan.remat);
+  if (!plan.offload.empty()) {
+    key += "; offload ";
+    for (size_t i = 0; i < plan.offload.size(); ++i) key += (i ? "+" : "") + plan.offload[i];
+  }
   key += "; microbatches " + std::to_string(candidate.microbatches);
   if (plan.pipeline) {
     key += "; pipeline " + plan.pipeline->axis + " " +

@@ -58,6 +58,10 @@ struct SearchSpace {
   // Collective matmul modes to try (`search.collective_matmul` or `plan.collective_matmul`,
   // one or a list); serving plans take the first.
   std::vector<CollectiveMatmulMode> collective_matmul = {CollectiveMatmulMode::kOff};
+  // Host offload sets to try (`search.offload`, or `plan.offload` pinned): each a list of
+  // checkpoint names (StepPlan::offload); the empty set is no offload. Tried with every remat
+  // policy; pipelines and serving take only the empty set.
+  std::vector<std::vector<std::string>> offload = {{}};
   // Default algorithm per collective (`plan.algorithms`).
   std::map<std::string, std::string> algorithms;
   // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).

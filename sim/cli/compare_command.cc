@@ -175,6 +175,15 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   row("rules", [](const Compared& c) { return DescribeRules(c.run.plan.rules); });
   row("remat",
       [](const Compared& c) { return std::string(planner::RematPolicyName(c.run.plan.remat)); });
+  bool offload = false;  // Rows of host offload only where some run offloads.
+  for (const Compared& c : runs) offload = offload || !c.run.plan.offload.empty();
+  if (offload) {
+    row("offload", [](const Compared& c) {
+      std::string names;
+      for (const std::string& n : c.run.plan.offload) names += (names.empty() ? "" : "+") + n;
+      return names.empty() ? std::string("none") : names;
+    });
+  }
   row("microbatches", [](const Compared& c) { return std::to_string(c.run.train.microbatches); });
   row("step time", [](const Compared& c) { return FormatTime(c.report.step_time); });
   row("MFU", [](const Compared& c) { return Percent(c.report.mfu); });
@@ -196,6 +205,10 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   row("grads", [](const Compared& c) { return FormatBytes(c.report.memory.grads); });
   row("optimizer", [](const Compared& c) { return FormatBytes(c.report.memory.optimizer); });
   row("activations", [](const Compared& c) { return FormatBytes(c.report.memory.activations); });
+  if (offload) {
+    row("host memory", [](const Compared& c) { return FormatBytes(c.report.memory.host); });
+    row("  host copies", [](const Compared& c) { return FormatTime(c.report.host_transfer); });
+  }
   row("peak / HBM", [](const Compared& c) {
     return FormatBytes(c.report.memory.peak) + " / " + FormatBytes(c.report.memory.capacity);
   });

@@ -324,7 +324,8 @@ const std::vector<std::string>& PlanKeys() {
   return keys;
 }
 
-// `offload:` a list of MaxText checkpoint names, each once.
+}  // namespace
+
 std::vector<std::string> ReadOffload(const YamlValue& value) {
   std::vector<std::string> names;
   for (const YamlValue& v : value.List()) {
@@ -336,6 +337,8 @@ std::vector<std::string> ReadOffload(const YamlValue& value) {
   }
   return names;
 }
+
+namespace {
 
 // `plan:` {mesh, devices, rules, remat, offload, pipeline, collective_matmul, algorithms}.
 planner::StepPlan ReadPlan(const YamlValue& value) {

@@ -56,6 +56,8 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
 // `plan.collective_matmul`: off, unidirectional, bidirectional or auto.
 planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value);
+// `plan.offload`: a list of MaxText checkpoint names (planner::CheckpointNames()), each once.
+std::vector<std::string> ReadOffload(const YamlValue& value);
 // `plan.algorithms`: collective -> algorithm name.
 std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value);
 

@@ -51,6 +51,7 @@ Json PlanJson(const planner::PlanCandidate& c) {
   }
   plan["rules"] = rules;
   plan["remat"] = planner::RematPolicyName(c.plan.remat);
+  if (!c.plan.offload.empty()) plan["offload"] = c.plan.offload;
   plan["microbatches"] = c.microbatches;
   if (c.plan.pipeline) {
     plan["pipeline"] = {
@@ -228,6 +229,15 @@ void ShowProgress(const planner::SearchProgress& p) {
   std::fflush(stderr);
 }
 
+// "full", or "full, offload decoder_layer_input+query_proj" with host offload.
+std::string RematText(const planner::StepPlan& plan) {
+  std::string text = planner::RematPolicyName(plan.remat);
+  for (size_t i = 0; i < plan.offload.size(); ++i) {
+    text += (i ? "+" : ", offload ") + plan.offload[i];
+  }
+  return text;
+}
+
 // "1f1b", or "interleaved x2" with virtual stages.
 std::string ScheduleText(const planner::PipelinePlan& p) {
   std::string text(planner::PipelineScheduleName(p.schedule));
@@ -238,8 +248,7 @@ std::string ScheduleText(const planner::PipelinePlan& p) {
 // "data=8,fsdp=64,tensor=4; remat selective; microbatches 1 (1f1b)".
 std::string PlanLine(const planner::PlanCandidate& c) {
   std::string text = MeshText(c.plan.mesh) + "; rules " + RulesText(c.plan) + "; remat " +
-                     planner::RematPolicyName(c.plan.remat) + "; microbatches " +
-                     std::to_string(c.microbatches);
+                     RematText(c.plan) + "; microbatches " + std::to_string(c.microbatches);
   if (c.plan.pipeline) text += " (" + ScheduleText(*c.plan.pipeline) + ")";
   if (c.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
     text += std::string("; collective matmul ") +
@@ -308,6 +317,13 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
   const PlanSearchSpec& spec = *file.search;
+  if (!spec.offload_key.empty() &&
+      !(BuildHardware(file.hardware).device_spec().host_bandwidth.bytes_per_second() > 0)) {
+    throw InputError(
+        file.Locate(SpecError(spec.offload_key,
+                              "the devices have no host link to offload over (hardware.md gives "
+                              "none for this preset): set hardware.device.host_bandwidth")));
+  }
   // --mpi: every process searches its share of the families; rank 0 merges and reports.
   std::unique_ptr<MpiWorld> world;
   if (options.mpi) world = std::make_unique<MpiWorld>();
@@ -501,8 +517,8 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       continue;
     }
     rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan),
-                    planner::RematPolicyName(r.candidate.plan.remat),
-                    std::to_string(r.candidate.microbatches), FormatTime(o.step_time), mfu, tok,
+                    RematText(r.candidate.plan), std::to_string(r.candidate.microbatches),
+                    FormatTime(o.step_time), mfu, tok,
                     FormatBytes(o.peak) + " / " + FormatBytes(o.capacity), o.dominant});
   }
   if (rows.empty()) {

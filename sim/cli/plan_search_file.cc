@@ -87,13 +87,13 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
 
   std::optional<YamlMap> search;
   if (auto s = top.Find("search")) {
-    search = s->Map({"axes", "axis_orders", "remat", "microbatches", "collective_matmul",
+    search = s->Map({"axes", "axis_orders", "remat", "offload", "microbatches", "collective_matmul",
                      "sequence_parallel", "objective", "memory_limit"});
   }
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
-    plan = p->Map({"mesh", "rules", "remat", "pipeline", "collective_matmul", "algorithms",
-                   "devices", "microbatches"});
+    plan = p->Map({"mesh", "rules", "remat", "offload", "pipeline", "collective_matmul",
+                   "algorithms", "devices", "microbatches"});
     if (auto d = plan->Find("devices")) {
       d->FailAtKey("devices: a search places each mesh by default (give plan.mesh alone)");
     }
@@ -147,6 +147,10 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       space.remat.clear();
       for (const YamlValue& v : OneOrList(*r)) space.remat.push_back(ReadRemat(v));
     }
+    if (auto o = plan->Find("offload")) {
+      space.offload = {ReadOffload(*o)};
+      if (!space.offload.front().empty()) spec.offload_key = "plan.offload";
+    }
     if (auto p = plan->Find("pipeline")) space.pipelines = ReadPipelines(*p, all_axes);
     if (auto c = plan->Find("collective_matmul")) {
       space.collective_matmul.clear();
@@ -173,6 +177,19 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       space.remat.clear();
       for (const YamlValue& v : r->List()) space.remat.push_back(ReadRemat(v));
       if (space.remat.empty()) r->Fail("give at least one remat policy");
+    }
+    if (auto o = search->Find("offload")) {
+      if (plan && plan->Has("offload")) {
+        o->FailAtKey("give search.offload or plan.offload, not both");
+      }
+      space.offload.clear();
+      for (const YamlValue& set : o->List()) {
+        space.offload.push_back(ReadOffload(set));
+        if (!space.offload.back().empty()) spec.offload_key = "search.offload";
+      }
+      if (space.offload.empty()) {
+        o->Fail("give at least one set of names to offload ([] for none)");
+      }
     }
     if (auto m = search->Find("microbatches")) {
       if (spec.train.microbatches != 1) {
@@ -229,6 +246,8 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
          std::vector<std::pair<const std::optional<YamlMap>*, const char*>>{
              {&plan, "remat"},
              {&search, "remat"},
+             {&plan, "offload"},
+             {&search, "offload"},
              {&search, "microbatches"},
              {&plan, "pipeline"},
              {&plan, "collective_matmul"},

@@ -303,6 +303,27 @@ TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
   EXPECT_EQ(plain.out.find("length: tensor"), std::string::npos) << plain.out;
 }
 
+// search.offload lists sets of values to keep in host memory: each is a candidate beside every
+// remat policy (three sets: three times the candidates), written in --out and the table;
+// plan.offload pins one set.
+TEST_F(PlanCommandTest, OffloadSetsAreSearched) {
+  auto candidates = [](const std::string& out) {
+    return std::stoll(out.substr(out.find("candidates:") + 11));
+  };
+  const Result plain = RunOk({"plan", Tiny()});
+  const std::string results = (out() / "offload.jsonl").string();
+  const Result sets = RunOk(
+      {"plan", Tiny("  offload: [[], [decoder_layer_input], [decoder_layer_input, query_proj]]\n"),
+       "--out", results, "--top", "100"});
+  EXPECT_EQ(candidates(sets.out), 3 * candidates(plain.out)) << sets.out;
+  EXPECT_NE(ReadFile(results).find("\"offload\":[\"decoder_layer_input\",\"query_proj\"]"),
+            std::string::npos);
+  EXPECT_NE(sets.out.find(", offload decoder_layer_input"), std::string::npos) << sets.out;
+  const Result pinned = RunOk({"plan", Tiny("plan: {offload: [key_proj]}\n"), "--top", "100"});
+  EXPECT_EQ(candidates(pinned.out), candidates(plain.out)) << pinned.out;
+  EXPECT_NE(pinned.out.find(", offload key_proj"), std::string::npos) << pinned.out;
+}
+
 TEST_F(PlanCommandTest, LocatedErrors) {
   struct Case {
     std::string extra;
@@ -319,6 +340,11 @@ TEST_F(PlanCommandTest, LocatedErrors) {
                 "give search.collective_matmul or plan.collective_matmul, not both"},
            Case{"plan: {pipeline: {schedule: [gpipe, 1f1b], virtual_stages: 2}}\n",
                 "virtual_stages > 1 needs schedule: interleaved"},
+           Case{"  offload: [[], [q_proj]]\n", "(key search.offload.1.0)"},
+           Case{"  offload: []\n", "give at least one set of names to offload"},
+           Case{"  offload: [[query_proj]]\nplan: {offload: [key_proj]}\n",
+                "give search.offload or plan.offload, not both"},
+
        }) {
     const Result r = Run({"plan", Tiny(c.extra)});
     EXPECT_EQ(r.exit_code, 2) << r;
@@ -326,6 +352,13 @@ TEST_F(PlanCommandTest, LocatedErrors) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.extra << r;
     EXPECT_EQ(r.out, "") << r;
   }
+  // GPU presets have no host link to offload over.
+  const Result gpu = Run(
+      {"plan", Tiny("  offload: [[], [query_proj]]\n"), "--set", "hardware={preset: h100-dgx}"});
+  EXPECT_EQ(gpu.exit_code, 2) << gpu;
+  EXPECT_NE(gpu.err.find("set hardware.device.host_bandwidth (key search.offload)"),
+            std::string::npos)
+      << gpu;
   const Result limit = Run({"plan", Tiny(), "--set", "search.memory_limit=1.5"});
   EXPECT_EQ(limit.exit_code, 2) << limit;
   EXPECT_NE(limit.err.find("memory_limit is a fraction of HBM in (0, 1]"), std::string::npos)

@@ -214,6 +214,71 @@ TEST(PlanSearchTest, DominanceKeepsTheBestOfAnExhaustiveEvaluation) {
   EXPECT_EQ(best.outcome.step_time, exhaustive_best);
 }
 
+// Host offload sets are candidates beside remat: the search's best is an exhaustive
+// evaluation's best, and under full remat offloading more is never taken as dominated (it keeps
+// values full remat would recompute), while a plan without remat that fits dominates its
+// offloading variants (copies only add).
+TEST(PlanSearchTest, OffloadSetsAreSearchedAndDominanceKeepsTheBest) {
+  SearchSpace space = TinySpace();
+  space.microbatches = {1};
+  const std::vector<std::string> input = {"decoder_layer_input"};
+  const std::vector<std::string> four = {"decoder_layer_input", "query_proj", "key_proj",
+                                         "value_proj"};
+  space.offload = {four, {}, input};  // Any order: the search takes subsets first.
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  EXPECT_EQ(r.candidates, 10 * 3 * 3);
+  ASSERT_FALSE(r.ranked.empty());
+  std::unique_ptr<Machine> machine = V5e8();
+  Time exhaustive_best = Time::Picoseconds(INT64_MAX);
+  std::string exhaustive_key;
+  std::map<std::string, PlanOutcome> all;
+  for (const auto& mesh : FactorMeshes(8, space.axes)) {
+    for (RematPolicy remat : space.remat) {
+      for (const std::vector<std::string>& offload : space.offload) {
+        PlanCandidate c;
+        c.plan.mesh = mesh;
+        c.plan.rules = DefaultRules(mesh);
+        c.plan.remat = remat;
+        c.plan.offload = offload;
+        if (Indivisible(Tiny(), TinyTrain(), c)) continue;
+        NetworkCollectiveModel network(*machine);
+        CachedCollectiveModel cache(network);
+        SlowestMemberCollectiveModel collectives(cache);
+        const PlanOutcome o =
+            EvaluatePlan(*machine, Tiny(), TinyTrain(), c, space.memory_limit, collectives);
+        all[CandidateKey(c)] = o;
+        if (o.refused.empty() && o.fits && o.step_time < exhaustive_best) {
+          exhaustive_best = o.step_time;
+          exhaustive_key = CandidateKey(c);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(r.results[r.ranked.front()].key, exhaustive_key);
+  EXPECT_EQ(r.results[r.ranked.front()].outcome.step_time, exhaustive_best);
+  // Every plan the search left unevaluated is no faster than one it evaluated that fits.
+  std::set<std::string> evaluated;
+  for (const PlanResult& p : r.results) evaluated.insert(p.key);
+  int64_t full_with_more_offload = 0;
+  for (const auto& [key, o] : all) {
+    if (evaluated.count(key) || !o.refused.empty() || !o.fits) continue;
+    EXPECT_GE(o.step_time, exhaustive_best) << key;
+  }
+  for (const PlanResult& p : r.results) {
+    const bool more = p.candidate.plan.remat == RematPolicy::kFull &&
+                      p.candidate.plan.offload.size() == four.size();
+    full_with_more_offload += more ? 1 : 0;
+  }
+  EXPECT_GT(full_with_more_offload, 0);
+  // Keys and the plan's text name the offload.
+  EXPECT_NE(r.results[0].key.find("; remat"), std::string::npos);
+  bool named = false;
+  for (const PlanResult& p : r.results) {
+    named = named || p.key.find("; offload decoder_layer_input+query_proj") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+}
+
 TEST(PlanSearchTest, ResultsDoNotDependOnJobs) {
   std::vector<std::string> seen[2];
   const SearchResult one = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
