@@ -26,7 +26,8 @@ namespace {
 // ErrorBoundModel: how far a simulated value may lie from the reference, op by op.
 //
 // The simulation and the reference run the same local op code on their inputs, so a local op
-// whose inputs agree exactly gives bit-identical results. Values differ only where the
+// whose inputs agree exactly gives bit-identical results (except a contraction against a
+// reference that runs it on other shapes: see matmul/einsum). Values differ only where the
 // computation differs: (1) reducing collectives (psum, pmean, psum_scatter): the algorithms add
 // the G members' blocks in float32 in their own order and round to the dtype once, the
 // reference adds in double in member order and rounds once; (2) collective matmuls: the
@@ -72,7 +73,11 @@ namespace {
 //     max = min(worst case, kSigmas rms); when that is not zero, the float32 accumulation
 //     of the K products runs on different values on the two sides, so its roundings differ
 //     too: rms u32 K R_a R_b (as a collective matmul's), kSigmas times it in max; plus the
-//     rounding term.
+//     rounding term. Against a reference that adds the products in another order (the
+//     partitioned check's: the global program on whole arrays, which BLAS blocks by shape,
+//     and a contraction of K' = G K products that the sharded program splits into blocks and
+//     a psum over G) the accumulations differ from exact operands too: rms u32 sqrt(K (K +
+//     K') / 2) R_a R_b, u32 K R_a R_b when K' = K (derived beside the code).
 //   The array ops of nn_ops.h compute in double and round once, so the same rounding term
 //   covers them; what each passes on (x's error e_x, n the terms or the axis length):
 //   sum of n terms as a matmul of length n: max min(n e_x, kSigmas sqrt(n) rms_x), rms
@@ -99,10 +104,16 @@ namespace {
 //     1): 1.
 //   attention, logits l = q.k / sqrt(H) over H products, as a matmul: worst sqrt(H) (e_q M_k
 //     + e_k M_q + e_q e_k), rms rms_q R_k + rms_k R_q + rms_q rms_k, max min(worst, kSigmas
-//     rms); a row's probabilities then move by at most min(2, e^{2 e_l} - 1) in 1-norm (as
-//     softmax), and their rounding to the dtype by u (p + p') more; the rounded ones sum to at
-//     most 1 + u, so |do| <= min(2, e^{2 e_l} - 1) M_v + 2 u M_v + (1 + u) e_v, rms 2 rms_l
-//     R_v + u R_v + rms_v; plus the rounding term.
+//     rms); a row's probabilities p'_j = p_j e^{d_j} / sum_k p_k e^{d_k} (|d| <= e_l) then
+//     move by at most p_j (e^{2 e_l} - 1) each and 2 in all (as softmax). The moves sum to 0,
+//     so they weigh v_j - o (o = sum_j p_j v_j, the output): |sum_j (p'_j - p_j) v_j| <=
+//     min(2 M_v, (e^{2 e_l} - 1) W), with W the largest spread sum_j p_j |v_j - o| over the
+//     reference's outputs (small where a large logit makes the softmax peaked: the output
+//     then barely moves, however large the logits' errors). Their rounding to the dtype moves
+//     them by u (p + p') more; the rounded ones sum to at most 1 + u, so |do| <= min(2 M_v,
+//     (e^{2 e_l} - 1) W) + 2 u M_v + (1 + u) e_v; to first order do = sum_j p_j (d_j -
+//     sum_k p_k d_k) (v_j - o), rms 2 rms_l min(R_v, W_rms) + u R_v + rms_v (W_rms: the
+//     spreads' rms); plus the rounding term.
 // Reducing collectives over a group of G (the op's group, not the mesh):
 //   psum/psum_scatter: the inputs' errors add: max = min(G max_in, kSigmas sqrt(G) rms_in),
 //     rms = sqrt(G) rms_in. Float32 accumulation in another order: partial sums s_j
@@ -235,6 +246,50 @@ Error MatmulPropagation(const Error& a, const Error& b, const Stats& sa, const S
   return Error{std::min(worst, kSigmas * rms), rms};
 }
 
+// Sums, over every output element o = sum_j p_j v_j of attention(q, k, v) (p: the exact
+// softmax of the row's logits, in double), of the spread s = sum_j p_j |v_j - o|: the largest
+// s, the sum of s^2 and the count, accumulated into `max`, `sum_sq` and `count`.
+void AttentionSpread(const Array& q, const Array& k, const Array& v, bool causal, double& max,
+                     double& sum_sq, double& count) {
+  const int64_t b = q.shape()[0], t = q.shape()[1], heads = q.shape()[2], h = q.shape()[3];
+  const int64_t s = k.shape()[1], group = heads / k.shape()[2];
+  const double scale = 1 / std::sqrt(static_cast<double>(h));
+  std::vector<double> p(static_cast<size_t>(s)), o(static_cast<size_t>(h));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t n = 0; n < heads; ++n) {
+      const int64_t g = n / group;
+      for (int64_t ti = 0; ti < t; ++ti) {
+        const int64_t seen = causal ? s - t + ti + 1 : s;  // As Attention's mask.
+        const float* qrow = q.data() + ((bi * t + ti) * heads + n) * h;
+        auto kv_row = [&](const Array& a, int64_t j) {
+          return a.data() + ((bi * s + j) * k.shape()[2] + g) * h;
+        };
+        double m = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (int64_t j = 0; j < seen; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < h; ++d) dot += static_cast<double>(qrow[d]) * kv_row(k, j)[d];
+          p[j] = dot * scale;
+          m = std::max(m, p[j]);
+        }
+        for (int64_t j = 0; j < seen; ++j) sum += p[j] = std::exp(p[j] - m);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < seen; ++j) {
+          p[j] /= sum;
+          for (int64_t d = 0; d < h; ++d) o[d] += p[j] * kv_row(v, j)[d];
+        }
+        for (int64_t d = 0; d < h; ++d) {
+          double spread = 0;
+          for (int64_t j = 0; j < seen; ++j) spread += p[j] * std::fabs(kv_row(v, j)[d] - o[d]);
+          if (std::isnan(spread)) spread = std::numeric_limits<double>::infinity();
+          max = std::max(max, spread);
+          sum_sq += spread * spread;
+          count += 1;
+        }
+      }
+    }
+  }
+}
+
 // Everything the bound walk knows about one value.
 struct Tracked {
   Error error;
@@ -253,7 +308,15 @@ struct OpFacts {
   double k = 1;
   double norm_floor = 0;  // rms_norm, layer_norm: SmallestNormScale of the reference's x.
   size_t output = 0;      // Which output the error is for (top_k: 0 values, 1 indices).
+  // matmul, einsum: the products per output the reference adds in another order, this op's
+  // own k or the longer global contraction it is a block of; 0 where the reference adds the
+  // same products in the same order (ReferenceOutputs' `reordered`).
+  double reordered_k = 0;
   double queries = 1;     // attention_grad: the queries that read each key (T N / K).
+  // attention: the largest and the rms, over outputs o = sum_j p_j v_j, of the spread
+  // sum_j p_j |v_j - o| of the values a query reads about its output (AttentionSpread).
+  double spread_max = std::numeric_limits<double>::infinity();
+  double spread_rms = std::numeric_limits<double>::infinity();
 };
 
 // No finite bound holds: infinite in max and rms, so neither the statistical cap nor an
@@ -373,10 +436,13 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
       const double logit_rms = eq.rms * sk.rms + ek.rms * sq.rms + eq.rms * ek.rms;
       const double logit_max = std::min(worst, kSigmas * logit_rms);
       const double u = UnitRoundoff(dtype);
-      const double moved = std::min(2.0, std::expm1(2 * logit_max));
-      return Rounded(Error{moved * sv.max_abs + 2 * u * sv.max_abs + (1 + u) * ev.max,
-                           2 * logit_rms * sv.rms + u * sv.rms + ev.rms},
-                     dtype, out);
+      const double moved =
+          logit_max > 0 ? std::min(2 * sv.max_abs, std::expm1(2 * logit_max) * facts.spread_max)
+                        : 0;
+      return Rounded(
+          Error{moved + 2 * u * sv.max_abs + (1 + u) * ev.max,
+                2 * logit_rms * std::min(sv.rms, facts.spread_rms) + u * sv.rms + ev.rms},
+          dtype, out);
     }
     default:
       return kUnbounded;
@@ -521,7 +587,8 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
   const double k = facts.k;
   bool exact = true;
   for (const Tracked* t : in) exact = exact && t->error.exact();
-  if (exact) return Error{};
+  const bool contraction = op.kind == OpKind::kMatmul || op.kind == OpKind::kEinsum;
+  if (exact && !(contraction && facts.reordered_k > 0)) return Error{};
   Error e;  // Data movement and 1-Lipschitz exact ops: the largest input error.
   for (const Tracked* t : in) {
     e.max = std::max(e.max, t->error.max);
@@ -611,9 +678,19 @@ Error LocalOpError(const OpSpec& op, const std::vector<const Tracked*>& in, cons
       Error m = MatmulPropagation(a, in[1]->error, sa, in[1]->stats, k);
       // With inexact inputs both sides accumulate the K products in float32 on different
       // values, so the accumulations' roundings differ too: as a collective matmul's, rms
-      // u32 K R_a R_b (partial sums up to sqrt(K) R_a R_b, K of them).
-      if (!m.exact() && dtype != DType::kI32) {
-        const double acc_rms = kU32 * k * sa.rms * in[1]->stats.rms;
+      // u32 K R_a R_b (one side's K partial sums, up to sqrt(K) R_a R_b, round by rms
+      // u32 K R_a R_b / sqrt(2); two sides in quadrature). So do they from exact operands where
+      // the reference adds the products in another order (reordered_k = K' > 0): BLAS blocks
+      // a contraction by its operands' shapes, so a row block's sums differ from the whole
+      // array's, and K' > K where the reference's contraction is the global one this op is a
+      // block of, completed by a psum over G = K' / K. The reference then rounds K' partial
+      // sums in one pass (rms u32 K' R_a R_b / sqrt(2)) against this side's G blocks (u32 K
+      // sqrt(G / 2) R_a R_b), u32 K sqrt(G (G + 1) / 2) R_a R_b in quadrature; the psum's
+      // sqrt(G) growth of its inputs' errors leaves each block u32 sqrt(K (K + K') / 2) R_a R_b,
+      // which is u32 K R_a R_b when K' = K.
+      if ((!m.exact() || facts.reordered_k > 0) && dtype != DType::kI32) {
+        const double k_ref = std::max(k, facts.reordered_k);
+        const double acc_rms = kU32 * std::sqrt(k * (k + k_ref) / 2) * sa.rms * in[1]->stats.rms;
         m.max += kSigmas * acc_rms;
         m.rms = Rss(m.rms, acc_rms);
       }
@@ -765,6 +842,25 @@ Stats StatsOfValue(const std::vector<std::map<std::string, Array>>& env, const s
   return StatsOf(blocks);
 }
 
+// The products per output element of matmul or einsum `op` on operands a and b.
+double ContractionLength(const OpSpec& op, const Array& a, const Array& b) {
+  if (op.kind == OpKind::kMatmul) return static_cast<double>(a.shape().back());
+  return static_cast<double>(EinsumContractionLength(op.spec, a, b));
+}
+
+// Sets facts.spread_max and facts.spread_rms of attention `op` from the arguments of the
+// positions `distinct` (AttentionSpread); they stay infinite where an argument has no data.
+void SetAttentionSpread(const OpSpec& op, const std::vector<std::vector<const Array*>>& args,
+                        const std::vector<int>& distinct, OpFacts& facts) {
+  double max = 0, sum_sq = 0, count = 0;
+  for (int p : distinct) {
+    if (!args[p][0]->has_data() || !args[p][1]->has_data() || !args[p][2]->has_data()) return;
+    AttentionSpread(*args[p][0], *args[p][1], *args[p][2], op.causal, max, sum_sq, count);
+  }
+  facts.spread_max = max;
+  facts.spread_rms = count > 0 ? std::sqrt(sum_sq / count) : 0;
+}
+
 // The OpFacts of local op `op` from every position's arguments and results (`distinct`: the
 // positions whose results were computed, the others being copies).
 OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& args,
@@ -778,10 +874,8 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
   };
   switch (op.kind) {
     case OpKind::kMatmul:
-      facts.k = static_cast<double>(x.shape().back());
-      break;
     case OpKind::kEinsum:
-      facts.k = static_cast<double>(EinsumContractionLength(op.spec, x, *args[0][1]));
+      facts.k = ContractionLength(op, x, *args[0][1]);
       break;
     case OpKind::kSum:
     case OpKind::kMean: {
@@ -852,7 +946,9 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
 std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
                                               const std::map<std::string, Array>* inputs,
-                                              std::map<std::string, double>* bounds) {
+                                              std::map<std::string, double>* bounds,
+                                              const ContractionLengths* reordered,
+                                              ContractionLengths* lengths) {
   // With several meshes each op runs on its mesh alone: the positions of one part of the union,
   // which are contiguous. part_of: each name's mesh (-1: the whole mesh).
   const bool parts = !whole_mesh.parts().empty();
@@ -1062,9 +1158,24 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
     }
     OpFacts facts;
     if (bounds) facts = FactsOf(op, args, results, distinct);
+    const bool contraction = op.kind == OpKind::kMatmul || op.kind == OpKind::kEinsum;
+    if (contraction && (lengths || (bounds && reordered))) {
+      const double k = ContractionLength(op, *args[0][0], *args[0][1]);
+      if (lengths) (*lengths)[op.out.at(0)] = k;
+      if (bounds && reordered) {
+        auto global = reordered->find(op.out.at(0));
+        facts.reordered_k = std::max(k, global == reordered->end() ? k : global->second);
+      }
+    }
     std::vector<const Tracked*> in;
     if (bounds) {
       for (const std::string& name : op.in) in.push_back(&tracked.at(name));
+    }
+    // Only inexact logits move attention's probabilities: the spread they weigh is needed
+    // then alone (it costs another pass over the scores).
+    if (bounds && op.kind == OpKind::kAttention &&
+        !(in.at(0)->error.exact() && in.at(1)->error.exact())) {
+      SetAttentionSpread(op, args, distinct, facts);
     }
     std::vector<Tracked> in_copies;  // Inputs' bounds, kept while outputs replace their names.
     for (const Tracked* t : in) in_copies.push_back(*t);

@@ -13,6 +13,10 @@
 
 namespace shardsim {
 
+// Products per output element of a program's matmuls and einsums, by output name (a name
+// bound twice holds its last binding's).
+using ContractionLengths = std::map<std::string, double>;
+
 // Evaluates the program directly from the ops' definitions (collectives computed from all
 // positions' blocks at once, no network), returning the global outputs. The reference that
 // every run's numerics are checked against. Positions with bit-identical inputs to an op
@@ -20,11 +24,19 @@ namespace shardsim {
 // comparing replicas (Executor::Outputs does that for the simulated run).
 // `inputs`, when given, are the global input arrays already made (Executor::inputs()), so
 // they are not made twice. `bounds`, when given, receives each output's error bound
-// (the ErrorBoundModel of numerics_check.cc), derived while evaluating.
+// (the ErrorBoundModel of numerics_check.cc), derived while evaluating. With `reordered`
+// the bounds also hold against a reference that adds each matmul's and einsum's products in
+// another order (one that runs them on other shapes, which BLAS blocks differently), as part
+// of the contraction of reordered[its output's name] products where that is longer (the
+// global contraction a partitioned program splits into local blocks and a psum): every such
+// op then counts its float32 accumulation even from exact operands. `lengths`, when given,
+// receives each matmul's and einsum's products per output element, by output name.
 std::map<std::string, Array> ReferenceOutputs(const Mesh& mesh, const ProgramSpec& program,
                                               const std::string& base_dir,
                                               const std::map<std::string, Array>* inputs = nullptr,
-                                              std::map<std::string, double>* bounds = nullptr);
+                                              std::map<std::string, double>* bounds = nullptr,
+                                              const ContractionLengths* reordered = nullptr,
+                                              ContractionLengths* lengths = nullptr);
 
 // The numerics check of a run: simulated outputs against the reference.
 struct NumericsReport {

@@ -9,7 +9,8 @@
 namespace shardsim::planner {
 
 std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const std::string& base_dir,
-                                             const std::map<std::string, Array>* inputs) {
+                                             const std::map<std::string, Array>* inputs,
+                                             ContractionLengths* lengths) {
   // The same program as a shard_map body on a one-device mesh: whole arrays everywhere.
   ProgramSpec whole = ExpandGrads(global);
   whole.mode = ProgramMode::kManual;
@@ -18,16 +19,21 @@ std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const st
   whole.meshes.clear();  // One device: a device_put between meshes passes the value on.
   for (ArraySpec& a : whole.arrays) a.sharding = PartitionSpec{};
   for (OutputSpec& o : whole.outputs) o.spec = PartitionSpec{};
-  return ReferenceOutputs(Mesh(whole.mesh_axes, {0}), whole, base_dir, inputs);
+  return ReferenceOutputs(Mesh(whole.mesh_axes, {0}), whole, base_dir, inputs, nullptr, nullptr,
+                          lengths);
 }
 
 NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simulated,
                                         const Mesh& mesh, const ProgramSpec& global,
                                         const ProgramSpec& lowered, const std::string& base_dir,
                                         const std::map<std::string, Array>* inputs) {
+  // The reference runs the global program's contractions on whole arrays: other shapes, so
+  // other summation orders, and a split contraction in one pass rather than as local partial
+  // sums and a psum. The lowered program's bounds count both (ErrorBoundModel).
+  ContractionLengths lengths;
+  std::map<std::string, Array> reference = GlobalReference(global, base_dir, inputs, &lengths);
   std::map<std::string, double> bounds;
-  ReferenceOutputs(mesh, lowered, base_dir, inputs, &bounds);
-  std::map<std::string, Array> reference = GlobalReference(global, base_dir, inputs);
+  ReferenceOutputs(mesh, lowered, base_dir, inputs, &bounds, &lengths);
   std::map<std::string, double> coarse =
       CoarseBounds(reference, mesh.size(), LongestReduction(global));
   for (const auto& [name, bound] : coarse) bounds[name] += bound;

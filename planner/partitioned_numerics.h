@@ -14,13 +14,16 @@
 namespace shardsim::planner {
 
 // Evaluates `global` on whole arrays (one device, layout ops as identities): the reference a
-// partitioned run must reproduce. `inputs`: the global inputs already made, if any.
+// partitioned run must reproduce. `inputs`: the global inputs already made, if any. `lengths`,
+// when given, receives the products per output element of each matmul and einsum.
 std::map<std::string, Array> GlobalReference(const ProgramSpec& global, const std::string& base_dir,
-                                             const std::map<std::string, Array>* inputs = nullptr);
+                                             const std::map<std::string, Array>* inputs = nullptr,
+                                             ContractionLengths* lengths = nullptr);
 
 // Compares `simulated` (the run of `lowered` on `mesh`) with GlobalReference(global). Each
 // output's tolerance is the bound the lowered program's own op chain gives (the sharded
-// reductions' reordering, ErrorBoundModel) plus the coarse bound of a reordered contraction
+// reductions' reordering, and each contraction's against the global one's summation order on
+// whole arrays: ErrorBoundModel) plus the coarse bound of a reordered contraction
 // of the global program's longest dimension (CoarseBounds): partitioning splits each
 // contraction into local partial sums and a cross-device sum, which rounds differently from
 // one contraction on whole arrays.

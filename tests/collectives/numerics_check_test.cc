@@ -13,6 +13,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/executor.h"
+#include "collectives/init.h"
 #include "collectives/placement.h"
 #include "tests/support/make_op.h"
 #include "topology/routing.h"
@@ -286,6 +287,75 @@ TEST(NumericsCheckTest, ContractionsOfInexactValuesCountTheirOwnAccumulation) {
     EXPECT_TRUE(r.passed) << "max_abs_error " << r.max_abs_error << " > " << r.tolerance;
     EXPECT_LT(r.tolerance, 100 * r.max_abs_error);  // Still a bound, not a blanket pass.
   }
+}
+
+// y = x [64, 512] @ w [512, 64] of f32 normals. `permuted`: x's columns and w's rows both
+// permuted (k -> 7k mod 512), so each output adds the same 512 products in another order,
+// whatever the BLAS; `tp` > 1: the contraction split over tp devices, local partial products
+// (y_partial) and a psum.
+ProgramSpec Contraction(bool permuted, int tp = 1) {
+  ProgramSpec p;
+  p.mesh_axes = {{"tp", tp}};
+  const PartitionSpec x_spec = tp > 1 ? P({{}, {"tp"}}) : P({});
+  const PartitionSpec w_spec = tp > 1 ? P({{"tp"}, {}}) : P({});
+  p.arrays = {Normal("x", {64, 512}, DType::kF32, 5, x_spec),
+              Normal("w", {512, 64}, DType::kF32, 6, w_spec)};
+  if (permuted) {
+    const std::vector<float> x = MakeInitialArray(p.arrays[0], true, "").values();
+    const std::vector<float> w = MakeInitialArray(p.arrays[1], true, "").values();
+    std::vector<float> xp(x.size()), wp(w.size());
+    for (int64_t k = 0; k < 512; ++k) {
+      const int64_t from = 7 * k % 512;
+      for (int64_t i = 0; i < 64; ++i) {
+        xp[i * 512 + k] = x[i * 512 + from];
+        wp[k * 64 + i] = w[from * 64 + i];
+      }
+    }
+    p.arrays = {Literal("x", {64, 512}, DType::kF32, xp, x_spec),
+                Literal("w", {512, 64}, DType::kF32, wp, w_spec)};
+  }
+  p.ops = {MakeOp(OpKind::kMatmul, {"x", "w"}, tp > 1 ? "y_partial" : "y")};
+  if (tp > 1) p.ops.push_back(MakeOp(OpKind::kPsum, {"y_partial"}, "y", {"tp"}));
+  p.outputs = {{"y", P({}), "outputs.y"}};
+  return p;
+}
+
+// A matmul of exact operands is exact against a reference that adds its products in the same
+// order, but not against one that adds them in another: the partitioned check's reference,
+// the global program on whole arrays (shapes a BLAS blocks differently from a device's block),
+// and there a longer contraction this one is a block of. Taken as exact, the bound was 0 and a
+// reordered contraction failed (the FSDP transformer on OpenBLAS's Haswell sgemm kernels).
+// With `reordered` the bound counts it: it covers the contraction with its products
+// permuted, and the global one against its blocks and their psum, within 100x of the error.
+TEST(NumericsCheckTest, ContractionsOfExactValuesCountAnotherSummationOrder) {
+  const Mesh one({{"tp", 1}}, {0});
+  const std::map<std::string, Array> whole = ReferenceOutputs(one, Contraction(false), "");
+  std::map<std::string, double> same_order, bounds;
+  ReferenceOutputs(one, Contraction(false), "", nullptr, &same_order);
+  EXPECT_EQ(same_order.at("y"), 0.0);
+  const ContractionLengths own;  // Each contraction reordered over its own length.
+  ReferenceOutputs(one, Contraction(false), "", nullptr, &bounds, &own);
+  NumericsReport r = CompareOutputs(ReferenceOutputs(one, Contraction(true), ""), whole, bounds);
+  EXPECT_GT(r.max_abs_error, 0.0);  // The two orders really differ.
+  EXPECT_TRUE(r.passed) << r.max_abs_error << " > " << r.tolerance;
+  EXPECT_LT(r.tolerance, 100 * r.max_abs_error);
+
+  // The contraction split over 4 devices: blocks of 128 products, their partial sums psummed,
+  // against the global contraction of 512 added in one pass.
+  const Mesh four({{"tp", 4}}, {0, 1, 2, 3});
+  ContractionLengths global;
+  ReferenceOutputs(one, Contraction(false), "", nullptr, nullptr, nullptr, &global);
+  EXPECT_EQ(global.at("y"), 512.0);
+  global["y_partial"] = global.at("y");
+  std::map<std::string, double> split_bounds, block_only;
+  const std::map<std::string, Array> split =
+      ReferenceOutputs(four, Contraction(false, 4), "", nullptr, &split_bounds, &global);
+  ReferenceOutputs(four, Contraction(false, 4), "", nullptr, &block_only, &own);
+  EXPECT_GT(split_bounds.at("y"), block_only.at("y"));  // The reference's longer pass counts.
+  r = CompareOutputs(split, whole, split_bounds);
+  EXPECT_GT(r.max_abs_error, 0.0);
+  EXPECT_TRUE(r.passed) << r.max_abs_error << " > " << r.tolerance;
+  EXPECT_LT(r.tolerance, 100 * r.max_abs_error);
 }
 
 // psum of f32 normals over `axes` of a 16 x 4 mesh; returns the bound of its output.

@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 
+#include "collectives/init.h"
 #include "planner/grad.h"
 #include "planner/models/model_presets.h"
 #include "sim/cli/program_writer.h"
 #include "sim/cli/run_file.h"
 #include "tests/planner/partition_test_support.h"
+#include "topology/build.h"
 
 namespace shardsim::planner {
 namespace {
@@ -134,6 +137,60 @@ INSTANTIATE_TEST_SUITE_P(
                 true}),
     [](const auto& info) { return info.param.name; });
 
+// `a` with every axis of length perm.size() permuted: element [..., c, ...] of the result is
+// a's [..., perm[c], ...].
+Array PermuteAxes(const Array& a, const std::vector<int64_t>& perm) {
+  const Shape& shape = a.shape();
+  const int64_t n = static_cast<int64_t>(perm.size());
+  if (std::find(shape.begin(), shape.end(), n) == shape.end()) return a;
+  std::vector<float> out(static_cast<size_t>(a.size()));
+  for (int64_t i = 0; i < a.size(); ++i) {
+    int64_t rest = i, from = 0, stride = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      const int64_t c = rest % shape[d];
+      rest /= shape[d];
+      from += (shape[d] == n ? perm[c] : c) * stride;
+      stride *= shape[d];
+    }
+    out[i] = a.data()[from];
+  }
+  return Array::FromWords(a.dtype(), shape, std::move(out));
+}
+
+// The partitioned step passes its check against any valid float32 evaluation, whatever order
+// it adds its contractions' products in. On the FSDP example the local contractions'
+// operands are exact (gathered weights, the batch's block), and the check took their results
+// to be exact too, as if a block's rows summed as the whole array's: with OpenBLAS's Haswell
+// sgemm kernels, which block by the operands' shapes, the sharded step failed at
+// max_abs_error 1.2e-4 against a tolerance of 4e-6. Here the other order is explicit, for any
+// BLAS: the unsharded step on inputs whose d_model axes are all permuted (so the contractions
+// over d_model add their products in another order), its outputs permuted back (which failed
+// so too, at 9.3e-4 with the Haswell kernels and 3.2e-3 with the SkylakeX ones).
+TEST(TransformerTest, ShardedStepBoundsCoverAnotherSummationOrder) {
+  const RunFile file = LoadRunFile(Example("transformer_fsdp8"));
+  const ProgramSpec& global = *file.program;  // d_model 64: the only axes of length 64.
+  Machine machine(BuildHardware(file.hardware));
+  Mesh mesh = PlaceProgramMesh(machine, global);
+  const PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
+  std::vector<int64_t> perm(64), inverse(64);
+  for (int64_t c = 0; c < 64; ++c) {
+    perm[c] = 7 * c % 64;
+    inverse[perm[c]] = c;
+  }
+  std::map<std::string, Array> permuted;
+  for (const ArraySpec& a : global.arrays) {
+    permuted[a.name] = PermuteAxes(MakeInitialArray(a, true, ""), perm);
+  }
+  std::map<std::string, Array> reordered = GlobalReference(global, "", &permuted);
+  for (auto& [name, value] : reordered) value = PermuteAxes(value, inverse);
+  const NumericsReport report =
+      CheckPartitionedNumerics(reordered, mesh, global, lowered.program, "");
+  EXPECT_TRUE(report.checked);
+  EXPECT_GT(report.max_abs_error, 1e-5);  // The orders really differ, by far more than ulps.
+  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error
+                             << " tolerance " << report.tolerance;
+}
+
 // A mixture-of-experts step (1 layer, d 64, 4 experts of ff 32, top 2, one shared expert),
 // partitioned, computes what the unsharded step computes, routing and dropping included:
 // expert parallelism over an axis that also splits the batch (MaxText's), over an axis that
@@ -164,8 +221,14 @@ class MoeStepTest : public ::testing::TestWithParam<MoeVariant> {};
 
 // Where tensor parallelism sums partial router logits, their rounding could flip a near-tied
 // expert choice, which no error bound covers (the check's tolerance is then infinite); so
-// beyond passing, every variant must agree to 1e-4 (the f32 outputs are O(1)): no choice
+// beyond passing, every variant must agree to 2e-3 (the f32 outputs are O(1)): no choice
 // flipped on this data, and a routing that differs (tokens split across devices, say) fails.
+// A flipped choice moves the outputs by about 0.1 (d_attn_norm0 jumped so when perturbing the
+// router's weights flipped one). Adding the contractions' products in another float32 order
+// alone moves them by up to about 3e-4 on this std-1 model: 2.1e-4 where OpenBLAS's Haswell
+// sgemm blocks a device's rows differently from the whole batch's, 1.1e-5 with its SkylakeX
+// kernels, up to 2.7e-4 with d_model's index permuted (five permutations, either kernel).
+// The 1e-4 asked for before held only for some BLAS kernels.
 TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
   const MoeVariant& v = GetParam();
   TrainConfig train;  // Gradients only: Adam's first step g / |g| would magnify rounding.
@@ -185,7 +248,7 @@ TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
       CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
   EXPECT_TRUE(report.checked);
   EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
-  EXPECT_LT(report.max_abs_error, 1e-4) << report.worst_output;
+  EXPECT_LT(report.max_abs_error, 2e-3) << report.worst_output;
 }
 
 INSTANTIATE_TEST_SUITE_P(
