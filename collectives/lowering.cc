@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "collectives/algorithm.h"
 #include "collectives/collective_matmul.h"
@@ -267,7 +268,7 @@ class Lowerer {
                                    "output needs a block on every position");
       }
     }
-    out_.final_values = current_;
+    out_.final_values = std::map<std::string, int>(current_.begin(), current_.end());
     for (const OutputSpec& o : program.outputs) out_.output_values.push_back(current_.at(o.name));
   }
 
@@ -359,7 +360,7 @@ class Lowerer {
   LoweredProgram& out_;
   const std::map<std::string, std::string>& algorithms_;
   int part_axis_ = -1;  // With several meshes: the index of kMeshPartAxis.
-  std::map<std::string, int> current_;
+  std::unordered_map<std::string, int> current_;
   std::vector<std::vector<std::pair<int, int>>> value_where_;  // Per value: its op's where.
 };
 

@@ -6,6 +6,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -18,7 +20,7 @@ namespace shardsim::planner {
 namespace {
 
 // Each value's type (dtype and shape), as a shape-only array.
-using Types = std::map<std::string, Array>;
+using Types = std::unordered_map<std::string, Array>;
 
 // Every name a program uses, and fresh ones beside them.
 class Names {
@@ -40,7 +42,7 @@ class Names {
   }
 
  private:
-  std::set<std::string> used_;
+  std::unordered_set<std::string> used_;
 };
 
 // The shape-only results of `op` on values of `types` (the sharding ops pass their input on).

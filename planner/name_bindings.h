@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstddef>
-#include <map>
 #include <string>
+#include <unordered_map>
 
 #include "collectives/program.h"
 
@@ -12,8 +12,9 @@ namespace shardsim::planner {
 
 // The bindings of a program's names: input arrays and op results.
 struct NameBindings {
-  std::map<std::string, int> count;     // Times each name is bound (an input array once).
-  std::map<std::string, size_t> maker;  // The (last) op binding each name; arrays have none.
+  std::unordered_map<std::string, int> count;  // Times each name is bound (an array once).
+  std::unordered_map<std::string, size_t>
+      maker;  // The (last) op binding each name; arrays have none.
 
   // Whether `name` is bound exactly once.
   bool Once(const std::string& name) const;

@@ -6,6 +6,8 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
@@ -175,7 +177,7 @@ class Partitioner {
   // How many ops (and outputs) read the value each operand of each op names: one count per
   // definition, names being rebindable.
   void CountUses() {
-    std::map<std::string, int> def;  // Name -> its current definition.
+    std::unordered_map<std::string, int> def;  // Name -> its current definition.
     std::vector<int> uses;
     auto define = [&](const std::string& name) {
       def[name] = static_cast<int>(uses.size());
@@ -233,7 +235,7 @@ class Partitioner {
   // shapes of values not partitioned yet, and Emit reuses them. Stops quietly at an op whose
   // shapes do not infer (Emit reports it, in program order).
   void InferAllShapes() {
-    std::map<std::string, Value> defined;
+    std::unordered_map<std::string, Value> defined;
     for (const ArraySpec& a : global_.arrays) defined[a.name] = Value{a.shape, a.dtype, {}, ""};
     for (const OpSpec& op : global_.ops) {
       std::vector<const Value*> in;
@@ -674,14 +676,14 @@ class Partitioner {
   bool explicit_;
   Mesh shape_mesh_;
   std::vector<Value> values_;
-  std::map<std::string, int> current_;
-  std::set<std::string> taken_;
+  std::unordered_map<std::string, int> current_;
+  std::unordered_set<std::string> taken_;
   std::map<ReshardKeyType, std::string> reshards_;
-  std::map<std::string, PartitionSpec> hint_specs_;
-  std::map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
+  std::unordered_map<std::string, PartitionSpec> hint_specs_;
+  std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
 
   // Dimensions a later reader wants whole, per value name.
-  std::map<std::string, std::set<int>> whole_dims_;
+  std::unordered_map<std::string, std::set<int>> whole_dims_;
   // What is known of each global op, by its position in the program.
   struct OpInfo {
     std::vector<int> uses;  // Readers of each operand's value.

@@ -40,7 +40,7 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
     }
   }
   const NameBindings bindings = BindingsOf(expanded);
-  const std::map<std::string, size_t>& maker = bindings.maker;
+  const auto& maker = bindings.maker;
   // Each segment value's segment (forward values bound once only).
   std::map<std::string, int> segment_of;
   for (size_t s = 0; s < segments.size(); ++s) {
