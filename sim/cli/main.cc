@@ -1,9 +1,4 @@
 // The shardsim command line.
-#include <malloc.h>
-#ifdef SHARDSIM_HAVE_JEMALLOC
-#include <jemalloc/jemalloc.h>
-#endif
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -21,6 +16,7 @@
 #include "sim/cli/run_file.h"
 #include "sim/cli/show_sharding_command.h"
 #include "sim/cli/topo_command.h"
+#include "sim/freed_memory.h"
 #include "sim/spec_error.h"
 #include "sim/units.h"
 
@@ -45,29 +41,6 @@ int InternalError(const std::string& message) {
   }
   std::fprintf(stderr, "internal error: %s\n", line.c_str());
   return 3;
-}
-
-// Runs with data allocate and free arrays of tens of MiB per op; returning freed pages to the
-// system makes later arrays fault them in again (scaling_book_lhs with numerics under
-// jemalloc's defaults: 70% more page faults, 10% slower). For `run`, freed memory is kept for
-// reuse. Not for `plan`: its worker threads' arenas then grow without bound (the pod search
-// passed 24 GB), while jemalloc's defaults keep it at 3.4 GB.
-void KeepFreedMemory() {
-#ifdef SHARDSIM_HAVE_JEMALLOC
-  // Arenas made from now on, and every existing one (MALLCTL_ARENAS_ALL).
-  ssize_t never = -1;
-  const std::string all = "arena." + std::to_string(MALLCTL_ARENAS_ALL);
-  for (const std::string& key :
-       {std::string("arenas.dirty_decay_ms"), std::string("arenas.muzzy_decay_ms"),
-        all + ".dirty_decay_ms", all + ".muzzy_decay_ms"}) {
-    mallctl(key.c_str(), nullptr, nullptr, &never, sizeof(never));
-  }
-#else
-  // glibc serves large arrays with mmap and unmaps them on free: serve them from the heap and
-  // keep freed memory instead.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
 }
 
 }  // namespace
@@ -209,7 +182,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (app.got_subcommand(run_cmd)) {
-      KeepFreedMemory();
+      shardsim::KeepFreedMemory();
       return shardsim::RunRunCommand(run);
     }
     if (app.got_subcommand(coll_cmd)) return shardsim::RunCollectiveCommand(coll);
