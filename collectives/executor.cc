@@ -295,6 +295,7 @@ void Executor::Start() {
   phase_of_op_.assign(lp.ops.size(), 0);
   comm_class_of_op_.assign(lp.ops.size(), -1);
   compute_before_.assign(lp.ops.size(), 0);
+  op_workspace_.assign(lp.ops.size(), 0);
   const std::vector<size_t>& marks = config_.memory_phases;
   std::map<std::string, int> class_ids;  // "psum over tensor" -> its index in comm_classes_.
   for (size_t i = 0; i < lp.ops.size(); ++i) {
@@ -315,14 +316,17 @@ void Executor::Start() {
     }
     if (!op.collective) {
       compute_ops_.push_back(i);
-      if (config_.compute_model && op.def->stream == OpStream::kCompute && !op.spec.fused) {
+      if (op.def->stream == OpStream::kCompute && !op.spec.fused) {
         std::vector<const Array*> ins, outs;
         for (int v : op.in_values) ins.push_back(&lp.values[v]);
         for (int v : op.out_values) outs.push_back(&lp.values[v]);
         OpCost cost = LocalOpCost(op.spec, ins, outs);
-        op_duration_[i] =
-            config_.compute_model->OpTime(op.spec.kind, cost, CostDType(op.spec, ins, outs));
-        op_timings_[op.source].compute += op_duration_[i];
+        op_workspace_[i] = static_cast<int64_t>(std::ceil(cost.workspace));
+        if (config_.compute_model) {
+          op_duration_[i] =
+              config_.compute_model->OpTime(op.spec.kind, cost, CostDType(op.spec, ins, outs));
+          op_timings_[op.source].compute += op_duration_[i];
+        }
       }
       continue;
     }
@@ -565,12 +569,14 @@ void Executor::Allocate(int position, size_t op_index) {
       break;
     }
   }
-  if (d.live > d.peak) {
-    d.peak = d.live;
+  // While it runs the op also holds its workspace (OpCost::workspace), freed as it ends.
+  const int64_t running = d.live + op_workspace_[op_index];
+  if (running > d.peak) {
+    d.peak = running;
     d.peak_op = name;
   }
   const size_t phase = phase_of_op_[op_index];
-  d.phase_peak[phase] = std::max(d.phase_peak[phase], d.live);
+  d.phase_peak[phase] = std::max(d.phase_peak[phase], running);
 }
 
 void Executor::FreeValue(int position, int value) {

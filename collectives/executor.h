@@ -111,7 +111,8 @@ struct DeviceTiming {
 // Memory follows XLA's buffer lifetimes: an op's outputs are allocated when it starts (a
 // collective's when it is issued) and a buffer is freed when its last reader finished;
 // an elementwise op writes over an input of its output's size when it is that input's last
-// reader; program inputs (the caller's arrays) and outputs stay live to the end. Without
+// reader; a local op's workspace (OpCost::workspace: an unfused attention's scores) counts
+// while it runs; program inputs (the caller's arrays) and outputs stay live to the end. Without
 // numerics no arrays exist: shapes, costs and groups are resolved once when it starts.
 // With a collective cost model (the timing path for search), each collective op's duration per
 // member comes from the model, and devices are partitioned into classes by colour refinement:
@@ -204,6 +205,7 @@ class Executor {
   LoweredProgram own_lowered_;               // When no lowered program was given.
   const LoweredProgram* lowered_ = nullptr;  // The program that runs.
   std::vector<Time> op_duration_;            // Per lowered op: compute time before any slowdown.
+  std::vector<int64_t> op_workspace_;        // Per lowered op: OpCost::workspace, in bytes.
   std::vector<int32_t> readers_;             // Per value: lowered ops that read it.
   std::vector<char> held_;                   // Per value: an input or output, never freed.
   std::vector<int64_t> value_bytes_;         // Per value: bytes of its local block.

@@ -709,10 +709,11 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       // dk, dv written; the scores stay on chip.
       const Shape& qs = inputs.at(1)->shape();
       const int64_t s_len = inputs.at(2)->shape().at(1);
-      return OpCost{10.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
-                        static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s_len, op.causal),
-                    in_bytes + out_bytes +
-                        UnfusedAttentionBytes(op, *inputs.at(1), s_len, /*backward=*/true)};
+      return OpCost{
+          10.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
+              static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s_len, op.causal),
+          in_bytes + out_bytes + UnfusedAttentionBytes(op, *inputs.at(1), s_len, /*backward=*/true),
+          UnfusedAttentionWorkspace(op, *inputs.at(1), s_len, /*backward=*/true)};
     }
     case OpKind::kRaggedDotRhsGrad:
       return RaggedDotCost(inputs, outputs);

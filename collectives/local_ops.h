@@ -90,6 +90,9 @@ Array Stack(const std::vector<Array>& arrays, int axis);
 struct OpCost {
   double flops = 0;  // Floating-point operations.
   double bytes = 0;  // Memory traffic (bytes read plus written).
+  // Bytes of temporaries the op holds in HBM while it runs, beyond its inputs and outputs
+  // (an unfused attention's scores); they count toward the peak while it runs.
+  double workspace = 0;
 };
 
 // The cost of a local op: matmul/einsum 2*M*N*K per batch element (einsum: 2 * product of

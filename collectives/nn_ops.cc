@@ -422,6 +422,20 @@ double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool b
   return scores * (backward ? 9 * e + 1 : 6 * e + 1);
 }
 
+double UnfusedAttentionWorkspace(const OpSpec& op, const Array& q, int64_t s, bool backward) {
+  if (op.kernel != "unfused") return 0;
+  // Per score, e the dtype's bytes: the forward holds the scores and the probabilities the
+  // softmax writes from them at once, with dropout's one-byte mask (2e + 1; the dropped
+  // probabilities overwrite the scores); the backward, which recomputes the probabilities,
+  // holds them with dp and ds (softmax's backward reads p and dp and writes ds) and the mask
+  // (3e + 1). What a forward keeps for its backward is not held: the op recomputes it.
+  const double e = static_cast<double>(DTypeSize(q.dtype()));
+  const Shape& qs = q.shape();
+  const double scores = static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
+                        static_cast<double>(qs.at(1)) * static_cast<double>(s);
+  return scores * (backward ? 3 * e + 1 : 2 * e + 1);
+}
+
 double AttentionPairs(int64_t t, int64_t s, bool causal) {
   const double td = static_cast<double>(t), sd = static_cast<double>(s);
   // Causal, aligned bottom-right: query i sees S - T + i + 1 keys; summed over i < T that is
@@ -594,6 +608,7 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       cost.flops = 4.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
       cost.bytes += UnfusedAttentionBytes(op, x, s, /*backward=*/false);
+      cost.workspace = UnfusedAttentionWorkspace(op, x, s, /*backward=*/false);
       if (op.kernel == "mmha") {
         // Each of the N query heads reads its kv head's keys and values (no sharing within a
         // group of N / K): k and v cross HBM N / K times, once counted above.

@@ -79,6 +79,9 @@ Array Attention(const Array& q, const Array& k, const Array& v, bool causal);
 // its materialized B N T S scores of q's dtype (q [B, T, N, H], S keys; see nn_ops.cc); 0 for
 // flash.
 double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool backward);
+// The HBM an unfused attention (or attention_grad: `backward`) holds for its B N T S scores
+// while it runs (see nn_ops.cc); 0 for flash.
+double UnfusedAttentionWorkspace(const OpSpec& op, const Array& q, int64_t s, bool backward);
 // The (query, key) pairs attention scores per batch element and head: T * S, or causally
 // T * S - T (T - 1) / 2.
 double AttentionPairs(int64_t t, int64_t s, bool causal);

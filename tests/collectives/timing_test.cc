@@ -113,6 +113,33 @@ TEST(PeakMemoryTest, OverCapacityDoesNotFit) {
   EXPECT_FALSE(r.fits);  // 360448 B > 307200 B.
 }
 
+// An unfused attention holds its B N T S scores while it runs (OpCost::workspace): f32 q, k, v
+// [2, 128, 4, 16] (65536 B each) and its output (65536 B) are live, plus 2 x 4 x 128 x 128
+// scores at (2 x 4 + 1) B each (scores, probabilities, dropout's mask) = 1,179,648 B; a flash
+// kernel holds none. Its cost in time is unchanged by the accounting.
+TEST(PeakMemoryTest, UnfusedAttentionHoldsItsScoresWhileItRuns) {
+  Machine machine(BuildPreset("tpu-v5e", {1, 1}));
+  for (const char* kernel : {"flash", "unfused"}) {
+    ProgramBuilder b({{"one", 1}});
+    for (const char* name : {"q", "k", "v"}) {
+      b.Input(name, {2, 128, 4, 16}, DType::kF32, P({}), Arange());
+    }
+    OpSpec attention;
+    attention.kind = OpKind::kAttention;
+    attention.in = {"q", "k", "v"};
+    attention.out = {"o"};
+    attention.kernel = kernel;
+    b.Add(std::move(attention));
+    b.Output("o", P({}));
+    const ProgramSpec program = std::move(b).Build();
+    const RunResult r =
+        RunProgram(machine, PlaceMesh(machine, program.mesh_axes), program, RunConfig{});
+    const int64_t workspace = std::string(kernel) == "unfused" ? 2 * 4 * 128 * 128 * 9 : 0;
+    EXPECT_EQ(r.peak_memory.count(), 4 * 65536 + workspace) << kernel;
+    EXPECT_EQ(r.peak_op, "o");
+  }
+}
+
 // Defect: 20,000 chained psums over a size-1 axis used to recurse once per op
 // (Try -> LaunchGroup -> Start -> MemberDone -> Try) and overflow the stack.
 TEST(ExecutorDepthTest, TwentyThousandChainedPsumsOverASizeOneAxis) {
