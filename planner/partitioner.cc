@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -126,11 +127,13 @@ class Partitioner {
     }
   }
 
-  // Rebinds `name` to its value with its partial sums summed (one reshard, `why`).
-  void SumPartials(const std::string& name, const std::string& why) {
+  // Rebinds `name` to its value with its partial sums summed (one reshard, `why`), laid out
+  // as `to` when given (no partial axes), else as it is.
+  void SumPartials(const std::string& name, const std::string& why,
+                   const std::optional<ValueSharding>& to = std::nullopt) {
     const int id = current_.at(name);
     Value reduced = values_[static_cast<size_t>(id)];
-    reduced.sharding = Reduced(reduced.sharding);
+    reduced.sharding = to ? *to : Reduced(reduced.sharding);
     reduced.local = EmitReshard(id, reduced.sharding, why);
     Define(name, std::move(reduced));
   }
@@ -507,8 +510,25 @@ class Partitioner {
     for (size_t i = 0; i < op.in.size(); ++i) {
       const Value& v = values_[static_cast<size_t>(current_.at(op.in[i]))];
       if (v.sharding.partial.empty() || uses[i] < 2) continue;
-      SumPartials(op.in[i], op.in[i] + " is read by " + std::to_string(uses[i]) +
-                                " ops: its partial sums are summed once");
+      // An elementwise op with a split operand of the same shape sums it into that layout: a
+      // reduce-scatter where the split takes the partial axes, never more bytes than the
+      // all-reduce (a reader wanting it whole gathers the rest, which the all-reduce moves
+      // anyway). A residual add of a tensor-parallel projection into a stream split over the
+      // same axis, read again by remat's recompute, so reduce-scatters once.
+      std::optional<ValueSharding> to;
+      std::string like;
+      for (size_t j = 0; j < op.in.size() && Op(op.kind).elementwise && !to; ++j) {
+        const Value& w = values_[static_cast<size_t>(current_.at(op.in[j]))];
+        if (j != i && w.sharding.partial.empty() && w.shape == v.shape &&
+            !SplitAxes(w.sharding).empty()) {
+          to = w.sharding;
+          like = ", into " + op.in[j] + "'s layout";
+        }
+      }
+      SumPartials(op.in[i],
+                  op.in[i] + " is read by " + std::to_string(uses[i]) +
+                      " ops: its partial sums are summed once" + like,
+                  to);
     }
     std::vector<const Value*> in;
     std::vector<int> ids;

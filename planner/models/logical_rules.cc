@@ -64,9 +64,9 @@ PartitionSpec LogicalRules::Spec(const std::vector<std::string>& dims) const {
 }
 
 const std::vector<std::string>& LogicalRules::Names() {
-  static const std::vector<std::string> kNames = {"batch",  "length",   "embed",    "mlp",
-                                                  "heads",  "kv_heads", "head_dim", "vocab",
-                                                  "expert", "layers"};
+  static const std::vector<std::string> kNames = {"batch",  "length",   "embed",           "mlp",
+                                                  "heads",  "kv_heads", "head_dim",        "vocab",
+                                                  "expert", "layers",   "activation_embed"};
   return kNames;
 }
 

@@ -13,7 +13,9 @@
 namespace shardsim::planner {
 
 // Rules from logical dimension names (SPEC: batch, length, embed, mlp, heads, kv_heads,
-// head_dim, vocab, expert, layers) to mesh axes; a name without a rule is replicated.
+// head_dim, vocab, expert, layers; and MaxText's activation_embed, a shardsim extension: the
+// residual stream's d_model, which `embed` (the parameters') leaves whole) to mesh axes; a
+// name without a rule is replicated.
 class LogicalRules {
  public:
   // No rules: everything replicated.

@@ -505,11 +505,12 @@ class TrainStepBuilder {
               std::move(out));
   }
 
-  // The residual stream held as [batch, length, -] (MaxText's activation constraints): data
-  // and FSDP keep each device's sequences (the weights are gathered, not the batch), sequence
-  // parallelism its sequence shard. None when neither batch nor length is split.
+  // The residual stream held as [batch, length, activation_embed] (MaxText's activation
+  // constraints): data and FSDP keep each device's sequences (the weights are gathered, not the
+  // batch), sequence parallelism its sequence shard, activation_embed its d_model shard. None
+  // when none of them is split.
   std::string Residual(const std::string& x, std::string out) {
-    return Constrain(x, {"batch", "length"}, std::move(out));
+    return Constrain(x, {"batch", "length", "activation_embed"}, std::move(out));
   }
 
   // x constrained to the rules' sharding of logical dimensions `dims` (x itself when the rules

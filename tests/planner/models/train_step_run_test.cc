@@ -448,6 +448,17 @@ INSTANTIATE_TEST_SUITE_P(
                         {"kv_heads", {"tensor"}},
                         {"mlp", {"tensor"}}},
                        16.0 / 4},
+        // MaxText's activation_embed over tensor: the residual stream (the layer's input and
+        // the attention block's output h) split over tensor, the norms' outputs gathered whole
+        // (a norm needs its row), the rest split as without it: 2 + 14/t.
+        ActivationCase{"data2_tensor4_activation_embed",
+                       {{"data", 2}, {"tensor", 4}},
+                       {{"batch", {"data"}},
+                        {"heads", {"tensor"}},
+                        {"kv_heads", {"tensor"}},
+                        {"mlp", {"tensor"}},
+                        {"activation_embed", {"tensor"}}},
+                       2 + 14.0 / 4},
         ActivationCase{"data8_full", {{"data", 8}}, {{"batch", {"data"}}}, 1, RematPolicy::kFull},
         ActivationCase{
             "data8_selective", {{"data", 8}}, {{"batch", {"data"}}}, 9, RematPolicy::kSelective},
