@@ -27,6 +27,7 @@ struct Value {
   DType dtype = DType::kF32;
   ValueSharding sharding;  // As the lowered program holds it.
   std::string local;       // Its name in the lowered program.
+  bool host = false;       // In host memory (move_to_host made it): never resharded.
 };
 
 class Partitioner {
@@ -452,6 +453,12 @@ class Partitioner {
       if (auto it = reshards_.find(key); it != reshards_.end()) return it->second;
     }
     std::vector<ReshardStep> steps = PlanReshard(v.shape, v.sharding, to, axes_);
+    if (v.host && !steps.empty()) {
+      throw SpecError(key_, "'" + v.local + "' is in host memory as " +
+                                FormatType(v.dtype, v.shape, v.sharding, axes_) +
+                                ", and host memory is not resharded (" + reason +
+                                "): move_to_device it first, or reshard it before move_to_host");
+    }
     std::string name = v.local;
     ValueSharding cur = v.sharding;
     for (size_t k = 0; k < steps.size(); ++k) {
@@ -469,7 +476,25 @@ class Partitioner {
     return name;
   }
 
+  // Host memory holds data only: only move_to_device reads a value there (lowering checks the
+  // same); refused at the op, before any reshard of the value is emitted for it.
+  void CheckMemoryKinds(const OpSpec& op) const {
+    if (op.kind == OpKind::kMoveToDevice) return;
+    for (const std::string& name : op.in) {
+      const auto it = current_.find(name);
+      if (it == current_.end() || !values_[static_cast<size_t>(it->second)].host) continue;
+      throw SpecError(
+          op.key + ".in",
+          std::string(OpKindName(op.kind)) + ": '" + name + "' is in host memory" +
+              (op.kind == OpKind::kMoveToHost ? " already"
+                                              : "; ops read device memory (move_to_device it "
+                                                "first)"));
+    }
+  }
+
   void Emit(const OpSpec& op) {
+    key_ = op.key;
+    CheckMemoryKinds(op);
     if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
       const int id = current_.at(op.in[0]);
       Value v = values_[static_cast<size_t>(id)];
@@ -509,7 +534,8 @@ class Partitioner {
     const std::vector<int>& uses = info.uses;
     for (size_t i = 0; i < op.in.size(); ++i) {
       const Value& v = values_[static_cast<size_t>(current_.at(op.in[i]))];
-      if (v.sharding.partial.empty() || uses[i] < 2) continue;
+      // Copies of a partial host value each carry the partial sums to their readers.
+      if (v.sharding.partial.empty() || uses[i] < 2 || v.host) continue;
       // An elementwise op with a split operand of the same shape sums it into that layout: a
       // reduce-scatter where the split takes the partial axes, never more bytes than the
       // all-reduce (a reader wanting it whole gathers the rest, which the all-reduce moves
@@ -633,6 +659,7 @@ class Partitioner {
     result_.types.push_back(FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_));
     for (size_t r = 0; r < op.out.size(); ++r) {
       Value v{outs[r].shape(), outs[r].dtype(), s.results[r], op.out[r]};
+      v.host = op.kind == OpKind::kMoveToHost;
       if (!s.result_max_over.empty()) {
         OpSpec pmax;
         pmax.kind = OpKind::kPmax;
@@ -668,6 +695,7 @@ class Partitioner {
   }
 
   void EmitOutput(const OutputSpec& o) {
+    key_ = o.key;
     const int id = current_.at(o.name);
     const Value& v = values_[static_cast<size_t>(id)];
     const ValueSharding to = Layout(o.spec, v.shape, o.key);
@@ -701,6 +729,7 @@ class Partitioner {
   std::map<ReshardKeyType, std::string> reshards_;
   std::unordered_map<std::string, PartitionSpec> hint_specs_;
   std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
+  std::string key_;  // The run-file key of the op or output being emitted (errors locate there).
 
   // Dimensions a later reader wants whole, per value name.
   std::unordered_map<std::string, std::set<int>> whole_dims_;

@@ -53,7 +53,7 @@ ShardingRule FindShardingRule(OpKind kind) {
   switch (kind) {
     case OpKind::kMoveToHost:  // A copy to the other memory: the layout stays.
     case OpKind::kMoveToDevice:
-      return &ElementwiseRule;
+      return &HostCopyRule;
     case OpKind::kMatmul:
     case OpKind::kEinsum:
       return &ContractionRule;

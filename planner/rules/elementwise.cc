@@ -31,9 +31,7 @@ std::vector<int> KeptPartial(const RuleContext& ctx) {
   bool any = false;
   for (const ValueSharding& s : ctx.in) any = any || !s.partial.empty();
   if (!any) return none;
-  if (kind == OpKind::kNeg || kind == OpKind::kMoveToHost || kind == OpKind::kMoveToDevice) {
-    return ctx.in[0].partial;
-  }
+  if (kind == OpKind::kNeg) return ctx.in[0].partial;
   // A convert is linear too, but partial sums rounded to a narrower type (bf16 to f8e4m3)
   // would be summed in it: only a widening or equal-width convert keeps them partial.
   if (kind == OpKind::kConvert) {
@@ -155,6 +153,18 @@ std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode) {
   s.operands = {ctx.in[0]};
   s.results = {Reduced(ctx.in[0])};
   s.why = "laid out like its operand";
+  return {s};
+}
+
+// move_to_host, move_to_device: a copy into the other memory takes its operand as it is laid
+// out, partial sums included, and its result keeps that layout. The operand is never
+// resharded: move_to_device's is in host memory, where no collective or slice runs (the
+// partitioner reshards the copy back in device memory instead, for its readers).
+std::vector<Strategy> HostCopyRule(const RuleContext& ctx, bool explicit_mode) {
+  Strategy s;
+  s.operands = {ctx.in[0]};
+  s.results = {ctx.in[0]};
+  s.why = "a copy keeps its operand's layout";
   return {s};
 }
 

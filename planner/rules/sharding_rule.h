@@ -66,6 +66,8 @@ std::vector<Strategy> ReshapeRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> AlongAxisRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> BroadcastRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> FullLikeRule(const RuleContext& ctx, bool explicit_mode);
+// move_to_host, move_to_device: the operand as it is, the result laid out the same.
+std::vector<Strategy> HostCopyRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> ReductionRule(const RuleContext& ctx, bool explicit_mode);
 std::vector<Strategy> MappedRule(const RuleContext& ctx, bool explicit_mode);
 // take: MappedRule's layouts (the table's indexed axis whole) and, in auto mode, the look-up in

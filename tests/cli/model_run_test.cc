@@ -150,6 +150,21 @@ TEST_F(ModelRunTest, OffloadKeepsValuesInHostMemoryAndStillPasses) {
   EXPECT_FALSE(none.contains("host_transfer_s"));
 }
 
+// Offload under sequence parallelism with remat: the partitioner lays each copy back out as
+// the recomputation wants it in device memory, never slicing the host copy (which made the
+// run fail with "dynamic_slice: 'o2_mb0_host' is in host memory").
+TEST_F(ModelRunTest, OffloadWithSequenceParallelismAndRematPasses) {
+  const std::string file = Tiny();
+  for (const char* remat : {"plan.remat=selective", "plan.remat=full"}) {
+    SCOPED_TRACE(remat);
+    const nlohmann::json j =
+        RunJson({"run", file, "--numerics", "on", "--set", "plan.rules.length=tensor", "--set",
+                 remat, "--set", "plan.offload=[out_proj, mlpwo, query_proj]"});
+    EXPECT_TRUE(j["numerics"]["passed"].get<bool>()) << j["numerics"];
+    EXPECT_GT(j["step_memory"]["host"].get<int64_t>(), 0);
+  }
+}
+
 // A serve: run prints TTFT, TPOT and the KV cache, and gives SPEC's keys in --json: the cache
 // by hand (2 x 4 layers x 8 / 4 sequences x (16 + 8) positions x 2 / 2 kv heads x 8 x 4 B).
 TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {

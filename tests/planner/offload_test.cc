@@ -13,6 +13,7 @@
 #include "collectives/ir/program_builder.h"
 #include "planner/grad.h"
 #include "planner/remat.h"
+#include "sim/spec_error.h"
 #include "tests/planner/partition_test_support.h"
 
 namespace shardsim::planner {
@@ -141,6 +142,61 @@ TEST(OffloadTest, GradientsMatchTheUnshardedOnes) {
     const Mesh mesh = PlaceMesh(machine, global.mesh_axes);
     const PartitionResult partitioned = PartitionExpanded(r.program, r.passes);
     ExpectNumericsPass(global, partitioned, machine, mesh);
+  }
+}
+
+// A copy of a replicated value: h = x @ w1 on every device, copied out and back, the copy back
+// (hb) wanted split over dp and tp and added to relu(h). `out` is the output the copy back is
+// named and laid out as (default hb as P('dp', 'tp')).
+ProgramSpec ReplicatedCopy(const std::string& out = "hb",
+                           PartitionSpec spec = P({{"dp"}, {"tp"}})) {
+  ProgramBuilder pb({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
+  pb.Input("x", {64, 32}, DType::kF32, P({}), Normal(1));
+  pb.Input("w1", {32, 64}, DType::kF32, P({}), Normal(2));
+  pb.Matmul("x", "w1", "h");
+  OpSpec to_host;
+  to_host.kind = OpKind::kMoveToHost;
+  to_host.in = {"h"};
+  to_host.out = {"hh"};
+  pb.Add(std::move(to_host));
+  pb.Unary(OpKind::kRelu, "h", "r");
+  OpSpec to_device;
+  to_device.kind = OpKind::kMoveToDevice;
+  to_device.in = {"hh"};
+  to_device.out = {"hb"};
+  pb.Add(std::move(to_device));
+  pb.Output("r", P({}));
+  pb.Output(out, std::move(spec));
+  return std::move(pb).Build();
+}
+
+// The partitioner never reshards a value in host memory: a split wanted of the copy back is
+// sliced from it in device memory (slicing the host copy first, which makes the copy smaller,
+// would be an op reading host memory), and the run matches the unsharded program.
+TEST(OffloadTest, PartitionerReshardsCopiesBackNotHostValues) {
+  const ProgramSpec global = ReplicatedCopy();
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  const PartitionResult partitioned = PartitionOnMachine(global, machine, mesh);
+  for (const OpSpec& op : partitioned.program.ops) {
+    if (op.kind == OpKind::kMoveToDevice) continue;
+    EXPECT_EQ(std::find(op.in.begin(), op.in.end(), "hh"), op.in.end()) << op.name;
+  }
+  ExpectNumericsPass(global, partitioned, machine, mesh);
+}
+
+// An output in host memory wanted in another layout than it has is refused where the output
+// is named (no reshard runs on host memory), not at an op the partitioner made.
+TEST(OffloadTest, HostOutputInAnotherLayoutIsALocatedError) {
+  const ProgramSpec global = ReplicatedCopy("hh", P({{"dp"}}));
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  try {
+    PartitionOnMachine(global, machine, mesh);
+    FAIL() << "expected a SpecError";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "outputs.hh");
+    EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
   }
 }
 
