@@ -92,8 +92,9 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
   // `from` to `from + 1` layers shows the first layers settling differently (prefetches and
   // host copies the shortest step overlaps otherwise), and extrapolated it would fall without
   // bound (Llama-3-70B on 256 v6e with full remat and its inputs offloaded: 24.1 GiB at 2
-  // layers, 23.7 at 3, 24.0 at 12; from 2 and 3, 6.1 GiB at 80). Compose from the next pair.
-  if (PeakFalls(a, b) && layers > from + 2) {
+  // layers, 23.7 at 3, 24.0 at 12; from 2 and 3, 6.1 GiB at 80). Compose from the next pair
+  // (with `from` + 2 layers in all, that pair's second step is the whole step).
+  if (PeakFalls(a, b)) {
     a = std::move(b);
     b = run(from + 2);
     ++from;

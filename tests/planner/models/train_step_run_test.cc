@@ -349,6 +349,24 @@ TEST(ComposedPeakTest, FallingShortPeaksComposeFromTheNextPair) {
               0.01 * full.step_time.seconds());
 }
 
+// A 4-layer step whose peak falls from 2 layers to 3 (the Llama-3-70B plan above: 24.10 GiB
+// at 2 layers, 23.70 at 3, 23.74 at 4) is composed from 3 and 4 layers, which is the whole
+// step itself, not extrapolated from 2 and 3 (23.30 GiB, below every step's peak).
+TEST(ComposedPeakTest, FallingShortPeaksOfAFourLayerStepTakeTheWholeStep) {
+  auto run = [](int64_t layers) {
+    StepFigures f;
+    f.end = Time::FromSeconds(0.4 * static_cast<double>(layers));
+    const int64_t peaks[] = {0, 0, 25877596040, 25447942792, 25488051592};
+    f.peak = Bytes(peaks[layers]);
+    return f;
+  };
+  std::vector<int64_t> simulated;
+  const StepFigures f = ComposeShortSteps(2, 4, run, &simulated);
+  EXPECT_EQ(simulated, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(f.peak, Bytes(25488051592));
+  EXPECT_EQ(f.end, run(4).end);
+}
+
 }  // namespace
 }  // namespace shardsim::planner
 
