@@ -312,7 +312,7 @@ struct OpFacts {
   // own k or the longer global contraction it is a block of; 0 where the reference adds the
   // same products in the same order (ReferenceOutputs' `reordered`).
   double reordered_k = 0;
-  double queries = 1;     // attention_grad: the queries that read each key (T N / K).
+  double queries = 1;  // attention_grad: the queries that read each key (T N / K).
   // attention: the largest and the rms, over outputs o = sum_j p_j v_j, of the spread
   // sum_j p_j |v_j - o| of the values a query reads about its output (AttentionSpread).
   double spread_max = std::numeric_limits<double>::infinity();
@@ -1297,6 +1297,8 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
     }
     auto it = bounds.find(name);
     const double bound = it == bounds.end() ? 0.0 : it->second;
+    ++report.outputs;
+    if (std::isinf(bound)) ++report.unbounded;
     double max_err = 0;
     int64_t worst = -1;     // Element of the largest finite error.
     int64_t mismatch = -1;  // First element whose non-finite values differ.

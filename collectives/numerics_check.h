@@ -47,6 +47,10 @@ struct NumericsReport {
   // The output with the largest error relative to its bound; when the check fails, followed
   // by what differs: "y (flat index 1: nan where the reference has 2)".
   std::string worst_output;
+  int outputs = 0;  // Outputs compared.
+  // Outputs whose bound is infinite (the error model found none finite): their finite errors
+  // cannot fail the check, only non-finite mismatches can.
+  int unbounded = 0;
 };
 
 // Compares outputs, each against its own bound (bounds[name]; 0 when absent): finite pairs

@@ -58,16 +58,17 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
     const auto it = segment_first.find(s);
     if (it == segment_first.end() || at < it->second) segment_first[s] = at;
   }
-  // A segment's fetch goes where the segment read just before it in the same pass starts.
+  // A segment's fetch goes where the segment read just before it in the same pass starts;
+  // the first segment a pass reads fetches as the pass starts (XLA issues its copy-starts
+  // there), not at its own first read, where its backward would wait for the copy.
   std::vector<size_t> starts;
   for (const auto& [s, at] : segment_first) starts.push_back(at);
   std::sort(starts.begin(), starts.end());
   auto fetch_at = [&](int s) {
     const size_t own = segment_first.at(s);
     const auto it = std::lower_bound(starts.begin(), starts.end(), own);
-    if (it == starts.begin()) return own;
-    const size_t before = *(it - 1);
-    return pass_of[before] == pass_of[own] ? before : own;
+    if (it != starts.begin() && pass_of[*(it - 1)] == pass_of[own]) return *(it - 1);
+    return pass_starts[2 * static_cast<size_t>(pass_of[own])];
   };
   std::map<size_t, std::vector<std::string>> put_after;   // Maker -> values to copy out.
   std::map<size_t, std::vector<std::string>> put_before;  // Op -> values to copy back first.

@@ -22,8 +22,8 @@ const std::vector<std::string>& CheckpointNames();
 // backward uses. The value is copied to host memory (move_to_host, output v + "_host") just
 // after the op making it; the backward ops reading it read v + "_dev" instead, copied back by a
 // move_to_device placed before the first backward reader of the segment whose backward runs
-// just before this one's (a layer ahead, as XLA's scheduler prefetches), or before its own
-// first backward reader when none runs before. Forward readers keep reading v, which dies after
+// just before this one's (a layer ahead, as XLA's scheduler prefetches), or at the start of
+// its backward pass when none runs before. Forward readers keep reading v, which dies after
 // the last of them and its copy. Values no backward op reads are left alone. `pass_starts` is
 // updated for the inserted ops.
 void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,

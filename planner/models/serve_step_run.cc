@@ -46,7 +46,7 @@ ServeReport SimulateServe(const Machine& machine, const TransformerConfig& model
   ServeReport r;
   r.devices = mesh.size();
   const StepFigures prefill = StepOf(machine, mesh, model, serve, ServeStep::kPrefill, no_remat,
-                                     rules, *collectives, options.compose, &r.simulated_layers);
+                                     rules, *collectives, options.compose, &r.prefill_layers);
   ServeConfig mean = serve;
   r.mean_context = serve.prompt_len + serve.decode_len / 2;
   mean.context = r.mean_context;

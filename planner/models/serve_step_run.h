@@ -36,7 +36,9 @@ struct ServeReport {
   Time decode_exposed_comm;  // and communication not hidden under it.
   ServeMemory memory;
   uint64_t events = 0;  // Events dispatched (all simulations).
+  // The decode step's simulated layer counts (the pair composed from, or the whole count).
   std::vector<int64_t> simulated_layers;
+  std::vector<int64_t> prefill_layers;  // Likewise for the prefill.
 };
 
 // Simulates `serve` on `model` under `plan` (its mesh, rules and algorithms; remat does not

@@ -167,7 +167,15 @@ std::vector<std::vector<std::string>> OffloadedValues(
   for (const std::map<std::string, std::string>& layer : checkpoints) {
     std::vector<std::string>& values = out.emplace_back();
     for (const std::string& name : names) {
-      if (const auto it = layer.find(name); it != layer.end()) values.push_back(it->second);
+      const auto it = layer.find(name);
+      if (it == layer.end()) {
+        throw SpecError("plan.offload",
+                        "'" + name +
+                            "' is not a value of every decoder layer (mlpwi_0, mlpwi_1 and mlpwo "
+                            "name a dense MLP's projections, which mixture-of-experts layers do "
+                            "not have; mlpwi_1 a SwiGLU's up projection)");
+      }
+      values.push_back(it->second);
     }
   }
   return out;

@@ -203,7 +203,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded = {});
 
-// Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names` it has.
+// Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
+// SpecError (plan.offload) for a name some layer lacks (an MoE layer's MLP, a GELU's mlpwi_1).
 std::vector<std::vector<std::string>> OffloadedValues(
     const std::vector<std::map<std::string, std::string>>& checkpoints,
     const std::vector<std::string>& names);

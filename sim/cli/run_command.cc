@@ -300,6 +300,13 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
                   report.numerics.tolerance, report.numerics.worst_output.c_str());
     report.numerics_note = line;
+    if (report.numerics.unbounded > 0) {
+      std::snprintf(line, sizeof(line),
+                    "; %d of %d outputs have no finite error bound (only a non-finite mismatch "
+                    "fails them)",
+                    report.numerics.unbounded, report.numerics.outputs);
+      report.numerics_note += line;
+    }
     if (partitioned) {
       if (const std::optional<double> dropped =
               planner::MoeDroppedFraction(written, config.base_dir, &result.inputs)) {
@@ -560,14 +567,19 @@ std::string ServeSummary(const RunReport& r) {
   std::ostringstream out;
   char line[512];
   ModelRunHeader(out, r);
-  const std::string how = s.simulated_layers.size() == 2
-                              ? "composed from " + std::to_string(s.simulated_layers[0]) + " and " +
-                                    std::to_string(s.simulated_layers[1]) + " layers"
+  auto how = [](const std::vector<int64_t>& layers) {
+    return layers.size() == 2 ? "composed from " + std::to_string(layers[0]) + " and " +
+                                    std::to_string(layers[1]) + " layers"
                               : std::string("whole");
+  };
+  const std::string both =
+      s.prefill_layers == s.simulated_layers
+          ? "prefill and decode, each " + how(s.simulated_layers)
+          : "prefill " + how(s.prefill_layers) + ", decode " + how(s.simulated_layers);
   std::snprintf(line, sizeof(line),
-                "simulated:      prefill and decode, each %s\n"
+                "simulated:      %s\n"
                 "events:         %llu in %.3f s wall\n\n",
-                how.c_str(), static_cast<unsigned long long>(r.events), r.wall_s);
+                both.c_str(), static_cast<unsigned long long>(r.events), r.wall_s);
   out << line;
   out << "TTFT:           " << FormatTime(s.ttft) << " (the prefill step)\n";
   out << "TPOT:           " << FormatTime(s.tpot) << " (one decode step at context "
@@ -750,6 +762,10 @@ std::string Json(const RunReport& r) {
   AppendJsonNumber(j, r.numerics.tolerance);
   j += ", \"passed\": ";
   j += r.numerics.passed ? "true" : "false";
+  if (r.numerics.checked) {
+    j += ", \"outputs\": " + std::to_string(r.numerics.outputs) +
+         ", \"unbounded_outputs\": " + std::to_string(r.numerics.unbounded);
+  }
   j += ", \"note\": ";
   AppendJsonString(j, r.numerics_note);
   j += "},\n  \"ops\": [";

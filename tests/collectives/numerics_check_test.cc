@@ -175,6 +175,24 @@ TEST(NumericsCheckTest, NonFiniteMismatchesFailWithAClearReport) {
   EXPECT_EQ(r.worst_output, "k (flat index 0: 16777216 where the reference has 16777217)");
 }
 
+// An output whose bound is infinite is counted as unbounded: any finite error passes it (10
+// apart here), while a non-finite mismatch still fails it.
+TEST(NumericsCheckTest, UnboundedOutputsAreCounted) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::map<std::string, Array> ref = {{"a", Array::FromNumbers(DType::kF32, {1}, {1})},
+                                            {"b", Array::FromNumbers(DType::kF32, {1}, {1})}};
+  std::map<std::string, Array> got = {{"a", Array::FromNumbers(DType::kF32, {1}, {11})},
+                                      {"b", Array::FromNumbers(DType::kF32, {1}, {1})}};
+  const std::map<std::string, double> bounds = {{"a", inf}, {"b", 1e-3}};
+  NumericsReport r = CompareOutputs(got, ref, bounds);
+  EXPECT_TRUE(r.passed);
+  EXPECT_EQ(r.outputs, 2);
+  EXPECT_EQ(r.unbounded, 1);
+  got["a"] = Array::FromNumbers(DType::kF32, {1}, {std::numeric_limits<double>::quiet_NaN()});
+  r = CompareOutputs(got, ref, bounds);
+  EXPECT_FALSE(r.passed);
+}
+
 TEST(NumericsCheckTest, ReferenceSharesReplicatedResultsExactly) {
   // Every position holds the same a and b, so the reference computes y = a @ b once and
   // copies it where a later op (z) or the assembly reads it; results must equal the
