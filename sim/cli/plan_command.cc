@@ -464,7 +464,8 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       "candidates:     " + std::to_string(result.candidates) + " (" + std::to_string(pruned) +
       " pruned" + (pruned_text.empty() ? "" : ": " + pruned_text) + "; " +
       std::to_string(result.dominated) +
-      " dominated: the same mesh and rules fit with less remat or fewer accumulation steps" +
+      " dominated: the same mesh and rules fit with less remat, less offload or fewer accumulation "
+      "steps" +
       (result.beyond_budget ? "; " + std::to_string(result.beyond_budget) + " beyond the budget"
                             : "") +
       ")");
