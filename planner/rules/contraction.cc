@@ -169,6 +169,36 @@ std::vector<Strategy> ContractionRule(const RuleContext& ctx, bool explicit_mode
     layouts.push_back({base, first == 0 ? "the first operand's layout, the second's where free"
                                         : "the second operand's layout, the first's where free"});
   }
+  // Where the operands split a contracting letter over different axes: both operands' splits
+  // of the result's letters, the contraction whole (each operand gathers its contracting
+  // dimension, nothing stays partial): the backward's activation gradient of a layer whose
+  // residual stream splits d_model over the axis its weights split the MLP with, the weight's
+  // d_model split over FSDP (the activation's d gathered, the weight's FSDP split gathered as
+  // in the forward). Operands that agree on their contraction keep their local products and
+  // reduce them (a data-parallel weight gradient's psum, tensor parallelism's all-reduce), as
+  // XLA does.
+  bool contraction_conflict = false;
+  for (const auto& [c, list] : from_lhs) {
+    const auto it = from_rhs.find(c);
+    contraction_conflict =
+        contraction_conflict || (!in_out(c) && it != from_rhs.end() && it->second != list);
+  }
+  for (int first = 0; first < 2 && contraction_conflict; ++first) {
+    Layout free_splits;
+    std::set<int> used;
+    for (const Layout* side : first == 0 ? std::vector<const Layout*>{&from_lhs, &from_rhs}
+                                         : std::vector<const Layout*>{&from_rhs, &from_lhs}) {
+      for (const auto& [c, list] : *side) {
+        if (!in_out(c) || free_splits.count(c)) continue;
+        bool free = true;
+        for (int a : list) free = free && !used.count(a);
+        if (!free) continue;
+        free_splits[c] = list;
+        used.insert(list.begin(), list.end());
+      }
+    }
+    layouts.push_back({free_splits, "both operands' splits of the result, the contraction whole"});
+  }
   if (ctx.preferred && ctx.preferred->dims.size() == l.out.size()) {
     Layout wanted;
     std::set<int> used;

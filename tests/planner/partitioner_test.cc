@@ -125,6 +125,34 @@ TEST(PartitionerTest, FsdpGathersTheWeight) {
   ExpectNumericsPass(global);
 }
 
+// The backward's activation gradient under FSDP x TP with the residual stream's d_model split
+// over tensor (MaxText's activation_embed): dy [B, T, D] split (fsdp, -, tensor), the weight
+// W [F, D] split (tensor, fsdp), dx = einsum('btd,fd->btf', dy, W), summed over T.
+// The operands split the contraction D over different axes; the cheapest way keeps both
+// operands' splits of the result (B over fsdp, F over tensor) and gathers the contraction on
+// each side: dy over tensor (16/4 x 8 x 64/2 x 4 B per device) and W over fsdp as FSDP does
+// (128/2 x 64/4 x 4 B), with nothing left to reduce. Keeping dy's layout instead resharded W
+// into D over tensor (F gathered whole) and reduce-scattered the result.
+TEST(PartitionerTest, ConflictingContractionSplitsGatherBothOperands) {
+  ProgramBuilder b({{"fsdp", 4}, {"tensor", 2}}, {}, ProgramMode::kAuto);
+  b.Input("dy", {16, 8, 64}, DType::kF32, P({{"fsdp"}, {}, {"tensor"}}), Normal(0));
+  b.Input("w", {128, 64}, DType::kF32, P({{"tensor"}, {"fsdp"}}), Normal(1));
+  b.Einsum("btd,fd->btf", "dy", "w", "dx");
+  // Read by a reduction, through which no layout preference reaches dx.
+  OpSpec sum;
+  sum.kind = OpKind::kSum;
+  sum.in = {"dx"};
+  sum.out = {"s"};
+  sum.axes = {1};
+  b.Add(std::move(sum));
+  b.Output("s", P({{"fsdp"}, {"tensor"}}));
+  ProgramSpec global = std::move(b).Build();
+  EXPECT_EQ(Collectives(global, Partition(global)),
+            (std::vector<Inserted>{{OpKind::kAllGather, {"tensor"}, 16 / 4 * 8 * 64 / 2 * 4},
+                                   {OpKind::kAllGather, {"fsdp"}, 128 / 2 * 64 / 4 * 4}}));
+  ExpectNumericsPass(global);
+}
+
 TEST(ReshardTest, PlansTheCheapestMoves) {
   const std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
   auto plan = [&](const char* from, const char* to, std::vector<int> partial = {}) {
