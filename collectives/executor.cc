@@ -742,20 +742,24 @@ void Executor::FinishCompute(int position, size_t op_index, Time started) {
   Time now = sim_.Now();
   if (now > started) {
     d.compute_spans.push_back({started, now});
-    if (sim_.tracing()) {
-      SliceRecord s;
-      s.pid = network_.ProcessOf(
-          network_.topology().device_vertex(mesh_.device(agent_position_[position])));
-      s.tid = kComputeTid;
-      s.name = op.spec.name;
-      s.category = "compute";
-      s.start = started;
-      s.end = now;
-      s.args = {{"op", op.def->name}};
-      sim_.ReportSlice(s);
-    }
+    TraceOp(position, kComputeTid, op, "compute", started, now);
   }
   Record(op_index, started, now);
+}
+
+void Executor::TraceOp(int position, int32_t tid, const LoweredOp& op, const char* category,
+                       Time start, Time end) {
+  if (!sim_.tracing()) return;
+  SliceRecord s;
+  s.pid = network_.ProcessOf(
+      network_.topology().device_vertex(mesh_.device(agent_position_[position])));
+  s.tid = tid;
+  s.name = op.spec.name;
+  s.category = category;
+  s.start = start;
+  s.end = end;
+  s.args = {{"op", op.def->name}};
+  sim_.ReportSlice(s);
 }
 
 void Executor::StartHostCopy(int position, int dir, size_t op_index) {
@@ -785,18 +789,7 @@ void Executor::StartHostCopy(int position, int dir, size_t op_index) {
     }
     const Time now = sim_.Now();
     dev.host_spans.push_back({started, now});
-    if (sim_.tracing() && now > started) {
-      SliceRecord slice;
-      slice.pid = network_.ProcessOf(
-          network_.topology().device_vertex(mesh_.device(agent_position_[position])));
-      slice.tid = kHostTid;
-      slice.name = copy.spec.name;
-      slice.category = "host";
-      slice.start = started;
-      slice.end = now;
-      slice.args = {{"op", copy.def->name}};
-      sim_.ReportSlice(slice);
-    }
+    if (now > started) TraceOp(position, kHostTid, copy, "host", started, now);
     Record(op_index, started, now);
     Wake(position);
   });

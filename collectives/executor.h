@@ -183,6 +183,9 @@ class Executor {
   void FinishCompute(int position, size_t op_index, Time started);
   // Runs host copy `op_index` on `position`'s DMA queue of direction `dir` (0: to host).
   void StartHostCopy(int position, int dir, size_t op_index);
+  // Reports op `op`'s slice [start, end) on `position`'s track `tid` when tracing.
+  void TraceOp(int position, int32_t tid, const LoweredOp& op, const char* category, Time start,
+               Time end);
   void Arrive(int position, size_t op_index);
   void LaunchGroup(size_t op_index, int group);
   void MemberDone(size_t op_index, int group, int member);

@@ -407,6 +407,17 @@ std::vector<Array> TopK(const Array& x, int64_t k) {
   return out;
 }
 
+namespace {
+
+// The B N T S scores of an attention of q [B, T, N, H] over `s` keys.
+double Scores(const Array& q, int64_t s) {
+  const Shape& qs = q.shape();
+  return static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
+         static_cast<double>(qs.at(1)) * static_cast<double>(s);
+}
+
+}  // namespace
+
 double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool backward) {
   if (op.kernel != "unfused") return 0;
   // Megatron-LM's attention before FlashAttention, per element of the B N T S scores (all of
@@ -416,10 +427,7 @@ double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool b
   // backward, p read for dv, dp written, dropout's backward (dp and the mask read, written),
   // softmax's backward (p and the gradient read, written), ds read for dq and for dk: 9e + 1.
   const double e = static_cast<double>(DTypeSize(q.dtype()));
-  const Shape& qs = q.shape();
-  const double scores = static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
-                        static_cast<double>(qs.at(1)) * static_cast<double>(s);
-  return scores * (backward ? 9 * e + 1 : 6 * e + 1);
+  return Scores(q, s) * (backward ? 9 * e + 1 : 6 * e + 1);
 }
 
 double UnfusedAttentionWorkspace(const OpSpec& op, const Array& q, int64_t s, bool backward) {
@@ -430,10 +438,7 @@ double UnfusedAttentionWorkspace(const OpSpec& op, const Array& q, int64_t s, bo
   // holds them with dp and ds (softmax's backward reads p and dp and writes ds) and the mask
   // (3e + 1). What a forward keeps for its backward is not held: the op recomputes it.
   const double e = static_cast<double>(DTypeSize(q.dtype()));
-  const Shape& qs = q.shape();
-  const double scores = static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
-                        static_cast<double>(qs.at(1)) * static_cast<double>(s);
-  return scores * (backward ? 3 * e + 1 : 2 * e + 1);
+  return Scores(q, s) * (backward ? 3 * e + 1 : 2 * e + 1);
 }
 
 double AttentionPairs(int64_t t, int64_t s, bool causal) {

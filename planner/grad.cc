@@ -935,4 +935,14 @@ ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* pass_st
   return Expander(program, names).Run(renamed, pass_starts);
 }
 
+std::vector<int> PassOfOps(size_t n, const std::vector<size_t>& pass_starts) {
+  std::vector<int> pass_of(n, -1);
+  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
+    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
+      pass_of[i] = static_cast<int>(k / 2);
+    }
+  }
+  return pass_of;
+}
+
 }  // namespace shardsim::planner

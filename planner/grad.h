@@ -25,4 +25,8 @@ namespace shardsim::planner {
 // index in the result of the first op of its backward pass and of the first op after it.
 ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* pass_starts = nullptr);
 
+// Per op of a program of `n` ops, the index of the backward pass it is in (ExpandGrads's
+// `pass_starts`: [start, end) op indices per pass), or -1 outside every pass.
+std::vector<int> PassOfOps(size_t n, const std::vector<size_t>& pass_starts);
+
 }  // namespace shardsim::planner

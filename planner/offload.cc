@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "planner/grad.h"
 #include "planner/name_bindings.h"
 
 namespace shardsim::planner {
@@ -27,12 +28,7 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
                   const std::vector<std::vector<std::string>>& offloaded) {
   const std::vector<OpSpec>& ops = expanded.ops;
   const size_t n = ops.size();
-  std::vector<int> pass_of(n, -1);
-  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
-    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
-      pass_of[i] = static_cast<int>(k / 2);
-    }
-  }
+  const std::vector<int> pass_of = PassOfOps(n, pass_starts);  // -1: no pass.
   const NameBindings bindings = BindingsOf(expanded);
   // Per value offloaded: its segment and its first backward reader.
   std::map<std::string, int> segment_of;

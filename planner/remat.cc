@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "planner/grad.h"
 #include "planner/name_bindings.h"
 
 namespace shardsim::planner {
@@ -32,13 +33,7 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   if (policy == RematPolicy::kNone || segments.empty()) return;
   const std::vector<OpSpec>& ops = expanded.ops;
   const size_t n = ops.size();
-  // Which pass (if any) each op is in.
-  std::vector<int> pass_of(n, -1);
-  for (size_t k = 0; k + 1 < pass_starts.size(); k += 2) {
-    for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < n; ++i) {
-      pass_of[i] = static_cast<int>(k / 2);
-    }
-  }
+  const std::vector<int> pass_of = PassOfOps(n, pass_starts);  // -1: no pass.
   const NameBindings bindings = BindingsOf(expanded);
   const auto& maker = bindings.maker;
   // Each segment value's segment (forward values bound once only).
