@@ -146,6 +146,15 @@ Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
   return Bytes(s[0] + (s[1] - s[0]) * (model.layers - 1));
 }
 
+// Every pair of an entry of `a` and one of `b`, `a` major.
+std::vector<std::pair<bool, bool>> Pairs(const std::vector<bool>& a, const std::vector<bool>& b) {
+  std::vector<std::pair<bool, bool>> out;
+  for (bool x : a) {
+    for (bool y : b) out.push_back({x, y});
+  }
+  return out;
+}
+
 // Whether every name of `a` is in `b`.
 bool Within(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   for (const std::string& name : a) {
@@ -232,6 +241,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   std::vector<CollectiveMatmulMode> matmul_modes = distinct(space.collective_matmul);
   if (space.serve && matmul_modes.size() > 1) matmul_modes.resize(1);
   const std::vector<bool> sequence_parallel = distinct(space.sequence_parallel);
+  const std::vector<bool> activation_embed = distinct(space.activation_embed);
   std::vector<Family> families;
   int64_t kept = 0;
   // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat
@@ -284,7 +294,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       }
     }
     for (const auto& rules : rule_sets) {
-      for (bool sp : sequence_parallel) {
+      for (const auto& [sp, ae] : Pairs(sequence_parallel, activation_embed)) {
         StepPlan plan;
         plan.mesh = mesh;
         // Rules naming an axis this mesh left out (size 1) drop it.
@@ -306,6 +316,16 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
             plan.rules["length"] = heads->second;
           } else if (std::count(sequence_parallel.begin(), sequence_parallel.end(), false) > 0) {
             continue;  // Tried without it already.
+          }
+        }
+        if (ae) {
+          // MaxText's activation_embed: the residual stream's d_model splits over the heads'
+          // (tensor) axes, as its logical_axis_rules do. Likewise tried once without such axes.
+          auto heads = plan.rules.find("heads");
+          if (heads != plan.rules.end() && !plan.rules.count("activation_embed")) {
+            plan.rules["activation_embed"] = heads->second;
+          } else if (std::count(activation_embed.begin(), activation_embed.end(), false) > 0) {
+            continue;
           }
         }
         plan.algorithms = space.algorithms;

@@ -55,6 +55,10 @@ struct SearchSpace {
   // (`length`) splits over the axes that split the heads, where some do and it is not split
   // already (otherwise the plan is the one without it, not tried twice).
   std::vector<bool> sequence_parallel = {false};
+  // Whether to try each rule set without and with MaxText's activation_embed
+  // (`search.activation_embed: [off, on]`, a shardsim extension): with it, the residual
+  // stream's d_model splits over the axes that split the heads (tried once without them).
+  std::vector<bool> activation_embed = {false};
   // Collective matmul modes to try (`search.collective_matmul` or `plan.collective_matmul`,
   // one or a list); serving plans take the first.
   std::vector<CollectiveMatmulMode> collective_matmul = {CollectiveMatmulMode::kOff};

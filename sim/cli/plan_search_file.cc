@@ -88,7 +88,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
   std::optional<YamlMap> search;
   if (auto s = top.Find("search")) {
     search = s->Map({"axes", "axis_orders", "remat", "offload", "microbatches", "collective_matmul",
-                     "sequence_parallel", "objective", "memory_limit"});
+                     "sequence_parallel", "activation_embed", "objective", "memory_limit"});
   }
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
@@ -214,6 +214,12 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
         space.sequence_parallel.push_back(v.OneOf({"off", "on"}) == "on");
       }
     }
+    if (auto ae = search->Find("activation_embed")) {
+      space.activation_embed.clear();
+      for (const YamlValue& v : OneOrList(*ae)) {
+        space.activation_embed.push_back(v.OneOf({"off", "on"}) == "on");
+      }
+    }
     if (auto o = search->Find("objective")) {
       constexpr planner::SearchObjective kAll[] = {
           planner::SearchObjective::kStepTime, planner::SearchObjective::kTokensPerSPerDevice,
@@ -252,7 +258,8 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
              {&plan, "pipeline"},
              {&plan, "collective_matmul"},
              {&search, "collective_matmul"},
-             {&search, "sequence_parallel"}}) {
+             {&search, "sequence_parallel"},
+             {&search, "activation_embed"}}) {
       if (*section) {
         if (auto v = (*section)->Find(key)) {
           v->FailAtKey(std::string(key) + ": applies to training steps, not to serve:");

@@ -25,10 +25,10 @@ struct PlanSearchSpec {
 // Reads `model:`, `train:`, `plan:` (optional: mesh a map or a list of maps, rules a map or a
 // list, remat one or a list, offload one set of names, pipeline, collective_matmul, algorithms)
 // and `search:` {axes, axis_orders, remat, offload (a list of sets), microbatches,
-// collective_matmul, sequence_parallel, objective, memory_limit} from the top-level mapping. Throws
-// InputError at the key for anything unknown, out of range, contradictory (search.axes and
-// plan.mesh, search.remat and plan.remat) or not built yet (serving with remat, microbatches,
-// pipelines or collective matmuls, kind: mlp, expert axes for dense models).
+// collective_matmul, sequence_parallel, activation_embed, objective, memory_limit} from the
+// top-level mapping. Throws InputError at the key for anything unknown, out of range, contradictory
+// (search.axes and plan.mesh, search.remat and plan.remat) or not built yet (serving with remat,
+// microbatches, pipelines or collective matmuls, kind: mlp, expert axes for dense models).
 PlanSearchSpec ReadPlanSearch(const YamlMap& top);
 
 }  // namespace shardsim

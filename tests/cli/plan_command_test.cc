@@ -303,6 +303,21 @@ TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
   EXPECT_EQ(plain.out.find("length: tensor"), std::string::npos) << plain.out;
 }
 
+// search.activation_embed: [off, on] tries every rule set that splits the heads once more with
+// the residual stream's d_model split over the same axes (MaxText's activation_embed); meshes
+// without a tensor axis are tried once.
+TEST_F(PlanCommandTest, ActivationEmbedIsSearched) {
+  auto candidates = [](const std::string& out) {
+    return std::stoll(out.substr(out.find("candidates:") + 11));
+  };
+  const Result plain = RunOk({"plan", Tiny()});
+  const Result both = RunOk({"plan", Tiny("  activation_embed: [off, on]\n"), "--top", "100"});
+  EXPECT_GT(candidates(both.out), candidates(plain.out));
+  EXPECT_LT(candidates(both.out), 2 * candidates(plain.out)) << "meshes without tensor twice";
+  EXPECT_NE(both.out.find("activation_embed: tensor"), std::string::npos) << both.out;
+  EXPECT_EQ(plain.out.find("activation_embed"), std::string::npos) << plain.out;
+}
+
 // search.offload lists sets of values to keep in host memory: each is a candidate beside every
 // remat policy (three sets: three times the candidates), written in --out and the table;
 // plan.offload pins one set.
