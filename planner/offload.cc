@@ -68,9 +68,22 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   };
   std::map<size_t, std::vector<std::string>> put_after;   // Maker -> values to copy out.
   std::map<size_t, std::vector<std::string>> put_before;  // Op -> values to copy back first.
+  // Each value's host copy and fetched copy: v + "_host" and v + "_dev", or with a number
+  // after them where the program binds that name already.
+  std::map<std::string, std::pair<std::string, std::string>> copies;
+  std::set<std::string> taken;
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 2; bindings.count.count(name) || taken.count(name); ++k) {
+      name = base + "_" + std::to_string(k);
+    }
+    taken.insert(name);
+    return name;
+  };
   for (const auto& [v, at] : first_read) {
     put_after[bindings.maker.at(v)].push_back(v);
     put_before[fetch_at(segment_of.at(v))].push_back(v);
+    copies[v] = {fresh(v + "_host"), fresh(v + "_dev")};
   }
   auto move = [](OpKind kind, const std::string& in, const std::string& out) {
     OpSpec op;
@@ -87,20 +100,20 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
     block_start[i] = out.size();
     if (const auto it = put_before.find(i); it != put_before.end()) {
       for (const std::string& v : it->second) {
-        out.push_back(move(OpKind::kMoveToDevice, v + "_host", v + "_dev"));
+        out.push_back(move(OpKind::kMoveToDevice, copies.at(v).first, copies.at(v).second));
       }
     }
     if (i == n) break;
     OpSpec op = ops[i];
     if (pass_of[i] >= 0) {
       for (std::string& in : op.in) {
-        if (first_read.count(in)) in += "_dev";
+        if (const auto c = copies.find(in); c != copies.end()) in = c->second.second;
       }
     }
     out.push_back(std::move(op));
     if (const auto it = put_after.find(i); it != put_after.end()) {
       for (const std::string& v : it->second) {
-        out.push_back(move(OpKind::kMoveToHost, v, v + "_host"));
+        out.push_back(move(OpKind::kMoveToHost, v, copies.at(v).first));
       }
     }
   }

@@ -19,8 +19,9 @@ const std::vector<std::string>& CheckpointNames();
 // Rewrites `expanded` (a global program after ExpandGrads and ApplyRemat, its passes' [start,
 // end) op indices in `pass_starts`) so that each value of `offloaded` (per segment, in forward
 // order: the values of one layer and microbatch) lives in host memory between its forward and
-// backward uses. The value is copied to host memory (move_to_host, output v + "_host") just
-// after the op making it; the backward ops reading it read v + "_dev" instead, copied back by a
+// backward uses. The value is copied to host memory (move_to_host, output v + "_host", a
+// number added where the program binds that name) just after the op making it; the backward ops
+// reading it read v + "_dev" (likewise) instead, copied back by a
 // move_to_device placed before the first backward reader of the segment whose backward runs
 // just before this one's (a layer ahead, as XLA's scheduler prefetches), or at the start of
 // its backward pass when none runs before. Forward readers keep reading v, which dies after

@@ -129,6 +129,25 @@ TEST(OffloadTest, ValuesTheBackwardDoesNotReadAreLeftAlone) {
   EXPECT_EQ(MakerOf(r.program, "a2_host"), r.program.ops.size());
 }
 
+// Names the program binds already are not taken: with a value named h1_host, h1's host copy
+// is h1_host_2.
+TEST(OffloadTest, CopiesTakeFreshNames) {
+  Offloaded r;
+  r.program = ExpandGrads(TwoLayers(), &r.passes);
+  OpSpec taken;
+  taken.kind = OpKind::kNeg;
+  taken.in = {"x"};
+  taken.out = {"h1_host"};
+  taken.name = "h1_host";
+  r.program.ops.insert(r.program.ops.begin(), taken);
+  for (size_t& at : r.passes) ++at;
+  ApplyOffload(r.program, r.passes, {{"h1"}, {}});
+  const size_t out = MakerOf(r.program, "h1_host_2");
+  ASSERT_LT(out, r.program.ops.size());
+  EXPECT_EQ(r.program.ops[out].kind, OpKind::kMoveToHost);
+  EXPECT_EQ(r.program.ops[MakerOf(r.program, "h1_dev")].in, std::vector<std::string>{"h1_host_2"});
+}
+
 // Partitioned (data parallel over 8) and run with data, with and without remat, the offloaded
 // program's gradients are the unsharded program's.
 TEST(OffloadTest, GradientsMatchTheUnshardedOnes) {
