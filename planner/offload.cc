@@ -16,6 +16,7 @@ const std::vector<std::string>& CheckpointNames() {
       "query_proj",           // q = norm(x) Wq.
       "key_proj",             // k = norm(x) Wk.
       "value_proj",           // v = norm(x) Wv.
+      "context",              // The attention's output (its lse, flash-internal, is not a value).
       "out_proj",             // The attention output's projection, before the residual add.
       "mlpwi_0",              // The MLP's gate projection (SwiGLU) or its input projection.
       "mlpwi_1",              // The MLP's up projection (SwiGLU).

@@ -76,6 +76,9 @@ CASES = [
     ("tpu_recipes_v6e_llama3_1_70b_256chips",
      "Llama3.1-70B, 256 v6e, FSDP256, 5 x 8192, layer input and q/k/v offloaded to host",
      TPU_RECIPES, "step_time_s", 42.656),
+    ("tpu_recipes_v5p_llama3_1_405b_512chips",
+     "Llama3.1-405B, 512 v5p, FSDP512, 2 x 8192, attention output and MLP output projection "
+     "offloaded to host (vocabulary tiling not modelled)", TPU_RECIPES, "step_time_s", 131.474),
     ("tpu_recipes_v6e_mixtral_8x7b_256chips",
      "Mixtral 8x7B, 256 v6e, FSDP256, 12 x 4096, dropping CF 1.25, layer input and "
      "q/k/v/out projections offloaded to host", TPU_RECIPES, "step_time_s", 13.484),
@@ -108,8 +111,6 @@ CASES = [
 # Measured rows not simulated, and why.
 NOT_SIMULATED = [
     ("MaxText v5p, 512 chips, 256B", "models.md gives no configuration of MaxText's 256B model"),
-    ("tpu-recipes v5p Llama3.1-405B", "its custom remat policy (which values it offloads) is "
-     "not in the stored sources, and vocabulary tiling is not modelled"),
     ("MaxText A3 Llama2-7B (1, 4, 16 VMs)",
      "measured-steps.md does not give the runs' batch and sharding"),
     ("nccl-tests all_reduce_perf curves", "collective benchmarks, not training steps (issue 10)"),

@@ -564,6 +564,7 @@ class TrainStepBuilder {
     attention.kernel =
         model_.attention == "mmha" && kind_ != StepKind::kDecode ? "flash" : model_.attention;
     const std::string a = pb_.Add(std::move(attention));
+    checkpoints_["context"] = a;
     const std::string o = Linear("bthk,hkd->btd", a, "wo" + L, N("o" + L));
     checkpoints_["out_proj"] = o;
     std::string h = Op(OpKind::kAdd, {x, o}, N("h" + L));

@@ -501,6 +501,13 @@ INSTANTIATE_TEST_SUITE_P(
                        RematPolicy::kNone,
                        {"decoder_layer_input"},
                        1},
+        ActivationCase{"data8_offload_context",  // The attention's output (MaxText's name).
+                       {{"data", 8}},
+                       {{"batch", {"data"}}},
+                       16 - 1,
+                       RematPolicy::kNone,
+                       {"context"},
+                       1},
         ActivationCase{"data8_selective_offload_mlp_input_projection",
                        {{"data", 8}},
                        {{"batch", {"data"}}},
