@@ -113,10 +113,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     TrainConfig t = micro;
     t.forward_only = forward_only;
     t.optimizer = optimizer;
-    std::vector<std::vector<std::string>> values;
-    const ProgramSpec global = BuildTrainStep(mm, t, stage.mesh, rules, &values);
+    std::vector<std::vector<std::string>> values, head_tiles;
+    const ProgramSpec global =
+        BuildTrainStep(mm, t, stage.mesh, rules, &values, nullptr, &head_tiles);
     return SimulateStepFigures(machine, stage_mesh, global, values, stage, *collectives,
-                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0);
+                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0, {}, head_tiles);
   };
   const StepFigures fwd2 = figures(2, true, Optimizer::kNone);
   const StepFigures fwd3 = figures(3, true, Optimizer::kNone);

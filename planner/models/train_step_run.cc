@@ -134,13 +134,14 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups,
-                                const std::vector<std::vector<std::string>>& offloaded) {
+                                const std::vector<std::vector<std::string>>& offloaded,
+                                const std::vector<std::vector<std::string>>& head_tiles) {
   std::vector<size_t> phases;
   const PartitionResult partitioned =
       PartitionTrainStep(global, layers, plan.remat,
                          PartitionCosts{&mesh, &collectives, machine.compute_model(),
                                         DeviceInBytesPerSecond(machine), &machine},
-                         prefetch_groups, &phases, plan.collective_matmul, offloaded);
+                         prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -190,10 +191,12 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             CollectiveCostModel& collectives, bool prefetch) {
   std::vector<std::vector<std::string>> layers;
   std::vector<std::map<std::string, std::string>> checkpoints;
-  const ProgramSpec global = BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints);
+  std::vector<std::vector<std::string>> head_tiles;
+  const ProgramSpec global =
+      BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints, &head_tiles);
   return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
                              prefetch ? PrefetchGroups(model.layers, train) : 0,
-                             OffloadedValues(checkpoints, plan.offload));
+                             OffloadedValues(checkpoints, plan.offload), head_tiles);
 }
 
 }  // namespace
@@ -203,13 +206,15 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    RematPolicy remat, const PartitionCosts& costs,
                                    int prefetch_groups, std::vector<size_t>* phases,
                                    CollectiveMatmulMode collective_matmul,
-                                   const std::vector<std::vector<std::string>>& offloaded) {
+                                   const std::vector<std::vector<std::string>>& offloaded,
+                                   const std::vector<std::vector<std::string>>& head_tiles) {
   std::vector<size_t> passes;
   ProgramSpec expanded = ExpandGrads(global, &passes);
   std::set<std::string> saved;
   for (const std::vector<std::string>& values : offloaded)
     saved.insert(values.begin(), values.end());
   ApplyRemat(expanded, passes, layers, remat, saved);
+  ApplyRemat(expanded, passes, head_tiles, RematPolicy::kFull);
   if (!saved.empty()) ApplyOffload(expanded, passes, offloaded);
   const std::vector<size_t> boundaries = passes;
   PartitionResult partitioned;

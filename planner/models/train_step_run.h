@@ -196,12 +196,14 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
-// `offloaded` lists per layer the values plan.offload names (OffloadedValues).
+// `offloaded` lists per layer the values plan.offload names (OffloadedValues); `head_tiles`
+// BuildTrainStep's vocabulary tiles.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups,
-                                const std::vector<std::vector<std::string>>& offloaded = {});
+                                const std::vector<std::vector<std::string>>& offloaded = {},
+                                const std::vector<std::vector<std::string>>& head_tiles = {});
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError (plan.offload) for a name some layer lacks (an MoE layer's MLP, a GELU's mlpwi_1).
@@ -231,13 +233,15 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // when given, receives the partitioned program's op indices where each backward pass starts
 // and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
 // `remat` recomputes and live in host memory between their forward and backward uses
-// (ApplyOffload, after remat).
+// (ApplyOffload, after remat); each of `head_tiles` (vocabulary tiles) is recomputed fully in
+// the backward whatever `remat` says (MaxText's tiled loss is checkpointed so).
 PartitionResult PartitionTrainStep(
     const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
     RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
     std::vector<size_t>* phases = nullptr,
     CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff,
-    const std::vector<std::vector<std::string>>& offloaded = {});
+    const std::vector<std::vector<std::string>>& offloaded = {},
+    const std::vector<std::vector<std::string>>& head_tiles = {});
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

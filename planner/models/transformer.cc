@@ -23,13 +23,15 @@ class TrainStepBuilder {
   TrainStepBuilder(const TransformerConfig& model, const TrainConfig& train,
                    const std::vector<MeshAxis>& axes, const LogicalRules& rules,
                    std::vector<std::vector<std::string>>* layer_values,
-                   std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr)
+                   std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr,
+                   std::vector<std::vector<std::string>>* head_tiles = nullptr)
       : model_(model),
         train_(train),
         rules_(rules),
         axes_(axes),
         layer_values_(layer_values),
         layer_checkpoints_(layer_checkpoints),
+        head_tiles_(head_tiles),
         pb_(axes, {}, ProgramMode::kAuto) {}
 
   // The builder of an MLP classifier's step (Build() then makes it).
@@ -120,9 +122,8 @@ class TrainStepBuilder {
     for (int64_t i = 0; i < micro; ++i) {
       sfx_ = micro == 1 ? "" : "_mb" + std::to_string(i);
       aux_.clear();
-      const std::string logits = mlp_ ? MlpLogits() : Logits();  // Fills aux_ (MoE layers).
-      std::string loss =
-          Op(OpKind::kCrossEntropy, {logits, N("labels")}, N(aux_.empty() ? "loss" : "ce_loss"));
+      std::string loss = mlp_ ? Op(OpKind::kCrossEntropy, {MlpLogits(), N("labels")}, N("loss"))
+                              : TransformerLoss();
       // The routers' load-balancing losses join the loss the gradients are taken of.
       if (!aux_.empty()) loss = Op(OpKind::kAdd, {loss, aux_}, N("loss"));
       if (train_.forward_only) {
@@ -164,16 +165,57 @@ class TrainStepBuilder {
   }
 
  private:
-  // The transformer's forward for the current microbatch: its logits.
-  std::string Logits() {
+  // The transformer's forward for the current microbatch and its cross-entropy (fills aux_
+  // with MoE layers' losses, to which it leaves the name "loss"). With train.vocab_tiling = n >
+  // 1 the head runs in n
+  // tiles along the sequence (MaxText's vocabulary tiling): each tile's hidden states and labels
+  // sliced, its logits and mean loss, the loss the mean of the tiles' (equal tiles: the mean
+  // over every position); each tile's logits and loss are a head_tiles_ segment.
+  std::string TransformerLoss() {
     std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
     for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
+    const std::string loss = N(aux_.empty() ? "loss" : "ce_loss");
     x = Residual(x, N("rf"));
     const std::string xf = Norm(x, W("final_norm"), N("xf"));
-    const std::string logits = model_.tied_embeddings
-                                   ? pb_.Einsum("btd,vd->btv", xf, W("embed"), N("logits"))
-                                   : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits"));
-    return Constrain(logits, {"batch", "length", "vocab"}, N("logits_c"));
+    const int64_t tiles = train_.vocab_tiling;
+    if (tiles <= 1) return Op(OpKind::kCrossEntropy, {Logits(xf, ""), N("labels")}, loss);
+    const int64_t tile = train_.seq_len / tiles;
+    std::string sum;
+    for (int64_t j = 0; j < tiles; ++j) {
+      const std::string J = "_t" + std::to_string(j);
+      auto slice = [&](const std::string& in, const std::string& out) {
+        OpSpec op;
+        op.kind = OpKind::kSlice;
+        op.in = {in};
+        op.out = {N(out + J)};
+        op.axis = 1;
+        op.start = j * tile;
+        op.size = tile;
+        return pb_.Add(std::move(op));
+      };
+      const size_t first = pb_.program().ops.size();
+      const std::string logits = Logits(slice(xf, "xf"), J);
+      const std::string ce =
+          Op(OpKind::kCrossEntropy, {logits, slice(N("labels"), "labels")}, N("ce" + J));
+      if (head_tiles_) {
+        std::vector<std::string>& made = head_tiles_->emplace_back();
+        const std::vector<OpSpec>& ops = pb_.program().ops;
+        for (size_t i = first; i < ops.size(); ++i) {
+          if (ops[i].kind != OpKind::kSlice)
+            made.insert(made.end(), ops[i].out.begin(), ops[i].out.end());
+        }
+      }
+      sum = j == 0 ? ce : Op(OpKind::kAdd, {sum, ce}, N("ce_sum" + J));
+    }
+    return Scalar(OpKind::kMul, sum, 1.0 / static_cast<double>(tiles), loss);
+  }
+
+  // The logits of final hidden states `xf` [batch, length, embed], named with `suffix`.
+  std::string Logits(const std::string& xf, const std::string& suffix) {
+    const std::string logits =
+        model_.tied_embeddings ? pb_.Einsum("btd,vd->btv", xf, W("embed"), N("logits" + suffix))
+                               : pb_.Einsum("btd,dv->btv", xf, W("unembed"), N("logits" + suffix));
+    return Constrain(logits, {"batch", "length", "vocab"}, N("logits_c" + suffix));
   }
 
   // The MLP's weights w<i> [n_i, n_i+1], alternately [embed, mlp] and [mlp, embed] (Megatron's
@@ -609,6 +651,8 @@ class TrainStepBuilder {
   // Per layer: its values by MaxText's checkpoint names (or null).
   std::vector<std::map<std::string, std::string>>* layer_checkpoints_;
   std::map<std::string, std::string> checkpoints_;  // The current layer's so far.
+  // Per microbatch and vocabulary tile: its logits' and loss's values (or null).
+  std::vector<std::vector<std::string>>* head_tiles_;
   ProgramBuilder pb_;
   std::vector<Parameter> params_;
   std::string sfx_;                    // The current microbatch's suffix ("" with one).
@@ -712,7 +756,8 @@ ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
 ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& train,
                            const std::vector<MeshAxis>& axes, const LogicalRules& rules,
                            std::vector<std::vector<std::string>>* layer_values,
-                           std::vector<std::map<std::string, std::string>>* layer_checkpoints) {
+                           std::vector<std::map<std::string, std::string>>* layer_checkpoints,
+                           std::vector<std::vector<std::string>>* head_tiles) {
   CheckModel(model);
   Check(train.batch >= 1 && train.seq_len >= 1, "batch and seq_len must be >= 1");
   Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
@@ -720,8 +765,13 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
             std::to_string(train.batch) + ")");
   Check(!train.forward_only || train.microbatches == 1, "a forward-only step runs one microbatch");
   if (layer_values) layer_values->clear();
+  Check(train.vocab_tiling >= 1 && train.seq_len % train.vocab_tiling == 0,
+        "vocab_tiling (" + std::to_string(train.vocab_tiling) + ") must divide seq_len (" +
+            std::to_string(train.seq_len) + ")");
   if (layer_checkpoints) layer_checkpoints->clear();
-  return TrainStepBuilder(model, train, axes, rules, layer_values, layer_checkpoints).Build();
+  if (head_tiles) head_tiles->clear();
+  return TrainStepBuilder(model, train, axes, rules, layer_values, layer_checkpoints, head_tiles)
+      .Build();
 }
 
 }  // namespace shardsim::planner

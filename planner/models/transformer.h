@@ -100,6 +100,10 @@ struct TrainConfig {
   // products accumulated into dtype; the backward GEMMs take the cotangent in f8e5m2.
   // Parameters, gradients and optimizer state stay in param_dtype.
   std::optional<DType> matmul_dtype;
+  // MaxText's num_vocab_tiling: the logits and the loss computed in this many tiles along the
+  // sequence, each tile's logits recomputed in the backward (BuildTrainStep's `head_tiles`), so
+  // one tile's logits are live at a time. Must divide seq_len.
+  int64_t vocab_tiling = 1;
 };
 
 // An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the
@@ -184,10 +188,13 @@ ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
 // values that layer's forward makes (the segments planner::ApplyRemat checkpoints);
 // `layer_checkpoints`, per the same layers, those of them MaxText names (planner::
 // CheckpointNames(): "query_proj" -> the layer's q).
+// `head_tiles`, with train.vocab_tiling > 1, per microbatch and tile the values of the tile's
+// logits and loss (segments planner::ApplyRemat recomputes fully whatever the plan's remat).
 ProgramSpec BuildTrainStep(
     const TransformerConfig& model, const TrainConfig& train, const std::vector<MeshAxis>& axes,
     const LogicalRules& rules, std::vector<std::vector<std::string>>* layer_values = nullptr,
-    std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr);
+    std::vector<std::map<std::string, std::string>>* layer_checkpoints = nullptr,
+    std::vector<std::vector<std::string>>* head_tiles = nullptr);
 
 // The runs of a step's weight collectives (planner::PrefetchWeightCollectives): each layer's
 // forward and backward in each microbatch, 2 x microbatches x `layers` (a transformer's decoder

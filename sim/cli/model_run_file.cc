@@ -175,7 +175,7 @@ DType ReadStorageDtype(const YamlValue& value) {
 // learning_rate}; seq_len only when `sequences` (an MLP's batch rows are single examples).
 planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   YamlMap map = value.Map({"global_batch", "seq_len", "microbatches", "optimizer", "dtype",
-                           "param_dtype", "learning_rate", "matmul_dtype"});
+                           "param_dtype", "learning_rate", "matmul_dtype", "vocab_tiling"});
   planner::TrainConfig t;
   t.batch = map.Get("global_batch").Int64(1);
   if (sequences) {
@@ -201,6 +201,14 @@ planner::TrainConfig ReadTrain(const YamlValue& value, bool sequences) {
   if (auto v = map.Find("param_dtype")) t.param_dtype = ReadDtype(*v);
   if (auto v = map.Find("matmul_dtype")) t.matmul_dtype = ReadStorageDtype(*v);
   if (auto v = map.Find("learning_rate")) t.learning_rate = v->Number();
+  if (auto v = map.Find("vocab_tiling")) {
+    if (!sequences) v->FailAtKey("vocab_tiling: tiles a language model's sequences");
+    t.vocab_tiling = v->Int64(1);
+    if (t.seq_len % t.vocab_tiling != 0) {
+      v->Fail("vocab_tiling (" + std::to_string(t.vocab_tiling) + ") must divide seq_len (" +
+              std::to_string(t.seq_len) + ")");
+    }
+  }
   return t;
 }
 

@@ -445,10 +445,11 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     as_program.model.reset();
     std::vector<std::vector<std::string>> layers;
     std::vector<std::map<std::string, std::string>> checkpoints;
+    std::vector<std::vector<std::string>> head_tiles;
     as_program.program = run.mlp
                              ? planner::BuildMlpTrainStep(*run.mlp, run.train, run.plan.mesh, rules)
                              : planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules,
-                                                       &layers, &checkpoints);
+                                                       &layers, &checkpoints, &head_tiles);
     const std::vector<std::vector<std::string>> offloaded =
         planner::OffloadedValues(checkpoints, run.plan.offload);
     const int64_t layer_count =
@@ -467,7 +468,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
                                   planner::DeviceInBytesPerSecond(machine), &machine},
           planner::PrefetchGroups(layer_count, run.train), nullptr, run.plan.collective_matmul,
-          offloaded);
+          offloaded, head_tiles);
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));

@@ -287,6 +287,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh", "devices"},
         BadModel{"UnknownOffloadName", "plan.offload=[attention_out]", "plan.offload.0",
                  "expected one of decoder_layer_input, query_proj"},
+        BadModel{"VocabTilingNotDividingTheSequence", "train.vocab_tiling=3",
+                 "train.vocab_tiling", "vocab_tiling (3) must divide seq_len (16)"},
         BadModel{"OffloadNamedTwice", "plan.offload=[key_proj, key_proj]", "plan.offload.1",
                  "'key_proj' is named twice"},
 
