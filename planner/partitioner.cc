@@ -21,6 +21,30 @@
 namespace shardsim::planner {
 namespace {
 
+// The layout a partial value laid out as `v` is summed into beside an operand of its shape
+// laid out as `w`: each of v's splits kept, extended on that dimension by w's next axes that v
+// is partial over (a reduce-scatter over them), so the sum never gathers what v holds split
+// (an axis w splits that v is not partial over is sliced by the reader instead, and a
+// dimension w splits other than as v does keeps v's split). None when no axis is added.
+// Valid: v's axes are distinct and not partial; the added ones are partial and distinct in w.
+std::optional<ValueSharding> SumTarget(const ValueSharding& v, const ValueSharding& w) {
+  ValueSharding to = v;
+  to.partial.clear();
+  bool added = false;
+  for (size_t d = 0; d < to.dims.size() && d < w.dims.size(); ++d) {
+    std::vector<int>& dim = to.dims[d];
+    const std::vector<int>& want = w.dims[d];
+    if (want.size() <= dim.size() || !std::equal(dim.begin(), dim.end(), want.begin())) continue;
+    for (size_t k = dim.size(); k < want.size(); ++k) {
+      if (std::find(v.partial.begin(), v.partial.end(), want[k]) == v.partial.end()) break;
+      dim.push_back(want[k]);
+      added = true;
+    }
+  }
+  if (!added) return std::nullopt;
+  return to;
+}
+
 // One definition of a global value.
 struct Value {
   Shape shape;  // Global shape.
@@ -536,19 +560,18 @@ class Partitioner {
       const Value& v = values_[static_cast<size_t>(current_.at(op.in[i]))];
       // Copies of a partial host value each carry the partial sums to their readers.
       if (v.sharding.partial.empty() || uses[i] < 2 || v.host) continue;
-      // An elementwise op with a split operand of the same shape sums it into that layout: a
-      // reduce-scatter where the split takes the partial axes, never more bytes than the
-      // all-reduce (a reader wanting it whole gathers the rest, which the all-reduce moves
-      // anyway). A residual add of a tensor-parallel projection into a stream split over the
-      // same axis, read again by remat's recompute, so reduce-scatters once.
+      // An elementwise op with a split operand of the same shape sums it into that layout
+      // where the split takes the partial axes (SumTarget): a reduce-scatter, never more bytes
+      // than the all-reduce (a reader wanting it whole gathers the rest, which the all-reduce
+      // moves anyway). A residual add of a tensor-parallel projection into a stream split over
+      // the same axis, read again by remat's recompute, so reduce-scatters once.
       std::optional<ValueSharding> to;
       std::string like;
       for (size_t j = 0; j < op.in.size() && Op(op.kind).elementwise && !to; ++j) {
         const Value& w = values_[static_cast<size_t>(current_.at(op.in[j]))];
-        if (j != i && w.sharding.partial.empty() && w.shape == v.shape &&
-            !SplitAxes(w.sharding).empty()) {
-          to = w.sharding;
-          like = ", into " + op.in[j] + "'s layout";
+        if (j != i && w.sharding.partial.empty() && w.shape == v.shape) {
+          to = SumTarget(v.sharding, w.sharding);
+          if (to) like = ", split as " + op.in[j] + " is";
         }
       }
       SumPartials(op.in[i],

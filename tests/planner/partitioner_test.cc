@@ -153,6 +153,36 @@ TEST(PartitionerTest, ConflictingContractionSplitsGatherBothOperands) {
   ExpectNumericsPass(global);
 }
 
+// x = einsum(a, b) [16, 16] split (-, d) and partial over t, read by an add beside y split
+// (t, -) and by tanh: summed beside y it keeps its d split and scatters over t, y's next axis
+// and a partial one: one psum_scatter of its [16, 16/4] f32 block (256 B); the output u wanted
+// (-, d) gathers t back ([16/2, 4] f32, 128 B), as many bytes as the all-reduce. Taking y's
+// layout whole gathered x's d split and sliced it again (2.1x the time). With x whole
+// (b split (t, -)) beside y split (d, -), an axis x is not partial over, x is all-reduced as
+// before ([16, 16] f32, 1024 B) and the add slices it: summing into (d, -) psummed a quarter
+// of it but made tanh's output u gather d (1.35x).
+TEST(PartitionerTest, PartialValueSummedBesideASplitOperandKeepsItsSplits) {
+  for (const bool scatter : {true, false}) {
+    SCOPED_TRACE(scatter ? "y (t, -)" : "y (d, -)");
+    ProgramBuilder b({{"d", 4}, {"t", 2}}, {}, ProgramMode::kAuto);
+    b.Input("a", {16, 32}, DType::kF32, P({{}, {"t"}}), Normal(0));
+    b.Input("b", {32, 16}, DType::kF32, scatter ? P({{"t"}, {"d"}}) : P({{"t"}, {}}), Normal(1));
+    b.Input("y", {16, 16}, DType::kF32, scatter ? P({{"t"}, {}}) : P({{"d"}, {}}), Normal(2));
+    b.Einsum("ik,kj->ij", "a", "b", "x");
+    b.Binary(OpKind::kAdd, "x", "y", "s");
+    b.Unary(OpKind::kTanh, "x", "u");
+    b.Output("s", scatter ? P({{"t"}, {"d"}}) : P({{"d"}, {}}));
+    b.Output("u", scatter ? P({{}, {"d"}}) : P({}));
+    ProgramSpec global = std::move(b).Build();
+    const std::vector<Inserted> want =
+        scatter ? std::vector<Inserted>{{OpKind::kPsumScatter, {"t"}, 16 * 16 / 4 * 4},
+                                        {OpKind::kAllGather, {"t"}, 16 / 2 * 16 / 4 * 4}}
+                : std::vector<Inserted>{{OpKind::kPsum, {"t"}, 16 * 16 * 4}};
+    EXPECT_EQ(Collectives(global, Partition(global)), want);
+    ExpectNumericsPass(global);
+  }
+}
+
 TEST(ReshardTest, PlansTheCheapestMoves) {
   const std::vector<MeshAxis> axes = {{"dp", 4}, {"tp", 2}};
   auto plan = [&](const char* from, const char* to, std::vector<int> partial = {}) {
