@@ -320,9 +320,23 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         }
         if (ae) {
           // MaxText's activation_embed: the residual stream's d_model splits over the heads'
-          // (tensor) axes, as its logical_axis_rules do. Likewise tried once without such axes.
+          // (tensor) axes, as its logical_axis_rules do. Likewise tried once without such axes,
+          // and once where batch or length takes them all: the stream is [batch, length,
+          // activation_embed] and a later name drops an earlier one's axes (LogicalRules::Spec),
+          // so with sequence parallelism over the heads' axes it splits nothing more.
           auto heads = plan.rules.find("heads");
-          if (heads != plan.rules.end() && !plan.rules.count("activation_embed")) {
+          auto taken = [&](const std::string& axis) {
+            for (const char* dim : {"batch", "length"}) {
+              auto it = plan.rules.find(dim);
+              if (it != plan.rules.end() &&
+                  std::find(it->second.begin(), it->second.end(), axis) != it->second.end()) {
+                return true;
+              }
+            }
+            return false;
+          };
+          if (heads != plan.rules.end() && !plan.rules.count("activation_embed") &&
+              !std::all_of(heads->second.begin(), heads->second.end(), taken)) {
             plan.rules["activation_embed"] = heads->second;
           } else if (std::count(activation_embed.begin(), activation_embed.end(), false) > 0) {
             continue;

@@ -318,6 +318,24 @@ TEST_F(PlanCommandTest, ActivationEmbedIsSearched) {
   EXPECT_EQ(plain.out.find("activation_embed"), std::string::npos) << plain.out;
 }
 
+// With sequence parallelism too, length takes the heads' axes before activation_embed (the
+// residual stream is [batch, length, activation_embed]), so both on is the plan with sequence
+// parallelism alone and is not tried again: the candidates are plain + SP's extra + ae's extra
+// (60 + 36 + 36 = 132 here; 168 tried the 36 SP plans twice, identical step times and peaks).
+TEST_F(PlanCommandTest, ActivationEmbedBesideSequenceParallelismIsNotTriedTwice) {
+  auto candidates = [](const std::string& out) {
+    return std::stoll(out.substr(out.find("candidates:") + 11));
+  };
+  const int64_t plain = candidates(RunOk({"plan", Tiny()}).out);
+  const int64_t sp = candidates(RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n")}).out);
+  const int64_t ae = candidates(RunOk({"plan", Tiny("  activation_embed: [off, on]\n")}).out);
+  const int64_t both = candidates(
+      RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n  activation_embed: [off, on]\n")}).out);
+  EXPECT_GT(sp, plain);
+  EXPECT_GT(ae, plain);
+  EXPECT_EQ(both, plain + (sp - plain) + (ae - plain));
+}
+
 // search.offload lists sets of values to keep in host memory: each is a candidate beside every
 // remat policy (three sets: three times the candidates), written in --out and the table;
 // plan.offload pins one set.
