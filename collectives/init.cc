@@ -103,7 +103,9 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
       std::fill(values.begin(), values.end(), 1.0f);
       break;
     case InitSpec::Kind::kArange:
-      for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i);
+      for (int64_t i = 0; i < n; ++i) {
+        values[i] = static_cast<float>(init.modulus > 0 ? i % init.modulus : i);
+      }
       break;
     case InitSpec::Kind::kUniform:
       FillUniform(init.seed, spec.dtype, values);
@@ -124,7 +126,8 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
   // inits convert their float values to the nearest integer.
   std::vector<int32_t> ints(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    ints[i] = init.kind == InitSpec::Kind::kArange ? static_cast<int32_t>(static_cast<uint32_t>(i))
+    const int64_t k = init.modulus > 0 ? i % init.modulus : i;
+    ints[i] = init.kind == InitSpec::Kind::kArange ? static_cast<int32_t>(static_cast<uint32_t>(k))
                                                    : DoubleToInt32(values[i]);
   }
   return Array::FromInts(spec.shape, ints);

@@ -1302,8 +1302,10 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
     double max_err = 0;
     int64_t worst = -1;     // Element of the largest finite error.
     int64_t mismatch = -1;  // First element whose non-finite values differ.
+    bool reference_finite = true;
     for (int64_t i = 0; i < ref.size(); ++i) {
       double g = got.ValueAt(i), r = ref.ValueAt(i);
+      reference_finite = reference_finite && std::isfinite(r);
       if (std::isfinite(g) && std::isfinite(r)) {
         double err = std::fabs(g - r);
         if (err > max_err || worst < 0) {
@@ -1314,6 +1316,7 @@ NumericsReport CompareOutputs(const std::map<std::string, Array>& simulated,
         mismatch = i;
       }
     }
+    if (!reference_finite) ++report.nonfinite;
     report.max_abs_error = std::max(report.max_abs_error, max_err);
     // Error over bound: a non-finite mismatch ranks first, then an exceeded zero bound.
     const bool fails = mismatch >= 0 || max_err > bound;

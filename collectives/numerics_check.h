@@ -51,6 +51,9 @@ struct NumericsReport {
   // Outputs whose bound is infinite (the error model found none finite): their finite errors
   // cannot fail the check, only non-finite mismatches can.
   int unbounded = 0;
+  // Outputs whose reference holds NaN or inf somewhere (matching non-finite values pass, so a
+  // program that makes them everywhere checks nothing there).
+  int nonfinite = 0;
 };
 
 // Compares outputs, each against its own bound (bounds[name]; 0 when absent): finite pairs

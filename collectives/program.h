@@ -22,6 +22,7 @@ struct InitSpec {
   uint64_t seed = 0;          // normal / uniform.
   std::vector<float> values;  // value: flat, row-major.
   std::string file;           // file: a .npy path (resolved against the run file's folder).
+  int64_t modulus = 0;        // arange: element i holds i mod modulus (0: i itself).
 };
 
 // One global array given to the shard_map (`arrays:`).

@@ -43,6 +43,7 @@ class TrainStepBuilder {
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
     const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
+    ids.modulus = ValidIds(serve.batch * tokens_per_sequence);
     group_tokens_ = tokens_per_sequence;
     linear_dtype_ = serve.matmul_dtype;
     kv_dtype_ = serve.kv_dtype;
@@ -92,6 +93,8 @@ class TrainStepBuilder {
     linear_dtype_ = train_.matmul_dtype.value_or(train_.dtype);
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
+    ids.modulus =
+        ValidIds(train_.batch / std::max<int64_t>(train_.microbatches, 1) * train_.seq_len);
     const int64_t micro = train_.microbatches;
     const PartitionSpec tokens = rules_.Spec({"batch", "length"});
     for (int64_t i = 0; i < micro; ++i) {
@@ -165,6 +168,11 @@ class TrainStepBuilder {
   }
 
  private:
+  // The arange modulus that keeps `count` token ids (and labels) valid classes of the
+  // vocabulary, for take and cross_entropy: the vocabulary when the ids would pass it, else
+  // none (plain arange).
+  int64_t ValidIds(int64_t count) const { return count > model_.vocab ? model_.vocab : 0; }
+
   // The transformer's forward for the current microbatch and its cross-entropy (fills aux_
   // with MoE layers' losses, to which it leaves the name "loss"). With train.vocab_tiling = n >
   // 1 the head runs in n

@@ -80,7 +80,7 @@ std::string InitYaml(const ArraySpec& a, const std::string& file_dir) {
     case InitSpec::Kind::kOnes:
       return "ones";
     case InitSpec::Kind::kArange:
-      return "arange";
+      return a.init.modulus > 0 ? "{arange: " + std::to_string(a.init.modulus) + "}" : "arange";
     case InitSpec::Kind::kNormal:
       return "normal, seed: " + std::to_string(a.init.seed);
     case InitSpec::Kind::kUniform:

@@ -300,6 +300,12 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
                   report.numerics.passed ? "passed" : "FAILED", report.numerics.max_abs_error,
                   report.numerics.tolerance, report.numerics.worst_output.c_str());
     report.numerics_note = line;
+    if (report.numerics.nonfinite > 0) {
+      std::snprintf(line, sizeof(line),
+                    "; %d of %d outputs hold NaN or inf in the reference (matched, not checked)",
+                    report.numerics.nonfinite, report.numerics.outputs);
+      report.numerics_note += line;
+    }
     if (report.numerics.unbounded > 0) {
       std::snprintf(line, sizeof(line),
                     "; %d of %d outputs have no finite error bound (only a non-finite mismatch "
@@ -765,7 +771,8 @@ std::string Json(const RunReport& r) {
   j += r.numerics.passed ? "true" : "false";
   if (r.numerics.checked) {
     j += ", \"outputs\": " + std::to_string(r.numerics.outputs) +
-         ", \"unbounded_outputs\": " + std::to_string(r.numerics.unbounded);
+         ", \"unbounded_outputs\": " + std::to_string(r.numerics.unbounded) +
+         ", \"nonfinite_outputs\": " + std::to_string(r.numerics.nonfinite);
   }
   j += ", \"note\": ";
   AppendJsonString(j, r.numerics_note);

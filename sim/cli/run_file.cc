@@ -574,15 +574,21 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
   value.Expected("a list of numbers, nested like the shape or flat");
 }
 
-// `init:` a name, {value: [...]} or {file: x.npy}.
+// `init:` a name, {value: [...]}, {file: x.npy} or {arange: N} (a shardsim extension: element
+// i holds i mod N, as a model step's token ids within its vocabulary).
 InitSpec ReadInit(const YamlValue& value, const Shape& shape) {
   InitSpec init;
   if (value.IsMap()) {
-    YamlMap map = value.Map({"value", "file"});
+    YamlMap map = value.Map({"value", "file", "arange"});
     std::optional<YamlValue> literal = map.Find("value");
     std::optional<YamlValue> file = map.Find("file");
+    std::optional<YamlValue> arange = map.Find("arange");
     if (literal && file) Later(*literal, *file).FailAtKey("give either value or file, not both");
-    if (literal) {
+    if (arange && (literal || file)) arange->FailAtKey("give one of value, file or arange");
+    if (arange) {
+      init.kind = InitSpec::Kind::kArange;
+      init.modulus = arange->Int64(1);
+    } else if (literal) {
       init.kind = InitSpec::Kind::kValue;
       init.values = ReadLiteral(*literal, shape);
     } else if (file) {

@@ -91,6 +91,17 @@ TEST_F(ModelRunTest, NumericsOnRunsTheWholeStepAndPasses) {
               0.01 * whole["step_time_s"].get<double>());
 }
 
+// A step whose batch holds more tokens than the vocabulary has classes (16 x 16 against 128)
+// takes its synthetic ids and labels modulo the vocabulary: with plain arange half were out of
+// range, the embedding's take gave NaN rows and the loss NaN, and the check passed on NaN
+// matching NaN. Now no output of the reference is NaN, and the report says how many are.
+TEST_F(ModelRunTest, SyntheticTokensStayInsideTheVocabulary) {
+  const nlohmann::json whole = RunJson({"run", Tiny(), "--numerics", "on", "--set",
+                                        "train.microbatches=1", "--set", "train.optimizer=none"});
+  EXPECT_TRUE(whole["numerics"]["passed"].get<bool>()) << whole["numerics"];
+  EXPECT_EQ(whole["numerics"]["nonfinite_outputs"].get<int>(), 0) << whole["numerics"];
+}
+
 // Remat changes what is kept, not what is computed: with selective and full recompute the
 // whole step still matches the unsharded one, its recompute time is reported (more for full),
 // and the composed run agrees with it within 1%.
@@ -124,9 +135,9 @@ TEST_F(ModelRunTest, RematRecomputesAndStillPasses) {
 // with the whole step within 1% (its host bytes exactly: whole buffers, per layer).
 TEST_F(ModelRunTest, OffloadKeepsValuesInHostMemoryAndStillPasses) {
   const std::string file = Tiny();
-  const std::vector<std::string> sets = {"--set", "plan.remat=full", "--set",
-                                         "plan.offload=[decoder_layer_input, query_proj]", "--set",
-                                         "train.optimizer=sgd"};
+  const std::vector<std::string> sets = {"--set", "plan.remat=full",
+                                         "--set", "plan.offload=[decoder_layer_input, query_proj]",
+                                         "--set", "train.optimizer=sgd"};
   std::vector<std::string> args = {"run", file, "--numerics", "on"};
   args.insert(args.end(), sets.begin(), sets.end());
   const nlohmann::json whole = RunJson(args);
@@ -287,8 +298,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh", "devices"},
         BadModel{"UnknownOffloadName", "plan.offload=[attention_out]", "plan.offload.0",
                  "expected one of decoder_layer_input, query_proj"},
-        BadModel{"VocabTilingNotDividingTheSequence", "train.vocab_tiling=3",
-                 "train.vocab_tiling", "vocab_tiling (3) must divide seq_len (16)"},
+        BadModel{"VocabTilingNotDividingTheSequence", "train.vocab_tiling=3", "train.vocab_tiling",
+                 "vocab_tiling (3) must divide seq_len (16)"},
         BadModel{"OffloadNamedTwice", "plan.offload=[key_proj, key_proj]", "plan.offload.1",
                  "'key_proj' is named twice"},
 

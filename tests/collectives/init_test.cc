@@ -35,6 +35,16 @@ TEST(InitTest, ZerosOnesArange) {
   EXPECT_EQ(ones.IntAt(1), 1);
 }
 
+// arange with a modulus (`init: {arange: N}`): element i holds i mod N, in f32 and i32 alike.
+TEST(InitTest, ArangeModulo) {
+  for (DType dtype : {DType::kI32, DType::kF32}) {
+    ArraySpec spec = Spec({2, 4}, dtype, InitSpec::Kind::kArange);
+    spec.init.modulus = 3;
+    const Array r = MakeInitialArray(spec, true, "");
+    for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(r.ValueAt(i), static_cast<double>(i % 3));
+  }
+}
+
 TEST(InitTest, Int32ArangeIsExactPast2To24) {
   // float32 would make element 2^24 + 1 equal to 2^24; int32 storage keeps every count.
   const int64_t n = (int64_t{1} << 24) + 3;

@@ -191,6 +191,11 @@ TEST(NumericsCheckTest, UnboundedOutputsAreCounted) {
   got["a"] = Array::FromNumbers(DType::kF32, {1}, {std::numeric_limits<double>::quiet_NaN()});
   r = CompareOutputs(got, ref, bounds);
   EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.nonfinite, 0);
+  // NaN on both sides passes, and is counted: nothing was checked there.
+  r = CompareOutputs(got, got, bounds);
+  EXPECT_TRUE(r.passed);
+  EXPECT_EQ(r.nonfinite, 1);
 }
 
 TEST(NumericsCheckTest, ReferenceSharesReplicatedResultsExactly) {
