@@ -9,20 +9,50 @@
 
 namespace shardsim::planner {
 
-const std::vector<std::string>& CheckpointNames() {
-  // MaxText's decoder layer (layers/llama2.py, layers/attentions.py, layers/linears.py).
-  static const std::vector<std::string> names = {
-      "decoder_layer_input",  // The layer's input (the residual stream).
-      "query_proj",           // q = norm(x) Wq.
-      "key_proj",             // k = norm(x) Wk.
-      "value_proj",           // v = norm(x) Wv.
-      "context",              // The attention's output (its lse, flash-internal, is not a value).
-      "out_proj",             // The attention output's projection, before the residual add.
-      "mlpwi_0",              // The MLP's gate projection (SwiGLU) or its input projection.
-      "mlpwi_1",              // The MLP's up projection (SwiGLU).
-      "mlpwo",                // The MLP's output projection.
+namespace {
+
+// One of MaxText's checkpoint names and the most recompute a remat policy may do while keeping
+// the value it names anyway (ApplyRemat): every policy keeps the layer's input, selective the
+// matmul outputs, only none the attention's output.
+struct Checkpoint {
+  const char* name;
+  RematPolicy kept_through;
+};
+
+// MaxText's decoder layer (layers/llama2.py, layers/attentions.py, layers/linears.py).
+const std::vector<Checkpoint>& Checkpoints() {
+  static const std::vector<Checkpoint> checkpoints = {
+      {"decoder_layer_input", RematPolicy::kFull},  // The layer's input (the residual stream).
+      {"query_proj", RematPolicy::kSelective},      // q = norm(x) Wq.
+      {"key_proj", RematPolicy::kSelective},        // k = norm(x) Wk.
+      {"value_proj", RematPolicy::kSelective},      // v = norm(x) Wv.
+      // The attention's output (its lse, flash-internal, is not a value).
+      {"context", RematPolicy::kNone},
+      // The attention output's projection, before the residual add.
+      {"out_proj", RematPolicy::kSelective},
+      {"mlpwi_0", RematPolicy::kSelective},  // The MLP's gate (SwiGLU) or input projection.
+      {"mlpwi_1", RematPolicy::kSelective},  // The MLP's up projection (SwiGLU).
+      {"mlpwo", RematPolicy::kSelective},    // The MLP's output projection.
   };
+  return checkpoints;
+}
+
+}  // namespace
+
+const std::vector<std::string>& CheckpointNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Checkpoint& c : Checkpoints()) out.push_back(c.name);
+    return out;
+  }();
   return names;
+}
+
+bool RematKeeps(RematPolicy policy, const std::string& name) {
+  for (const Checkpoint& c : Checkpoints()) {
+    if (c.name == name) return RematRank(policy) <= RematRank(c.kept_through);
+  }
+  return false;
 }
 
 void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,

@@ -9,12 +9,18 @@
 #include <vector>
 
 #include "collectives/program.h"
+#include "planner/remat.h"
 
 namespace shardsim::planner {
 
 // The names MaxText's decoder layer gives its checkpointable values (jax.ad_checkpoint's
 // checkpoint_name; the keys of its custom remat policy), the names plan.offload takes.
 const std::vector<std::string>& CheckpointNames();
+
+// Whether remat `policy` keeps the layer value checkpoint `name` names anyway, so that offloading
+// it saves no recompute: every policy keeps the layer's input, none and selective the
+// projections (matmul outputs), only none the attention's output.
+bool RematKeeps(RematPolicy policy, const std::string& name);
 
 // Rewrites `expanded` (a global program after ExpandGrads and ApplyRemat, its passes' [start,
 // end) op indices in `pass_starts`) so that each value of `offloaded` (per segment, in forward

@@ -21,6 +21,18 @@ const char* RematPolicyName(RematPolicy policy) {
   return "none";
 }
 
+int RematRank(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::kNone:
+      return 0;
+    case RematPolicy::kSelective:
+      return 1;
+    case RematPolicy::kFull:
+      return 2;
+  }
+  return 0;
+}
+
 bool IsRecompute(const std::string& name) {
   const std::string suffix = kRematSuffix;
   return name.size() > suffix.size() &&

@@ -21,6 +21,10 @@ enum class RematPolicy {
   kFull,       // Only the layer's inputs are kept; its whole forward is recomputed.
 };
 
+// How much of a layer's forward `policy` recomputes (and memory it saves): none 0, selective
+// 1, full 2.
+int RematRank(RematPolicy policy);
+
 // The name SPEC gives `policy` ("none", "selective", "full").
 const char* RematPolicyName(RematPolicy policy);
 

@@ -14,6 +14,7 @@
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/serve_step_run.h"
+#include "planner/offload.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -119,11 +120,6 @@ namespace {
 struct Family {
   std::vector<PlanCandidate> variants;
 };
-
-// Position of a remat policy in memory-saving order.
-int RematRank(RematPolicy p) {
-  return p == RematPolicy::kNone ? 0 : p == RematPolicy::kSelective ? 1 : 2;
-}
 
 // Per device, the parameters and optimizer state of `model` under `plan` (mesh and rules):
 // affine in the layer count, so read from 1- and 2-layer steps.
@@ -405,16 +401,17 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       bool is_dominated = false;
       for (const PlanCandidate* f : fits) {
         // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
-        // extra work. Offloading more adds copies (which never speed a step up) and saves
-        // recompute only under full remat: every checkpoint name is a matmul output or the
-        // layer's input, which selective remat keeps anyway. So a fitting plan with a subset
-        // of c's offload dominates c, unless it remats fully and c offloads more.
+        // extra work. Offloading more adds copies (which never speed a step up) and saves only
+        // the recompute of values f's remat would recompute: a fitting plan offloading a subset
+        // of c's dominates c when f's remat keeps every value c offloads beyond it.
         const int64_t m = f->microbatches;
         const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
-        const bool offload = f->plan.remat == RematPolicy::kFull
-                                 ? f->plan.offload.size() == c.plan.offload.size() &&
-                                       Within(f->plan.offload, c.plan.offload)
-                                 : Within(f->plan.offload, c.plan.offload);
+        const std::vector<std::string>& fo = f->plan.offload;
+        bool offload = Within(fo, c.plan.offload);
+        for (const std::string& name : c.plan.offload) {
+          const bool more = std::find(fo.begin(), fo.end(), name) == fo.end();
+          offload = offload && (!more || RematKeeps(f->plan.remat, name));
+        }
         is_dominated = is_dominated ||
                        (RematRank(f->plan.remat) <= RematRank(c.plan.remat) && fewer && offload);
       }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/serve_step_run.h"
+#include "planner/offload.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
@@ -279,23 +281,22 @@ TEST(PlanSearchTest, OffloadSetsAreSearchedAndDominanceKeepsTheBest) {
   EXPECT_TRUE(named);
 }
 
-// The dominance rule's premise: without remat (and with selective remat, which keeps every
-// value offload names), offloading more only adds copies, so nested offload sets take no less
-// time. It failed when a pass's first layer fetched its copies at its own first backward
-// reader (with only the layer's input offloaded, its last op: the backward waited for the copy)
-// while a larger set fetched earlier; the first layer now fetches as the pass starts.
-TEST(PlanSearchTest, OffloadingMoreNeverSpeedsAStepWithoutFullRemat) {
+// The dominance rule's premise: offloading more of what a plan's remat keeps anyway
+// (RematKeeps: every policy the layer's input, none and selective the projections, none the
+// attention's output) only adds copies, so nested sets of such names take no less time. It
+// failed when a pass's first layer fetched its copies at its own first backward reader (with
+// only the layer's input offloaded, its last op: the backward waited for the copy) while a
+// larger set fetched earlier; the first layer now fetches as the pass starts.
+TEST(PlanSearchTest, OffloadingWhatRematKeepsNeverSpeedsAStep) {
   TrainConfig train = TinyTrain();
   train.seq_len = 64;
   std::unique_ptr<Machine> machine = V5e8();
-  for (RematPolicy remat : {RematPolicy::kNone, RematPolicy::kSelective}) {
+  for (RematPolicy remat : {RematPolicy::kNone, RematPolicy::kSelective, RematPolicy::kFull}) {
     Time last;
-    for (const std::vector<std::string>& offload :
-         std::vector<std::vector<std::string>>{{},
-                                               {"decoder_layer_input"},
-                                               {"decoder_layer_input", "query_proj"},
-                                               {"decoder_layer_input", "query_proj", "key_proj",
-                                                "value_proj", "out_proj", "mlpwo"}}) {
+    std::vector<std::string> offload;
+    for (const std::string& name : CheckpointNames()) {
+      if (!RematKeeps(remat, name)) continue;
+      offload.push_back(name);
       PlanCandidate c;
       c.plan.mesh = {{"fsdp", 4}, {"tensor", 2}};
       c.plan.rules = DefaultRules(c.plan.mesh);
@@ -310,6 +311,35 @@ TEST(PlanSearchTest, OffloadingMoreNeverSpeedsAStepWithoutFullRemat) {
       last = o.step_time;
     }
   }
+}
+
+// Selective remat keeps the projections but recomputes the attention's output (context), so
+// offloading it saves that recompute: a selective plan without offload does not dominate one
+// offloading context, and the search evaluates both and ranks the faster first. (It was taken
+// as dominated while every checkpoint name was a projection or the layer's input.)
+TEST(PlanSearchTest, SelectiveRematDoesNotDominateOffloadingWhatItRecomputes) {
+  TrainConfig train = TinyTrain();
+  train.seq_len = 256;
+  SearchSpace space;
+  space.meshes = {{{"fsdp", 4}, {"tensor", 2}}};
+  space.remat = {RematPolicy::kSelective};
+  space.offload = {{}, {"context"}};
+  const SearchResult r = SearchPlans(Tiny(), train, space, Options(1));
+  ASSERT_EQ(r.results.size(), 2u);
+  std::unique_ptr<Machine> machine = V5e8();
+  Time best = Time::Picoseconds(INT64_MAX);
+  for (const PlanResult& p : r.results) {
+    ASSERT_TRUE(p.outcome.refused.empty()) << p.outcome.refused;
+    NetworkCollectiveModel network(*machine);
+    CachedCollectiveModel cache(network);
+    SlowestMemberCollectiveModel collectives(cache);
+    const PlanOutcome o =
+        EvaluatePlan(*machine, Tiny(), train, p.candidate, space.memory_limit, collectives);
+    EXPECT_EQ(o.step_time, p.outcome.step_time) << p.key;
+    best = std::min(best, o.step_time);
+  }
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(r.results[r.ranked.front()].outcome.step_time, best);
 }
 
 TEST(PlanSearchTest, ResultsDoNotDependOnJobs) {
