@@ -6,6 +6,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/collective_matmul.h"
+#include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
 #include "collectives/outputs.h"
 #include "collectives/ragged_all_to_all.h"
@@ -79,20 +80,8 @@ class Lowerer {
   // memory, and every other op reads values in HBM (JAX computes on device memory).
   void CheckMemoryKinds(const OpSpec& op, const LoweredOp& lowered) const {
     for (size_t k = 0; k < lowered.in_values.size(); ++k) {
-      const bool host = out_.in_host[lowered.in_values[k]];
-      const std::string& name = op.in[k];
-      if (op.kind == OpKind::kMoveToDevice && !host) {
-        throw SpecError(op.key + ".in", "move_to_device: '" + name +
-                                            "' is in device memory already (move_to_host "
-                                            "puts a value in host memory)");
-      }
-      if (op.kind != OpKind::kMoveToDevice && host) {
-        throw SpecError(op.key + ".in",
-                        std::string(Op(op.kind).name) + ": '" + name + "' is in host memory" +
-                            (op.kind == OpKind::kMoveToHost
-                                 ? " already"
-                                 : "; ops read device memory (move_to_device it first)"));
-      }
+      const std::string error = CheckMemoryKind(op, op.in[k], out_.in_host[lowered.in_values[k]]);
+      if (!error.empty()) throw SpecError(op.key + ".in", error);
     }
   }
 

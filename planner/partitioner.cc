@@ -503,16 +503,11 @@ class Partitioner {
   // Host memory holds data only: only move_to_device reads a value there (lowering checks the
   // same); refused at the op, before any reshard of the value is emitted for it.
   void CheckMemoryKinds(const OpSpec& op) const {
-    if (op.kind == OpKind::kMoveToDevice) return;
     for (const std::string& name : op.in) {
       const auto it = current_.find(name);
       if (it == current_.end() || !values_[static_cast<size_t>(it->second)].host) continue;
-      throw SpecError(
-          op.key + ".in",
-          std::string(OpKindName(op.kind)) + ": '" + name + "' is in host memory" +
-              (op.kind == OpKind::kMoveToHost ? " already"
-                                              : "; ops read device memory (move_to_device it "
-                                                "first)"));
+      const std::string error = CheckMemoryKind(op, name, /*in_host=*/true);
+      if (!error.empty()) throw SpecError(op.key + ".in", error);
     }
   }
 

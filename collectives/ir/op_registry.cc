@@ -650,6 +650,19 @@ std::string CheckOutputCount(const OpSpec& op) {
          std::to_string(count) + "), got " + names;
 }
 
+std::string CheckMemoryKind(const OpSpec& op, const std::string& name, bool in_host) {
+  if (op.kind == OpKind::kMoveToDevice) {
+    return in_host ? ""
+                   : "move_to_device: '" + name +
+                         "' is in device memory already (move_to_host puts a value in host "
+                         "memory)";
+  }
+  if (!in_host) return "";
+  return std::string(Op(op.kind).name) + ": '" + name + "' is in host memory" +
+         (op.kind == OpKind::kMoveToHost ? " already"
+                                         : "; ops read device memory (move_to_device it first)");
+}
+
 std::string CheckArity(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
   const size_t n = op.in.size();

@@ -168,6 +168,10 @@ std::string CheckOutputCount(const OpSpec& op);
 // Checks the input count of `op` against its arity; returns "" or what is wrong
 // ("matmul takes 2 inputs (in: [a, b]), got 1").
 std::string CheckArity(const OpSpec& op);
+// Checks that `op` may read its input `name` from host memory (`in_host`) or from device
+// memory: host memory holds data only, which move_to_device alone reads; returns "" or what is
+// wrong ("add: 'x' is in host memory; ops read device memory (move_to_device it first)").
+std::string CheckMemoryKind(const OpSpec& op, const std::string& name, bool in_host);
 // The attribute CheckArity's complaint is about when it is not the inputs ("scalar" for a
 // binary op given two inputs and a scalar), or nullptr.
 const char* ArityBlamesAttr(const OpSpec& op);

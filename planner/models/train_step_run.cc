@@ -317,8 +317,12 @@ void CheckOffload(const Machine& machine, const StepPlan& plan) {
                     "offload with a pipeline is not modelled (host offload runs on unpipelined "
                     "training steps)");
   }
-  if (!(machine.topology().device_spec().host_bandwidth.bytes_per_second() > 0)) {
-    throw SpecError("plan.offload",
+  CheckHostLink(machine.topology().device_spec(), "plan.offload");
+}
+
+void CheckHostLink(const DeviceSpec& device, const std::string& key) {
+  if (!(device.host_bandwidth.bytes_per_second() > 0)) {
+    throw SpecError(key,
                     "the devices have no host link to offload over (hardware.md gives none for "
                     "this preset): set hardware.device.host_bandwidth");
   }

@@ -24,6 +24,7 @@
 #include "planner/remat.h"
 #include "sim/time.h"
 #include "sim/units.h"
+#include "topology/device_spec.h"
 
 namespace shardsim {
 class CollectiveCostModel;
@@ -166,6 +167,10 @@ Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan);
 // Refuses (SpecError at plan.offload) a plan.offload that cannot run: with a pipeline (not
 // modelled), or on devices without a host link (hardware.device.host_bandwidth).
 void CheckOffload(const Machine& machine, const StepPlan& plan);
+
+// Refuses (SpecError at `key`) host offload on devices without a host link
+// (hardware.device.host_bandwidth).
+void CheckHostLink(const DeviceSpec& device, const std::string& key);
 
 // The plan's logical axis rules; throws SpecError "plan.rules" for an unknown name or axis.
 LogicalRules PlanRules(const StepPlan& plan);

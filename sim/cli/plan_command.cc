@@ -17,6 +17,7 @@
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/model_flops.h"
+#include "planner/models/train_step_run.h"
 #include "planner/search/plan_search.h"
 #include "sim/atomic_file.h"
 #include "sim/cli/flags.h"
@@ -317,12 +318,12 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   RunFile file = LoadRunFile(options.file, options.overrides, /*plan_search=*/true);
   const PlanSearchSpec& spec = *file.search;
-  if (!spec.offload_key.empty() &&
-      !(BuildHardware(file.hardware).device_spec().host_bandwidth.bytes_per_second() > 0)) {
-    throw InputError(
-        file.Locate(SpecError(spec.offload_key,
-                              "the devices have no host link to offload over (hardware.md gives "
-                              "none for this preset): set hardware.device.host_bandwidth")));
+  if (!spec.offload_key.empty()) {
+    try {
+      planner::CheckHostLink(BuildHardware(file.hardware).device_spec(), spec.offload_key);
+    } catch (const SpecError& e) {
+      throw InputError(file.Locate(e));
+    }
   }
   // --mpi: every process searches its share of the families; rank 0 merges and reports.
   std::unique_ptr<MpiWorld> world;

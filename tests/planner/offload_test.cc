@@ -219,5 +219,34 @@ TEST(OffloadTest, HostOutputInAnotherLayoutIsALocatedError) {
   }
 }
 
+// An op reading a value in host memory is refused at that op (only move_to_device reads host
+// memory), before the partitioner emits anything for it.
+TEST(OffloadTest, PartitionerRefusesAnOpReadingHostMemory) {
+  ProgramBuilder pb({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
+  pb.Input("x", {64, 32}, DType::kF32, P({}), Normal(1));
+  pb.Input("w1", {32, 64}, DType::kF32, P({}), Normal(2));
+  pb.Matmul("x", "w1", "h");
+  OpSpec to_host;
+  to_host.kind = OpKind::kMoveToHost;
+  to_host.in = {"h"};
+  to_host.out = {"hh"};
+  pb.Add(std::move(to_host));
+  pb.Unary(OpKind::kRelu, "hh", "r");
+  pb.Output("r", P({}));
+  const ProgramSpec global = std::move(pb).Build();
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  try {
+    PartitionOnMachine(global, machine, mesh);
+    FAIL() << "expected a SpecError";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), global.ops.back().key + ".in");
+    EXPECT_NE(std::string(e.what()).find(
+                  "relu: 'hh' is in host memory; ops read device memory (move_to_device it first)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace shardsim::planner
