@@ -14,14 +14,13 @@
 #include "planner/models/transformer.h"
 #include "planner/partitioner.h"
 #include "sim/freed_memory.h"
+#include "tests/support/specs.h"
 #include "topology/presets.h"
 
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) {
-  return PartitionSpec{std::move(dims)};
-}
+using test::P;
 
 // One layer: x [B, S, D] batch-split over fsdp; weights [D, F] split (fsdp, tp).
 ProgramSpec Step(int layers) {

@@ -16,11 +16,12 @@
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
 #include "tests/collectives/switch_machine.h"
+#include "tests/support/specs.h"
 
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
+using test::P;
 
 TEST(MeshUnionTest, PositionsAxesAndGroupsStayInTheirMesh) {
   const Mesh u = Mesh::Union(

@@ -14,6 +14,7 @@
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
 #include "tests/support/make_op.h"
+#include "tests/support/specs.h"
 #include "topology/switch.h"
 #include "topology/torus.h"
 
@@ -21,6 +22,7 @@ namespace shardsim {
 namespace {
 
 using test::MakeOp;
+using test::P;
 
 ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding,
                     InitSpec::Kind init = InitSpec::Kind::kArange, uint64_t seed = 0) {
@@ -31,10 +33,6 @@ ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding,
   a.init.kind = init;
   a.init.seed = seed;
   return a;
-}
-
-PartitionSpec P(std::vector<std::vector<std::string>> dims) {
-  return PartitionSpec{std::move(dims)};
 }
 
 // Runs `program` and checks its outputs against the reference; returns when it ended.

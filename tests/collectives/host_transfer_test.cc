@@ -11,19 +11,15 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
+#include "tests/support/specs.h"
 #include "topology/presets.h"
 #include "topology/switch.h"
 
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
-
-InitSpec Arange() {
-  InitSpec init;
-  init.kind = InitSpec::Kind::kArange;
-  return init;
-}
+using test::Arange;
+using test::P;
 
 // 4 MiB per device: f32[2048, 1024] split over dp = 2.
 constexpr int64_t kBlock = 4 << 20;

@@ -16,6 +16,7 @@
 #include "collectives/init.h"
 #include "collectives/placement.h"
 #include "tests/support/make_op.h"
+#include "tests/support/specs.h"
 #include "topology/routing.h"
 #include "topology/torus.h"
 
@@ -23,10 +24,7 @@ namespace shardsim {
 namespace {
 
 using test::MakeOp;
-
-PartitionSpec P(std::vector<std::vector<std::string>> dims) {
-  return PartitionSpec{std::move(dims)};
-}
+using test::P;
 
 ArraySpec Literal(std::string name, Shape shape, DType dtype, std::vector<float> values,
                   PartitionSpec sharding) {

@@ -39,6 +39,7 @@
 #include "collectives/numerics_check.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
+#include "tests/support/specs.h"
 #include "topology/torus.h"
 
 namespace shardsim {
@@ -88,9 +89,7 @@ ArraySpec MakeArray(std::string name, Shape shape, PartitionSpec sharding) {
   return a;
 }
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) {
-  return PartitionSpec{std::move(dims)};
-}
+using test::P;
 
 // The ring of kN chips with links of `gbps` GB/s, priced by the hand roofline.
 Topology Ring(double gbps) {

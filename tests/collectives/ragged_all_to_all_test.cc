@@ -14,11 +14,12 @@
 #include "collectives/runtime/run_program.h"
 #include "sim/spec_error.h"
 #include "tests/collectives/switch_machine.h"
+#include "tests/support/specs.h"
 
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
+using test::P;
 
 InitSpec Values(std::vector<float> values) {
   InitSpec init;

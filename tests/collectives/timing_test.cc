@@ -15,6 +15,7 @@
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "sim/spec_error.h"
+#include "tests/support/specs.h"
 #include "tests/support/transformer_step.h"
 #include "topology/build.h"
 #include "topology/presets.h"
@@ -23,13 +24,8 @@
 namespace shardsim {
 namespace {
 
-PartitionSpec P(std::vector<std::vector<std::string>> dims) { return PartitionSpec{dims}; }
-
-InitSpec Arange() {
-  InitSpec init;
-  init.kind = InitSpec::Kind::kArange;
-  return init;
-}
+using test::Arange;
+using test::P;
 
 // x: f32[256,256] over dp=2 (local 128x256 = 131072 B), w: f32[256,64] replicated (65536 B).
 //   a = relu(x)    x is an input (held): a is new        live 196608 + 131072 = 327680

@@ -164,11 +164,8 @@ TEST(OffloadTest, GradientsMatchTheUnshardedOnes) {
   }
 }
 
-// A copy of a replicated value: h = x @ w1 on every device, copied out and back, the copy back
-// (hb) wanted split over dp and tp and added to relu(h). `out` is the output the copy back is
-// named and laid out as (default hb as P('dp', 'tp')).
-ProgramSpec ReplicatedCopy(const std::string& out = "hb",
-                           PartitionSpec spec = P({{"dp"}, {"tp"}})) {
+// On a dp 4 x tp 2 mesh: h = x @ w1, replicated on every device, and its copy out hh.
+ProgramBuilder CopiedOut() {
   ProgramBuilder pb({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
   pb.Input("x", {64, 32}, DType::kF32, P({}), Normal(1));
   pb.Input("w1", {32, 64}, DType::kF32, P({}), Normal(2));
@@ -178,6 +175,15 @@ ProgramSpec ReplicatedCopy(const std::string& out = "hb",
   to_host.in = {"h"};
   to_host.out = {"hh"};
   pb.Add(std::move(to_host));
+  return pb;
+}
+
+// A copy of a replicated value: h copied out and back (CopiedOut), the copy back (hb) wanted
+// split over dp and tp and added to relu(h). `out` is the output the copy back is named and
+// laid out as (default hb as P('dp', 'tp')).
+ProgramSpec ReplicatedCopy(const std::string& out = "hb",
+                           PartitionSpec spec = P({{"dp"}, {"tp"}})) {
+  ProgramBuilder pb = CopiedOut();
   pb.Unary(OpKind::kRelu, "h", "r");
   OpSpec to_device;
   to_device.kind = OpKind::kMoveToDevice;
@@ -222,15 +228,7 @@ TEST(OffloadTest, HostOutputInAnotherLayoutIsALocatedError) {
 // An op reading a value in host memory is refused at that op (only move_to_device reads host
 // memory), before the partitioner emits anything for it.
 TEST(OffloadTest, PartitionerRefusesAnOpReadingHostMemory) {
-  ProgramBuilder pb({{"dp", 4}, {"tp", 2}}, {}, ProgramMode::kAuto);
-  pb.Input("x", {64, 32}, DType::kF32, P({}), Normal(1));
-  pb.Input("w1", {32, 64}, DType::kF32, P({}), Normal(2));
-  pb.Matmul("x", "w1", "h");
-  OpSpec to_host;
-  to_host.kind = OpKind::kMoveToHost;
-  to_host.in = {"h"};
-  to_host.out = {"hh"};
-  pb.Add(std::move(to_host));
+  ProgramBuilder pb = CopiedOut();
   pb.Unary(OpKind::kRelu, "hh", "r");
   pb.Output("r", P({}));
   const ProgramSpec global = std::move(pb).Build();

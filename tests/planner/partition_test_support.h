@@ -12,21 +12,13 @@
 #include "collectives/runtime/run_program.h"
 #include "planner/partitioned_numerics.h"
 #include "planner/partitioner.h"
+#include "tests/support/specs.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
 
-inline PartitionSpec P(std::vector<std::vector<std::string>> dims) {
-  return PartitionSpec{std::move(dims)};
-}
-
-// init: normal with `seed`.
-inline InitSpec Normal(uint64_t seed) {
-  InitSpec init;
-  init.kind = InitSpec::Kind::kNormal;
-  init.seed = seed;
-  return init;
-}
+using test::Normal;
+using test::P;
 
 // A collective the partitioner inserted: kind, axes, and bytes of its input on one device.
 struct Inserted {

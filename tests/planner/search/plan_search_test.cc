@@ -61,6 +61,16 @@ SearchOptions Options(int jobs) {
   return o;
 }
 
+// Candidate `c` evaluated alone, with a fresh collective cache (what an exhaustive evaluation
+// would find).
+PlanOutcome EvaluateAlone(const Machine& machine, const TrainConfig& train, const PlanCandidate& c,
+                          double memory_limit) {
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel collectives(cache);
+  return EvaluatePlan(machine, Tiny(), train, c, memory_limit, collectives);
+}
+
 TEST(FactorMeshesTest, CountsOrderedFactorisations) {
   // Ordered factorisations of p^a over k axes: C(a + k - 1, k - 1) per prime, multiplied.
   EXPECT_EQ(FactorMeshes(8, {"data", "fsdp", "tensor"}).size(), 10u);      // C(5, 2)
@@ -199,11 +209,7 @@ TEST(PlanSearchTest, DominanceKeepsTheBestOfAnExhaustiveEvaluation) {
         c.plan.remat = remat;
         c.microbatches = m;
         if (Indivisible(Tiny(), TinyTrain(), c)) continue;
-        NetworkCollectiveModel network(*machine);
-        CachedCollectiveModel cache(network);
-        SlowestMemberCollectiveModel collectives(cache);
-        const PlanOutcome o =
-            EvaluatePlan(*machine, Tiny(), TinyTrain(), c, space.memory_limit, collectives);
+        const PlanOutcome o = EvaluateAlone(*machine, TinyTrain(), c, space.memory_limit);
         if (o.refused.empty() && o.fits && o.step_time < exhaustive_best) {
           exhaustive_best = o.step_time;
           exhaustive_key = CandidateKey(c);
@@ -243,11 +249,7 @@ TEST(PlanSearchTest, OffloadSetsAreSearchedAndDominanceKeepsTheBest) {
         c.plan.remat = remat;
         c.plan.offload = offload;
         if (Indivisible(Tiny(), TinyTrain(), c)) continue;
-        NetworkCollectiveModel network(*machine);
-        CachedCollectiveModel cache(network);
-        SlowestMemberCollectiveModel collectives(cache);
-        const PlanOutcome o =
-            EvaluatePlan(*machine, Tiny(), TinyTrain(), c, space.memory_limit, collectives);
+        const PlanOutcome o = EvaluateAlone(*machine, TinyTrain(), c, space.memory_limit);
         all[CandidateKey(c)] = o;
         if (o.refused.empty() && o.fits && o.step_time < exhaustive_best) {
           exhaustive_best = o.step_time;
@@ -302,10 +304,7 @@ TEST(PlanSearchTest, OffloadingWhatRematKeepsNeverSpeedsAStep) {
       c.plan.rules = DefaultRules(c.plan.mesh);
       c.plan.remat = remat;
       c.plan.offload = offload;
-      NetworkCollectiveModel network(*machine);
-      CachedCollectiveModel cache(network);
-      SlowestMemberCollectiveModel collectives(cache);
-      const PlanOutcome o = EvaluatePlan(*machine, Tiny(), train, c, 1.0, collectives);
+      const PlanOutcome o = EvaluateAlone(*machine, train, c, 1.0);
       ASSERT_TRUE(o.refused.empty()) << o.refused;
       EXPECT_GE(o.step_time, last) << RematPolicyName(remat) << " " << CandidateKey(c);
       last = o.step_time;
@@ -330,11 +329,7 @@ TEST(PlanSearchTest, SelectiveRematDoesNotDominateOffloadingWhatItRecomputes) {
   Time best = Time::Picoseconds(INT64_MAX);
   for (const PlanResult& p : r.results) {
     ASSERT_TRUE(p.outcome.refused.empty()) << p.outcome.refused;
-    NetworkCollectiveModel network(*machine);
-    CachedCollectiveModel cache(network);
-    SlowestMemberCollectiveModel collectives(cache);
-    const PlanOutcome o =
-        EvaluatePlan(*machine, Tiny(), train, p.candidate, space.memory_limit, collectives);
+    const PlanOutcome o = EvaluateAlone(*machine, train, p.candidate, space.memory_limit);
     EXPECT_EQ(o.step_time, p.outcome.step_time) << p.key;
     best = std::min(best, o.step_time);
   }
