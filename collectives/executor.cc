@@ -95,7 +95,7 @@ constexpr int32_t kComputeTid = 0;
 constexpr int32_t kCollectiveTid = 1 << 29;
 constexpr int32_t kHostTid = (1 << 29) - 1;  // Host copies (both directions).
 // A host copy's direction: 0 to host memory, 1 back to the device.
-int HostDirection(const LoweredOp& op) { return op.spec.kind == OpKind::kMoveToHost ? 0 : 1; }
+int HostDirection(const LoweredOp& op) { return op.spec->kind == OpKind::kMoveToHost ? 0 : 1; }
 
 }  // namespace
 
@@ -172,6 +172,12 @@ void Executor::Start() {
     lowered_ = &own_lowered_;
   }
   const LoweredProgram& lp = *lowered_;
+  // Its ops point into the program it was lowered from: that must be this one, still there.
+  if (lp.program_ops != program_.ops.data()) {
+    throw std::logic_error(
+        "internal error: a lowered program runs with another program than "
+        "the one it was lowered from");
+  }
   const size_t num_values = lp.values.size();
   if (config_.collective_model) {
     if (config_.numerics) {
@@ -305,9 +311,9 @@ void Executor::Start() {
     compute_before_[i] = compute_ops_.size();
     if (op.def->stream == OpStream::kHostTransfer) {
       if (config_.host_bandwidth.bytes_per_second() <= 0) {
-        throw SpecError(op.spec.key, std::string(op.def->name) +
-                                         ": the hardware gives no host link bandwidth (set "
-                                         "hardware.device.host_bandwidth)");
+        throw SpecError(op.spec->key, std::string(op.def->name) +
+                                          ": the hardware gives no host link bandwidth (set "
+                                          "hardware.device.host_bandwidth)");
       }
       host_ops_[HostDirection(op)].push_back(i);
       const Bytes bytes = lp.values[op.in_values[0]].bytes();
@@ -316,15 +322,15 @@ void Executor::Start() {
     }
     if (!op.collective) {
       compute_ops_.push_back(i);
-      if (op.def->stream == OpStream::kCompute && !op.spec.fused) {
+      if (op.def->stream == OpStream::kCompute && !op.spec->fused) {
         std::vector<const Array*> ins, outs;
         for (int v : op.in_values) ins.push_back(&lp.values[v]);
         for (int v : op.out_values) outs.push_back(&lp.values[v]);
-        OpCost cost = LocalOpCost(op.spec, ins, outs);
+        OpCost cost = LocalOpCost(*op.spec, ins, outs);
         op_workspace_[i] = static_cast<int64_t>(std::ceil(cost.workspace));
         if (config_.compute_model) {
           op_duration_[i] =
-              config_.compute_model->OpTime(op.spec.kind, cost, CostDType(op.spec, ins, outs));
+              config_.compute_model->OpTime(op.spec->kind, cost, CostDType(*op.spec, ins, outs));
           op_timings_[op.source].compute += op_duration_[i];
         }
       }
@@ -332,8 +338,8 @@ void Executor::Start() {
     }
     comm_ops_.push_back(i);
     std::string name = std::string(op.def->name) + " over";
-    for (const std::string& axis : op.spec.axis_name) name += " " + axis;
-    if (op.device_put) name = std::string(op.def->name) + " to " + op.spec.mesh;
+    for (const std::string& axis : op.spec->axis_name) name += " " + axis;
+    if (op.device_put) name = std::string(op.def->name) + " to " + op.spec->mesh;
     const auto [id, added] = class_ids.try_emplace(name, static_cast<int>(comm_classes_.size()));
     if (added) comm_classes_.push_back(name);
     comm_class_of_op_[i] = id->second;
@@ -437,7 +443,7 @@ void Executor::BuildClasses() {
     const LoweredOp& op = lp.ops[i];
     if (!op.collective) continue;
     if (op.device_put) {
-      throw SpecError(op.spec.key,
+      throw SpecError(op.spec->key,
                       "device_put: the cached timing path prices collectives within "
                       "one mesh; a program moving arrays between meshes runs with "
                       "--timing network");
@@ -448,7 +454,7 @@ void Executor::BuildClasses() {
     const Array& input = lp.values[op.in_values[0]];
     request.dtype = input.dtype();
     request.elements = input.size();
-    if (op.spec.kind == OpKind::kRaggedAllToAll) {
+    if (op.spec->kind == OpKind::kRaggedAllToAll) {
       // Timing only: the balanced routing LaunchGroup assumes without data, G blocks.
       const Shape& output = lp.values[op.in_values[1]].shape();
       request.elements = BalancedRaggedBlock(input.shape(), output, op.group_size) * op.group_size;
@@ -460,7 +466,7 @@ void Executor::BuildClasses() {
     try {
       timings_[i] = config_.collective_model->Estimate(mesh_, request);
     } catch (const std::invalid_argument& e) {
-      throw SpecError(op.spec.algorithm.empty() ? op.spec.key : op.spec.key + ".algorithm",
+      throw SpecError(op.spec->algorithm.empty() ? op.spec->key : op.spec->key + ".algorithm",
                       std::string(op.def->name) + ": " + e.what());
     }
     if (timing_index_.emplace(timings_[i].get(), timing_by_index_.size()).second) {
@@ -555,7 +561,7 @@ bool Executor::Ready(int position, const LoweredOp& op) const {
 
 void Executor::Allocate(int position, size_t op_index) {
   const LoweredOp& op = lowered_->ops[op_index];
-  const char* name = op.spec.name.c_str();
+  const char* name = op.spec->name.c_str();
   Device& d = devices_[position];
   for (int v : op.out_values) {
     if (!d.absent[v]) d.live += value_bytes_[v];
@@ -707,9 +713,9 @@ void Executor::StartCompute(int position, size_t op_index) {
     for (int v : op.in_values) inputs.push_back(&d.values[v]);
     std::vector<Array> outputs;
     try {
-      outputs = ApplyLocalOp(op.spec, inputs, mesh_, position);
+      outputs = ApplyLocalOp(*op.spec, inputs, mesh_, position);
     } catch (const std::invalid_argument& e) {
-      throw SpecError(op.spec.key, std::string(op.def->name) + ": " + e.what());
+      throw SpecError(op.spec->key, std::string(op.def->name) + ": " + e.what());
     }
     for (size_t k = 0; k < outputs.size() && k < op.out_values.size(); ++k) {
       d.values[op.out_values[k]] = std::move(outputs[k]);
@@ -754,7 +760,7 @@ void Executor::TraceOp(int position, int32_t tid, const LoweredOp& op, const cha
   s.pid = network_.ProcessOf(
       network_.topology().device_vertex(mesh_.device(agent_position_[position])));
   s.tid = tid;
-  s.name = op.spec.name;
+  s.name = op.spec->name;
   s.category = category;
   s.start = start;
   s.end = end;
@@ -817,7 +823,7 @@ void Executor::Arrive(int position, size_t op_index) {
     };
     if (op.device_put) {
       if (m < op.device_put->sources) run.inputs[m] = value(op.in_values[0]);
-    } else if (op.spec.kind == OpKind::kRaggedAllToAll) {
+    } else if (op.spec->kind == OpKind::kRaggedAllToAll) {
       // Its result starts as `output` (input 1): the layout CollectiveOutput keeps.
       run.ragged_inputs.resize(run.positions.size());
       for (int v : op.in_values) run.ragged_inputs[m].push_back(value(v));
@@ -834,7 +840,7 @@ void Executor::Arrive(int position, size_t op_index) {
 void Executor::LaunchGroup(size_t op_index, int group) {
   GroupRun& run = *groups_.at({op_index, group});
   const LoweredOp& lowered = lowered_->ops[op_index];
-  const OpSpec& op = lowered.spec;
+  const OpSpec& op = *lowered.spec;
   const Array& input = lowered_->values[lowered.in_values[0]];
   int g = static_cast<int>(run.positions.size());
   run.start = sim_.Now();
@@ -1120,7 +1126,7 @@ void Executor::FinishShared(SharedRun* run) {
 void Executor::MemberDone(size_t op_index, int group, int member) {
   GroupRun& run = *groups_.at({op_index, group});
   const LoweredOp& lowered = lowered_->ops[op_index];
-  const OpSpec& op = lowered.spec;
+  const OpSpec& op = *lowered.spec;
   int g = static_cast<int>(run.positions.size());
   int position = run.positions[member];
   Device& d = devices_[position];

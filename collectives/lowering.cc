@@ -85,8 +85,9 @@ class Lowerer {
     }
   }
 
-  // Checks one primitive op on the current shapes and appends it.
-  void Append(OpSpec op, size_t source) {
+  // Checks one primitive op on the current shapes and appends it (`op` stays where it is: the
+  // lowered op points at it).
+  void Append(const OpSpec& op, size_t source) {
     LoweredOp lowered;
     std::vector<const Array*> inputs;
     for (const std::string& name : op.in) {
@@ -108,7 +109,7 @@ class Lowerer {
                         "device_put runs on every device of its two meshes; where: cannot "
                         "pick some of them");
       }
-      LowerDevicePut(std::move(op), source, std::move(lowered), *inputs[0]);
+      LowerDevicePut(op, source, std::move(lowered), *inputs[0]);
       return;
     }
     std::vector<Array> results;
@@ -179,7 +180,7 @@ class Lowerer {
       lowered.out_values.push_back(Define(op.out[k], std::move(results[k]), lowered.where));
       out_.in_host.back() = op.kind == OpKind::kMoveToHost;
     }
-    lowered.spec = std::move(op);
+    lowered.spec = &op;
     lowered.source = source;
     out_.ops.push_back(std::move(lowered));
   }
@@ -219,6 +220,8 @@ class Lowerer {
       out_.inputs.push_back(
           {spec.name, Define(spec.name, Array::ShapeOnly(spec.dtype, local), std::move(where))});
     }
+    out_.program_ops = program.ops.data();
+    out_.ops.reserve(program.ops.size());
     for (size_t i = 0; i < program.ops.size(); ++i) {
       const OpSpec& op = program.ops[i];
       if (op.kind != OpKind::kAllgatherMatmul && op.kind != OpKind::kMatmulReduceScatter) {
@@ -242,7 +245,8 @@ class Lowerer {
       for (OpSpec& sub : expanded) {
         sub.where = op.where;
         sub.mesh = op.mesh;
-        Append(std::move(sub), i);
+        out_.internal_ops.push_back(std::make_unique<const OpSpec>(std::move(sub)));
+        Append(*out_.internal_ops.back(), i);
       }
     }
     for (const OutputSpec& o : program.outputs) {
@@ -257,8 +261,8 @@ class Lowerer {
                                    "output needs a block on every position");
       }
     }
-    out_.final_values = std::map<std::string, int>(current_.begin(), current_.end());
     for (const OutputSpec& o : program.outputs) out_.output_values.push_back(current_.at(o.name));
+    out_.final_values = std::move(current_);
   }
 
  private:
@@ -311,7 +315,7 @@ class Lowerer {
 
   // device_put: the input laid out by in_sharding on its mesh becomes the global array laid
   // out by sharding on the destination mesh, moved by the messages PlanDevicePut makes.
-  void LowerDevicePut(OpSpec op, size_t source, LoweredOp lowered, const Array& input) {
+  void LowerDevicePut(const OpSpec& op, size_t source, LoweredOp lowered, const Array& input) {
     const Mesh& from = mesh_.parts()[lowered.from_part];
     const Mesh& to = mesh_.parts()[lowered.to_part];
     Shape global = GlobalShapeOf(input.shape(), op.in_sharding, from);
@@ -340,7 +344,7 @@ class Lowerer {
     lowered.collective = true;
     lowered.out_values.push_back(
         Define(op.out.at(0), std::move(result), {{part_axis_, lowered.to_part}}));
-    lowered.spec = std::move(op);
+    lowered.spec = &op;
     lowered.source = source;
     out_.ops.push_back(std::move(lowered));
   }

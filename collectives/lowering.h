@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/array.h"
@@ -17,7 +18,9 @@ namespace shardsim {
 
 // One op of a lowered program: everything a run needs about it, resolved once.
 struct LoweredOp {
-  OpSpec spec;                  // The op (a primitive or an internal op).
+  // The op: the program's own, or an internal op the lowered program holds (a step of a
+  // collective matmul). The program must outlive its lowering, its ops unchanged.
+  const OpSpec* spec = nullptr;
   const OpDef* def = nullptr;   // Its registry entry.
   size_t source = 0;            // Index of the run file's op it came from.
   std::vector<int> in_values;   // Value ids it reads.
@@ -50,14 +53,20 @@ struct LoweredOp {
 struct LoweredProgram {
   std::vector<LoweredOp> ops;  // In program order.
   std::vector<Array> values;   // Per value id: local shape and dtype (no data).
-  std::vector<std::pair<std::string, int>> inputs;  // `arrays:` name -> value id.
-  std::map<std::string, int> final_values;          // Name -> its last value id.
-  std::vector<int> output_values;                   // Value ids of `outputs:`, in order.
-  bool has_where = false;                           // Some op runs on a subset of the positions.
+  std::vector<std::pair<std::string, int>> inputs;    // `arrays:` name -> value id.
+  std::unordered_map<std::string, int> final_values;  // Name -> its last value id.
+  std::vector<int> output_values;                     // Value ids of `outputs:`, in order.
+  bool has_where = false;                             // Some op runs on a subset of the positions.
   // Per value id: the mesh (part of the union Mesh) it lives on; -1 on a single mesh.
   std::vector<int> value_part;
   // Per value id: whether it lives in host memory (made by move_to_host), taking no HBM.
   std::vector<char> in_host;
+  // The ops collective matmuls expand into, which ops' spec point at (held apart so that
+  // their addresses stay put as the program grows and moves).
+  std::vector<std::unique_ptr<const OpSpec>> internal_ops;
+  // The ops of the program it was lowered from, which ops' spec point into: a run checks that
+  // it runs the program it was lowered from.
+  const OpSpec* program_ops = nullptr;
 };
 
 // Whether op `op` runs at mesh position `coords` (the position's coordinates).

@@ -26,6 +26,17 @@ const char* ProgramModeName(ProgramMode mode) {
   return "manual";
 }
 
+ProgramSpec WithoutOps(const ProgramSpec& program) {
+  ProgramSpec shell;
+  shell.mode = program.mode;
+  shell.mesh_axes = program.mesh_axes;
+  shell.mesh_devices = program.mesh_devices;
+  shell.meshes = program.meshes;
+  shell.arrays = program.arrays;
+  shell.outputs = program.outputs;
+  return shell;
+}
+
 int MeshIndex(const ProgramSpec& program, const std::string& name) {
   for (size_t i = 0; i < program.meshes.size(); ++i) {
     if (program.meshes[i].name == name) return static_cast<int>(i);

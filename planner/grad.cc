@@ -774,16 +774,15 @@ bool Rebinds(const ProgramSpec& program) {
 class Expander {
  public:
   // Expands `program`'s grad ops, naming new values apart from `names`.
-  Expander(const ProgramSpec& program, Names& names) : names_(names) {
-    out_ = program;
-    out_.ops.clear();
+  Expander(const ProgramSpec& program, Names& names) : out_(WithoutOps(program)), names_(names) {
     for (const ArraySpec& a : program.arrays) types_[a.name] = Array::ShapeOnly(a.dtype, a.shape);
   }
 
   // The program with `renamed` (its ops, single-assignment) and every grad op expanded.
-  ProgramSpec Run(const Renamed& renamed, std::vector<size_t>* pass_starts) {
+  ProgramSpec Run(Renamed renamed, std::vector<size_t>* pass_starts) {
     aliases_ = renamed.aliases;
-    for (const OpSpec& op : renamed.ops) {
+    out_.ops.reserve(renamed.ops.size());
+    for (OpSpec& op : renamed.ops) {
       if (op.kind == OpKind::kGrad) {
         if (pass_starts) pass_starts->push_back(out_.ops.size());
         Expand(op);
@@ -797,7 +796,7 @@ class Expander {
         throw SpecError(op.key, e.what());
       }
       for (size_t i = 0; i < op.out.size(); ++i) types_[op.out[i]] = std::move(results.at(i));
-      out_.ops.push_back(op);
+      out_.ops.push_back(std::move(op));
     }
     return std::move(out_);
   }
@@ -930,9 +929,8 @@ ProgramSpec ExpandGrads(const ProgramSpec& program, std::vector<size_t>* pass_st
                     "grad works on global arrays: it needs mode: explicit or auto");
   }
   Names names(program);
-  const Renamed renamed =
-      Rebinds(program) ? SingleAssignment(program, names) : Renamed{program.ops, 0};
-  return Expander(program, names).Run(renamed, pass_starts);
+  Renamed renamed = Rebinds(program) ? SingleAssignment(program, names) : Renamed{program.ops, 0};
+  return Expander(program, names).Run(std::move(renamed), pass_starts);
 }
 
 std::vector<int> PassOfOps(size_t n, const std::vector<size_t>& pass_starts) {

@@ -410,13 +410,22 @@ class Partitioner {
     }
     std::vector<const Array*> ptrs;
     for (const Array& a : arrays) ptrs.push_back(&a);
-    OpSpec local = LocalOp(op, result_shape, s);
+    // The op itself where its attributes are the same locally (most ops): no copy to price it.
+    std::optional<OpSpec> made;
+    if (LocalDiffers(op, s)) made = LocalOp(op, result_shape, s);
+    const OpSpec& local = made ? *made : op;
     std::vector<Array> outs = ApplyLocalOp(local, ptrs, shape_mesh_, 0);
     std::vector<const Array*> out_ptrs;
     for (const Array& a : outs) out_ptrs.push_back(&a);
     const OpCost cost = LocalOpCost(local, ptrs, out_ptrs);
     const DType dtype = CostDType(local, ptrs, out_ptrs);
     return static_cast<double>(costs_.compute->OpTime(op.kind, cost, dtype).picoseconds());
+  }
+
+  // Whether `op` runs under `s` as another op, or with attributes other than its global ones
+  // (a shape): what LocalOp changes.
+  static bool LocalDiffers(const OpSpec& op, const Strategy& s) {
+    return s.local_op || op.kind == OpKind::kReshape || op.kind == OpKind::kBroadcastInDim;
   }
 
   // `op` (first result of global `result_shape`) with the attributes that depend on global
@@ -432,9 +441,7 @@ class Partitioner {
       return local;
     }
     OpSpec local = op;
-    if (op.kind == OpKind::kReshape || op.kind == OpKind::kBroadcastInDim) {
-      local.shape = LocalShape(result_shape, s.results[0], axes_);
-    }
+    if (LocalDiffers(op, s)) local.shape = LocalShape(result_shape, s.results[0], axes_);
     return local;
   }
 
@@ -626,8 +633,11 @@ class Partitioner {
       // exact or a lower bound; candidates are priced exactly in order of their bounds until
       // the next bound exceeds the best exact cost (ties: the earlier candidate, as pricing
       // every one in order would pick).
+      // A candidate's compute time is the same in its bound and its exact cost: found once.
+      std::vector<std::optional<double>> compute(valid.size());
       auto cost_of = [&](size_t c, bool bound) {
-        double cost = ComputeCost(op, in, outs[0].shape(), valid[c]);
+        if (!compute[c]) compute[c] = ComputeCost(op, in, outs[0].shape(), valid[c]);
+        double cost = *compute[c];
         for (size_t i = 0; i < in.size(); ++i) {
           cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i], ids[i], bound);
         }

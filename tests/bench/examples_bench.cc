@@ -63,11 +63,11 @@ std::unique_ptr<Loaded> Load(const std::string& name) {
   // FLOPs from the lowered program's local shapes (collective matmuls already expanded).
   for (const LoweredOp& op : l->lowered.ops) {
     if (op.collective) continue;
-    if (op.spec.kind != OpKind::kMatmul && op.spec.kind != OpKind::kEinsum) continue;
+    if (op.spec->kind != OpKind::kMatmul && op.spec->kind != OpKind::kEinsum) continue;
     std::vector<const Array*> ins, outs;
     for (int v : op.in_values) ins.push_back(&l->lowered.values[v]);
     for (int v : op.out_values) outs.push_back(&l->lowered.values[v]);
-    l->matmul_flops += LocalOpCost(op.spec, ins, outs).flops;
+    l->matmul_flops += LocalOpCost(*op.spec, ins, outs).flops;
   }
   l->matmul_flops *= l->mesh.size();
   return l;

@@ -361,6 +361,30 @@ TEST(ProgramBuilderTest, ReadsMaxWithAxesAsReduceMaxAndCountsOutputs) {
                 "program.0.in", "attention takes 3 inputs (in: [a, b, c]), got 2"}));
 }
 
+// WithoutOps keeps every part of a program but its ops (meshes, devices, arrays, outputs and
+// mode), for passes that make the ops anew.
+TEST(ProgramBuilderTest, WithoutOpsKeepsAllButTheOps) {
+  ProgramBuilder b({{"dp", 2}}, {}, ProgramMode::kAuto);
+  b.Input("x", {4, 6}, DType::kBF16, PartitionSpec{{{"dp"}}});
+  b.Output(b.Unary(OpKind::kExp, "x"), PartitionSpec{});
+  ProgramSpec program = std::move(b).Build();
+  program.mesh_devices = {1, 0};
+  program.meshes = {MeshSpec{"m", {{"dp", 2}}, {1, 0}}};
+  const ProgramSpec shell = WithoutOps(program);
+  EXPECT_TRUE(shell.ops.empty());
+  EXPECT_EQ(shell.mode, ProgramMode::kAuto);
+  ASSERT_EQ(shell.mesh_axes.size(), 1u);
+  EXPECT_EQ(shell.mesh_axes[0].name, "dp");
+  EXPECT_EQ(shell.mesh_devices, program.mesh_devices);
+  ASSERT_EQ(shell.meshes.size(), 1u);
+  EXPECT_EQ(shell.meshes[0].devices, program.meshes[0].devices);
+  ASSERT_EQ(shell.arrays.size(), 1u);
+  EXPECT_EQ(shell.arrays[0].name, "x");
+  EXPECT_EQ(shell.arrays[0].dtype, DType::kBF16);
+  ASSERT_EQ(shell.outputs.size(), 1u);
+  EXPECT_EQ(shell.outputs[0].name, program.outputs[0].name);
+}
+
 TEST(ProgramBuilderTest, ChecksNamesAndArity) {
   ProgramBuilder b({{"dp", 2}});
   b.Input("x", {4, 4}, DType::kF32, PartitionSpec{});

@@ -61,6 +61,31 @@ TEST(PeakMemoryTest, HandComputedProgram) {
   EXPECT_EQ(RunProgram(machine, mesh, program, cached).peak_memory.count(), 360448);
 }
 
+// A lowered program points at its program's ops rather than copying them (15,000-op steps are
+// lowered once per plan): moved, both still run together; a copy of the program (other ops at
+// other addresses) is refused with an internal error, not read after it is gone.
+TEST(LoweredProgramTest, RunsOnlyWithTheProgramItWasLoweredFrom) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  ProgramSpec program = MemoryProgram();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  LoweredProgram lowered = LowerProgram(mesh, program);
+  ASSERT_EQ(lowered.ops.size(), program.ops.size());
+  for (size_t i = 0; i < program.ops.size(); ++i) EXPECT_EQ(lowered.ops[i].spec, &program.ops[i]);
+  ProgramSpec moved = std::move(program);
+  LoweredProgram moved_lowered = std::move(lowered);
+  EXPECT_EQ(RunProgram(machine, mesh, moved, RunConfig{}, &moved_lowered).peak_memory.count(),
+            360448);
+  ProgramSpec copy = moved;
+  try {
+    RunProgram(machine, mesh, copy, RunConfig{}, &moved_lowered);
+    FAIL() << "ran";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("internal error: a lowered program runs with another"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Donated x (jax.jit's donate_argnums) is no longer held: relu, its last reader, writes a
 // over it in place, exp writes b over a, so the peak is at y: w, b and y, 65536 + 131072 +
 // 32768 = 229376 B (360448 B without donation, x held beside a and b).
