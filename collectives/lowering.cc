@@ -195,6 +195,13 @@ class Lowerer {
       part_axis_ = static_cast<int>(mesh_.axes().size()) - 1;
       out_.has_where = true;
     }
+    // Room for a value per array and op result (most ops make one).
+    const size_t values = program.arrays.size() + program.ops.size();
+    current_.reserve(values);
+    out_.values.reserve(values);
+    out_.value_part.reserve(values);
+    out_.in_host.reserve(values);
+    value_where_.reserve(values);
     for (const ArraySpec& spec : program.arrays) {
       int part = -1;
       if (part_axis_ >= 0) {

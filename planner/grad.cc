@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -26,6 +25,7 @@ using Types = std::unordered_map<std::string, Array>;
 class Names {
  public:
   explicit Names(const ProgramSpec& program) {
+    used_.reserve(2 * (program.arrays.size() + program.ops.size()));  // Backward names too.
     for (const ArraySpec& a : program.arrays) used_.insert(a.name);
     for (const OpSpec& op : program.ops) {
       used_.insert(op.out.begin(), op.out.end());
@@ -719,11 +719,11 @@ struct Renamed {
 // but the last takes a fresh name and the ops reading it follow; an array rebound later is read
 // through a free reshape alias made first (an array keeps its name).
 Renamed SingleAssignment(const ProgramSpec& program, Names& names) {
-  std::map<std::string, size_t> last_def;  // Name -> 1 + the last op binding it.
+  std::unordered_map<std::string, size_t> last_def;  // Name -> 1 + the last op binding it.
   for (size_t i = 0; i < program.ops.size(); ++i) {
     for (const std::string& name : program.ops[i].out) last_def[name] = i + 1;
   }
-  std::map<std::string, std::string> binding;
+  std::unordered_map<std::string, std::string> binding;
   Renamed renamed;
   std::vector<OpSpec>& ops = renamed.ops;
   for (const ArraySpec& a : program.arrays) {
@@ -760,7 +760,7 @@ Renamed SingleAssignment(const ProgramSpec& program, Names& names) {
 
 // Whether some name is bound twice (by two ops, or an array and an op).
 bool Rebinds(const ProgramSpec& program) {
-  std::set<std::string> bound;
+  std::unordered_set<std::string> bound;
   for (const ArraySpec& a : program.arrays) bound.insert(a.name);
   for (const OpSpec& op : program.ops) {
     for (const std::string& name : op.out) {
@@ -775,6 +775,7 @@ class Expander {
  public:
   // Expands `program`'s grad ops, naming new values apart from `names`.
   Expander(const ProgramSpec& program, Names& names) : out_(WithoutOps(program)), names_(names) {
+    types_.reserve(3 * (program.arrays.size() + program.ops.size()));  // Backward values too.
     for (const ArraySpec& a : program.arrays) types_[a.name] = Array::ShapeOnly(a.dtype, a.shape);
   }
 
@@ -819,7 +820,7 @@ class Expander {
     }
     // The float values that depend on a wrt value, then the ops on a path from one to `of`
     // (not the aliases: they read arrays' versions, not the later bindings of those names).
-    std::set<std::string> varies(grad.wrt.begin(), grad.wrt.end());
+    std::unordered_set<std::string> varies(grad.wrt.begin(), grad.wrt.end());
     const std::vector<OpSpec>& ops = out_.ops;
     for (size_t i = aliases_; i < ops.size(); ++i) {
       const OpSpec& op = ops[i];
@@ -830,7 +831,7 @@ class Expander {
         if (IsFloat(types_.at(v))) varies.insert(v);
       }
     }
-    std::set<std::string> needed;
+    std::unordered_set<std::string> needed;
     if (varies.count(grad.of)) needed.insert(grad.of);
     std::vector<size_t> path;  // In reverse program order.
     for (size_t i = ops.size(); i-- > aliases_;) {
@@ -847,7 +848,7 @@ class Expander {
     // The backward pass: seed 1 at `of`, each op's rule in reverse, cotangents accumulated.
     std::vector<OpSpec> backward;
     Emitter e(types_, names_, backward, grad.key, grad.of);
-    std::map<std::string, std::string> ct;
+    std::unordered_map<std::string, std::string> ct;
     if (needed.count(grad.of)) ct[grad.of] = e.FullLike(grad.of, 1.0, "d_" + grad.of);
     for (size_t i : path) {
       const OpSpec& op = ops[i];

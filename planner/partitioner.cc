@@ -64,6 +64,15 @@ class Partitioner {
         axes_(global.mesh_axes),
         explicit_(global.mode == ProgramMode::kExplicit),
         shape_mesh_(MakeShapeMesh(global.mesh_axes)) {
+    // Room for every name up front (with a fifth more for the reshards' fresh names): no
+    // rehashing of tables of tens of thousands of names as they fill.
+    const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
+    taken_.reserve(names);
+    current_.reserve(names);
+    values_.reserve(names);
+    result_.program.ops.reserve(names);
+    result_.reasons.reserve(names);
+    result_.types.reserve(names);
     for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
     for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
     info_.resize(global.ops.size());
