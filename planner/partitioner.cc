@@ -68,7 +68,7 @@ class Partitioner {
     // rehashing of tables of tens of thousands of names as they fill.
     const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
     taken_.reserve(names);
-    current_.reserve(names);
+    name_ids_.reserve(names);
     values_.reserve(names);
     result_.program.ops.reserve(names);
     result_.reasons.reserve(names);
@@ -76,6 +76,17 @@ class Partitioner {
     for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
     for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
     info_.resize(global.ops.size());
+    // Every name the program binds or reads gets an id once: the passes below index tables by
+    // it rather than hashing the name again at each use.
+    for (const ArraySpec& a : global.arrays) NameId(a.name);
+    for (size_t k = 0; k < global.ops.size(); ++k) {
+      for (const std::string& name : global.ops[k].in) info_[k].in_ids.push_back(NameId(name));
+      for (const std::string& name : global.ops[k].out) info_[k].out_ids.push_back(NameId(name));
+    }
+    for (const OutputSpec& o : global.outputs) NameId(o.name);
+    current_.assign(name_ids_.size(), -1);
+    whole_dims_.resize(name_ids_.size());
+    hint_specs_.resize(name_ids_.size());
     CountUses();
   }
 
@@ -161,11 +172,11 @@ class Partitioner {
     }
   }
 
-  // Rebinds `name` to its value with its partial sums summed (one reshard, `why`), laid out
-  // as `to` when given (no partial axes), else as it is.
-  void SumPartials(const std::string& name, const std::string& why,
+  // Rebinds name id `name` to its value with its partial sums summed (one reshard, `why`), laid
+  // out as `to` when given (no partial axes), else as it is.
+  void SumPartials(int name, const std::string& why,
                    const std::optional<ValueSharding>& to = std::nullopt) {
-    const int id = current_.at(name);
+    const int id = Current(name);
     Value reduced = values_[static_cast<size_t>(id)];
     reduced.sharding = to ? *to : Reduced(reduced.sharding);
     reduced.local = EmitReshard(id, reduced.sharding, why);
@@ -175,17 +186,18 @@ class Partitioner {
   // device_put: the value, summed first if it holds partial sums, moves as it is laid out to
   // the destination's sharding.
   void EmitDevicePut(const OpSpec& op) {
-    if (!values_[static_cast<size_t>(current_.at(op.in[0]))].sharding.partial.empty()) {
+    if (!values_[static_cast<size_t>(Current(op.in[0]))].sharding.partial.empty()) {
       const size_t first = result_.program.ops.size();
-      SumPartials(op.in[0], op.in[0] + " holds partial sums: summed before device_put");
+      SumPartials(name_ids_.at(op.in[0]),
+                  op.in[0] + " holds partial sums: summed before device_put");
       Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
     }
-    const Value& v = values_[static_cast<size_t>(current_.at(op.in[0]))];
+    const Value& v = values_[static_cast<size_t>(Current(op.in[0]))];
     // One grad made lands as its primal is laid out (never partial: a partial value is summed
     // before it leaves its mesh).
-    const ValueSharding to =
-        op.like.empty() ? Layout(op.sharding, v.shape, op.key + ".sharding")
-                        : Reduced(values_[static_cast<size_t>(current_.at(op.like))].sharding);
+    const ValueSharding to = op.like.empty()
+                                 ? Layout(op.sharding, v.shape, op.key + ".sharding")
+                                 : Reduced(values_[static_cast<size_t>(Current(op.like))].sharding);
     OpSpec put = op;
     put.in = {v.local};
     put.in_sharding = ToSpec(v.sharding, axes_);
@@ -214,26 +226,27 @@ class Partitioner {
   // How many ops (and outputs) read the value each operand of each op names: one count per
   // definition, names being rebindable.
   void CountUses() {
-    std::unordered_map<std::string, int> def;  // Name -> its current definition.
+    std::vector<int> def(name_ids_.size(), -1);  // Name id -> its current definition.
     std::vector<int> uses;
-    auto define = [&](const std::string& name) {
-      def[name] = static_cast<int>(uses.size());
+    auto define = [&](int name) {
+      def[static_cast<size_t>(name)] = static_cast<int>(uses.size());
       uses.push_back(0);
     };
-    for (const ArraySpec& a : global_.arrays) define(a.name);
+    for (const ArraySpec& a : global_.arrays) define(name_ids_.at(a.name));
     std::vector<std::vector<int>> read(global_.ops.size());
     for (size_t k = 0; k < global_.ops.size(); ++k) {
-      for (const std::string& name : global_.ops[k].in) {
-        const auto it = def.find(name);
-        read[k].push_back(it == def.end() ? -1 : it->second);
+      for (int name : info_[k].in_ids) {
+        const int d = def[static_cast<size_t>(name)];
+        read[k].push_back(d);
         // full_like reads only the shape: it needs no sum.
         const bool reads = global_.ops[k].kind != OpKind::kFullLike;
-        if (it != def.end() && reads) ++uses[static_cast<size_t>(it->second)];
+        if (d >= 0 && reads) ++uses[static_cast<size_t>(d)];
       }
-      for (const std::string& name : global_.ops[k].out) define(name);
+      for (int name : info_[k].out_ids) define(name);
     }
     for (const OutputSpec& o : global_.outputs) {
-      if (auto it = def.find(o.name); it != def.end()) ++uses[static_cast<size_t>(it->second)];
+      const int d = def[static_cast<size_t>(name_ids_.at(o.name))];
+      if (d >= 0) ++uses[static_cast<size_t>(d)];
     }
     for (size_t k = 0; k < read.size(); ++k) {
       std::vector<int> counts;
@@ -242,10 +255,26 @@ class Partitioner {
     }
   }
 
-  void Define(const std::string& name, Value v) {
-    current_[name] = static_cast<int>(values_.size());
+  // The id of `name`, a new one if it has none.
+  int NameId(const std::string& name) {
+    return name_ids_.emplace(name, static_cast<int>(name_ids_.size())).first->second;
+  }
+
+  // The value name id `name` is bound to now; an internal error if none (the builder and the
+  // loaders check that every name is bound before it is read).
+  int Current(int name) const {
+    const int id = current_[static_cast<size_t>(name)];
+    if (id < 0) throw std::logic_error("internal error: a name is read before it is bound");
+    return id;
+  }
+  int Current(const std::string& name) const { return Current(name_ids_.at(name)); }
+
+  // Binds name id `name` to value `v`.
+  void Define(int name, Value v) {
+    current_[static_cast<size_t>(name)] = static_cast<int>(values_.size());
     values_.push_back(std::move(v));
   }
+  void Define(const std::string& name, Value v) { Define(name_ids_.at(name), std::move(v)); }
 
   // A name no value of the program has, from `base`.
   std::string Fresh(const std::string& base) {
@@ -272,22 +301,24 @@ class Partitioner {
   // shapes of values not partitioned yet, and Emit reuses them. Stops quietly at an op whose
   // shapes do not infer (Emit reports it, in program order).
   void InferAllShapes() {
-    std::unordered_map<std::string, Value> defined;
-    for (const ArraySpec& a : global_.arrays) defined[a.name] = Value{a.shape, a.dtype, {}, ""};
+    std::vector<std::optional<Value>> defined(name_ids_.size());  // Per name id.
+    for (const ArraySpec& a : global_.arrays) {
+      defined[static_cast<size_t>(name_ids_.at(a.name))] = Value{a.shape, a.dtype, {}, ""};
+    }
     for (const OpSpec& op : global_.ops) {
-      std::vector<const Value*> in;
-      for (const std::string& name : op.in) {
-        const auto it = defined.find(name);
-        if (it == defined.end()) return;
-        in.push_back(&it->second);
-      }
       OpInfo& info = Info(op);
+      std::vector<const Value*> in;
+      for (int name : info.in_ids) {
+        const std::optional<Value>& v = defined[static_cast<size_t>(name)];
+        if (!v) return;
+        in.push_back(&*v);
+      }
       info.shapes_known = true;
       std::vector<Shape>& shapes = info.in_shapes;
       for (const Value* v : in) shapes.push_back(v->shape);
       if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard ||
           op.kind == OpKind::kDevicePut) {
-        defined[op.out[0]] = *in[0];
+        defined[static_cast<size_t>(info.out_ids[0])] = *in[0];
         continue;
       }
       std::vector<Array> outs;
@@ -297,7 +328,8 @@ class Partitioner {
         return;
       }
       for (size_t r = 0; r < op.out.size() && r < outs.size(); ++r) {
-        defined[op.out[r]] = Value{outs[r].shape(), outs[r].dtype(), {}, ""};
+        defined[static_cast<size_t>(info.out_ids[r])] =
+            Value{outs[r].shape(), outs[r].dtype(), {}, ""};
       }
       info.out_shapes = std::move(outs);
       info.outs_known = true;
@@ -312,27 +344,31 @@ class Partitioner {
   //   split what its reader would gather at once (sequence parallelism's q, k and v).
   void Hints() {
     InferAllShapes();
-    for (const OutputSpec& o : global_.outputs) hint_specs_[o.name] = o.spec;
+    for (const OutputSpec& o : global_.outputs) {
+      hint_specs_[static_cast<size_t>(name_ids_.at(o.name))] = o.spec;
+    }
     for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
       const OpSpec& op = *it;
       std::optional<PartitionSpec> want;
       if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
         want = op.sharding;
-      } else if (auto h = hint_specs_.find(op.out[0]); h != hint_specs_.end()) {
-        want = h->second;
       }
       OpInfo& info = Info(op);
+      if (!want) want = hint_specs_[static_cast<size_t>(info.out_ids[0])];
       info.hint = want;
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
       if (want && passes) {
-        for (const std::string& in : op.in) hint_specs_.emplace(in, *want);
+        for (int in : info.in_ids) {
+          std::optional<PartitionSpec>& hint = hint_specs_[static_cast<size_t>(in)];
+          if (!hint) hint = *want;  // The last reader's hint wins (the first found, backwards).
+        }
       }
       if (!info.shapes_known) continue;
-      const std::set<int> whole = whole_dims_[op.out[0]];
+      const std::set<int> whole = whole_dims_[static_cast<size_t>(info.out_ids[0])];
       info.whole = whole;
       const std::vector<std::vector<int>> reads = WholeOperandDims(op, info.in_shapes);
       for (size_t i = 0; i < op.in.size(); ++i) {
-        std::set<int>& dims = whole_dims_[op.in[i]];
+        std::set<int>& dims = whole_dims_[static_cast<size_t>(info.in_ids[i])];
         dims.insert(reads[i].begin(), reads[i].end());
         if (Op(op.kind).elementwise && info.outs_known &&
             info.in_shapes[i].size() == info.out_shapes[0].shape().size()) {
@@ -518,20 +554,21 @@ class Partitioner {
 
   // Host memory holds data only: only move_to_device reads a value there (lowering checks the
   // same); refused at the op, before any reshard of the value is emitted for it.
-  void CheckMemoryKinds(const OpSpec& op) const {
-    for (const std::string& name : op.in) {
-      const auto it = current_.find(name);
-      if (it == current_.end() || !values_[static_cast<size_t>(it->second)].host) continue;
-      const std::string error = CheckMemoryKind(op, name, /*in_host=*/true);
+  void CheckMemoryKinds(const OpSpec& op, const std::vector<int>& in_ids) const {
+    for (size_t i = 0; i < op.in.size(); ++i) {
+      const int id = current_[static_cast<size_t>(in_ids[i])];
+      if (id < 0 || !values_[static_cast<size_t>(id)].host) continue;
+      const std::string error = CheckMemoryKind(op, op.in[i], /*in_host=*/true);
       if (!error.empty()) throw SpecError(op.key + ".in", error);
     }
   }
 
   void Emit(const OpSpec& op) {
     key_ = op.key;
-    CheckMemoryKinds(op);
+    OpInfo& info = Info(op);
+    CheckMemoryKinds(op, info.in_ids);
     if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
-      const int id = current_.at(op.in[0]);
+      const int id = Current(info.in_ids[0]);
       Value v = values_[static_cast<size_t>(id)];
       const ValueSharding to = Layout(op.sharding, v.shape, op.key + ".sharding");
       if (explicit_ && op.kind == OpKind::kShardingConstraint && !(Reduced(v.sharding) == to)) {
@@ -545,7 +582,7 @@ class Partitioner {
       Value out = v;
       out.local = EmitReshard(id, to, reason);
       out.sharding = to;
-      Define(op.out[0], std::move(out));
+      Define(info.out_ids[0], std::move(out));
       return;
     }
     if (op.kind == OpKind::kDevicePut) {
@@ -565,10 +602,9 @@ class Partitioner {
     // A partial value read by several ops is summed once, up front, rather than carried
     // partial through a linear op and summed again by another reader (Adam reads a gradient
     // both scaled and squared: one psum, as XLA's all-reduce after the dot).
-    OpInfo& info = Info(op);
     const std::vector<int>& uses = info.uses;
     for (size_t i = 0; i < op.in.size(); ++i) {
-      const Value& v = values_[static_cast<size_t>(current_.at(op.in[i]))];
+      const Value& v = values_[static_cast<size_t>(Current(info.in_ids[i]))];
       // Copies of a partial host value each carry the partial sums to their readers.
       if (v.sharding.partial.empty() || uses[i] < 2 || v.host) continue;
       // An elementwise op with a split operand of the same shape sums it into that layout
@@ -579,21 +615,21 @@ class Partitioner {
       std::optional<ValueSharding> to;
       std::string like;
       for (size_t j = 0; j < op.in.size() && Op(op.kind).elementwise && !to; ++j) {
-        const Value& w = values_[static_cast<size_t>(current_.at(op.in[j]))];
+        const Value& w = values_[static_cast<size_t>(Current(info.in_ids[j]))];
         if (j != i && w.sharding.partial.empty() && w.shape == v.shape) {
           to = SumTarget(v.sharding, w.sharding);
           if (to) like = ", split as " + op.in[j] + " is";
         }
       }
-      SumPartials(op.in[i],
+      SumPartials(info.in_ids[i],
                   op.in[i] + " is read by " + std::to_string(uses[i]) +
                       " ops: its partial sums are summed once" + like,
                   to);
     }
     std::vector<const Value*> in;
     std::vector<int> ids;
-    for (const std::string& name : op.in) {
-      ids.push_back(current_.at(name));
+    for (int name : info.in_ids) {
+      ids.push_back(Current(name));
       in.push_back(&values_[static_cast<size_t>(ids.back())]);
     }
     // Each op is emitted once: its shapes inferred up front are moved, not copied.
@@ -711,13 +747,13 @@ class Partitioner {
         scale.scalar = s.result_scale;
         v.local = EmitLocal(std::move(scale), v, "");
       }
-      Define(op.out[r], std::move(v));
+      Define(info.out_ids[r], std::move(v));
     }
     // Explicit mode's types hold no partial sums: a contraction over a split dimension is
     // summed right away (JAX inserts that all-reduce itself).
     if (explicit_) {
-      for (const std::string& name : op.out) {
-        const int id = current_.at(name);
+      for (int name : info.out_ids) {
+        const int id = Current(name);
         Value v = values_[static_cast<size_t>(id)];
         if (v.sharding.partial.empty()) continue;
         const ValueSharding to = Reduced(v.sharding);
@@ -733,7 +769,7 @@ class Partitioner {
 
   void EmitOutput(const OutputSpec& o) {
     key_ = o.key;
-    const int id = current_.at(o.name);
+    const int id = Current(o.name);
     const Value& v = values_[static_cast<size_t>(id)];
     const ValueSharding to = Layout(o.spec, v.shape, o.key);
     if (v.sharding == to && v.local == o.name) return;
@@ -761,18 +797,20 @@ class Partitioner {
   bool explicit_;
   Mesh shape_mesh_;
   std::vector<Value> values_;
-  std::unordered_map<std::string, int> current_;
+  std::unordered_map<std::string, int> name_ids_;  // Every name of the program -> its id.
+  std::vector<int> current_;  // Per name id: the value it is bound to now, or -1.
   std::unordered_set<std::string> taken_;
   std::map<ReshardKeyType, std::string> reshards_;
-  std::unordered_map<std::string, PartitionSpec> hint_specs_;
+  std::vector<std::optional<PartitionSpec>> hint_specs_;  // Per name id: auto mode's hint.
   std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
   std::string key_;  // The run-file key of the op or output being emitted (errors locate there).
 
-  // Dimensions a later reader wants whole, per value name.
-  std::unordered_map<std::string, std::set<int>> whole_dims_;
+  // Dimensions a later reader wants whole, per name id.
+  std::vector<std::set<int>> whole_dims_;
   // What is known of each global op, by its position in the program.
   struct OpInfo {
-    std::vector<int> uses;  // Readers of each operand's value.
+    std::vector<int> in_ids, out_ids;  // The name ids of its operands and results.
+    std::vector<int> uses;             // Readers of each operand's value.
     // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
     // later reader wants whole.
     std::optional<PartitionSpec> hint;
