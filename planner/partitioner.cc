@@ -67,14 +67,12 @@ class Partitioner {
     // Room for every name up front (with a fifth more for the reshards' fresh names): no
     // rehashing of tables of tens of thousands of names as they fill.
     const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
-    taken_.reserve(names);
+    fresh_.reserve(names / 5);
     name_ids_.reserve(names);
     values_.reserve(names);
     result_.program.ops.reserve(names);
     result_.reasons.reserve(names);
     result_.types.reserve(names);
-    for (const ArraySpec& a : global.arrays) taken_.insert(a.name);
-    for (const OpSpec& op : global.ops) taken_.insert(op.out.begin(), op.out.end());
     info_.resize(global.ops.size());
     // Every name the program binds or reads gets an id once: the passes below index tables by
     // it rather than hashing the name again at each use.
@@ -280,7 +278,7 @@ class Partitioner {
   std::string Fresh(const std::string& base) {
     for (int k = 1;; ++k) {
       std::string name = base + "_" + std::to_string(k);
-      if (taken_.insert(name).second) return name;
+      if (!name_ids_.count(name) && fresh_.insert(name).second) return name;
     }
   }
 
@@ -798,8 +796,8 @@ class Partitioner {
   Mesh shape_mesh_;
   std::vector<Value> values_;
   std::unordered_map<std::string, int> name_ids_;  // Every name of the program -> its id.
-  std::vector<int> current_;  // Per name id: the value it is bound to now, or -1.
-  std::unordered_set<std::string> taken_;
+  std::vector<int> current_;               // Per name id: the value it is bound to now, or -1.
+  std::unordered_set<std::string> fresh_;  // The names Fresh gave (the program's: name_ids_).
   std::map<ReshardKeyType, std::string> reshards_;
   std::vector<std::optional<PartitionSpec>> hint_specs_;  // Per name id: auto mode's hint.
   std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
