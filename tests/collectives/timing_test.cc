@@ -746,7 +746,7 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
 // where the sharing rule puts it (58.4). The bound, 1.25%, is what this approximation
 // achieves on this step (deterministic here: the 64-chip machine is symmetric), not the 1%
 // asked for search (see the README's known limits).
-TEST(CachedAgreesTest, TransformerStepWithinOnePercent) {
+TEST(CachedAgreesTest, TransformerStepWithinOneAndAQuarterPercent) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = testing::BuildTransformerStep(SmallStep(2, 512, 2048, 128));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
