@@ -9,6 +9,7 @@
 #include "collectives/local_ops.h"
 #include "collectives/nn_ops.h"
 #include "collectives/semantics.h"
+#include "collectives/shard_map.h"
 
 namespace shardsim {
 
@@ -52,6 +53,7 @@ std::vector<Array> ApplyLocalOp(const OpSpec& op, const std::vector<const Array*
     need(1);
     return One(Unary(op.kind, *inputs[0]));
   }
+  if (op.kind == OpKind::kShardMap) return ShardMapResults(op, inputs);
   switch (op.kind) {
     case OpKind::kConvert: {
       need(1);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,8 @@
 #include "collectives/partition_spec.h"
 
 namespace shardsim {
+
+struct ProgramSpec;
 
 // How a global array's values are made (SPEC "init").
 struct InitSpec {
@@ -165,6 +168,13 @@ enum class OpKind {
   // its layout are unchanged; a value in host memory takes no HBM.
   kMoveToHost,
   kMoveToDevice,
+  // jax.shard_map inside a global program (mode: explicit | auto): OpSpec::body, a shard_map
+  // body (mode: manual) on the program's mesh, runs on every device with the blocks of `in`
+  // laid out by its arrays' shardings (the in_specs: body.arrays[i] stands for in[i], of its
+  // global shape and dtype), and its outputs, assembled by their out specs, are `out`
+  // (collectives/shard_map.h). The partitioner reshards each input to its in_spec and inlines
+  // the body; no derivative rule (grad through it is refused).
+  kShardMap,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -247,6 +257,9 @@ struct OpSpec {
   int64_t experts = 0;             // moe_route: the experts tokens are routed to.
   int64_t capacity = 0;            // moe_route: the slots of each expert per group.
   std::string priority = "token";  // moe_route: token | choice (which assignment fills first).
+  // shard_map: the body, a mode: manual program on the global program's mesh axes (shared,
+  // never changed once built: copies of the op share it).
+  std::shared_ptr<const ProgramSpec> body;
 };
 
 // One output (`outputs:`): an out_spec.

@@ -213,6 +213,47 @@ class Partitioner {
     Define(op.out[0], std::move(out));
   }
 
+  // shard_map: each input resharded to its in_spec (its body array's sharding), as jit does
+  // around a shard_map; then the body's ops as they are, on those blocks, its temporaries
+  // under fresh names; each result is the body output it stands for, laid out by its out spec.
+  void EmitShardMap(const OpSpec& op) {
+    auto& info = Info(op);
+    const ProgramSpec& body = *op.body;
+    std::vector<const Value*> in;
+    for (int name : info.in_ids) in.push_back(&values_[static_cast<size_t>(Current(name))]);
+    std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
+    info.outs_known = false;
+    std::unordered_map<std::string, std::string> local;  // Body name -> the program's name.
+    for (size_t i = 0; i < op.in.size(); ++i) {
+      const int id = Current(info.in_ids[i]);
+      const Value& v = values_[static_cast<size_t>(id)];
+      const ValueSharding to = Layout(body.arrays[i].sharding, v.shape, op.key + ".in");
+      local[body.arrays[i].name] =
+          EmitReshard(id, to,
+                      "shard_map " + op.name + " takes " + op.in[i] + " as " +
+                          FormatType(v.dtype, v.shape, to, axes_) + " (its in_spec)");
+    }
+    for (const OpSpec& b : body.ops) {
+      OpSpec inlined = b;
+      for (std::string& name : inlined.in) name = local.at(name);
+      for (std::string& name : inlined.out) {
+        const std::string fresh = Fresh(op.name + "." + name);
+        local[name] = fresh;
+        name = fresh;
+      }
+      inlined.name = inlined.out[0];
+      result_.program.ops.push_back(std::move(inlined));
+      result_.reasons.push_back("");
+      result_.types.push_back("per device (shard_map " + op.name + ")");
+    }
+    for (size_t r = 0; r < op.out.size(); ++r) {
+      const OutputSpec& o = body.outputs[r];
+      Value v{outs[r].shape(), outs[r].dtype(), Layout(o.spec, outs[r].shape(), o.key),
+              local.at(o.name)};
+      Define(info.out_ids[r], std::move(v));
+    }
+  }
+
   static Mesh MakeShapeMesh(const std::vector<MeshAxis>& axes) {
     int n = 1;
     for (const MeshAxis& a : axes) n *= a.size;
@@ -353,6 +394,13 @@ class Partitioner {
       }
       OpInfo& info = Info(op);
       if (!want) want = hint_specs_[static_cast<size_t>(info.out_ids[0])];
+      // A shard_map's in_specs are the layouts its inputs are wanted in (a constraint each).
+      if (op.kind == OpKind::kShardMap) {
+        for (size_t i = 0; i < info.in_ids.size() && i < op.body->arrays.size(); ++i) {
+          std::optional<PartitionSpec>& hint = hint_specs_[static_cast<size_t>(info.in_ids[i])];
+          if (!hint) hint = op.body->arrays[i].sharding;
+        }
+      }
       info.hint = want;
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
       if (want && passes) {
@@ -585,6 +633,10 @@ class Partitioner {
     }
     if (op.kind == OpKind::kDevicePut) {
       EmitDevicePut(op);
+      return;
+    }
+    if (op.kind == OpKind::kShardMap) {
+      EmitShardMap(op);
       return;
     }
     if (op.kind == OpKind::kCustomCall) {

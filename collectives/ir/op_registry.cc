@@ -352,6 +352,10 @@ std::vector<OpDef> MakeRegistry() {
        C::kAllReduce, R::kSum, false, {}},
       {OpKind::kMoveToDevice, "move_to_device", true, A::kOne, false, S::kHostTransfer,
        C::kAllReduce, R::kSum, false, {}},
+      // Its outputs: as many as its body's (OutputCount); partitioning inlines the body. Built in
+      // C++ only (ProgramBuilder::ShardMap): run files cannot write a body yet.
+      {OpKind::kShardMap, "shard_map", false, A::kOneOrMore, true, S::kCompute, C::kAllReduce,
+       R::kSum, false, {}, false, {}, nullptr, /*global_only=*/true},
   };
   // clang-format on
 }
@@ -621,6 +625,10 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
 
 int64_t OutputCount(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
+  // shard_map: its body's outputs (a program, not an attribute, gives them).
+  if (op.kind == OpKind::kShardMap) {
+    return op.body ? static_cast<int64_t>(op.body->outputs.size()) : 0;
+  }
   if (!def.output_count) return def.outputs;
   const AttrDef& attr = *FindAttr(def, def.output_count);
   if (attr.type == AttrType::kValueNames) {

@@ -95,7 +95,7 @@ struct ExactlyOneOf {
 struct OpDef {
   OpKind kind;        // The op.
   const char* name;   // SPEC name ("psum").
-  bool user_visible;  // Written in run files (false: internal lowering ops).
+  bool user_visible;  // Written in run files (false: internal lowering ops, and shard_map).
   OpArity arity;      // Inputs it takes.
   // Makes several outputs: as many as output_count says (split, grad), or `outputs` (top_k).
   bool multi_output;

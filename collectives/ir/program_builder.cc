@@ -1,5 +1,6 @@
 #include "collectives/ir/program_builder.h"
 
+#include <memory>
 #include <stdexcept>
 
 #include "collectives/ir/op_registry.h"
@@ -70,8 +71,12 @@ std::string ProgramBuilder::Add(OpSpec op) {
   if (op.key.empty()) op.key = "program." + std::to_string(index);
   op.kind = ResolveOpKind(op);  // max with one input and axes is reduce_max.
   const OpDef& def = Op(op.kind);
-  if (!def.user_visible) {
+  // shard_map is not written in run files (user_visible), but C++ builds it (ShardMap).
+  if (!def.user_visible && op.kind != OpKind::kShardMap) {
     throw SpecError(op.key, std::string(def.name) + " is internal to lowering");
+  }
+  if (op.kind == OpKind::kShardMap && !op.body) {
+    throw SpecError(op.key, "shard_map needs a body: build it with ProgramBuilder::ShardMap");
   }
   const bool manual = program_.mode == ProgramMode::kManual;
   if (def.global_only && manual) {
@@ -134,6 +139,44 @@ void ProgramBuilder::Output(const std::string& name, PartitionSpec spec) {
   std::string key = "outputs." + name;
   if (!defined_.count(name)) throw SpecError(key, "output '" + name + "' is never produced");
   program_.outputs.push_back(OutputSpec{name, std::move(spec), key});
+}
+
+std::vector<std::string> ProgramBuilder::ShardMap(std::vector<std::string> in, ProgramSpec body,
+                                                  std::vector<std::string> out) {
+  const std::string key = "program." + std::to_string(program_.ops.size());
+  if (program_.mode == ProgramMode::kManual) {
+    throw SpecError(key + ".op",
+                    "shard_map needs a global program (mode: explicit or auto); in "
+                    "a shard_map body write its ops directly");
+  }
+  if (!program_.meshes.empty()) {
+    throw SpecError(key + ".op",
+                    "shard_map runs on the program's one mesh; a program of several meshes "
+                    "cannot hold one yet");
+  }
+  if (body.mode != ProgramMode::kManual) {
+    throw SpecError(key + ".body", "a shard_map body is a mode: manual program, got mode: " +
+                                       std::string(ProgramModeName(body.mode)));
+  }
+  bool same = body.mesh_axes.size() == program_.mesh_axes.size();
+  for (size_t a = 0; same && a < body.mesh_axes.size(); ++a) {
+    same = body.mesh_axes[a].name == program_.mesh_axes[a].name &&
+           body.mesh_axes[a].size == program_.mesh_axes[a].size;
+  }
+  if (!same) {
+    throw SpecError(key + ".body",
+                    "a shard_map body runs on the program's mesh: its axes must be the program's, "
+                    "in order");
+  }
+  for (OpSpec& op : body.ops) op.key = key + ".body." + op.key;
+  for (OutputSpec& o : body.outputs) o.key = key + ".body." + o.key;
+  OpSpec op;
+  op.kind = OpKind::kShardMap;
+  op.in = std::move(in);
+  op.out = std::move(out);
+  op.body = std::make_shared<const ProgramSpec>(std::move(body));
+  Add(std::move(op));
+  return program_.ops.back().out;
 }
 
 std::string ProgramBuilder::Matmul(const std::string& a, const std::string& b, std::string out) {

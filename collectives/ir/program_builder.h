@@ -60,6 +60,13 @@ class ProgramBuilder {
   // named `out` (fresh names when empty). Returns the output names.
   std::vector<std::string> Grad(const std::string& of, std::vector<std::string> wrt,
                                 std::vector<std::string> out = {});
+  // jax.shard_map (global programs): `body`, a mode: manual program on this program's mesh
+  // axes, runs on every device with the blocks of `in` (in[i] stands for body.arrays[i], of its
+  // shape and dtype, laid out by its sharding: the in_specs); its outputs, assembled by their
+  // out specs, are the results, named `out` (fresh names when empty). The body's keys are
+  // prefixed with the op's ("program.4.body.program.1"). Returns the output names.
+  std::vector<std::string> ShardMap(std::vector<std::string> in, ProgramSpec body,
+                                    std::vector<std::string> out = {});
   // psum / pmean / pmax / pmin over `axes`.
   std::string Reduce(OpKind kind, const std::string& x, std::vector<std::string> axes,
                      std::string out = "");

@@ -924,6 +924,12 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   size_t inputs = 0;
   if (auto v = any.Find("in")) inputs = v->IsList() ? v->List().size() : 1;
   const OpDef* def = ResolveOp(kind_name, inputs, written);
+  if (!def && kind_name == Op(OpKind::kShardMap).name) {
+    kind_value.Fail(kind_name +
+                    " regions inside a global program are built in C++ for now "
+                    "(ProgramBuilder::ShardMap); a run file writes the body as a program of its "
+                    "own (mode: manual)");
+  }
   if (!def) {
     const std::string hint = DidYouMean(kind_name, UserOpNames());
     kind_value.Fail("unknown op '" + kind_name + "'" +

@@ -246,6 +246,10 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadFileCase{"UnknownOp", "bad_program_unknown_op.yaml", "6:10", "program.0.op",
                     "unknown op 'allgather'; did you mean 'all_gather'?"},
+        BadFileCase{"ShardMapRegion", "bad_program_shard_map.yaml", "7:10", "program.0.op",
+                    "shard_map regions inside a global program are built in C++ for now "
+                    "(ProgramBuilder::ShardMap); a run file writes the body as a program of its "
+                    "own (mode: manual)"},
         BadFileCase{
             "KeyNotForOp", "bad_program_key_not_applicable.yaml", "6:38", "program.0.tiled",
             "key 'tiled' does not apply to op matmul (it takes op, in, out, name, where, mesh, "

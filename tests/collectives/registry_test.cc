@@ -171,8 +171,10 @@ TEST(OpAttrsTest, AttributesAreUniqueTypedAndStorable) {
         EXPECT_FALSE(FindAttr(def, name)->required) << name << " is in an exactly-one-of group";
       }
     }
-    // Several outputs come from an attribute (split's sections) or the entry's fixed count.
-    EXPECT_EQ(def.output_count != nullptr || def.outputs > 1, def.multi_output);
+    // Several outputs come from an attribute (split's sections), the entry's fixed count, or
+    // (shard_map) the body's outputs.
+    EXPECT_EQ(def.output_count != nullptr || def.outputs > 1 || def.kind == OpKind::kShardMap,
+              def.multi_output);
     EXPECT_GE(def.outputs, 1);
     if (def.written_as) {  // Another op's name: the alias must not shadow an attribute of it.
       ASSERT_NE(FindOp(def.written_as), nullptr) << def.written_as;
