@@ -36,6 +36,9 @@ struct ArraySpec {
   InitSpec init;              // How values are made.
   PartitionSpec sharding;     // in_spec.
   std::string mesh;           // With several meshes: the mesh it lives on (`mesh:`).
+  // A shard_map body's array that a run file declares by its in_spec alone: its shape and
+  // dtype are those of the region's input it stands for, known once the program is typed.
+  bool typed_by_input = false;
 };
 
 // The ops of SPEC's "Ops" table.

@@ -1,6 +1,7 @@
 #include "collectives/shard_map.h"
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -20,12 +21,21 @@ Mesh ShardMapMesh(const ProgramSpec& body) {
 
 std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Array*>& inputs) {
   if (!op.body) throw std::invalid_argument("has no body");
-  const ProgramSpec& body = *op.body;
-  if (inputs.size() != body.arrays.size()) {
-    throw std::invalid_argument("takes " + std::to_string(body.arrays.size()) +
+  const ProgramSpec* body_ptr = op.body.get();
+  if (inputs.size() != body_ptr->arrays.size()) {
+    throw std::invalid_argument("takes " + std::to_string(body_ptr->arrays.size()) +
                                 " inputs (its body's arrays), got " +
                                 std::to_string(inputs.size()));
   }
+  // Arrays a run file declared by their in_specs alone take their inputs' types.
+  std::optional<ProgramSpec> typed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!body_ptr->arrays[i].typed_by_input) continue;
+    if (!typed) typed = *body_ptr;
+    typed->arrays[i].shape = inputs[i]->shape();
+    typed->arrays[i].dtype = inputs[i]->dtype();
+  }
+  const ProgramSpec& body = typed ? *typed : *body_ptr;
   bool data = !inputs.empty();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ArraySpec& param = body.arrays[i];

@@ -16,12 +16,12 @@ namespace shardsim {
 Mesh ShardMapMesh(const ProgramSpec& body);
 
 // The results of shard_map `op` on global `inputs`: input i stands for op.body's array i (same
-// shape and dtype, else std::invalid_argument), laid out by that array's sharding (its
-// in_spec); each body output, assembled by its out spec, is a result. Shape-only inputs give
-// shape-only results (the body lowered on its mesh: a SpecError at the body op's key if it does
-// not check); inputs with data give the body's outputs evaluated as every run's reference
-// evaluates a shard_map body (ReferenceOutputs), so a global program's reference runs its
-// regions on the mesh they name.
+// shape and dtype, else std::invalid_argument; an array typed_by_input takes the input's), laid
+// out by that array's sharding (its in_spec); each body output, assembled by its out spec, is a
+// result. Shape-only inputs give shape-only results (the body lowered on its mesh: a SpecError at
+// the body op's key if it does not check); inputs with data give the body's outputs evaluated as
+// every run's reference evaluates a shard_map body (ReferenceOutputs), so a global program's
+// reference runs its regions on the mesh they name.
 std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Array*>& inputs);
 
 }  // namespace shardsim

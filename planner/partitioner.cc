@@ -237,7 +237,7 @@ class Partitioner {
       OpSpec inlined = b;
       for (std::string& name : inlined.in) name = local.at(name);
       for (std::string& name : inlined.out) {
-        const std::string fresh = Fresh(op.name + "." + name);
+        const std::string fresh = Fresh(op.name + "_" + name);
         local[name] = fresh;
         name = fresh;
       }

@@ -908,6 +908,97 @@ void CheckDevicePut(const YamlMap& map, const OpSpec& op, ProgramMode mode,
   }
 }
 
+OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& all_axes,
+              const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow,
+              std::set<std::string>& op_names);
+std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
+                            const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow);
+
+// A list of PartitionSpecs over `axes`, one per name of `names` (`what`: "input" or "output").
+std::vector<PartitionSpec> ReadSpecList(const YamlValue& value, const std::vector<MeshAxis>& axes,
+                                        size_t count, const std::string& what) {
+  if (!value.IsList()) value.Expected("a list of PartitionSpecs like [\"P('ep', None)\"]");
+  std::vector<YamlValue> entries = value.List();
+  if (entries.size() != count) {
+    value.Fail("expected one spec per " + what + " (" + std::to_string(count) + "), got " +
+               std::to_string(entries.size()));
+  }
+  std::vector<PartitionSpec> specs;
+  for (const YamlValue& entry : entries) specs.push_back(ReadPartitionSpec(entry, axes));
+  return specs;
+}
+
+// `{op: shard_map, in: [...], in_specs: [...], out: [...], out_specs: [...], body: [ops]}` in a
+// global program: the body's ops (a shard_map body, mode: manual) read the inputs' blocks under
+// the inputs' names and bind the outputs' names; the body's arrays are the inputs, typed as
+// they are when the program is (ArraySpec::typed_by_input).
+OpSpec ReadShardMap(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
+                    const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow,
+                    std::set<std::string>& op_names) {
+  YamlMap map = value.Map({"op", "in", "in_specs", "out", "out_specs", "body", "name"});
+  if (mode == ProgramMode::kManual) {
+    map.Get("op").Fail(
+        "shard_map needs a global program (mode: explicit or auto); in a "
+        "shard_map body write its ops directly");
+  }
+  if (!meshes.empty()) {
+    map.Get("op").Fail(
+        "shard_map runs on the program's one mesh; a program of several meshes "
+        "cannot hold one yet");
+  }
+  OpSpec op;
+  op.kind = OpKind::kShardMap;
+  op.key = value.path();
+  const YamlValue in = map.Get("in");
+  for (const YamlValue& entry : NameValues(in, "an array name")) {
+    const std::string name = DefinedName(entry, flow, index);
+    if (Contains(op.in, name)) entry.Fail("'" + name + "' is an input twice");
+    op.in.push_back(name);
+  }
+  const YamlValue out = map.Get("out");
+  std::vector<YamlValue> out_entries = NameValues(out, "an output name");
+  for (const YamlValue& entry : out_entries) {
+    const std::string name = entry.String();
+    if (Contains(op.out, name)) entry.Fail("'" + name + "' is an output twice");
+    op.out.push_back(name);
+  }
+  const std::vector<PartitionSpec> in_specs =
+      ReadSpecList(map.Get("in_specs"), axes, op.in.size(), "input");
+  const std::vector<PartitionSpec> out_specs =
+      ReadSpecList(map.Get("out_specs"), axes, op.out.size(), "output");
+  auto body = std::make_shared<ProgramSpec>();
+  body->mode = ProgramMode::kManual;
+  body->mesh_axes = axes;
+  for (size_t i = 0; i < op.in.size(); ++i) {
+    ArraySpec param;
+    param.name = op.in[i];
+    param.sharding = in_specs[i];
+    param.typed_by_input = true;
+    body->arrays.push_back(std::move(param));
+  }
+  // The body sees the inputs alone, under their names.
+  NameFlow inner;
+  for (const std::string& name : op.in) inner.Add(name);
+  body->ops = ReadOps(map.Get("body"), axes, {}, ProgramMode::kManual, inner);
+  for (size_t j = 0; j < op.out.size(); ++j) {
+    if (!inner.Has(op.out[j])) {
+      out_entries[j].Fail("'" + op.out[j] + "' is not made by the body" + inner.Hint(op.out[j]));
+    }
+    body->outputs.push_back(
+        OutputSpec{op.out[j], out_specs[j], map.Get("out_specs").path() + "." + std::to_string(j)});
+  }
+  op.body = std::move(body);
+  if (auto name = map.Find("name")) {
+    op.name = name->String();
+    if (op.name.empty()) name->Expected("a name");
+  } else {
+    op.name = op_names.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+  }
+  op_names.insert(op.name);
+  for (const std::string& name : op.out) flow.Add(name);
+  return op;
+}
+
 // One op of `program:` (the entry at `index`).
 OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>& all_axes,
               const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow,
@@ -923,13 +1014,10 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
   for (const auto& [name, entry] : any.entries()) written.push_back(name);
   size_t inputs = 0;
   if (auto v = any.Find("in")) inputs = v->IsList() ? v->List().size() : 1;
-  const OpDef* def = ResolveOp(kind_name, inputs, written);
-  if (!def && kind_name == Op(OpKind::kShardMap).name) {
-    kind_value.Fail(kind_name +
-                    " regions inside a global program are built in C++ for now "
-                    "(ProgramBuilder::ShardMap); a run file writes the body as a program of its "
-                    "own (mode: manual)");
+  if (kind_name == Op(OpKind::kShardMap).name) {
+    return ReadShardMap(value, index, all_axes, meshes, mode, flow, op_names);
   }
+  const OpDef* def = ResolveOp(kind_name, inputs, written);
   if (!def) {
     const std::string hint = DidYouMean(kind_name, UserOpNames());
     kind_value.Fail("unknown op '" + kind_name + "'" +

@@ -211,6 +211,27 @@ TEST_F(CliTest, TopoBadHardwareFileIsLocated) {
   EXPECT_TRUE(Listing(out()).empty());
 }
 
+// A shape error found when the program is lowered names the op once ("matmul: inner
+// dimensions differ", not "matmul: matmul: ...": the kernel's message names it already).
+TEST_F(CliTest, RunShapeErrorNamesTheOpOnce) {
+  std::string file = WriteInput("bad.yaml",
+                                "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+                                "mesh: {axes: {dp: 4, tp: 2}}\n"
+                                "arrays:\n"
+                                "  x: {shape: [8, 4], sharding: \"P('dp', None)\"}\n"
+                                "  w: {shape: [3, 3], sharding: \"P()\"}\n"
+                                "program:\n"
+                                "  - {op: matmul, in: [x, w], out: y}\n"
+                                "outputs: {y: \"P('dp', None)\"}\n");
+  Result r = Run({"run", file});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_EQ(r.err, "error: " + file +
+                       ":7:5: matmul: inner dimensions differ: f32[2,4] @ f32[3,3] (key "
+                       "program.0)\n")
+      << r;
+}
+
 // Two outputs, the second unwritable: neither may be left behind.
 TEST_F(CliTest, TopoFailedSecondOutputLeavesNoFirstOutput) {
   Result r = Run({"topo", "h100-dgx", "--json", (out() / "t.json").string(), "--dot",

@@ -298,6 +298,10 @@ std::map<std::string, Example> Examples() {
          {"psum_scatter", {"fsdp"}, s3 / 2 * s4 * kF32},
          {"psum", {"fsdp"}, 4}},
         {}}},
+      // The MoE dispatch in a shard_map region: its ragged_all_to_alls are the body's, written
+      // rather than inserted, and the inputs take their in_specs without communication (the
+      // embedding, replicated, is sliced to the rows the region wants before tanh).
+      {"moe_dispatch", {{}, {}}},
       // 128-512-128 on data 2 x model 4, batch 64: y [32, 128] psummed over model; each
       // gradient's [128, 128] model block psummed once over data (both Adam moments read the
       // sum); the loss 4 B.

@@ -246,10 +246,10 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         BadFileCase{"UnknownOp", "bad_program_unknown_op.yaml", "6:10", "program.0.op",
                     "unknown op 'allgather'; did you mean 'all_gather'?"},
-        BadFileCase{"ShardMapRegion", "bad_program_shard_map.yaml", "7:10", "program.0.op",
-                    "shard_map regions inside a global program are built in C++ for now "
-                    "(ProgramBuilder::ShardMap); a run file writes the body as a program of its "
-                    "own (mode: manual)"},
+        BadFileCase{"ShardMapOutputNotMade", "bad_program_shard_map.yaml", "7:62", "program.0.out",
+                    "'y' is not made by the body (defined: x, z)"},
+        BadFileCase{"ShardMapSpecPerInput", "bad_program_shard_map_specs.yaml", "7:38",
+                    "program.0.in_specs", "expected one spec per input (1), got 2"},
         BadFileCase{
             "KeyNotForOp", "bad_program_key_not_applicable.yaml", "6:38", "program.0.tiled",
             "key 'tiled' does not apply to op matmul (it takes op, in, out, name, where, mesh, "
