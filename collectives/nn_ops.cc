@@ -124,6 +124,8 @@ bool IsNnOp(OpKind kind) {
     case OpKind::kOneHot:
     case OpKind::kMoeRoute:
     case OpKind::kRaggedDot:
+    case OpKind::kCumsum:
+    case OpKind::kArgsort:
       return true;
     default:
       return false;
@@ -164,6 +166,10 @@ std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& 
       return One(MoeRoute(x, op.experts, op.capacity, RoutePriorityOf(op), MaskDType(op)));
     case OpKind::kRaggedDot:
       return One(RaggedDot(x, *inputs[1], *inputs[2]));
+    case OpKind::kCumsum:
+      return One(Cumsum(x, op.norm_axis));
+    case OpKind::kArgsort:
+      return One(Argsort(x, op.norm_axis));
     default:
       Fail(OpKindName(op.kind), "is not an array op of nn_ops");
   }
@@ -359,6 +365,58 @@ Array OneHot(const Array& x, int64_t num_classes, DType dtype) {
     if (c >= 0 && c < num_classes) out[static_cast<size_t>(i * num_classes + c)] = 1;
   }
   return Array::FromNumbers(dtype, shape, out);
+}
+
+Array Cumsum(const Array& x, int64_t axis) {
+  const int ax = NormalizeAxis("cumsum", axis, x);
+  if (!x.has_data()) return Array::ShapeOnly(x.dtype(), x.shape());
+  const Rows rows = RowsAlong(x.shape(), ax);
+  const bool ints = x.dtype() == DType::kI32;
+  std::vector<double> sums(static_cast<size_t>(x.size()));
+  std::vector<int32_t> int_sums(ints ? static_cast<size_t>(x.size()) : 0);
+  for (int64_t o = 0; o < rows.outer; ++o) {
+    for (int64_t j = 0; j < rows.inner; ++j) {
+      double sum = 0;
+      uint32_t wrapped = 0;  // int32 addition as two's complement.
+      for (int64_t i = 0; i < rows.n; ++i) {
+        const int64_t at = rows.At(o, i, j);
+        if (ints) {
+          wrapped += static_cast<uint32_t>(static_cast<int32_t>(x.ValueAt(at)));
+          int_sums[static_cast<size_t>(at)] = static_cast<int32_t>(wrapped);
+        } else {
+          sum += x.ValueAt(at);
+          sums[static_cast<size_t>(at)] = sum;
+        }
+      }
+    }
+  }
+  if (ints) return Array::FromInts(x.shape(), int_sums);
+  return Array::FromNumbers(x.dtype(), x.shape(), sums);
+}
+
+Array Argsort(const Array& x, int64_t axis) {
+  const int ax = NormalizeAxis("argsort", axis, x);
+  if (!x.has_data()) return Array::ShapeOnly(DType::kI32, x.shape());
+  const Rows rows = RowsAlong(x.shape(), ax);
+  std::vector<int32_t> out(static_cast<size_t>(x.size()));
+  std::vector<int64_t> order(static_cast<size_t>(rows.n));
+  for (int64_t o = 0; o < rows.outer; ++o) {
+    for (int64_t j = 0; j < rows.inner; ++j) {
+      std::iota(order.begin(), order.end(), int64_t{0});
+      auto value = [&](int64_t i) { return x.ValueAt(rows.At(o, i, j)); };
+      // Ascending, NaN last; stable keeps equal values in index order.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        const double va = value(a), vb = value(b);
+        if (std::isnan(va) || std::isnan(vb)) return !std::isnan(va) && std::isnan(vb);
+        return va < vb;
+      });
+      for (int64_t i = 0; i < rows.n; ++i) {
+        out[static_cast<size_t>(rows.At(o, i, j))] =
+            static_cast<int32_t>(order[static_cast<size_t>(i)]);
+      }
+    }
+  }
+  return Array::FromInts(x.shape(), out);
 }
 
 std::vector<Array> TopK(const Array& x, int64_t k) {
@@ -632,6 +690,21 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
       return MoeRouteCost(inputs, outputs);
     case OpKind::kRaggedDot:
       return RaggedDotCost(inputs, outputs);
+    case OpKind::kCumsum:
+      // One add per element.
+      cost.flops = n;
+      return cost;
+    case OpKind::kArgsort: {
+      // A comparison sort: n log2(rows' length) comparisons, counted as FLOPs (as top_k's).
+      const Shape& shape = x.shape();
+      const double len =
+          shape.empty()
+              ? 1
+              : static_cast<double>(
+                    shape[static_cast<size_t>(NormalizeAxis("argsort", op.norm_axis, x))]);
+      cost.flops = n * std::log2(std::max(len, 2.0));
+      return cost;
+    }
     default:
       return cost;
   }

@@ -380,6 +380,11 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
   const Stats& sa = in[0]->stats;
   const double n = facts.k;
   switch (op.kind) {
+    case OpKind::kArgsort:
+      // Exact keys give exact indices; inexact ones may reorder any two (an index off by up
+      // to the row's length).
+      return Error{std::max(n - 1, 0.0), std::max(n - 1, 0.0)};
+    case OpKind::kCumsum:  // Each prefix a sum of at most n terms, rounded once.
     case OpKind::kSum:
     case OpKind::kMean: {
       Error e{std::min(n * a.max, kSigmas * std::sqrt(n) * a.rms), std::sqrt(n) * a.rms};
@@ -885,6 +890,8 @@ OpFacts FactsOf(const OpSpec& op, const std::vector<std::vector<const Array*>>& 
     }
     case OpKind::kSoftmax:
     case OpKind::kLogSoftmax:
+    case OpKind::kCumsum:
+    case OpKind::kArgsort:
       facts.k = axis_length(op.norm_axis);
       break;
     case OpKind::kRmsNorm:
@@ -1164,7 +1171,8 @@ std::map<std::string, Array> ReferenceOutputs(const Mesh& whole_mesh, const Prog
       if (lengths) (*lengths)[op.out.at(0)] = k;
       if (bounds && reordered) {
         auto global = reordered->find(op.out.at(0));
-        facts.reordered_k = std::max(k, global == reordered->end() ? k : global->second);
+        const bool same = global != reordered->end() && global->second < 0;
+        facts.reordered_k = same ? 0 : std::max(k, global == reordered->end() ? k : global->second);
       }
     }
     std::vector<const Tracked*> in;

@@ -14,7 +14,8 @@
 namespace shardsim {
 
 // Products per output element of a program's matmuls and einsums, by output name (a name
-// bound twice holds its last binding's).
+// bound twice holds its last binding's). As `reordered` below, a negative length marks a
+// contraction the reference runs on the same blocks in the same order (a shard_map body's).
 using ContractionLengths = std::map<std::string, double>;
 
 // Evaluates the program directly from the ops' definitions (collectives computed from all

@@ -178,6 +178,11 @@ enum class OpKind {
   // (collectives/shard_map.h). The partitioner reshards each input to its in_spec and inlines
   // the body; no derivative rule (grad through it is refused).
   kShardMap,
+  // jnp.cumsum along `axis` (norm_axis; default the last): inclusive prefix sums, in the input's
+  // dtype (i32 wraps as JAX's int32 does). jnp.argsort along `axis` (default the last),
+  // ascending and stable: the i32 indices that sort each row, equal values in index order.
+  kCumsum,
+  kArgsort,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).

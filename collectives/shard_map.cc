@@ -11,6 +11,10 @@
 
 namespace shardsim {
 
+bool FromShardMapBody(const OpSpec& op) {
+  return op.key.find(kShardMapBodyKey) != std::string::npos;
+}
+
 Mesh ShardMapMesh(const ProgramSpec& body) {
   int n = 1;
   for (const MeshAxis& a : body.mesh_axes) n *= a.size;

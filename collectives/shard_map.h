@@ -11,6 +11,13 @@
 
 namespace shardsim {
 
+// Where a shard_map body's ops say they come from: their keys are "<region key>.body.<key>"
+// (ProgramBuilder::ShardMap and the run-file reader make them so), which the partitioned
+// program keeps.
+inline constexpr char kShardMapBodyKey[] = ".body.";
+// Whether `op` of a partitioned program is one of a shard_map body's, inlined.
+bool FromShardMapBody(const OpSpec& op);
+
 // The mesh a shard_map body runs on: its axes over positions 0..n-1 (a body's results do not
 // depend on where its devices sit).
 Mesh ShardMapMesh(const ProgramSpec& body);

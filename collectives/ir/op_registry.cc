@@ -356,6 +356,10 @@ std::vector<OpDef> MakeRegistry() {
       // C++ only (ProgramBuilder::ShardMap): run files cannot write a body yet.
       {OpKind::kShardMap, "shard_map", false, A::kOneOrMore, true, S::kCompute, C::kAllReduce,
        R::kSum, false, {}, false, {}, nullptr, /*global_only=*/true},
+      {OpKind::kCumsum, "cumsum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis}},
+      {OpKind::kArgsort, "argsort", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
+       false, {norm_axis}},
   };
   // clang-format on
 }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "collectives/ir/op_registry.h"
+#include "collectives/shard_map.h"
 #include "sim/spec_error.h"
 
 namespace shardsim {
@@ -168,8 +169,8 @@ std::vector<std::string> ProgramBuilder::ShardMap(std::vector<std::string> in, P
                     "a shard_map body runs on the program's mesh: its axes must be the program's, "
                     "in order");
   }
-  for (OpSpec& op : body.ops) op.key = key + ".body." + op.key;
-  for (OutputSpec& o : body.outputs) o.key = key + ".body." + o.key;
+  for (OpSpec& op : body.ops) op.key = key + kShardMapBodyKey + op.key;
+  for (OutputSpec& o : body.outputs) o.key = key + kShardMapBodyKey + o.key;
   OpSpec op;
   op.kind = OpKind::kShardMap;
   op.in = std::move(in);

@@ -90,6 +90,8 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kMoeRoute:
     case OpKind::kRaggedDot:
     case OpKind::kRaggedDotRhsGrad:
+    case OpKind::kCumsum:
+    case OpKind::kArgsort:
       return &MappedRule;
     case OpKind::kTake:
       return &TakeRule;

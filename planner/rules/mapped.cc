@@ -71,6 +71,8 @@ Mapping MappingOf(const RuleContext& ctx) {
   switch (op.kind) {
     case OpKind::kSoftmax:
     case OpKind::kLogSoftmax:
+    case OpKind::kCumsum:  // Prefixes and orders run along the axis: it stays whole.
+    case OpKind::kArgsort:
       m.rank = s[0].size();
       m.operand = {Identity(m.rank)};
       m.result = {Identity(m.rank)};
