@@ -381,8 +381,8 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
   const double n = facts.k;
   switch (op.kind) {
     case OpKind::kArgsort:
-      // Exact keys give exact indices; inexact ones may reorder any two (an index off by up
-      // to the row's length).
+      // Reached with inexact keys only (exact ones give exact indices): any two may swap, an
+      // index off by up to the row's length.
       return Error{std::max(n - 1, 0.0), std::max(n - 1, 0.0)};
     case OpKind::kCumsum:  // Each prefix a sum of at most n terms, rounded once.
     case OpKind::kSum:

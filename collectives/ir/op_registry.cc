@@ -352,8 +352,9 @@ std::vector<OpDef> MakeRegistry() {
        C::kAllReduce, R::kSum, false, {}},
       {OpKind::kMoveToDevice, "move_to_device", true, A::kOne, false, S::kHostTransfer,
        C::kAllReduce, R::kSum, false, {}},
-      // Its outputs: as many as its body's (OutputCount); partitioning inlines the body. Built in
-      // C++ only (ProgramBuilder::ShardMap): run files cannot write a body yet.
+      // Its outputs: as many as its body's (OutputCount); partitioning inlines the body. Not read
+      // by attributes: C++ builds it with ProgramBuilder::ShardMap, and the run-file reader reads
+      // its body and spec lists itself (ReadShardMap).
       {OpKind::kShardMap, "shard_map", false, A::kOneOrMore, true, S::kCompute, C::kAllReduce,
        R::kSum, false, {}, false, {}, nullptr, /*global_only=*/true},
       {OpKind::kCumsum, "cumsum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,

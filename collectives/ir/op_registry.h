@@ -93,10 +93,12 @@ struct ExactlyOneOf {
 
 // One op of the registry.
 struct OpDef {
-  OpKind kind;        // The op.
-  const char* name;   // SPEC name ("psum").
-  bool user_visible;  // Written in run files (false: internal lowering ops, and shard_map).
-  OpArity arity;      // Inputs it takes.
+  OpKind kind;       // The op.
+  const char* name;  // SPEC name ("psum").
+  // Written in run files through its attributes (false: internal lowering ops, and shard_map,
+  // whose body and spec lists the run-file reader reads itself).
+  bool user_visible;
+  OpArity arity;  // Inputs it takes.
   // Makes several outputs: as many as output_count says (split, grad), or `outputs` (top_k).
   bool multi_output;
   OpStream stream;             // How it is scheduled.

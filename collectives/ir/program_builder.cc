@@ -72,7 +72,7 @@ std::string ProgramBuilder::Add(OpSpec op) {
   if (op.key.empty()) op.key = "program." + std::to_string(index);
   op.kind = ResolveOpKind(op);  // max with one input and axes is reduce_max.
   const OpDef& def = Op(op.kind);
-  // shard_map is not written in run files (user_visible), but C++ builds it (ShardMap).
+  // shard_map has no attributes to read (user_visible is false): ShardMap builds it.
   if (!def.user_visible && op.kind != OpKind::kShardMap) {
     throw SpecError(op.key, std::string(def.name) + " is internal to lowering");
   }

@@ -914,7 +914,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
 std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
                             const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow);
 
-// A list of PartitionSpecs over `axes`, one per name of `names` (`what`: "input" or "output").
+// A list of `count` PartitionSpecs over `axes`, one per `what` ("input" or "output").
 std::vector<PartitionSpec> ReadSpecList(const YamlValue& value, const std::vector<MeshAxis>& axes,
                                         size_t count, const std::string& what) {
   if (!value.IsList()) value.Expected("a list of PartitionSpecs like [\"P('ep', None)\"]");
