@@ -914,6 +914,18 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
 std::vector<OpSpec> ReadOps(const YamlValue& value, const std::vector<MeshAxis>& axes,
                             const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow);
 
+// `name:` of op `index`, or its first output's name (op<index> when another op has that name
+// already); recorded in `op_names`.
+void ReadOpName(const YamlMap& map, size_t index, OpSpec& op, std::set<std::string>& op_names) {
+  if (auto name = map.Find("name")) {
+    op.name = name->String();
+    if (op.name.empty()) name->Expected("a name");
+  } else {
+    op.name = op_names.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
+  }
+  op_names.insert(op.name);
+}
+
 // A list of `count` PartitionSpecs over `axes`, one per `what` ("input" or "output").
 std::vector<PartitionSpec> ReadSpecList(const YamlValue& value, const std::vector<MeshAxis>& axes,
                                         size_t count, const std::string& what) {
@@ -988,13 +1000,7 @@ OpSpec ReadShardMap(const YamlValue& value, size_t index, const std::vector<Mesh
         OutputSpec{op.out[j], out_specs[j], map.Get("out_specs").path() + "." + std::to_string(j)});
   }
   op.body = std::move(body);
-  if (auto name = map.Find("name")) {
-    op.name = name->String();
-    if (op.name.empty()) name->Expected("a name");
-  } else {
-    op.name = op_names.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
-  }
-  op_names.insert(op.name);
+  ReadOpName(map, index, op, op_names);
   for (const std::string& name : op.out) flow.Add(name);
   return op;
 }
@@ -1121,13 +1127,7 @@ OpSpec ReadOp(const YamlValue& value, size_t index, const std::vector<MeshAxis>&
     if (const std::string wrong = CheckOutputCount(op); !wrong.empty()) out.Fail(wrong);
   }
 
-  if (auto name = map.Find("name")) {
-    op.name = name->String();
-    if (op.name.empty()) name->Expected("a name");
-  } else {
-    op.name = op_names.count(op.out[0]) ? "op" + std::to_string(index) : op.out[0];
-  }
-  op_names.insert(op.name);
+  ReadOpName(map, index, op, op_names);
 
   int group = 1;
   if (Contains(keys, "axis_name")) {
