@@ -550,6 +550,28 @@ std::vector<std::string> MeanRule(const RuleArgs& r) {
   return {BroadcastBack(r.e, share, r.op, r.Base(0))};
 }
 
+// cumsum along axis a: x_j adds into every y_i with i >= j, so dx_j = sum_{i >= j} g_i, the
+// reverse cumsum of g: its total along a (broadcast back) minus its cumsum, plus g itself.
+std::vector<std::string> CumsumRule(const RuleArgs& r) {
+  Emitter& e = r.e;
+  const std::string& g = r.cts[0];
+  const Shape& xs = e.Type(r.op.in[0]).shape();
+  const int64_t axis = Axis(r.op.norm_axis, static_cast<int64_t>(xs.size()));
+  OpSpec cumsum;
+  cumsum.norm_axis = axis;
+  const std::string through = e.Op(OpKind::kCumsum, {g}, r.Base(0), std::move(cumsum));
+  OpSpec sum;
+  sum.axes = {axis};
+  sum.keepdims = true;
+  const std::string total = e.Op(OpKind::kSum, {g}, r.Base(0), std::move(sum));
+  OpSpec b;
+  b.shape = xs;
+  for (size_t d = 0; d < xs.size(); ++d) b.broadcast_dimensions.push_back(static_cast<int64_t>(d));
+  const std::string totals = e.Op(OpKind::kBroadcastInDim, {total}, r.Base(0), std::move(b));
+  const std::string after = e.Op(OpKind::kSub, {totals, through}, r.Base(0));
+  return {e.Op(OpKind::kAdd, {after, g}, r.Base(0))};
+}
+
 // reduce_max: g split among the maxima (reduce_max_grad, with the reduction's attributes).
 std::vector<std::string> ReduceMaxRule(const RuleArgs& r) {
   OpSpec op;
@@ -691,6 +713,7 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kFullLike, ConstantRule},
       {OpKind::kBroadcastInDim, BroadcastInDimRule},
       {OpKind::kSum, SumRule},
+      {OpKind::kCumsum, CumsumRule},
       {OpKind::kMean, MeanRule},
       {OpKind::kReduceMax, ReduceMaxRule},
       {OpKind::kSoftmax, SoftmaxRule},

@@ -437,6 +437,17 @@ std::vector<FdCase> Cases() {
                      Attrs([](OpSpec& op) { op.keepdims = true; }));
        },
        {"a"}},
+      {"CumsumLastAxis",
+       [](Program& p) {
+         return p.Op(OpKind::kCumsum, {p.Normal("a", {2, 4})});
+       },
+       {"a"}},
+      {"CumsumAxis0",
+       [](Program& p) {
+         return p.Op(OpKind::kCumsum, {p.Normal("a", {3, 2})},
+                     Attrs([](OpSpec& op) { op.norm_axis = 0; }));
+       },
+       {"a"}},
       {"Mean",
        [](Program& p) {
          return p.Op(OpKind::kMean, {p.Normal("a", {2, 3, 2})},
