@@ -142,9 +142,7 @@ class Lowerer {
         results = ApplyLocalOp(op, inputs, mesh_, 0);
       }
     } catch (const std::invalid_argument& e) {
-      // Named once: kernels' own messages may start with the op's name already.
-      const std::string what = e.what(), named = std::string(def.name) + ": ";
-      throw SpecError(op.key, what.rfind(named, 0) == 0 ? what : named + what);
+      throw SpecError(op.key, NamedOnce(op, e.what()));
     }
     if (lowered.collective) {
       bool own = !op.algorithm.empty();

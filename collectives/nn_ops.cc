@@ -167,7 +167,7 @@ std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& 
     case OpKind::kRaggedDot:
       return One(RaggedDot(x, *inputs[1], *inputs[2]));
     case OpKind::kCumsum:
-      return One(Cumsum(x, op.norm_axis));
+      return One(Cumsum(x, op.norm_axis, op.reverse));
     case OpKind::kArgsort:
       return One(Argsort(x, op.norm_axis));
     default:
@@ -367,7 +367,7 @@ Array OneHot(const Array& x, int64_t num_classes, DType dtype) {
   return Array::FromNumbers(dtype, shape, out);
 }
 
-Array Cumsum(const Array& x, int64_t axis) {
+Array Cumsum(const Array& x, int64_t axis, bool reverse) {
   const int ax = NormalizeAxis("cumsum", axis, x);
   if (!x.has_data()) return Array::ShapeOnly(x.dtype(), x.shape());
   const Rows rows = RowsAlong(x.shape(), ax);
@@ -378,8 +378,8 @@ Array Cumsum(const Array& x, int64_t axis) {
     for (int64_t j = 0; j < rows.inner; ++j) {
       double sum = 0;
       uint32_t wrapped = 0;  // int32 addition as two's complement.
-      for (int64_t i = 0; i < rows.n; ++i) {
-        const int64_t at = rows.At(o, i, j);
+      for (int64_t step = 0; step < rows.n; ++step) {
+        const int64_t at = rows.At(o, reverse ? rows.n - 1 - step : step, j);
         if (ints) {
           wrapped += static_cast<uint32_t>(static_cast<int32_t>(x.ValueAt(at)));
           int_sums[static_cast<size_t>(at)] = static_cast<int32_t>(wrapped);

@@ -67,9 +67,10 @@ Array CrossEntropy(const Array& logits, const Array& labels);
 // jax.lax.top_k: the k largest values along the last axis, in descending order, and their
 // indices (i32); equal values keep the lower index first. NaN ranks above every number.
 std::vector<Array> TopK(const Array& x, int64_t k);
-// jnp.cumsum(x, axis): inclusive prefix sums along `axis`, in x's dtype (float sums in double,
-// each rounded once; i32 sums wrap as int32 does).
-Array Cumsum(const Array& x, int64_t axis);
+// jnp.cumsum(x, axis): inclusive prefix sums along `axis` (suffix sums with `reverse`, as
+// lax.cumsum's), in x's dtype (float sums in double, each rounded once; i32 sums wrap as int32
+// does).
+Array Cumsum(const Array& x, int64_t axis, bool reverse = false);
 // jnp.argsort(x, axis) (stable, ascending): per row along `axis`, the i32 indices that sort it,
 // equal values in index order; NaN sorts last, as in numpy.
 Array Argsort(const Array& x, int64_t axis);

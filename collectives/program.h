@@ -179,8 +179,9 @@ enum class OpKind {
   // the body; no derivative rule (grad through it is refused).
   kShardMap,
   // jnp.cumsum along `axis` (norm_axis; default the last): inclusive prefix sums, in the input's
-  // dtype (i32 wraps as JAX's int32 does). jnp.argsort along `axis` (default the last),
-  // ascending and stable: the i32 indices that sort each row, equal values in index order.
+  // dtype (i32 wraps as JAX's int32 does); with `reverse`, suffix sums (lax.cumsum's). jnp.argsort
+  // along `axis` (default the last), ascending and stable: the i32 indices that sort each row,
+  // equal values in index order.
   kCumsum,
   kArgsort,
 };
@@ -253,6 +254,7 @@ struct OpSpec {
   int64_t high = 0;                           // pad: zeros after, along `axis`.
   std::string fn;                             // unary_grad: the elementwise op differentiated.
   bool keepdims = false;                      // sum, mean, reduce_max: keep reduced axes as size 1.
+  bool reverse = false;                       // cumsum: sums from the end (lax.cumsum's reverse).
   // softmax, log_softmax, rms_norm, layer_norm: the axis normalized over (their `axis`, whose
   // default is the last; `axis` itself is take's and the data-movement ops').
   int64_t norm_axis = -1;

@@ -8,6 +8,8 @@
 #include "collectives/lowering.h"
 #include "collectives/numerics_check.h"
 #include "collectives/outputs.h"
+#include "collectives/partition_spec.h"
+#include "sim/spec_error.h"
 
 namespace shardsim {
 
@@ -52,6 +54,16 @@ std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Arr
     data = data && in.has_data();
   }
   const Mesh mesh = ShardMapMesh(body);
+  // Each in_spec must lay out its input: refused at the region's in_specs, not at the body's
+  // array (a name the run file never wrote under arrays:).
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    try {
+      ValidatePartitionSpec(body.arrays[i].sharding, body.arrays[i].shape, mesh);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(op.key + ".in_specs." + std::to_string(i),
+                      "shard_map: in_spec of '" + body.arrays[i].name + "': " + e.what());
+    }
+  }
   std::vector<Array> results;
   if (!data) {
     const LoweredProgram lowered = LowerProgram(mesh, body);

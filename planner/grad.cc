@@ -551,25 +551,13 @@ std::vector<std::string> MeanRule(const RuleArgs& r) {
 }
 
 // cumsum along axis a: x_j adds into every y_i with i >= j, so dx_j = sum_{i >= j} g_i, the
-// reverse cumsum of g: its total along a (broadcast back) minus its cumsum, plus g itself.
+// cumsum of g the other way (a reverse cumsum's transpose is a forward one). Summed directly,
+// not as the total minus the prefix, which cancels the small terms beside a large one.
 std::vector<std::string> CumsumRule(const RuleArgs& r) {
-  Emitter& e = r.e;
-  const std::string& g = r.cts[0];
-  const Shape& xs = e.Type(r.op.in[0]).shape();
-  const int64_t axis = Axis(r.op.norm_axis, static_cast<int64_t>(xs.size()));
   OpSpec cumsum;
-  cumsum.norm_axis = axis;
-  const std::string through = e.Op(OpKind::kCumsum, {g}, r.Base(0), std::move(cumsum));
-  OpSpec sum;
-  sum.axes = {axis};
-  sum.keepdims = true;
-  const std::string total = e.Op(OpKind::kSum, {g}, r.Base(0), std::move(sum));
-  OpSpec b;
-  b.shape = xs;
-  for (size_t d = 0; d < xs.size(); ++d) b.broadcast_dimensions.push_back(static_cast<int64_t>(d));
-  const std::string totals = e.Op(OpKind::kBroadcastInDim, {total}, r.Base(0), std::move(b));
-  const std::string after = e.Op(OpKind::kSub, {totals, through}, r.Base(0));
-  return {e.Op(OpKind::kAdd, {after, g}, r.Base(0))};
+  cumsum.norm_axis = r.op.norm_axis;
+  cumsum.reverse = !r.op.reverse;
+  return {r.e.Op(OpKind::kCumsum, {r.cts[0]}, r.Base(0), std::move(cumsum))};
 }
 
 // reduce_max: g split among the maxima (reduce_max_grad, with the reduction's attributes).

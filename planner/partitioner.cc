@@ -224,6 +224,18 @@ class Partitioner {
     std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
     info.outs_known = false;
     std::unordered_map<std::string, std::string> local;  // Body name -> the program's name.
+    std::unordered_set<std::string> in_host;             // Body names bound by move_to_host.
+    // The body op binding each result last writes it under the result's own name, as any
+    // op's result is named in the partitioned program (messages then name it as written).
+    std::unordered_map<std::string, std::pair<size_t, std::string>> result_name;
+    for (size_t r = 0; r < op.out.size(); ++r) {
+      for (size_t k = body.ops.size(); k-- > 0;) {
+        const std::vector<std::string>& outs_k = body.ops[k].out;
+        if (std::find(outs_k.begin(), outs_k.end(), body.outputs[r].name) == outs_k.end()) continue;
+        result_name.emplace(body.outputs[r].name, std::make_pair(k, op.out[r]));
+        break;
+      }
+    }
     for (size_t i = 0; i < op.in.size(); ++i) {
       const int id = Current(info.in_ids[i]);
       const Value& v = values_[static_cast<size_t>(id)];
@@ -233,12 +245,23 @@ class Partitioner {
                       "shard_map " + op.name + " takes " + op.in[i] + " as " +
                           FormatType(v.dtype, v.shape, to, axes_) + " (its in_spec)");
     }
-    for (const OpSpec& b : body.ops) {
+    for (size_t k = 0; k < body.ops.size(); ++k) {
+      const OpSpec& b = body.ops[k];
       OpSpec inlined = b;
       for (std::string& name : inlined.in) name = local.at(name);
       for (std::string& name : inlined.out) {
-        const std::string fresh = Fresh(op.name + "_" + name);
+        // Named after the region's first result (a valid name, as the op's name need not be),
+        // or the result's own name where this op binds it last.
+        const auto last = result_name.find(name);
+        const std::string fresh = last != result_name.end() && last->second.first == k
+                                      ? last->second.second
+                                      : Fresh(op.out[0] + "_" + name);
         local[name] = fresh;
+        if (b.kind == OpKind::kMoveToHost) {
+          in_host.insert(name);
+        } else {
+          in_host.erase(name);
+        }
         name = fresh;
       }
       inlined.name = inlined.out[0];
@@ -250,6 +273,7 @@ class Partitioner {
       const OutputSpec& o = body.outputs[r];
       Value v{outs[r].shape(), outs[r].dtype(), Layout(o.spec, outs[r].shape(), o.key),
               local.at(o.name)};
+      v.host = in_host.count(o.name) > 0;
       Define(info.out_ids[r], std::move(v));
     }
   }
@@ -332,7 +356,7 @@ class Partitioner {
     try {
       return ApplyLocalOp(op, ptrs, shape_mesh_, 0);
     } catch (const std::invalid_argument& e) {
-      throw SpecError(op.key, std::string(OpKindName(op.kind)) + ": " + e.what());
+      throw SpecError(op.key, NamedOnce(op, e.what()));
     }
   }
 

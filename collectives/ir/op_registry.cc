@@ -358,7 +358,9 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kShardMap, "shard_map", false, A::kOneOrMore, true, S::kCompute, C::kAllReduce,
        R::kSum, false, {}, false, {}, nullptr, /*global_only=*/true},
       {OpKind::kCumsum, "cumsum", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
-       false, {norm_axis}},
+       false,
+       {norm_axis, Opt("reverse", T::kBool, &OpSpec::reverse,
+                       "Sum from the end of the axis (lax.cumsum's reverse; default false)")}},
       {OpKind::kArgsort, "argsort", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
        false, {norm_axis}},
   };
@@ -626,6 +628,11 @@ std::vector<std::string> CollectiveOpNames(CollectiveKind kind) {
     }
   }
   return names;
+}
+
+std::string NamedOnce(const OpSpec& op, const std::string& what) {
+  const std::string named = std::string(Op(op.kind).name) + ": ";
+  return what.rfind(named, 0) == 0 ? what : named + what;
 }
 
 int64_t OutputCount(const OpSpec& op) {

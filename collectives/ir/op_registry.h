@@ -174,6 +174,9 @@ std::string CheckArity(const OpSpec& op);
 // memory: host memory holds data only, which move_to_device alone reads; returns "" or what is
 // wrong ("add: 'x' is in host memory; ops read device memory (move_to_device it first)").
 std::string CheckMemoryKind(const OpSpec& op, const std::string& name, bool in_host);
+// `what` (a kernel's complaint about `op`) prefixed with the op's name ("matmul: ..."), unless
+// it starts with it already.
+std::string NamedOnce(const OpSpec& op, const std::string& what);
 // The attribute CheckArity's complaint is about when it is not the inputs ("scalar" for a
 // binary op given two inputs and a scalar), or nullptr.
 const char* ArityBlamesAttr(const OpSpec& op);

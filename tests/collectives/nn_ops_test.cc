@@ -326,6 +326,14 @@ std::vector<KernelCase> KernelCases() {
        Along(OpKind::kCumsum, 0),
        {F32({2, 2}, {1, 2, 3, 4})},
        {{f32, {2, 2}, {1, 2, 4, 6}}}},
+      {"CumsumReverse",
+       [] {
+         OpSpec op = Along(OpKind::kCumsum, -1);
+         op.reverse = true;
+         return op;
+       }(),
+       {F32({2, 3}, {1, 2, 3, 4, 5, 6})},
+       {{f32, {2, 3}, {6, 5, 3, 15, 11, 6}}}},
       // int32 sums wrap as JAX's do: 2^31 - 1 + 1 is -2^31.
       {"CumsumI32Wraps",
        Along(OpKind::kCumsum, 0),

@@ -448,6 +448,12 @@ std::vector<FdCase> Cases() {
                      Attrs([](OpSpec& op) { op.norm_axis = 0; }));
        },
        {"a"}},
+      {"CumsumReverse",
+       [](Program& p) {
+         return p.Op(OpKind::kCumsum, {p.Normal("a", {2, 4})},
+                     Attrs([](OpSpec& op) { op.reverse = true; }));
+       },
+       {"a"}},
       {"Mean",
        [](Program& p) {
          return p.Op(OpKind::kMean, {p.Normal("a", {2, 3, 2})},
@@ -596,6 +602,23 @@ std::vector<OpKind> EmittedKinds(const ProgramSpec& expanded, size_t forward) {
   std::vector<OpKind> kinds;
   for (size_t i = forward; i < expanded.ops.size(); ++i) kinds.push_back(expanded.ops[i].kind);
   return kinds;
+}
+
+// cumsum's gradient is the reverse cumsum of the cotangent, summed as such: beside a large
+// term the small ones survive (dx of sum(w * cumsum(x)) with w = [1e8, 1, 1, 1] is [1e8 + 3, 3,
+// 2, 1]: f32 rounds the first to 1e8; the total minus the prefix sum gave [1e8, 1, 1, 1]).
+TEST(GradStructureTest, CumsumGradientIsTheReverseCumsum) {
+  Program p;
+  const std::string c = p.Op(OpKind::kCumsum, {p.In("a", {4}, {1, 1, 1, 1})});
+  const std::string m = p.Op(OpKind::kMul, {c, p.In("w", {4}, {1e8f, 1, 1, 1})});
+  p.Op(OpKind::kSum, {m}, {}, {"loss"});
+  p.builder().Grad("loss", {"a"}, {"da"});
+  p.builder().Output("da", PartitionSpec{});
+  const Array da = Evaluate(ExpandGrads(p.program())).at("da");
+  EXPECT_EQ(da.ValueAt(0), 1e8);
+  EXPECT_EQ(da.ValueAt(1), 3);
+  EXPECT_EQ(da.ValueAt(2), 2);
+  EXPECT_EQ(da.ValueAt(3), 1);
 }
 
 // x @ w and sum(y * r): with respect to w only, the seed, d_y (one einsum, r needs none) and

@@ -307,6 +307,76 @@ TEST(ShardMapTest, BodyErrorsAreLocated) {
   }
 }
 
+// An in_spec that cannot lay out its input is refused at the region's in_specs (not at a body
+// array the file never wrote); a kernel's shape error names its op once.
+TEST(ShardMapTest, InSpecAndShapeErrorsLocated) {
+  ProgramBuilder body(kAxes);
+  body.Input("g", {6, 4}, DType::kF32, P({{"x"}}));
+  body.Unary(OpKind::kNeg, "g", "z");
+  body.Output("z", P({{"x"}}));
+  ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+  g.Input("a", {6, 4}, DType::kF32, P({}));
+  g.Unary(OpKind::kNeg, "a", "made");
+  g.ShardMap({"made"}, std::move(body).Build(), {"z"});
+  g.Output("z", P({}));
+  try {
+    Partition(std::move(g).Build());
+    FAIL() << "partitioned";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "program.1.in_specs.0");
+    EXPECT_NE(std::string(e.what()).find("in_spec of 'g'"), std::string::npos) << e.what();
+  }
+  ProgramBuilder m(kAxes, {}, ProgramMode::kAuto);
+  m.Input("a", {8, 6}, DType::kF32, P({}));
+  m.Matmul("a", "a", "y");
+  m.Output("y", P({}));
+  try {
+    Partition(std::move(m).Build());
+    FAIL() << "partitioned";
+  } catch (const SpecError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("matmul: inner dimensions differ")) << e.what();
+  }
+}
+
+// The partitioned program names a region's values after its first result, whatever the op's
+// own name (a run file may name it anything), and each result under its own name; a result the
+// body left in host memory stays there (resharding it is refused, naming it).
+TEST(ShardMapTest, ResultsKeepTheirNamesAndMemory) {
+  ProgramSpec global = RegionProgram(P({}));
+  global.ops[0].name = "a region";
+  const PartitionResult lowered = Partition(global);
+  for (const OpSpec& op : lowered.program.ops) {
+    for (const std::string& name : op.out) {
+      EXPECT_EQ(name.find(' '), std::string::npos) << name;
+    }
+  }
+  bool s = false, q = false;
+  for (const OpSpec& op : lowered.program.ops) {
+    s = s || op.out[0] == "s";
+    q = q || op.out[0] == "q";
+  }
+  EXPECT_TRUE(s && q);
+  ProgramBuilder body(kAxes);
+  body.Input("p", {8, 6}, DType::kF32, P({{"x"}}));
+  OpSpec to_host;
+  to_host.kind = OpKind::kMoveToHost;
+  to_host.in = {"p"};
+  to_host.out = {"h"};
+  body.Add(to_host);
+  body.Output("h", P({{"x"}}));
+  ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+  g.Input("a", {8, 6}, DType::kF32, P({}));
+  g.ShardMap({"a"}, std::move(body).Build(), {"h"});
+  g.Output("h", P({}));
+  try {
+    Partition(std::move(g).Build());
+    FAIL() << "partitioned";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "outputs.h");
+    EXPECT_TRUE(std::string(e.what()).starts_with("'h' is in host memory")) << e.what();
+  }
+}
+
 // Regions belong in global programs, with a mode: manual body on the program's own mesh.
 TEST(ShardMapTest, BuilderRefusals) {
   auto refusal = [](ProgramBuilder& b, ProgramSpec body) {
