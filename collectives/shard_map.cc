@@ -2,9 +2,11 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 
+#include "collectives/ir/op_registry.h"
 #include "collectives/lowering.h"
 #include "collectives/numerics_check.h"
 #include "collectives/outputs.h"
@@ -24,6 +26,85 @@ Mesh ShardMapMesh(const ProgramSpec& body) {
   for (int p = 0; p < n; ++p) devices[static_cast<size_t>(p)] = p;
   return Mesh(body.mesh_axes, devices);
 }
+
+namespace {
+
+// The mesh axes (indices) each name of `body` may differ along, op by op (JAX's replication
+// check, shard_map's check_rep): an input along the axes its in_spec splits it over; an
+// all-reduce or all-gather's result along its input's but its own axes (every member ends with
+// the same value); a reduce-scatter's, all-to-all's or permute's along its input's and its own
+// (each member ends with its own block); axis_index along its axes; a value made under `where:`
+// along the axes it names; full_like's along none (it reads only a shape); any other op's along
+// its inputs' (a collective matmul's gathered operand without its axes). Each output must vary
+// only along axes its out_spec names: a SpecError at the output's key otherwise.
+void CheckReplication(const ProgramSpec& body, const Mesh& mesh) {
+  using Axes = std::set<int>;
+  std::map<std::string, Axes> varies;
+  auto axes_of = [&](const std::vector<std::string>& names) {
+    Axes axes;
+    for (const std::string& name : names) {
+      // An unknown axis is lowering's to refuse, with its key.
+      if (const int a = mesh.AxisIndex(name); a >= 0) axes.insert(a);
+    }
+    return axes;
+  };
+  for (const ArraySpec& a : body.arrays) {
+    Axes axes;
+    for (const std::vector<std::string>& dim : a.sharding.dims) {
+      const Axes more = axes_of(dim);
+      axes.insert(more.begin(), more.end());
+    }
+    varies[a.name] = axes;
+  }
+  for (const OpSpec& op : body.ops) {
+    const OpDef& def = Op(op.kind);
+    const Axes own = axes_of(op.axis_name);
+    Axes result;
+    for (size_t k = 0; k < op.in.size(); ++k) {
+      Axes in = varies.count(op.in[k]) ? varies.at(op.in[k]) : Axes{};
+      // A collective matmul gathers one operand over its axes.
+      const bool gathered = op.kind == OpKind::kAllgatherMatmul &&
+                            static_cast<int>(k) == (op.gather == "lhs" ? 0 : 1);
+      if (gathered) {
+        for (int a : own) in.erase(a);
+      }
+      result.insert(in.begin(), in.end());
+    }
+    if (op.kind == OpKind::kFullLike) result.clear();
+    if (def.stream == OpStream::kCollective) {
+      if (def.collective == CollectiveKind::kAllReduce ||
+          def.collective == CollectiveKind::kAllGather) {
+        for (int a : own) result.erase(a);
+      } else {
+        result.insert(own.begin(), own.end());
+      }
+    } else if (def.takes_axis_name || op.kind == OpKind::kMatmulReduceScatter) {
+      result.insert(own.begin(), own.end());  // axis_index; a block of a scatter or a table.
+    }
+    for (const auto& [axis, index] : op.where) {
+      if (const int a = mesh.AxisIndex(axis); a >= 0) result.insert(a);
+    }
+    for (const std::string& out : op.out) varies[out] = result;
+  }
+  for (const OutputSpec& o : body.outputs) {
+    Axes named;
+    for (const std::vector<std::string>& dim : o.spec.dims) {
+      const Axes more = axes_of(dim);
+      named.insert(more.begin(), more.end());
+    }
+    for (int a : varies[o.name]) {
+      if (named.count(a)) continue;
+      const std::string axis = mesh.axes()[static_cast<size_t>(a)].name;
+      throw SpecError(o.key, "shard_map: '" + o.name + "' may differ along mesh axis '" + axis +
+                                 "', but its out_spec " + FormatPartitionSpec(o.spec) +
+                                 " says it is the same on every device along it (JAX's "
+                                 "replication check): psum or all_gather it over " +
+                                 axis + " in the body, or name " + axis + " in the out_spec");
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Array*>& inputs) {
   if (!op.body) throw std::invalid_argument("has no body");
@@ -64,6 +145,7 @@ std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Arr
                       "shard_map: in_spec of '" + body.arrays[i].name + "': " + e.what());
     }
   }
+  CheckReplication(body, mesh);
   std::vector<Array> results;
   if (!data) {
     const LoweredProgram lowered = LowerProgram(mesh, body);

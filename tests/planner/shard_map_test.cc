@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -374,6 +375,66 @@ TEST(ShardMapTest, ResultsKeepTheirNamesAndMemory) {
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "outputs.h");
     EXPECT_TRUE(std::string(e.what()).starts_with("'h' is in host memory")) << e.what();
+  }
+}
+
+// JAX's replication check: an out_spec that leaves a mesh axis out says the result is the same
+// on every device along it, which the body must make so (a psum or all_gather over it, or a
+// value that never varied along it); otherwise the region is refused at that output's key
+// (taking device 0's block silently would be wrong).
+TEST(ShardMapTest, OutSpecsAreCheckedForReplication) {
+  struct Case {
+    const char* name;
+    std::function<void(ProgramBuilder&)> body;  // Makes "z" from "p" (f32[8,6] rows over x).
+    bool accepted;
+  };
+  const std::vector<Case> cases = {
+      {"BlockItself", [](ProgramBuilder& b) { b.Unary(OpKind::kNeg, "p", "z"); }, false},
+      {"Summed",
+       [](ProgramBuilder& b) { b.Reduce(OpKind::kPsum, b.Unary(OpKind::kNeg, "p"), {"x"}, "z"); },
+       true},
+      {"Gathered", [](ProgramBuilder& b) { b.AllGather("p", {"x"}, 0, true, "z"); }, true},
+      {"SummedOverAnotherAxis", [](ProgramBuilder& b) { b.Reduce(OpKind::kPsum, "p", {"y"}, "z"); },
+       false},
+      {"ScatteredAfterTheSum",
+       [](ProgramBuilder& b) {
+         b.PsumScatter(b.Reduce(OpKind::kPsum, "p", {"x"}), {"x"}, 0, true, "z");
+       },
+       false},
+      {"ZerosLikeIt",
+       [](ProgramBuilder& b) {
+         OpSpec zeros;
+         zeros.kind = OpKind::kFullLike;
+         zeros.in = {"p"};
+         zeros.out = {"z"};
+         zeros.fill_value = 0;
+         b.Add(zeros);
+       },
+       true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ProgramBuilder body(kAxes);
+    body.Input("p", {8, 6}, DType::kF32, P({{"x"}}));
+    c.body(body);
+    body.Output("z", P({}));
+    ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+    g.Input("a", {8, 6}, DType::kF32, P({}), Arange());
+    g.ShardMap({"a"}, std::move(body).Build(), {"z"});
+    g.Output("z", P({}));
+    const ProgramSpec global = std::move(g).Build();
+    if (c.accepted) {
+      ExpectNumericsPass(global);
+      continue;
+    }
+    try {
+      Partition(global);
+      ADD_FAILURE() << "partitioned";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.key(), "program.0.body.outputs.z");
+      EXPECT_NE(std::string(e.what()).find("'z' may differ along mesh axis 'x'"), std::string::npos)
+          << e.what();
+    }
   }
 }
 
