@@ -213,11 +213,44 @@ class Partitioner {
     Define(op.out[0], std::move(out));
   }
 
+  // A partial value read by several ops is summed once, up front, rather than carried
+  // partial through a linear op and summed again by another reader (Adam reads a gradient
+  // both scaled and squared: one psum, as XLA's all-reduce after the dot; a shard_map region
+  // and an op beside it reading one contraction).
+  // `in_ids`: the op's operands' name ids; `uses`: how many ops read each.
+  void SumSharedPartials(const OpSpec& op, const std::vector<int>& in_ids,
+                         const std::vector<int>& uses) {
+    for (size_t i = 0; i < op.in.size(); ++i) {
+      const Value& v = values_[static_cast<size_t>(Current(in_ids[i]))];
+      // Copies of a partial host value each carry the partial sums to their readers.
+      if (v.sharding.partial.empty() || uses[i] < 2 || v.host) continue;
+      // An elementwise op with a split operand of the same shape sums it into that layout
+      // where the split takes the partial axes (SumTarget): a reduce-scatter, never more bytes
+      // than the all-reduce (a reader wanting it whole gathers the rest, which the all-reduce
+      // moves anyway). A residual add of a tensor-parallel projection into a stream split over
+      // the same axis, read again by remat's recompute, so reduce-scatters once.
+      std::optional<ValueSharding> to;
+      std::string like;
+      for (size_t j = 0; j < op.in.size() && Op(op.kind).elementwise && !to; ++j) {
+        const Value& w = values_[static_cast<size_t>(Current(in_ids[j]))];
+        if (j != i && w.sharding.partial.empty() && w.shape == v.shape) {
+          to = SumTarget(v.sharding, w.sharding);
+          if (to) like = ", split as " + op.in[j] + " is";
+        }
+      }
+      SumPartials(in_ids[i],
+                  op.in[i] + " is read by " + std::to_string(uses[i]) +
+                      " ops: its partial sums are summed once" + like,
+                  to);
+    }
+  }
+
   // shard_map: each input resharded to its in_spec (its body array's sharding), as jit does
   // around a shard_map; then the body's ops as they are, on those blocks, its temporaries
   // under fresh names; each result is the body output it stands for, laid out by its out spec.
   void EmitShardMap(const OpSpec& op) {
     auto& info = Info(op);
+    SumSharedPartials(op, info.in_ids, info.uses);
     const ProgramSpec& body = *op.body;
     std::vector<const Value*> in;
     for (int name : info.in_ids) in.push_back(&values_[static_cast<size_t>(Current(name))]);
@@ -673,33 +706,7 @@ class Partitioner {
       throw SpecError(op.key, std::string(OpKindName(op.kind)) +
                                   " has no sharding rule yet (partitioning it is not supported)");
     }
-    // A partial value read by several ops is summed once, up front, rather than carried
-    // partial through a linear op and summed again by another reader (Adam reads a gradient
-    // both scaled and squared: one psum, as XLA's all-reduce after the dot).
-    const std::vector<int>& uses = info.uses;
-    for (size_t i = 0; i < op.in.size(); ++i) {
-      const Value& v = values_[static_cast<size_t>(Current(info.in_ids[i]))];
-      // Copies of a partial host value each carry the partial sums to their readers.
-      if (v.sharding.partial.empty() || uses[i] < 2 || v.host) continue;
-      // An elementwise op with a split operand of the same shape sums it into that layout
-      // where the split takes the partial axes (SumTarget): a reduce-scatter, never more bytes
-      // than the all-reduce (a reader wanting it whole gathers the rest, which the all-reduce
-      // moves anyway). A residual add of a tensor-parallel projection into a stream split over
-      // the same axis, read again by remat's recompute, so reduce-scatters once.
-      std::optional<ValueSharding> to;
-      std::string like;
-      for (size_t j = 0; j < op.in.size() && Op(op.kind).elementwise && !to; ++j) {
-        const Value& w = values_[static_cast<size_t>(Current(info.in_ids[j]))];
-        if (j != i && w.sharding.partial.empty() && w.shape == v.shape) {
-          to = SumTarget(v.sharding, w.sharding);
-          if (to) like = ", split as " + op.in[j] + " is";
-        }
-      }
-      SumPartials(info.in_ids[i],
-                  op.in[i] + " is read by " + std::to_string(uses[i]) +
-                      " ops: its partial sums are summed once" + like,
-                  to);
-    }
+    SumSharedPartials(op, info.in_ids, info.uses);
     std::vector<const Value*> in;
     std::vector<int> ids;
     for (int name : info.in_ids) {

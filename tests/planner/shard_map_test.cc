@@ -249,6 +249,28 @@ TEST(ShardMapTest, MoeDispatchInsideJit) {
   }
 }
 
+// A contraction left partial over x and read by a region and by tanh is summed once (one psum,
+// the region then slicing its rows), not reduce-scattered for the region and psummed again.
+TEST(ShardMapTest, PartialSumsReadTwiceAreSummedOnce) {
+  ProgramBuilder body(kAxes);
+  body.Input("p", {8, 6}, DType::kF32, P({{"x"}}));
+  body.Unary(OpKind::kNeg, "p", "z");
+  body.Output("z", P({{"x"}}));
+  ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+  g.Input("a", {8, 16}, DType::kF32, P({{}, {"x"}}), Normal(1));
+  g.Input("b", {16, 6}, DType::kF32, P({{"x"}}), Normal(2));
+  g.Matmul("a", "b", "c");
+  g.ShardMap({"c"}, std::move(body).Build(), {"z"});
+  g.Unary(OpKind::kTanh, "c", "t");
+  g.Output("z", P({{"x"}}));
+  g.Output("t", P({}));
+  const ProgramSpec global = std::move(g).Build();
+  // One psum of c's [8, 6] f32 partial products (192 B a device).
+  EXPECT_EQ(Collectives(global, Partition(global)),
+            (std::vector<Inserted>{{OpKind::kPsum, {"x"}, 192}}));
+  ExpectNumericsPass(global);
+}
+
 // jax.grad has no transpose of a shard_map here: reverse mode through a region is refused,
 // naming it.
 TEST(ShardMapTest, GradThroughARegionIsRefused) {
