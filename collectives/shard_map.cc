@@ -59,11 +59,18 @@ void CheckReplication(const ProgramSpec& body, const Mesh& mesh) {
   for (const OpSpec& op : body.ops) {
     const OpDef& def = Op(op.kind);
     const Axes own = axes_of(op.axis_name);
+    // What its collective (or a collective matmul's) does to the axes it runs over, from the
+    // registry: an all-reduce or all-gather leaves every member the same value along them (a
+    // collective matmul's all-gather, its gathered operand); any other kind, and the other ops
+    // naming axes (axis_index, a table's block), give each member its own.
+    const bool communicates =
+        def.stream == OpStream::kCollective || def.stream == OpStream::kComposite;
+    const bool evens = communicates && (def.collective == CollectiveKind::kAllReduce ||
+                                        def.collective == CollectiveKind::kAllGather);
     Axes result;
     for (size_t k = 0; k < op.in.size(); ++k) {
       Axes in = varies.count(op.in[k]) ? varies.at(op.in[k]) : Axes{};
-      // A collective matmul gathers one operand over its axes.
-      const bool gathered = op.kind == OpKind::kAllgatherMatmul &&
+      const bool gathered = def.stream == OpStream::kComposite && evens &&
                             static_cast<int>(k) == (op.gather == "lhs" ? 0 : 1);
       if (gathered) {
         for (int a : own) in.erase(a);
@@ -71,15 +78,10 @@ void CheckReplication(const ProgramSpec& body, const Mesh& mesh) {
       result.insert(in.begin(), in.end());
     }
     if (op.kind == OpKind::kFullLike) result.clear();
-    if (def.stream == OpStream::kCollective) {
-      if (def.collective == CollectiveKind::kAllReduce ||
-          def.collective == CollectiveKind::kAllGather) {
-        for (int a : own) result.erase(a);
-      } else {
-        result.insert(own.begin(), own.end());
-      }
-    } else if (def.takes_axis_name || op.kind == OpKind::kMatmulReduceScatter) {
-      result.insert(own.begin(), own.end());  // axis_index; a block of a scatter or a table.
+    if (evens && def.stream == OpStream::kCollective) {
+      for (int a : own) result.erase(a);
+    } else if (!evens && def.takes_axis_name) {
+      result.insert(own.begin(), own.end());
     }
     for (const auto& [axis, index] : op.where) {
       if (const int a = mesh.AxisIndex(axis); a >= 0) result.insert(a);

@@ -249,6 +249,28 @@ TEST(ShardMapTest, MoeDispatchInsideJit) {
   }
 }
 
+// A collective matmul's gathered operand stops varying along its axes: x (replicated) times
+// the gathered w (rows over x) is the same on every device along x, so out_spec P() holds.
+TEST(ShardMapTest, CollectiveMatmulResultIsReplicatedAlongItsGather) {
+  ProgramBuilder body(kAxes);
+  body.Input("x", {4, 8}, DType::kF32, P({}));
+  body.Input("w", {8, 6}, DType::kF32, P({{"x"}}));
+  OpSpec cm;
+  cm.kind = OpKind::kAllgatherMatmul;
+  cm.in = {"x", "w"};
+  cm.out = {"z"};
+  cm.axis_name = {"x"};
+  cm.variant = "unidirectional";
+  body.Add(cm);
+  body.Output("z", P({}));
+  ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+  g.Input("a", {4, 8}, DType::kF32, P({}), Normal(1));
+  g.Input("b", {8, 6}, DType::kF32, P({{"x"}}), Normal(2));
+  g.ShardMap({"a", "b"}, std::move(body).Build(), {"z"});
+  g.Output("z", P({}));
+  ExpectNumericsPass(std::move(g).Build());
+}
+
 // A contraction left partial over x and read by a region and by tanh is summed once (one psum,
 // the region then slicing its rows), not reduce-scattered for the region and psummed again.
 TEST(ShardMapTest, PartialSumsReadTwiceAreSummedOnce) {
