@@ -16,7 +16,7 @@
 namespace shardsim {
 
 bool FromShardMapBody(const OpSpec& op) {
-  return op.key.find(kShardMapBodyKey) != std::string::npos;
+  return op.key.find("." + std::string(kShardMapBody) + ".") != std::string::npos;
 }
 
 Mesh ShardMapMesh(const ProgramSpec& body) {

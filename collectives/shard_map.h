@@ -11,10 +11,10 @@
 
 namespace shardsim {
 
-// Where a shard_map body's ops say they come from: their keys are "<region key>.body.<key>"
-// (ProgramBuilder::ShardMap and the run-file reader make them so), which the partitioned
-// program keeps.
-inline constexpr char kShardMapBodyKey[] = ".body.";
+// The run-file key of a region's body, and so the part of its ops' keys that says where they
+// come from: "<region key>.body.<key>" (ProgramBuilder::ShardMap makes them so, and a run
+// file's entries under the key are so named), which the partitioned program keeps.
+inline constexpr char kShardMapBody[] = "body";
 // Whether `op` of a partitioned program is one of a shard_map body's, inlined.
 bool FromShardMapBody(const OpSpec& op);
 

@@ -169,8 +169,9 @@ std::vector<std::string> ProgramBuilder::ShardMap(std::vector<std::string> in, P
                     "a shard_map body runs on the program's mesh: its axes must be the program's, "
                     "in order");
   }
-  for (OpSpec& op : body.ops) op.key = key + kShardMapBodyKey + op.key;
-  for (OutputSpec& o : body.outputs) o.key = key + kShardMapBodyKey + o.key;
+  const std::string prefix = key + "." + kShardMapBody + ".";
+  for (OpSpec& op : body.ops) op.key = prefix + op.key;
+  for (OutputSpec& o : body.outputs) o.key = prefix + o.key;
   OpSpec op;
   op.kind = OpKind::kShardMap;
   op.in = std::move(in);

@@ -19,6 +19,7 @@
 #include "collectives/ir/program_builder.h"
 #include "collectives/mesh.h"
 #include "collectives/partition_spec.h"
+#include "collectives/shard_map.h"
 #include "planner/models/logical_rules.h"
 #include "sim/cli/plan_search_file.h"
 #include "sim/cli/yaml_reader.h"
@@ -947,7 +948,7 @@ std::vector<PartitionSpec> ReadSpecList(const YamlValue& value, const std::vecto
 OpSpec ReadShardMap(const YamlValue& value, size_t index, const std::vector<MeshAxis>& axes,
                     const std::vector<MeshSpec>& meshes, ProgramMode mode, NameFlow& flow,
                     std::set<std::string>& op_names) {
-  YamlMap map = value.Map({"op", "in", "in_specs", "out", "out_specs", "body", "name"});
+  YamlMap map = value.Map({"op", "in", "in_specs", "out", "out_specs", kShardMapBody, "name"});
   if (mode == ProgramMode::kManual) {
     map.Get("op").Fail(
         "shard_map needs a global program (mode: explicit or auto); in a "
@@ -991,7 +992,7 @@ OpSpec ReadShardMap(const YamlValue& value, size_t index, const std::vector<Mesh
   // The body sees the inputs alone, under their names.
   NameFlow inner;
   for (const std::string& name : op.in) inner.Add(name);
-  body->ops = ReadOps(map.Get("body"), axes, {}, ProgramMode::kManual, inner);
+  body->ops = ReadOps(map.Get(kShardMapBody), axes, {}, ProgramMode::kManual, inner);
   for (size_t j = 0; j < op.out.size(); ++j) {
     if (!inner.Has(op.out[j])) {
       out_entries[j].Fail("'" + op.out[j] + "' is not made by the body" + inner.Hint(op.out[j]));
