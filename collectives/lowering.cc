@@ -130,13 +130,7 @@ class Lowerer {
       if (def.stream == OpStream::kCollective) {
         int g = lowered.group_size;
         if (op.kind == OpKind::kPpermute) lowered.destination = ResolvePermutation(op, mesh_);
-        if (op.kind == OpKind::kRaggedAllToAll) {
-          results.push_back(Array::ShapeOnly(inputs[0]->dtype(), RaggedAllToAllShape(inputs, g)));
-        } else {
-          results.push_back(Array::ShapeOnly(
-              CollectiveOutputDType(op, inputs[0]->dtype()),
-              CollectiveOutputShape(op, inputs[0]->shape(), g, inputs[0]->dtype())));
-        }
+        results.push_back(CollectiveResultType(op, inputs, g));
         lowered.collective = true;
       } else {
         results = ApplyLocalOp(op, inputs, mesh_, 0);

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/ragged_all_to_all.h"
+
 namespace shardsim {
 namespace {
 
@@ -287,6 +289,16 @@ DType CollectiveOutputDType(const OpSpec& op, DType input) {
   if (op.kind == OpKind::kAxisIndex) return DType::kI32;
   if (op.kind == OpKind::kPmean && input == DType::kI32) return DType::kF32;
   return input;
+}
+
+Array CollectiveResultType(const OpSpec& op, const std::vector<const Array*>& inputs,
+                           int group_size) {
+  if (op.kind == OpKind::kRaggedAllToAll) {
+    return Array::ShapeOnly(inputs.at(0)->dtype(), RaggedAllToAllShape(inputs, group_size));
+  }
+  const Array& in = *inputs.at(0);
+  return Array::ShapeOnly(CollectiveOutputDType(op, in.dtype()),
+                          CollectiveOutputShape(op, in.shape(), group_size, in.dtype()));
 }
 
 std::vector<Array> ReferenceCollective(const OpSpec& op, const Mesh& mesh,

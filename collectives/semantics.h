@@ -61,6 +61,13 @@ Shape CollectiveOutputShape(const OpSpec& op, const Shape& input, int group_size
 // i32 (f32, JAX's true division) and axis_index (i32).
 DType CollectiveOutputDType(const OpSpec& op, DType input);
 
+// The shape-only result of collective `op` (axis_index and ragged_all_to_all included) on the
+// local `inputs` for a group of `group_size` devices: CollectiveOutputShape and
+// CollectiveOutputDType, or ragged_all_to_all's rule (RaggedAllToAllShape). Throws
+// std::invalid_argument as they do.
+Array CollectiveResultType(const OpSpec& op, const std::vector<const Array*>& inputs,
+                           int group_size);
+
 // ppermute: where each member of a group sends its block. Returns dest with one entry per
 // group index g (0..n-1, the op-order index of Mesh::Groups / Mesh::IndexInGroup): dest[g]
 // is the group index of the member that receives g's block, or -1 if g sends nothing. The

@@ -1,8 +1,10 @@
 #include "planner/grad.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -13,6 +15,9 @@
 #include "collectives/ir/op_registry.h"
 #include "collectives/local_op.h"
 #include "collectives/mesh.h"
+#include "collectives/semantics.h"
+#include "collectives/shard_map.h"
+#include "collectives/sharding.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -45,16 +50,27 @@ class Names {
   std::unordered_set<std::string> used_;
 };
 
-// The shape-only results of `op` on values of `types` (the sharding ops pass their input on).
-std::vector<Array> InferTypes(const OpSpec& op, const Types& types) {
+// A mesh of one position: global-program ops do not read the mesh.
+const Mesh& OnePosition() {
+  static const Mesh kOnePosition({}, {0});
+  return kOnePosition;
+}
+
+// The shape-only results of `op` on values of `types` (the sharding ops pass their input on);
+// a shard_map body's ops see its `mesh` (a collective's result shape reads its group's size).
+std::vector<Array> InferTypes(const OpSpec& op, const Types& types,
+                              const Mesh& mesh = OnePosition()) {
   std::vector<const Array*> inputs;
   for (const std::string& name : op.in) inputs.push_back(&types.at(name));
   if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard ||
       op.kind == OpKind::kDevicePut) {
     return {*inputs.at(0)};
   }
-  static const Mesh kOnePosition({}, {0});  // Global-program ops do not read the mesh.
-  return ApplyLocalOp(op, inputs, kOnePosition, 0);
+  const OpDef& def = Op(op.kind);
+  if (def.stream == OpStream::kCollective && def.takes_axis_name) {
+    return {CollectiveResultType(op, inputs, mesh.GroupSize(ResolveCollectiveAxes(op, mesh)))};
+  }
+  return ApplyLocalOp(op, inputs, mesh, 0);
 }
 
 bool IsFloat(const Array& a) { return a.dtype() != DType::kI32; }
@@ -62,15 +78,17 @@ bool IsFloat(const Array& a) { return a.dtype() != DType::kI32; }
 // Appends the backward ops of one grad op, each typed as it is written.
 class Emitter {
  public:
-  // Ops go to `ops` under the grad op's `key`; `scalar_source` is a float scalar value (the
-  // grad's of), the shape Constant copies.
+  // Ops go to `ops` under the grad op's `key`; `scalar_source` names a float scalar value (the
+  // grad's of), the shape Constant copies, when first asked. In a shard_map body the ops are
+  // typed on its `mesh`.
   Emitter(Types& types, Names& names, std::vector<OpSpec>& ops, std::string key,
-          std::string scalar_source)
+          std::function<std::string()> scalar_source, const Mesh& mesh = OnePosition())
       : types_(types),
         names_(names),
         ops_(ops),
         key_(std::move(key)),
-        scalar_source_(std::move(scalar_source)) {}
+        scalar_source_(std::move(scalar_source)),
+        mesh_(mesh) {}
 
   // The type of value `name`.
   const Array& Type(const std::string& name) const { return types_.at(name); }
@@ -84,7 +102,7 @@ class Emitter {
     op.name = op.out[0];
     std::vector<Array> results;
     try {
-      results = InferTypes(op, types_);
+      results = InferTypes(op, types_, mesh_);
     } catch (const std::invalid_argument& e) {
       throw std::logic_error(std::string("internal error: grad emitted an op that does not fit: ") +
                              e.what());
@@ -141,7 +159,7 @@ class Emitter {
   }
   // A scalar of `dtype` holding `value`: full_like of the grad's scalar `of`, converted.
   std::string Constant(DType dtype, double value, const std::string& base) {
-    std::string c = FullLike(scalar_source_, value, base);
+    std::string c = FullLike(scalar_source_(), value, base);
     return Type(c).dtype() == dtype ? c : Convert(c, dtype, base);
   }
   // Cotangent `ct` as one of value `target`: same shape (a rule's promise), converted to its
@@ -199,7 +217,8 @@ class Emitter {
   Names& names_;
   std::vector<OpSpec>& ops_;
   std::string key_;
-  std::string scalar_source_;
+  std::function<std::string()> scalar_source_;
+  const Mesh& mesh_;
 };
 
 // What a transpose rule sees: the forward op, its outputs' cotangents ("" where none flows),
@@ -663,6 +682,99 @@ std::vector<std::string> BroadcastInDimRule(const RuleArgs& r) {
   return {r.e.SumBroadcast(r.cts[0], kept, xs, r.Base(0))};
 }
 
+// The collectives of shard_map bodies. Each device's local value is a variable of its own (the
+// body's outputs leave the region by their out specs, and the region's transpose divides a
+// replicated output's cotangent among its copies: ExpandRegion), so each collective is a
+// linear map across the group's members and its transpose is the adjoint map: JAX's rules
+// without shard_map's replication rewrite.
+
+// psum, pmean: every member's result sums (averages) every member's input, so the adjoint sums
+// (averages) the cotangents the same way.
+std::vector<std::string> ReduceRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axis_name = r.op.axis_name;
+  return {r.e.Op(r.op.kind, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// all_gather: each member's block reaches every member, so its cotangent is the sum of every
+// member's cotangent of that block: psum_scatter along the gathered axis (tiled alike).
+std::vector<std::string> AllGatherRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axis_name = r.op.axis_name;
+  op.scatter_dimension = r.op.axis;
+  op.tiled = r.op.tiled;
+  return {r.e.Op(OpKind::kPsumScatter, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// psum_scatter: each member's input block j is summed into member j's result, so member j's
+// cotangent goes back to every member's block j: all_gather along the scattered axis.
+std::vector<std::string> PsumScatterRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axis_name = r.op.axis_name;
+  op.axis = r.op.scatter_dimension;
+  op.tiled = r.op.tiled;
+  return {r.e.Op(OpKind::kAllGather, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// all_to_all: a permutation of blocks; its inverse splits along the concatenated axis and
+// concatenates along the split one.
+std::vector<std::string> AllToAllRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axis_name = r.op.axis_name;
+  op.split_axis = r.op.concat_axis;
+  op.concat_axis = r.op.split_axis;
+  op.tiled = r.op.tiled;
+  return {r.e.Op(OpKind::kAllToAll, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// ppermute: the inverse permutation (each pair reversed, or the shift the other way); members
+// no pair sends to held zeros, which take no cotangent.
+std::vector<std::string> PpermuteRule(const RuleArgs& r) {
+  OpSpec op;
+  op.axis_name = r.op.axis_name;
+  if (r.op.shift) op.shift = -*r.op.shift;
+  for (const auto& [src, dst] : r.op.perm) op.perm.push_back({dst, src});
+  return {r.e.Op(OpKind::kPpermute, {r.cts[0]}, r.Base(0), std::move(op))};
+}
+
+// ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes):
+// the rows each member sent come back from where they landed (JAX's transpose): a
+// ragged_all_to_all of the cotangent into zeros, each member reading at the offsets its rows
+// were written to (the senders' output_offsets, exchanged by an all_to_all), sending what it
+// received and receiving what it sent, written at the offsets they were read from (the
+// input_offsets, exchanged likewise). The output buffer's cotangent is the cotangent where no
+// row landed: g - g * (the same dispatch of ones).
+std::vector<std::string> RaggedAllToAllRule(const RuleArgs& r) {
+  const OpSpec& f = r.op;
+  Emitter& e = r.e;
+  std::vector<std::string> d(6);
+  auto exchange = [&](const std::string& offsets) {
+    OpSpec op;
+    op.axis_name = f.axis_name;
+    op.tiled = true;
+    return e.Op(OpKind::kAllToAll, {offsets}, offsets + "_back", std::move(op));
+  };
+  auto dispatch = [&](const std::vector<std::string>& in, const std::string& base) {
+    OpSpec op;
+    op.axis_name = f.axis_name;
+    return e.Op(OpKind::kRaggedAllToAll, in, base, std::move(op));
+  };
+  if (r.needs[0]) {
+    d[0] = dispatch({r.cts[0], e.FullLike(f.in[0], 0.0, r.Base(0)), exchange(f.in[4]), f.in[5],
+                     exchange(f.in[2]), f.in[3]},
+                    r.Base(0));
+  }
+  if (r.needs[1]) {
+    const std::string landed =
+        dispatch({e.FullLike(f.in[0], 1.0, r.Base(1)), e.FullLike(f.in[1], 0.0, r.Base(1)), f.in[2],
+                  f.in[3], f.in[4], f.in[5]},
+                 r.Base(1));
+    d[1] = e.Op(OpKind::kSub, {r.cts[0], e.Op(OpKind::kMul, {r.cts[0], landed}, r.Base(1))},
+                r.Base(1));
+  }
+  return d;
+}
+
 // The transpose rule of each op kind that has one.
 const Rule* FindRule(OpKind kind) {
   static const std::map<OpKind, Rule> kRules = {
@@ -713,6 +825,13 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kTopK, TopKRule},
       {OpKind::kAttention, AttentionRule},
       {OpKind::kRaggedDot, RaggedDotRule},
+      {OpKind::kPsum, ReduceRule},
+      {OpKind::kPmean, ReduceRule},
+      {OpKind::kAllGather, AllGatherRule},
+      {OpKind::kPsumScatter, PsumScatterRule},
+      {OpKind::kAllToAll, AllToAllRule},
+      {OpKind::kPpermute, PpermuteRule},
+      {OpKind::kRaggedAllToAll, RaggedAllToAllRule},
   };
   auto it = kRules.find(kind);
   return it == kRules.end() ? nullptr : &it->second;
@@ -781,6 +900,81 @@ bool Rebinds(const ProgramSpec& program) {
   return false;
 }
 
+// The float values of `ops` (from index `first` on) that depend on one of `from`, and those.
+std::unordered_set<std::string> Varies(const std::vector<OpSpec>& ops, size_t first,
+                                       std::unordered_set<std::string> from, const Types& types) {
+  for (size_t i = first; i < ops.size(); ++i) {
+    const OpSpec& op = ops[i];
+    const bool depends = std::any_of(op.in.begin(), op.in.end(),
+                                     [&](const std::string& v) { return from.count(v) > 0; });
+    if (!depends) continue;
+    for (const std::string& v : op.out) {
+      if (IsFloat(types.at(v))) from.insert(v);
+    }
+  }
+  return from;
+}
+
+// The transpose of a shard_map op of the program: (op index, its outputs' cotangents, which
+// inputs need one) -> the inputs' cotangents.
+using RegionRule = std::function<std::vector<std::string>(size_t, const std::vector<std::string>&,
+                                                          const std::vector<bool>&)>;
+
+// Reverse mode over `ops` from index `first` on, seeded with the cotangents in `ct`: through the
+// ops on a path from a `varies` value to a seeded one only, each op's rule in reverse (a
+// shard_map's `region`), cotangents of a value read several times accumulated with add into
+// `ct`. An op on the path without a rule is refused at `key` (the path leads to `of`).
+void Backpropagate(const std::vector<OpSpec>& ops, size_t first,
+                   const std::unordered_set<std::string>& varies,
+                   std::unordered_map<std::string, std::string>& ct, Emitter& e,
+                   const std::string& key, const std::string& of, const RegionRule& region) {
+  std::unordered_set<std::string> needed;
+  for (const auto& [v, c] : ct) needed.insert(v);
+  std::vector<size_t> path;  // In reverse program order.
+  for (size_t i = ops.size(); i-- > first;) {
+    const OpSpec& op = ops[i];
+    if (std::none_of(op.out.begin(), op.out.end(),
+                     [&](const std::string& v) { return needed.count(v) > 0; })) {
+      continue;
+    }
+    path.push_back(i);
+    for (const std::string& v : op.in) {
+      if (varies.count(v)) needed.insert(v);
+    }
+  }
+  for (size_t i : path) {
+    const OpSpec& op = ops[i];
+    std::vector<std::string> cts(op.out.size());
+    bool any = false;
+    for (size_t j = 0; j < op.out.size(); ++j) {
+      auto it = ct.find(op.out[j]);
+      if (it != ct.end()) cts[j] = it->second, any = true;
+    }
+    if (!any) continue;  // Only zero cotangents reach it.
+    std::vector<bool> needs(op.in.size());
+    for (size_t k = 0; k < op.in.size(); ++k) needs[k] = varies.count(op.in[k]) > 0;
+    std::vector<std::string> d;
+    if (op.kind == OpKind::kShardMap && region) {
+      d = region(i, cts, needs);
+    } else {
+      const Rule* rule = FindRule(op.kind);
+      if (!rule) {
+        throw SpecError(key, "grad: " + std::string(OpKindName(op.kind)) + " '" + op.name + "' (" +
+                                 op.key + ") lies on the path to '" + of +
+                                 "' but has no derivative rule");
+      }
+      d = (*rule)(RuleArgs{op, cts, needs, e});
+    }
+    for (size_t k = 0; k < op.in.size(); ++k) {
+      if (!needs[k] || k >= d.size() || d[k].empty()) continue;
+      const std::string& v = op.in[k];
+      const std::string c = e.Match(d[k], v, "d_" + v);
+      auto it = ct.find(v);
+      ct[v] = it == ct.end() ? c : e.Op(OpKind::kAdd, {it->second, c}, "d_" + v);
+    }
+  }
+}
+
 // Expands the grad ops of a program, op by op.
 class Expander {
  public:
@@ -829,64 +1023,18 @@ class Expander {
                             w.TypeString());
       }
     }
-    // The float values that depend on a wrt value, then the ops on a path from one to `of`
-    // (not the aliases: they read arrays' versions, not the later bindings of those names).
-    std::unordered_set<std::string> varies(grad.wrt.begin(), grad.wrt.end());
-    const std::vector<OpSpec>& ops = out_.ops;
-    for (size_t i = aliases_; i < ops.size(); ++i) {
-      const OpSpec& op = ops[i];
-      const bool depends = std::any_of(op.in.begin(), op.in.end(),
-                                       [&](const std::string& v) { return varies.count(v) > 0; });
-      if (!depends) continue;
-      for (const std::string& v : op.out) {
-        if (IsFloat(types_.at(v))) varies.insert(v);
-      }
-    }
-    std::unordered_set<std::string> needed;
-    if (varies.count(grad.of)) needed.insert(grad.of);
-    std::vector<size_t> path;  // In reverse program order.
-    for (size_t i = ops.size(); i-- > aliases_;) {
-      const OpSpec& op = ops[i];
-      if (std::none_of(op.out.begin(), op.out.end(),
-                       [&](const std::string& v) { return needed.count(v) > 0; })) {
-        continue;
-      }
-      path.push_back(i);
-      for (const std::string& v : op.in) {
-        if (varies.count(v)) needed.insert(v);
-      }
-    }
     // The backward pass: seed 1 at `of`, each op's rule in reverse, cotangents accumulated.
+    std::unordered_set<std::string> varies =
+        Varies(out_.ops, aliases_, {grad.wrt.begin(), grad.wrt.end()}, types_);
     std::vector<OpSpec> backward;
-    Emitter e(types_, names_, backward, grad.key, grad.of);
+    Emitter e(types_, names_, backward, grad.key, [&grad] { return grad.of; });
     std::unordered_map<std::string, std::string> ct;
-    if (needed.count(grad.of)) ct[grad.of] = e.FullLike(grad.of, 1.0, "d_" + grad.of);
-    for (size_t i : path) {
-      const OpSpec& op = ops[i];
-      std::vector<std::string> cts(op.out.size());
-      bool any = false;
-      for (size_t j = 0; j < op.out.size(); ++j) {
-        auto it = ct.find(op.out[j]);
-        if (it != ct.end()) cts[j] = it->second, any = true;
-      }
-      if (!any) continue;  // Only zero cotangents reach it.
-      const Rule* rule = FindRule(op.kind);
-      if (!rule) {
-        throw SpecError(grad.key, "grad: " + std::string(OpKindName(op.kind)) + " '" + op.name +
-                                      "' (" + op.key + ") lies on the path to '" + grad.of +
-                                      "' but has no derivative rule");
-      }
-      std::vector<bool> needs(op.in.size());
-      for (size_t k = 0; k < op.in.size(); ++k) needs[k] = varies.count(op.in[k]) > 0;
-      const std::vector<std::string> d = (*rule)(RuleArgs{op, cts, needs, e});
-      for (size_t k = 0; k < op.in.size(); ++k) {
-        if (!needs[k] || k >= d.size() || d[k].empty()) continue;
-        const std::string& v = op.in[k];
-        const std::string c = e.Match(d[k], v, "d_" + v);
-        auto it = ct.find(v);
-        ct[v] = it == ct.end() ? c : e.Op(OpKind::kAdd, {it->second, c}, "d_" + v);
-      }
-    }
+    if (varies.count(grad.of)) ct[grad.of] = e.FullLike(grad.of, 1.0, "d_" + grad.of);
+    Backpropagate(
+        out_.ops, aliases_, varies, ct, e, grad.key, grad.of,
+        [&](size_t i, const std::vector<std::string>& cts, const std::vector<bool>& needs) {
+          return ExpandRegion(i, cts, needs, e, grad.key);
+        });
     // Each gradient under its output name: the value computed last takes the name; a second
     // output of the same value (a wrt named twice) is a free reshape of the first.
     std::map<std::string, std::string> taken;  // Cotangent value -> the output it became.
@@ -920,6 +1068,217 @@ class Expander {
       rename(op.name);
       out_.ops.push_back(std::move(op));
     }
+  }
+
+  // The transpose of shard_map op `index` of out_ (JAX's shard_map transpose without the
+  // replication rewrite): a shard_map region of the body's backward pass. Its inputs are the
+  // outputs' cotangents, laid out by their out specs; an output an out spec replicates along
+  // mesh axes has one copy a device along them, so each copy takes its cotangent divided by
+  // their number (the copies are equal: the replication check). Reverse mode runs over the
+  // body's ops with its collectives' adjoints; an input's cotangent is psummed over the axes its
+  // in_spec replicates it along (every copy of the input fed the body), and leaves by its
+  // in_spec. What the backward ops read of the forward body is saved, as JAX's partial
+  // evaluation saves residuals: the forward region gains an output per residual (laid out over
+  // every mesh axis, so no byte moves), read by the backward region as an input; inputs of the
+  // forward region the backward reads are passed to it again. Returns the inputs' cotangents
+  // ("" where none flows).
+  std::vector<std::string> ExpandRegion(size_t index, const std::vector<std::string>& cts,
+                                        const std::vector<bool>& needs, Emitter& e,
+                                        const std::string& key) {
+    const OpSpec forward = out_.ops[index];
+    const ProgramSpec& body = *forward.body;
+    const Mesh mesh = ShardMapMesh(body);
+    // The body's arrays, typed (an array typed_by_input takes its input's type), and the
+    // local type of every value of the body.
+    std::vector<ArraySpec> arrays = body.arrays;
+    Types local;
+    std::unordered_map<std::string, size_t> array_index;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      ArraySpec& a = arrays[i];
+      if (a.typed_by_input) {
+        const Array& t = types_.at(forward.in.at(i));
+        a.shape = t.shape();
+        a.dtype = t.dtype();
+        a.typed_by_input = false;
+      }
+      local[a.name] = Array::ShapeOnly(a.dtype, Sharding(mesh, a.sharding, a.shape).LocalShape());
+      array_index[a.name] = i;
+    }
+    std::unordered_set<std::string> made;  // Values the forward body's ops make.
+    for (const OpSpec& op : body.ops) {
+      std::vector<Array> results = InferTypes(op, local, mesh);
+      for (size_t i = 0; i < op.out.size(); ++i) {
+        local[op.out[i]] = std::move(results.at(i));
+        made.insert(op.out[i]);
+      }
+    }
+    auto replicated_along = [&](const PartitionSpec& spec) {
+      std::vector<MeshAxis> axes;
+      for (const MeshAxis& m : body.mesh_axes) {
+        bool named = false;
+        for (const std::vector<std::string>& dim : spec.dims) {
+          named = named || std::find(dim.begin(), dim.end(), m.name) != dim.end();
+        }
+        if (!named && m.size > 1) axes.push_back(m);
+      }
+      return axes;
+    };
+    const std::string prefix = key + "." + kShardMapBody + ".";
+    Names names(body);
+    std::vector<OpSpec> backward;
+    std::vector<ArraySpec> extra;       // The backward region's other inputs: cotangents, ...
+    std::vector<std::string> extra_in;  // ... and the global values they are.
+    std::string scalar;                 // A float scalar input, made when a rule wants one.
+    Emitter be(
+        local, names, backward, key,
+        [&] {
+          if (scalar.empty()) {
+            ArraySpec a;
+            a.name = names.Fresh("zero");
+            a.dtype = DType::kF32;
+            local[a.name] = Array::ShapeOnly(a.dtype, {});
+            scalar = a.name;
+            extra.push_back(std::move(a));
+            extra_in.push_back(e.Constant(DType::kF32, 0.0, "zero"));
+          }
+          return scalar;
+        },
+        mesh);
+    // Seeds: each output's cotangent, a share per copy.
+    std::unordered_set<std::string> from;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      if (needs[i]) from.insert(arrays[i].name);
+    }
+    const std::unordered_set<std::string> varies = Varies(body.ops, 0, from, local);
+    std::unordered_map<std::string, std::string> ct;
+    for (size_t j = 0; j < body.outputs.size(); ++j) {
+      const OutputSpec& o = body.outputs[j];
+      if (cts[j].empty() || !varies.count(o.name)) continue;
+      const Array& t = types_.at(cts[j]);
+      ArraySpec a;
+      a.name = names.Fresh("ct_" + o.name);
+      a.shape = t.shape();
+      a.dtype = t.dtype();
+      a.sharding = o.spec;
+      local[a.name] = Array::ShapeOnly(a.dtype, Sharding(mesh, a.sharding, a.shape).LocalShape());
+      std::string seed = a.name;
+      extra.push_back(std::move(a));
+      extra_in.push_back(cts[j]);
+      int64_t copies = 1;
+      for (const MeshAxis& m : replicated_along(o.spec)) copies *= m.size;
+      if (copies > 1) {
+        seed = be.Scalar(OpKind::kMul, seed, 1.0 / static_cast<double>(copies), "ct_" + o.name);
+      }
+      auto it = ct.find(o.name);
+      ct[o.name] = it == ct.end() ? seed : be.Op(OpKind::kAdd, {it->second, seed}, "ct_" + o.name);
+    }
+    Backpropagate(body.ops, 0, varies, ct, be, key, forward.out.at(0), nullptr);
+    // The inputs' cotangents, summed over their copies.
+    ProgramSpec bwd;
+    bwd.mode = ProgramMode::kManual;
+    bwd.mesh_axes = body.mesh_axes;
+    std::vector<std::string> d(forward.in.size());
+    std::vector<std::string> results;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      auto it = ct.find(arrays[i].name);
+      if (!needs[i] || it == ct.end()) continue;
+      std::string c = it->second;
+      const std::vector<MeshAxis> axes = replicated_along(arrays[i].sharding);
+      if (!axes.empty()) {
+        OpSpec psum;
+        for (const MeshAxis& m : axes) psum.axis_name.push_back(m.name);
+        c = be.Op(OpKind::kPsum, {c}, "d_" + arrays[i].name, std::move(psum));
+      }
+      OutputSpec o;
+      o.name = c;
+      o.spec = arrays[i].sharding;
+      o.key = prefix + "outputs." + c;
+      bwd.outputs.push_back(std::move(o));
+      d[i] = names_.Fresh("d_" + forward.in[i]);
+      results.push_back(d[i]);
+    }
+    if (results.empty()) return d;
+    // What the backward ops read: the forward region's inputs again, and residuals.
+    std::set<std::string> read;
+    for (const OpSpec& op : backward) read.insert(op.in.begin(), op.in.end());
+    std::vector<std::string> in;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      if (!read.count(arrays[i].name)) continue;
+      bwd.arrays.push_back(arrays[i]);
+      in.push_back(forward.in[i]);
+    }
+    ProgramSpec saving = body;
+    PartitionSpec everywhere;  // Dimension 0 over every mesh axis: each device's own block.
+    everywhere.dims.emplace_back();
+    for (const MeshAxis& m : body.mesh_axes) everywhere.dims[0].push_back(m.name);
+    std::vector<OpSpec> unpack;  // Scalar residuals, back from their [1] blocks.
+    OpSpec saver = out_.ops[index];
+    for (const std::string& v : read) {
+      if (!made.count(v)) continue;
+      const Array& t = local.at(v);
+      std::string saved = v;
+      // A scalar leaves as a [1] block; a value that leaves the region already leaves again
+      // under a name of its own (a region's outputs are assembled by name). Both reshapes are
+      // free views.
+      const bool leaves = std::any_of(body.outputs.begin(), body.outputs.end(),
+                                      [&](const OutputSpec& o) { return o.name == v; });
+      if (t.rank() == 0 || leaves) {
+        OpSpec pack;
+        pack.kind = OpKind::kReshape;
+        pack.in = {v};
+        pack.shape = t.rank() == 0 ? Shape{1} : t.shape();
+        pack.out = {names.Fresh(v + "_saved")};
+        pack.name = pack.out[0];
+        pack.key = forward.key + "." + kShardMapBody + ".residuals";
+        saved = pack.out[0];
+        saving.ops.push_back(std::move(pack));
+        OpSpec back;
+        back.kind = OpKind::kReshape;
+        back.in = {saved};
+        back.shape = t.shape();
+        back.out = {v};
+        back.name = v;
+        back.key = prefix + "residuals";
+        unpack.push_back(std::move(back));
+      }
+      Shape shape = t.rank() == 0 ? Shape{1} : t.shape();
+      shape[0] *= mesh.size();
+      OutputSpec o;
+      o.name = saved;
+      o.spec = everywhere;
+      o.key = forward.key + "." + kShardMapBody + ".outputs." + saved;
+      saving.outputs.push_back(o);
+      const std::string global = names_.Fresh(forward.name + "_" + v);
+      saver.out.push_back(global);
+      types_[global] = Array::ShapeOnly(t.dtype(), shape);
+      ArraySpec a;
+      a.name = saved;
+      a.shape = shape;
+      a.dtype = t.dtype();
+      a.sharding = everywhere;
+      bwd.arrays.push_back(std::move(a));
+      in.push_back(global);
+    }
+    if (saving.outputs.size() > body.outputs.size()) {
+      saver.body = std::make_shared<const ProgramSpec>(std::move(saving));
+      out_.ops[index] = std::move(saver);
+    }
+    for (size_t k = 0; k < extra.size(); ++k) {
+      bwd.arrays.push_back(std::move(extra[k]));
+      in.push_back(extra_in[k]);
+    }
+    bwd.ops = std::move(unpack);
+    for (OpSpec& op : backward) {
+      op.key = prefix + "program." + std::to_string(bwd.ops.size());
+      bwd.ops.push_back(std::move(op));
+    }
+    OpSpec region;
+    region.kind = OpKind::kShardMap;
+    region.in = std::move(in);
+    region.out = results;
+    region.body = std::make_shared<const ProgramSpec>(std::move(bwd));
+    e.Emit(std::move(region), results[0]);
+    return d;
   }
 
   ProgramSpec out_;

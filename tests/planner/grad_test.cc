@@ -105,6 +105,39 @@ std::function<float(float)> AwayFromZero(float m) {
   return [m](float v) { return v < 0 ? v - m : v + m; };
 }
 
+// The spec splitting dimension `dim` over the mesh axis d (P() for dim -1).
+PartitionSpec Over(int dim) {
+  PartitionSpec spec;
+  if (dim >= 0) {
+    spec.dims.resize(static_cast<size_t>(dim) + 1);
+    spec.dims[static_cast<size_t>(dim)] = {"d"};
+  }
+  return spec;
+}
+
+// A shard_map region on the mesh {d: 2} reading `in`, each laid out by its entry of `in_specs`
+// (dimension split over d, or -1: replicated): `body` writes its ops on the body's arrays (named
+// as the inputs) and returns its output, which leaves by `out_spec`. Returns the region's result.
+std::string Region(Program& p, const std::vector<std::string>& in, const std::vector<int>& in_specs,
+                   const std::function<std::string(ProgramBuilder&)>& body, int out_spec) {
+  const std::map<std::string, Array> values = Evaluate(p.program());
+  ProgramBuilder b({{"d", 2}});
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Array& a = values.at(in[i]);
+    b.Input(in[i], a.shape(), a.dtype(), Over(in_specs[i]));
+  }
+  b.Output(body(b), Over(out_spec));
+  return p.builder().ShardMap(in, std::move(b).Build()).at(0);
+}
+
+// A collective of `kind` over d on `x` with the attributes set in `attrs`.
+std::string OverD(ProgramBuilder& b, OpKind kind, const std::string& x, OpSpec attrs = {}) {
+  attrs.kind = kind;
+  attrs.in = {x};
+  attrs.axis_name = {"d"};
+  return b.Add(std::move(attrs));
+}
+
 // One finite-difference case: `build` declares inputs and forward ops and returns the value y
 // the loss reads; the loss is sum(y * probe) for a random probe of y's shape (so every element
 // of y gets its own cotangent), differentiated with respect to `wrt`.
@@ -576,6 +609,164 @@ std::vector<FdCase> Cases() {
          return p.Op(OpKind::kMatmul, {h, p.Normal("w2", {5, 2})});
        },
        {"w1", "w2", "x"}},
+      // shard_map regions (mesh {d: 2}): the body's reverse mode with its collectives'
+      // adjoints, replicated inputs' cotangents psummed, replicated outputs' shared.
+      {"RegionReplicatedWeight",  // w is read by both devices: its gradient sums both.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("w", {3, 2});
+         return Region(
+             p, {"x", "w"}, {0, -1},
+             [](ProgramBuilder& b) { return b.Unary(OpKind::kTanh, b.Matmul("x", "w")); }, 0);
+       },
+       {"x", "w"}},
+      {"RegionPsumReplicatedResult",  // Partial products psummed; the result leaves once.
+       [](Program& p) {
+         p.Normal("x", {2, 4});
+         p.Normal("w", {4, 3});
+         return Region(
+             p, {"x", "w"}, {1, 0},
+             [](ProgramBuilder& b) {
+               return b.Unary(OpKind::kTanh, OverD(b, OpKind::kPsum, b.Matmul("x", "w")));
+             },
+             -1);
+       },
+       {"x", "w"}},
+      {"RegionPmean",
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               return b.Unary(OpKind::kSin, OverD(b, OpKind::kPmean, b.Unary(OpKind::kExp, "x")));
+             },
+             -1);
+       },
+       {"x"}},
+      {"RegionAllGather",
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               const std::string g = b.AllGather("x", {"d"}, 1, /*tiled=*/true);
+               return b.Binary(OpKind::kMul, g, g);
+             },
+             -1);
+       },
+       {"x"}},
+      {"RegionAllGatherUntiled",
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               return b.Unary(OpKind::kExp, b.AllGather("x", {"d"}, 0, /*tiled=*/false));
+             },
+             -1);
+       },
+       {"x"}},
+      {"RegionPsumScatter",  // A replicated input reduce-scattered: each copy feeds one block.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("v", {4, 3});
+         return Region(
+             p, {"x", "v"}, {-1, 0},
+             [](ProgramBuilder& b) {
+               const std::string m = b.Binary(OpKind::kMul, "x", "x");
+               return b.Binary(OpKind::kMul, b.PsumScatter(m, {"d"}, 0, /*tiled=*/true), "v");
+             },
+             0);
+       },
+       {"x", "v"}},
+      {"RegionPsumScatterUntiled",
+       [](Program& p) {
+         p.Normal("x", {2, 3});
+         return Region(
+             p, {"x"}, {-1},
+             [](ProgramBuilder& b) {
+               return b.Unary(OpKind::kSin,
+                              b.PsumScatter(b.Unary(OpKind::kExp, "x"), {"d"}, 0, false));
+             },
+             0);
+       },
+       {"x"}},
+      {"RegionAllToAll",
+       [](Program& p) {
+         p.Normal("x", {4, 6});
+         p.Normal("v", {4, 6});
+         return Region(
+             p, {"x", "v"}, {0, 1},
+             [](ProgramBuilder& b) {
+               const std::string t = b.AllToAll("x", {"d"}, 1, 0, /*tiled=*/true);
+               return b.Binary(OpKind::kMul, b.Unary(OpKind::kTanh, t), "v");
+             },
+             1);
+       },
+       {"x", "v"}},
+      {"RegionPpermute",  // The blocks swap devices; each meets the other's v.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("v", {4, 3});
+         return Region(
+             p, {"x", "v"}, {0, 0},
+             [](ProgramBuilder& b) {
+               return b.Binary(OpKind::kMul, b.Unary(OpKind::kExp, b.Ppermute("x", {"d"}, 1)), "v");
+             },
+             0);
+       },
+       {"x", "v"}},
+      {"RegionPpermutePairs",  // Device 1's block to device 0; device 1 receives zeros.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               OpSpec perm;
+               perm.perm = {{1, 0}};
+               const std::string moved = OverD(b, OpKind::kPpermute, "x", perm);
+               return b.Binary(OpKind::kMul, moved, b.Unary(OpKind::kSin, "x"));
+             },
+             0);
+       },
+       {"x"}},
+      {"RegionMaxScalar",  // max's rule wants a scalar constant: the region takes one in.
+       [](Program& p) {
+         p.Normal("x", {4, 3}, AwayFromZero(0.5f));
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               OpSpec max;
+               max.kind = OpKind::kMax;
+               max.in = {"x"};
+               max.scalar = 0.25;
+               return b.Binary(OpKind::kMul, b.Add(std::move(max)), "x");
+             },
+             0);
+       },
+       {"x"}},
+      {"RegionRaggedAllToAll",  // Device 0 sends a row to each device; device 1 both to 0.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("buffer", {8, 3});
+         p.In("input_offsets", {4}, {0, 1, 0, 2}, DType::kI32, Over(0));
+         p.In("send_sizes", {4}, {1, 1, 2, 0}, DType::kI32, Over(0));
+         p.In("output_offsets", {4}, {0, 0, 1, 0}, DType::kI32, Over(0));
+         p.In("recv_sizes", {4}, {1, 2, 1, 0}, DType::kI32, Over(0));
+         return Region(
+             p, {"x", "buffer", "input_offsets", "send_sizes", "output_offsets", "recv_sizes"},
+             {0, 0, 0, 0, 0, 0},
+             [](ProgramBuilder& b) {
+               OpSpec op;
+               op.kind = OpKind::kRaggedAllToAll;
+               op.in = {b.Unary(OpKind::kExp, "x"), "buffer",    "input_offsets", "send_sizes",
+                        "output_offsets",           "recv_sizes"};
+               op.axis_name = {"d"};
+               return b.Unary(OpKind::kTanh, b.Add(std::move(op)));
+             },
+             0);
+       },
+       {"x", "buffer"}},
       {"GradOfGrad",  // The forward part holds a grad: its expansion is differentiated again.
        [](Program& p) {
          const std::string y =
