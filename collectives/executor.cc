@@ -412,10 +412,10 @@ std::vector<std::pair<LinkId, Time>> Executor::LinkBusy() const {
   for (const CollectiveTiming* timing : timing_by_index_) {
     const int count = runs[timing];
     const double longest = static_cast<double>(timing->longest().picoseconds()) * count;
-    for (size_t k = 0; k < timing->links.size(); ++k) {
-      const auto l = static_cast<size_t>(timing->links[k]);
+    for (size_t k = 0; k < timing->profile->links.size(); ++k) {
+      const auto l = static_cast<size_t>(timing->profile->links[k]);
       if (l >= busy_ps.size()) busy_ps.resize(l + 1, 0.0);
-      busy_ps[l] += timing->link_share[k] * longest;
+      busy_ps[l] += timing->profile->link_share[k] * longest;
     }
   }
   std::vector<std::pair<LinkId, Time>> out;
@@ -994,16 +994,16 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   const std::vector<Link>& links = network_.topology().links();
   // Per link of the op's groups, one after another: the summed costs.
   size_t entries = 0;
-  for (const std::vector<LinkUse>& mine : t.group_use) entries += mine.size();
+  for (const std::vector<LinkUse>& mine : t.profile->group_use) entries += mine.size();
   link_load_.assign(entries, 0.0);
   level_.resize(links.size(), -1.0);
   overlap_with_.resize(links.size(), 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
-    for (size_t i = 0, j = 0; i < t.link_use.size() && j < u.link_use.size();) {
-      const LinkUse& whole = t.link_use[i];
-      const LinkUse& b = u.link_use[j];
+    for (size_t i = 0, j = 0; i < t.profile->link_use.size() && j < u.profile->link_use.size();) {
+      const LinkUse& whole = t.profile->link_use[i];
+      const LinkUse& b = u.profile->link_use[j];
       if (whole.link < b.link) {
         ++i;
       } else if (b.link < whole.link) {
@@ -1017,7 +1017,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       }
     }
     size_t e = 0;
-    for (const std::vector<LinkUse>& mine : t.group_use) {
+    for (const std::vector<LinkUse>& mine : t.profile->group_use) {
       for (const LinkUse& a : mine) {
         double level = level_[a.link];
         if (level >= 0) {
@@ -1029,13 +1029,14 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
         ++e;
       }
     }
-    for (const LinkUse& b : u.link_use) level_[b.link] = -1.0;
+    for (const LinkUse& b : u.profile->link_use) level_[b.link] = -1.0;
   }
-  std::vector<double> group_rate(t.group_use.size(), 1.0);
+  std::vector<double> group_rate(t.profile->group_use.size(), 1.0);
   size_t e = 0;
-  for (size_t g = 0; g < t.group_use.size(); ++g) {
+  for (size_t g = 0; g < t.profile->group_use.size(); ++g) {
     double worst = 0;
-    for (size_t k = 0; k < t.group_use[g].size(); ++k) worst = std::max(worst, link_load_[e++]);
+    for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
+      worst = std::max(worst, link_load_[e++]);
     group_rate[g] = 1.0 / (1.0 + worst);
   }
   for (size_t a = 0; a < layout.groups.size(); ++a) {

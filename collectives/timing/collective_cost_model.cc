@@ -27,8 +27,8 @@ class LinkAccounting : public FlowRecorder {
     }
   }
 
-  // Fills `timing`'s link_use (for each of timing.links) and group_use (per group), durations
-  // relative to the longest member time of the op and of each group.
+  // Fills `timing`'s link_use (for each of timing.profile->links) and group_use (per group),
+  // durations relative to the longest member time of the op and of each group.
   void Summarize(const std::vector<std::vector<int>>& groups, CollectiveTiming& timing) {
     Time longest;
     std::vector<Time> group_longest(groups.size());
@@ -36,11 +36,11 @@ class LinkAccounting : public FlowRecorder {
       for (int p : groups[g]) group_longest[g] = std::max(group_longest[g], timing.member_time[p]);
       longest = std::max(longest, group_longest[g]);
     }
-    timing.group_use.assign(groups.size(), {});
-    timing.link_use.clear();
+    timing.profile->group_use.assign(groups.size(), {});
+    timing.profile->link_use.clear();
     std::vector<Use> group(groups.size());
     std::vector<int> touched;
-    for (LinkId l : timing.links) {
+    for (LinkId l : timing.profile->links) {
       std::vector<Held>& held = held_[l];
       // Intervals by start, as the unions below need (usually so already: the transfers on a
       // link drain, and are recorded, in the order they started).
@@ -58,11 +58,11 @@ class LinkAccounting : public FlowRecorder {
         if (group[h.group].transfer_ps == 0) touched.push_back(h.group);
         group[h.group].Add(h);
       }
-      timing.link_use.push_back(whole.Finish(l, longest));
+      timing.profile->link_use.push_back(whole.Finish(l, longest));
       std::sort(touched.begin(), touched.end());
       for (int g : touched) {
         if (group_longest[g] > Time()) {
-          timing.group_use[g].push_back(group[g].Finish(l, group_longest[g]));
+          timing.profile->group_use[g].push_back(group[g].Finish(l, group_longest[g]));
         }
         group[g] = Use();
       }
@@ -189,9 +189,9 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
   }
   for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
     if (network.link_bytes(l) <= 0 || longest == Time()) continue;
-    timing.links.push_back(l);
+    timing.profile->links.push_back(l);
     double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
-    timing.link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
+    timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
   }
   accounting.Summarize(groups, timing);
 }
@@ -237,16 +237,16 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   std::vector<char> used(topo.links().size(), 0);
   std::vector<std::tuple<LinkId, double, LinkUse>> links;
   // The first group's use of each of its links, by link.
-  std::vector<LinkUse> first_use(solo.links.size());
-  for (const LinkUse& u : solo.group_use[0]) {
-    first_use[std::lower_bound(solo.links.begin(), solo.links.end(), u.link) - solo.links.begin()] =
-        u;
+  std::vector<LinkUse> first_use(solo.profile->links.size());
+  for (const LinkUse& u : solo.profile->group_use[0]) {
+    first_use[std::lower_bound(solo.profile->links.begin(), solo.profile->links.end(), u.link) -
+              solo.profile->links.begin()] = u;
   }
-  timing.group_use.assign(groups.size(), {});
+  timing.profile->group_use.assign(groups.size(), {});
   for (size_t g = 0; g < offsets.size(); ++g) {
     const std::vector<int>& t = offsets[g];
-    for (size_t k = 0; k < solo.links.size(); ++k) {
-      const Link& link = topo.links()[solo.links[k]];
+    for (size_t k = 0; k < solo.profile->links.size(); ++k) {
+      const Link& link = topo.links()[solo.profile->links[k]];
       std::vector<int> src = topo.node(link.src).coords, dst = topo.node(link.dst).coords;
       if (src.empty() || dst.empty()) return false;
       for (int d = 0; d < rank; ++d) {
@@ -275,12 +275,12 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
       used[moved] = 1;
       LinkUse use = first_use[k];
       use.link = moved;
-      timing.group_use[g].push_back(use);
-      use = solo.link_use[k];
+      timing.profile->group_use[g].push_back(use);
+      use = solo.profile->link_use[k];
       use.link = moved;
-      links.push_back({moved, solo.link_share[k], use});
+      links.push_back({moved, solo.profile->link_share[k], use});
     }
-    std::sort(timing.group_use[g].begin(), timing.group_use[g].end(),
+    std::sort(timing.profile->group_use[g].begin(), timing.profile->group_use[g].end(),
               [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
   }
   for (const std::vector<int>& group : groups) {
@@ -292,9 +292,9 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   std::sort(links.begin(), links.end(),
             [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   for (const auto& [l, share, use] : links) {
-    timing.links.push_back(l);
-    timing.link_share.push_back(share);
-    timing.link_use.push_back(use);
+    timing.profile->links.push_back(l);
+    timing.profile->link_share.push_back(share);
+    timing.profile->link_use.push_back(use);
   }
   return true;
 }

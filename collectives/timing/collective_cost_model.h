@@ -46,13 +46,10 @@ struct LinkUse {
   double flow_rate = 0;  // Bytes / transfer-time: one transfer's rate there, bytes per second.
 };
 
-// The answer: per mesh position, the time from the launch until that member's output is
-// complete (zero for members of a group of one), and the algorithm that ran.
-struct CollectiveTiming {
-  std::vector<Time> member_time;  // By mesh position.
-  // The longest of member_time: when the op is done everywhere.
-  Time longest() const;
-  std::string algorithm;      // Concrete algorithm ("auto" resolved).
+// How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
+// only member times (SlowestMemberCollectiveModel's) does not copy the lists, which on a pod
+// hold tens of thousands of links.
+struct LinkProfile {
   std::vector<LinkId> links;  // Directed links that carried its bytes, ascending.
   // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
   // longest member time (bytes / (bandwidth * time)), in (0, 1].
@@ -64,6 +61,17 @@ struct CollectiveTiming {
   // ascending, and how (durations relative to the group's longest member time). The cached
   // timing path reads them to tell how ops in flight together share links (see Executor).
   std::vector<std::vector<LinkUse>> group_use;
+};
+
+// The answer: per mesh position, the time from the launch until that member's output is
+// complete (zero for members of a group of one), and the algorithm that ran.
+struct CollectiveTiming {
+  std::vector<Time> member_time;  // By mesh position.
+  // The longest of member_time: when the op is done everywhere.
+  Time longest() const;
+  std::string algorithm;  // Concrete algorithm ("auto" resolved).
+  // The links it used (never null; filled by the model that made the timing).
+  std::shared_ptr<LinkProfile> profile = std::make_shared<LinkProfile>();
 };
 
 // Prices one collective op over a mesh. Implementations must be deterministic: the same

@@ -18,20 +18,21 @@ TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
   const Mesh mesh = PlaceMesh(machine, {{"fsdp", 32}, {"tp", 4}});
   NetworkCollectiveModel network(machine);
-  SlowestMemberCollectiveModel slowest(network);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel slowest(cache);
   CollectiveRequest request;
   request.kind = CollectiveKind::kAllGather;
   request.dtype = DType::kBF16;
   request.elements = 1 << 16;
   request.axes = {0};
-  const auto exact = network.Estimate(mesh, request);
+  const auto exact = cache.Estimate(mesh, request);
   const auto evened = slowest.Estimate(mesh, request);
   std::set<Time> distinct(exact->member_time.begin(), exact->member_time.end());
   EXPECT_GT(distinct.size(), 1u);  // Members end at different times.
   ASSERT_EQ(evened->member_time.size(), exact->member_time.size());
   for (Time t : evened->member_time) EXPECT_EQ(t, exact->longest());
   EXPECT_EQ(evened->algorithm, exact->algorithm);
-  EXPECT_EQ(evened->links, exact->links);
+  EXPECT_EQ(evened->profile, exact->profile);  // The link lists are shared, not copied.
   // A one-member group (a size-1 axis) keeps its zero time.
   const Mesh single = PlaceMesh(machine, {{"one", 1}, {"rest", 128}});
   request.axes = {0};

@@ -602,13 +602,14 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
         std::string what =
             c.preset + " axis " + std::to_string(axis) + " " + CollectiveKindName(kind);
         EXPECT_EQ(a->member_time, b->member_time) << what;
-        EXPECT_EQ(a->links, b->links) << what;
-        EXPECT_EQ(a->link_share, b->link_share) << what;
+        EXPECT_EQ(a->profile->links, b->profile->links) << what;
+        EXPECT_EQ(a->profile->link_share, b->profile->link_share) << what;
         EXPECT_EQ(a->algorithm, b->algorithm) << what;
-        EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << what;
-        ASSERT_EQ(a->group_use.size(), b->group_use.size()) << what;
-        for (size_t g = 0; g < a->group_use.size(); ++g) {
-          EXPECT_EQ(Uses(a->group_use[g]), Uses(b->group_use[g])) << what << " group " << g;
+        EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << what;
+        ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << what;
+        for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
+          EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
+              << what << " group " << g;
         }
       }
     }
@@ -632,10 +633,10 @@ TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
     Mesh mesh = PlaceMesh(machine, {{"dp", 16}, {"tp", 4}});
     NetworkCollectiveModel model(machine, /*translate_groups=*/false);
     std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
-    ASSERT_EQ(t->group_use.size(), 4u);
-    ASSERT_EQ(t->link_use.size(), t->links.size());
+    ASSERT_EQ(t->profile->group_use.size(), 4u);
+    ASSERT_EQ(t->profile->link_use.size(), t->profile->links.size());
     size_t group_links = 0;
-    for (const std::vector<LinkUse>& uses : t->group_use) {
+    for (const std::vector<LinkUse>& uses : t->profile->group_use) {
       group_links += uses.size();
       for (const LinkUse& u : uses) {
         double bandwidth = machine.topology().link(u.link).bandwidth.bytes_per_second();
@@ -645,7 +646,7 @@ TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
         EXPECT_LE(u.duty, 1.0);
       }
     }
-    EXPECT_EQ(group_links, t->links.size());
+    EXPECT_EQ(group_links, t->profile->links.size());
   }
   {
     Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
@@ -653,7 +654,7 @@ TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
     NetworkCollectiveModel model(machine);
     std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
     double most = 0;
-    for (const LinkUse& u : t->link_use) most = std::max(most, u.flows);
+    for (const LinkUse& u : t->profile->link_use) most = std::max(most, u.flows);
     EXPECT_GT(most, 10.0);
   }
 }
@@ -696,12 +697,12 @@ TEST(CachedCollectiveModelTest, ReduceScatterAndAllGatherShareTheirRingPass) {
     ASSERT_TRUE(family == "ring" || family == "bidirectional_ring") << a->algorithm;
     EXPECT_EQ(a->algorithm, b->algorithm) << c.preset;
     EXPECT_EQ(a->member_time, b->member_time) << c.preset;
-    EXPECT_EQ(a->links, b->links) << c.preset;
-    EXPECT_EQ(a->link_share, b->link_share) << c.preset;
-    EXPECT_EQ(Uses(a->link_use), Uses(b->link_use)) << c.preset;
-    ASSERT_EQ(a->group_use.size(), b->group_use.size());
-    for (size_t k = 0; k < a->group_use.size(); ++k) {
-      EXPECT_EQ(Uses(a->group_use[k]), Uses(b->group_use[k])) << c.preset;
+    EXPECT_EQ(a->profile->links, b->profile->links) << c.preset;
+    EXPECT_EQ(a->profile->link_share, b->profile->link_share) << c.preset;
+    EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << c.preset;
+    ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size());
+    for (size_t k = 0; k < a->profile->group_use.size(); ++k) {
+      EXPECT_EQ(Uses(a->profile->group_use[k]), Uses(b->profile->group_use[k])) << c.preset;
     }
     NetworkCollectiveModel inner(machine);
     CachedCollectiveModel cache(inner);
