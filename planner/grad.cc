@@ -688,53 +688,45 @@ std::vector<std::string> BroadcastInDimRule(const RuleArgs& r) {
 // linear map across the group's members and its transpose is the adjoint map: JAX's rules
 // without shard_map's replication rewrite.
 
-// psum, pmean: every member's result sums (averages) every member's input, so the adjoint sums
-// (averages) the cotangents the same way.
-std::vector<std::string> ReduceRule(const RuleArgs& r) {
+// The adjoint of a collective over the same axes, on the cotangent:
+// - psum, pmean: every member's result sums (averages) every member's input, so the adjoint
+//   sums (averages) the cotangents the same way;
+// - all_gather: each member's block reaches every member, so its cotangent is the sum of every
+//   member's cotangent of that block: psum_scatter along the gathered axis (tiled alike);
+// - psum_scatter: each member's input block j is summed into member j's result, so member j's
+//   cotangent goes back to every member's block j: all_gather along the scattered axis;
+// - all_to_all: a permutation of blocks; its inverse splits along the concatenated axis and
+//   concatenates along the split one;
+// - ppermute: the inverse permutation (each pair reversed, or the shift the other way); members
+//   no pair sends to held zeros, which take no cotangent.
+std::vector<std::string> CollectiveRule(const RuleArgs& r) {
+  const OpSpec& f = r.op;
   OpSpec op;
-  op.axis_name = r.op.axis_name;
-  return {r.e.Op(r.op.kind, {r.cts[0]}, r.Base(0), std::move(op))};
-}
-
-// all_gather: each member's block reaches every member, so its cotangent is the sum of every
-// member's cotangent of that block: psum_scatter along the gathered axis (tiled alike).
-std::vector<std::string> AllGatherRule(const RuleArgs& r) {
-  OpSpec op;
-  op.axis_name = r.op.axis_name;
-  op.scatter_dimension = r.op.axis;
-  op.tiled = r.op.tiled;
-  return {r.e.Op(OpKind::kPsumScatter, {r.cts[0]}, r.Base(0), std::move(op))};
-}
-
-// psum_scatter: each member's input block j is summed into member j's result, so member j's
-// cotangent goes back to every member's block j: all_gather along the scattered axis.
-std::vector<std::string> PsumScatterRule(const RuleArgs& r) {
-  OpSpec op;
-  op.axis_name = r.op.axis_name;
-  op.axis = r.op.scatter_dimension;
-  op.tiled = r.op.tiled;
-  return {r.e.Op(OpKind::kAllGather, {r.cts[0]}, r.Base(0), std::move(op))};
-}
-
-// all_to_all: a permutation of blocks; its inverse splits along the concatenated axis and
-// concatenates along the split one.
-std::vector<std::string> AllToAllRule(const RuleArgs& r) {
-  OpSpec op;
-  op.axis_name = r.op.axis_name;
-  op.split_axis = r.op.concat_axis;
-  op.concat_axis = r.op.split_axis;
-  op.tiled = r.op.tiled;
-  return {r.e.Op(OpKind::kAllToAll, {r.cts[0]}, r.Base(0), std::move(op))};
-}
-
-// ppermute: the inverse permutation (each pair reversed, or the shift the other way); members
-// no pair sends to held zeros, which take no cotangent.
-std::vector<std::string> PpermuteRule(const RuleArgs& r) {
-  OpSpec op;
-  op.axis_name = r.op.axis_name;
-  if (r.op.shift) op.shift = -*r.op.shift;
-  for (const auto& [src, dst] : r.op.perm) op.perm.push_back({dst, src});
-  return {r.e.Op(OpKind::kPpermute, {r.cts[0]}, r.Base(0), std::move(op))};
+  op.kind = f.kind;
+  op.axis_name = f.axis_name;
+  op.tiled = f.tiled;
+  switch (f.kind) {
+    case OpKind::kAllGather:
+      op.kind = OpKind::kPsumScatter;
+      op.scatter_dimension = f.axis;
+      break;
+    case OpKind::kPsumScatter:
+      op.kind = OpKind::kAllGather;
+      op.axis = f.scatter_dimension;
+      break;
+    case OpKind::kAllToAll:
+      op.split_axis = f.concat_axis;
+      op.concat_axis = f.split_axis;
+      break;
+    case OpKind::kPpermute:
+      if (f.shift) op.shift = -*f.shift;
+      for (const auto& [src, dst] : f.perm) op.perm.push_back({dst, src});
+      break;
+    default:  // psum, pmean.
+      break;
+  }
+  const OpKind kind = op.kind;
+  return {r.e.Op(kind, {r.cts[0]}, r.Base(0), std::move(op))};
 }
 
 // ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes):
@@ -825,12 +817,12 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kTopK, TopKRule},
       {OpKind::kAttention, AttentionRule},
       {OpKind::kRaggedDot, RaggedDotRule},
-      {OpKind::kPsum, ReduceRule},
-      {OpKind::kPmean, ReduceRule},
-      {OpKind::kAllGather, AllGatherRule},
-      {OpKind::kPsumScatter, PsumScatterRule},
-      {OpKind::kAllToAll, AllToAllRule},
-      {OpKind::kPpermute, PpermuteRule},
+      {OpKind::kPsum, CollectiveRule},
+      {OpKind::kPmean, CollectiveRule},
+      {OpKind::kAllGather, CollectiveRule},
+      {OpKind::kPsumScatter, CollectiveRule},
+      {OpKind::kAllToAll, CollectiveRule},
+      {OpKind::kPpermute, CollectiveRule},
       {OpKind::kRaggedAllToAll, RaggedAllToAllRule},
   };
   auto it = kRules.find(kind);
