@@ -14,7 +14,9 @@ namespace shardsim::planner {
 // reverse mode over the ops before it, seeded with 1 for the scalar `of`, through the ops on a
 // path from some wrt value to `of` only, cotangents of a value read several times accumulated
 // with add (JAX's transpose rules, one per op family; a wrt value off every path gets zeros, as
-// JAX). Shapes and dtypes come from the kernels on shape-only arrays. Emitted values are named
+// JAX; a shard_map region transposes to a backward region of its body's adjoint, reading the
+// residuals the forward region is made to save). Shapes and dtypes come from the kernels on
+// shape-only arrays. Emitted values are named
 // after the values they are cotangents of ("d_h", "d_h_2"); each gradient takes its grad op's
 // output name. Where the program rebinds a name, earlier versions are renamed apart first (an
 // array rebound later is read through a free reshape alias), so every emitted op reads the
