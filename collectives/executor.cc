@@ -16,6 +16,7 @@
 #include "collectives/ragged_all_to_all.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
+#include "collectives/timing/shared_rates_cache.h"
 #include "sim/intervals.h"
 #include "sim/spec_error.h"
 
@@ -471,6 +472,7 @@ void Executor::BuildClasses() {
     }
     if (timing_index_.emplace(timings_[i].get(), timing_by_index_.size()).second) {
       timing_by_index_.push_back(timings_[i].get());
+      timing_owner_.push_back(timings_[i]);
     }
     auto [it, made] = seen.try_emplace({op.axes, timings_[i].get()}, 0);
     if (made) distinct.push_back({&it->first.first, timings_[i].get()});
@@ -991,6 +993,19 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   auto [it, made] = rates_.try_emplace(key, layout.groups.size(), 1.0);
   if (!made || others.empty()) return it->second;
   const CollectiveTiming& t = *run.timing;
+  // Across runs (a search's), the same ops in flight in the same order give the same rates.
+  SharedRatesCache* shared_rates = config_.collective_model->shared_rates();
+  SharedRatesCache::Key shared_key;
+  if (shared_rates) {
+    shared_key.push_back({run.timing, false});
+    for (auto [index, aligned] : others) {
+      shared_key.push_back({timing_by_index_[static_cast<size_t>(index)], aligned != 0});
+    }
+    if (const std::vector<double>* known = shared_rates->Find(shared_key)) {
+      SpreadGroupRates(layout, *known, it->second);
+      return it->second;
+    }
+  }
   const std::vector<Link>& links = network_.topology().links();
   // Per link of the op's groups, one after another: the summed costs.
   size_t entries = 0;
@@ -1039,12 +1054,22 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       worst = std::max(worst, link_load_[e++]);
     group_rate[g] = 1.0 / (1.0 + worst);
   }
-  for (size_t a = 0; a < layout.groups.size(); ++a) {
-    for (int pg : layout.position_groups[a]) {
-      it->second[a] = std::min(it->second[a], group_rate[pg]);
-    }
+  SpreadGroupRates(layout, group_rate, it->second);
+  if (shared_rates) {
+    std::vector<std::shared_ptr<const CollectiveTiming>> owners = {
+        timing_owner_[static_cast<size_t>(key[0])]};
+    for (auto [index, aligned] : others)
+      owners.push_back(timing_owner_[static_cast<size_t>(index)]);
+    shared_rates->Insert(std::move(shared_key), std::move(group_rate), owners);
   }
   return it->second;
+}
+
+void Executor::SpreadGroupRates(const GroupLayout& layout, const std::vector<double>& group_rate,
+                                std::vector<double>& rates) {
+  for (size_t a = 0; a < layout.groups.size(); ++a) {
+    for (int pg : layout.position_groups[a]) rates[a] = std::min(rates[a], group_rate[pg]);
+  }
 }
 
 // Schedules the next member completion of the runs that have none. When the set of ops in

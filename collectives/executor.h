@@ -197,6 +197,11 @@ class Executor {
   const std::vector<double>& SharedRates(const SharedRun& run,
                                          const std::vector<const SharedRun*>& ops);
   void FinishShared(SharedRun* run);
+  struct GroupLayout;
+  // Each entry of `rates` (one per group of `layout`) lowered to the slowest of the simulated
+  // groups (`group_rate`) it stands for.
+  static void SpreadGroupRates(const GroupLayout& layout, const std::vector<double>& group_rate,
+                               std::vector<double>& rates);
 
   const std::vector<std::vector<int>>& PositionGroups(const std::vector<int>& axes);
 
@@ -266,6 +271,7 @@ class Executor {
   std::map<std::vector<int64_t>, std::vector<double>> rates_;
   std::map<const CollectiveTiming*, int64_t> timing_index_;
   std::vector<const CollectiveTiming*> timing_by_index_;
+  std::vector<std::shared_ptr<const CollectiveTiming>> timing_owner_;  // By index, as above.
   int finished_positions_ = 0;
   int64_t local_ops_run_ = 0;
   std::map<std::string, Array> inputs_;

@@ -14,6 +14,7 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/slowest_member_model.h"
 #include "sim/spec_error.h"
 #include "tests/support/specs.h"
 #include "tests/support/transformer_step.h"
@@ -735,6 +736,39 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
   EXPECT_GT(cache.hits(), 0);
   EXPECT_EQ(inner.simulations(), cache.misses());
   EXPECT_LT(cache.misses() * 3, uncached.simulations() + 3);
+}
+
+// The contention rates a model keeps across runs (SharedRatesCache, a search worker's) equal
+// those each run computes: a step run twice through one slowest-member model (the second time
+// every set of ops in flight is found, none added) and once through a model keeping none give
+// the same times, op by op, to the picosecond.
+TEST(SharedRatesCacheTest, EqualsComputingEachRun) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  ProgramSpec program = testing::BuildTransformerStep(SmallStep(3, 256, 1024, 64));
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  NetworkCollectiveModel inner(machine);
+  CachedCollectiveModel cache(inner);
+  SlowestMemberCollectiveModel keeping(cache);
+  SlowestMemberCollectiveModel computing(cache, /*keep_rates=*/false);
+  ASSERT_EQ(computing.shared_rates(), nullptr);
+  RunConfig config;
+  config.timing = TimingPath::kCached;
+  config.collective_model = &keeping;
+  const RunResult first = RunProgram(machine, mesh, program, config);
+  const size_t kept = keeping.shared_rates()->size();
+  EXPECT_GT(kept, 0u);  // Collectives overlapped: rates were computed and kept.
+  const RunResult again = RunProgram(machine, mesh, program, config);
+  EXPECT_EQ(keeping.shared_rates()->size(), kept);  // Every one found.
+  config.collective_model = &computing;
+  const RunResult plain = RunProgram(machine, mesh, program, config);
+  for (const RunResult* r : {&again, &plain}) {
+    EXPECT_EQ(r->end, first.end);
+    ASSERT_EQ(r->ops.size(), first.ops.size());
+    for (size_t i = 0; i < first.ops.size(); ++i) {
+      EXPECT_EQ(r->ops[i].start, first.ops[i].start) << i;
+      EXPECT_EQ(r->ops[i].end, first.ops[i].end) << i;
+    }
+  }
 }
 
 // A transformer step's collectives overlap compute and each other (two in flight: FSDP
