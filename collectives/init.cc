@@ -114,7 +114,8 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
       FillNormal(init.seed, values);
       break;
     case InitSpec::Kind::kValue:
-      values = init.values;
+      // Rounded to float32 here as float arrays are made; i32 arrays read the doubles below.
+      for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(init.values[i]);
       break;
     case InitSpec::Kind::kFile:
       break;  // Handled above.
@@ -122,13 +123,22 @@ Array MakeInitialArray(const ArraySpec& spec, bool with_data, const std::string&
   if (spec.dtype != DType::kI32) {
     return Array::FromValues(spec.dtype, spec.shape, std::move(values));
   }
-  // Integers are made exactly: arange counts in int64 (float32 would stop at 2^24); the other
-  // inits convert their float values to the nearest integer.
+  // Integers are made exactly: arange counts in int64 and literals are read from their doubles
+  // (float32 would stop at 2^24: 16777217 read as 16777216); the other inits convert their
+  // float values to the nearest integer.
   std::vector<int32_t> ints(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = init.modulus > 0 ? i % init.modulus : i;
-    ints[i] = init.kind == InitSpec::Kind::kArange ? static_cast<int32_t>(static_cast<uint32_t>(k))
-                                                   : DoubleToInt32(values[i]);
+    switch (init.kind) {
+      case InitSpec::Kind::kArange:
+        ints[i] = static_cast<int32_t>(static_cast<uint32_t>(k));
+        break;
+      case InitSpec::Kind::kValue:
+        ints[i] = DoubleToInt32(init.values[i]);
+        break;
+      default:
+        ints[i] = DoubleToInt32(values[i]);
+    }
   }
   return Array::FromInts(spec.shape, ints);
 }

@@ -21,11 +21,11 @@ struct ProgramSpec;
 // How a global array's values are made (SPEC "init").
 struct InitSpec {
   enum class Kind { kZeros, kOnes, kArange, kNormal, kUniform, kValue, kFile };
-  Kind kind = Kind::kZeros;   // Which init.
-  uint64_t seed = 0;          // normal / uniform.
-  std::vector<float> values;  // value: flat, row-major.
-  std::string file;           // file: a .npy path (resolved against the run file's folder).
-  int64_t modulus = 0;        // arange: element i holds i mod modulus (0: i itself).
+  Kind kind = Kind::kZeros;    // Which init.
+  uint64_t seed = 0;           // normal / uniform.
+  std::vector<double> values;  // value: flat, row-major (doubles: every i32 is exact).
+  std::string file;            // file: a .npy path (resolved against the run file's folder).
+  int64_t modulus = 0;         // arange: element i holds i mod modulus (0: i itself).
 };
 
 // One global array given to the shard_map (`arrays:`).

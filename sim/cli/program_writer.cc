@@ -87,7 +87,7 @@ std::string InitYaml(const ArraySpec& a, const std::string& file_dir) {
       return "uniform, seed: " + std::to_string(a.init.seed);
     case InitSpec::Kind::kValue: {
       std::vector<std::string> values;
-      for (float v : a.init.values) values.push_back(Number(v));
+      for (double v : a.init.values) values.push_back(Number(v));
       return "{value: " + List(values) + "}";
     }
     case InitSpec::Kind::kFile: {

@@ -520,19 +520,29 @@ Shape ReadArrayShape(const YamlValue& value) {
 
 // One number of a literal as float32; a finite number beyond float32's range is refused
 // (infinities and NaN written as such are kept).
-float LiteralNumber(const YamlValue& value) {
+// A literal's number for an array of `dtype`: within float32's range, or for i32 a whole
+// number within int32's (JAX refuses to wrap a Python int into int32, too).
+double LiteralNumber(const YamlValue& value, DType dtype) {
   const double x = value.Number();
+  if (dtype == DType::kI32) {
+    if (!(x == std::nearbyint(x)) || x < -2147483648.0 || x > 2147483647.0) {
+      value.Fail("value " + value.Describe() +
+                 " is not an int32 (a whole number from -2147483648 to 2147483647)");
+    }
+    return x;
+  }
   if (std::isfinite(x) && std::fabs(x) > std::numeric_limits<float>::max()) {
     value.Fail("value " + value.Describe() + " is outside the float32 range (about 3.4e38)");
   }
-  return static_cast<float>(x);
+  return x;
 }
 
 // The values of a literal nested like `shape`, from dimension `dim` on, appended row-major.
-void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vector<float>& out) {
+void ReadNested(const YamlValue& value, const Shape& shape, DType dtype, size_t dim,
+                std::vector<double>& out) {
   if (dim == shape.size()) {
     if (value.IsList()) value.Fail("is nested deeper than the shape " + ShapeText(shape));
-    out.push_back(LiteralNumber(value));
+    out.push_back(LiteralNumber(value, dtype));
     return;
   }
   const std::string along =
@@ -546,18 +556,18 @@ void ReadNested(const YamlValue& value, const Shape& shape, size_t dim, std::vec
     value.Fail("has " + std::to_string(entries.size()) + " entries but needs " +
                std::to_string(shape[dim]) + along);
   }
-  for (const YamlValue& entry : entries) ReadNested(entry, shape, dim + 1, out);
+  for (const YamlValue& entry : entries) ReadNested(entry, shape, dtype, dim + 1, out);
 }
 
 // `init: {value: ...}`: numbers nested like the shape, or flat in row-major order.
-std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
-  std::vector<float> out;
+std::vector<double> ReadLiteral(const YamlValue& value, const Shape& shape, DType dtype) {
+  std::vector<double> out;
   if (value.IsList()) {
     std::vector<YamlValue> entries = value.List();
     const bool nested =
         std::any_of(entries.begin(), entries.end(), [](const YamlValue& e) { return e.IsList(); });
     if (nested) {
-      ReadNested(value, shape, 0, out);
+      ReadNested(value, shape, dtype, 0, out);
       return out;
     }
     const int64_t count = NumElements(shape);
@@ -565,11 +575,11 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
       value.Fail("has " + std::to_string(entries.size()) + " values but the shape " +
                  ShapeText(shape) + " needs " + std::to_string(count));
     }
-    for (const YamlValue& entry : entries) out.push_back(LiteralNumber(entry));
+    for (const YamlValue& entry : entries) out.push_back(LiteralNumber(entry, dtype));
     return out;
   }
   if (value.IsScalar() && shape.empty()) {
-    out.push_back(LiteralNumber(value));
+    out.push_back(LiteralNumber(value, dtype));
     return out;
   }
   value.Expected("a list of numbers, nested like the shape or flat");
@@ -577,7 +587,7 @@ std::vector<float> ReadLiteral(const YamlValue& value, const Shape& shape) {
 
 // `init:` a name, {value: [...]}, {file: x.npy} or {arange: N} (a shardsim extension: element
 // i holds i mod N, as a model step's token ids within its vocabulary).
-InitSpec ReadInit(const YamlValue& value, const Shape& shape) {
+InitSpec ReadInit(const YamlValue& value, const Shape& shape, DType dtype) {
   InitSpec init;
   if (value.IsMap()) {
     YamlMap map = value.Map({"value", "file", "arange"});
@@ -591,7 +601,7 @@ InitSpec ReadInit(const YamlValue& value, const Shape& shape) {
       init.modulus = arange->Int64(1);
     } else if (literal) {
       init.kind = InitSpec::Kind::kValue;
-      init.values = ReadLiteral(*literal, shape);
+      init.values = ReadLiteral(*literal, shape, dtype);
     } else if (file) {
       init.kind = InitSpec::Kind::kFile;
       init.file = file->String();
@@ -649,7 +659,7 @@ std::vector<ArraySpec> ReadArrays(const YamlValue& value, const std::vector<Mesh
     array.shape = ReadArrayShape(map.Get("shape"));
     if (auto dtype = map.Find("dtype")) array.dtype = *ParseDType(dtype->OneOf(dtypes));
     array.init.kind = InitSpec::Kind::kNormal;
-    if (auto init = map.Find("init")) array.init = ReadInit(*init, array.shape);
+    if (auto init = map.Find("init")) array.init = ReadInit(*init, array.shape, array.dtype);
     if (auto seed = map.Find("seed")) array.init.seed = static_cast<uint64_t>(seed->Int64(0));
     if (auto sharding = map.Find("sharding")) {
       array.sharding = ReadPartitionSpec(*sharding, axes);

@@ -229,6 +229,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"LiteralBeyondFloat32", "bad_literal_range.yaml", "5:52",
                     "arrays.a.init.value.2",
                     "value \"1e39\" is outside the float32 range (about 3.4e38)"},
+        BadFileCase{"LiteralBeyondInt32", "bad_literal_int32.yaml", "5:61",
+                    "arrays.ids.init.value.2",
+                    "value \"2147483648\" is not an int32 (a whole number from -2147483648 to "
+                    "2147483647)"},
         BadFileCase{"HugeBytes", "bad_huge_bytes.yaml", "6:12", "transfers.0.bytes",
                     "size \"1e30 B\" is too large (at most 8 EiB)"},
         BadFileCase{"HugeStartTime", "bad_huge_at.yaml", "4:40", "transfers.0.at",
@@ -431,17 +435,17 @@ TEST(ProgramFileTest, ReadsInits) {
   ASSERT_EQ(p.arrays.size(), 5u);
   const ArraySpec& nested = p.arrays[0];
   EXPECT_EQ(nested.init.kind, InitSpec::Kind::kValue);
-  EXPECT_EQ(nested.init.values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(nested.init.values, (std::vector<double>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(nested.dtype, DType::kF32);  // the default
   const ArraySpec& flat = p.arrays[1];
   EXPECT_EQ(flat.shape, (Shape{3, 2}));
   EXPECT_EQ(flat.init.kind, InitSpec::Kind::kValue);
-  EXPECT_EQ(flat.init.values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(flat.init.values, (std::vector<double>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(p.arrays[2].dtype, DType::kI32);
   EXPECT_EQ(p.arrays[2].init.kind, InitSpec::Kind::kArange);
   const ArraySpec& scalar = p.arrays[3];
   EXPECT_TRUE(scalar.shape.empty());
-  EXPECT_EQ(scalar.init.values, (std::vector<float>{2.5f}));
+  EXPECT_EQ(scalar.init.values, (std::vector<double>{2.5}));
   const ArraySpec& file = p.arrays[4];
   EXPECT_EQ(file.shape, (Shape{8, 8}));  // "8x8"
   EXPECT_EQ(file.init.kind, InitSpec::Kind::kFile);

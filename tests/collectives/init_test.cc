@@ -58,10 +58,22 @@ TEST(InitTest, ArangeIsRoundedToBf16) {
   EXPECT_EQ(r.at(259), 260.0f);
 }
 
+// i32 literals are exact over the whole int32 range: 2^24 + 1 and the extremes (read through
+// float32 they became 16777216, 2147483648 clamped, ...).
+TEST(InitTest, I32LiteralsAreExact) {
+  ArraySpec spec = Spec({4}, DType::kI32, InitSpec::Kind::kValue);
+  spec.init.values = {16777217, 2147483647, -2147483648.0, -16777219};
+  const Array a = MakeInitialArray(spec, true, "");
+  EXPECT_EQ(a.IntAt(0), 16777217);
+  EXPECT_EQ(a.IntAt(1), 2147483647);
+  EXPECT_EQ(a.IntAt(2), -2147483647 - 1);
+  EXPECT_EQ(a.IntAt(3), -16777219);
+}
+
 TEST(InitTest, ValueLiteral) {
   ArraySpec spec = Spec({2, 2}, DType::kF32, InitSpec::Kind::kValue);
-  spec.init.values = {1.5f, -2, 3, 4};
-  EXPECT_EQ(MakeInitialArray(spec, true, "").values(), spec.init.values);
+  spec.init.values = {1.5, -2, 3, 4};
+  EXPECT_EQ(MakeInitialArray(spec, true, "").values(), (std::vector<float>{1.5f, -2, 3, 4}));
   spec.init.values = {1, 2, 3};
   try {
     MakeInitialArray(spec, false, "");  // Checked even without data.

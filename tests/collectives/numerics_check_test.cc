@@ -34,7 +34,7 @@ ArraySpec Literal(std::string name, Shape shape, DType dtype, std::vector<float>
   a.dtype = dtype;
   a.sharding = std::move(sharding);
   a.init.kind = InitSpec::Kind::kValue;
-  a.init.values = std::move(values);
+  a.init.values.assign(values.begin(), values.end());
   return a;
 }
 

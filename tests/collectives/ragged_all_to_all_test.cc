@@ -24,7 +24,7 @@ using test::P;
 InitSpec Values(std::vector<float> values) {
   InitSpec init;
   init.kind = InitSpec::Kind::kValue;
-  init.values = std::move(values);
+  init.values.assign(values.begin(), values.end());
   return init;
 }
 

@@ -39,7 +39,7 @@ class Global {
     a.init.kind = InitSpec::Kind::kValue;
     int64_t count = 1;
     for (int64_t d : a.shape) count *= d;
-    for (int64_t i = 0; i < count; ++i) a.init.values.push_back(static_cast<float>(i * 7 % n));
+    for (int64_t i = 0; i < count; ++i) a.init.values.push_back(static_cast<double>(i * 7 % n));
     return b_.Input(std::move(a));
   }
   // An op of `kind` on `in`, with attributes set by `set`; its first output.

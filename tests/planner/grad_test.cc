@@ -53,7 +53,7 @@ class Program {
     a.shape = std::move(shape);
     a.dtype = dtype;
     a.init.kind = InitSpec::Kind::kValue;
-    a.init.values = std::move(values);
+    a.init.values.assign(values.begin(), values.end());
     a.sharding = std::move(spec);
     return b_.Input(std::move(a));
   }
@@ -161,7 +161,7 @@ std::string AddLoss(Program& p, const std::string& y) {
 // The loss of `program` (its value "loss") with input `name`'s element j moved by `delta`.
 double LossAt(ProgramSpec program, const std::string& name, size_t j, double delta) {
   for (ArraySpec& a : program.arrays) {
-    if (a.name == name) a.init.values.at(j) += static_cast<float>(delta);
+    if (a.name == name) a.init.values.at(j) += delta;
   }
   return Evaluate(program).at("loss").at(0);
 }
@@ -944,7 +944,7 @@ TEST(GradStructureTest, DevicePutSendsTheCotangentBackToThePrimalsMesh) {
     a.shape = {4};
     a.mesh = mesh;
     a.init.kind = InitSpec::Kind::kValue;
-    a.init.values = std::move(v);
+    a.init.values.assign(v.begin(), v.end());
     b.Input(std::move(a));
   };
   input("w", "a", {1, 2, 3, 4});

@@ -153,7 +153,7 @@ TEST(ShardMapTest, InSpecsAreHintsForTheProducers) {
 std::string IndexInput(ProgramBuilder& b, const std::string& name, std::vector<float> values) {
   InitSpec init;
   init.kind = InitSpec::Kind::kValue;
-  init.values = std::move(values);
+  init.values.assign(values.begin(), values.end());
   const int64_t n = static_cast<int64_t>(init.values.size());
   return b.Input(name, {n}, DType::kI32, P({{"ep"}}), init);
 }
