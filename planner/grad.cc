@@ -1084,7 +1084,6 @@ class Expander {
     // local type of every value of the body.
     std::vector<ArraySpec> arrays = body.arrays;
     Types local;
-    std::unordered_map<std::string, size_t> array_index;
     for (size_t i = 0; i < arrays.size(); ++i) {
       ArraySpec& a = arrays[i];
       if (a.typed_by_input) {
@@ -1094,7 +1093,6 @@ class Expander {
         a.typed_by_input = false;
       }
       local[a.name] = Array::ShapeOnly(a.dtype, Sharding(mesh, a.sharding, a.shape).LocalShape());
-      array_index[a.name] = i;
     }
     std::unordered_set<std::string> made;  // Values the forward body's ops make.
     for (const OpSpec& op : body.ops) {
@@ -1203,7 +1201,7 @@ class Expander {
     PartitionSpec everywhere;  // Dimension 0 over every mesh axis: each device's own block.
     everywhere.dims.emplace_back();
     for (const MeshAxis& m : body.mesh_axes) everywhere.dims[0].push_back(m.name);
-    std::vector<OpSpec> unpack;  // Scalar residuals, back from their [1] blocks.
+    std::vector<OpSpec> unpack;  // Residuals that left under other names, back to their own.
     OpSpec saver = out_.ops[index];
     for (const std::string& v : read) {
       if (!made.count(v)) continue;
