@@ -104,6 +104,25 @@ RaggedPlan PlanRaggedAllToAll(const std::vector<std::vector<const Array*>>& inpu
       plan.slices[static_cast<size_t>(from) * g + to].push_back(s);
     }
   }
+  // No two slices write the same row of a receiver: the result would depend on which message
+  // lands last (JAX leaves it undefined).
+  for (int to = 0; to < g; ++to) {
+    std::vector<std::pair<int64_t, int64_t>> rows;  // [start, end) written.
+    for (int from = 0; from < g; ++from) {
+      for (const RaggedSlice& s : plan.slices[static_cast<size_t>(from) * g + to]) {
+        if (s.rows > 0) rows.push_back({s.dst_row, s.dst_row + s.rows});
+      }
+    }
+    std::sort(rows.begin(), rows.end());
+    for (size_t i = 1; i < rows.size(); ++i) {
+      if (rows[i].first < rows[i - 1].second) {
+        throw std::invalid_argument(
+            "two slices write rows [" + std::to_string(rows[i].first) + ", " +
+            std::to_string(std::min(rows[i].second, rows[i - 1].second)) + ") of member " +
+            std::to_string(to) + "'s output (output_offsets overlap)");
+      }
+    }
+  }
   return plan;
 }
 

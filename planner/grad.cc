@@ -1078,11 +1078,10 @@ class Expander {
                                         const std::vector<bool>& needs, Emitter& e,
                                         const std::string& key) {
     const OpSpec forward = out_.ops[index];
-    const ProgramSpec& body = *forward.body;
-    const Mesh mesh = ShardMapMesh(body);
+    const Mesh mesh = ShardMapMesh(*forward.body);
     // The body's arrays, typed (an array typed_by_input takes its input's type), and the
     // local type of every value of the body.
-    std::vector<ArraySpec> arrays = body.arrays;
+    std::vector<ArraySpec> arrays = forward.body->arrays;
     Types local;
     for (size_t i = 0; i < arrays.size(); ++i) {
       ArraySpec& a = arrays[i];
@@ -1094,6 +1093,36 @@ class Expander {
       }
       local[a.name] = Array::ShapeOnly(a.dtype, Sharding(mesh, a.sharding, a.shape).LocalShape());
     }
+    // A body that binds a name twice is differentiated in single-assignment form, which the
+    // forward region then runs too: the same values under names bound once. An input (a body
+    // array, named only inside the body) that an op rebinds is renamed apart first, so its
+    // cotangent is its own and not the later value's.
+    std::shared_ptr<const ProgramSpec> single = forward.body;
+    Names names(*single);
+    if (Rebinds(*single)) {
+      ProgramSpec copy = *single;
+      for (size_t i = 0; i < arrays.size(); ++i) {
+        const std::string old_name = arrays[i].name;
+        size_t bind = copy.ops.size();  // The first op binding the input's name.
+        for (size_t k = 0; k < copy.ops.size() && bind == copy.ops.size(); ++k) {
+          const std::vector<std::string>& out = copy.ops[k].out;
+          if (std::find(out.begin(), out.end(), old_name) != out.end()) bind = k;
+        }
+        if (bind == copy.ops.size()) continue;
+        const std::string fresh = names.Fresh(old_name + "_in");
+        for (size_t k = 0; k <= bind; ++k) {
+          std::replace(copy.ops[k].in.begin(), copy.ops[k].in.end(), old_name, fresh);
+        }
+        copy.arrays[i].name = fresh;
+        arrays[i].name = fresh;
+        local[fresh] = local.at(old_name);
+        local.erase(old_name);
+      }
+      Renamed renamed = SingleAssignment(copy, names);
+      copy.ops = std::move(renamed.ops);
+      single = std::make_shared<const ProgramSpec>(std::move(copy));
+    }
+    const ProgramSpec& body = *single;
     std::unordered_set<std::string> made;  // Values the forward body's ops make.
     for (const OpSpec& op : body.ops) {
       std::vector<Array> results = InferTypes(op, local, mesh);
@@ -1109,12 +1138,13 @@ class Expander {
         for (const std::vector<std::string>& dim : spec.dims) {
           named = named || std::find(dim.begin(), dim.end(), m.name) != dim.end();
         }
-        if (!named && m.size > 1) axes.push_back(m);
+        // Size-1 axes too: a cotangent seeded by an out_spec naming one varies along it for
+        // the replication check, and a psum over a group of one costs nothing.
+        if (!named) axes.push_back(m);
       }
       return axes;
     };
     const std::string prefix = key + "." + kShardMapBody + ".";
-    Names names(body);
     std::vector<OpSpec> backward;
     std::vector<ArraySpec> extra;       // The backward region's other inputs: cotangents, ...
     std::vector<std::string> extra_in;  // ... and the global values they are.
@@ -1169,6 +1199,7 @@ class Expander {
     bwd.mesh_axes = body.mesh_axes;
     std::vector<std::string> d(forward.in.size());
     std::vector<std::string> results;
+    std::set<std::string> leaving;  // The backward body's output names, each once.
     for (size_t i = 0; i < arrays.size(); ++i) {
       auto it = ct.find(arrays[i].name);
       if (!needs[i] || it == ct.end()) continue;
@@ -1179,6 +1210,20 @@ class Expander {
         for (const MeshAxis& m : axes) psum.axis_name.push_back(m.name);
         c = be.Op(OpKind::kPsum, {c}, "d_" + arrays[i].name, std::move(psum));
       }
+      // A region's results are assembled by name: a cotangent that is an input of the backward
+      // region (a seed passed straight through) or already leaves for another input leaves
+      // under a name of its own (a free view).
+      const bool made_here = std::any_of(backward.begin(), backward.end(), [&](const OpSpec& op) {
+        return std::find(op.out.begin(), op.out.end(), c) != op.out.end();
+      });
+      if (!made_here || leaving.count(c)) {
+        OpSpec alias;
+        alias.kind = OpKind::kReshape;
+        alias.in = {c};
+        alias.shape = local.at(c).shape();
+        c = be.Emit(std::move(alias), "d_" + arrays[i].name);
+      }
+      leaving.insert(c);
       OutputSpec o;
       o.name = c;
       o.spec = arrays[i].sharding;
@@ -1249,7 +1294,7 @@ class Expander {
       bwd.arrays.push_back(std::move(a));
       in.push_back(global);
     }
-    if (saving.outputs.size() > body.outputs.size()) {
+    if (saving.outputs.size() > body.outputs.size() || single != forward.body) {
       saver.body = std::make_shared<const ProgramSpec>(std::move(saving));
       out_.ops[index] = std::move(saver);
     }

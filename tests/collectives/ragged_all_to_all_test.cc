@@ -233,6 +233,13 @@ TEST(RaggedAllToAllTest, RefusesWhatJaxDoesNotDefine) {
   EXPECT_EQ(Refusal(c, true),
             "program.0: ragged_all_to_all: member 0's slice 1 (to member 1) writes output rows "
             "[3, 5) of 4 on member 1");
+  // Member 1 would receive rows [0, 2) from member 0 and [1, 2) from itself: which lands last
+  // decides row 1 (the executors disagreed).
+  c = DocstringCase();
+  c.output_offsets = {0, 0, 1, 1};
+  EXPECT_EQ(Refusal(c, true),
+            "program.0: ragged_all_to_all: two slices write rows [1, 2) of member 1's output "
+            "(output_offsets overlap)");
   c = DocstringCase();
   c.send_sizes = {1, -2, 1, 1};
   EXPECT_EQ(Refusal(c, true),

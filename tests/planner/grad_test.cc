@@ -745,6 +745,41 @@ std::vector<FdCase> Cases() {
              0);
        },
        {"x"}},
+      {"RegionSameCotangentTwice",  // Both inputs take the sum's cotangent: two results.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("w", {4, 3});
+         return Region(
+             p, {"x", "w"}, {0, 0},
+             [](ProgramBuilder& b) {
+               return b.Unary(OpKind::kTanh, b.Binary(OpKind::kAdd, "x", "w"));
+             },
+             0);
+       },
+       {"x", "w"}},
+      {"RegionSeedPassedThrough",  // The seed itself is both inputs' cotangent.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         p.Normal("w", {4, 3});
+         return Region(
+             p, {"x", "w"}, {0, 0},
+             [](ProgramBuilder& b) { return b.Binary(OpKind::kAdd, "x", "w"); }, 0);
+       },
+       {"x", "w"}},
+      {"RegionRebindsNames",  // m bound twice, the input x rebound: read as single assignment.
+       [](Program& p) {
+         p.Normal("x", {4, 3});
+         return Region(
+             p, {"x"}, {0},
+             [](ProgramBuilder& b) {
+               b.Unary(OpKind::kSin, "x", "m");
+               b.Unary(OpKind::kExp, "m", "m");
+               b.Binary(OpKind::kMul, "m", "x", "x");
+               return b.Unary(OpKind::kTanh, "x", "y");
+             },
+             0);
+       },
+       {"x"}},
       {"RegionRaggedAllToAll",  // Device 0 sends a row to each device; device 1 both to 0.
        [](Program& p) {
          p.Normal("x", {4, 3});

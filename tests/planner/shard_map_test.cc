@@ -380,6 +380,37 @@ TEST(ShardMapTest, GradSavesResidualsInsteadOfRecomputing) {
   ExpectNumericsPass(global);
 }
 
+// A mesh axis of size 1 that an out_spec names and an in_spec leaves out: the input's cotangent
+// is psummed over it too (a group of one: nothing moves), so the backward region passes the
+// replication check (it was refused, at a key the user never wrote). loss = sum(a w), so
+// da[i, k] = sum_j w[k, j].
+TEST(ShardMapTest, GradWithASizeOneAxis) {
+  const std::vector<MeshAxis> axes = {{"x", 8}, {"y", 1}};
+  ProgramBuilder body(axes);
+  body.Input("a", {8, 3}, DType::kF32, P({{"x"}}));
+  body.Input("w", {3, 2}, DType::kF32, P({{}, {"y"}}));
+  body.Matmul("a", "w", "y");
+  body.Output("y", P({{"x"}, {"y"}}));
+  ProgramBuilder g(axes, {}, ProgramMode::kAuto);
+  g.Input("a", {8, 3}, DType::kF32, P({}), Normal(1));
+  g.Input("w", {3, 2}, DType::kF32, P({}), Arange());
+  g.ShardMap({"a", "w"}, std::move(body).Build(), {"y"});
+  OpSpec sum;
+  sum.kind = OpKind::kSum;
+  sum.in = {"y"};
+  sum.out = {"loss"};
+  g.Add(sum);
+  g.Grad("loss", {"a"}, {"da"});
+  g.Output("da", P({}));
+  const ProgramSpec global = std::move(g).Build();
+  const Array da = GlobalReference(global, "").at("da");
+  ASSERT_EQ(da.shape(), (Shape{8, 3}));
+  for (int i = 0; i < 8; ++i) {
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(da.ValueAt(i * 3 + k), 4.0 * k + 1) << i << "," << k;
+  }
+  ExpectNumericsPass(global);
+}
+
 // pmax has no derivative (JAX has none either): grad through a body that reads it on the path
 // is refused at the grad op, naming the body op and its key.
 TEST(ShardMapTest, GradThroughPmaxIsRefused) {
