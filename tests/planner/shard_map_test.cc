@@ -411,6 +411,25 @@ TEST(ShardMapTest, GradWithASizeOneAxis) {
   ExpectNumericsPass(global);
 }
 
+// A body (built in C++) may return its input, twice: the reference assembles each from a free
+// view of it (it crashed: an input's replicas are not all kept). q's element 5 is a's.
+TEST(ShardMapTest, BodyReturningItsInputTwice) {
+  ProgramBuilder body(kAxes);
+  body.Input("p", {8, 6}, DType::kF32, P({{"x"}}));
+  body.Output("p", P({{"x"}}));
+  body.Output("p", P({{"x"}}));
+  ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
+  g.Input("a", {8, 6}, DType::kF32, P({}), Arange());
+  g.ShardMap({"a"}, std::move(body).Build(), {"s", "q"});
+  g.Output("s", P({}));
+  g.Output("q", P({}));
+  const ProgramSpec global = std::move(g).Build();
+  const std::map<std::string, Array> ref = GlobalReference(global, "");
+  EXPECT_EQ(ref.at("s").ValueAt(47), 47);
+  EXPECT_EQ(ref.at("q").ValueAt(5), 5);
+  ExpectNumericsPass(global);
+}
+
 // pmax has no derivative (JAX has none either): grad through a body that reads it on the path
 // is refused at the grad op, naming the body op and its key.
 TEST(ShardMapTest, GradThroughPmaxIsRefused) {
