@@ -1,6 +1,5 @@
 #include "collectives/shard_map.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -162,32 +161,9 @@ std::vector<Array> ShardMapResults(const OpSpec& op, const std::vector<const Arr
   }
   std::map<std::string, Array> given;
   for (size_t i = 0; i < inputs.size(); ++i) given[body.arrays[i].name] = *inputs[i];
-  // An output that is one of the body's inputs (no op rebinds it) leaves through a free view of
-  // it: the reference assembles outputs from values ops made (an input's replicas are not all
-  // kept). '#' keeps the view's name apart from any a program can write.
-  std::optional<ProgramSpec> viewed;
-  for (size_t j = 0; j < body.outputs.size(); ++j) {
-    const std::string& name = body.outputs[j].name;
-    const auto array = std::find_if(body.arrays.begin(), body.arrays.end(),
-                                    [&](const ArraySpec& a) { return a.name == name; });
-    const bool rebound = std::any_of(body.ops.begin(), body.ops.end(), [&](const OpSpec& op) {
-      return std::find(op.out.begin(), op.out.end(), name) != op.out.end();
-    });
-    if (array == body.arrays.end() || rebound) continue;
-    if (!viewed) viewed = body;
-    OpSpec view;
-    view.kind = OpKind::kReshape;
-    view.in = {name};
-    view.shape = Sharding(mesh, array->sharding, array->shape).LocalShape();
-    view.out = {name + "#out" + std::to_string(j)};
-    view.name = view.out[0];
-    view.key = body.outputs[j].key;
-    viewed->outputs[j].name = view.out[0];
-    viewed->ops.push_back(std::move(view));
-  }
-  const ProgramSpec& run = viewed ? *viewed : body;
-  std::map<std::string, Array> outputs = ReferenceOutputs(mesh, run, "", &given);
-  for (const OutputSpec& o : run.outputs) results.push_back(std::move(outputs.at(o.name)));
+  std::map<std::string, Array> outputs = ReferenceOutputs(mesh, body, "", &given);
+  // Copied, not moved: a body may return one value (an input, too) under several outputs.
+  for (const OutputSpec& o : body.outputs) results.push_back(outputs.at(o.name));
   return results;
 }
 

@@ -1199,7 +1199,6 @@ class Expander {
     bwd.mesh_axes = body.mesh_axes;
     std::vector<std::string> d(forward.in.size());
     std::vector<std::string> results;
-    std::set<std::string> leaving;  // The backward body's output names, each once.
     for (size_t i = 0; i < arrays.size(); ++i) {
       auto it = ct.find(arrays[i].name);
       if (!needs[i] || it == ct.end()) continue;
@@ -1210,20 +1209,6 @@ class Expander {
         for (const MeshAxis& m : axes) psum.axis_name.push_back(m.name);
         c = be.Op(OpKind::kPsum, {c}, "d_" + arrays[i].name, std::move(psum));
       }
-      // A region's results are assembled by name: a cotangent that is an input of the backward
-      // region (a seed passed straight through) or already leaves for another input leaves
-      // under a name of its own (a free view).
-      const bool made_here = std::any_of(backward.begin(), backward.end(), [&](const OpSpec& op) {
-        return std::find(op.out.begin(), op.out.end(), c) != op.out.end();
-      });
-      if (!made_here || leaving.count(c)) {
-        OpSpec alias;
-        alias.kind = OpKind::kReshape;
-        alias.in = {c};
-        alias.shape = local.at(c).shape();
-        c = be.Emit(std::move(alias), "d_" + arrays[i].name);
-      }
-      leaving.insert(c);
       OutputSpec o;
       o.name = c;
       o.spec = arrays[i].sharding;

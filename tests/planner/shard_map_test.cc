@@ -64,6 +64,15 @@ Refused PartitionRefusal(const ProgramSpec& global) {
   return {"", "partitioned"};
 }
 
+// Appends sum(x) over every axis to `g` (a loss), named `out` (fresh when empty); returns it.
+std::string SumAll(ProgramBuilder& g, const std::string& x, std::string out = "") {
+  OpSpec sum;
+  sum.kind = OpKind::kSum;
+  sum.in = {x};
+  if (!out.empty()) sum.out = {std::move(out)};
+  return g.Add(std::move(sum));
+}
+
 // The results' global shapes come from the body's local ones and the out specs: s is one
 // device's [2, 6] block (out spec P(): replicated), q four row blocks ([8, 6]); the values are
 // the sum of a's four row blocks and a squared, computed here by hand.
@@ -318,13 +327,7 @@ TEST(ShardMapTest, GradThroughARegion) {
   ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
   g.Input("a", {8, 6}, DType::kF32, P({}), Arange());
   g.ShardMap({"a"}, SumAndSquareBody(), {"s", "q"});
-  OpSpec sum;
-  sum.kind = OpKind::kSum;
-  sum.in = {"s"};
-  const std::string ls = g.Add(sum);
-  sum.in = {"q"};
-  const std::string lq = g.Add(sum);
-  g.Binary(OpKind::kAdd, ls, lq, "loss");
+  g.Binary(OpKind::kAdd, SumAll(g, "s"), SumAll(g, "q"), "loss");
   g.Grad("loss", {"a"}, {"da"});
   g.Output("da", P({}));
   const ProgramSpec global = std::move(g).Build();
@@ -351,11 +354,7 @@ TEST(ShardMapTest, GradSavesResidualsInsteadOfRecomputing) {
   g.Input("x", {8, 4}, DType::kF32, P({{"x", "y"}}), Normal(1));
   g.Input("w", {4, 3}, DType::kF32, P({}), Normal(2));
   g.ShardMap({"x", "w"}, std::move(body).Build(), {"t"});
-  OpSpec sum;
-  sum.kind = OpKind::kSum;
-  sum.in = {"t"};
-  sum.out = {"loss"};
-  g.Add(sum);
+  SumAll(g, "t", "loss");
   g.Grad("loss", {"w"}, {"dw"});
   g.Output("dw", P({}));
   const ProgramSpec global = std::move(g).Build();
@@ -395,11 +394,7 @@ TEST(ShardMapTest, GradWithASizeOneAxis) {
   g.Input("a", {8, 3}, DType::kF32, P({}), Normal(1));
   g.Input("w", {3, 2}, DType::kF32, P({}), Arange());
   g.ShardMap({"a", "w"}, std::move(body).Build(), {"y"});
-  OpSpec sum;
-  sum.kind = OpKind::kSum;
-  sum.in = {"y"};
-  sum.out = {"loss"};
-  g.Add(sum);
+  SumAll(g, "y", "loss");
   g.Grad("loss", {"a"}, {"da"});
   g.Output("da", P({}));
   const ProgramSpec global = std::move(g).Build();
@@ -440,11 +435,7 @@ TEST(ShardMapTest, GradThroughPmaxIsRefused) {
   ProgramBuilder g(kAxes, {}, ProgramMode::kAuto);
   g.Input("a", {8, 6}, DType::kF32, P({}), Arange());
   g.ShardMap({"a"}, std::move(body).Build(), {"m"});
-  OpSpec sum;
-  sum.kind = OpKind::kSum;
-  sum.in = {"m"};
-  g.Add(sum);
-  g.Grad(g.program().ops.back().out[0], {"a"}, {"da"});
+  g.Grad(SumAll(g, "m"), {"a"}, {"da"});
   g.Output("da", P({}));
   const ProgramSpec global = std::move(g).Build();
   try {
