@@ -497,20 +497,19 @@ class Partitioner {
     return total;
   }
 
-  // A lower bound of StepTime: the bytes each device must receive, (n - 1)/n of what it ends
-  // with for a gather (of what it starts with for the others: a psum's reduced result needs
-  // every other member's contribution to each element; a scatter's or all_to_all's block has
-  // n - 1 parts from others), over the device's inbound link capacity. Latency is ignored, so
-  // every algorithm on the fluid network takes at least this long.
+  // A lower bound of StepTime: the bytes each device must receive over the device's inbound
+  // link capacity. (n - 1)/n of what it ends with for a gather and an all_to_all (the n - 1
+  // parts of its result that other members hold, which nothing can combine); for a psum,
+  // (n - 1)/n of its block (its reduced result needs every other member's contribution to
+  // each element); for a psum_scatter, likewise of the block it ends with. Latency is ignored,
+  // so every algorithm on the fluid network takes at least this long.
   double StepLowerBound(const ReshardStep& step, DType dtype) const {
     if (!StepCommunicates(step)) return 0;
     int64_t n = 1;
     for (int a : step.axes) n *= axes_[static_cast<size_t>(a)].size;
     double bytes = static_cast<double>(NumElements(step.local_in)) * DTypeSize(dtype);
     if (step.kind == ReshardStep::Kind::kAllGather) bytes *= static_cast<double>(n);
-    if (step.kind == ReshardStep::Kind::kPsumScatter || step.kind == ReshardStep::Kind::kAllToAll) {
-      bytes /= static_cast<double>(n);
-    }
+    if (step.kind == ReshardStep::Kind::kPsumScatter) bytes /= static_cast<double>(n);
     const double received = bytes * static_cast<double>(n - 1) / static_cast<double>(n);
     return received / costs_.device_in_bytes_per_second * 1e12;
   }
