@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -24,6 +25,20 @@ Time NonNegative(Time t) { return t > Time() ? t : Time(); }
 
 }  // namespace
 
+std::vector<int64_t> ChunkLayers(int64_t layers, int chunks) {
+  if (chunks < 1 || layers < chunks) {
+    throw SpecError("plan.pipeline", "the " + std::to_string(layers) + " layers do not fill " +
+                                         std::to_string(chunks) +
+                                         " pipeline chunks (stages x virtual stages) with a "
+                                         "layer each");
+  }
+  std::vector<int64_t> out(static_cast<size_t>(chunks), layers / chunks);
+  // The remainder one each to chunks 1, 2, ..., the last (the head's) last; never the first.
+  const int64_t extra = layers % chunks;
+  for (int64_t k = 0; k < extra; ++k) ++out[static_cast<size_t>(1 + k)];
+  return out;
+}
+
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
                                            const TrainStepOptions& options) {
@@ -43,16 +58,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     throw SpecError("plan.rules.layers",
                     "pipeline stages take the layers: give the rule layers: " + pp.axis);
   }
-  if (model.experts > 0 && model.dense_layers > 0) {
-    throw SpecError("plan.pipeline", "the model's " + std::to_string(model.dense_layers) +
-                                         " leading dense layers would make the stages unequal: "
-                                         "pipelines need identical layers");
-  }
-  if (model.layers % (static_cast<int64_t>(p) * v) != 0) {
-    throw SpecError("plan.pipeline", "the " + std::to_string(model.layers) +
-                                         " layers do not split into " + std::to_string(p) +
-                                         " stages x " + std::to_string(v) + " virtual stages");
-  }
+  const std::vector<int64_t> chunk_layers = ChunkLayers(model.layers, p * v);
   // Data axes: split only the batch. They and the stage axis leave the stage's mesh.
   std::set<std::string> data;
   if (const auto batch = plan.rules.find("batch"); batch != plan.rules.end()) {
@@ -106,9 +112,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   StepCollectives owned(machine, options.collective_model);
   CollectiveCostModel* collectives = &owned.model();
   // One stage's microbatch with 2 and 3 layers: forward only, forward and backward, and the
-  // step with the optimizer.
-  auto figures = [&](int64_t layers, bool forward_only, Optimizer optimizer) {
-    TransformerConfig mm = model;
+  // step with the optimizer; of a model whose layers are all of one kind (a mixture of experts
+  // with leading dense layers: every layer an expert layer) and, with dense layers, the
+  // 3-layer steps once more with the first layer dense (their difference: a dense layer's
+  // less an expert layer's).
+  auto figures = [&](const TransformerConfig& kind, int64_t layers, bool forward_only,
+                     Optimizer optimizer) {
+    TransformerConfig mm = kind;
     mm.layers = layers;
     TrainConfig t = micro;
     t.forward_only = forward_only;
@@ -119,21 +129,74 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     return SimulateStepFigures(machine, stage_mesh, global, values, stage, *collectives,
                                options.prefetch ? PrefetchGroups(mm.layers, t) : 0, {}, head_tiles);
   };
-  const StepFigures fwd2 = figures(2, true, Optimizer::kNone);
-  const StepFigures fwd3 = figures(3, true, Optimizer::kNone);
-  const StepFigures fb2 = figures(2, false, Optimizer::kNone);
-  const StepFigures fb3 = figures(3, false, Optimizer::kNone);
-  const StepFigures opt2 = figures(2, false, train.optimizer);
-  const StepFigures opt3 = figures(3, false, train.optimizer);
-  // Per layer (slopes) and the rest (intercepts: embedding, final norm, logits, loss).
-  const Time f_layer = NonNegative(fwd3.end - fwd2.end);
-  const Time b_layer = NonNegative((fb3.end - fb2.end) - f_layer);
-  const Time f_head = NonNegative(fwd2.end - f_layer * 2);
-  const Time b_head = NonNegative(fb2.end - (f_layer + b_layer) * 2 - f_head);
-  const Time opt_layer = NonNegative((opt3.end - opt2.end) - (fb3.end - fb2.end));
-  const Time opt_head = NonNegative((opt2.end - fb2.end) - opt_layer * 2);
-  const int64_t chunk_layers = model.layers / (static_cast<int64_t>(p) * v);
-  const int64_t stage_layers = model.layers / p;
+  const int64_t dense = model.experts > 0 ? model.dense_layers : 0;
+  TransformerConfig uniform = model;
+  uniform.dense_layers = 0;
+  const StepFigures fwd2 = figures(uniform, 2, true, Optimizer::kNone);
+  const StepFigures fwd3 = figures(uniform, 3, true, Optimizer::kNone);
+  const StepFigures fb2 = figures(uniform, 2, false, Optimizer::kNone);
+  const StepFigures fb3 = figures(uniform, 3, false, Optimizer::kNone);
+  const StepFigures opt2 = figures(uniform, 2, false, train.optimizer);
+  const StepFigures opt3 = figures(uniform, 3, false, train.optimizer);
+  // Without dense layers the "mixed" steps are the uniform ones (every difference zero).
+  TransformerConfig mixed = uniform;
+  mixed.dense_layers = 1;
+  const StepFigures fwd3d = dense > 0 ? figures(mixed, 3, true, Optimizer::kNone) : fwd3;
+  const StepFigures fb3d = dense > 0 ? figures(mixed, 3, false, Optimizer::kNone) : fb3;
+  const StepFigures opt3d = dense > 0 ? figures(mixed, 3, false, train.optimizer) : opt3;
+  // Per layer of each kind (slopes; a dense layer's: the expert layer's plus the difference
+  // of the mixed step) and the rest (intercepts: embedding, final norm, logits, loss).
+  struct PerLayer {
+    Time forward, backward, update, compute, update_compute, comm, recompute;
+    Bytes activations;  // Kept from its forward for its backward.
+  };
+  PerLayer moe, dns;
+  moe.forward = NonNegative(fwd3.end - fwd2.end);
+  moe.backward = NonNegative((fb3.end - fb2.end) - moe.forward);
+  moe.update = NonNegative((opt3.end - opt2.end) - (fb3.end - fb2.end));
+  moe.compute = NonNegative(fb3.compute - fb2.compute);
+  moe.update_compute = NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute));
+  moe.comm = NonNegative(fb3.comm - fb2.comm);
+  moe.recompute = NonNegative(fb3.recompute - fb2.recompute);
+  const Time dense_forward = fwd3d.end - fwd3.end;
+  dns.forward = NonNegative(moe.forward + dense_forward);
+  dns.backward = NonNegative(moe.backward + (fb3d.end - fb3.end) - dense_forward);
+  dns.update = NonNegative(moe.update + (opt3d.end - fb3d.end) - (opt3.end - fb3.end));
+  dns.compute = NonNegative(moe.compute + fb3d.compute - fb3.compute);
+  dns.update_compute = NonNegative(moe.update_compute + (opt3d.compute - fb3d.compute) -
+                                   (opt3.compute - fb3.compute));
+  dns.comm = NonNegative(moe.comm + fb3d.comm - fb3.comm);
+  dns.recompute = NonNegative(moe.recompute + fb3d.recompute - fb3.recompute);
+  const Time f_head = NonNegative(fwd2.end - moe.forward * 2);
+  const Time b_head = NonNegative(fb2.end - (moe.forward + moe.backward) * 2 - f_head);
+  const Time opt_head = NonNegative((opt2.end - fb2.end) - moe.update * 2);
+  // A layer's activations: the slope of the bytes live as the backward pass starts (the
+  // parameters and every value the forward kept for it; no gradient made yet) less its
+  // parameters.
+  auto entry_live = [](const StepFigures& x) {
+    return x.phase_entry_live.size() > 1 ? std::optional<Bytes>(x.phase_entry_live[1])
+                                         : std::nullopt;
+  };
+  auto kept = [](Bytes forward_slope, Bytes params_slope) {
+    return forward_slope > params_slope ? forward_slope - params_slope : Bytes(0);
+  };
+  const bool entries = entry_live(fb2) && entry_live(fb3) && entry_live(fb3d);
+  const Bytes forward_slope = entries ? *entry_live(fb3) - *entry_live(fb2) : fb3.peak - fb2.peak;
+  const Bytes params_slope = fb3.state.params - fb2.state.params;
+  moe.activations = kept(forward_slope, params_slope);
+  dns.activations =
+      kept(forward_slope + (entries ? *entry_live(fb3d) - *entry_live(fb3) : fb3d.peak - fb3.peak),
+           params_slope + (fb3d.state.params - fb3.state.params));
+  // Each virtual stage's layers of each kind: the model's layers in order, the first `dense`
+  // of them dense.
+  const int chunks = p * v;
+  std::vector<int64_t> chunk_dense(static_cast<size_t>(chunks));
+  int64_t first_layer = 0;
+  for (int j = 0; j < chunks; ++j) {
+    const int64_t n = chunk_layers[static_cast<size_t>(j)];
+    chunk_dense[static_cast<size_t>(j)] = std::clamp<int64_t>(dense - first_layer, 0, n);
+    first_layer += n;
+  }
   // An activation [microbatch, seq, d] between stages: each device sends its block.
   int64_t splits = 1;
   for (const std::string& dim : {std::string("batch"), std::string("length")}) {
@@ -148,48 +211,118 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   send.axes = {stage_axis};
   for (int i = 0; i < p; ++i) send.destination.push_back(i + 1 < p ? i + 1 : -1);
   const Time send_time = p > 1 ? CollectiveTime(*collectives, mesh, send) : Time();
-  std::vector<PipelineTaskTimes> chunks(
-      static_cast<size_t>(p * v), {f_layer * chunk_layers, b_layer * chunk_layers, send_time});
-  chunks.back().forward += f_head;
-  chunks.back().backward += b_head;
-  const PipelineTimeline timeline =
-      SimulatePipeline(p, static_cast<int>(m), v, pp.schedule, chunks);
-  // The stage's state at its layer count (the last stage's: it also holds the head).
-  const StepFigures at_stage = ComposeFigures(opt2, opt3, stage_layers - 2);
-  CollectiveRequest sync;
-  sync.kind = CollectiveKind::kAllReduce;
-  sync.dtype = train.param_dtype;
-  sync.elements = at_stage.state.grads.count() / DTypeSize(train.param_dtype);
-  sync.axes = data_axes;
-  const Time sync_time = replicas > 1 ? CollectiveTime(*collectives, mesh, sync) : Time();
-  const Time update = opt_layer * stage_layers + opt_head;
-  StepFigures f;
-  f.end = timeline.end + sync_time + update;
-  // Compute and communication per layer from the forward-and-backward runs, scaled to the
-  // stage's microbatches and layers, with the update's compute, the sends and the gradient
-  // all-reduce; what the step spends beyond compute and the bubble is exposed communication.
-  const int64_t per_layer = stage_layers * m;
-  f.compute = NonNegative(fb3.compute - fb2.compute) * per_layer +
-              NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute)) * stage_layers;
-  f.comm = NonNegative(fb3.comm - fb2.comm) * per_layer + send_time * (2 * m * v) + sync_time;
-  f.exposed_comm = NonNegative(f.end - f.compute - timeline.bubble);
-  // The exposed communication by collective: inside the stage's tasks, each class's exposed
-  // time per layer (from the forward-and-backward runs) times the stage's layers and
-  // microbatches; after the flush, the gradient all-reduce over the data axes, all exposed;
-  // the rest of it is the schedule waiting on activations sent between stages. When the
-  // first two exceed the total (the composed figures are slopes), they are scaled to fit, so
-  // the classes always add up to exposed_comm.
-  std::map<std::string, Time> by_class;
-  for (const auto& [name, t3] : fb3.exposed_by_collective) {
-    const auto t2 = fb2.exposed_by_collective.find(name);
-    const Time slope =
-        NonNegative(t3 - (t2 == fb2.exposed_by_collective.end() ? Time() : t2->second));
-    if (slope > Time()) by_class[name] = slope * per_layer;
+  std::vector<PipelineTaskTimes> tasks;
+  for (int j = 0; j < chunks; ++j) {
+    const int64_t d = chunk_dense[static_cast<size_t>(j)];
+    const int64_t e = chunk_layers[static_cast<size_t>(j)] - d;
+    tasks.push_back(
+        {dns.forward * d + moe.forward * e, dns.backward * d + moe.backward * e, send_time});
   }
-  if (sync_time > Time()) {
+  tasks.back().forward += f_head;
+  tasks.back().backward += b_head;
+  const PipelineTimeline timeline = SimulatePipeline(p, static_cast<int>(m), v, pp.schedule, tasks);
+  // Per stage (its chunks j = c * p + s): its layers of each kind; its state and peak as a
+  // step of its layers (composed from the uniform steps, each dense layer adding the mixed
+  // step's difference) with the schedule's in-flight chunks holding their activations (the
+  // stage's largest chunk's, times the chunks held beyond the step's own); its gradient
+  // all-reduce over the data axes and its update after the flush. Every stage's step counts
+  // the head (the last stage's; the others' are overestimated by it). The step ends when the
+  // slowest stage's update does.
+  struct Stage {
+    int64_t dense = 0, layers = 0;
+    StepFigures figures;
+    Bytes peak;
+    Time sync, update, compute;
+  };
+  std::vector<Stage> stages(static_cast<size_t>(p));
+  StepFigures f;
+  Time tail;
+  std::map<int64_t, Time> sync_times;  // By gradient elements.
+  for (int s = 0; s < p; ++s) {
+    Stage& st = stages[static_cast<size_t>(s)];
+    Bytes largest_chunk;
+    for (int c = 0; c < v; ++c) {
+      const size_t j = static_cast<size_t>(c * p + s);
+      st.dense += chunk_dense[j];
+      st.layers += chunk_layers[j];
+      largest_chunk =
+          std::max(largest_chunk, dns.activations * chunk_dense[j] +
+                                      moe.activations * (chunk_layers[j] - chunk_dense[j]));
+    }
+    st.figures = ComposeFigures(opt2, opt3, st.layers - 2);
+    StepFigures& x = st.figures;
+    x.peak = x.peak + (opt3d.peak - opt3.peak) * st.dense;
+    x.state.params = x.state.params + (opt3d.state.params - opt3.state.params) * st.dense;
+    x.state.grads = x.state.grads + (opt3d.state.grads - opt3.state.grads) * st.dense;
+    x.state.optimizer =
+        x.state.optimizer + (opt3d.state.optimizer - opt3.state.optimizer) * st.dense;
+    const int extra = std::max(timeline.in_flight[static_cast<size_t>(s)] - 1, 0);
+    st.peak = x.peak + largest_chunk * extra;
+    const int64_t grads = x.state.grads.count() / DTypeSize(train.param_dtype);
+    if (replicas > 1 && !sync_times.count(grads)) {
+      CollectiveRequest sync;
+      sync.kind = CollectiveKind::kAllReduce;
+      sync.dtype = train.param_dtype;
+      sync.elements = grads;
+      sync.axes = data_axes;
+      sync_times[grads] = CollectiveTime(*collectives, mesh, sync);
+    }
+    st.sync = replicas > 1 ? sync_times[grads] : Time();
+    const int64_t e = st.layers - st.dense;
+    st.update = dns.update * st.dense + moe.update * e + opt_head;
+    st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
+                 moe.update_compute * e;
+    tail = std::max(tail, st.sync + st.update);
+  }
+  f.end = timeline.end + tail;
+  // The figures of the busiest stage (the most time in its tasks; the first such: with equal
+  // chunks the last, which also runs the head), so that its compute, its exposed communication
+  // and its idle time in the schedule (the bubble) add up to the step: its compute and
+  // communication per layer of each kind from the forward-and-backward runs times its layers
+  // and microbatches (the last stage's also the head's: the 2-layer step less its layers), with
+  // its update's compute, the sends and its gradient all-reduce; what the step spends beyond
+  // compute and the bubble is exposed communication.
+  size_t busiest = 0;
+  for (size_t s = 1; s < stages.size(); ++s) {
+    if (timeline.busy[s] > timeline.busy[busiest]) busiest = s;
+  }
+  const Stage& b = stages[busiest];
+  const bool head = busiest + 1 == stages.size();
+  const int64_t b_moe = b.layers - b.dense;
+  // The head's share of a 2-layer step's figure `x2` whose per-layer slope is `slope`.
+  auto head_part = [&](Time x2, Time slope) { return head ? NonNegative(x2 - slope * 2) : Time(); };
+  const Time bubble = timeline.end - timeline.busy[busiest];
+  f.compute = b.compute + head_part(fb2.compute, moe.compute) * m +
+              head_part(opt2.compute - fb2.compute, moe.update_compute);
+  f.comm = (dns.comm * b.dense + moe.comm * b_moe + head_part(fb2.comm, moe.comm)) * m +
+           send_time * (2 * m * v) + b.sync;
+  f.exposed_comm = NonNegative(f.end - f.compute - bubble);
+  // The exposed communication by collective: inside the stage's tasks, each class's exposed
+  // time per layer of each kind (from the forward-and-backward runs) times the stage's layers
+  // and microbatches, and the head's; after the flush, the gradient all-reduce over the data
+  // axes, all exposed; the rest of it is the schedule waiting on activations sent between
+  // stages. When the first two exceed the total (the composed figures are slopes), they are
+  // scaled to fit, so the classes always add up to exposed_comm.
+  auto exposed = [](const StepFigures& x, const std::string& name) {
+    const auto it = x.exposed_by_collective.find(name);
+    return it == x.exposed_by_collective.end() ? Time() : it->second;
+  };
+  std::set<std::string> classes;
+  for (const StepFigures* x : {&fb2, &fb3, &fb3d}) {
+    for (const auto& [name, t] : x->exposed_by_collective) classes.insert(name);
+  }
+  std::map<std::string, Time> by_class;
+  for (const std::string& name : classes) {
+    const Time slope = NonNegative(exposed(fb3, name) - exposed(fb2, name));
+    const Time dense_slope = NonNegative(slope + exposed(fb3d, name) - exposed(fb3, name));
+    const Time t =
+        (dense_slope * b.dense + slope * b_moe + head_part(exposed(fb2, name), slope)) * m;
+    if (t > Time()) by_class[name] = t;
+  }
+  if (b.sync > Time()) {
     std::string name = "psum over";
     for (int a : data_axes) name += " " + plan.mesh[static_cast<size_t>(a)].name;
-    by_class[name] = by_class[name] + sync_time;
+    by_class[name] = by_class[name] + b.sync;
   }
   Time named;
   for (const auto& [name, t] : by_class) named += t;
@@ -205,25 +338,23 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   for (const auto& [name, t] : by_class) {
     if (t > Time()) f.exposed_by_collective[name] = t;
   }
-  f.recompute = NonNegative(fb3.recompute - fb2.recompute) * per_layer;
-  // Memory: the stage's step holds one microbatch's activations; the schedule holds
-  // in_flight[0] chunks' worth at once on the first stage. A layer's activations: the slope
-  // of the bytes live as the backward pass starts (the parameters and every value the
-  // forward kept for it; no gradient made yet) less its parameters.
-  const Bytes forward_slope = fb2.phase_entry_live.size() > 1 && fb3.phase_entry_live.size() > 1
-                                  ? fb3.phase_entry_live[1] - fb2.phase_entry_live[1]
-                                  : fb3.peak - fb2.peak;
-  const Bytes params_slope = fb3.state.params - fb2.state.params;
-  const Bytes per_layer_act =
-      forward_slope > params_slope ? forward_slope - params_slope : Bytes(0);
-  const int extra = std::max(timeline.in_flight[0] - 1, 0);
-  f.peak = at_stage.peak + per_layer_act * (chunk_layers * extra);
-  f.state = at_stage.state;
+  f.recompute =
+      (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb2.recompute, moe.recompute)) *
+      m;
+  // Memory: the stage with the highest peak (the first such).
+  size_t fullest = 0;
+  for (size_t s = 1; s < stages.size(); ++s) {
+    if (stages[s].peak > stages[fullest].peak) fullest = s;
+  }
+  f.peak = stages[fullest].peak;
+  f.state = stages[fullest].figures.state;
   f.events = fwd2.events + fwd3.events + fb2.events + fb3.events + opt2.events + opt3.events;
+  if (dense > 0) f.events += fwd3d.events + fb3d.events + opt3d.events;
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {2, 3});
   r.remat = plan.remat;
-  r.bubble = timeline.bubble;
+  r.bubble = bubble;
   r.pipeline_stages = p;
+  for (const Stage& st : stages) r.pipeline_layers.push_back(st.layers);
   return r;
 }
 

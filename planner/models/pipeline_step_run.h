@@ -3,6 +3,9 @@
 // activations sent between stages, then the data-parallel gradient reduction and the update.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "collectives/runtime/machine.h"
 #include "planner/models/train_step_run.h"
 #include "planner/models/transformer.h"
@@ -10,18 +13,28 @@
 namespace shardsim::planner {
 
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers
-// into stages over its mesh axis (the rules give `layers: <that axis>`). The data axes (axes
-// only the batch rule uses) and the stage axis leave the stage's own mesh: one stage's
-// microbatch (batch / (microbatches x data)) runs on the devices of stage 0 and data position
-// 0, forward only and forward plus backward, composed from 2 and 3 layers; their per-layer
-// slopes are a chunk's task times (a stage's layers over virtual_stages chunks; the last
-// chunk also runs the embedding, final norm, logits and loss: the intercepts). An
-// activation's send between stages is a ppermute over the stage axis priced by the collective
-// model on the whole mesh. After the schedule (SimulatePipeline) the stage's gradients are
-// all-reduced over the data axes and the optimizer runs (its time: the update's slope and
-// intercept). Memory: the stage's parameters, gradients and optimizer state, and its peak
-// with the schedule's in-flight microbatch chunks holding their activations. Throws SpecError
-// at "plan.pipeline" or "plan.rules.layers" for a plan that does not fit together.
+// into stages over its mesh axis (the rules give `layers: <that axis>`), stages x
+// virtual_stages chunks of consecutive layers (ChunkLayers). The data axes (axes only the
+// batch rule uses) and the stage axis leave the stage's own mesh: one stage's microbatch
+// (batch / (microbatches x data)) runs on the devices of stage 0 and data position 0, forward
+// only and forward plus backward, composed from 2 and 3 layers; their per-layer slopes make a
+// chunk's task times (a mixture of experts with leading dense layers: slopes of each kind,
+// the dense layer's from a 3-layer step whose first layer is dense; the last chunk also runs
+// the embedding, final norm, logits and loss: the intercepts). An activation's send between
+// stages is a ppermute over the stage axis priced by the collective model on the whole mesh.
+// After the schedule (SimulatePipeline) each stage's gradients are all-reduced over the data
+// axes and its optimizer runs (its time: the update's slopes and intercept); the step ends
+// with the slowest. Memory: per stage, its parameters, gradients and optimizer state, and its
+// peak with the schedule's in-flight microbatch chunks holding their activations; the report
+// gives the stage with the highest peak. Throws SpecError at "plan.pipeline" or
+// "plan.rules.layers" for a plan that does not fit together.
+// The layers of each of `chunks` pipeline chunks (virtual stage j = c * stages + s at index j),
+// in model order: layers / chunks each, the remainder one more each to chunks 1, 2, ... (the
+// first chunk, whose stage holds the most microbatches in flight, never; the last, which also
+// runs the head, only when every other has one). Throws SpecError at "plan.pipeline" when
+// some chunk would have no layer.
+std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
+
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
                                            const TrainStepOptions& options);

@@ -178,8 +178,8 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
   }
   if (plan.pipeline) {
     const int64_t chunks = stages * plan.pipeline->virtual_stages;
-    if (model.layers % chunks != 0) {
-      return "the " + std::to_string(model.layers) + " layers do not split into " +
+    if (model.layers < chunks) {
+      return "the " + std::to_string(model.layers) + " layers do not fill " +
              std::to_string(stages) + " stages x " + std::to_string(plan.pipeline->virtual_stages) +
              " virtual stages";
     }

@@ -101,6 +101,16 @@ std::string Micros(Time t) {
   return buf;
 }
 
+// "4 stages", or with stages of unequal layers "4 stages of 15, 16, 16, 14 layers".
+std::string PipelineStages(const planner::TrainStepReport& r) {
+  std::string out = std::to_string(r.pipeline_stages) + " stages";
+  const std::vector<int64_t>& layers = r.pipeline_layers;
+  if (layers.empty() || std::equal(layers.begin() + 1, layers.end(), layers.begin())) return out;
+  out += " of";
+  for (size_t s = 0; s < layers.size(); ++s) out += (s ? ", " : " ") + std::to_string(layers[s]);
+  return out + " layers";
+}
+
 std::string Pad(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
@@ -539,8 +549,7 @@ std::string ModelSummary(const RunReport& r) {
   out << "breakdown:      compute " << FormatTime(s.compute) << ", communication "
       << FormatTime(s.comm) << " (exposed " << FormatTime(s.exposed_comm) << "), bubble "
       << FormatTime(s.bubble)
-      << (s.pipeline_stages > 1 ? " (" + std::to_string(s.pipeline_stages) + " stages)"
-                                : std::string(" (no pipeline)"))
+      << (s.pipeline_stages > 1 ? " (" + PipelineStages(s) + ")" : std::string(" (no pipeline)"))
       << ", recompute " << FormatTime(s.recompute)
       << " (remat: " << planner::RematPolicyName(s.remat) << ")\n";
   if (!s.exposed_by_collective.empty()) {
@@ -683,6 +692,13 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("comm_s", s.comm.seconds());
   number("exposed_comm_s", s.exposed_comm.seconds());
   number("bubble_s", s.bubble.seconds());
+  if (!s.pipeline_layers.empty()) {
+    j += ",\n  \"pipeline_layers\": [";
+    for (size_t i = 0; i < s.pipeline_layers.size(); ++i) {
+      j += (i ? ", " : "") + std::to_string(s.pipeline_layers[i]);
+    }
+    j += "]";
+  }
   number("recompute_s", s.recompute.seconds());
   j += ",\n  \"exposed_comm_by_collective_s\": {";
   bool first = true;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -339,6 +340,24 @@ TEST_F(ModelRunTest, ProgramKeysDoNotGoWithAModel) {
   const Result r = Run({"run", Tiny("mesh: {axes: {dp: 8}}\n")});
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.err.find("does not go with model:"), std::string::npos) << r;
+}
+
+// DeepSeek-V3 with its report's 16 pipeline stages: 61 layers (3 dense, then experts) in
+// stages of 3 or 4, the text and the JSON naming each stage's layers; the step's parts (the
+// busiest stage's compute, exposed communication and idle time) add up to the step.
+TEST_F(ModelRunTest, DeepSeekPipelinesInUnequalStages) {
+  const std::string file =
+      (fs::path(SourceDir()) / "configs" / "models" / "deepseek_v3_h100_pp16.yaml").string();
+  const Result r = RunOk({"run", file});
+  EXPECT_NE(r.out.find("(16 stages of 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3 layers)"),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json j = RunJson({"run", file});
+  const std::vector<int64_t> layers = j["pipeline_layers"].get<std::vector<int64_t>>();
+  EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), int64_t{0}), 61);
+  EXPECT_NEAR(j["compute_s"].get<double>() + j["exposed_comm_s"].get<double>() +
+                  j["bubble_s"].get<double>(),
+              j["step_time_s"].get<double>(), 1e-9 * j["step_time_s"].get<double>());
 }
 
 // Every example in configs/models runs and fits.

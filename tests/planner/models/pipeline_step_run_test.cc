@@ -1,9 +1,13 @@
 // Pipelined training steps: the schedule's bubble shrinks with microbatches and with
 // interleaving, GPipe holds more activations than 1F1B, each stage holds its share of the
-// parameters, and plans that do not fit together are located errors.
+// parameters, layers that do not divide among the stages and leading dense layers make
+// unequal stages, and plans that do not fit together are located errors.
 #include "planner/models/pipeline_step_run.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
 
 #include "sim/spec_error.h"
 #include "topology/presets.h"
@@ -119,14 +123,77 @@ TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "plan.rules.layers");
   }
-  TransformerConfig odd = Model();
-  odd.layers = 7;
+  TransformerConfig one = Model();
+  one.layers = 1;  // Two stages need a layer each.
   try {
-    SimulateTrainStep(machine, odd, Train(4), Plan(PipelineSchedule::kOneFOneB));
+    SimulateTrainStep(machine, one, Train(4), Plan(PipelineSchedule::kOneFOneB));
     ADD_FAILURE() << "no error";
   } catch (const SpecError& e) {
     EXPECT_EQ(e.key(), "plan.pipeline");
   }
+}
+
+// Layers split as evenly as they can; the remainder goes to chunks 1, 2, ..., never the first
+// (its stage holds the most microbatches in flight) and the last (it runs the head) only when
+// every other chunk has one more.
+TEST(PipelineStepTest, ChunkLayersSpreadTheRemainderAfterTheFirstChunk) {
+  EXPECT_EQ(ChunkLayers(8, 2), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(ChunkLayers(7, 2), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(ChunkLayers(7, 4), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ(ChunkLayers(6, 4), (std::vector<int64_t>{1, 2, 2, 1}));
+  // DeepSeek-V3's 61 layers over 16 stages: 13 of them take 4.
+  const std::vector<int64_t> deepseek = ChunkLayers(61, 16);
+  EXPECT_EQ(std::accumulate(deepseek.begin(), deepseek.end(), int64_t{0}), 61);
+  EXPECT_EQ(deepseek.front(), 3);
+  EXPECT_EQ(deepseek.back(), 3);
+  EXPECT_EQ(std::count(deepseek.begin(), deepseek.end(), 4), 13);
+  EXPECT_THROW(ChunkLayers(3, 4), SpecError);
+}
+
+// 7 layers on 2 stages (3 and 4): the step takes longer than 6 layers' (3 and 3) and less
+// than 8 layers' (4 and 4): the 4-layer stage, which also runs the head, sets the pace in both
+// the uneven and the 8-layer pipeline, so the 7-layer step is at most the 8-layer one less the
+// first stage's layer. The peak is the fuller stage's: no stage of the 7-layer step holds more
+// layers than the 8-layer step's, nor fewer than the 6-layer step's.
+TEST(PipelineStepTest, LayersThatDoNotDivideMakeUnequalStages) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  auto step = [&](int64_t layers) {
+    TransformerConfig m = Model();
+    m.layers = layers;
+    return SimulateTrainStep(machine, m, Train(4), Plan(PipelineSchedule::kOneFOneB));
+  };
+  const TrainStepReport six = step(6), seven = step(7), eight = step(8);
+  EXPECT_EQ(seven.pipeline_layers, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(eight.pipeline_layers, (std::vector<int64_t>{4, 4}));
+  EXPECT_LT(six.step_time, seven.step_time);
+  EXPECT_LT(seven.step_time, eight.step_time);
+  EXPECT_LE(seven.memory.peak, eight.memory.peak);
+  EXPECT_GE(seven.memory.peak, six.memory.peak);
+  EXPECT_LT(six.memory.peak, eight.memory.peak);
+}
+
+// A mixture of experts whose first layers are dense (DeepSeek-V3's 3 of 61; refused before):
+// 4 layers on 2 stages, the first 2 dense with a narrow MLP. Stage 0 then runs only cheap dense
+// layers, so the step is faster than with every layer an expert layer; the busiest stage (the
+// experts' and the head's, whose figures the report gives) computes as much as in the uniform
+// model, and waits less for a light first stage: a smaller bubble.
+TEST(PipelineStepTest, LeadingDenseLayersMakeALighterFirstStage) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  TransformerConfig moe = Model();
+  moe.layers = 4;
+  moe.d_ff = 64;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.expert_d_ff = 1024;
+  TransformerConfig leading = moe;
+  leading.dense_layers = 2;
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  const TrainStepReport uniform = SimulateTrainStep(machine, moe, Train(4), plan);
+  const TrainStepReport mixed = SimulateTrainStep(machine, leading, Train(4), plan);
+  EXPECT_EQ(mixed.pipeline_layers, (std::vector<int64_t>{2, 2}));
+  EXPECT_LT(mixed.step_time, uniform.step_time);
+  EXPECT_LT(mixed.bubble, uniform.bubble);
+  EXPECT_EQ(mixed.compute, uniform.compute);
 }
 
 }  // namespace
