@@ -124,10 +124,12 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     t.forward_only = forward_only;
     t.optimizer = optimizer;
     std::vector<std::vector<std::string>> values, head_tiles;
+    std::vector<std::map<std::string, std::string>> checkpoints;
     const ProgramSpec global =
-        BuildTrainStep(mm, t, stage.mesh, rules, &values, nullptr, &head_tiles);
+        BuildTrainStep(mm, t, stage.mesh, rules, &values, &checkpoints, &head_tiles);
     return SimulateStepFigures(machine, stage_mesh, global, values, stage, *collectives,
-                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0, {}, head_tiles);
+                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
+                               OffloadedValues(checkpoints, plan.offload), head_tiles);
   };
   const int64_t dense = model.experts > 0 ? model.dense_layers : 0;
   TransformerConfig uniform = model;
@@ -149,6 +151,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   struct PerLayer {
     Time forward, backward, update, compute, update_compute, comm, recompute;
     Bytes activations;  // Kept from its forward for its backward.
+    Bytes host;         // Offloaded to host memory from its forward for its backward.
   };
   PerLayer moe, dns;
   moe.forward = NonNegative(fwd3.end - fwd2.end);
@@ -158,6 +161,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   moe.update_compute = NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute));
   moe.comm = NonNegative(fb3.comm - fb2.comm);
   moe.recompute = NonNegative(fb3.recompute - fb2.recompute);
+  moe.host = std::max(fb3.host_peak - fb2.host_peak, Bytes(0));
   const Time dense_forward = fwd3d.end - fwd3.end;
   dns.forward = NonNegative(moe.forward + dense_forward);
   dns.backward = NonNegative(moe.backward + (fb3d.end - fb3.end) - dense_forward);
@@ -167,6 +171,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                    (opt3.compute - fb3.compute));
   dns.comm = NonNegative(moe.comm + fb3d.comm - fb3.comm);
   dns.recompute = NonNegative(moe.recompute + fb3d.recompute - fb3.recompute);
+  dns.host = std::max(moe.host + (fb3d.host_peak - fb3.host_peak), Bytes(0));
   const Time f_head = NonNegative(fwd2.end - moe.forward * 2);
   const Time b_head = NonNegative(fb2.end - (moe.forward + moe.backward) * 2 - f_head);
   const Time opt_head = NonNegative((opt2.end - fb2.end) - moe.update * 2);
@@ -240,14 +245,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   std::map<int64_t, Time> sync_times;  // By gradient elements.
   for (int s = 0; s < p; ++s) {
     Stage& st = stages[static_cast<size_t>(s)];
-    Bytes largest_chunk;
+    Bytes largest_chunk, largest_host;
     for (int c = 0; c < v; ++c) {
       const size_t j = static_cast<size_t>(c * p + s);
-      st.dense += chunk_dense[j];
+      const int64_t d = chunk_dense[j], e = chunk_layers[j] - chunk_dense[j];
+      st.dense += d;
       st.layers += chunk_layers[j];
-      largest_chunk =
-          std::max(largest_chunk, dns.activations * chunk_dense[j] +
-                                      moe.activations * (chunk_layers[j] - chunk_dense[j]));
+      largest_chunk = std::max(largest_chunk, dns.activations * d + moe.activations * e);
+      largest_host = std::max(largest_host, dns.host * d + moe.host * e);
     }
     st.figures = ComposeFigures(opt2, opt3, st.layers - 2);
     StepFigures& x = st.figures;
@@ -256,8 +261,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     x.state.grads = x.state.grads + (opt3d.state.grads - opt3.state.grads) * st.dense;
     x.state.optimizer =
         x.state.optimizer + (opt3d.state.optimizer - opt3.state.optimizer) * st.dense;
+    x.host_peak = x.host_peak + (opt3d.host_peak - opt3.host_peak) * st.dense;
+    x.host_transfer = x.host_transfer + (opt3d.host_transfer - opt3.host_transfer) * st.dense;
     const int extra = std::max(timeline.in_flight[static_cast<size_t>(s)] - 1, 0);
     st.peak = x.peak + largest_chunk * extra;
+    // Host memory likewise: each chunk held in flight keeps what its forward offloaded; every
+    // microbatch copies out and back what one step of the stage's layers does.
+    f.host_peak = std::max(f.host_peak, x.host_peak + largest_host * extra);
+    f.host_transfer = std::max(f.host_transfer, x.host_transfer * m);
     const int64_t grads = x.state.grads.count() / DTypeSize(train.param_dtype);
     if (replicas > 1 && !sync_times.count(grads)) {
       CollectiveRequest sync;

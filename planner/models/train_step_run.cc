@@ -312,11 +312,6 @@ Bytes DeviceBytes(const ArraySpec& array, const std::vector<MeshAxis>& axes) {
 
 void CheckOffload(const Machine& machine, const StepPlan& plan) {
   if (plan.offload.empty()) return;
-  if (plan.pipeline) {
-    throw SpecError("plan.offload",
-                    "offload with a pipeline is not modelled (host offload runs on unpipelined "
-                    "training steps)");
-  }
   CheckHostLink(machine.topology().device_spec(), "plan.offload");
 }
 

@@ -252,10 +252,6 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           PlanCandidate c{plan, m};
           c.plan.remat = r;
           c.plan.offload = o;
-          if (!o.empty() && plan.pipeline) {
-            ++result.pruned["offload with a pipeline (not modelled)"];
-            continue;
-          }
           if (Indivisible(model, shape, c)) {
             ++result.pruned["logical dimensions the mesh does not divide"];
             continue;

@@ -304,10 +304,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"OffloadNamedTwice", "plan.offload=[key_proj, key_proj]", "plan.offload.1",
                  "'key_proj' is named twice"},
 
-        BadModel{"OffloadWithAPipeline",
-                 "plan={mesh: {fsdp: 4, stage: 2}, rules: {batch: fsdp, layers: stage}, "
-                 "pipeline: {axis: stage}, offload: [query_proj]}",
-                 "plan.offload", "offload with a pipeline is not modelled"},
         BadModel{"KvHeadsNotDividingTensor", "plan.mesh={fsdp: 2, tensor: 4}", "plan.rules",
                  "parameter wk0 [embed, kv_heads, head_dim]"}),
     [](const auto& info) { return info.param.name; });

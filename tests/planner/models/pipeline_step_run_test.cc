@@ -196,5 +196,26 @@ TEST(PipelineStepTest, LeadingDenseLayersMakeALighterFirstStage) {
   EXPECT_EQ(mixed.compute, uniform.compute);
 }
 
+// Host offload in a pipeline (refused before): each stage's step copies the named values of
+// every layer to host memory after its forward and back before its backward, so the HBM peak
+// falls and host memory holds them; a schedule holding more microbatches in flight holds more
+// there (GPipe: all 8 forwards before any backward; 1F1B: at most 2 on 2 stages), and the
+// copies take host-link time every microbatch.
+TEST(PipelineStepTest, OffloadMovesActivationsOfEveryChunkInFlightToTheHost) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  const TrainStepReport kept = SimulateTrainStep(machine, Model(), Train(8), plan);
+  plan.offload = {"decoder_layer_input", "query_proj", "key_proj", "value_proj"};
+  const TrainStepReport one = SimulateTrainStep(machine, Model(), Train(8), plan);
+  StepPlan gpipe_plan = Plan(PipelineSchedule::kGpipe);
+  gpipe_plan.offload = plan.offload;
+  const TrainStepReport gpipe = SimulateTrainStep(machine, Model(), Train(8), gpipe_plan);
+  EXPECT_EQ(kept.memory.host, Bytes(0));
+  EXPECT_LT(one.memory.peak, kept.memory.peak);
+  EXPECT_GT(one.memory.host, Bytes(0));
+  EXPECT_GT(gpipe.memory.host, one.memory.host);
+  EXPECT_GT(one.host_transfer, Time());
+}
+
 }  // namespace
 }  // namespace shardsim::planner
