@@ -33,9 +33,12 @@ std::vector<int64_t> ChunkLayers(int64_t layers, int chunks) {
                                          "layer each");
   }
   std::vector<int64_t> out(static_cast<size_t>(chunks), layers / chunks);
-  // The remainder one each to chunks 1, 2, ..., the last (the head's) last; never the first.
+  // The remainder (at most chunks - 1) one each to the middle chunks 1, 2, ..., chunks - 2,
+  // then to the first: never to the last, which also runs the head.
   const int64_t extra = layers % chunks;
-  for (int64_t k = 0; k < extra; ++k) ++out[static_cast<size_t>(1 + k)];
+  for (int64_t k = 0; k < extra; ++k) {
+    ++out[static_cast<size_t>(k + 1 < chunks - 1 ? k + 1 : 0)];
+  }
   return out;
 }
 
@@ -117,7 +120,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // 3-layer steps once more with the first layer dense (their difference: a dense layer's
   // less an expert layer's).
   auto figures = [&](const TransformerConfig& kind, int64_t layers, bool forward_only,
-                     Optimizer optimizer) {
+                     Optimizer optimizer, bool offload = true) {
     TransformerConfig mm = kind;
     mm.layers = layers;
     TrainConfig t = micro;
@@ -127,13 +130,18 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     std::vector<std::map<std::string, std::string>> checkpoints;
     const ProgramSpec global =
         BuildTrainStep(mm, t, stage.mesh, rules, &values, &checkpoints, &head_tiles);
-    return SimulateStepFigures(machine, stage_mesh, global, values, stage, *collectives,
-                               options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
-                               OffloadedValues(checkpoints, plan.offload), head_tiles);
+    return SimulateStepFigures(
+        machine, stage_mesh, global, values, stage, *collectives,
+        options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
+        OffloadedValues(checkpoints, offload ? plan.offload : std::vector<std::string>{}),
+        head_tiles);
   };
-  const int64_t dense = model.experts > 0 ? model.dense_layers : 0;
+  // A mixture of experts whose layers are all dense is a dense model.
+  const bool all_dense = model.experts > 0 && model.dense_layers >= model.layers;
+  const int64_t dense = model.experts > 0 && !all_dense ? model.dense_layers : 0;
   TransformerConfig uniform = model;
   uniform.dense_layers = 0;
+  if (all_dense) uniform.experts = 0;
   const StepFigures fwd2 = figures(uniform, 2, true, Optimizer::kNone);
   const StepFigures fwd3 = figures(uniform, 3, true, Optimizer::kNone);
   const StepFigures fb2 = figures(uniform, 2, false, Optimizer::kNone);
@@ -185,13 +193,22 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   auto kept = [](Bytes forward_slope, Bytes params_slope) {
     return forward_slope > params_slope ? forward_slope - params_slope : Bytes(0);
   };
-  const bool entries = entry_live(fb2) && entry_live(fb3) && entry_live(fb3d);
-  const Bytes forward_slope = entries ? *entry_live(fb3) - *entry_live(fb2) : fb3.peak - fb2.peak;
-  const Bytes params_slope = fb3.state.params - fb2.state.params;
-  moe.activations = kept(forward_slope, params_slope);
-  dns.activations =
-      kept(forward_slope + (entries ? *entry_live(fb3d) - *entry_live(fb3) : fb3d.peak - fb3.peak),
-           params_slope + (fb3d.state.params - fb3.state.params));
+  // With offload, read from the steps without it (the bytes live as a backward starts count
+  // offloaded values whose copies are still queued, as many as the host link is slow), less
+  // what a layer offloads: a chunk waiting in flight has long finished its copies.
+  const bool offloads = !plan.offload.empty();
+  const StepFigures kept2 = offloads ? figures(uniform, 2, false, Optimizer::kNone, false) : fb2;
+  const StepFigures kept3 = offloads ? figures(uniform, 3, false, Optimizer::kNone, false) : fb3;
+  const StepFigures kept3d =
+      offloads && dense > 0 ? figures(mixed, 3, false, Optimizer::kNone, false) : fb3d;
+  const bool entries = entry_live(kept2) && entry_live(kept3) && entry_live(kept3d);
+  const Bytes forward_slope =
+      entries ? *entry_live(kept3) - *entry_live(kept2) : kept3.peak - kept2.peak;
+  const Bytes params_slope = kept3.state.params - kept2.state.params;
+  moe.activations = kept(forward_slope, params_slope + moe.host);
+  dns.activations = kept(forward_slope + (entries ? *entry_live(kept3d) - *entry_live(kept3)
+                                                  : kept3d.peak - kept3.peak),
+                         params_slope + (kept3d.state.params - kept3.state.params) + dns.host);
   // Each virtual stage's layers of each kind: the model's layers in order, the first `dense`
   // of them dense.
   const int chunks = p * v;
@@ -361,10 +378,12 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   f.state = stages[fullest].figures.state;
   f.events = fwd2.events + fwd3.events + fb2.events + fb3.events + opt2.events + opt3.events;
   if (dense > 0) f.events += fwd3d.events + fb3d.events + opt3d.events;
+  if (offloads) f.events += kept2.events + kept3.events + (dense > 0 ? kept3d.events : 0);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {2, 3});
   r.remat = plan.remat;
   r.bubble = bubble;
   r.pipeline_stages = p;
+  if (dense > 0) r.simulated_dense_first = {3};
   for (const Stage& st : stages) r.pipeline_layers.push_back(st.layers);
   return r;
 }

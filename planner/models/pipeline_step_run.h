@@ -29,10 +29,10 @@ namespace shardsim::planner {
 // gives the stage with the highest peak. Throws SpecError at "plan.pipeline" or
 // "plan.rules.layers" for a plan that does not fit together.
 // The layers of each of `chunks` pipeline chunks (virtual stage j = c * stages + s at index j),
-// in model order: layers / chunks each, the remainder one more each to chunks 1, 2, ... (the
-// first chunk, whose stage holds the most microbatches in flight, never; the last, which also
-// runs the head, only when every other has one). Throws SpecError at "plan.pipeline" when
-// some chunk would have no layer.
+// in model order: layers / chunks each, the remainder one more each to the middle chunks 1, 2,
+// ..., chunks - 2, then to the first (whose embedding costs little); never to the last, which
+// also runs the head (Llama 3's 405B pipeline likewise gave its first and last stages a layer
+// fewer). Throws SpecError at "plan.pipeline" when some chunk would have no layer.
 std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
 
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,

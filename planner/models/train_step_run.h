@@ -124,6 +124,9 @@ struct TrainStepReport {
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
   // Layers simulated: {L} for the whole step, {a, b} when composed from two shorter ones.
   std::vector<int64_t> simulated_layers;
+  // Pipelines of a mixture of experts with leading dense layers: the layer counts also
+  // simulated with the first layer dense (the rest expert layers), for a dense layer's slopes.
+  std::vector<int64_t> simulated_dense_first;
 };
 
 // How a step is simulated.

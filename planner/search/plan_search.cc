@@ -122,7 +122,8 @@ struct Family {
 };
 
 // Per device, the parameters and optimizer state of `model` under `plan` (mesh and rules):
-// affine in the layer count, so read from 1- and 2-layer steps.
+// affine in the layer count, so read from 1- and 2-layer steps (after a mixture of experts'
+// leading dense layers: affine in the expert layers; all dense, a dense model's).
 Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
                       const StepPlan& plan) {
   std::vector<int> devices(static_cast<size_t>(std::accumulate(
@@ -131,15 +132,21 @@ Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
   const Mesh mesh(plan.mesh, devices);
   const LogicalRules rules = PlanRules(plan);
   TransformerConfig shorter = model;
+  int64_t dense = model.experts > 0 ? model.dense_layers : 0;
+  if (dense >= model.layers) {
+    shorter.experts = 0;
+    shorter.dense_layers = 0;
+    dense = 0;
+  }
   TrainConfig one = train;
   one.microbatches = 1;  // State does not depend on microbatches.
   int64_t s[2];
   for (int64_t layers : {1, 2}) {
-    shorter.layers = layers;
+    shorter.layers = dense + layers;
     const StateBytes b = StepStateBytes(BuildTrainStep(shorter, one, plan.mesh, rules), mesh);
     s[layers - 1] = (b.params + b.optimizer).count();
   }
-  return Bytes(s[0] + (s[1] - s[0]) * (model.layers - 1));
+  return Bytes(s[0] + (s[1] - s[0]) * (model.layers - dense - 1));
 }
 
 // Every pair of an entry of `a` and one of `b`, `a` major.

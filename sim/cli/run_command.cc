@@ -523,7 +523,15 @@ std::string ModelSummary(const RunReport& r) {
   std::ostringstream out;
   char line[512];
   ModelRunHeader(out, r);
-  if (s.simulated_layers.size() == 2) {
+  if (s.simulated_layers.size() == 2 && !s.simulated_dense_first.empty()) {
+    std::snprintf(line, sizeof(line),
+                  "simulated:      %lld and %lld layers, and %lld with the first dense, composed "
+                  "(expert layers are identical, as are dense ones; every figure affine in "
+                  "their counts)\n",
+                  static_cast<long long>(s.simulated_layers[0]),
+                  static_cast<long long>(s.simulated_layers[1]),
+                  static_cast<long long>(s.simulated_dense_first[0]));
+  } else if (s.simulated_layers.size() == 2) {
     std::snprintf(line, sizeof(line),
                   "simulated:      %lld and %lld layers, composed (layers are identical; every "
                   "figure affine in their count)\n",
@@ -728,6 +736,13 @@ void AppendStepJson(std::string& j, const RunReport& r) {
     j += (i ? ", " : "") + std::to_string(s.simulated_layers[i]);
   }
   j += "]";
+  if (!s.simulated_dense_first.empty()) {
+    j += ",\n  \"simulated_dense_first\": [";
+    for (size_t i = 0; i < s.simulated_dense_first.size(); ++i) {
+      j += (i ? ", " : "") + std::to_string(s.simulated_dense_first[i]);
+    }
+    j += "]";
+  }
 }
 
 std::string Json(const RunReport& r) {

@@ -133,15 +133,15 @@ TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
   }
 }
 
-// Layers split as evenly as they can; the remainder goes to chunks 1, 2, ..., never the first
-// (its stage holds the most microbatches in flight) and the last (it runs the head) only when
-// every other chunk has one more.
-TEST(PipelineStepTest, ChunkLayersSpreadTheRemainderAfterTheFirstChunk) {
+// Layers split as evenly as they can; the remainder goes to the middle chunks first, then to
+// the first (its embedding is cheap), never to the last (it runs the head).
+TEST(PipelineStepTest, ChunkLayersSpreadTheRemainderOverTheMiddleThenTheFirst) {
   EXPECT_EQ(ChunkLayers(8, 2), (std::vector<int64_t>{4, 4}));
-  EXPECT_EQ(ChunkLayers(7, 2), (std::vector<int64_t>{3, 4}));
-  EXPECT_EQ(ChunkLayers(7, 4), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ(ChunkLayers(7, 2), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(ChunkLayers(7, 4), (std::vector<int64_t>{2, 2, 2, 1}));
   EXPECT_EQ(ChunkLayers(6, 4), (std::vector<int64_t>{1, 2, 2, 1}));
-  // DeepSeek-V3's 61 layers over 16 stages: 13 of them take 4.
+  EXPECT_EQ(ChunkLayers(4, 4), (std::vector<int64_t>{1, 1, 1, 1}));
+  // DeepSeek-V3's 61 layers over 16 stages: 13 middle ones take 4.
   const std::vector<int64_t> deepseek = ChunkLayers(61, 16);
   EXPECT_EQ(std::accumulate(deepseek.begin(), deepseek.end(), int64_t{0}), 61);
   EXPECT_EQ(deepseek.front(), 3);
@@ -150,11 +150,10 @@ TEST(PipelineStepTest, ChunkLayersSpreadTheRemainderAfterTheFirstChunk) {
   EXPECT_THROW(ChunkLayers(3, 4), SpecError);
 }
 
-// 7 layers on 2 stages (3 and 4): the step takes longer than 6 layers' (3 and 3) and less
-// than 8 layers' (4 and 4): the 4-layer stage, which also runs the head, sets the pace in both
-// the uneven and the 8-layer pipeline, so the 7-layer step is at most the 8-layer one less the
-// first stage's layer. The peak is the fuller stage's: no stage of the 7-layer step holds more
-// layers than the 8-layer step's, nor fewer than the 6-layer step's.
+// 7 layers on 2 stages (4 and 3): the step takes longer than 6 layers' (3 and 3) and less
+// than 8 layers' (4 and 4, the second also running the head). The peak is the fuller stage's:
+// no stage of the 7-layer step holds more layers than the 8-layer step's, nor fewer than the
+// 6-layer step's.
 TEST(PipelineStepTest, LayersThatDoNotDivideMakeUnequalStages) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   auto step = [&](int64_t layers) {
@@ -163,7 +162,7 @@ TEST(PipelineStepTest, LayersThatDoNotDivideMakeUnequalStages) {
     return SimulateTrainStep(machine, m, Train(4), Plan(PipelineSchedule::kOneFOneB));
   };
   const TrainStepReport six = step(6), seven = step(7), eight = step(8);
-  EXPECT_EQ(seven.pipeline_layers, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(seven.pipeline_layers, (std::vector<int64_t>{4, 3}));
   EXPECT_EQ(eight.pipeline_layers, (std::vector<int64_t>{4, 4}));
   EXPECT_LT(six.step_time, seven.step_time);
   EXPECT_LT(seven.step_time, eight.step_time);
@@ -194,6 +193,29 @@ TEST(PipelineStepTest, LeadingDenseLayersMakeALighterFirstStage) {
   EXPECT_LT(mixed.step_time, uniform.step_time);
   EXPECT_LT(mixed.bubble, uniform.bubble);
   EXPECT_EQ(mixed.compute, uniform.compute);
+  EXPECT_EQ(mixed.simulated_dense_first, std::vector<int64_t>{3});
+  EXPECT_TRUE(uniform.simulated_dense_first.empty());
+}
+
+// A mixture of experts whose layers are all dense is a dense model: the same step as with no
+// experts (it used to be simulated as expert layers, and refused offloading a dense MLP's
+// values or an expert count the axes do not divide).
+TEST(PipelineStepTest, AllDenseLayersPipelineAsADenseModel) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  TransformerConfig dense = Model();
+  dense.layers = 4;
+  TransformerConfig all = dense;
+  all.experts = 3;
+  all.top_k = 2;
+  all.expert_d_ff = 512;
+  all.dense_layers = 4;
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  plan.offload = {"mlpwi_0"};
+  const TrainStepReport a = SimulateTrainStep(machine, dense, Train(4), plan);
+  const TrainStepReport b = SimulateTrainStep(machine, all, Train(4), plan);
+  EXPECT_EQ(a.step_time, b.step_time);
+  EXPECT_EQ(a.memory.peak, b.memory.peak);
+  EXPECT_TRUE(b.simulated_dense_first.empty());
 }
 
 // Host offload in a pipeline (refused before): each stage's step copies the named values of

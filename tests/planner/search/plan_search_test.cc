@@ -513,6 +513,27 @@ TEST(PlanSearchTest, EachPipelineScheduleIsAFamily) {
   EXPECT_EQ(schedules, (std::set<std::string>{"1f1b1", "interleaved2"}));
 }
 
+// The state bound of a mixture of experts with leading dense layers (it built 1- and 2-layer
+// models keeping 3 dense layers, an invalid model, and the whole search stopped) and of one
+// whose layers are all dense.
+TEST(PlanSearchTest, SearchesMixturesOfExpertsWithLeadingDenseLayers) {
+  TransformerConfig moe = Tiny();
+  moe.layers = 7;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.expert_d_ff = 64;
+  SearchSpace space = TinySpace();
+  space.axes = {"data", "expert"};
+  space.microbatches = {1};
+  space.memory_limit = 1;
+  for (int64_t dense : {3, 7}) {
+    moe.dense_layers = dense;
+    const SearchResult r = SearchPlans(moe, TinyTrain(), space, Options(1));
+    EXPECT_GT(r.simulated, 0) << dense;
+    EXPECT_EQ(r.refused, 0) << dense;
+  }
+}
+
 TEST(PlanSearchTest, StateOverTheLimitIsPrunedUnsimulated) {
   SearchSpace space = TinySpace();
   space.memory_limit = 1e-6;  // 16 KiB: less than the tiny model's parameters per device.
