@@ -245,6 +245,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   if (space.serve && matmul_modes.size() > 1) matmul_modes.resize(1);
   const std::vector<bool> sequence_parallel = distinct(space.sequence_parallel);
   const std::vector<bool> activation_embed = distinct(space.activation_embed);
+  std::vector<std::map<std::string, std::string>> algorithm_sets = distinct(space.algorithms);
+  if (algorithm_sets.empty()) algorithm_sets = {{}};
   std::vector<Family> families;
   int64_t kept = 0;
   // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat
@@ -341,14 +343,16 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
             continue;
           }
         }
-        plan.algorithms = space.algorithms;
         for (const std::optional<PipelinePlan>& schedule : schedules) {
           plan.pipeline = schedule;
-          // Each collective matmul mode is a family of its own (its remat and microbatches
-          // dominate only each other).
+          // Each collective matmul mode and each algorithm set is a family of its own (its
+          // remat and microbatches dominate only each other).
           for (CollectiveMatmulMode cm : matmul_modes) {
             plan.collective_matmul = cm;
-            add_family(plan);
+            for (const std::map<std::string, std::string>& algorithms : algorithm_sets) {
+              plan.algorithms = algorithms;
+              add_family(plan);
+            }
           }
         }
       }

@@ -66,8 +66,9 @@ struct SearchSpace {
   // checkpoint names (StepPlan::offload); the empty set is no offload. Tried with every remat
   // policy; pipelines and serving take only the empty set.
   std::vector<std::vector<std::string>> offload = {{}};
-  // Default algorithm per collective (`plan.algorithms`).
-  std::map<std::string, std::string> algorithms;
+  // Algorithm sets to try (`plan.algorithms`, whose values may be lists: every combination),
+  // each an algorithm per collective kind (absent: auto); each set a family of its own.
+  std::vector<std::map<std::string, std::string>> algorithms = {{}};
   // A plan fits when its peak is at most this fraction of HBM (`search.memory_limit`).
   double memory_limit = 1.0;
   SearchObjective objective = SearchObjective::kStepTime;

@@ -512,6 +512,9 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       mesh += std::string(" (cm ") +
               planner::CollectiveMatmulModeName(r.candidate.plan.collective_matmul) + ")";
     }
+    for (const auto& [op, algorithm] : r.candidate.plan.algorithms) {
+      mesh += " (" + op + " " + algorithm + ")";
+    }
     if (serving) {
       rows.push_back({std::to_string(k + 1), mesh, RulesText(r.candidate.plan), FormatTime(o.ttft),
                       FormatTime(o.tpot), FormatTime(o.step_time), tok,

@@ -24,6 +24,34 @@ std::vector<YamlValue> OneOrList(const YamlValue& value) {
   return {value};
 }
 
+// A search's `plan.algorithms`: each kind's algorithm or a list of candidates; every
+// combination, in the order given (the first kind varying slowest).
+std::vector<std::map<std::string, std::string>> ReadPlanAlgorithmSets(const YamlValue& value) {
+  std::vector<std::map<std::string, std::string>> sets = {{}};
+  YamlMap algorithms = value.Map(AlgorithmKeys());
+  for (const auto& [op, names] : algorithms.entries()) {
+    std::vector<std::string> choices;
+    for (const YamlValue& v : OneOrList(names)) {
+      const std::string name = ReadAlgorithm(v);
+      if (std::find(choices.begin(), choices.end(), name) != choices.end()) {
+        v.Fail("'" + name + "' is named twice");
+      }
+      choices.push_back(name);
+    }
+    if (choices.empty()) names.Fail("give at least one algorithm (or leave " + op + " out)");
+    // Every set so far with each choice: the first key varies slowest.
+    std::vector<std::map<std::string, std::string>> more;
+    for (const std::map<std::string, std::string>& set : sets) {
+      for (const std::string& name : choices) {
+        more.push_back(set);
+        more.back()[op] = name;
+      }
+    }
+    sets = std::move(more);
+  }
+  return sets;
+}
+
 // `plan.pipeline` in a search file: {axis, schedule, virtual_stages}, schedule and
 // virtual_stages one or a list; every combination that can run (virtual stages above one need
 // the interleaved schedule), in the order written.
@@ -158,7 +186,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
         space.collective_matmul.push_back(ReadCollectiveMatmul(v));
       }
     }
-    if (auto a = plan->Find("algorithms")) space.algorithms = ReadPlanAlgorithms(*a);
+    if (auto a = plan->Find("algorithms")) space.algorithms = ReadPlanAlgorithmSets(*a);
   }
   if (space.rules.empty()) {
     // Default rules come from the axes' roles: every axis needs one.

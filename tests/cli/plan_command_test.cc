@@ -289,6 +289,27 @@ TEST_F(PlanCommandTest, CollectiveMatmulModesAreSearched) {
   EXPECT_NE(both.out.find("(cm bidirectional)"), std::string::npos) << both.out;
 }
 
+// plan.algorithms may list candidates per collective kind: every combination is a family of
+// its own (the "collective algorithms" in the space), named in the table.
+TEST_F(PlanCommandTest, CollectiveAlgorithmsAreSearched) {
+  auto candidates = [](const std::string& out) {
+    const size_t at = out.find("candidates:");
+    return std::stoll(out.substr(at + 11));
+  };
+  const Result plain = RunOk({"plan", Tiny()});
+  const std::string results = (out() / "alg.jsonl").string();
+  const Result both = RunOk(
+      {"plan",
+       Tiny("plan: {algorithms: {all_reduce: [ring, bidirectional_ring], all_gather: ring}}\n"),
+       "--out", results, "--top", "100"});
+  EXPECT_EQ(candidates(both.out), 2 * candidates(plain.out)) << both.out;
+  const std::string lines = ReadFile(results);
+  EXPECT_NE(lines.find("\"all_reduce\":\"bidirectional_ring\""), std::string::npos);
+  EXPECT_NE(lines.find("\"all_reduce\":\"ring\""), std::string::npos);
+  EXPECT_NE(both.out.find("(all_gather ring) (all_reduce bidirectional_ring)"), std::string::npos)
+      << both.out;
+}
+
 // search.sequence_parallel: [off, on] tries every rule set that splits the heads once more
 // with the sequence split over the same axes; meshes without a tensor axis are tried once.
 TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
@@ -375,6 +396,9 @@ TEST_F(PlanCommandTest, LocatedErrors) {
                 "virtual_stages > 1 needs schedule: interleaved"},
            Case{"  offload: [[], [q_proj]]\n", "(key search.offload.1.0)"},
            Case{"  offload: []\n", "give at least one set of names to offload"},
+           Case{"plan: {algorithms: {all_reduce: [ring, rings]}}\n",
+                "(key plan.algorithms.all_reduce.1)"},
+           Case{"plan: {algorithms: {all_reduce: [ring, ring]}}\n", "'ring' is named twice"},
            Case{"  offload: [[query_proj]]\nplan: {offload: [key_proj]}\n",
                 "give search.offload or plan.offload, not both"},
 

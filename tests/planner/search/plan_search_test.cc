@@ -534,6 +534,39 @@ TEST(PlanSearchTest, SearchesMixturesOfExpertsWithLeadingDenseLayers) {
   }
 }
 
+// Algorithm sets are families of their own: twice the candidates for two sets, each plan
+// evaluated with its own algorithms (the outcome an evaluation alone gives), and the
+// algorithm changes some step (the tensor axis' psums run as one ring or two).
+TEST(PlanSearchTest, AlgorithmSetsAreSearched) {
+  SearchSpace space = TinySpace();
+  const SearchResult plain = SearchPlans(Tiny(), TinyTrain(), space, Options(1));
+  space.algorithms = {{{"all_reduce", "ring"}}, {{"all_reduce", "bidirectional_ring"}}};
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  EXPECT_EQ(r.candidates, 2 * plain.candidates);
+  std::map<std::string, std::map<std::string, Time>> by_plan;  // key less algorithm -> times
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  for (const PlanResult& p : r.results) {
+    if (!p.outcome.refused.empty()) continue;
+    const std::string algorithm = p.candidate.plan.algorithms.at("all_reduce");
+    std::string key = p.key.substr(0, p.key.find("; all_reduce="));
+    by_plan[key][algorithm] = p.outcome.step_time;
+  }
+  int differ = 0;
+  for (const auto& [key, times] : by_plan) {
+    if (times.size() == 2 && times.at("ring") != times.at("bidirectional_ring")) ++differ;
+  }
+  EXPECT_GT(differ, 0);
+  int checked = 0;
+  for (const PlanResult& p : r.results) {
+    if (!p.outcome.refused.empty() || checked == 2) continue;
+    EXPECT_EQ(EvaluateAlone(machine, TinyTrain(), p.candidate, space.memory_limit).step_time,
+              p.outcome.step_time)
+        << p.key;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(PlanSearchTest, StateOverTheLimitIsPrunedUnsimulated) {
   SearchSpace space = TinySpace();
   space.memory_limit = 1e-6;  // 16 KiB: less than the tiny model's parameters per device.
