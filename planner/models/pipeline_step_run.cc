@@ -5,20 +5,34 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "collectives/lowering.h"
+#include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
 namespace {
 
-// The longest member time of `r` on `mesh` (zero for a request that moves nothing).
-Time CollectiveTime(CollectiveCostModel& model, const Mesh& mesh, const CollectiveRequest& r) {
-  return r.elements > 0 ? model.Estimate(mesh, r)->longest() : Time();
+// The longest member time of `r` on `mesh` (zero for a request that moves nothing), run by
+// the algorithm the plan gives `op` (what lowering would give the op: DefaultAlgorithm). An
+// algorithm that cannot run it is the plan's error.
+Time CollectiveTime(CollectiveCostModel& model, const Mesh& mesh, CollectiveRequest r, OpKind op,
+                    const std::map<std::string, std::string>& algorithms, const std::string& what) {
+  if (r.elements <= 0) return Time();
+  OpSpec spec;
+  spec.kind = op;
+  r.algorithm = DefaultAlgorithm(spec, algorithms);
+  try {
+    return model.Estimate(mesh, r)->longest();
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("plan.algorithms", std::string(OpKindName(op)) + " " + what + ": " + e.what());
+  }
 }
 
 Time NonNegative(Time t) { return t > Time() ? t : Time(); }
@@ -232,7 +246,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   send.elements = micro.batch * train.seq_len * model.d_model / splits;
   send.axes = {stage_axis};
   for (int i = 0; i < p; ++i) send.destination.push_back(i + 1 < p ? i + 1 : -1);
-  const Time send_time = p > 1 ? CollectiveTime(*collectives, mesh, send) : Time();
+  const Time send_time = p > 1 ? CollectiveTime(*collectives, mesh, send, OpKind::kPpermute,
+                                                plan.algorithms, "between pipeline stages")
+                               : Time();
   std::vector<PipelineTaskTimes> tasks;
   for (int j = 0; j < chunks; ++j) {
     const int64_t d = chunk_dense[static_cast<size_t>(j)];
@@ -293,7 +309,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       sync.dtype = train.param_dtype;
       sync.elements = grads;
       sync.axes = data_axes;
-      sync_times[grads] = CollectiveTime(*collectives, mesh, sync);
+      sync_times[grads] = CollectiveTime(*collectives, mesh, sync, OpKind::kPsum, plan.algorithms,
+                                         "of the gradients over the data axes");
     }
     st.sync = replicas > 1 ? sync_times[grads] : Time();
     const int64_t e = st.layers - st.dense;

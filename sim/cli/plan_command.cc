@@ -246,6 +246,13 @@ std::string ScheduleText(const planner::PipelinePlan& p) {
   return text;
 }
 
+// "; all_reduce ring; all_gather direct": the plan's algorithms ("" for none: auto).
+std::string AlgorithmsText(const planner::StepPlan& plan) {
+  std::string text;
+  for (const auto& [op, algorithm] : plan.algorithms) text += "; " + op + " " + algorithm;
+  return text;
+}
+
 // "data=8,fsdp=64,tensor=4; remat selective; microbatches 1 (1f1b)".
 std::string PlanLine(const planner::PlanCandidate& c) {
   std::string text = MeshText(c.plan.mesh) + "; rules " + RulesText(c.plan) + "; remat " +
@@ -255,7 +262,7 @@ std::string PlanLine(const planner::PlanCandidate& c) {
     text += std::string("; collective matmul ") +
             planner::CollectiveMatmulModeName(c.plan.collective_matmul);
   }
-  return text;
+  return text + AlgorithmsText(c.plan);
 }
 
 // The --report page: the best `top` plans' reports (resumed ones simulated again), the best
@@ -275,8 +282,8 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
     std::vector<ReportedServe> plans;
     for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(top); ++k) {
       const PlanResult& r = result.results[result.ranked[k]];
-      const std::string line =
-          MeshText(r.candidate.plan.mesh) + "; rules " + RulesText(r.candidate.plan);
+      const std::string line = MeshText(r.candidate.plan.mesh) + "; rules " +
+                               RulesText(r.candidate.plan) + AlgorithmsText(r.candidate.plan);
       plans.push_back({std::to_string(k + 1), line, spec.space.serve->decode_len,
                        planner::SimulateServe(machine, spec.model, *spec.space.serve,
                                               r.candidate.plan, options)});

@@ -27,8 +27,18 @@ std::vector<YamlValue> OneOrList(const YamlValue& value) {
 // A search's `plan.algorithms`: each kind's algorithm or a list of candidates; every
 // combination, in the order given (the first kind varying slowest).
 std::vector<std::map<std::string, std::string>> ReadPlanAlgorithmSets(const YamlValue& value) {
+  // Each set is a family of candidates simulated in full: a few hundred is already hours.
+  constexpr size_t kMaxSets = 256;
   std::vector<std::map<std::string, std::string>> sets = {{}};
   YamlMap algorithms = value.Map(AlgorithmKeys());
+  size_t combinations = 1;
+  for (const auto& [op, names] : algorithms.entries()) {
+    combinations *= std::max<size_t>(OneOrList(names).size(), 1);
+    if (combinations > kMaxSets) {
+      value.Fail("the algorithm lists make more than " + std::to_string(kMaxSets) +
+                 " combinations, each a family of plans: give fewer candidates");
+    }
+  }
   for (const auto& [op, names] : algorithms.entries()) {
     std::vector<std::string> choices;
     for (const YamlValue& v : OneOrList(names)) {

@@ -308,6 +308,14 @@ TEST_F(PlanCommandTest, CollectiveAlgorithmsAreSearched) {
   EXPECT_NE(lines.find("\"all_reduce\":\"ring\""), std::string::npos);
   EXPECT_NE(both.out.find("(all_gather ring) (all_reduce bidirectional_ring)"), std::string::npos)
       << both.out;
+  // The report's plans are named with their algorithms too.
+  const std::string report = (out() / "alg.html").string();
+  RunOk({"plan",
+         Tiny("plan: {algorithms: {all_reduce: [ring, bidirectional_ring], all_gather: ring}}\n"),
+         "--report", report, "--top", "4"});
+  const std::string html = ReadFile(report);
+  EXPECT_NE(html.find("; all_gather ring; all_reduce bidirectional_ring"), std::string::npos);
+  EXPECT_NE(html.find("; all_gather ring; all_reduce ring"), std::string::npos);
 }
 
 // search.sequence_parallel: [off, on] tries every rule set that splits the heads once more
@@ -399,6 +407,10 @@ TEST_F(PlanCommandTest, LocatedErrors) {
            Case{"plan: {algorithms: {all_reduce: [ring, rings]}}\n",
                 "(key plan.algorithms.all_reduce.1)"},
            Case{"plan: {algorithms: {all_reduce: [ring, ring]}}\n", "'ring' is named twice"},
+           Case{"plan: {algorithms: {psum: [ring, direct, tree, double_tree, torus_2d, nvls, "
+                "collnet], all_reduce: [ring, direct, tree, double_tree, torus_2d, nvls, collnet], "
+                "all_gather: [ring, direct, tree, double_tree, torus_2d, nvls, collnet]}}\n",
+                "make more than 256 combinations"},
            Case{"  offload: [[query_proj]]\nplan: {offload: [key_proj]}\n",
                 "give search.offload or plan.offload, not both"},
 

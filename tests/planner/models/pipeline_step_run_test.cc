@@ -218,6 +218,27 @@ TEST(PipelineStepTest, AllDenseLayersPipelineAsADenseModel) {
   EXPECT_TRUE(b.simulated_dense_first.empty());
 }
 
+// The plan's algorithms reach the pipeline's own collectives (the sends between stages and the
+// gradients' all-reduce over the data axes), as lowering gives them to a program's: one that
+// cannot run a ppermute is the plan's error, not ignored.
+TEST(PipelineStepTest, PlanAlgorithmsRunTheStagesSends) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  plan.algorithms = {{"ppermute", "nvls"}};
+  try {
+    SimulateTrainStep(machine, Model(), Train(4), plan);
+    ADD_FAILURE() << "no error";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.key(), "plan.algorithms");
+    EXPECT_NE(std::string(e.what()).find("ppermute between pipeline stages"), std::string::npos)
+        << e.what();
+  }
+  plan.algorithms = {{"ppermute", "direct"}};
+  EXPECT_EQ(SimulateTrainStep(machine, Model(), Train(4), plan).step_time,
+            SimulateTrainStep(machine, Model(), Train(4), Plan(PipelineSchedule::kOneFOneB))
+                .step_time);  // auto runs a permute directly.
+}
+
 // Host offload in a pipeline (refused before): each stage's step copies the named values of
 // every layer to host memory after its forward and back before its backward, so the HBM peak
 // falls and host memory holds them; a schedule holding more microbatches in flight holds more
