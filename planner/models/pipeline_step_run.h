@@ -12,6 +12,13 @@
 
 namespace shardsim::planner {
 
+// The layers of each of `chunks` pipeline chunks (virtual stage j = c * stages + s at index j),
+// in model order: layers / chunks each, the remainder one more each to the middle chunks 1, 2,
+// ..., chunks - 2, then to the first (whose embedding costs little); never to the last, which
+// also runs the head (Llama 3's 405B pipeline likewise gave its first and last stages a layer
+// fewer). Throws SpecError at "plan.pipeline" when some chunk would have no layer.
+std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
+
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers
 // into stages over its mesh axis (the rules give `layers: <that axis>`), stages x
 // virtual_stages chunks of consecutive layers (ChunkLayers). The data axes (axes only the
@@ -28,13 +35,6 @@ namespace shardsim::planner {
 // peak with the schedule's in-flight microbatch chunks holding their activations; the report
 // gives the stage with the highest peak. Throws SpecError at "plan.pipeline" or
 // "plan.rules.layers" for a plan that does not fit together.
-// The layers of each of `chunks` pipeline chunks (virtual stage j = c * stages + s at index j),
-// in model order: layers / chunks each, the remainder one more each to the middle chunks 1, 2,
-// ..., chunks - 2, then to the first (whose embedding costs little); never to the last, which
-// also runs the head (Llama 3's 405B pipeline likewise gave its first and last stages a layer
-// fewer). Throws SpecError at "plan.pipeline" when some chunk would have no layer.
-std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
-
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
                                            const TrainStepOptions& options);

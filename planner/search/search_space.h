@@ -64,7 +64,7 @@ struct SearchSpace {
   std::vector<CollectiveMatmulMode> collective_matmul = {CollectiveMatmulMode::kOff};
   // Host offload sets to try (`search.offload`, or `plan.offload` pinned): each a list of
   // checkpoint names (StepPlan::offload); the empty set is no offload. Tried with every remat
-  // policy; pipelines and serving take only the empty set.
+  // policy; serving takes only the empty set.
   std::vector<std::vector<std::string>> offload = {{}};
   // Algorithm sets to try (`plan.algorithms`, whose values may be lists: every combination),
   // each an algorithm per collective kind (absent: auto); each set a family of its own.
