@@ -39,6 +39,12 @@ class PlanCommandTest : public CliFixture {
                           extra);
   }
 
+  // The count on a search's "candidates:" line.
+  static int64_t Candidates(const std::string& out) {
+    const size_t at = out.find("candidates:");
+    return std::stoll(out.substr(at + 11));
+  }
+
   static std::vector<std::string> Lines(const std::string& text) {
     std::vector<std::string> lines;
     std::istringstream in(text);
@@ -275,15 +281,11 @@ TEST_F(PlanCommandTest, TimeLimitStopsStartingPlans) {
 // search.collective_matmul lists modes: each is a family of its own, so the candidates double,
 // and the evaluated plans carry their mode (in --out and the ranked table).
 TEST_F(PlanCommandTest, CollectiveMatmulModesAreSearched) {
-  auto candidates = [](const std::string& out) {
-    const size_t at = out.find("candidates:");
-    return std::stoll(out.substr(at + 11));
-  };
   const Result plain = RunOk({"plan", Tiny()});
   const std::string results = (out() / "cm.jsonl").string();
   const Result both = RunOk({"plan", Tiny("  collective_matmul: [off, bidirectional]\n"), "--out",
                              results, "--top", "100"});
-  EXPECT_EQ(candidates(both.out), 2 * candidates(plain.out)) << both.out;
+  EXPECT_EQ(Candidates(both.out), 2 * Candidates(plain.out)) << both.out;
   const std::string lines = ReadFile(results);
   EXPECT_NE(lines.find("\"collective_matmul\":\"bidirectional\""), std::string::npos);
   EXPECT_NE(both.out.find("(cm bidirectional)"), std::string::npos) << both.out;
@@ -292,17 +294,13 @@ TEST_F(PlanCommandTest, CollectiveMatmulModesAreSearched) {
 // plan.algorithms may list candidates per collective kind: every combination is a family of
 // its own (the "collective algorithms" in the space), named in the table.
 TEST_F(PlanCommandTest, CollectiveAlgorithmsAreSearched) {
-  auto candidates = [](const std::string& out) {
-    const size_t at = out.find("candidates:");
-    return std::stoll(out.substr(at + 11));
-  };
   const Result plain = RunOk({"plan", Tiny()});
   const std::string results = (out() / "alg.jsonl").string();
   const Result both = RunOk(
       {"plan",
        Tiny("plan: {algorithms: {all_reduce: [ring, bidirectional_ring], all_gather: ring}}\n"),
        "--out", results, "--top", "100"});
-  EXPECT_EQ(candidates(both.out), 2 * candidates(plain.out)) << both.out;
+  EXPECT_EQ(Candidates(both.out), 2 * Candidates(plain.out)) << both.out;
   const std::string lines = ReadFile(results);
   EXPECT_NE(lines.find("\"all_reduce\":\"bidirectional_ring\""), std::string::npos);
   EXPECT_NE(lines.find("\"all_reduce\":\"ring\""), std::string::npos);
@@ -326,8 +324,8 @@ TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
   };
   const Result plain = RunOk({"plan", Tiny()});
   const Result both = RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n"), "--top", "100"});
-  EXPECT_GT(candidates(both.out), candidates(plain.out));
-  EXPECT_LT(candidates(both.out), 2 * candidates(plain.out)) << "meshes without tensor twice";
+  EXPECT_GT(Candidates(both.out), Candidates(plain.out));
+  EXPECT_LT(Candidates(both.out), 2 * Candidates(plain.out)) << "meshes without tensor twice";
   EXPECT_NE(both.out.find("length: tensor"), std::string::npos) << both.out;
   EXPECT_EQ(plain.out.find("length: tensor"), std::string::npos) << plain.out;
 }
@@ -341,8 +339,8 @@ TEST_F(PlanCommandTest, ActivationEmbedIsSearched) {
   };
   const Result plain = RunOk({"plan", Tiny()});
   const Result both = RunOk({"plan", Tiny("  activation_embed: [off, on]\n"), "--top", "100"});
-  EXPECT_GT(candidates(both.out), candidates(plain.out));
-  EXPECT_LT(candidates(both.out), 2 * candidates(plain.out)) << "meshes without tensor twice";
+  EXPECT_GT(Candidates(both.out), Candidates(plain.out));
+  EXPECT_LT(Candidates(both.out), 2 * Candidates(plain.out)) << "meshes without tensor twice";
   EXPECT_NE(both.out.find("activation_embed: tensor"), std::string::npos) << both.out;
   EXPECT_EQ(plain.out.find("activation_embed"), std::string::npos) << plain.out;
 }
@@ -355,10 +353,10 @@ TEST_F(PlanCommandTest, ActivationEmbedBesideSequenceParallelismIsNotTriedTwice)
   auto candidates = [](const std::string& out) {
     return std::stoll(out.substr(out.find("candidates:") + 11));
   };
-  const int64_t plain = candidates(RunOk({"plan", Tiny()}).out);
-  const int64_t sp = candidates(RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n")}).out);
-  const int64_t ae = candidates(RunOk({"plan", Tiny("  activation_embed: [off, on]\n")}).out);
-  const int64_t both = candidates(
+  const int64_t plain = Candidates(RunOk({"plan", Tiny()}).out);
+  const int64_t sp = Candidates(RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n")}).out);
+  const int64_t ae = Candidates(RunOk({"plan", Tiny("  activation_embed: [off, on]\n")}).out);
+  const int64_t both = Candidates(
       RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n  activation_embed: [off, on]\n")}).out);
   EXPECT_GT(sp, plain);
   EXPECT_GT(ae, plain);
@@ -377,12 +375,12 @@ TEST_F(PlanCommandTest, OffloadSetsAreSearched) {
   const Result sets = RunOk(
       {"plan", Tiny("  offload: [[], [decoder_layer_input], [decoder_layer_input, query_proj]]\n"),
        "--out", results, "--top", "100"});
-  EXPECT_EQ(candidates(sets.out), 3 * candidates(plain.out)) << sets.out;
+  EXPECT_EQ(Candidates(sets.out), 3 * Candidates(plain.out)) << sets.out;
   EXPECT_NE(ReadFile(results).find("\"offload\":[\"decoder_layer_input\",\"query_proj\"]"),
             std::string::npos);
   EXPECT_NE(sets.out.find(", offload decoder_layer_input"), std::string::npos) << sets.out;
   const Result pinned = RunOk({"plan", Tiny("plan: {offload: [key_proj]}\n"), "--top", "100"});
-  EXPECT_EQ(candidates(pinned.out), candidates(plain.out)) << pinned.out;
+  EXPECT_EQ(Candidates(pinned.out), Candidates(plain.out)) << pinned.out;
   EXPECT_NE(pinned.out.find(", offload key_proj"), std::string::npos) << pinned.out;
 }
 
