@@ -319,9 +319,6 @@ TEST_F(PlanCommandTest, CollectiveAlgorithmsAreSearched) {
 // search.sequence_parallel: [off, on] tries every rule set that splits the heads once more
 // with the sequence split over the same axes; meshes without a tensor axis are tried once.
 TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
-  auto candidates = [](const std::string& out) {
-    return std::stoll(out.substr(out.find("candidates:") + 11));
-  };
   const Result plain = RunOk({"plan", Tiny()});
   const Result both = RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n"), "--top", "100"});
   EXPECT_GT(Candidates(both.out), Candidates(plain.out));
@@ -334,9 +331,6 @@ TEST_F(PlanCommandTest, SequenceParallelismIsSearched) {
 // the residual stream's d_model split over the same axes (MaxText's activation_embed); meshes
 // without a tensor axis are tried once.
 TEST_F(PlanCommandTest, ActivationEmbedIsSearched) {
-  auto candidates = [](const std::string& out) {
-    return std::stoll(out.substr(out.find("candidates:") + 11));
-  };
   const Result plain = RunOk({"plan", Tiny()});
   const Result both = RunOk({"plan", Tiny("  activation_embed: [off, on]\n"), "--top", "100"});
   EXPECT_GT(Candidates(both.out), Candidates(plain.out));
@@ -350,9 +344,6 @@ TEST_F(PlanCommandTest, ActivationEmbedIsSearched) {
 // parallelism alone and is not tried again: the candidates are plain + SP's extra + ae's extra
 // (60 + 36 + 36 = 132 here; 168 tried the 36 SP plans twice, identical step times and peaks).
 TEST_F(PlanCommandTest, ActivationEmbedBesideSequenceParallelismIsNotTriedTwice) {
-  auto candidates = [](const std::string& out) {
-    return std::stoll(out.substr(out.find("candidates:") + 11));
-  };
   const int64_t plain = Candidates(RunOk({"plan", Tiny()}).out);
   const int64_t sp = Candidates(RunOk({"plan", Tiny("  sequence_parallel: [off, on]\n")}).out);
   const int64_t ae = Candidates(RunOk({"plan", Tiny("  activation_embed: [off, on]\n")}).out);
@@ -367,9 +358,6 @@ TEST_F(PlanCommandTest, ActivationEmbedBesideSequenceParallelismIsNotTriedTwice)
 // remat policy (three sets: three times the candidates), written in --out and the table;
 // plan.offload pins one set.
 TEST_F(PlanCommandTest, OffloadSetsAreSearched) {
-  auto candidates = [](const std::string& out) {
-    return std::stoll(out.substr(out.find("candidates:") + 11));
-  };
   const Result plain = RunOk({"plan", Tiny()});
   const std::string results = (out() / "offload.jsonl").string();
   const Result sets = RunOk(
