@@ -183,6 +183,10 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
              std::to_string(stages) + " stages x " + std::to_string(plan.pipeline->virtual_stages) +
              " virtual stages";
     }
+    if (plan.pipeline->schedule == PipelineSchedule::kInterleaved && m % stages != 0) {
+      return "the interleaved schedule's " + std::to_string(m) +
+             " microbatches are not a multiple of the " + std::to_string(stages) + " stages";
+    }
     int64_t replicas = 1;
     if (const auto b = plan.rules.find("batch"); b != plan.rules.end()) {
       for (const std::string& a : b->second) {

@@ -489,6 +489,25 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       result.ranked.size(), static_cast<long long>(result.not_fitting),
       spec.space.memory_limit * 100, static_cast<long long>(result.refused));
   summary.push_back(std::string("evaluated:      ") + line);
+  if (result.refused > 0) {
+    // Why plans were refused: the commonest reasons, each with its count (the rest in --out).
+    std::map<std::string, int64_t> reasons;
+    for (const PlanResult& r : result.results) {
+      if (!r.outcome.refused.empty()) ++reasons[r.outcome.refused];
+    }
+    std::vector<std::pair<int64_t, std::string>> by_count;
+    for (const auto& [reason, n] : reasons) by_count.push_back({-n, reason});
+    std::sort(by_count.begin(), by_count.end());
+    constexpr size_t kShown = 3;
+    for (size_t i = 0; i < by_count.size() && i < kShown; ++i) {
+      summary.push_back(std::string(i == 0 ? "refused:        " : "                ") +
+                        std::to_string(-by_count[i].first) + " x " + by_count[i].second);
+    }
+    if (by_count.size() > kShown) {
+      summary.push_back("                and " + std::to_string(by_count.size() - kShown) +
+                        " other reasons (each plan's in --out)");
+    }
+  }
   summary.push_back(std::string("objective:      ") +
                     planner::SearchObjectiveName(spec.space.objective) +
                     (spec.space.serve ? "; prefill and a decode step at the mean context" : "") +

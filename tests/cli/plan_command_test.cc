@@ -314,6 +314,11 @@ TEST_F(PlanCommandTest, CollectiveAlgorithmsAreSearched) {
   const std::string html = ReadFile(report);
   EXPECT_NE(html.find("; all_gather ring; all_reduce bidirectional_ring"), std::string::npos);
   EXPECT_NE(html.find("; all_gather ring; all_reduce ring"), std::string::npos);
+  // A set some collective cannot run is refused plan by plan, the reason in the summary.
+  const Result nvls =
+      RunOk({"plan", Tiny("plan: {algorithms: {all_reduce: [ring, nvls]}}\n"), "--top", "1"});
+  EXPECT_NE(nvls.out.find("refused:        "), std::string::npos) << nvls.out;
+  EXPECT_NE(nvls.out.find(" x psum: nvls needs an NVSwitch"), std::string::npos) << nvls.out;
 }
 
 // search.sequence_parallel: [off, on] tries every rule set that splits the heads once more

@@ -149,6 +149,17 @@ TEST(IndivisibleTest, NamesWhatDoesNotDivide) {
   c.microbatches = 3;
   EXPECT_NE(Indivisible(Tiny(), TinyTrain(), c)->find("do not divide the batch"),
             std::string::npos);
+  // The interleaved schedule needs microbatches a multiple of the stages (SimulatePipeline
+  // refuses it): pruned, not simulated and refused.
+  c.plan.mesh = {{"data", 2}, {"stage", 4}};
+  c.plan.rules = DefaultRules(c.plan.mesh);
+  c.plan.pipeline = PipelinePlan{"stage", PipelineSchedule::kInterleaved, 1};
+  c.microbatches = 2;
+  const auto interleaved = Indivisible(Tiny(), TinyTrain(), c);
+  ASSERT_TRUE(interleaved.has_value());
+  EXPECT_NE(interleaved->find("not a multiple of the 4 stages"), std::string::npos) << *interleaved;
+  c.microbatches = 4;
+  EXPECT_FALSE(Indivisible(Tiny(), TinyTrain(), c).has_value());
 }
 
 TEST(PlanSearchTest, PrunesDominatesAndRanks) {
