@@ -383,6 +383,40 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   for (const auto& [name, t] : by_class) {
     if (t > Time()) f.exposed_by_collective[name] = t;
   }
+  // The bytes the busiest stage's devices put into each collective class a step: per layer of
+  // each kind and the head's (from the forward-and-backward runs) times the microbatches; the
+  // gradient all-reduce's input once; one activation or gradient for each send its chunks
+  // make (forward out of every chunk but the last, backward out of every chunk but the first).
+  auto bytes_of = [](const StepFigures& x, const std::string& name) {
+    const auto it = x.bytes_by_collective.find(name);
+    return it == x.bytes_by_collective.end() ? Bytes(0) : it->second;
+  };
+  std::set<std::string> byte_classes;
+  for (const StepFigures* x : {&fb2, &fb3, &fb3d}) {
+    for (const auto& [name, n] : x->bytes_by_collective) byte_classes.insert(name);
+  }
+  for (const std::string& name : byte_classes) {
+    const Bytes slope = std::max(bytes_of(fb3, name) - bytes_of(fb2, name), Bytes(0));
+    const Bytes dense_slope =
+        std::max(slope + bytes_of(fb3d, name) - bytes_of(fb3, name), Bytes(0));
+    const Bytes head_bytes = head ? std::max(bytes_of(fb2, name) - slope * 2, Bytes(0)) : Bytes(0);
+    const Bytes n = (dense_slope * b.dense + slope * b_moe + head_bytes) * m;
+    if (n > Bytes(0)) f.bytes_by_collective[name] = n;
+  }
+  if (b.sync > Time()) {
+    std::string name = "psum over";
+    for (int a : data_axes) name += " " + plan.mesh[static_cast<size_t>(a)].name;
+    f.bytes_by_collective[name] = f.bytes_by_collective[name] + b.figures.state.grads;
+  }
+  if (p > 1) {
+    int64_t sends = 0;
+    for (int c = 0; c < v; ++c) {
+      const int j = c * p + static_cast<int>(busiest);
+      sends += (j + 1 < chunks ? 1 : 0) + (j > 0 ? 1 : 0);
+    }
+    const Bytes per_send(send.elements * DTypeSize(send.dtype));
+    f.bytes_by_collective["ppermute over " + pp.axis] = per_send * (sends * m);
+  }
   f.recompute =
       (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb2.recompute, moe.recompute)) *
       m;

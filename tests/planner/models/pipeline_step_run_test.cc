@@ -111,6 +111,13 @@ TEST(PipelineStepTest, ExposedCommunicationSplitsByCollective) {
   EXPECT_EQ(sum, r.exposed_comm);
   EXPECT_TRUE(r.exposed_by_collective.count("psum over data"));
   EXPECT_TRUE(r.exposed_by_collective.count("psum over tensor"));
+  // The bytes each device puts into them a step (compare's "inputs"; none were given for
+  // pipelines): the busiest stage is the last, whose chunk sends only gradients back, one per
+  // microbatch: 4 of [4, 256, 256] bf16 (batch 32 over 4 microbatches and data 2); the gradient
+  // all-reduce takes the stage's gradients once.
+  EXPECT_EQ(r.bytes_by_collective.at("ppermute over stage"), Bytes(4 * 4 * 256 * 256 * 2));
+  EXPECT_EQ(r.bytes_by_collective.at("psum over data"), r.memory.grads);
+  EXPECT_GT(r.bytes_by_collective.at("psum over tensor"), Bytes(0));
 }
 
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
