@@ -21,6 +21,12 @@
 #include "sim/spec_error.h"
 
 namespace shardsim {
+
+std::string CommClassName(OpKind kind, const std::vector<std::string>& axes) {
+  std::string name = std::string(OpKindName(kind)) + " over";
+  for (const std::string& axis : axes) name += " " + axis;
+  return name;
+}
 namespace {
 
 int NormalizeAxis(int64_t axis, int rank) {
@@ -338,8 +344,7 @@ void Executor::Start() {
       continue;
     }
     comm_ops_.push_back(i);
-    std::string name = std::string(op.def->name) + " over";
-    for (const std::string& axis : op.spec->axis_name) name += " " + axis;
+    std::string name = CommClassName(op.spec->kind, op.spec->axis_name);
     if (op.device_put) name = std::string(op.def->name) + " to " + op.spec->mesh;
     const auto [id, added] = class_ids.try_emplace(name, static_cast<int>(comm_classes_.size()));
     if (added) comm_classes_.push_back(name);

@@ -74,6 +74,10 @@ struct OpTiming {
   std::string comm_class;
 };
 
+// The class a collective's time and bytes are reported under: "<op> over <axes>" ("psum over
+// data fsdp"), OpTiming::comm_class.
+std::string CommClassName(OpKind kind, const std::vector<std::string>& axes);
+
 // Per-device time accounting of a run.
 struct DeviceTiming {
   int device = 0;     // Physical device.

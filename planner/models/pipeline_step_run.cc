@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "collectives/executor.h"
 #include "collectives/lowering.h"
 #include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
@@ -332,6 +333,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     if (timeline.busy[s] > timeline.busy[busiest]) busiest = s;
   }
   const Stage& b = stages[busiest];
+  // The classes of the sends between stages and of the gradient all-reduce over the data axes.
+  const std::string send_class = CommClassName(OpKind::kPpermute, {pp.axis});
+  std::vector<std::string> data_names;
+  for (int a : data_axes) data_names.push_back(plan.mesh[static_cast<size_t>(a)].name);
+  const std::string sync_class = CommClassName(OpKind::kPsum, data_names);
   const bool head = busiest + 1 == stages.size();
   const int64_t b_moe = b.layers - b.dense;
   // The head's share of a 2-layer step's figure `x2` whose per-layer slope is `slope`.
@@ -364,11 +370,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         (dense_slope * b.dense + slope * b_moe + head_part(exposed(fb2, name), slope)) * m;
     if (t > Time()) by_class[name] = t;
   }
-  if (b.sync > Time()) {
-    std::string name = "psum over";
-    for (int a : data_axes) name += " " + plan.mesh[static_cast<size_t>(a)].name;
-    by_class[name] = by_class[name] + b.sync;
-  }
+  if (b.sync > Time()) by_class[sync_class] = by_class[sync_class] + b.sync;
   Time named;
   for (const auto& [name, t] : by_class) named += t;
   if (named > f.exposed_comm && named > Time()) {
@@ -379,7 +381,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       named += t;
     }
   }
-  if (f.exposed_comm > named) by_class["ppermute over " + pp.axis] = f.exposed_comm - named;
+  if (f.exposed_comm > named) by_class[send_class] = f.exposed_comm - named;
   for (const auto& [name, t] : by_class) {
     if (t > Time()) f.exposed_by_collective[name] = t;
   }
@@ -404,9 +406,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     if (n > Bytes(0)) f.bytes_by_collective[name] = n;
   }
   if (b.sync > Time()) {
-    std::string name = "psum over";
-    for (int a : data_axes) name += " " + plan.mesh[static_cast<size_t>(a)].name;
-    f.bytes_by_collective[name] = f.bytes_by_collective[name] + b.figures.state.grads;
+    f.bytes_by_collective[sync_class] = f.bytes_by_collective[sync_class] + b.figures.state.grads;
   }
   if (p > 1) {
     int64_t sends = 0;
@@ -415,7 +415,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       sends += (j + 1 < chunks ? 1 : 0) + (j > 0 ? 1 : 0);
     }
     const Bytes per_send(send.elements * DTypeSize(send.dtype));
-    f.bytes_by_collective["ppermute over " + pp.axis] = per_send * (sends * m);
+    f.bytes_by_collective[send_class] = per_send * (sends * m);
   }
   f.recompute =
       (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb2.recompute, moe.recompute)) *

@@ -690,6 +690,13 @@ std::function<void(const char*, double)> AppendModelJson(std::string& j, const R
 void AppendStepJson(std::string& j, const RunReport& r) {
   const planner::TrainStepReport& s = *r.step;
   const auto number = AppendModelJson(j, r);
+  // `"name": [a, b, ...]`, left out when empty unless `always`.
+  auto ints = [&j](const char* name, const std::vector<int64_t>& values, bool always) {
+    if (values.empty() && !always) return;
+    j += std::string(",\n  \"") + name + "\": [";
+    for (size_t i = 0; i < values.size(); ++i) j += (i ? ", " : "") + std::to_string(values[i]);
+    j += "]";
+  };
   number("step_time_s", s.step_time.seconds());
   number("tokens_per_s", s.tokens_per_s);
   number("tokens_per_s_per_device", s.tokens_per_s_per_device);
@@ -700,13 +707,7 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("comm_s", s.comm.seconds());
   number("exposed_comm_s", s.exposed_comm.seconds());
   number("bubble_s", s.bubble.seconds());
-  if (!s.pipeline_layers.empty()) {
-    j += ",\n  \"pipeline_layers\": [";
-    for (size_t i = 0; i < s.pipeline_layers.size(); ++i) {
-      j += (i ? ", " : "") + std::to_string(s.pipeline_layers[i]);
-    }
-    j += "]";
-  }
+  ints("pipeline_layers", s.pipeline_layers, false);
   number("recompute_s", s.recompute.seconds());
   j += ",\n  \"exposed_comm_by_collective_s\": {";
   bool first = true;
@@ -731,18 +732,8 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   if (m.host > Bytes(0)) number("host_transfer_s", s.host_transfer.seconds());
   j += ",\n  \"fits\": ";
   j += m.fits ? "true" : "false";
-  j += ",\n  \"simulated_layers\": [";
-  for (size_t i = 0; i < s.simulated_layers.size(); ++i) {
-    j += (i ? ", " : "") + std::to_string(s.simulated_layers[i]);
-  }
-  j += "]";
-  if (!s.simulated_dense_first.empty()) {
-    j += ",\n  \"simulated_dense_first\": [";
-    for (size_t i = 0; i < s.simulated_dense_first.size(); ++i) {
-      j += (i ? ", " : "") + std::to_string(s.simulated_dense_first[i]);
-    }
-    j += "]";
-  }
+  ints("simulated_layers", s.simulated_layers, true);
+  ints("simulated_dense_first", s.simulated_dense_first, false);
 }
 
 std::string Json(const RunReport& r) {

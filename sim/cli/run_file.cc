@@ -518,10 +518,9 @@ Shape ReadArrayShape(const YamlValue& value) {
   return shape;
 }
 
-// One number of a literal as float32; a finite number beyond float32's range is refused
-// (infinities and NaN written as such are kept).
-// A literal's number for an array of `dtype`: within float32's range, or for i32 a whole
-// number within int32's (JAX refuses to wrap a Python int into int32, too).
+// A literal's number for an array of `dtype`: within float32's range (infinities and NaN
+// written as such are kept), or for i32 a whole number within int32's (JAX refuses to wrap a
+// Python int into int32, too).
 double LiteralNumber(const YamlValue& value, DType dtype) {
   const double x = value.Number();
   if (dtype == DType::kI32) {
