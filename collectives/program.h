@@ -277,6 +277,10 @@ struct OutputSpec {
   std::string name;    // Array name.
   PartitionSpec spec;  // How local blocks form the global array.
   std::string key;     // Run-file key for errors: "outputs.y".
+  // A global program's output that may stay an unreduced partial sum over the mesh axes its
+  // spec does not split (JAX's unreduced out sharding): its reader sums it, so the partitioner
+  // inserts no psum for it. Timing only (it has no global value to check).
+  bool unreduced = false;
 };
 
 // Who writes the communication (SPEC "Partitioning modes").

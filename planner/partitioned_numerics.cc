@@ -1,5 +1,7 @@
 #include "planner/partitioned_numerics.h"
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,12 @@ NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simu
                                         const Mesh& mesh, const ProgramSpec& global,
                                         const ProgramSpec& lowered, const std::string& base_dir,
                                         const std::map<std::string, Array>* inputs) {
+  for (const OutputSpec& o : global.outputs) {
+    if (o.unreduced) {
+      throw std::logic_error("internal error: output " + o.name +
+                             " is unreduced: timing only, it has no global value to check");
+    }
+  }
   // The reference runs the global program's contractions on whole arrays: other shapes, so
   // other summation orders, and a split contraction in one pass rather than as local partial
   // sums and a psum. The lowered program's bounds count both (ErrorBoundModel).

@@ -851,7 +851,15 @@ class Partitioner {
     key_ = o.key;
     const int id = Current(o.name);
     const Value& v = values_[static_cast<size_t>(id)];
-    const ValueSharding to = Layout(o.spec, v.shape, o.key);
+    ValueSharding to = Layout(o.spec, v.shape, o.key);
+    if (o.unreduced) {
+      // Still partial over the axes the spec does not split (over one it splits, the sum is
+      // scattered as the spec asks).
+      const std::vector<int> split = SplitAxes(to);
+      for (int a : v.sharding.partial) {
+        if (std::find(split.begin(), split.end(), a) == split.end()) to.partial.push_back(a);
+      }
+    }
     if (v.sharding == to && v.local == o.name) return;
     if (v.sharding == to) {
       // Same layout under another local name: a free relabel to the output's name.

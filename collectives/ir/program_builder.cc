@@ -136,10 +136,10 @@ std::string ProgramBuilder::Add(OpSpec op) {
   return program_.ops.back().out[0];
 }
 
-void ProgramBuilder::Output(const std::string& name, PartitionSpec spec) {
+void ProgramBuilder::Output(const std::string& name, PartitionSpec spec, bool unreduced) {
   std::string key = "outputs." + name;
   if (!defined_.count(name)) throw SpecError(key, "output '" + name + "' is never produced");
-  program_.outputs.push_back(OutputSpec{name, std::move(spec), key});
+  program_.outputs.push_back(OutputSpec{name, std::move(spec), key, unreduced});
 }
 
 std::vector<std::string> ProgramBuilder::ShardMap(std::vector<std::string> in, ProgramSpec body,

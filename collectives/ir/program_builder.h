@@ -44,8 +44,8 @@ class ProgramBuilder {
   // Appends `op`; fills its key, default name and missing output names. A max of one input
   // with axes or keepdims becomes reduce_max (ResolveOpKind). Returns its first output's name.
   std::string Add(OpSpec op);
-  // Marks `name` as an output with out spec `spec`.
-  void Output(const std::string& name, PartitionSpec spec);
+  // Marks `name` as an output with out spec `spec`; `unreduced`: OutputSpec::unreduced.
+  void Output(const std::string& name, PartitionSpec spec, bool unreduced = false);
 
   // `a @ b`.
   std::string Matmul(const std::string& a, const std::string& b, std::string out = "");

@@ -141,6 +141,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     TrainConfig t = micro;
     t.forward_only = forward_only;
     t.optimizer = optimizer;
+    // Gradients accumulate over the microbatches unreduced: the psums of those of weights the
+    // stage's mesh replicates over an axis that splits the batch (expert, say) run once, in
+    // the step that updates (its slope over the gradients-only step's counts them).
+    t.unreduced_gradients = !forward_only && optimizer == Optimizer::kNone;
     std::vector<std::vector<std::string>> values, head_tiles;
     std::vector<std::map<std::string, std::string>> checkpoints;
     const ProgramSpec global =
@@ -172,7 +176,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // Per layer of each kind (slopes; a dense layer's: the expert layer's plus the difference
   // of the mixed step) and the rest (intercepts: embedding, final norm, logits, loss).
   struct PerLayer {
-    Time forward, backward, update, compute, update_compute, comm, recompute;
+    Time forward, backward, update, compute, update_compute, comm, update_comm, recompute;
     Bytes activations;  // Kept from its forward for its backward.
     Bytes host;         // Offloaded to host memory from its forward for its backward.
   };
@@ -183,6 +187,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   moe.compute = NonNegative(fb3.compute - fb2.compute);
   moe.update_compute = NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute));
   moe.comm = NonNegative(fb3.comm - fb2.comm);
+  moe.update_comm = NonNegative(opt3.comm - opt2.comm - (fb3.comm - fb2.comm));
   moe.recompute = NonNegative(fb3.recompute - fb2.recompute);
   moe.host = std::max(fb3.host_peak - fb2.host_peak, Bytes(0));
   const Time dense_forward = fwd3d.end - fwd3.end;
@@ -193,6 +198,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   dns.update_compute = NonNegative(moe.update_compute + (opt3d.compute - fb3d.compute) -
                                    (opt3.compute - fb3.compute));
   dns.comm = NonNegative(moe.comm + fb3d.comm - fb3.comm);
+  dns.update_comm =
+      NonNegative(moe.update_comm + (opt3d.comm - fb3d.comm) - (opt3.comm - fb3.comm));
   dns.recompute = NonNegative(moe.recompute + fb3d.recompute - fb3.recompute);
   dns.host = std::max(moe.host + (fb3d.host_peak - fb3.host_peak), Bytes(0));
   const Time f_head = NonNegative(fwd2.end - moe.forward * 2);
@@ -342,32 +349,47 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const int64_t b_moe = b.layers - b.dense;
   // The head's share of a 2-layer step's figure `x2` whose per-layer slope is `slope`.
   auto head_part = [&](Time x2, Time slope) { return head ? NonNegative(x2 - slope * 2) : Time(); };
+  // A figure (a time or bytes) of the busiest stage from its values in the 2-layer, 3-layer
+  // and dense-first 3-layer runs: per layer of each kind (the slopes, at least zero) times the
+  // stage's layers of that kind, and the head's share on the last stage.
+  auto stage_total = [&](auto v2, auto v3, auto v3d) {
+    using T = decltype(v2);
+    auto at_least_zero = [](T x) { return x > T() ? x : T(); };
+    const T slope = at_least_zero(v3 - v2);
+    const T dense_slope = at_least_zero(slope + v3d - v3);
+    return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(v2 - slope * 2) : T());
+  };
   const Time bubble = timeline.end - timeline.busy[busiest];
   f.compute = b.compute + head_part(fb2.compute, moe.compute) * m +
               head_part(opt2.compute - fb2.compute, moe.update_compute);
+  // Communication per microbatch (the gradients-only runs'), and once a step what the runs
+  // that update add (the psums of gradients accumulated unreduced).
   f.comm = (dns.comm * b.dense + moe.comm * b_moe + head_part(fb2.comm, moe.comm)) * m +
-           send_time * (2 * m * v) + b.sync;
+           dns.update_comm * b.dense + moe.update_comm * b_moe +
+           head_part(opt2.comm - fb2.comm, moe.update_comm) + send_time * (2 * m * v) + b.sync;
   f.exposed_comm = NonNegative(f.end - f.compute - bubble);
   // The exposed communication by collective: inside the stage's tasks, each class's exposed
-  // time per layer of each kind (from the forward-and-backward runs) times the stage's layers
-  // and microbatches, and the head's; after the flush, the gradient all-reduce over the data
-  // axes, all exposed; the rest of it is the schedule waiting on activations sent between
-  // stages. When the first two exceed the total (the composed figures are slopes), they are
-  // scaled to fit, so the classes always add up to exposed_comm.
+  // time per layer of each kind (from the gradients-only runs) times the stage's layers and
+  // microbatches, and the head's; once, what the runs that update add to it; after the flush,
+  // the gradient all-reduce over the data axes, all exposed; the rest of it is the schedule
+  // waiting on activations sent between stages. When the first three exceed the total (the
+  // composed figures are slopes), they are scaled to fit, so the classes always add up to
+  // exposed_comm.
   auto exposed = [](const StepFigures& x, const std::string& name) {
     const auto it = x.exposed_by_collective.find(name);
     return it == x.exposed_by_collective.end() ? Time() : it->second;
   };
+  const std::vector<const StepFigures*> runs = {&fb2, &fb3, &fb3d, &opt2, &opt3, &opt3d};
   std::set<std::string> classes;
-  for (const StepFigures* x : {&fb2, &fb3, &fb3d}) {
+  for (const StepFigures* x : runs) {
     for (const auto& [name, t] : x->exposed_by_collective) classes.insert(name);
   }
   std::map<std::string, Time> by_class;
   for (const std::string& name : classes) {
-    const Time slope = NonNegative(exposed(fb3, name) - exposed(fb2, name));
-    const Time dense_slope = NonNegative(slope + exposed(fb3d, name) - exposed(fb3, name));
-    const Time t =
-        (dense_slope * b.dense + slope * b_moe + head_part(exposed(fb2, name), slope)) * m;
+    const Time t = stage_total(exposed(fb2, name), exposed(fb3, name), exposed(fb3d, name)) * m +
+                   stage_total(exposed(opt2, name) - exposed(fb2, name),
+                               exposed(opt3, name) - exposed(fb3, name),
+                               exposed(opt3d, name) - exposed(fb3d, name));
     if (t > Time()) by_class[name] = t;
   }
   if (b.sync > Time()) by_class[sync_class] = by_class[sync_class] + b.sync;
@@ -386,23 +408,24 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     if (t > Time()) f.exposed_by_collective[name] = t;
   }
   // The bytes the busiest stage's devices put into each collective class a step: per layer of
-  // each kind and the head's (from the forward-and-backward runs) times the microbatches; the
-  // gradient all-reduce's input once; one activation or gradient for each send its chunks
-  // make (forward out of every chunk but the last, backward out of every chunk but the first).
+  // each kind and the head's (from the gradients-only runs) times the microbatches, and once
+  // what the runs that update add; the gradient all-reduce's input once; one activation or
+  // gradient for each send its chunks make (forward out of every chunk but the last, backward
+  // out of every chunk but the first).
   auto bytes_of = [](const StepFigures& x, const std::string& name) {
     const auto it = x.bytes_by_collective.find(name);
     return it == x.bytes_by_collective.end() ? Bytes(0) : it->second;
   };
   std::set<std::string> byte_classes;
-  for (const StepFigures* x : {&fb2, &fb3, &fb3d}) {
+  for (const StepFigures* x : runs) {
     for (const auto& [name, n] : x->bytes_by_collective) byte_classes.insert(name);
   }
   for (const std::string& name : byte_classes) {
-    const Bytes slope = std::max(bytes_of(fb3, name) - bytes_of(fb2, name), Bytes(0));
-    const Bytes dense_slope =
-        std::max(slope + bytes_of(fb3d, name) - bytes_of(fb3, name), Bytes(0));
-    const Bytes head_bytes = head ? std::max(bytes_of(fb2, name) - slope * 2, Bytes(0)) : Bytes(0);
-    const Bytes n = (dense_slope * b.dense + slope * b_moe + head_bytes) * m;
+    const Bytes n =
+        stage_total(bytes_of(fb2, name), bytes_of(fb3, name), bytes_of(fb3d, name)) * m +
+        stage_total(bytes_of(opt2, name) - bytes_of(fb2, name),
+                    bytes_of(opt3, name) - bytes_of(fb3, name),
+                    bytes_of(opt3d, name) - bytes_of(fb3d, name));
     if (n > Bytes(0)) f.bytes_by_collective[name] = n;
   }
   if (b.sync > Time()) {

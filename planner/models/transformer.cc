@@ -152,7 +152,9 @@ class TrainStepBuilder {
     pb_.Output("loss", PartitionSpec{});
     switch (train_.optimizer) {
       case Optimizer::kNone:
-        for (const Parameter& p : params_) pb_.Output("d_" + p.name, p.spec);
+        for (const Parameter& p : params_) {
+          pb_.Output("d_" + p.name, p.spec, train_.unreduced_gradients);
+        }
         break;
       case Optimizer::kSgd:
         for (const Parameter& p : params_) {

@@ -104,6 +104,10 @@ struct TrainConfig {
   // sequence, each tile's logits recomputed in the backward (BuildTrainStep's `head_tiles`), so
   // one tile's logits are live at a time. Must divide seq_len.
   int64_t vocab_tiling = 1;
+  // With optimizer none: each gradient may stay an unreduced partial sum over the mesh axes
+  // its parameter does not split (OutputSpec::unreduced), as gradients accumulated over a
+  // pipeline's microbatches do until the step that updates sums them once. Timing only.
+  bool unreduced_gradients = false;
 };
 
 // An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the

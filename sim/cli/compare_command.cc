@@ -52,6 +52,8 @@ std::vector<Part> StepParts(const std::vector<Compared>& runs) {
   std::set<std::string> classes;
   for (const Compared& c : runs) {
     for (const auto& [name, t] : c.report.exposed_by_collective) classes.insert(name);
+    // A class that moves bytes but hides behind compute in every run: its row shows them.
+    for (const auto& [name, n] : c.report.bytes_by_collective) classes.insert(name);
   }
   for (const std::string& name : classes) {
     Part p{name, {}};

@@ -60,6 +60,22 @@ TEST(PartitionerTest, ContractionOverASplitDimensionSumsItsPartials) {
 
 // W replicated while In's d is split over Y: auto slices W's rows locally (no communication)
 // and sums the partial products over Y; explicit mode refuses, as JAX does.
+// An unreduced output (JAX's unreduced out sharding) keeps its partial sums for its reader in
+// auto mode: out P('X', None) needs no psum over Y; out P('X', 'Y') splits over the partial
+// axis, so its sum is still scattered there as the spec asks. (In explicit mode the einsum's
+// rule sums its partials at the einsum, before any output.)
+TEST(PartitionerTest, UnreducedOutputKeepsItsPartialSums) {
+  ProgramSpec kept = ScalingBookMatmul(ProgramMode::kAuto, P({{"Y"}, {}}), P({{"X"}, {}}));
+  kept.outputs[0].unreduced = true;
+  const PartitionResult lowered = Partition(kept);
+  EXPECT_EQ(Collectives(kept, lowered), std::vector<Inserted>{});
+  EXPECT_EQ(lowered.types.back(), "f32[64@X,32]{partial: Y}");
+  ProgramSpec scatter = ScalingBookMatmul(ProgramMode::kAuto, P({{"Y"}, {}}), P({{"X"}, {"Y"}}));
+  scatter.outputs[0].unreduced = true;
+  EXPECT_EQ(Collectives(scatter, Partition(scatter)),
+            (std::vector<Inserted>{{OpKind::kPsumScatter, {"Y"}, 16 * 32 * 4}}));
+}
+
 TEST(PartitionerTest, ContractingSplitOnOneSideOnly) {
   ProgramSpec global = ScalingBookMatmul(ProgramMode::kAuto, P({}), P({{"X"}, {}}));
   PartitionResult lowered = Partition(global);
