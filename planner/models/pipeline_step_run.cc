@@ -135,12 +135,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // 3-layer steps once more with the first layer dense (their difference: a dense layer's
   // less an expert layer's).
   auto figures = [&](const TransformerConfig& kind, int64_t layers, bool forward_only,
-                     Optimizer optimizer, bool offload = true) {
+                     Optimizer optimizer, bool offload = true, bool layers_only = false) {
     TransformerConfig mm = kind;
     mm.layers = layers;
     TrainConfig t = micro;
     t.forward_only = forward_only;
     t.optimizer = optimizer;
+    t.layers_only = layers_only;
     // Gradients accumulate over the microbatches unreduced: the psums of those of weights the
     // stage's mesh replicates over an axis that splits the batch (expert, say) run once, in
     // the step that updates (its slope over the gradients-only step's counts them).
@@ -173,6 +174,28 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const StepFigures fwd3d = dense > 0 ? figures(mixed, 3, true, Optimizer::kNone) : fwd3;
   const StepFigures fb3d = dense > 0 ? figures(mixed, 3, false, Optimizer::kNone) : fb3;
   const StepFigures opt3d = dense > 0 ? figures(mixed, 3, false, train.optimizer) : opt3;
+  // A stage's memory: the last stage's is the whole step's (composed from the runs above) less
+  // the embedding table; a middle stage's that of a step of its layers alone (fed an
+  // activation and its output's cotangent, as the stages beside it send); the first stage's
+  // that with the embedding table's parameters, gradient and optimizer state (all counted at
+  // the peak: the gradient is made last in the backward and kept for the update). Every stage
+  // used to count the whole step's head and embedding: on DeepSeek-V3 with the head replicated
+  // over the expert axis, 30 GB a device of tables that only the first and last stages hold.
+  const StepFigures mid2 = p > 1 ? figures(uniform, 2, false, train.optimizer, true, true) : opt2;
+  const StepFigures mid3 = p > 1 ? figures(uniform, 3, false, train.optimizer, true, true) : opt3;
+  StateBytes embedding;
+  {
+    const PartitionSpec spec = rules.Spec({"vocab", "embed"});
+    int64_t blocks = 1;
+    for (const std::vector<std::string>& dim : spec.dims) {
+      for (const std::string& a : dim) {
+        for (const MeshAxis& axis : stage.mesh) blocks *= axis.name == a ? axis.size : 1;
+      }
+    }
+    embedding.params = Bytes(model.vocab * model.d_model / blocks * DTypeSize(train.param_dtype));
+    embedding.grads = embedding.params;
+    embedding.optimizer = train.optimizer == Optimizer::kAdam ? embedding.params * 2 : Bytes(0);
+  }
   // Per layer of each kind (slopes; a dense layer's: the expert layer's plus the difference
   // of the mixed step) and the rest (intercepts: embedding, final norm, logits, loss).
   struct PerLayer {
@@ -269,21 +292,23 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const PipelineTimeline timeline = SimulatePipeline(p, static_cast<int>(m), v, pp.schedule, tasks);
   // Per stage (its chunks j = c * p + s): its layers of each kind; its state and peak as a
   // step of its layers (composed from the uniform steps, each dense layer adding the mixed
-  // step's difference) with the schedule's in-flight chunks holding their activations (the
-  // stage's largest chunk's, times the chunks held beyond the step's own); its gradient
-  // all-reduce over the data axes and its update after the flush. Every stage's step counts
-  // the head (the last stage's; the others' are overestimated by it). The step ends when the
-  // slowest stage's update does.
+  // step's difference; the first stage's with the embedding table, the last's with the head,
+  // the others' with neither) with the schedule's in-flight chunks holding their activations
+  // (the stage's largest chunk's, times the chunks held beyond the step's own); its gradient
+  // all-reduce over the data axes and its update after the flush. Every stage's update time
+  // counts the head's (the last stage's; the others' are overestimated by it). The step ends
+  // when the slowest stage's update does.
   struct Stage {
     int64_t dense = 0, layers = 0;
     StepFigures figures;
     Bytes peak;
+    int64_t grads = 0;  // Gradient elements.
     Time sync, update, compute;
   };
   std::vector<Stage> stages(static_cast<size_t>(p));
   StepFigures f;
-  Time tail;
-  std::map<int64_t, Time> sync_times;  // By gradient elements.
+  Time tail,
+      tail_sync;  // After the flush: the slowest stage's all-reduce and update; its all-reduce.
   for (int s = 0; s < p; ++s) {
     Stage& st = stages[static_cast<size_t>(s)];
     Bytes largest_chunk, largest_host;
@@ -295,8 +320,22 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       largest_chunk = std::max(largest_chunk, dns.activations * d + moe.activations * e);
       largest_host = std::max(largest_host, dns.host * d + moe.host * e);
     }
-    st.figures = ComposeFigures(opt2, opt3, st.layers - 2);
+    const bool first = s == 0, last = s + 1 == p;
+    st.figures = last ? ComposeFigures(opt2, opt3, st.layers - 2)
+                      : ComposeFigures(mid2, mid3, st.layers - 2);
     StepFigures& x = st.figures;
+    if (last && !first && !model.tied_embeddings) {
+      // The whole step's less the embedding table the first stage holds instead.
+      x.peak = x.peak - embedding.params - embedding.optimizer;
+      x.state.params = x.state.params - embedding.params;
+      x.state.grads = x.state.grads - embedding.grads;
+      x.state.optimizer = x.state.optimizer - embedding.optimizer;
+    } else if (first && !last) {
+      x.peak = x.peak + embedding.params + embedding.grads + embedding.optimizer;
+      x.state.params = x.state.params + embedding.params;
+      x.state.grads = x.state.grads + embedding.grads;
+      x.state.optimizer = x.state.optimizer + embedding.optimizer;
+    }
     x.peak = x.peak + (opt3d.peak - opt3.peak) * st.dense;
     x.state.params = x.state.params + (opt3d.state.params - opt3.state.params) * st.dense;
     x.state.grads = x.state.grads + (opt3d.state.grads - opt3.state.grads) * st.dense;
@@ -310,22 +349,55 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     // microbatch copies out and back what one step of the stage's layers does.
     f.host_peak = std::max(f.host_peak, x.host_peak + largest_host * extra);
     f.host_transfer = std::max(f.host_transfer, x.host_transfer * m);
-    const int64_t grads = x.state.grads.count() / DTypeSize(train.param_dtype);
-    if (replicas > 1 && !sync_times.count(grads)) {
-      CollectiveRequest sync;
-      sync.kind = CollectiveKind::kAllReduce;
-      sync.dtype = train.param_dtype;
-      sync.elements = grads;
-      sync.axes = data_axes;
-      sync_times[grads] = CollectiveTime(*collectives, mesh, sync, OpKind::kPsum, plan.algorithms,
-                                         "of the gradients over the data axes");
-    }
-    st.sync = replicas > 1 ? sync_times[grads] : Time();
+    st.grads = x.state.grads.count() / DTypeSize(train.param_dtype);
     const int64_t e = st.layers - st.dense;
     st.update = dns.update * st.dense + moe.update * e + opt_head;
     st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
                  moe.update_compute * e;
-    tail = std::max(tail, st.sync + st.update);
+  }
+  // The gradient all-reduces over the data axes, simulated for the stages that can end the
+  // step: those that no other stage matches in both gradients and update time (with equal
+  // layers, the one with the most gradients: the first, with the embedding, or the last).
+  // Another stage's (its own figures, never the step's end) is the simulated one with the most
+  // gradients scaled by its gradients: the all-reduce of gigabytes is bandwidth-bound, its
+  // latency microseconds against seconds.
+  std::map<int64_t, Time> sync_times;  // By gradient elements.
+  auto dominated = [&](size_t s) {
+    for (size_t t = 0; t < stages.size(); ++t) {
+      const Stage& a = stages[t];
+      const Stage& b = stages[s];
+      if (t != s && a.grads >= b.grads && a.update >= b.update &&
+          (a.grads > b.grads || a.update > b.update || t < s)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (size_t s = 0; s < stages.size() && replicas > 1; ++s) {
+    const int64_t grads = stages[s].grads;
+    if (dominated(s) || sync_times.count(grads)) continue;
+    CollectiveRequest sync;
+    sync.kind = CollectiveKind::kAllReduce;
+    sync.dtype = train.param_dtype;
+    sync.elements = grads;
+    sync.axes = data_axes;
+    sync_times[grads] = CollectiveTime(*collectives, mesh, sync, OpKind::kPsum, plan.algorithms,
+                                       "of the gradients over the data axes");
+  }
+  for (Stage& st : stages) {
+    if (replicas == 1 || st.grads == 0) continue;
+    if (const auto it = sync_times.find(st.grads); it != sync_times.end()) {
+      st.sync = it->second;
+    } else {
+      const auto& [grads, time] = *sync_times.rbegin();
+      st.sync = Time::Picoseconds(static_cast<int64_t>(static_cast<double>(time.picoseconds()) *
+                                                       static_cast<double>(st.grads) /
+                                                       static_cast<double>(grads)));
+    }
+    if (st.sync + st.update > tail) {
+      tail = st.sync + st.update;
+      tail_sync = st.sync;
+    }
   }
   f.end = timeline.end + tail;
   // The figures of the busiest stage (the most time in its tasks; the first such: with equal
@@ -392,7 +464,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                exposed(opt3d, name) - exposed(fb3d, name));
     if (t > Time()) by_class[name] = t;
   }
-  if (b.sync > Time()) by_class[sync_class] = by_class[sync_class] + b.sync;
+  // The gradient all-reduce on the step's critical path: the slowest stage's after the flush
+  // (its gradients the most, the first stage's with the embedding, say), all exposed.
+  if (tail_sync > Time()) by_class[sync_class] = by_class[sync_class] + tail_sync;
   Time named;
   for (const auto& [name, t] : by_class) named += t;
   if (named > f.exposed_comm && named > Time()) {
@@ -453,12 +527,16 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   f.events = fwd2.events + fwd3.events + fb2.events + fb3.events + opt2.events + opt3.events;
   if (dense > 0) f.events += fwd3d.events + fb3d.events + opt3d.events;
   if (offloads) f.events += kept2.events + kept3.events + (dense > 0 ? kept3d.events : 0);
+  if (p > 1) f.events += mid2.events + mid3.events;
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {2, 3});
   r.remat = plan.remat;
   r.bubble = bubble;
   r.pipeline_stages = p;
   if (dense > 0) r.simulated_dense_first = {3};
-  for (const Stage& st : stages) r.pipeline_layers.push_back(st.layers);
+  for (const Stage& st : stages) {
+    r.pipeline_layers.push_back(st.layers);
+    r.pipeline_peaks.push_back(st.peak);
+  }
   return r;
 }
 

@@ -347,7 +347,8 @@ StateBytes StepStateBytes(const ProgramSpec& global, const Mesh& mesh) {
   }
   StateBytes s;
   for (const ArraySpec& a : global.arrays) {
-    if (a.dtype == DType::kI32) continue;  // Token ids and labels: the batch, not state.
+    // Token ids and labels, or a stage's activation and cotangent: the batch, not state.
+    if (a.dtype == DType::kI32 || IsStageBoundary(a.name)) continue;
     Bytes& kind = params.count(a.name) ? s.params : s.optimizer;
     kind = kind + DeviceBytes(a, mesh.axes());
   }

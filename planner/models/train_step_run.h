@@ -112,6 +112,7 @@ struct TrainStepReport {
   Time bubble;                   // Pipelines: the busiest stage's idle time inside the schedule.
   int pipeline_stages = 1;       // Pipelines: the stages (1: none).
   std::vector<int64_t> pipeline_layers;  // Pipelines: each stage's layers, by stage.
+  std::vector<Bytes> pipeline_peaks;     // Pipelines: each stage's peak HBM bytes, by stage.
   // exposed_comm by collective and mesh axes (\"all_gather over fsdp\").
   std::map<std::string, Time> exposed_by_collective;
   // Bytes one device puts into each collective class per step (StepFigures').

@@ -111,6 +111,18 @@ class TrainStepBuilder {
         continue;
       }
       const Shape shape = {b, train_.seq_len};
+      if (train_.layers_only) {
+        // The activation in and its output's cotangent, as the stages before and after send.
+        const Shape act = {b, train_.seq_len, model_.d_model};
+        const PartitionSpec residual = rules_.Spec({"batch", "length", "activation_embed"});
+        for (const char* name : {"x_in", "g_out"}) {
+          InitSpec values;
+          values.kind = InitSpec::Kind::kNormal;
+          values.seed = 2000 + 2 * static_cast<uint64_t>(i) + (name[0] == 'g' ? 1 : 0);
+          pb_.Input(N(name), act, train_.dtype, residual, values);
+        }
+        continue;
+      }
       pb_.Input(N("tokens"), shape, DType::kI32, tokens, ids);
       pb_.Input(N("labels"), shape, DType::kI32, tokens, ids);
     }
@@ -135,7 +147,15 @@ class TrainStepBuilder {
       }
       std::vector<std::string> grads;
       for (const Parameter& p : params_) grads.push_back(N("d_" + p.name));
-      pb_.Grad(loss, Names(), grads);
+      std::vector<std::string> wrt = Names();
+      if (train_.layers_only) {
+        wrt.push_back(N("x_in"));
+        grads.push_back(N("d_x_in"));
+      }
+      pb_.Grad(loss, wrt, grads);
+      if (train_.layers_only) {
+        pb_.Output(N("d_x_in"), rules_.Spec({"batch", "length", "activation_embed"}));
+      }
       if (micro == 1) break;
       loss_sum = i == 0 ? loss : Op(OpKind::kAdd, {loss_sum, loss}, N("loss_sum"));
       for (Parameter& p : params_) {
@@ -182,6 +202,18 @@ class TrainStepBuilder {
   // sliced, its logits and mean loss, the loss the mean of the tiles' (equal tiles: the mean
   // over every position); each tile's logits and loss are a head_tiles_ segment.
   std::string TransformerLoss() {
+    if (train_.layers_only) {
+      // The dot product of the last layer's output with its cotangent.
+      std::string x = N("x_in");
+      for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
+      const std::string y = Op(OpKind::kMul, {Residual(x, N("rf")), N("g_out")}, N("y_g"));
+      OpSpec sum;
+      sum.kind = OpKind::kSum;
+      sum.in = {y};
+      sum.axes = {0, 1, 2};
+      sum.out = {N(aux_.empty() ? "loss" : "ce_loss")};
+      return pb_.Add(std::move(sum));
+    }
     std::string x = Op(OpKind::kTake, {W("embed"), N("tokens")}, N("x0"));
     for (int64_t l = 0; l < model_.layers; ++l) x = LayerAndRecord(x, l);
     const std::string loss = N(aux_.empty() ? "loss" : "ce_loss");
@@ -262,7 +294,7 @@ class TrainStepBuilder {
   // Every parameter, in declaration order (their seeds follow it).
   void DeclareParams() {
     const int64_t d = model_.d_model;
-    Param("embed", {model_.vocab, d}, {"vocab", "embed"});
+    if (!train_.layers_only) Param("embed", {model_.vocab, d}, {"vocab", "embed"});
     for (int64_t l = 0; l < model_.layers; ++l) {
       const std::string L = std::to_string(l);
       Param("attn_norm" + L, {d}, {"embed"}, /*ones=*/true);
@@ -287,6 +319,7 @@ class TrainStepBuilder {
         FeedForwardParams("ws", L, {}, model_.shared_experts * ExpertDff(model_));
       }
     }
+    if (train_.layers_only) return;
     Param("final_norm", {d}, {"embed"}, /*ones=*/true);
     if (!model_.tied_embeddings) Param("unembed", {d, model_.vocab}, {"embed", "vocab"});
   }
@@ -725,6 +758,10 @@ std::string KvCacheName(bool keys, int64_t layer) {
   return (keys ? "k_cache" : "v_cache") + std::to_string(layer);
 }
 
+bool IsStageBoundary(const std::string& name) {
+  return name.rfind("x_in", 0) == 0 || name.rfind("g_out", 0) == 0;
+}
+
 bool IsKvCache(const std::string& name) {
   return name.rfind("k_cache", 0) == 0 || name.rfind("v_cache", 0) == 0;
 }
@@ -754,6 +791,7 @@ ProgramSpec BuildMlpTrainStep(const MlpModel& mlp, const TrainConfig& train,
   Check(mlp.activation == MlpKind::kRelu || mlp.activation == MlpKind::kGelu,
         "an MLP's activation is relu or gelu");
   Check(train.batch >= 1, "the batch must be >= 1");
+  Check(!train.layers_only, "an MLP's step has no decoder layers to run alone");
   Check(train.microbatches >= 1 && train.batch % train.microbatches == 0,
         "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
             std::to_string(train.batch) + ")");
@@ -774,6 +812,8 @@ ProgramSpec BuildTrainStep(const TransformerConfig& model, const TrainConfig& tr
         "microbatches (" + std::to_string(train.microbatches) + ") must divide the batch (" +
             std::to_string(train.batch) + ")");
   Check(!train.forward_only || train.microbatches == 1, "a forward-only step runs one microbatch");
+  Check(!train.layers_only || train.vocab_tiling == 1,
+        "a step of the layers alone has no logits to tile");
   if (layer_values) layer_values->clear();
   Check(train.vocab_tiling >= 1 && train.seq_len % train.vocab_tiling == 0,
         "vocab_tiling (" + std::to_string(train.vocab_tiling) + ") must divide seq_len (" +

@@ -108,6 +108,12 @@ struct TrainConfig {
   // its parameter does not split (OutputSpec::unreduced), as gradients accumulated over a
   // pipeline's microbatches do until the step that updates sums them once. Timing only.
   bool unreduced_gradients = false;
+  // A middle pipeline stage's step: the decoder layers alone, no embedding, final norm or head.
+  // Each microbatch's activation [batch, length, embed] is an input (`x_in`, from the stage
+  // before), as is its output's cotangent (`g_out`, from the stage after); the loss is their
+  // dot product, so its gradient is the backward that cotangent starts, and the activation's
+  // cotangent `d_x_in` (what the stage sends back) is an output. Transformers only.
+  bool layers_only = false;
 };
 
 // An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the
@@ -142,6 +148,9 @@ enum class ServeStep {
 // ("v_cache<l>"), and whether an array is one of them.
 std::string KvCacheName(bool keys, int64_t layer);
 bool IsKvCache(const std::string& name);
+// Whether `name` is an input of a TrainConfig::layers_only step that the stages beside it send
+// (the activation `x_in`, the cotangent `g_out`, per microbatch): the batch, not state.
+bool IsStageBoundary(const std::string& name);
 
 // The global program (mode auto) of one serving step of `model` on `serve`'s batch, sharded by
 // `rules` as BuildTrainStep shards (the cache [batch, length, kv_heads, head_dim]): tokens

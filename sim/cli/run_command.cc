@@ -578,6 +578,14 @@ std::string ModelSummary(const RunReport& r) {
       << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
       << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
       << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  if (!s.pipeline_peaks.empty()) {
+    // Each stage's peak: the first holds the embedding, the last the head, the others neither.
+    out << "stage peaks:    ";
+    for (size_t i = 0; i < s.pipeline_peaks.size(); ++i) {
+      out << (i ? ", " : "") << FormatBytes(s.pipeline_peaks[i]);
+    }
+    out << "\n";
+  }
   if (m.host > Bytes(0)) {
     out << "host offload:   " << FormatBytes(m.host) << " in host memory at most, copies "
         << FormatTime(s.host_transfer) << " on the host link (beside compute)\n";
@@ -708,6 +716,9 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   number("exposed_comm_s", s.exposed_comm.seconds());
   number("bubble_s", s.bubble.seconds());
   ints("pipeline_layers", s.pipeline_layers, false);
+  std::vector<int64_t> peaks;
+  for (Bytes b : s.pipeline_peaks) peaks.push_back(b.count());
+  ints("pipeline_peak_bytes", peaks, false);
   number("recompute_s", s.recompute.seconds());
   j += ",\n  \"exposed_comm_by_collective_s\": {";
   bool first = true;

@@ -4,6 +4,7 @@
 // plans are located errors; every configs/models example runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -351,6 +352,15 @@ TEST_F(ModelRunTest, DeepSeekPipelinesInUnequalStages) {
   const nlohmann::json j = RunJson({"run", file});
   const std::vector<int64_t> layers = j["pipeline_layers"].get<std::vector<int64_t>>();
   EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), int64_t{0}), 61);
+  // Each stage's peak; the step's memory is the fullest's, the first stage's here (its 3 dense
+  // layers' MLPs and the embedding table); the 4-layer stages after it, holding neither table,
+  // peak lower.
+  const std::vector<int64_t> peaks = j["pipeline_peak_bytes"].get<std::vector<int64_t>>();
+  ASSERT_EQ(peaks.size(), 16u);
+  EXPECT_EQ(*std::max_element(peaks.begin(), peaks.end()), j["step_memory"]["peak"].get<int64_t>());
+  EXPECT_EQ(peaks[0], j["step_memory"]["peak"].get<int64_t>());
+  EXPECT_LT(peaks[1], peaks[0]);
+  EXPECT_NE(r.out.find("stage peaks:"), std::string::npos) << r.out;
   EXPECT_NEAR(j["compute_s"].get<double>() + j["exposed_comm_s"].get<double>() +
                   j["bubble_s"].get<double>(),
               j["step_time_s"].get<double>(), 1e-9 * j["step_time_s"].get<double>());

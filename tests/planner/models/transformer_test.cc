@@ -13,6 +13,7 @@
 #include "collectives/init.h"
 #include "planner/grad.h"
 #include "planner/models/model_presets.h"
+#include "planner/models/train_step_run.h"
 #include "sim/cli/program_writer.h"
 #include "sim/cli/run_file.h"
 #include "tests/planner/partition_test_support.h"
@@ -468,8 +469,7 @@ TEST(TransformerTest, VocabularyTilingComputesTheSameLoss) {
   TransformerConfig m = SmallModel();
   m.layers = 1;
   TrainConfig train;
-  const double whole =
-      GlobalReference(BuildTrainStep(m, train, mesh, rules), "").at("loss").at(0);
+  const double whole = GlobalReference(BuildTrainStep(m, train, mesh, rules), "").at("loss").at(0);
   train.vocab_tiling = 4;
   std::vector<std::vector<std::string>> tiles;
   const ProgramSpec tiled = BuildTrainStep(m, train, mesh, rules, nullptr, nullptr, &tiles);
@@ -481,6 +481,36 @@ TEST(TransformerTest, VocabularyTilingComputesTheSameLoss) {
   ExpectNumericsPass(tiled);
   train.vocab_tiling = 3;  // 16 positions do not split into 3 tiles.
   EXPECT_THROW(BuildTrainStep(m, train, mesh, rules), std::invalid_argument);
+}
+
+// A middle pipeline stage's step: its layers alone, fed an activation and its output's
+// cotangent. Sharded under FSDP x TP it computes what it computes unsharded (the parameters'
+// gradients and the activation's cotangent it sends back); its state is its layers' alone:
+// the whole step's less the embedding [128, 64], the final norm [64] and the unembedding
+// [64, 128], each split 4 ways by fsdp (embed), in f32.
+TEST(TransformerTest, LayersOnlyStepIsAMiddleStage) {
+  const std::vector<MeshAxis> axes = FsdpTpMesh();
+  const LogicalRules rules = FsdpTpRules();
+  TransformerConfig m = SmallModel();
+  TrainConfig train;
+  train.layers_only = true;
+  const ProgramSpec stage = BuildTrainStep(m, train, axes, rules);
+  ExpectNumericsPass(stage);
+  bool sends_back = false;
+  for (const OutputSpec& o : stage.outputs) sends_back = sends_back || o.name == "d_x_in";
+  EXPECT_TRUE(sends_back);
+  for (const ArraySpec& a : stage.arrays) {
+    EXPECT_NE(a.name, "embed");
+    EXPECT_NE(a.name, "unembed");
+  }
+  const Mesh mesh(axes, {0, 1, 2, 3, 4, 5, 6, 7});
+  train.layers_only = false;
+  const StateBytes whole = StepStateBytes(BuildTrainStep(m, train, axes, rules), mesh);
+  const StateBytes layers = StepStateBytes(stage, mesh);
+  EXPECT_EQ(whole.params - layers.params, Bytes((128 * 64 / 4 * 2 + 64 / 4) * 4));
+  train.layers_only = true;
+  train.vocab_tiling = 2;
+  EXPECT_THROW(BuildTrainStep(m, train, axes, rules), std::invalid_argument);
 }
 
 TEST(TransformerTest, RefusesHeadsNotAMultipleOfKvHeads) {
