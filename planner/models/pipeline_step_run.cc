@@ -295,9 +295,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // step's difference; the first stage's with the embedding table, the last's with the head,
   // the others' with neither) with the schedule's in-flight chunks holding their activations
   // (the stage's largest chunk's, times the chunks held beyond the step's own); its gradient
-  // all-reduce over the data axes and its update after the flush. Every stage's update time
-  // counts the head's (the last stage's; the others' are overestimated by it). The step ends
-  // when the slowest stage's update does.
+  // all-reduce over the data axes and its update after the flush (the first and last stages'
+  // with the head's). The step ends when the slowest stage's update does.
   struct Stage {
     int64_t dense = 0, layers = 0;
     StepFigures figures;
@@ -351,7 +350,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     f.host_transfer = std::max(f.host_transfer, x.host_transfer * m);
     st.grads = x.state.grads.count() / DTypeSize(train.param_dtype);
     const int64_t e = st.layers - st.dense;
-    st.update = dns.update * st.dense + moe.update * e + opt_head;
+    // The head's update (the tables', the final norm's) on the stages that hold them: the
+    // first and the last each count both tables' (an overestimate by one table's).
+    st.update = dns.update * st.dense + moe.update * e + (first || last ? opt_head : Time());
     st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
                  moe.update_compute * e;
   }
