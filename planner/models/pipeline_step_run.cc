@@ -1,6 +1,7 @@
 #include "planner/models/pipeline_step_run.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,20 +21,26 @@
 namespace shardsim::planner {
 namespace {
 
-// The longest member time of `r` on `mesh` (zero for a request that moves nothing), run by
-// the algorithm the plan gives `op` (what lowering would give the op: DefaultAlgorithm). An
-// algorithm that cannot run it is the plan's error.
-Time CollectiveTime(CollectiveCostModel& model, const Mesh& mesh, CollectiveRequest r, OpKind op,
-                    const std::map<std::string, std::string>& algorithms, const std::string& what) {
-  if (r.elements <= 0) return Time();
+// The timing of `r` on `mesh` (null for a request that moves nothing), run by the algorithm
+// the plan gives `op` (what lowering would give the op: DefaultAlgorithm). An algorithm that
+// cannot run it is the plan's error.
+std::shared_ptr<const CollectiveTiming> TimeCollective(
+    CollectiveCostModel& model, const Mesh& mesh, CollectiveRequest r, OpKind op,
+    const std::map<std::string, std::string>& algorithms, const std::string& what) {
+  if (r.elements <= 0) return nullptr;
   OpSpec spec;
   spec.kind = op;
   r.algorithm = DefaultAlgorithm(spec, algorithms);
   try {
-    return model.Estimate(mesh, r)->longest();
+    return model.Estimate(mesh, r);
   } catch (const std::invalid_argument& e) {
     throw SpecError("plan.algorithms", std::string(OpKindName(op)) + " " + what + ": " + e.what());
   }
+}
+
+// Its longest member time (zero for none).
+Time Longest(const std::shared_ptr<const CollectiveTiming>& timing) {
+  return timing ? timing->longest() : Time();
 }
 
 Time NonNegative(Time t) { return t > Time() ? t : Time(); }
@@ -277,9 +284,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   send.elements = micro.batch * train.seq_len * model.d_model / splits;
   send.axes = {stage_axis};
   for (int i = 0; i < p; ++i) send.destination.push_back(i + 1 < p ? i + 1 : -1);
-  const Time send_time = p > 1 ? CollectiveTime(*collectives, mesh, send, OpKind::kPpermute,
-                                                plan.algorithms, "between pipeline stages")
-                               : Time();
+  const std::shared_ptr<const CollectiveTiming> send_timing =
+      p > 1 ? TimeCollective(*collectives, mesh, send, OpKind::kPpermute, plan.algorithms,
+                             "between pipeline stages")
+            : nullptr;
+  const Time send_time = Longest(send_timing);
   std::vector<PipelineTaskTimes> tasks;
   for (int j = 0; j < chunks; ++j) {
     const int64_t d = chunk_dense[static_cast<size_t>(j)];
@@ -362,7 +371,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // Another stage's (its own figures, never the step's end) is the simulated one with the most
   // gradients scaled by its gradients: the all-reduce of gigabytes is bandwidth-bound, its
   // latency microseconds against seconds.
-  std::map<int64_t, Time> sync_times;  // By gradient elements.
+  std::map<int64_t, std::shared_ptr<const CollectiveTiming>> sync_times;  // By gradient elements.
   auto dominated = [&](size_t s) {
     for (size_t t = 0; t < stages.size(); ++t) {
       const Stage& a = stages[t];
@@ -382,18 +391,18 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     sync.dtype = train.param_dtype;
     sync.elements = grads;
     sync.axes = data_axes;
-    sync_times[grads] = CollectiveTime(*collectives, mesh, sync, OpKind::kPsum, plan.algorithms,
+    sync_times[grads] = TimeCollective(*collectives, mesh, sync, OpKind::kPsum, plan.algorithms,
                                        "of the gradients over the data axes");
   }
   for (Stage& st : stages) {
     if (replicas == 1 || st.grads == 0) continue;
     if (const auto it = sync_times.find(st.grads); it != sync_times.end()) {
-      st.sync = it->second;
+      st.sync = Longest(it->second);
     } else {
-      const auto& [grads, time] = *sync_times.rbegin();
-      st.sync = Time::Picoseconds(static_cast<int64_t>(static_cast<double>(time.picoseconds()) *
-                                                       static_cast<double>(st.grads) /
-                                                       static_cast<double>(grads)));
+      const auto& [grads, timing] = *sync_times.rbegin();
+      st.sync = Time::Picoseconds(
+          static_cast<int64_t>(static_cast<double>(Longest(timing).picoseconds()) *
+                               static_cast<double>(st.grads) / static_cast<double>(grads)));
     }
     if (st.sync + st.update > tail) {
       tail = st.sync + st.update;
@@ -425,13 +434,15 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // A figure (a time or bytes) of the busiest stage from its values in the 2-layer, 3-layer
   // and dense-first 3-layer runs: per layer of each kind (the slopes, at least zero) times the
   // stage's layers of that kind, and the head's share on the last stage.
-  auto stage_total = [&](auto v2, auto v3, auto v3d) {
+  auto stage_part = [](const Stage& st, bool with_head, auto v2, auto v3, auto v3d) {
     using T = decltype(v2);
     auto at_least_zero = [](T x) { return x > T() ? x : T(); };
     const T slope = at_least_zero(v3 - v2);
     const T dense_slope = at_least_zero(slope + v3d - v3);
-    return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(v2 - slope * 2) : T());
+    return dense_slope * st.dense + slope * (st.layers - st.dense) +
+           (with_head ? at_least_zero(v2 - slope * 2) : T());
   };
+  auto stage_total = [&](auto v2, auto v3, auto v3d) { return stage_part(b, head, v2, v3, v3d); };
   const Time bubble = timeline.end - timeline.busy[busiest];
   f.compute = b.compute + head_part(fb2.compute, moe.compute) * m +
               head_part(opt2.compute - fb2.compute, moe.update_compute);
@@ -506,8 +517,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   if (b.sync > Time()) {
     f.bytes_by_collective[sync_class] = f.bytes_by_collective[sync_class] + b.figures.state.grads;
   }
+  int64_t sends = 0;  // The busiest stage's sends a microbatch: forward and back.
   if (p > 1) {
-    int64_t sends = 0;
     for (int c = 0; c < v; ++c) {
       const int j = c * p + static_cast<int>(busiest);
       sends += (j + 1 < chunks ? 1 : 0) + (j > 0 ? 1 : 0);
@@ -518,6 +529,45 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   f.recompute =
       (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb2.recompute, moe.recompute)) *
       m;
+  // Per-link figures: the busiest stage's, on the links of the devices its runs were simulated
+  // on (the first stage's, of the first data replica; every stage and replica links alike):
+  // each busy per layer of each kind (the slopes of the gradients-only runs) times the stage's
+  // layers and microbatches, with the head's on the last stage, and once with what the runs
+  // that update add; then its sends between stages (priced as the activations' sends forward)
+  // and its gradient all-reduce over the data axes (the simulated one with the most
+  // gradients, scaled by the stage's own).
+  {
+    const Topology& topo = machine.topology();
+    std::set<VertexId> own;
+    for (int d : stage.devices) own.insert(topo.device_vertex(d));
+    std::map<LinkId, Time> busy;
+    std::map<LinkId, std::array<Time, 6>> runs_busy;  // fb2, fb3, fb3d, opt2, opt3, opt3d.
+    for (size_t i = 0; i < runs.size(); ++i) {
+      for (const auto& [link, t] : runs[i]->link_busy) runs_busy[link][i] = t;
+    }
+    for (const auto& [link, t] : runs_busy) {
+      const Time n =
+          stage_total(t[0], t[1], t[2]) * m + stage_total(t[3] - t[0], t[4] - t[1], t[5] - t[2]);
+      if (n > Time()) busy[link] = n;
+    }
+    auto add = [&](const std::shared_ptr<const CollectiveTiming>& timing, double times) {
+      if (!timing) return;
+      const LinkProfile& profile = *timing->profile;
+      const double longest = static_cast<double>(timing->longest().picoseconds());
+      for (size_t i = 0; i < profile.links.size(); ++i) {
+        const Link& l = topo.link(profile.links[i]);
+        if (!own.count(l.src) && !own.count(l.dst)) continue;
+        busy[profile.links[i]] +=
+            Time::Picoseconds(static_cast<int64_t>(profile.link_share[i] * longest * times));
+      }
+    };
+    add(send_timing, static_cast<double>(sends * m));
+    if (!sync_times.empty() && b.grads > 0) {
+      const auto& [grads, timing] = *sync_times.rbegin();
+      add(timing, static_cast<double>(b.grads) / static_cast<double>(grads));
+    }
+    for (const auto& [link, t] : busy) f.link_busy.push_back({link, t});
+  }
   // Memory: the stage with the highest peak (the first such).
   size_t fullest = 0;
   for (size_t s = 1; s < stages.size(); ++s) {

@@ -260,8 +260,7 @@ std::string Scatter(const planner::SearchResult& result, const std::string& what
 std::string LinkChart(const std::string& id, const planner::TrainStepReport& r,
                       const Topology& topology) {
   if (r.link_busy.empty() || r.step_time <= Time()) {
-    return "<p>No per-link figures for this step (pipelined steps are composed from their "
-           "stages' runs).</p>\n";
+    return "<p>No per-link figures for this step.</p>\n";
   }
   const std::vector<std::pair<double, LinkId>> use = planner::LinkUtilisation(r);
   const int w = 640, h = 160, left = 40;
@@ -297,6 +296,12 @@ std::string LinkChart(const std::string& id, const planner::TrainStepReport& r,
          " directed links that carried collective bytes, busiest first (of " +
          std::to_string(topology.links().size()) + ")</text>";
   svg += "</svg>\n";
+  if (r.pipeline_stages > 1) {
+    // A pipelined step is composed from one stage's runs on its own devices.
+    svg +=
+        "<p>A pipeline: the busiest stage's use of its devices' links (every stage's devices "
+        "link alike), with its sends between stages and its gradient all-reduce.</p>\n";
+  }
   std::string table =
       "<table class=\"links\"><tr><th>links</th><th>used</th><th>mean "
       "utilisation</th><th>busiest</th></tr>";

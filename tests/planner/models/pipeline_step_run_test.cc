@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "sim/spec_error.h"
@@ -123,6 +124,32 @@ TEST(PipelineStepTest, ExposedCommunicationSplitsByCollective) {
   EXPECT_EQ(r.bytes_by_collective.at("ppermute over stage"), Bytes(4 * 4 * 256 * 256 * 2));
   EXPECT_EQ(r.bytes_by_collective.at("psum over data"), r.memory.grads + Bytes(256 * 4));
   EXPECT_GT(r.bytes_by_collective.at("psum over tensor"), Bytes(0));
+}
+
+// Per-link figures of a pipeline (the busiest stage's, on its devices' links): the stage's
+// collectives and sends repeat per microbatch, its gradient all-reduce once, so each link's
+// busy time is affine in the microbatches; no link is busier than the step is long.
+TEST(PipelineStepTest, LinkFiguresAreAffineInTheMicrobatches) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  std::map<int, std::map<LinkId, int64_t>> busy;  // By microbatches.
+  for (int m : {2, 4, 8}) {
+    const TrainStepReport r =
+        SimulateTrainStep(machine, Model(), Train(m), Plan(PipelineSchedule::kOneFOneB));
+    ASSERT_FALSE(r.link_busy.empty());
+    for (const auto& [link, t] : r.link_busy) {
+      busy[m][link] = t.picoseconds();
+      EXPECT_LE(t, r.step_time);
+    }
+  }
+  ASSERT_EQ(busy[2].size(), busy[8].size());
+  int growing = 0;  // Links of the stage's tensor psums and sends (the rest: the all-reduce's).
+  for (const auto& [link, t2] : busy[2]) {
+    // Rounding: each composed part to a picosecond.
+    EXPECT_NEAR(busy[8][link] - t2, 3 * (busy[4][link] - t2), 8) << link;
+    EXPECT_GE(busy[4][link], t2) << link;
+    growing += busy[4][link] > t2 ? 1 : 0;
+  }
+  EXPECT_GT(growing, 0);
 }
 
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
