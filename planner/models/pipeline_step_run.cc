@@ -141,18 +141,22 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // with leading dense layers: every layer an expert layer) and, with dense layers, the
   // 3-layer steps once more with the first layer dense (their difference: a dense layer's
   // less an expert layer's).
-  auto figures = [&](const TransformerConfig& kind, int64_t layers, bool forward_only,
-                     Optimizer optimizer, bool offload = true, bool layers_only = false) {
+  // What a run simulates: a microbatch's forward; its forward and backward, the gradients
+  // left unreduced partial sums as accumulation over the microbatches keeps them (the psums
+  // of those of weights the stage's mesh replicates over an axis that splits the batch,
+  // expert say, run once, in the step that updates: its slope over this one's counts them);
+  // or that step, the gradients summed and the optimizer's update.
+  enum class Run { kForward, kMicrobatch, kStep };
+  auto figures = [&](const TransformerConfig& kind, int64_t layers, Run run, bool offload = true,
+                     bool layers_only = false) {
     TransformerConfig mm = kind;
     mm.layers = layers;
     TrainConfig t = micro;
-    t.forward_only = forward_only;
-    t.optimizer = optimizer;
+    t.forward_only = run == Run::kForward;
+    t.optimizer = run == Run::kStep ? train.optimizer : Optimizer::kNone;
+    t.unreduced_gradients = run == Run::kMicrobatch;
     t.layers_only = layers_only;
-    // Gradients accumulate over the microbatches unreduced: the psums of those of weights the
-    // stage's mesh replicates over an axis that splits the batch (expert, say) run once, in
-    // the step that updates (its slope over the gradients-only step's counts them).
-    t.unreduced_gradients = !forward_only && optimizer == Optimizer::kNone;
+    if (layers_only) t.vocab_tiling = 1;  // No logits.
     std::vector<std::vector<std::string>> values, head_tiles;
     std::vector<std::map<std::string, std::string>> checkpoints;
     const ProgramSpec global =
@@ -169,27 +173,28 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   TransformerConfig uniform = model;
   uniform.dense_layers = 0;
   if (all_dense) uniform.experts = 0;
-  const StepFigures fwd2 = figures(uniform, 2, true, Optimizer::kNone);
-  const StepFigures fwd3 = figures(uniform, 3, true, Optimizer::kNone);
-  const StepFigures fb2 = figures(uniform, 2, false, Optimizer::kNone);
-  const StepFigures fb3 = figures(uniform, 3, false, Optimizer::kNone);
-  const StepFigures opt2 = figures(uniform, 2, false, train.optimizer);
-  const StepFigures opt3 = figures(uniform, 3, false, train.optimizer);
+  const StepFigures fwd2 = figures(uniform, 2, Run::kForward);
+  const StepFigures fwd3 = figures(uniform, 3, Run::kForward);
+  const StepFigures fb2 = figures(uniform, 2, Run::kMicrobatch);
+  const StepFigures fb3 = figures(uniform, 3, Run::kMicrobatch);
+  const StepFigures opt2 = figures(uniform, 2, Run::kStep);
+  const StepFigures opt3 = figures(uniform, 3, Run::kStep);
   // Without dense layers the "mixed" steps are the uniform ones (every difference zero).
   TransformerConfig mixed = uniform;
   mixed.dense_layers = 1;
-  const StepFigures fwd3d = dense > 0 ? figures(mixed, 3, true, Optimizer::kNone) : fwd3;
-  const StepFigures fb3d = dense > 0 ? figures(mixed, 3, false, Optimizer::kNone) : fb3;
-  const StepFigures opt3d = dense > 0 ? figures(mixed, 3, false, train.optimizer) : opt3;
+  const StepFigures fwd3d = dense > 0 ? figures(mixed, 3, Run::kForward) : fwd3;
+  const StepFigures fb3d = dense > 0 ? figures(mixed, 3, Run::kMicrobatch) : fb3;
+  const StepFigures opt3d = dense > 0 ? figures(mixed, 3, Run::kStep) : opt3;
   // A stage's memory: the last stage's is the whole step's (composed from the runs above) less
   // the embedding table; a middle stage's that of a step of its layers alone (fed an
   // activation and its output's cotangent, as the stages beside it send); the first stage's
-  // that with the embedding table's parameters, gradient and optimizer state (all counted at
-  // the peak: the gradient is made last in the backward and kept for the update). Every stage
+  // that with the embedding table's parameters, gradient, optimizer state and its update's
+  // temporary (all counted at the peak: the gradient is made last in the backward and kept
+  // for the update). Every stage
   // used to count the whole step's head and embedding: on DeepSeek-V3 with the head replicated
   // over the expert axis, 30 GB a device of tables that only the first and last stages hold.
-  const StepFigures mid2 = p > 1 ? figures(uniform, 2, false, train.optimizer, true, true) : opt2;
-  const StepFigures mid3 = p > 1 ? figures(uniform, 3, false, train.optimizer, true, true) : opt3;
+  const StepFigures mid2 = p > 1 ? figures(uniform, 2, Run::kStep, true, true) : opt2;
+  const StepFigures mid3 = p > 1 ? figures(uniform, 3, Run::kStep, true, true) : opt3;
   StateBytes embedding;
   {
     const PartitionSpec spec = rules.Spec({"vocab", "embed"});
@@ -249,10 +254,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // offloaded values whose copies are still queued, as many as the host link is slow), less
   // what a layer offloads: a chunk waiting in flight has long finished its copies.
   const bool offloads = !plan.offload.empty();
-  const StepFigures kept2 = offloads ? figures(uniform, 2, false, Optimizer::kNone, false) : fb2;
-  const StepFigures kept3 = offloads ? figures(uniform, 3, false, Optimizer::kNone, false) : fb3;
+  const StepFigures kept2 = offloads ? figures(uniform, 2, Run::kMicrobatch, false) : fb2;
+  const StepFigures kept3 = offloads ? figures(uniform, 3, Run::kMicrobatch, false) : fb3;
   const StepFigures kept3d =
-      offloads && dense > 0 ? figures(mixed, 3, false, Optimizer::kNone, false) : fb3d;
+      offloads && dense > 0 ? figures(mixed, 3, Run::kMicrobatch, false) : fb3d;
   const bool entries = entry_live(kept2) && entry_live(kept3) && entry_live(kept3d);
   const Bytes forward_slope =
       entries ? *entry_live(kept3) - *entry_live(kept2) : kept3.peak - kept2.peak;
@@ -333,13 +338,17 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                       : ComposeFigures(mid2, mid3, st.layers - 2);
     StepFigures& x = st.figures;
     if (last && !first && !model.tied_embeddings) {
-      // The whole step's less the embedding table the first stage holds instead.
-      x.peak = x.peak - embedding.params - embedding.optimizer;
+      // The whole step's less the embedding table the first stage holds instead (its
+      // gradient counted at the peak as the first stage's is).
+      x.peak = x.peak - embedding.params - embedding.grads - embedding.optimizer;
       x.state.params = x.state.params - embedding.params;
       x.state.grads = x.state.grads - embedding.grads;
       x.state.optimizer = x.state.optimizer - embedding.optimizer;
     } else if (first && !last) {
-      x.peak = x.peak + embedding.params + embedding.grads + embedding.optimizer;
+      // With the table's update's temporary (one value of its size, as the whole step's peak
+      // shows beyond its state).
+      x.peak = x.peak + embedding.params + embedding.grads + embedding.optimizer +
+               (train.optimizer != Optimizer::kNone ? embedding.params : Bytes(0));
       x.state.params = x.state.params + embedding.params;
       x.state.grads = x.state.grads + embedding.grads;
       x.state.optimizer = x.state.optimizer + embedding.optimizer;
@@ -395,8 +404,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                        "of the gradients over the data axes");
   }
   for (Stage& st : stages) {
-    if (replicas == 1 || st.grads == 0) continue;
-    if (const auto it = sync_times.find(st.grads); it != sync_times.end()) {
+    if (replicas == 1 || st.grads == 0) {
+      // Nothing to all-reduce: the update alone.
+    } else if (const auto it = sync_times.find(st.grads); it != sync_times.end()) {
       st.sync = Longest(it->second);
     } else {
       const auto& [grads, timing] = *sync_times.rbegin();
@@ -444,8 +454,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   };
   auto stage_total = [&](auto v2, auto v3, auto v3d) { return stage_part(b, head, v2, v3, v3d); };
   const Time bubble = timeline.end - timeline.busy[busiest];
-  f.compute = b.compute + head_part(fb2.compute, moe.compute) * m +
-              head_part(opt2.compute - fb2.compute, moe.update_compute);
+  // The head's update runs on the first and last stages (Stage::update).
+  const Time head_update_compute =
+      busiest == 0 || head ? NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2)
+                           : Time();
+  f.compute = b.compute + head_part(fb2.compute, moe.compute) * m + head_update_compute;
   // Communication per microbatch (the gradients-only runs'), and once a step what the runs
   // that update add (the psums of gradients accumulated unreduced).
   f.comm = (dns.comm * b.dense + moe.comm * b_moe + head_part(fb2.comm, moe.comm)) * m +

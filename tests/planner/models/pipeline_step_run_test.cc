@@ -152,6 +152,28 @@ TEST(PipelineStepTest, LinkFiguresAreAffineInTheMicrobatches) {
   EXPECT_GT(growing, 0);
 }
 
+// Without data axes nothing is all-reduced after the flush, but every stage still updates:
+// the step ends with the slowest update (it ended at the flush, Adam's step as long as
+// SGD's), and its parts add up to it. Vocabulary tiling reaches the stages' runs but not the
+// runs of the layers alone, which have no logits (it was refused).
+TEST(PipelineStepTest, WithoutDataAxesTheStepEndsWithTheUpdate) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  plan.mesh = {{"stage", 4}, {"tensor", 2}};
+  plan.rules.erase("batch");
+  TrainConfig sgd = Train(4);
+  sgd.optimizer = Optimizer::kSgd;
+  const TrainStepReport a = SimulateTrainStep(machine, Model(), Train(4), plan);
+  const TrainStepReport s = SimulateTrainStep(machine, Model(), sgd, plan);
+  EXPECT_GT(a.step_time, s.step_time);
+  for (const TrainStepReport* r : {&a, &s}) {
+    EXPECT_EQ(r->compute + r->exposed_comm + r->bubble, r->step_time);
+  }
+  TrainConfig tiled = Train(4);
+  tiled.vocab_tiling = 4;
+  EXPECT_GT(SimulateTrainStep(machine, Model(), tiled, plan).step_time, Time());
+}
+
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   StepPlan no_rule = Plan(PipelineSchedule::kOneFOneB);
@@ -250,9 +272,9 @@ TEST(PipelineStepTest, OnlyTheFirstAndLastStagesHoldTheTables) {
   ASSERT_EQ(r.pipeline_peaks.size(), 4u);
   // GPipe holds every microbatch in flight on every stage: the middle stages are alike.
   EXPECT_EQ(r.pipeline_peaks[1], r.pipeline_peaks[2]);
-  // The embedding's parameters, gradient and Adam's two moments.
+  // The embedding's parameters, gradient, Adam's two moments and its update's temporary.
   const Bytes table(512 * 256 * 4);
-  EXPECT_EQ(r.pipeline_peaks[0] - r.pipeline_peaks[1], table * 4);
+  EXPECT_EQ(r.pipeline_peaks[0] - r.pipeline_peaks[1], table * 5);
   // The last holds the head and its logits; the first, with the table's gradient and moments
   // on top of its layers', is the fullest here, and its state is the report's.
   EXPECT_GT(r.pipeline_peaks[3], r.pipeline_peaks[1]);
@@ -280,6 +302,11 @@ TEST(PipelineStepTest, GradientsReplicatedOverAStageAxisAreSummedOnceAStep) {
   const TrainStepReport m8 = SimulateTrainStep(machine, moe, Train(8), plan);
   const Bytes once = m2.bytes_by_collective.at("psum over expert");
   EXPECT_EQ(m8.bytes_by_collective.at("psum over expert") - once, Bytes(6 * 4));
+  // Gradients only (optimizer none): the step still sums them once (it did not at all).
+  TrainConfig none = Train(2);
+  none.optimizer = Optimizer::kNone;
+  EXPECT_EQ(SimulateTrainStep(machine, moe, none, plan).bytes_by_collective.at("psum over expert"),
+            once);
   // What is summed once is the stage's gradients but the experts' (split over expert): more
   // than a layer's attention weights in f32, less than all the stage's gradients.
   EXPECT_GT(once, Bytes(4 * 256 * 256 * 4));
