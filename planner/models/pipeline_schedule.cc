@@ -111,6 +111,8 @@ PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stag
   PipelineTimeline t;
   t.busy.assign(p, Time());
   t.in_flight.assign(p, 0);
+  t.runs.resize(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) t.runs[static_cast<size_t>(s)].reserve(orders[s].size());
   std::vector<int> holding(p, 0);
 
   // Each pass runs every stage's next task whose input is ready; stages wait on each other,
@@ -145,6 +147,9 @@ PipelineTimeline SimulatePipeline(int stages, int microbatches, int virtual_stag
         const int64_t start = std::max(free_at[s], ready);
         free_at[s] = start + duration.picoseconds();
         (task.forward ? fwd_done : bwd_done)[task.microbatch][vs] = free_at[s];
+        t.runs[static_cast<size_t>(s)].push_back({task.microbatch, task.chunk, task.forward,
+                                                  Time::Picoseconds(start),
+                                                  Time::Picoseconds(free_at[s])});
         t.busy[s] += duration;
         holding[s] += task.forward ? 1 : -1;
         t.in_flight[s] = std::max(t.in_flight[s], holding[s]);

@@ -38,6 +38,14 @@ struct PipelineTaskTimes {
   Time send;  // An activation (forward) or its gradient (backward) to the next stage.
 };
 
+// One task as the schedule ran it.
+struct PipelineTaskRun {
+  int microbatch = 0;
+  int chunk = 0;  // The stage's model chunk (virtual stage chunk * stages + stage).
+  bool forward = true;
+  Time start, end;
+};
+
 // A simulated pipeline.
 struct PipelineTimeline {
   Time end;                    // When the last stage finished its last backward.
@@ -45,6 +53,7 @@ struct PipelineTimeline {
   Time bubble;                 // The most idle time of a stage within [0, end].
   std::vector<int> in_flight;  // Per stage: most microbatch chunks whose forward ran and
                                // backward did not yet (activations held at once).
+  std::vector<std::vector<PipelineTaskRun>> runs;  // Per stage: its tasks in the order run.
 };
 
 // Runs `microbatches` through `stages` stages of `virtual_stages` chunks each under

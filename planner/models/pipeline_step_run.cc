@@ -420,6 +420,82 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     }
   }
   f.end = timeline.end + tail;
+  if (options.observer) {
+    // The composed step as a trace: a process per stage (its first data replica's devices run
+    // it, the others alike), its tasks as the schedule ran them, each send between stages a
+    // flow from the task that made it to the task that takes it; after the flush the stage's
+    // gradient all-reduce and its update.
+    Observer& o = *options.observer;
+    auto flow = [&](int microbatch, int vs, bool forward) {
+      return 1 +
+             (static_cast<uint64_t>(microbatch) * static_cast<uint64_t>(chunks) +
+              static_cast<uint64_t>(vs)) *
+                 2 +
+             (forward ? 0 : 1);
+    };
+    std::vector<std::string> data_names;
+    for (int a : data_axes) data_names.push_back(plan.mesh[static_cast<size_t>(a)].name);
+    for (int s = 0; s < p; ++s) {
+      const Stage& st = stages[static_cast<size_t>(s)];
+      o.OnProcess(s, "stage " + std::to_string(s) + " (" + std::to_string(st.layers) + " layers)",
+                  s);
+      o.OnThread(s, 0, "schedule", 0);
+      o.OnThread(s, 1, "after the flush", 1);
+      o.OnThread(s, 2, "sends", 2);
+      for (const PipelineTaskRun& t : timeline.runs[static_cast<size_t>(s)]) {
+        const int vs = t.chunk * p + s;
+        SliceRecord r;
+        r.pid = s;
+        r.name = std::string(t.forward ? "forward" : "backward") + " microbatch " +
+                 std::to_string(t.microbatch) +
+                 (v > 1 ? " chunk " + std::to_string(t.chunk) : std::string());
+        r.category = "compute";
+        r.start = t.start;
+        r.end = t.end;
+        // A forward's activation goes to the next virtual stage, a backward's gradient to the
+        // one before: a send after the task, a flow from it to the task that takes it.
+        if (t.forward ? vs > 0 : vs + 1 < chunks) {
+          r.flow_in = flow(t.microbatch, t.forward ? vs - 1 : vs + 1, t.forward);
+        }
+        o.OnSlice(r);
+        if (t.forward ? vs + 1 < chunks : vs > 0) {
+          SliceRecord send_slice;
+          send_slice.pid = s;
+          send_slice.tid = 2;
+          send_slice.name = std::string(t.forward ? "send activation" : "send gradient") +
+                            " microbatch " + std::to_string(t.microbatch) + " to stage " +
+                            std::to_string((t.forward ? vs + 1 : vs - 1) % p);
+          send_slice.category = "collective";
+          send_slice.start = t.end;
+          send_slice.end = t.end + send_time;
+          send_slice.flow_out = flow(t.microbatch, vs, t.forward);
+          o.OnSlice(send_slice);
+        }
+      }
+      Time at = timeline.end;
+      if (st.sync > Time()) {
+        SliceRecord r;
+        r.pid = s;
+        r.tid = 1;
+        r.name = CommClassName(OpKind::kPsum, data_names) + " (gradients)";
+        r.category = "collective";
+        r.start = at;
+        r.end = at + st.sync;
+        o.OnSlice(r);
+        at = r.end;
+      }
+      if (st.update > Time()) {
+        SliceRecord r;
+        r.pid = s;
+        r.tid = 1;
+        r.name = "optimizer update";
+        r.category = "compute";
+        r.start = at;
+        r.end = at + st.update;
+        o.OnSlice(r);
+      }
+    }
+  }
   // The figures of the busiest stage (the most time in its tasks; the first such: with equal
   // chunks the last, which also runs the head), so that its compute, its exposed communication
   // and its idle time in the schedule (the bubble) add up to the step: its compute and

@@ -22,6 +22,7 @@
 #include "planner/models/transformer.h"
 #include "planner/partitioner.h"
 #include "planner/remat.h"
+#include "sim/observer.h"
 #include "sim/time.h"
 #include "sim/units.h"
 #include "topology/device_spec.h"
@@ -142,6 +143,10 @@ struct TrainStepOptions {
   bool prefetch = true;
   // Prices collectives (not owned; null: a cache over the network model, private to the call).
   CollectiveCostModel* collective_model = nullptr;
+  // Pipelines: receives the composed step as a trace (not owned; null: none): a process per
+  // stage, its tasks in the schedule's order, the sends between stages as flows, and after the
+  // flush its gradient all-reduce and update.
+  Observer* observer = nullptr;
 };
 
 // Per device, the bytes of parameters, gradients and optimizer state `global` (a

@@ -410,14 +410,15 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   report.plan =
       "mesh " + DescribeMeshAxes(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
   const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
-  const bool whole =
-      mode == "on" || tracer || !options.dump_dir.empty() || options.timing == "network";
+  // A pipeline's trace is its composed schedule (TrainStepOptions::observer).
+  const bool whole = mode == "on" || (tracer && !run.plan.pipeline) || !options.dump_dir.empty() ||
+                     options.timing == "network";
   std::map<std::string, Array> outputs;
   if (run.plan.pipeline && whole) {
     throw InputError(
         "pipeline: runs are timing only (each stage's layers simulated and composed, the "
-        "schedule run on their times); --numerics on, --trace, --dump and --timing network run "
-        "steps without a pipeline");
+        "schedule run on their times; --trace writes that schedule); --numerics on, --dump and "
+        "--timing network run steps without a pipeline");
   }
   if (run.serve) {
     const bool check = mode == "on";
@@ -443,6 +444,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   try {
     if (!whole) {
       planner::TrainStepOptions step_options;
+      if (run.plan.pipeline) step_options.observer = tracer;
       report.step =
           run.mlp
               ? planner::SimulateMlpTrainStep(machine, *run.mlp, run.train, run.plan, step_options)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -397,6 +398,60 @@ TEST_F(ModelRunTest, PipelineOffloadHoldsWhatItDidNotOffloadInFlight) {
   EXPECT_LT(fast, kept);
   // The stage's own step may still wait on its last copies: a few percent, not 8 chunks'.
   EXPECT_NEAR(slow, fast, 0.05 * fast);
+}
+
+// A pipeline's --trace is its composed schedule: a process per stage, 2 x microbatches x
+// chunks tasks on each (interleaved x2 here), every send between stages a flow (a bind id
+// leaving one task and entering one other), and after the flush the update, which ends the
+// step. --numerics on is still refused, naming what the trace is.
+TEST_F(ModelRunTest, PipelineTraceIsItsSchedule) {
+  const std::string file = WriteInput(
+      "pipe.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
+      "        head_dim: 32, vocab: 512}\n"
+      "train: {global_batch: 32, seq_len: 256, microbatches: 4, optimizer: adam, dtype: bf16,\n"
+      "        param_dtype: f32}\n"
+      "plan:\n"
+      "  mesh: {stage: 4, tensor: 2}\n"
+      "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: stage}\n"
+      "  pipeline: {axis: stage, schedule: interleaved, virtual_stages: 2}\n");
+  const std::string trace = (out() / "pipe_trace.json").string();
+  const nlohmann::json j = RunJson({"run", file, "--trace", trace});
+  const nlohmann::json t = nlohmann::json::parse(ReadFile(trace));
+  const nlohmann::json& events = t.is_object() ? t["traceEvents"] : t;
+  std::map<int, int> tasks;  // By stage.
+  std::map<std::string, int> flow_out, flow_in;
+  double end_us = 0;
+  int processes = 0;
+  for (const nlohmann::json& e : events) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      ++processes;
+      EXPECT_EQ(e["args"]["name"].get<std::string>().rfind("stage ", 0), 0u) << e;
+    }
+    if (e["ph"] != "X") continue;
+    end_us = std::max(end_us, e["ts"].get<double>() + e["dur"].get<double>());
+    const std::string name = e["name"];
+    if (name.rfind("forward", 0) == 0 || name.rfind("backward", 0) == 0) {
+      ++tasks[e["pid"].get<int>()];
+    }
+    if (e.contains("bind_id")) {
+      (e.contains("flow_out") ? flow_out : flow_in)[e["bind_id"].get<std::string>()]++;
+    }
+  }
+  EXPECT_EQ(processes, 4);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(tasks[s], 2 * 4 * 2) << s;
+  // Sends: 4 microbatches x (8 chunks - 1) boundaries x 2 directions, each out once, in once.
+  EXPECT_EQ(flow_out.size(), 4u * 7 * 2);
+  EXPECT_EQ(flow_in.size(), flow_out.size());
+  for (const auto& [id, n] : flow_out) {
+    EXPECT_EQ(n, 1) << id;
+    EXPECT_EQ(flow_in[id], 1) << id;
+  }
+  EXPECT_NEAR(end_us * 1e-6, j["step_time_s"].get<double>(), 1e-9);
+  const Result refused = Run({"run", file, "--numerics", "on"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--trace writes that schedule"), std::string::npos) << refused.err;
 }
 
 // Every example in configs/models runs and fits.
