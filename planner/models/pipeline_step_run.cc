@@ -190,9 +190,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // activation and its output's cotangent, as the stages beside it send); the first stage's
   // that with the embedding table's parameters, gradient, optimizer state and its update's
   // temporary (all counted at the peak: the gradient is made last in the backward and kept
-  // for the update). Every stage
-  // used to count the whole step's head and embedding: on DeepSeek-V3 with the head replicated
-  // over the expert axis, 30 GB a device of tables that only the first and last stages hold.
+  // for the update). Every stage used to count the whole step's head and embedding: on
+  // DeepSeek-V3 with the head replicated over the expert axis, 30 GB a device of tables that
+  // only the first and last stages hold.
   const StepFigures mid2 = p > 1 ? figures(uniform, 2, Run::kStep, true, true) : opt2;
   const StepFigures mid3 = p > 1 ? figures(uniform, 3, Run::kStep, true, true) : opt3;
   StateBytes embedding;
@@ -320,8 +320,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   };
   std::vector<Stage> stages(static_cast<size_t>(p));
   StepFigures f;
-  Time tail,
-      tail_sync;  // After the flush: the slowest stage's all-reduce and update; its all-reduce.
+  // After the flush: the slowest stage's all-reduce and update, and that all-reduce.
+  Time tail, tail_sync;
   for (int s = 0; s < p; ++s) {
     Stage& st = stages[static_cast<size_t>(s)];
     Bytes largest_chunk, largest_host;
@@ -520,15 +520,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // A figure (a time or bytes) of the busiest stage from its values in the 2-layer, 3-layer
   // and dense-first 3-layer runs: per layer of each kind (the slopes, at least zero) times the
   // stage's layers of that kind, and the head's share on the last stage.
-  auto stage_part = [](const Stage& st, bool with_head, auto v2, auto v3, auto v3d) {
+  auto stage_total = [&](auto v2, auto v3, auto v3d) {
     using T = decltype(v2);
     auto at_least_zero = [](T x) { return x > T() ? x : T(); };
     const T slope = at_least_zero(v3 - v2);
     const T dense_slope = at_least_zero(slope + v3d - v3);
-    return dense_slope * st.dense + slope * (st.layers - st.dense) +
-           (with_head ? at_least_zero(v2 - slope * 2) : T());
+    return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(v2 - slope * 2) : T());
   };
-  auto stage_total = [&](auto v2, auto v3, auto v3d) { return stage_part(b, head, v2, v3, v3d); };
   const Time bubble = timeline.end - timeline.busy[busiest];
   // The head's update runs on the first and last stages (Stage::update).
   const Time head_update_compute =
