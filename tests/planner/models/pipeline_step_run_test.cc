@@ -30,6 +30,16 @@ TransformerConfig Model() {
   return m;
 }
 
+// Model() as a mixture of 4 experts of `expert_d_ff`, top 2, its dense MLP 64 wide.
+TransformerConfig Moe(int64_t expert_d_ff) {
+  TransformerConfig m = Model();
+  m.d_ff = 64;
+  m.experts = 4;
+  m.top_k = 2;
+  m.expert_d_ff = expert_d_ff;
+  return m;
+}
+
 TrainConfig Train(int64_t microbatches) {
   TrainConfig t;
   t.batch = 32;
@@ -239,12 +249,8 @@ TEST(PipelineStepTest, LayersThatDoNotDivideMakeUnequalStages) {
 // model, and waits less for a light first stage: a smaller bubble.
 TEST(PipelineStepTest, LeadingDenseLayersMakeALighterFirstStage) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  TransformerConfig moe = Model();
+  TransformerConfig moe = Moe(1024);
   moe.layers = 4;
-  moe.d_ff = 64;
-  moe.experts = 4;
-  moe.top_k = 2;
-  moe.expert_d_ff = 1024;
   TransformerConfig leading = moe;
   leading.dense_layers = 2;
   StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
@@ -289,11 +295,7 @@ TEST(PipelineStepTest, OnlyTheFirstAndLastStagesHoldTheTables) {
 // now). Only the loss's psum (one f32) repeats per microbatch.
 TEST(PipelineStepTest, GradientsReplicatedOverAStageAxisAreSummedOnceAStep) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  TransformerConfig moe = Model();
-  moe.d_ff = 64;
-  moe.experts = 4;
-  moe.top_k = 2;
-  moe.expert_d_ff = 512;
+  const TransformerConfig moe = Moe(512);
   StepPlan plan;
   plan.mesh = {{"stage", 2}, {"expert", 4}};
   plan.rules = {{"batch", {"expert"}}, {"expert", {"expert"}}, {"layers", {"stage"}}};
