@@ -316,12 +316,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     StepFigures figures;
     Bytes peak;
     int64_t grads = 0;  // Gradient elements.
+    Time done;          // When its last backward ends in the schedule.
     Time sync, update, compute;
   };
   std::vector<Stage> stages(static_cast<size_t>(p));
   StepFigures f;
-  // After the flush: the slowest stage's all-reduce and update, and that all-reduce.
-  Time tail, tail_sync;
+  // The part after the schedule's end of the all-reduce of the stage that ends the step.
+  Time tail_sync;
   for (int s = 0; s < p; ++s) {
     Stage& st = stages[static_cast<size_t>(s)];
     Bytes largest_chunk, largest_host;
@@ -367,6 +368,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     f.host_peak = std::max(f.host_peak, x.host_peak + largest_host * extra);
     f.host_transfer = std::max(f.host_transfer, x.host_transfer * m);
     st.grads = x.state.grads.count() / DTypeSize(train.param_dtype);
+    for (const PipelineTaskRun& t : timeline.runs[static_cast<size_t>(s)]) {
+      st.done = std::max(st.done, t.end);
+    }
     const int64_t e = st.layers - st.dense;
     // The head's update (the tables', the final norm's) on the stages that hold them: the
     // first and the last each count both tables' (an overestimate by one table's).
@@ -374,9 +378,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
                  moe.update_compute * e;
   }
-  // The gradient all-reduces over the data axes, simulated for the stages that can end the
-  // step: those that no other stage matches in both gradients and update time (with equal
-  // layers, the one with the most gradients: the first, with the embedding, or the last).
+  // Each stage all-reduces its gradients over the data axes once its last backward is done
+  // (as Megatron's overlapped gradient reduction starts a stage's while earlier stages still
+  // run backwards), then updates; the step ends with the last to finish. The all-reduces are
+  // simulated for the stages that can end the step: those that no other stage matches in
+  // gradients, update time and end of schedule (with equal layers under 1F1B, the first).
   // Another stage's (its own figures, never the step's end) is the simulated one with the most
   // gradients scaled by its gradients: the all-reduce of gigabytes is bandwidth-bound, its
   // latency microseconds against seconds.
@@ -385,8 +391,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     for (size_t t = 0; t < stages.size(); ++t) {
       const Stage& a = stages[t];
       const Stage& b = stages[s];
-      if (t != s && a.grads >= b.grads && a.update >= b.update &&
-          (a.grads > b.grads || a.update > b.update || t < s)) {
+      if (t != s && a.grads >= b.grads && a.update >= b.update && a.done >= b.done &&
+          (a.grads > b.grads || a.update > b.update || a.done > b.done || t < s)) {
         return true;
       }
     }
@@ -414,12 +420,12 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
           static_cast<int64_t>(static_cast<double>(Longest(timing).picoseconds()) *
                                static_cast<double>(st.grads) / static_cast<double>(grads)));
     }
-    if (st.sync + st.update > tail) {
-      tail = st.sync + st.update;
-      tail_sync = st.sync;
+    if (st.done + st.sync + st.update > f.end) {
+      f.end = st.done + st.sync + st.update;
+      // What of its all-reduce runs after the schedule's end.
+      tail_sync = std::clamp(st.done + st.sync - timeline.end, Time(), st.sync);
     }
   }
-  f.end = timeline.end + tail;
   if (options.observer) {
     // The composed step as a trace: a process per stage (its first data replica's devices run
     // it, the others alike), its tasks as the schedule ran them, each send between stages a
@@ -472,7 +478,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
           o.OnSlice(send_slice);
         }
       }
-      Time at = timeline.end;
+      Time at = st.done;
       if (st.sync > Time()) {
         SliceRecord r;
         r.pid = s;

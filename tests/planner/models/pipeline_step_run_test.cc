@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 
+#include "sim/observer.h"
 #include "sim/spec_error.h"
 #include "topology/presets.h"
 
@@ -182,6 +183,36 @@ TEST(PipelineStepTest, WithoutDataAxesTheStepEndsWithTheUpdate) {
   TrainConfig tiled = Train(4);
   tiled.vocab_tiling = 4;
   EXPECT_GT(SimulateTrainStep(machine, Model(), tiled, plan).step_time, Time());
+}
+
+// Each stage all-reduces its gradients as soon as its own last backward is done, while the
+// stages before it still run theirs (1F1B: the first stage finishes last); the step ends with
+// the last update. Read from the trace the step reports (TrainStepOptions::observer).
+TEST(PipelineStepTest, EachStageReducesItsGradientsWhenItsBackwardsAreDone) {
+  struct Slices : Observer {
+    std::vector<SliceRecord> all;
+    void OnSlice(const SliceRecord& s) override { all.push_back(s); }
+  } trace;
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan = Plan(PipelineSchedule::kOneFOneB);
+  plan.mesh = {{"data", 2}, {"stage", 4}};
+  plan.rules = {{"batch", {"data"}}, {"layers", {"stage"}}};
+  TrainStepOptions options;
+  options.observer = &trace;
+  const TrainStepReport r = SimulateTrainStep(machine, Model(), Train(4), plan, options);
+  std::map<int, Time> last_backward, reduce_start;
+  Time end;
+  for (const SliceRecord& s : trace.all) {
+    end = std::max(end, s.end);
+    if (s.name.rfind("backward", 0) == 0) {
+      last_backward[s.pid] = std::max(last_backward[s.pid], s.end);
+    }
+    if (s.name == "psum over data (gradients)") reduce_start[s.pid] = s.start;
+  }
+  ASSERT_EQ(reduce_start.size(), 4u);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(reduce_start[s], last_backward[s]) << s;
+  EXPECT_LT(reduce_start[3], last_backward[0]);
+  EXPECT_EQ(end, r.step_time);
 }
 
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
