@@ -110,5 +110,22 @@ TEST_F(CompareCommandTest, Errors) {
   EXPECT_EQ(r.out, "");
 }
 
+// The two DeepSeek-V3 examples: the plan search's best (EP 8 inside each node) against the
+// report's 16 stages x EP 64 over 8 nodes. The reason named first is the all-to-all over
+// expert, and the links say where: EP 64's NICs busy, EP 8's NVLink.
+TEST_F(CompareCommandTest, DeepSeekExpertParallelismInsideANodeWins) {
+  const std::string dir = SourceDir() + "/configs/models/";
+  const Result r =
+      RunOk({"compare", dir + "deepseek_v3_h100_ep8.yaml", dir + "deepseek_v3_h100_pp16.yaml"});
+  const size_t why = r.out.find("why A is faster than B");
+  ASSERT_NE(why, std::string::npos) << r.out;
+  const size_t first = r.out.find("\n- ", why);
+  const std::string reason = r.out.substr(first + 1, r.out.find('\n', first + 1) - first - 1);
+  EXPECT_NE(reason.find("B spends"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("more in exposed all_to_all over expert"), std::string::npos) << reason;
+  EXPECT_NE(r.out.find("B's NIC at", why), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A's NVLink at", why), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace shardsim::cli_test
