@@ -199,3 +199,28 @@ test('--trace-devices keeps only the chosen devices, and flows between them', ()
                    ['/device:TPU:0', '/device:TPU:1', '/device:TPU:5', '/device:TPU:6']);
   assert.equal(childrenBeyondParent(tp), 0);
 });
+
+test('a pipeline traces its composed schedule: stages, tasks, sends and their flows', () => {
+  // GPT-3 175B on 8 stages x 96 microbatches (1F1B): per stage 2 x 96 tasks, a send after
+  // every task that feeds a neighbour (96 x 7 boundaries x 2 directions in all), each a flow
+  // to the task that takes it, then each stage's gradient all-reduce and update.
+  const trace = simulate('configs/models/gpt3_175b_a100_pp.yaml', 'pipeline');
+  assertStrictNesting(trace);
+  const tp = loadTrace(trace);
+  const s = summarize(tp);
+  assert.deepEqual(s.import_errors, []);
+  assert.equal(s.processes, 8);
+  assert.ok(s.process_names.includes('stage 0 (12 layers)'));
+  const sends = 96 * 7 * 2;
+  assert.equal(s.flows, sends);
+  assert.equal(s.slices, 8 * 2 * 96 + sends + 8 * 2);
+  // Every flow leaves a send and enters a task of the neighbouring stage, which starts after
+  // the send ends.
+  const bad = tp.query(`
+      SELECT COUNT(*) AS n FROM flow
+      JOIN slice src ON flow.slice_out = src.id
+      JOIN slice dst ON flow.slice_in = dst.id
+      WHERE src.name NOT LIKE 'send %' OR dst.ts < src.ts + src.dur
+         OR (dst.name NOT LIKE 'forward %' AND dst.name NOT LIKE 'backward %')`);
+  assert.equal(bad[0].n, 0);
+});
