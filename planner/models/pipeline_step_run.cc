@@ -309,8 +309,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // step's difference; the first stage's with the embedding table, the last's with the head,
   // the others' with neither) with the schedule's in-flight chunks holding their activations
   // (the stage's largest chunk's, times the chunks held beyond the step's own); its gradient
-  // all-reduce over the data axes and its update after the flush (the first and last stages'
-  // with the head's). The step ends when the slowest stage's update does.
+  // all-reduce over the data axes and its update after its last backward (the first and last
+  // stages' with the head's). The step ends when the last update does.
   struct Stage {
     int64_t dense = 0, layers = 0;
     StepFigures figures;
@@ -321,8 +321,6 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   };
   std::vector<Stage> stages(static_cast<size_t>(p));
   StepFigures f;
-  // The part after the schedule's end of the all-reduce of the stage that ends the step.
-  Time tail_sync;
   for (int s = 0; s < p; ++s) {
     Stage& st = stages[static_cast<size_t>(s)];
     Bytes largest_chunk, largest_host;
@@ -420,17 +418,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
           static_cast<int64_t>(static_cast<double>(Longest(timing).picoseconds()) *
                                static_cast<double>(st.grads) / static_cast<double>(grads)));
     }
-    if (st.done + st.sync + st.update > f.end) {
-      f.end = st.done + st.sync + st.update;
-      // What of its all-reduce runs after the schedule's end.
-      tail_sync = std::clamp(st.done + st.sync - timeline.end, Time(), st.sync);
-    }
+    f.end = std::max(f.end, st.done + st.sync + st.update);
   }
   if (options.observer) {
     // The composed step as a trace: a process per stage (its first data replica's devices run
     // it, the others alike), its tasks as the schedule ran them, each send between stages a
-    // flow from the task that made it to the task that takes it; after the flush the stage's
-    // gradient all-reduce and its update.
+    // flow from the task that made it to the task that takes it (none with one stage: its
+    // chunks pass their activations on in place); after its last backward the stage's gradient
+    // all-reduce and its update.
     Observer& o = *options.observer;
     auto flow = [&](int microbatch, int vs, bool forward) {
       return 1 +
@@ -446,7 +441,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       o.OnProcess(s, "stage " + std::to_string(s) + " (" + std::to_string(st.layers) + " layers)",
                   s);
       o.OnThread(s, 0, "schedule", 0);
-      o.OnThread(s, 1, "after the flush", 1);
+      o.OnThread(s, 1, "after its backwards", 1);
       o.OnThread(s, 2, "sends", 2);
       for (const PipelineTaskRun& t : timeline.runs[static_cast<size_t>(s)]) {
         const int vs = t.chunk * p + s;
@@ -460,11 +455,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         r.end = t.end;
         // A forward's activation goes to the next virtual stage, a backward's gradient to the
         // one before: a send after the task, a flow from it to the task that takes it.
-        if (t.forward ? vs > 0 : vs + 1 < chunks) {
+        if (p > 1 && (t.forward ? vs > 0 : vs + 1 < chunks)) {
           r.flow_in = flow(t.microbatch, t.forward ? vs - 1 : vs + 1, t.forward);
         }
         o.OnSlice(r);
-        if (t.forward ? vs + 1 < chunks : vs > 0) {
+        if (p > 1 && (t.forward ? vs + 1 < chunks : vs > 0)) {
           SliceRecord send_slice;
           send_slice.pid = s;
           send_slice.tid = 2;
@@ -533,7 +528,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     const T dense_slope = at_least_zero(slope + v3d - v3);
     return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(v2 - slope * 2) : T());
   };
-  const Time bubble = timeline.end - timeline.busy[busiest];
+  // Its idle time in the step: neither in its tasks, nor in its gradient all-reduce and update
+  // (the schedule's fill and drain, waits for sends, and for the stage that ends the step).
+  const Time bubble = NonNegative(f.end - timeline.busy[busiest] - b.sync - b.update);
   // The head's update runs on the first and last stages (Stage::update).
   const Time head_update_compute =
       busiest == 0 || head ? NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2)
@@ -547,11 +544,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   f.exposed_comm = NonNegative(f.end - f.compute - bubble);
   // The exposed communication by collective: inside the stage's tasks, each class's exposed
   // time per layer of each kind (from the gradients-only runs) times the stage's layers and
-  // microbatches, and the head's; once, what the runs that update add to it; after the flush,
-  // the gradient all-reduce over the data axes, all exposed; the rest of it is the schedule
-  // waiting on activations sent between stages. When the first three exceed the total (the
-  // composed figures are slopes), they are scaled to fit, so the classes always add up to
-  // exposed_comm.
+  // microbatches, and the head's; once, what the runs that update add to it; after its last
+  // backward, its gradient all-reduce over the data axes, all exposed; the rest (what the
+  // composed slopes leave) to the sends between stages. When the first three exceed the total
+  // they are scaled to fit, so the classes always add up to exposed_comm.
   auto exposed = [](const StepFigures& x, const std::string& name) {
     const auto it = x.exposed_by_collective.find(name);
     return it == x.exposed_by_collective.end() ? Time() : it->second;
@@ -569,9 +565,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                exposed(opt3d, name) - exposed(fb3d, name));
     if (t > Time()) by_class[name] = t;
   }
-  // The gradient all-reduce on the step's critical path: the slowest stage's after the flush
-  // (its gradients the most, the first stage's with the embedding, say), all exposed.
-  if (tail_sync > Time()) by_class[sync_class] = by_class[sync_class] + tail_sync;
+  // Its gradient all-reduce, after its last backward: all exposed.
+  if (b.sync > Time()) by_class[sync_class] = by_class[sync_class] + b.sync;
   Time named;
   for (const auto& [name, t] : by_class) named += t;
   if (named > f.exposed_comm && named > Time()) {

@@ -159,8 +159,9 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("--report", compare.report_path,
                           "Write a self-contained HTML report (charts as inline SVG)");
   compare_cmd->add_option("--trace-dir", compare.trace_dir,
-                          "Write each run's Perfetto trace as DIR/A.json, DIR/B.json, ... (the "
-                          "whole step on the network, as run --trace: slow for large models)");
+                          "Write each run's Perfetto trace as DIR/A.json, DIR/B.json, ... (as run "
+                          "--trace: the whole step on the network, slow for large models; a "
+                          "pipeline's composed schedule)");
   compare_cmd->add_option("--set", compare.overrides,
                           "Override a key in every file: KEY=VALUE (repeatable)");
 

@@ -411,8 +411,8 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
       "mesh " + DescribeMeshAxes(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
   const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
   // A pipeline's trace is its composed schedule (TrainStepOptions::observer).
-  const bool whole = mode == "on" || (tracer && !run.plan.pipeline) || !options.dump_dir.empty() ||
-                     options.timing == "network";
+  const bool whole = mode == "on" || (tracer && (!run.plan.pipeline || run.serve)) ||
+                     !options.dump_dir.empty() || options.timing == "network";
   std::map<std::string, Array> outputs;
   if (run.plan.pipeline && whole) {
     throw InputError(
@@ -887,6 +887,11 @@ int RunRunCommand(const RunCommandOptions& options) {
                       std::to_string(topo.num_switches()) + " switches, " +
                       std::to_string(topo.num_physical_links()) + " links)";
     report.devices = topo.num_devices();
+    if (tracer && !options.trace_devices.empty() && file.model && file.model->plan.pipeline) {
+      throw InputError(
+          "--trace-devices: a pipeline's trace has a process per stage, not per device (its "
+          "composed schedule); leave the flag out");
+    }
     if (tracer && !options.trace_devices.empty()) {
       // Devices' pids are their indices; switches (pids after the devices) are left out.
       std::vector<bool> keep(topo.num_devices());

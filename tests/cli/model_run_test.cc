@@ -452,6 +452,10 @@ TEST_F(ModelRunTest, PipelineTraceIsItsSchedule) {
   const Result refused = Run({"run", file, "--numerics", "on"});
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("--trace writes that schedule"), std::string::npos) << refused.err;
+  // Its processes are stages: --trace-devices is refused, not checked against the devices.
+  const Result devices = Run({"run", file, "--trace", trace, "--trace-devices", "1"});
+  EXPECT_EQ(devices.exit_code, 2);
+  EXPECT_NE(devices.err.find("a process per stage"), std::string::npos) << devices.err;
 }
 
 // Every example in configs/models runs and fits.

@@ -183,6 +183,21 @@ TEST(PipelineStepTest, WithoutDataAxesTheStepEndsWithTheUpdate) {
   TrainConfig tiled = Train(4);
   tiled.vocab_tiling = 4;
   EXPECT_GT(SimulateTrainStep(machine, Model(), tiled, plan).step_time, Time());
+  // Uneven stages whose updates outweigh their short microbatches: the busiest stage (one of
+  // 2 layers) updates right after its last backward, before the schedule ends. Its idle time
+  // is what its tasks, all-reduce and update leave of the step (its update was counted as
+  // bubble too, and the parts exceeded the step).
+  TransformerConfig wide = Model();
+  wide.layers = 5;
+  wide.d_model = 1024;
+  wide.head_dim = 128;
+  wide.d_ff = 4096;
+  TrainConfig short_sequences = Train(4);
+  short_sequences.batch = 8;
+  short_sequences.seq_len = 16;
+  const TrainStepReport u = SimulateTrainStep(machine, wide, short_sequences, plan);
+  EXPECT_EQ(u.pipeline_layers, (std::vector<int64_t>{1, 2, 1, 1}));
+  EXPECT_EQ(u.compute + u.exposed_comm + u.bubble, u.step_time);
 }
 
 // Each stage all-reduces its gradients as soon as its own last backward is done, while the
