@@ -240,6 +240,20 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const Time f_head = NonNegative(fwd2.end - moe.forward * 2);
   const Time b_head = NonNegative(fb2.end - (moe.forward + moe.backward) * 2 - f_head);
   const Time opt_head = NonNegative((opt2.end - fb2.end) - moe.update * 2);
+  // Of the head's update (an elementwise pass over each of its weights: time in proportion to
+  // their elements), the share of stage s: the first holds the embedding table, the last the
+  // final norm and the unembedding (with tied embeddings, the table again), one stage both.
+  const double table = static_cast<double>(model.vocab) * static_cast<double>(model.d_model);
+  const double head_weights = table * (model.tied_embeddings ? 1 : 2) + model.d_model;
+  auto head_share = [&](int s) {
+    const bool holds_embedding = s == 0, holds_head = s + 1 == p;
+    double held = (holds_embedding ? table : 0) + (holds_head ? table + model.d_model : 0);
+    if (model.tied_embeddings && holds_embedding && holds_head) held -= table;
+    return std::min(1.0, held / head_weights);
+  };
+  auto scaled = [](Time t, double share) {
+    return Time::Picoseconds(static_cast<int64_t>(static_cast<double>(t.picoseconds()) * share));
+  };
   // A layer's activations: the slope of the bytes live as the backward pass starts (the
   // parameters and every value the forward kept for it; no gradient made yet) less its
   // parameters.
@@ -370,9 +384,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       st.done = std::max(st.done, t.end);
     }
     const int64_t e = st.layers - st.dense;
-    // The head's update (the tables', the final norm's) on the stages that hold them: the
-    // first and the last each count both tables' (an overestimate by one table's).
-    st.update = dns.update * st.dense + moe.update * e + (first || last ? opt_head : Time());
+    st.update = dns.update * st.dense + moe.update * e + scaled(opt_head, head_share(s));
     st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
                  moe.update_compute * e;
   }
@@ -531,10 +543,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // Its idle time in the step: neither in its tasks, nor in its gradient all-reduce and update
   // (the schedule's fill and drain, waits for sends, and for the stage that ends the step).
   const Time bubble = NonNegative(f.end - timeline.busy[busiest] - b.sync - b.update);
-  // The head's update runs on the first and last stages (Stage::update).
+  // Its share of the head's update (Stage::update).
   const Time head_update_compute =
-      busiest == 0 || head ? NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2)
-                           : Time();
+      scaled(NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2),
+             head_share(static_cast<int>(busiest)));
   f.compute = b.compute + head_part(fb2.compute, moe.compute) * m + head_update_compute;
   // Communication per microbatch (the gradients-only runs'), and once a step what the runs
   // that update add (the psums of gradients accumulated unreduced).

@@ -228,6 +228,18 @@ TEST(PipelineStepTest, EachStageReducesItsGradientsWhenItsBackwardsAreDone) {
   for (int s = 0; s < 4; ++s) EXPECT_EQ(reduce_start[s], last_backward[s]) << s;
   EXPECT_LT(reduce_start[3], last_backward[0]);
   EXPECT_EQ(end, r.step_time);
+  // The head's update is split by weights held: the first stage updates the embedding, the last
+  // the unembedding (as large) and the final norm, the middle ones neither. They used to count
+  // both tables' each.
+  std::map<int, Time> update;
+  for (const SliceRecord& s : trace.all) {
+    if (s.name == "optimizer update") update[s.pid] = s.end - s.start;
+  }
+  EXPECT_EQ(update[1], update[2]);
+  const Time first = update[0] - update[1], last = update[3] - update[1];
+  EXPECT_GT(first, Time());
+  EXPECT_GE(last, first);
+  EXPECT_LT((last - first).picoseconds(), first.picoseconds() / 100);  // The norm: 1/512.
 }
 
 TEST(PipelineStepTest, PlansThatDoNotFitTogetherAreLocated) {
