@@ -45,6 +45,20 @@ Time Longest(const std::shared_ptr<const CollectiveTiming>& timing) {
 
 Time NonNegative(Time t) { return t > Time() ? t : Time(); }
 
+// `t` * `times` / `per`, to the picosecond below.
+Time Scaled(Time t, double times, double per = 1) {
+  return Time::Picoseconds(
+      static_cast<int64_t>(static_cast<double>(t.picoseconds()) * times / per));
+}
+
+// `a` + `k` x `b`, field by field.
+StateBytes AddScaled(StateBytes a, const StateBytes& b, int64_t k) {
+  a.params = a.params + b.params * k;
+  a.grads = a.grads + b.grads * k;
+  a.optimizer = a.optimizer + b.optimizer * k;
+  return a;
+}
+
 }  // namespace
 
 std::vector<int64_t> ChunkLayers(int64_t layers, int chunks) {
@@ -136,16 +150,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const LogicalRules rules = PlanRules(stage);
   StepCollectives owned(machine, options.collective_model);
   CollectiveCostModel* collectives = &owned.model();
-  // One stage's microbatch with 2 and 3 layers: forward only, forward and backward, and the
-  // step with the optimizer; of a model whose layers are all of one kind (a mixture of experts
-  // with leading dense layers: every layer an expert layer) and, with dense layers, the
-  // 3-layer steps once more with the first layer dense (their difference: a dense layer's
-  // less an expert layer's).
-  // What a run simulates: a microbatch's forward; its forward and backward, the gradients
-  // left unreduced partial sums as accumulation over the microbatches keeps them (the psums
-  // of those of weights the stage's mesh replicates over an axis that splits the batch,
-  // expert say, run once, in the step that updates: its slope over this one's counts them);
-  // or that step, the gradients summed and the optimizer's update.
+  // One stage's microbatch with 2 and 3 layers, of a model whose layers are all of one kind (a
+  // mixture of experts with leading dense layers: every layer an expert layer) and, with dense
+  // layers, the 3-layer runs once more with the first layer dense (their difference: a dense
+  // layer's less an expert layer's). A run simulates a microbatch's forward; its forward and
+  // backward, the gradients left unreduced partial sums as accumulation over the microbatches
+  // keeps them (the psums of those of weights the stage's mesh replicates over an axis that
+  // splits the batch, expert say, run once, in the step that updates: its slope over this
+  // one's counts them); or that step, the gradients summed and the optimizer's update.
   enum class Run { kForward, kMicrobatch, kStep };
   auto figures = [&](const TransformerConfig& kind, int64_t layers, Run run, bool offload = true,
                      bool layers_only = false) {
@@ -196,18 +208,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const StepFigures mid2 = p > 1 ? figures(uniform, 2, Run::kStep, true, true) : opt2;
   const StepFigures mid3 = p > 1 ? figures(uniform, 3, Run::kStep, true, true) : opt3;
   StateBytes embedding;
-  {
-    const PartitionSpec spec = rules.Spec({"vocab", "embed"});
-    int64_t blocks = 1;
-    for (const std::vector<std::string>& dim : spec.dims) {
-      for (const std::string& a : dim) {
-        for (const MeshAxis& axis : stage.mesh) blocks *= axis.name == a ? axis.size : 1;
-      }
-    }
-    embedding.params = Bytes(model.vocab * model.d_model / blocks * DTypeSize(train.param_dtype));
-    embedding.grads = embedding.params;
-    embedding.optimizer = train.optimizer == Optimizer::kAdam ? embedding.params * 2 : Bytes(0);
-  }
+  ArraySpec table_spec;
+  table_spec.shape = {model.vocab, model.d_model};
+  table_spec.dtype = train.param_dtype;
+  table_spec.sharding = rules.Spec({"vocab", "embed"});
+  embedding.params = DeviceBytes(table_spec, stage.mesh);
+  embedding.grads = embedding.params;
+  embedding.optimizer = train.optimizer == Optimizer::kAdam ? embedding.params * 2 : Bytes(0);
   // Per layer of each kind (slopes; a dense layer's: the expert layer's plus the difference
   // of the mixed step) and the rest (intercepts: embedding, final norm, logits, loss).
   struct PerLayer {
@@ -250,9 +257,6 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     double held = (holds_embedding ? table : 0) + (holds_head ? table + model.d_model : 0);
     if (model.tied_embeddings && holds_embedding && holds_head) held -= table;
     return std::min(1.0, held / head_weights);
-  };
-  auto scaled = [](Time t, double share) {
-    return Time::Picoseconds(static_cast<int64_t>(static_cast<double>(t.picoseconds()) * share));
   };
   // A layer's activations: the slope of the bytes live as the backward pass starts (the
   // parameters and every value the forward kept for it; no gradient made yet) less its
@@ -354,23 +358,16 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       // The whole step's less the embedding table the first stage holds instead (its
       // gradient counted at the peak as the first stage's is).
       x.peak = x.peak - embedding.params - embedding.grads - embedding.optimizer;
-      x.state.params = x.state.params - embedding.params;
-      x.state.grads = x.state.grads - embedding.grads;
-      x.state.optimizer = x.state.optimizer - embedding.optimizer;
+      x.state = AddScaled(x.state, embedding, -1);
     } else if (first && !last) {
       // With the table's update's temporary (one value of its size, as the whole step's peak
       // shows beyond its state).
       x.peak = x.peak + embedding.params + embedding.grads + embedding.optimizer +
                (train.optimizer != Optimizer::kNone ? embedding.params : Bytes(0));
-      x.state.params = x.state.params + embedding.params;
-      x.state.grads = x.state.grads + embedding.grads;
-      x.state.optimizer = x.state.optimizer + embedding.optimizer;
+      x.state = AddScaled(x.state, embedding, 1);
     }
     x.peak = x.peak + (opt3d.peak - opt3.peak) * st.dense;
-    x.state.params = x.state.params + (opt3d.state.params - opt3.state.params) * st.dense;
-    x.state.grads = x.state.grads + (opt3d.state.grads - opt3.state.grads) * st.dense;
-    x.state.optimizer =
-        x.state.optimizer + (opt3d.state.optimizer - opt3.state.optimizer) * st.dense;
+    x.state = AddScaled(AddScaled(x.state, opt3d.state, st.dense), opt3.state, -st.dense);
     x.host_peak = x.host_peak + (opt3d.host_peak - opt3.host_peak) * st.dense;
     x.host_transfer = x.host_transfer + (opt3d.host_transfer - opt3.host_transfer) * st.dense;
     const int extra = std::max(timeline.in_flight[static_cast<size_t>(s)] - 1, 0);
@@ -384,7 +381,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       st.done = std::max(st.done, t.end);
     }
     const int64_t e = st.layers - st.dense;
-    st.update = dns.update * st.dense + moe.update * e + scaled(opt_head, head_share(s));
+    st.update = dns.update * st.dense + moe.update * e + Scaled(opt_head, head_share(s));
     st.compute = (dns.compute * st.dense + moe.compute * e) * m + dns.update_compute * st.dense +
                  moe.update_compute * e;
   }
@@ -426,9 +423,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       st.sync = Longest(it->second);
     } else {
       const auto& [grads, timing] = *sync_times.rbegin();
-      st.sync = Time::Picoseconds(
-          static_cast<int64_t>(static_cast<double>(Longest(timing).picoseconds()) *
-                               static_cast<double>(st.grads) / static_cast<double>(grads)));
+      st.sync = Scaled(Longest(timing), static_cast<double>(st.grads), static_cast<double>(grads));
     }
     f.end = std::max(f.end, st.done + st.sync + st.update);
   }
@@ -545,7 +540,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const Time bubble = NonNegative(f.end - timeline.busy[busiest] - b.sync - b.update);
   // Its share of the head's update (Stage::update).
   const Time head_update_compute =
-      scaled(NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2),
+      Scaled(NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2),
              head_share(static_cast<int>(busiest)));
   f.compute = b.compute + head_part(fb2.compute, moe.compute) * m + head_update_compute;
   // Communication per microbatch (the gradients-only runs'), and once a step what the runs
@@ -585,7 +580,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     const double scale = f.exposed_comm.seconds() / named.seconds();
     named = Time();
     for (auto& [name, t] : by_class) {
-      t = Time::Picoseconds(static_cast<int64_t>(static_cast<double>(t.picoseconds()) * scale));
+      t = Scaled(t, scale);
       named += t;
     }
   }
