@@ -111,18 +111,19 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
   if (may_split && multipath_ && bytes >= multipath_min_bytes_) {
     std::vector<std::vector<LinkId>> routes = router_.MinimalRoutes(src, dst);
     if (routes.size() > 1) {
-      StartSplit(id, routes, bytes, label, std::move(on_delivered), std::move(on_drained),
+      StartSplit(id, src, routes, bytes, label, std::move(on_delivered), std::move(on_drained),
                  extra_latency);
       return id;
     }
   }
   const std::vector<LinkId>& route = router_.Route(src, dst);
-  StartFlow(id, route, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
+  StartFlow(id, src, route, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
             extra_latency);
   return id;
 }
 
-void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes, Bytes bytes,
+void Network::StartSplit(TransferId id, VertexId src,
+                         const std::vector<std::vector<LinkId>>& routes, Bytes bytes,
                          const std::string& label, Callback on_delivered, Callback on_drained,
                          Time extra_latency) {
   // Every part delivered (drained) delivers (drains) the whole.
@@ -151,7 +152,7 @@ void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& 
     }
     // Each part is a flow of its own in traces: the first keeps the transfer's id.
     StartFlow(
-        i == 0 ? id : next_id_++, routes[i], part, std::move(part_label),
+        i == 0 ? id : next_id_++, src, routes[i], part, std::move(part_label),
         [join] {
           if (++join->delivered == join->parts) join->on_delivered();
         },
@@ -159,7 +160,7 @@ void Network::StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& 
   }
 }
 
-void Network::StartFlow(TransferId id, const std::vector<LinkId>& route, Bytes bytes,
+void Network::StartFlow(TransferId id, VertexId src, const std::vector<LinkId>& route, Bytes bytes,
                         std::string label, Callback on_delivered, Callback on_drained,
                         Time extra_latency) {
   if (bytes.count() == 0) {
@@ -187,6 +188,7 @@ void Network::StartFlow(TransferId id, const std::vector<LinkId>& route, Bytes b
   }
   FlowEnds& ends = ends_[f];
   ends.id = id;
+  ends.src = src;
   ends.start = sim_.Now();
   ends.on_delivered = std::move(on_delivered);
   flow.wants_drain = static_cast<bool>(on_drained);
@@ -270,8 +272,8 @@ void Network::ReleaseLinks(int32_t f) {
   scratch_links_.clear();
   if (recorder_) {
     // Lazy and ordinary flows alike hold drain_ps, the instant their last byte left.
-    recorder_->OnFlow(topo_.link(flow.path[0]).src, flow.path.begin(), flow.path.size(),
-                      ends_[f].start, Time::Picoseconds(flow.drain_ps), flow.total);
+    recorder_->OnFlow(ends_[f].src, flow.path.begin(), flow.path.size(), ends_[f].start,
+                      Time::Picoseconds(flow.drain_ps), flow.total);
   }
   const double total = flow.total;
   for (int32_t hop = 0; hop < flow.path.size(); ++hop) {
@@ -302,12 +304,20 @@ void Network::RemoveFromSharedLink(int32_t f, int32_t hop, SmallVector<int32_t, 
   if (i == on_link.size()) return;
   on_link[i] = moved;
   const LinkId link = flows_[f].path[hop];
-  Flow& other = flows_[moved];
-  const LinkId* at = std::find(other.path.begin(), other.path.end(), link);
-  if (at == other.path.end()) throw std::logic_error("a flow on a link does not cross it");
+  const Flow& other = flows_[moved];
   // A moved entry was last and not first, so it never belongs to a flow admitted alone.
   if (!other.slots_valid) throw std::logic_error("a lone flow's list entry was moved");
-  ends_[moved].link_slots[static_cast<int32_t>(at - other.path.begin())] = i;
+  // The moved entry is the hop of `other` on this link whose slot was the last one (a path
+  // may cross one link more than once: see FlowRecorder).
+  const int32_t was = on_link.size();
+  SmallVector<int32_t, 4>& slots = ends_[moved].link_slots;
+  for (int32_t h = 0; h < other.path.size(); ++h) {
+    if (other.path[h] == link && slots[h] == was) {
+      slots[h] = i;
+      return;
+    }
+  }
+  throw std::logic_error("a flow on a link does not cross it");
 }
 
 void Network::FinishLazy(int32_t f) {

@@ -25,8 +25,10 @@ using TransferId = int64_t;
 class FlowRecorder {
  public:
   virtual ~FlowRecorder() = default;
-  // A transfer of `bytes` from `src` held every link of `path` (`hops` links) from `start`
-  // until `drain`, when its last byte left the source.
+  // A transfer of `bytes` from `src` (the source given to Network::Start) held every link of
+  // `path` (`hops` links) from `start` until `drain`, when its last byte left the source. A
+  // link may appear more than once in `path` (a router that folds the network, such as the
+  // cost models' translation quotient, maps several hops onto one link).
   virtual void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
                       double bytes) = 0;
 };
@@ -102,12 +104,13 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
-  // Starts one flow of transfer `id` on `route`.
-  void StartFlow(TransferId id, const std::vector<LinkId>& route, Bytes bytes, std::string label,
-                 Callback on_delivered, Callback on_drained, Time extra_latency);
-  // Starts transfer `id` as equal parts over `routes`, delivered when every part is.
-  void StartSplit(TransferId id, const std::vector<std::vector<LinkId>>& routes, Bytes bytes,
-                  const std::string& label, Callback on_delivered, Callback on_drained,
+  // Starts one flow of transfer `id` from `src` on `route`.
+  void StartFlow(TransferId id, VertexId src, const std::vector<LinkId>& route, Bytes bytes,
+                 std::string label, Callback on_delivered, Callback on_drained, Time extra_latency);
+  // Starts transfer `id` from `src` as equal parts over `routes`, delivered when every part
+  // is.
+  void StartSplit(TransferId id, VertexId src, const std::vector<std::vector<LinkId>>& routes,
+                  Bytes bytes, const std::string& label, Callback on_delivered, Callback on_drained,
                   Time extra_latency);
 
   // What rate computation and link bookkeeping touch for every transfer. Progressive filling
@@ -139,6 +142,7 @@ class Network {
     std::string label;
     Time start;
     TransferId id = 0;
+    VertexId src = 0;  // The source given to Start (FlowRecorder::OnFlow).
   };
   // What every transfer touches, in one cache line per link.
   struct alignas(64) LinkState {

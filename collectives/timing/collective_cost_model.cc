@@ -1,10 +1,12 @@
 #include "collectives/timing/collective_cost_model.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "collectives/algorithm.h"
 #include "collectives/runtime/machine.h"
+#include "collectives/timing/translation_quotient.h"
 #include "sim/simulator.h"
 #include "topology/network.h"
 #include "topology/torus.h"
@@ -25,6 +27,15 @@ class LinkAccounting : public FlowRecorder {
     for (int h = 0; h < hops; ++h) {
       held_[path[h]].push_back({group, start.picoseconds(), drain.picoseconds(), bytes});
     }
+  }
+
+  // The links some recorded transfer held, ascending.
+  std::vector<LinkId> HeldLinks() const {
+    std::vector<LinkId> links;
+    for (size_t l = 0; l < held_.size(); ++l) {
+      if (!held_[l].empty()) links.push_back(static_cast<LinkId>(l));
+    }
+    return links;
   }
 
   // Fills `timing`'s link_use (for each of timing.profile->links) and group_use (per group),
@@ -110,6 +121,73 @@ class LinkAccounting : public FlowRecorder {
   std::vector<int> group_of_vertex_;
 };
 
+// On a folded network (TranslationQuotient): tells `whole` of each transfer as it ran, over
+// representative links, and `own` of its real route, rebuilt from its source port by port
+// (the links of an orbit share their port: dimension and direction), so each simulated group's use
+// of its own links is recorded as the full simulation records it.
+class FoldedRecorder : public FlowRecorder {
+ public:
+  // All must outlive the recorder.
+  FoldedRecorder(const Topology& topo, const TranslationQuotient& quotient, LinkAccounting& whole,
+                 LinkAccounting& own)
+      : topo_(topo), quotient_(quotient), whole_(whole), own_(own) {}
+  void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
+              double bytes) override {
+    whole_.OnFlow(src, path, hops, start, drain, bytes);
+    route_.clear();
+    VertexId at = src;
+    for (int h = 0; h < hops; ++h) {
+      const LinkId l = quotient_.Out(at, quotient_.port[path[h]]);
+      route_.push_back(l);
+      at = topo_.link(l).dst;
+    }
+    own_.OnFlow(src, route_.data(), hops, start, drain, bytes);
+  }
+
+ private:
+  const Topology& topo_;
+  const TranslationQuotient& quotient_;
+  LinkAccounting& whole_;
+  LinkAccounting& own_;
+  std::vector<LinkId> route_;
+};
+
+// Runs `request` for the groups `run` (indices into `groups`) on `network`, every algorithm
+// started at time zero in that order; fills their members' times and the algorithm's name.
+void RunGroups(Simulator& sim, Network& network, const Mesh& mesh, const CollectiveRequest& request,
+               const std::vector<std::vector<int>>& groups, const std::vector<int>& run,
+               CollectiveTiming& timing) {
+  const Topology& topo = network.topology();
+  std::vector<int> axis_sizes;
+  for (int a : request.axes) axis_sizes.push_back(mesh.axes()[a].size);
+  std::vector<CollectiveJob> jobs(run.size());
+  std::vector<std::unique_ptr<CollectiveAlgorithm>> algorithms;
+  for (size_t i = 0; i < run.size(); ++i) {
+    CollectiveJob& job = jobs[i];
+    const std::vector<int>& positions = groups[run[i]];
+    int n = static_cast<int>(positions.size());
+    job.kind = request.kind;
+    job.reduce = request.reduce;
+    job.dtype = request.dtype;
+    job.numerics = false;
+    for (int p : positions) job.members.push_back(topo.device_vertex(mesh.device(p)));
+    job.total = request.elements;
+    bool chunked =
+        job.kind == CollectiveKind::kReduceScatter || job.kind == CollectiveKind::kAllToAll;
+    job.block = chunked ? request.elements / n : request.elements;
+    job.destination = request.destination;
+    job.on_member_done = [&sim, &timing, &positions](int member) {
+      timing.member_time[positions[member]] = sim.Now();
+    };
+    std::string resolved;
+    algorithms.push_back(
+        MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved, request.chunk_size));
+    if (timing.algorithm.empty()) timing.algorithm = resolved;
+  }
+  for (auto& algorithm : algorithms) algorithm->Start();
+  sim.Run();
+}
+
 }  // namespace
 
 Time CollectiveTiming::longest() const {
@@ -133,9 +211,13 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
         return timing;
       }
       untranslatable_.insert(std::move(layout));
-      // What a refused translation left in `timing` goes; the full simulation fills it.
+      // What a refused translation left in `timing` goes; the next simulation fills it.
       *timing = CollectiveTiming();
       timing->member_time.assign(mesh.size(), Time());
+    }
+    if (SimulateFolded(mesh, request, groups, *timing)) {
+      ++folded_;
+      return timing;
     }
   }
   Simulate(mesh, request, groups, *timing);
@@ -155,34 +237,9 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
   }
   LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex));
   network.set_flow_recorder(&accounting);
-  std::vector<int> axis_sizes;
-  for (int a : request.axes) axis_sizes.push_back(mesh.axes()[a].size);
-  std::vector<CollectiveJob> jobs(groups.size());
-  std::vector<std::unique_ptr<CollectiveAlgorithm>> algorithms;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    CollectiveJob& job = jobs[g];
-    int n = static_cast<int>(groups[g].size());
-    job.kind = request.kind;
-    job.reduce = request.reduce;
-    job.dtype = request.dtype;
-    job.numerics = false;
-    for (int p : groups[g]) job.members.push_back(topo.device_vertex(mesh.device(p)));
-    job.total = request.elements;
-    bool chunked =
-        job.kind == CollectiveKind::kReduceScatter || job.kind == CollectiveKind::kAllToAll;
-    job.block = chunked ? request.elements / n : request.elements;
-    job.destination = request.destination;
-    const std::vector<int>& positions = groups[g];
-    job.on_member_done = [&sim, &timing, &positions](int member) {
-      timing.member_time[positions[member]] = sim.Now();
-    };
-    std::string resolved;
-    algorithms.push_back(
-        MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved, request.chunk_size));
-    if (timing.algorithm.empty()) timing.algorithm = resolved;
-  }
-  for (auto& algorithm : algorithms) algorithm->Start();
-  sim.Run();
+  std::vector<int> all(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
+  RunGroups(sim, network, mesh, request, groups, all, timing);
   Time longest;
   for (const std::vector<int>& group : groups) {
     for (int p : group) longest = std::max(longest, timing.member_time[p]);
@@ -194,6 +251,72 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
   }
   accounting.Summarize(groups, timing);
+}
+
+bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRequest& request,
+                                            const std::vector<std::vector<int>>& groups,
+                                            CollectiveTiming& timing) {
+  const Topology& topo = machine_.topology();
+  std::optional<TranslationQuotient> quotient = FindTranslationQuotient(topo, mesh, groups);
+  if (!quotient) return false;
+  const TranslationQuotient& q = *quotient;
+  Simulator sim;
+  QuotientRouter router(machine_.router(), q);
+  Network network(sim, topo, router);
+  const size_t links = topo.links().size();
+  std::vector<int> group_of_vertex(topo.num_vertices(), -1);
+  for (int g : q.simulated) {
+    for (int p : groups[g]) group_of_vertex[topo.device_vertex(mesh.device(p))] = g;
+  }
+  LinkAccounting whole(links, std::vector<int>(topo.num_vertices(), -1));
+  LinkAccounting own(links, std::move(group_of_vertex));
+  FoldedRecorder recorder(topo, q, whole, own);
+  network.set_flow_recorder(&recorder);
+  RunGroups(sim, network, mesh, request, groups, q.simulated, timing);
+  // Every member finishes when the same member of its group's source does.
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t m = 0; m < groups[g].size(); ++m) {
+      timing.member_time[groups[g][m]] = timing.member_time[groups[q.source[g]][m]];
+    }
+  }
+  const Time longest = timing.longest();
+  if (longest == Time()) return true;
+  // A representative link carries what each link of its orbit carries in the full run.
+  CollectiveTiming folded;
+  folded.member_time = timing.member_time;
+  std::vector<int32_t> index(links, -1);
+  for (LinkId l = 0; l < static_cast<LinkId>(links); ++l) {
+    if (q.representative[l] == l && network.link_bytes(l) > 0) {
+      index[l] = static_cast<int32_t>(folded.profile->links.size());
+      folded.profile->links.push_back(l);
+    }
+  }
+  whole.Summarize(groups, folded);
+  for (LinkId l = 0; l < static_cast<LinkId>(links); ++l) {
+    const LinkId r = q.representative[l];
+    if (index[r] < 0) continue;
+    timing.profile->links.push_back(l);
+    double capacity = topo.link(l).bandwidth.bytes_per_second() * longest.seconds();
+    timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(r) / capacity));
+    LinkUse use = folded.profile->link_use[index[r]];
+    use.link = l;
+    timing.profile->link_use.push_back(use);
+  }
+  // The simulated groups' use of their own links, translated to every other group.
+  CollectiveTiming mine;
+  mine.member_time = timing.member_time;
+  mine.profile->links = own.HeldLinks();
+  own.Summarize(groups, mine);
+  std::vector<std::vector<LinkUse>>& group_use = timing.profile->group_use;
+  group_use = std::move(mine.profile->group_use);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (q.source[g] == static_cast<int>(g)) continue;
+    group_use[g] = group_use[q.source[g]];
+    for (LinkUse& u : group_use[g]) u.link = q.Translate(topo, u.link, q.shift[g]);
+    std::sort(group_use[g].begin(), group_use[g].end(),
+              [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
+  }
+  return true;
 }
 
 bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,

@@ -98,9 +98,13 @@ class CollectiveCostModel {
 // only on coordinate differences), so when the first group's links, translated to each other
 // group, are pairwise disjoint and alike in bandwidth and latency, no two groups interact in
 // the fluid model and each has the first group's member times: only the first is simulated.
+// When they do meet (a strided axis whose rings cross each other's chips), translations that
+// map every group onto another, member by member, along dimensions that wrap still fold the
+// network: one group per orbit runs on the orbits of the links (translation_quotient.h), the
+// same max-min solution on |S| times fewer transfers.
 class NetworkCollectiveModel : public CollectiveCostModel {
  public:
-  // `machine` must outlive the model. `translate_groups` enables the shortcut above.
+  // `machine` must outlive the model. `translate_groups` enables the shortcuts above.
   explicit NetworkCollectiveModel(const Machine& machine, bool translate_groups = true)
       : machine_(machine), translate_groups_(translate_groups) {}
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
@@ -109,6 +113,8 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t simulations() const { return simulations_; }
   // Requests answered by simulating one group for all its translations.
   int64_t translated() const { return translated_; }
+  // Requests answered by simulating one group per orbit of translations on the folded network.
+  int64_t folded() const { return folded_; }
 
  private:
   // Simulates `groups` together; fills member times (by position), links and shares.
@@ -117,11 +123,15 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   // The translated-groups shortcut; false when it does not apply.
   bool SimulateByTranslation(const Mesh& mesh, const CollectiveRequest& request,
                              const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
+  // The folded simulation; false when no translation is a symmetry of the groups.
+  bool SimulateFolded(const Mesh& mesh, const CollectiveRequest& request,
+                      const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
 
   const Machine& machine_;
   bool translate_groups_;
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
+  int64_t folded_ = 0;
   // Group layouts whose first group's links, translated, met another group's: (mesh
   // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
   // same collective uses the same links, so its lone first group is not simulated only to find

@@ -15,6 +15,7 @@
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "collectives/timing/translation_quotient.h"
 #include "sim/spec_error.h"
 #include "tests/support/specs.h"
 #include "tests/support/transformer_step.h"
@@ -615,6 +616,83 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
       }
     }
     EXPECT_GT(fast.translated(), 0) << c.preset;
+  }
+}
+
+// Groups that share links (strided axes: the rings of one cross the chips of the others) but
+// map onto each other by translations along dimensions that wrap: simulating one group per
+// orbit on the folded network gives the full simulation's timing, link use and per-group use.
+// Cases: the pod's layout at a quarter of its size (data 35 over the high factors of y and z:
+// folded by the 4 translations along x), and FSDP 4 over the high factor of y on 4x8x8 (folded
+// by the 32 translations along x and z) with every algorithm family that runs there. The
+// answers come out equal to the bit here (in general the folded sums may round differently).
+TEST(NetworkCollectiveModelTest, FoldedGroupsEqualTheFullSimulation) {
+  struct Case {
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+    int axis;
+    CollectiveKind kind;
+    std::string algorithm;
+  };
+  const std::vector<MeshAxis> pod = {{"data", 35}, {"fsdp", 16}, {"tensor", 4}};
+  const std::vector<MeshAxis> fsdp = {{"data", 4}, {"fsdp", 4}, {"tensor", 16}};
+  for (const Case& c : {Case{{4, 20, 28}, pod, 0, CollectiveKind::kAllReduce, "auto"},
+                        Case{{4, 20, 28}, pod, 0, CollectiveKind::kAllGather, "bidirectional_ring"},
+                        Case{{4, 20, 28}, pod, 0, CollectiveKind::kReduceScatter, "ring"},
+                        Case{{4, 20, 28}, pod, 0, CollectiveKind::kAllToAll, "direct"},
+                        Case{{4, 8, 8}, fsdp, 1, CollectiveKind::kAllReduce, "ring"},
+                        Case{{4, 8, 8}, fsdp, 1, CollectiveKind::kAllReduce, "halving_doubling"},
+                        Case{{4, 8, 8}, fsdp, 1, CollectiveKind::kAllReduce, "tree"},
+                        Case{{4, 8, 8}, fsdp, 1, CollectiveKind::kAllToAll, "direct"}}) {
+    Machine machine(BuildPreset("tpu-v5p", c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    NetworkCollectiveModel fast(machine), full(machine, /*translate_groups=*/false);
+    CollectiveRequest request;
+    request.kind = c.kind;
+    request.dtype = DType::kBF16;
+    request.elements = 35 * 64 * 64;
+    request.axes = {c.axis};
+    request.algorithm = c.algorithm;
+    std::shared_ptr<const CollectiveTiming> a = fast.Estimate(mesh, request);
+    std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
+    const std::string what = std::string(CollectiveKindName(c.kind)) + " " + c.algorithm + " on " +
+                             std::to_string(machine.topology().num_devices()) + " chips";
+    EXPECT_EQ(fast.folded(), 1) << what;
+    EXPECT_EQ(a->member_time, b->member_time) << what;
+    EXPECT_EQ(a->algorithm, b->algorithm) << what;
+    EXPECT_EQ(a->profile->links, b->profile->links) << what;
+    EXPECT_EQ(a->profile->link_share, b->profile->link_share) << what;
+    EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << what;
+    ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << what;
+    for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
+      EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
+          << what << " group " << g;
+    }
+  }
+}
+
+// No fold where no translation maps the groups onto each other member by member: dimensions
+// without wraparound (TPU v5e), or FSDP rings over the high half of z whose translates by one
+// along z are other groups' rings begun at another member (8x8x8, FSDP 128 x TP 4).
+TEST(NetworkCollectiveModelTest, NoFoldWithoutSymmetry) {
+  struct Case {
+    std::string preset;
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+  };
+  for (const Case& c : {Case{"tpu-v5e", {8, 8}, {{"dp", 4}, {"tp", 16}}},
+                        Case{"tpu-v5p", {8, 8, 8}, {{"fsdp", 128}, {"tp", 4}}}}) {
+    Machine machine(BuildPreset(c.preset, c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    EXPECT_FALSE(FindTranslationQuotient(machine.topology(), mesh, mesh.Groups({0}))) << c.preset;
+    NetworkCollectiveModel model(machine);
+    CollectiveRequest request;
+    request.dtype = DType::kBF16;
+    request.elements = 1 << 14;
+    request.axes = {0};
+    model.Estimate(mesh, request);
+    EXPECT_EQ(model.folded(), 0) << c.preset;
+    EXPECT_EQ(model.translated(), 0) << c.preset;
   }
 }
 

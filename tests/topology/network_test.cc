@@ -246,6 +246,62 @@ TEST(NetworkTest, RecorderSeesEachTransferItsLinksAndItsDrain) {
   EXPECT_EQ(h.delivered[0], recorder.seen[0].drain + kLat + kLat);
 }
 
+// A path may cross one link several times (the cost models' folded torus does): each crossing
+// is charged the flow's rate and its latency. On a line 0 - 1 - 2 of bandwidth B, a flow of S
+// routed 0 -> 1 over link 0->1 twice moves alone at B/2: 2S/B plus two latencies. Beside a
+// flow of S/3 from 0 to 2 (0->1 once, then 1->2), max-min gives both r with 2r + r = B: the
+// small one drains at (S/3)/(B/3) = S/B, the doubled one has S/3 behind it then and moves the
+// rest at B/2, draining at S/B + (2S/3)/(B/2) = 7S/3B. In both starting orders (the doubled
+// flow's second entry in the link's list is the one moved, or the plain flow's is), the link
+// ends empty and carried each crossing's bytes.
+TEST(NetworkTest, APathCrossingALinkTwiceIsChargedTwice) {
+  // Routes transfers from device 0 to device 1 over link 0->1 twice; others as usual.
+  struct Doubling : Router {
+    explicit Doubling(const Topology& t) : inner(MakeRouter(t)), topo(t) {}
+    const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+      route = inner->Route(src, dst);
+      if (src == topo.device_vertex(0) && dst == topo.device_vertex(1)) {
+        route.push_back(route[0]);
+      }
+      return route;
+    }
+    std::unique_ptr<Router> inner;
+    const Topology& topo;
+    std::vector<LinkId> route;
+  };
+  for (bool doubled_first : {true, false}) {
+    Simulator sim;
+    Topology topo = Line(3, kBw, kLat);
+    Doubling router(topo);
+    Network net(sim, topo, router);
+    const VertexId d0 = topo.device_vertex(0), d1 = topo.device_vertex(1),
+                   d2 = topo.device_vertex(2);
+    Time alone, twice, once;
+    net.Start(d0, d1, kSize, "alone", [&] { alone = sim.Now(); });
+    sim.Run();
+    ExpectNear(alone, 2e-6 + 2 * kS / 45e9);
+    const Time t0 = sim.Now();
+    const Bytes third(kSize.count() / 3);
+    const double s3 = static_cast<double>(third.count());
+    auto doubled = [&] { net.Start(d0, d1, kSize, "twice", [&] { twice = sim.Now(); }); };
+    auto plain = [&] { net.Start(d0, d2, third, "once", [&] { once = sim.Now(); }); };
+    if (doubled_first) {
+      doubled();
+      plain();
+    } else {
+      plain();
+      doubled();
+    }
+    sim.Run();
+    // The small flow drains when it has moved S/3 at B/3; the doubled one at 7S/3B.
+    ExpectNear(once - t0, 2e-6 + s3 / (45e9 / 3));
+    ExpectNear(twice - t0, 2e-6 + s3 / (45e9 / 3) + (kS - s3) / (45e9 / 2));
+    EXPECT_EQ(net.active_transfers(), 0);
+    const LinkId first = router.inner->Route(d0, d1)[0];
+    EXPECT_EQ(net.link_bytes(first), 2 * kS + 2 * kS + s3);
+  }
+}
+
 }  // namespace
 }  // namespace shardsim
 
