@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "collectives/algorithm.h"
 #include "collectives/device_put.h"
@@ -518,19 +519,43 @@ void Executor::BuildClasses() {
         for (int p : groups[g]) group_colors[k][p] = &set;
       }
     }
-    std::map<std::vector<int64_t>, int> ids;
+    // Equal signatures are found by hash, then compared whole with each class's first one
+    // (kept end to end in `known`), so classes are numbered by first appearance.
+    std::unordered_map<uint64_t, std::vector<int>> by_hash;
+    std::vector<int64_t> known, signature;
+    std::vector<size_t> known_start = {0};
     std::vector<int> next(positions);
+    int count = 0;
     for (int p = 0; p < positions; ++p) {
-      std::vector<int64_t> signature = {color[p]};
+      signature.assign(1, color[p]);
       for (size_t k = 0; k < distinct.size(); ++k) {
         signature.push_back(distinct[k].second->member_time[p].picoseconds());
         const std::vector<int>& set = *group_colors[k][p];
         signature.push_back(static_cast<int64_t>(set.size()));
         signature.insert(signature.end(), set.begin(), set.end());
       }
-      next[p] = ids.emplace(std::move(signature), static_cast<int>(ids.size())).first->second;
+      uint64_t hash = 0x9e3779b97f4a7c15ULL;
+      for (int64_t v : signature) {
+        hash = (hash ^ static_cast<uint64_t>(v)) * 0xff51afd7ed558ccdULL;
+        hash ^= hash >> 32;
+      }
+      std::vector<int>& candidates = by_hash[hash];
+      int found = -1;
+      for (int c : candidates) {
+        if (std::equal(signature.begin(), signature.end(), known.begin() + known_start[c],
+                       known.begin() + known_start[c + 1])) {
+          found = c;
+          break;
+        }
+      }
+      if (found < 0) {
+        found = count++;
+        candidates.push_back(found);
+        known.insert(known.end(), signature.begin(), signature.end());
+        known_start.push_back(known.size());
+      }
+      next[p] = found;
     }
-    int count = static_cast<int>(ids.size());
     color = std::move(next);
     if (count == colors) break;
     colors = count;
@@ -982,6 +1007,35 @@ double FairLevel(double n1, double r1, double n2, double r2, double capacity) {
 // others, so an op is slowed only where the others take bandwidth it used. A group's rate is
 // 1 / (1 + its costliest link's sum); a group of agents takes the slowest of the groups of
 // positions it stands for.
+const Executor::GroupEntries& Executor::GroupEntriesByLink(int64_t index) {
+  if (group_entries_.size() <= static_cast<size_t>(index)) group_entries_.resize(index + 1);
+  GroupEntries& built = group_entries_[static_cast<size_t>(index)];
+  if (!built.start.empty()) return built;
+  const LinkProfile& profile = *timing_by_index_[static_cast<size_t>(index)]->profile;
+  link_position_.resize(network_.topology().links().size(), -1);
+  for (size_t k = 0; k < profile.links.size(); ++k) {
+    link_position_[profile.links[k]] = static_cast<int32_t>(k);
+  }
+  // Counting sort of the entries by their link's position; entries on links outside the
+  // op's list (none, as recorded) are left out, as no other op could meet them there.
+  std::vector<int32_t> position;
+  built.start.assign(profile.links.size() + 1, 0);
+  for (const std::vector<LinkUse>& mine : profile.group_use) {
+    for (const LinkUse& a : mine) {
+      position.push_back(link_position_[a.link]);
+      if (position.back() >= 0) ++built.start[position.back() + 1];
+    }
+  }
+  for (size_t k = 0; k < profile.links.size(); ++k) built.start[k + 1] += built.start[k];
+  built.entry.resize(built.start.back());
+  std::vector<int32_t> next(built.start.begin(), built.start.end() - 1);
+  for (size_t e = 0; e < position.size(); ++e) {
+    if (position[e] >= 0) built.entry[next[position[e]]++] = static_cast<int32_t>(e);
+  }
+  for (LinkId l : profile.links) link_position_[l] = -1;
+  return built;
+}
+
 const std::vector<double>& Executor::SharedRates(const SharedRun& run,
                                                  const std::vector<const SharedRun*>& ops) {
   // Timings are named by their index in program order (not their address), and the other ops
@@ -1012,12 +1066,18 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
     }
   }
   const std::vector<Link>& links = network_.topology().links();
-  // Per link of the op's groups, one after another: the summed costs.
+  // Per link of the op's groups, one after another: the summed costs. Each other op adds to
+  // the entries on the links both use (found by merging their sorted link lists), at most
+  // once per entry, in the order of `others`.
   size_t entries = 0;
   for (const std::vector<LinkUse>& mine : t.profile->group_use) entries += mine.size();
   link_load_.assign(entries, 0.0);
-  level_.resize(links.size(), -1.0);
-  overlap_with_.resize(links.size(), 0.0);
+  std::vector<const LinkUse*> flat;
+  flat.reserve(entries);
+  for (const std::vector<LinkUse>& mine : t.profile->group_use) {
+    for (const LinkUse& a : mine) flat.push_back(&a);
+  }
+  const GroupEntries& on_link = GroupEntriesByLink(key[0]);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
@@ -1030,26 +1090,21 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
         ++j;
       } else {
         double capacity = links[b.link].bandwidth.bytes_per_second();
-        level_[b.link] = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
-        overlap_with_[b.link] = b.duty;
+        const double level =
+            FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
+        if (level >= 0) {
+          for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
+            const int32_t e = on_link.entry[n];
+            const LinkUse& a = *flat[e];
+            double kept = std::min(a.flow_rate, level);
+            double overlap = aligned ? std::min(a.duty, b.duty) : a.duty * b.duty;
+            link_load_[e] += overlap * (a.flow_rate / kept - 1.0);
+          }
+        }
         ++i;
         ++j;
       }
     }
-    size_t e = 0;
-    for (const std::vector<LinkUse>& mine : t.profile->group_use) {
-      for (const LinkUse& a : mine) {
-        double level = level_[a.link];
-        if (level >= 0) {
-          double kept = std::min(a.flow_rate, level);
-          double other = overlap_with_[a.link];
-          double overlap = aligned ? std::min(a.duty, other) : a.duty * other;
-          link_load_[e] += overlap * (a.flow_rate / kept - 1.0);
-        }
-        ++e;
-      }
-    }
-    for (const LinkUse& b : u.profile->link_use) level_[b.link] = -1.0;
   }
   std::vector<double> group_rate(t.profile->group_use.size(), 1.0);
   size_t e = 0;

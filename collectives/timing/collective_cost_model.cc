@@ -188,13 +188,14 @@ void RunGroups(Simulator& sim, Network& network, const Mesh& mesh, const Collect
   sim.Run();
 }
 
-}  // namespace
-
-Time CollectiveTiming::longest() const {
+// The longest of `times`.
+Time Slowest(const std::vector<Time>& times) {
   Time t;
-  for (Time m : member_time) t = std::max(t, m);
+  for (Time m : times) t = std::max(t, m);
   return t;
 }
+
+}  // namespace
 
 std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
@@ -208,6 +209,7 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     if (!untranslatable_.count(layout)) {
       if (SimulateByTranslation(mesh, request, groups, *timing)) {
         ++translated_;
+        timing->slowest = Slowest(timing->member_time);
         return timing;
       }
       untranslatable_.insert(std::move(layout));
@@ -217,10 +219,12 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     }
     if (SimulateFolded(mesh, request, groups, *timing)) {
       ++folded_;
+      timing->slowest = Slowest(timing->member_time);
       return timing;
     }
   }
   Simulate(mesh, request, groups, *timing);
+  timing->slowest = Slowest(timing->member_time);
   return timing;
 }
 
@@ -279,7 +283,7 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
       timing.member_time[groups[g][m]] = timing.member_time[groups[q.source[g]][m]];
     }
   }
-  const Time longest = timing.longest();
+  const Time longest = Slowest(timing.member_time);
   if (longest == Time()) return true;
   // A representative link carries what each link of its orbit carries in the full run.
   CollectiveTiming folded;

@@ -67,8 +67,11 @@ struct LinkProfile {
 // complete (zero for members of a group of one), and the algorithm that ran.
 struct CollectiveTiming {
   std::vector<Time> member_time;  // By mesh position.
-  // The longest of member_time: when the op is done everywhere.
-  Time longest() const;
+  // The longest of member_time: when the op is done everywhere (kept, not recomputed: asked
+  // for every collective a partitioner prices, over every position of a pod's mesh).
+  Time longest() const { return slowest; }
+  // What longest() answers: set by the model that made the timing once member_time is final.
+  Time slowest;
   std::string algorithm;  // Concrete algorithm ("auto" resolved).
   // The links it used (never null; filled by the model that made the timing).
   std::shared_ptr<LinkProfile> profile = std::make_shared<LinkProfile>();
