@@ -297,6 +297,9 @@ void Network::RemoveFromSharedLink(int32_t f, int32_t hop, SmallVector<int32_t, 
   if (i < 0 || i >= on_link.size() || on_link[i] != f) {
     throw std::logic_error("a flow's index in a link's flow list is stale");
   }
+  // This hop's slot is spent: the search below must not take it for a later hop of the same
+  // flow on the same link whose entry moves here.
+  if (flows_[f].slots_valid) ends_[f].link_slots[hop] = -1;
   // Swap with the last entry, the order SmallVector::erase leaves: the order progressive
   // filling follows depends only on the sequence of additions and removals.
   const int32_t moved = on_link.back();

@@ -153,15 +153,18 @@ class FoldedRecorder : public FlowRecorder {
 };
 
 // Runs `request` for the groups `run` (indices into `groups`) on `network`, every algorithm
-// started at time zero in that order; fills their members' times and the algorithm's name.
-void RunGroups(Simulator& sim, Network& network, const Mesh& mesh, const CollectiveRequest& request,
-               const std::vector<std::vector<int>>& groups, const std::vector<int>& run,
-               CollectiveTiming& timing) {
+// started at time zero in that order; fills their members' times. Returns the algorithm each
+// ran (`auto` resolves per group), by entry of `run`.
+std::vector<std::string> RunGroups(Simulator& sim, Network& network, const Mesh& mesh,
+                                   const CollectiveRequest& request,
+                                   const std::vector<std::vector<int>>& groups,
+                                   const std::vector<int>& run, CollectiveTiming& timing) {
   const Topology& topo = network.topology();
   std::vector<int> axis_sizes;
   for (int a : request.axes) axis_sizes.push_back(mesh.axes()[a].size);
   std::vector<CollectiveJob> jobs(run.size());
   std::vector<std::unique_ptr<CollectiveAlgorithm>> algorithms;
+  std::vector<std::string> resolved(run.size());
   for (size_t i = 0; i < run.size(); ++i) {
     CollectiveJob& job = jobs[i];
     const std::vector<int>& positions = groups[run[i]];
@@ -179,13 +182,12 @@ void RunGroups(Simulator& sim, Network& network, const Mesh& mesh, const Collect
     job.on_member_done = [&sim, &timing, &positions](int member) {
       timing.member_time[positions[member]] = sim.Now();
     };
-    std::string resolved;
-    algorithms.push_back(
-        MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved, request.chunk_size));
-    if (timing.algorithm.empty()) timing.algorithm = resolved;
+    algorithms.push_back(MakeAlgorithm(request.algorithm, network, job, axis_sizes, &resolved[i],
+                                       request.chunk_size));
   }
   for (auto& algorithm : algorithms) algorithm->Start();
   sim.Run();
+  return resolved;
 }
 
 // The longest of `times`.
@@ -243,7 +245,7 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
   network.set_flow_recorder(&accounting);
   std::vector<int> all(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
-  RunGroups(sim, network, mesh, request, groups, all, timing);
+  timing.algorithm = RunGroups(sim, network, mesh, request, groups, all, timing)[0];
   Time longest;
   for (const std::vector<int>& group : groups) {
     for (int p : group) longest = std::max(longest, timing.member_time[p]);
@@ -276,7 +278,12 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   LinkAccounting own(links, std::move(group_of_vertex));
   FoldedRecorder recorder(topo, q, whole, own);
   network.set_flow_recorder(&recorder);
-  RunGroups(sim, network, mesh, request, groups, q.simulated, timing);
+  const std::vector<std::string> resolved =
+      RunGroups(sim, network, mesh, request, groups, q.simulated, timing);
+  // The full simulation names what the first group ran: its source's choice.
+  timing.algorithm =
+      resolved[std::lower_bound(q.simulated.begin(), q.simulated.end(), q.source[0]) -
+               q.simulated.begin()];
   // Every member finishes when the same member of its group's source does.
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t m = 0; m < groups[g].size(); ++m) {
@@ -284,7 +291,8 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
     }
   }
   const Time longest = Slowest(timing.member_time);
-  if (longest == Time()) return true;
+  timing.profile->group_use.assign(groups.size(), {});
+  if (longest == Time()) return true;  // No link was held: as the full simulation leaves it.
   // A representative link carries what each link of its orbit carries in the full run.
   CollectiveTiming folded;
   folded.member_time = timing.member_time;

@@ -22,6 +22,7 @@
 #include "topology/build.h"
 #include "topology/presets.h"
 #include "topology/ring.h"
+#include "topology/torus.h"
 
 namespace shardsim {
 namespace {
@@ -668,6 +669,63 @@ TEST(NetworkCollectiveModelTest, FoldedGroupsEqualTheFullSimulation) {
       EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
           << what << " group " << g;
     }
+  }
+}
+
+// Review cases. A reduce-scatter too small to move a byte per member takes no time: the fold
+// leaves one (empty) use list per group as the full simulation does (the timeline reads one
+// per group). And `auto` resolves per group: on an 8x4 torus whose mesh lists row 5 first
+// (a closed ring of 4 along y) and then groups of two orbits under translation by 4 along x
+// (2x2 blocks, then columns of x = 3), the full simulation names what row 5 runs; the fold
+// simulates one group per orbit and names the choice of the group row 5 is a translate of.
+TEST(NetworkCollectiveModelTest, FoldedZeroTimeOpsAndAutoNames) {
+  {
+    Machine machine(BuildPreset("tpu-v5p", {4, 8, 8}));
+    Mesh mesh = PlaceMesh(machine, {{"data", 4}, {"fsdp", 4}, {"tensor", 16}});
+    NetworkCollectiveModel fast(machine), full(machine, /*translate_groups=*/false);
+    CollectiveRequest request;
+    request.kind = CollectiveKind::kReduceScatter;
+    request.dtype = DType::kBF16;
+    request.axes = {1};
+    request.algorithm = "ring";
+    for (int64_t elements : {int64_t{1} << 20, int64_t{2}}) {
+      request.elements = elements;
+      std::shared_ptr<const CollectiveTiming> a = fast.Estimate(mesh, request);
+      std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
+      EXPECT_EQ(a->member_time, b->member_time) << elements;
+      EXPECT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << elements;
+      EXPECT_EQ(a->profile->links, b->profile->links) << elements;
+    }
+    EXPECT_EQ(fast.folded(), 2);
+  }
+  {
+    const std::vector<int> shape = {8, 4};
+    Machine machine(BuildTorus(shape, {true, true}, Bandwidth::BytesPerSecond(9e10),
+                               Time::Microseconds(1), LinkKind::kIci, PresetDeviceSpec("tpu-v5p"),
+                               "8x4"));
+    auto at = [&](int x, int y) { return TorusIndex(shape, {x, y}); };
+    const std::vector<std::vector<std::pair<int, int>>> blocks = {{{0, 0}, {0, 1}, {2, 0}, {2, 1}},
+                                                                  {{0, 2}, {0, 3}, {2, 2}, {2, 3}},
+                                                                  {{3, 0}, {3, 1}, {3, 2}, {3, 3}}};
+    std::vector<int> devices;
+    for (int y = 0; y < 4; ++y) devices.push_back(at(5, y));
+    for (const auto& block : blocks) {
+      for (auto [x, y] : block) devices.push_back(at(x, y));
+    }
+    for (int y = 0; y < 4; ++y) devices.push_back(at(1, y));
+    for (const auto& block : blocks) {
+      for (auto [x, y] : block) devices.push_back(at(x + 4, y));
+    }
+    Mesh mesh = PlaceMesh(machine, {{"a", 8}, {"b", 4}}, devices);
+    NetworkCollectiveModel fast(machine), full(machine, /*translate_groups=*/false);
+    CollectiveRequest request;
+    request.axes = {1};
+    request.elements = 1024;
+    std::shared_ptr<const CollectiveTiming> a = fast.Estimate(mesh, request);
+    std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
+    EXPECT_EQ(fast.folded(), 1);
+    EXPECT_EQ(a->algorithm, b->algorithm);
+    EXPECT_EQ(a->member_time, b->member_time);
   }
 }
 
