@@ -995,18 +995,6 @@ double FairLevel(double n1, double r1, double n2, double r2, double capacity) {
 
 }  // namespace
 
-// The rates of an op's groups in flight beside other ops. Each group is slowed by its most
-// contended link: there, every other op J in flight costs it
-//   overlap * (r / r' - 1)
-// of its time, where r is the rate its transfers had on the link alone (standalone run) and r'
-// the max-min fair rate they keep when J's transfers share it too (each set holding the link
-// as many at once, and wanting as much, as alone: FairLevel), and `overlap` the fraction of
-// its time both hold the link: min(d_I, d_J) of the duties if they were launched at the same
-// instant (ring steps in lockstep), d_I * d_J otherwise (independent phases). Transfers held
-// below their share elsewhere (a bottleneck of their own op) leave the rest of the link to
-// others, so an op is slowed only where the others take bandwidth it used. A group's rate is
-// 1 / (1 + its costliest link's sum); a group of agents takes the slowest of the groups of
-// positions it stands for.
 const Executor::GroupEntries& Executor::GroupEntriesByLink(int64_t index) {
   if (group_entries_.size() <= static_cast<size_t>(index)) group_entries_.resize(index + 1);
   GroupEntries& built = group_entries_[static_cast<size_t>(index)];
@@ -1036,6 +1024,18 @@ const Executor::GroupEntries& Executor::GroupEntriesByLink(int64_t index) {
   return built;
 }
 
+// The rates of an op's groups in flight beside other ops. Each group is slowed by its most
+// contended link: there, every other op J in flight costs it
+//   overlap * (r / r' - 1)
+// of its time, where r is the rate its transfers had on the link alone (standalone run) and r'
+// the max-min fair rate they keep when J's transfers share it too (each set holding the link
+// as many at once, and wanting as much, as alone: FairLevel), and `overlap` the fraction of
+// its time both hold the link: min(d_I, d_J) of the duties if they were launched at the same
+// instant (ring steps in lockstep), d_I * d_J otherwise (independent phases). Transfers held
+// below their share elsewhere (a bottleneck of their own op) leave the rest of the link to
+// others, so an op is slowed only where the others take bandwidth it used. A group's rate is
+// 1 / (1 + its costliest link's sum); a group of agents takes the slowest of the groups of
+// positions it stands for.
 const std::vector<double>& Executor::SharedRates(const SharedRun& run,
                                                  const std::vector<const SharedRun*>& ops) {
   // Timings are named by their index in program order (not their address), and the other ops
