@@ -1010,6 +1010,7 @@ const Executor::GroupEntries& Executor::GroupEntriesByLink(int64_t index) {
   built.start.assign(profile.links.size() + 1, 0);
   for (const std::vector<LinkUse>& mine : profile.group_use) {
     for (const LinkUse& a : mine) {
+      built.use.push_back(&a);
       position.push_back(link_position_[a.link]);
       if (position.back() >= 0) ++built.start[position.back() + 1];
     }
@@ -1069,15 +1070,8 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   // Per link of the op's groups, one after another: the summed costs. Each other op adds to
   // the entries on the links both use (found by merging their sorted link lists), at most
   // once per entry, in the order of `others`.
-  size_t entries = 0;
-  for (const std::vector<LinkUse>& mine : t.profile->group_use) entries += mine.size();
-  link_load_.assign(entries, 0.0);
-  std::vector<const LinkUse*> flat;
-  flat.reserve(entries);
-  for (const std::vector<LinkUse>& mine : t.profile->group_use) {
-    for (const LinkUse& a : mine) flat.push_back(&a);
-  }
   const GroupEntries& on_link = GroupEntriesByLink(key[0]);
+  link_load_.assign(on_link.use.size(), 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
@@ -1095,7 +1089,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
         if (level >= 0) {
           for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
             const int32_t e = on_link.entry[n];
-            const LinkUse& a = *flat[e];
+            const LinkUse& a = *on_link.use[e];
             double kept = std::min(a.flow_rate, level);
             double overlap = aligned ? std::min(a.duty, b.duty) : a.duty * b.duty;
             link_load_[e] += overlap * (a.flow_rate / kept - 1.0);

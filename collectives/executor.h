@@ -269,11 +269,12 @@ class Executor {
   // fair rate another op leaves (-1: not shared) and that op's duty there.
   std::vector<double> link_load_;
   std::vector<int32_t> link_position_;  // Scratch of GroupEntriesByLink: -1 or an index.
-  // Per timing (by index, as below), its groups' link entries (numbered group after group)
-  // listed by the link they are on: those of profile->links[k] are entry[start[k] ..
-  // start[k + 1]). Built on first use (GroupEntriesByLink).
+  // Per timing (by index, as below), its groups' link entries (numbered group after group;
+  // `use` holds each) listed by the link they are on: those of profile->links[k] are
+  // entry[start[k] .. start[k + 1]). Built on first use (GroupEntriesByLink).
   struct GroupEntries {
     std::vector<int32_t> start, entry;
+    std::vector<const LinkUse*> use;
   };
   std::vector<GroupEntries> group_entries_;
   // group_entries_ of the timing with index `index`, built if not yet.

@@ -324,7 +324,7 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   for (size_t g = 0; g < groups.size(); ++g) {
     if (q.source[g] == static_cast<int>(g)) continue;
     group_use[g] = group_use[q.source[g]];
-    for (LinkUse& u : group_use[g]) u.link = q.Translate(topo, u.link, q.shift[g]);
+    for (LinkUse& u : group_use[g]) u.link = *TranslatedLink(topo, u.link, q.shift[g]);
     std::sort(group_use[g].begin(), group_use[g].end(),
               [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
   }
@@ -382,28 +382,10 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
     const std::vector<int>& t = offsets[g];
     for (size_t k = 0; k < solo.profile->links.size(); ++k) {
       const Link& link = topo.links()[solo.profile->links[k]];
-      std::vector<int> src = topo.node(link.src).coords, dst = topo.node(link.dst).coords;
-      if (src.empty() || dst.empty()) return false;
-      for (int d = 0; d < rank; ++d) {
-        src[d] += t[d];
-        dst[d] += t[d];
-        if (wrap[d]) {
-          src[d] = ((src[d] % shape[d]) + shape[d]) % shape[d];
-          dst[d] = ((dst[d] % shape[d]) + shape[d]) % shape[d];
-        } else if (src[d] < 0 || src[d] >= shape[d] || dst[d] < 0 || dst[d] >= shape[d]) {
-          return false;
-        }
-      }
-      VertexId from = topo.device_vertex(TorusIndex(shape, src));
-      VertexId to = topo.device_vertex(TorusIndex(shape, dst));
-      LinkId moved = -1;
-      for (LinkId l : topo.out_links(from)) {
-        if (topo.links()[l].dst == to && topo.links()[l].dimension == link.dimension &&
-            topo.links()[l].direction == link.direction) {
-          moved = l;
-        }
-      }
-      if (moved < 0 || used[moved] || topo.links()[moved].bandwidth != link.bandwidth ||
+      const std::optional<LinkId> found = TranslatedLink(topo, solo.profile->links[k], t);
+      if (!found) return false;
+      const LinkId moved = *found;
+      if (used[moved] || topo.links()[moved].bandwidth != link.bandwidth ||
           topo.links()[moved].latency != link.latency) {
         return false;
       }

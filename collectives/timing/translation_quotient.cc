@@ -5,21 +5,36 @@
 #include "topology/torus.h"
 
 namespace shardsim {
-namespace {
 
-// The vertex at torus coordinates `coords`.
-VertexId VertexAt(const Topology& topo, const std::vector<int>& coords) {
-  return topo.device_vertex(TorusIndex(topo.torus()->shape, coords));
-}
-
-}  // namespace
-
-LinkId TranslationQuotient::Translate(const Topology& topo, LinkId link,
-                                      const std::vector<int>& by) const {
+std::optional<LinkId> TranslatedLink(const Topology& topo, LinkId link,
+                                     const std::vector<int>& by) {
   const std::vector<int>& shape = topo.torus()->shape;
-  std::vector<int> at = topo.node(topo.link(link).src).coords;
-  for (size_t d = 0; d < shape.size(); ++d) at[d] = (at[d] + by[d]) % shape[d];
-  return Out(VertexAt(topo, at), port[link]);
+  const std::vector<bool>& wrap = topo.torus()->wraparound;
+  const Link& l = topo.link(link);
+  std::vector<int> src = topo.node(l.src).coords, dst = topo.node(l.dst).coords;
+  if (src.size() != shape.size() || dst.size() != shape.size()) return std::nullopt;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    src[d] += by[d];
+    dst[d] += by[d];
+    if (wrap[d]) {
+      src[d] = ((src[d] % shape[d]) + shape[d]) % shape[d];
+      dst[d] = ((dst[d] % shape[d]) + shape[d]) % shape[d];
+    } else if (src[d] < 0 || src[d] >= shape[d] || dst[d] < 0 || dst[d] >= shape[d]) {
+      return std::nullopt;
+    }
+  }
+  const VertexId from = topo.device_vertex(TorusIndex(shape, src));
+  const VertexId to = topo.device_vertex(TorusIndex(shape, dst));
+  std::optional<LinkId> moved;
+  for (LinkId m : topo.out_links(from)) {
+    const Link& candidate = topo.link(m);
+    if (candidate.dst == to && candidate.dimension == l.dimension &&
+        candidate.direction == l.direction) {
+      if (moved) return std::nullopt;  // Parallel links: which one is meant is unclear.
+      moved = m;
+    }
+  }
+  return moved;
 }
 
 std::optional<TranslationQuotient> FindTranslationQuotient(
@@ -89,24 +104,19 @@ std::optional<TranslationQuotient> FindTranslationQuotient(
     slot = l;
   }
   q.representative.assign(links, -1);
-  std::vector<int> canonical(rank), dst(rank);
+  std::vector<int> back(rank);
   for (LinkId l = 0; l < static_cast<LinkId>(links); ++l) {
     const Link& link = topo.link(l);
     const std::vector<int>& from = topo.node(link.src).coords;
-    const std::vector<int>& to = topo.node(link.dst).coords;
-    if (from.size() != shape.size() || to.size() != shape.size()) return std::nullopt;
-    for (int d = 0; d < rank; ++d) {
-      canonical[d] = from[d] % q.step[d];
-      dst[d] = ((to[d] - (from[d] - canonical[d])) % shape[d] + shape[d]) % shape[d];
-    }
-    const LinkId r = q.Out(VertexAt(topo, canonical), q.port[l]);
-    if (r < 0) return std::nullopt;
-    const Link& rep = topo.link(r);
-    if (topo.node(rep.dst).coords != dst || rep.bandwidth != link.bandwidth ||
-        rep.latency != link.latency || rep.kind != link.kind) {
+    if (from.size() != shape.size()) return std::nullopt;
+    for (int d = 0; d < rank; ++d) back[d] = -(from[d] - from[d] % q.step[d]);
+    const std::optional<LinkId> r = TranslatedLink(topo, l, back);
+    if (!r) return std::nullopt;
+    const Link& rep = topo.link(*r);
+    if (rep.bandwidth != link.bandwidth || rep.latency != link.latency || rep.kind != link.kind) {
       return std::nullopt;
     }
-    q.representative[l] = r;
+    q.representative[l] = *r;
   }
   // The simulated groups, and every group's source and translation.
   q.source.assign(groups.size(), -1);

@@ -58,10 +58,13 @@ struct TranslationQuotient {
   // in [0, length)).
   std::vector<int> source;
   std::vector<std::vector<int>> shift;
-
-  // The link `link` moved by `shift`.
-  LinkId Translate(const Topology& topo, LinkId link, const std::vector<int>& by) const;
 };
+
+// The link of torus `topo` that `link` becomes when moved by `by` (per dimension, any sign):
+// the one joining the moved ends along the same dimension and direction. Nullopt when an end
+// leaves a dimension without wraparound, an end has no coordinates, or no single such link
+// exists.
+std::optional<LinkId> TranslatedLink(const Topology& topo, LinkId link, const std::vector<int>& by);
 
 // The quotient of `groups` (mesh positions, Mesh::Groups) of `mesh` on `topo`, or nullopt
 // when no nonzero translation is a symmetry: `topo` is not a switchless torus whose vertices
