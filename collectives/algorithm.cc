@@ -14,21 +14,39 @@
 #include "collectives/algorithms/tree.h"
 #include "collectives/ir/op_registry.h"
 #include "collectives/nccl_tuner.h"
+#include "topology/torus_grid.h"
 
 namespace shardsim {
 namespace {
 
 // Members of the group along `axis` (others fixed at 0), in order, closing back to the first:
-// true when every consecutive pair and the closing pair are one hop apart.
+// true when every consecutive pair and the closing pair are one hop apart. `order` gives the
+// member at each row-major position over `axis_sizes` (empty: position p is member p).
 bool RingClosesInOneHop(Network& network, const CollectiveJob& job,
-                        const std::vector<int>& axis_sizes, int axis) {
+                        const std::vector<int>& axis_sizes, int axis,
+                        const std::vector<int>& order = {}) {
   int stride = 1;
   for (size_t a = axis + 1; a < axis_sizes.size(); ++a) stride *= axis_sizes[a];
   int n = axis_sizes[axis];
   if (n <= 2) return true;  // Two members: forward and back are the same link pair.
+  auto member = [&order](int position) { return order.empty() ? position : order[position]; };
   for (int v = 0; v < n; ++v) {
-    int a = v * stride, b = ((v + 1) % n) * stride;
+    int a = member(v * stride), b = member(((v + 1) % n) * stride);
     if (network.Hops(job.members[a], job.members[b]) != 1) return false;
+  }
+  return true;
+}
+
+// Whether every ring along the axes of `axis_sizes` (the positions given by `order`) closes
+// in one hop.
+bool EveryRingClosesInOneHop(Network& network, const CollectiveJob& job,
+                             const std::vector<int>& axis_sizes,
+                             const std::vector<int>& order = {}) {
+  for (size_t a = 0; a < axis_sizes.size(); ++a) {
+    if (axis_sizes[a] > 1 &&
+        !RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a), order)) {
+      return false;
+    }
   }
   return true;
 }
@@ -69,13 +87,19 @@ bool MeetAtOneSwitch(Network& network, const CollectiveJob& job) {
 std::unique_ptr<CollectiveAlgorithm> MakeRingFamily(const char* algo, Network& network,
                                                     CollectiveJob& job,
                                                     const std::vector<int>& axis_sizes) {
-  bool both_ways = true;
-  for (size_t a = 0; a < axis_sizes.size(); ++a) {
-    if (axis_sizes[a] > 1) {
-      both_ways = both_ways && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
+  // On a torus, torus_2d runs its rings along the torus dimensions the group spans (TorusGrid)
+  // rather than along the mesh axes: a mesh axis placed over several dimensions (fsdp over
+  // 16 x 4 chips) has a ring per dimension, each on its own links, as TPUs run it; only a
+  // group that is no grid there (a hand-made device list) keeps the mesh's axes.
+  if (std::string(algo) == "torus_2d") {
+    if (std::optional<TorusGrid> grid = FindTorusGrid(network.topology(), job.members)) {
+      RingPlan plan = MakeRingPlan(algo, grid->sizes,
+                                   EveryRingClosesInOneHop(network, job, grid->sizes, grid->order));
+      plan.order = std::move(grid->order);
+      return MakeRingAlgorithm(network, job, std::move(plan));
     }
   }
-  RingPlan plan = MakeRingPlan(algo, axis_sizes, both_ways);
+  RingPlan plan = MakeRingPlan(algo, axis_sizes, EveryRingClosesInOneHop(network, job, axis_sizes));
   // On NCCL machines a ring across two or more nodes (the same count of members in each)
   // runs as rail-aligned channels.
   const CommSpec& comm = network.topology().comm();
@@ -274,19 +298,21 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
   if (g <= 1) return "ring";
   if (MeetAtOneSwitch(network, job)) return "direct";
   int axes = 0;
-  bool closes = true;
-  for (size_t a = 0; a < axis_sizes.size(); ++a) {
-    if (axis_sizes[a] <= 1) continue;
-    ++axes;
-    closes = closes && RingClosesInOneHop(network, job, axis_sizes, static_cast<int>(a));
-  }
+  for (int n : axis_sizes) axes += n > 1 ? 1 : 0;
+  const bool closes = EveryRingClosesInOneHop(network, job, axis_sizes);
   int64_t per_member = job.kind == CollectiveKind::kAllReduce ? job.total : job.block * g;
   Bytes bytes = job.BytesOf(per_member);
+  const bool small = bytes < Bytes::KiB(64);
   // On a line the ring's closing transfer crosses the whole line every step; recursive
   // halving's log2(G) exchanges cost fewer latencies. On a closed ring it does not pay: its
   // partners 2^k apart cost as many hops as the ring's steps, on shared links.
-  if (!closes && bytes < Bytes::KiB(64) && g > 2 && (g & (g - 1)) == 0) {
-    return "halving_doubling";
+  if (!closes && small && g > 2 && (g & (g - 1)) == 0) return "halving_doubling";
+  // A small message is latency-bound: one ring over a group spread across several torus
+  // dimensions pays G - 1 steps each way (4,478 hops for 2,240 chips), torus_2d's rings along
+  // those dimensions the sum of their lengths (92 on 16 x 5 x 28).
+  if (small) {
+    const std::optional<TorusGrid> grid = FindTorusGrid(network.topology(), job.members);
+    if (grid && grid->sizes.size() > 1) return "torus_2d";
   }
   if (axes > 1) return "torus_2d";
   return closes ? "bidirectional_ring" : "ring";

@@ -46,8 +46,13 @@ std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int 
 // - small messages (under 64 KiB per member) on a power-of-two group of more than 2 whose
 //   rings do not close in one hop (lines): halving_doubling, fewer latencies than a ring whose
 //   closing transfer crosses the line (on a closed ring it pays as many hops, on shared links);
-// - several mesh axes of size > 1: torus_2d, both directions when every axis's ring closes
-//   in one hop (a wraparound);
+// - small messages (under 64 KiB per member) on a torus whose group is a grid spanning several
+//   of its dimensions (TorusGrid: a mesh axis placed over several dimensions, strided or not):
+//   torus_2d, whose rings there run along those dimensions (MakeAlgorithm), paying the sum of
+//   their lengths in steps where one ring over the group pays G - 1 (checked before the rules
+//   on mesh axes below);
+// - several mesh axes of size > 1: torus_2d, both directions when every one of its rings
+//   closes in one hop (a wraparound);
 // - one axis: bidirectional_ring when the ring closes in one hop, else ring (a line: the
 //   closing transfer crosses the whole line on the reverse links, so a second direction would
 //   only share those links).
@@ -61,6 +66,9 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
 // resolves `auto` and picks the protocol unless `name` gives one ("ring/LL128"); the job then
 // pays the protocol's step latency and efficiency on every message, and the algorithm starts
 // after the launch latency; `resolved` is "algorithm/protocol".
+// torus_2d runs a ring along each torus dimension its group spans where the group is a grid on
+// a torus (TorusGrid; TPUs run collectives dimension by dimension), else along the group's
+// mesh axes (GPU machines, hand-made device lists).
 // `chunk_size` is the tree's pipelining unit: its buffer flows in
 // min(64, ceil(bytes / chunk_size)) segments (large messages approach the bandwidth bound,
 // small ones stay one latency-bound segment). Rings need no chunking: each step already moves

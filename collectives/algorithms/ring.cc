@@ -26,6 +26,8 @@ class RingFamily : public CollectiveAlgorithm {
     lanes_ = plan_.channels.empty() ? plan_.parts * plan_.directions
                                     : static_cast<int>(plan_.channels.size());
     finished_.assign(g, 0);
+    assert(plan_.order.empty() || static_cast<int>(plan_.order.size()) == g);
+    assert(plan_.order.empty() || plan_.channels.empty());
   }
 
   void Start() override {
@@ -45,11 +47,17 @@ class RingFamily : public CollectiveAlgorithm {
   }
 
  private:
-  int Coord(int member, int axis) const {
-    return (member / strides_[axis]) % plan_.axis_sizes[axis];
+  // Coordinate of row-major position `position` along `axis`.
+  int Coord(int position, int axis) const {
+    return (position / strides_[axis]) % plan_.axis_sizes[axis];
   }
 
-  // Element range of chunk `c` (owned in the end by member c) within lane `lane`'s share.
+  // The member at `position`.
+  int MemberAt(int position) const {
+    return plan_.order.empty() ? position : plan_.order[position];
+  }
+
+  // Element range of chunk `c` (owned in the end by position c) within lane `lane`'s share.
   std::pair<int64_t, int64_t> ChunkRange(int lane, int c) const {
     int64_t g = job_.size();
     if (job_.kind == CollectiveKind::kAllReduce) {
@@ -59,9 +67,10 @@ class RingFamily : public CollectiveAlgorithm {
       int64_t len = hi - lo;
       return {lo + len * c / g, lo + len * (c + 1) / g};
     }
-    // Block c of the gathered / scattered buffer, of which lane q owns the q-th share.
+    // The block of the member at position c, of which lane q owns the q-th share.
     int64_t b = job_.block;
-    return {c * b + b * lane / lanes_, c * b + b * (lane + 1) / lanes_};
+    int64_t first = MemberAt(c) * b;
+    return {first + b * lane / lanes_, first + b * (lane + 1) / lanes_};
   }
 
   // The axes of part p, in its reduce-scatter order (rotated so parts start on different
@@ -76,12 +85,13 @@ class RingFamily : public CollectiveAlgorithm {
     return order;
   }
 
-  // Calls fn(first, n) for each run of n consecutive chunk indices that member contributes in
-  // the phase along order[j]: the chunks whose coordinates equal the member's on order[0..j]
-  // (axes reduced before, and this one) and run over the others. Free axes that are the
-  // group's innermost ones make consecutive chunk indices, so they form one run.
+  // Calls fn(first, n) for each run of n consecutive chunk indices that the member at
+  // `position` contributes in the phase along order[j]: the chunks whose coordinates equal
+  // its own on order[0..j] (axes reduced before, and this one) and run over the others. Free
+  // axes that are the group's innermost ones make consecutive chunk indices, so they form one
+  // run.
   template <typename Fn>
-  void ForEachRun(const std::vector<int>& order, int j, int member, Fn fn) const {
+  void ForEachRun(const std::vector<int>& order, int j, int position, Fn fn) const {
     // Called once per position of every pass: fixed-size scratch, no allocation.
     int k = static_cast<int>(plan_.axis_sizes.size());
     assert(k <= kMaxAxes);
@@ -89,7 +99,7 @@ class RingFamily : public CollectiveAlgorithm {
     int base = 0;
     for (int i = 0; i <= j; ++i) {
       fixed[order[i]] = true;
-      base += Coord(member, order[i]) * strides_[order[i]];
+      base += Coord(position, order[i]) * strides_[order[i]];
     }
     int run = 1, a = k - 1;
     for (; a >= 0 && !fixed[a]; --a) run *= plan_.axis_sizes[a];
@@ -115,9 +125,9 @@ class RingFamily : public CollectiveAlgorithm {
   }
 
   // Elements of the chunks ForEachRun visits, within lane `lane`'s share.
-  int64_t ChunkCount(int lane, const std::vector<int>& order, int j, int member) const {
+  int64_t ChunkCount(int lane, const std::vector<int>& order, int j, int position) const {
     int64_t n = 0;
-    ForEachRun(order, j, member, [&](int first, int run) {
+    ForEachRun(order, j, position, [&](int first, int run) {
       if (job_.kind == CollectiveKind::kAllReduce) {
         // Chunks of a lane are contiguous: a run telescopes to one range.
         n += ChunkRange(lane, first + run - 1).second - ChunkRange(lane, first).first;
@@ -130,10 +140,10 @@ class RingFamily : public CollectiveAlgorithm {
   }
 
   // The segments of those chunks.
-  void ChunkSet(int lane, const std::vector<int>& order, int j, int member,
+  void ChunkSet(int lane, const std::vector<int>& order, int j, int position,
                 std::vector<Segment>* out) const {
     out->clear();
-    ForEachRun(order, j, member, [&](int first, int run) {
+    ForEachRun(order, j, position, [&](int first, int run) {
       if (job_.kind == CollectiveKind::kAllReduce) {
         int64_t lo = ChunkRange(lane, first).first;
         int64_t hi = ChunkRange(lane, first + run - 1).second;
@@ -147,7 +157,7 @@ class RingFamily : public CollectiveAlgorithm {
     });
   }
 
-  // Rings along `axis`: members that differ only there, ordered by that coordinate
+  // Rings along `axis`: positions that differ only there, ordered by that coordinate
   // (reversed for the second direction).
   std::vector<std::vector<int>> RingsAlong(int axis, bool reversed) const {
     std::vector<std::vector<int>> rings;
@@ -183,22 +193,28 @@ class RingFamily : public CollectiveAlgorithm {
       std::vector<std::vector<int>> rings =
           plan_.channels.empty() ? RingsAlong(order[j], reversed)
                                  : std::vector<std::vector<int>>{plan_.channels[lane]};
-      // Rings are listed in member order; position r of ring i is rings[i][r].
-      std::vector<std::vector<int>> members = rings;
-      RingPass::ChunkLayout layout = [this, lane, order, j, members](int ring, int index,
-                                                                     std::vector<Segment>* out) {
-        ChunkSet(lane, order, j, members[ring][index], out);
+      // Rings list row-major positions; place r of ring i is rings[i][r]. The passes take
+      // member ids.
+      std::vector<std::vector<int>> positions = rings;
+      if (!plan_.order.empty()) {
+        for (std::vector<int>& ring : rings) {
+          for (int& member : ring) member = plan_.order[member];
+        }
+      }
+      RingPass::ChunkLayout layout = [this, lane, order, j, positions](int ring, int index,
+                                                                       std::vector<Segment>* out) {
+        ChunkSet(lane, order, j, positions[ring][index], out);
       };
-      // A member's chunk set depends only on its coordinates along order[0..j]: count each
+      // A position's chunk set depends only on its coordinates along order[0..j]: count each
       // distinct set once (a pass over 4096 members has as few as 16 of them).
       std::vector<int64_t> counted(static_cast<size_t>(job_.size()), -1);
-      RingPass::ChunkCount count = [this, lane, &order, j, &members, &counted](int ring,
-                                                                               int index) {
-        int member = members[ring][index];
+      RingPass::ChunkCount count = [this, lane, &order, j, &positions, &counted](int ring,
+                                                                                 int index) {
+        int position = positions[ring][index];
         int base = 0;
-        for (int i = 0; i <= j; ++i) base += Coord(member, order[i]) * strides_[order[i]];
+        for (int i = 0; i <= j; ++i) base += Coord(position, order[i]) * strides_[order[i]];
         int64_t& n = counted[base];
-        if (n < 0) n = ChunkCount(lane, order, j, member);
+        if (n < 0) n = ChunkCount(lane, order, j, position);
         return n;
       };
       size_t next = p + 1;
@@ -259,7 +275,10 @@ RingPlan MakeRingPlan(const std::string& algorithm, const std::vector<int>& axis
     plan.directions = bidirectional_axes ? 2 : 1;
     return plan;
   }
-  return RingPlan{{g}, 1, algorithm == "bidirectional_ring" ? 2 : 1};
+  RingPlan plan;
+  plan.axis_sizes = {g};
+  plan.directions = algorithm == "bidirectional_ring" ? 2 : 1;
+  return plan;
 }
 
 std::vector<std::vector<int>> RailAlignedRings(const std::vector<std::vector<int>>& nodes,

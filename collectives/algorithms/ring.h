@@ -26,6 +26,9 @@ struct RingPlan {
   // are then 1. NCCL's rail-aligned rings across nodes: each channel leaves every node through
   // a different GPU's NIC.
   std::vector<std::vector<int>> channels;
+  // The member at each row-major position over `axis_sizes` (empty: position p is member p).
+  // Rings run along positions; reduce-scatter and all-gather still leave block m on member m.
+  std::vector<int> order;
 };
 
 // NCCL's rings over a group spread across `nodes` (member ids per node, equal counts): ring c

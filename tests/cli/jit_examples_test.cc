@@ -135,11 +135,17 @@ std::vector<Coll> FsdpTpTransformer() {
 std::vector<Coll> SequenceParallelTransformer() {
   const int64_t b = 8 / 2, t = 16 / 4, d = 64, v = 128;  // Batch per data, length per tp.
   std::vector<Coll> c = {
-      {"psum", {"data", "tp"}, 4},                   // The loss.
-      {"psum", {"data", "tp"}, d * v * kF32},        // d_unembed (replicated).
+      {"all_gather", {"data"}, b * t * v * kF32},    // The logits for the loss,
+      {"all_gather", {"tp"}, 2 * b * t * v * kF32},  // then over the sequence;
+      {"all_gather", {"data"}, b * t * 4},           // the labels (i32) alike;
+      {"all_gather", {"tp"}, 2 * b * t * 4},
+      {"all_gather", {"data"}, b * t * v * kF32},    // d_logits and the final normed input
+      {"all_gather", {"tp"}, 2 * b * t * v * kF32},  // for d_unembed (replicated);
+      {"all_gather", {"data"}, b * t * d * kF32},
+      {"all_gather", {"tp"}, 2 * b * t * d * kF32},
       {"all_gather", {"data"}, b * t * d * kF32},    // d_x0 for the embedding gradient,
-      {"all_gather", {"tp"}, 2 * b * t * d * kF32},  // then over the sequence;
-      {"all_gather", {"data"}, b * t * 4},           // the ids (i32) alike.
+      {"all_gather", {"tp"}, 2 * b * t * d * kF32},  // and the ids.
+      {"all_gather", {"data"}, b * t * 4},
       {"all_gather", {"tp"}, 2 * b * t * 4},
   };
   for (int norm = 0; norm < 5; ++norm) c.push_back({"psum", {"data", "tp"}, d * kF32});

@@ -49,8 +49,12 @@ struct NumericsCase {
   std::vector<int> axis_sizes;  // The group's mesh axes (product = G).
   int64_t count = 0;            // Elements: all-reduce total, else block.
   int pattern = 0;              // kPermute: which destination pattern (see Destinations).
+  // The group's devices, member by member (empty: every device, in index order): a snake or a
+  // strided subset of a torus, whose rings torus_2d runs along the torus dimensions.
+  std::vector<int> devices = {};
 
   int size() const {
+    if (!devices.empty()) return static_cast<int>(devices.size());
     return std::accumulate(shape.begin(), shape.end(), 1, std::multiplies<int>());
   }
 };
@@ -88,6 +92,7 @@ std::string CaseName(const NumericsCase& c) {
   name += "_" + place + Join(c.shape, "x") + "_axes" + Join(c.axis_sizes, "x") + "_n" +
           std::to_string(c.count);
   if (c.kind == CollectiveKind::kPermute) name += "_p" + std::to_string(c.pattern);
+  if (!c.devices.empty()) name += "_devices" + Join(c.devices, "_");
   return name;
 }
 
@@ -259,7 +264,9 @@ Ran RunCase(const NumericsCase& c, const std::vector<std::vector<float>>& input)
   job.kind = c.kind;
   job.reduce = c.reduce;
   job.dtype = DType::kF32;
-  for (int m = 0; m < g; ++m) job.members.push_back(topo.device_vertex(m));
+  for (int m = 0; m < g; ++m) {
+    job.members.push_back(topo.device_vertex(c.devices.empty() ? m : c.devices[m]));
+  }
   job.block = c.count;
   job.total = c.kind == CollectiveKind::kAllReduce ? c.count : 0;
   if (c.kind == CollectiveKind::kPermute) job.destination = Destinations(c.pattern, g);
@@ -338,6 +345,24 @@ std::vector<NumericsCase> Cases() {
   add_reductions("torus_2d", Place::kTorus, {2, 2, 2}, {2, 2, 2});
   add_reductions("torus_2d", Place::kRing, {4}, {1, 4});
   add_reductions("torus_2d", Place::kRing, {1}, {1});
+  // Members out of row-major order: rings along the torus dimensions still leave block m on
+  // member m. A snake over 4x4 (one mesh axis of 16), a column-major 2x4, and strided 2x2 and
+  // 2x3 subsets of 4x4 and 4x6 tori listed out of order.
+  {
+    std::vector<int> snake;
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) snake.push_back(i * 4 + (i % 2 == 0 ? j : 3 - j));
+    }
+    auto add_placed = [&](std::vector<int> shape, std::vector<int> axes, std::vector<int> devices) {
+      const size_t first = cases.size();
+      add_reductions("torus_2d", Place::kTorus, shape, axes);
+      for (size_t i = first; i < cases.size(); ++i) cases[i].devices = devices;
+    };
+    add_placed({4, 4}, {16}, snake);
+    add_placed({2, 4}, {4, 2}, {0, 4, 1, 5, 2, 6, 3, 7});
+    add_placed({4, 4}, {4}, {10, 0, 8, 2});
+    add_placed({4, 6}, {2, 3}, {14, 2, 0, 12, 16, 4});
+  }
   // direct: every kind.
   for (int g : {1, 2, 3, 4, 8}) {
     add_reductions("direct", Place::kSwitch, {g}, {g});

@@ -13,8 +13,9 @@ namespace shardsim {
 namespace {
 
 TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
-  // FSDP 32 x TP 4 on a 4x4x8 v5p slice: the fsdp groups share links, so their member times
-  // differ (the case the model exists for).
+  // FSDP 32 x TP 4 on a 4x4x8 v5p slice, one ring over each fsdp group in mesh (snake)
+  // order: the groups share links, so their member times differ (the case the model exists
+  // for).
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
   const Mesh mesh = PlaceMesh(machine, {{"fsdp", 32}, {"tp", 4}});
   NetworkCollectiveModel network(machine);
@@ -25,6 +26,7 @@ TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
   request.dtype = DType::kBF16;
   request.elements = 1 << 16;
   request.axes = {0};
+  request.algorithm = "ring";
   const auto exact = cache.Estimate(mesh, request);
   const auto evened = slowest.Estimate(mesh, request);
   std::set<Time> distinct(exact->member_time.begin(), exact->member_time.end());

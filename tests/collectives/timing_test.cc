@@ -301,12 +301,12 @@ TEST(CachedSharingTest, TwoGathersIssuedTogether) {
 
 // A collective whose transfers are held below their fair share by a bottleneck of their own
 // is not slowed by another op on its other links; the other op is slowed there instead. On TPU
-// v5p 4x4x8 with FSDP 32 x TP 4, each FSDP ring crosses between the halves of z by 4-hop
-// transfers at the two columns where its snake turns, and the four rings' crossings share z
-// links there: that is the reduce-scatter's bottleneck. A TP psum (z rings of 4) issued with
-// it shares the reduce-scatter's links only at those columns. The full simulation leaves the
-// reduce-scatter at its standalone time and stretches the psum's groups at those columns.
-// The per-group, max-min sharing rule does the same (the rule it replaced, one rate per op
+// v5p 4x4x8 with FSDP 32 x TP 4, each FSDP ring (`ring`: one ring in mesh order) crosses between
+// the halves of z by 4-hop transfers at the two columns where its snake turns, and the four rings'
+// crossings share z links there: that is the reduce-scatter's bottleneck. A TP psum (z rings of 4)
+// issued with it shares the reduce-scatter's links only at those columns. The full simulation
+// leaves the reduce-scatter at its standalone time and stretches the psum's groups at those
+// columns. The per-group, max-min sharing rule does the same (the rule it replaced, one rate per op
 // from average link shares, slowed both).
 TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
   // One route per transfer (the preset would split the 4-hop crossings over several).
@@ -330,6 +330,7 @@ TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
   request.dtype = DType::kBF16;
   request.elements = 1408 * 2048;
   request.axes = {0};
+  request.algorithm = "ring";
   auto longest = [&](const CollectiveRequest& r) {
     std::shared_ptr<const CollectiveTiming> timing = model.Estimate(mesh, r);
     return *std::max_element(timing->member_time.begin(), timing->member_time.end());
@@ -338,9 +339,12 @@ TEST(CachedSharingTest, OpsBottleneckedElsewhereAreNotSlowed) {
   request.kind = CollectiveKind::kAllReduce;
   request.elements = 1024 * 1024;
   request.axes = {1};
+  request.algorithm = "auto";
   Time psum_alone = longest(request);
-  RunResult full = RunProgram(machine, mesh, program, RunConfig{});
-  RunConfig cached;
+  RunConfig exact;
+  exact.algorithms = {{"psum_scatter", "ring"}};
+  RunResult full = RunProgram(machine, mesh, program, exact);
+  RunConfig cached = exact;
   cached.timing = TimingPath::kCached;
   RunResult fast = RunProgram(machine, mesh, program, cached);
   ASSERT_EQ(full.ops[0].op, "psum_scatter");
@@ -578,6 +582,49 @@ std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<L
   return out;
 }
 
+// torus_2d runs its rings along the torus dimensions its group spans, whatever the mesh: one
+// mesh axis of 16 snaking over two dimensions of a v5p 4x4x4 gives every chip the times it has
+// when two mesh axes are those dimensions (all-reduce and reduce-scatter: every block is the
+// same size). `auto` takes it for small messages there (one ring over 16 chips pays 30 steps,
+// the rings along 4 and 4 pay 12), and keeps the mesh axis's one ring for large ones.
+TEST(NetworkCollectiveModelTest, Torus2dRunsAlongTheTorusDimensions) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  const Mesh snake = PlaceMesh(machine, {{"x", 16}, {"z", 4}});
+  const Mesh grid = PlaceMesh(machine, {{"a", 4}, {"b", 4}, {"z", 4}});
+  ASSERT_NE(snake.devices(), grid.devices());  // The snake's members are out of row order.
+  NetworkCollectiveModel model(machine);
+  CollectiveRequest request;
+  request.dtype = DType::kBF16;
+  auto by_device = [](const Mesh& mesh, const CollectiveTiming& t) {
+    std::vector<Time> times(mesh.size());
+    for (int p = 0; p < mesh.size(); ++p) times[mesh.device(p)] = t.member_time[p];
+    return times;
+  };
+  auto on = [&](const Mesh& mesh, std::vector<int> axes) {
+    request.axes = std::move(axes);
+    std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
+    return std::make_pair(t->algorithm, by_device(mesh, *t));
+  };
+  for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter}) {
+    request.kind = kind;
+    request.algorithm = "torus_2d";
+    request.elements = 1 << 16;
+    EXPECT_EQ(on(snake, {0}), on(grid, {0, 1}));
+  }
+  request.kind = CollectiveKind::kAllReduce;
+  request.algorithm = "auto";
+  request.elements = 512;  // 1 KiB.
+  const auto small = on(snake, {0});
+  EXPECT_EQ(small, on(grid, {0, 1}));
+  EXPECT_EQ(small.first, "torus_2d");
+  request.algorithm = "bidirectional_ring";
+  EXPECT_LT(*std::max_element(small.second.begin(), small.second.end()),
+            *std::max_element(on(snake, {0}).second.begin(), on(snake, {0}).second.end()));
+  request.algorithm = "auto";
+  request.elements = 1 << 20;  // 2 MiB.
+  EXPECT_EQ(on(snake, {0}).first, "bidirectional_ring");
+}
+
 // Simulating one group for all its translations gives the same timing as simulating every
 // group: member times, links, shares and link use alike, on wrapped tori and on lines.
 TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
@@ -757,8 +804,8 @@ TEST(NetworkCollectiveModelTest, NoFoldWithoutSymmetry) {
 // How a ring all-gather uses its links: on a wrapped torus each group's ring has every link to
 // itself, one transfer at a time at the link's full bandwidth; the op's per-link use is its
 // group's (no two groups meet). On TPU v5p 8x8x8 with FSDP 128 x TP 4 the four FSDP rings
-// cross between the halves of z (4 hops) on links they share: many transfers at once there,
-// each far below the link's bandwidth.
+// (`ring`: one ring per group in mesh order) cross between the halves of z (4 hops) on links
+// they share: many transfers at once there, each far below the link's bandwidth.
 TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
   CollectiveRequest request;
   request.kind = CollectiveKind::kAllGather;
@@ -789,6 +836,7 @@ TEST(NetworkCollectiveModelTest, LinkUseOfRings) {
     Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
     Mesh mesh = PlaceMesh(machine, {{"fsdp", 128}, {"tp", 4}});
     NetworkCollectiveModel model(machine);
+    request.algorithm = "ring";
     std::shared_ptr<const CollectiveTiming> t = model.Estimate(mesh, request);
     double most = 0;
     for (const LinkUse& u : t->profile->link_use) most = std::max(most, u.flows);
@@ -808,8 +856,8 @@ TEST(CachedCollectiveModelTest, ReduceScatterAndAllGatherShareTheirRingPass) {
     std::string algorithm;
   };
   for (const Case& c :
-       {Case{"tpu-v5p", {4, 4, 4}, {{"dp", 16}, {"tp", 4}}, {0}, "auto"},    // Two rings.
-        Case{"tpu-v5p", {4, 4, 8}, {{"fsdp", 32}, {"tp", 4}}, {0}, "auto"},  // Shared links.
+       {Case{"tpu-v5p", {4, 4, 4}, {{"dp", 16}, {"tp", 4}}, {0}, "bidirectional_ring"},
+        Case{"tpu-v5p", {4, 4, 8}, {{"fsdp", 32}, {"tp", 4}}, {0}, "ring"},  // Shared links.
         Case{"tpu-v5e", {4, 4}, {{"dp", 4}, {"tp", 4}}, {0, 1}, "ring"},     // One ring.
         Case{"h100-dgx", {}, {{"dp", 2}, {"tp", 4}}, {1}, "bidirectional_ring"}}) {
     Machine machine(BuildPreset(c.preset, c.shape));

@@ -1,0 +1,60 @@
+#include "topology/torus_grid.h"
+
+#include <algorithm>
+
+namespace shardsim {
+
+std::optional<TorusGrid> FindTorusGrid(const Topology& topo, const std::vector<VertexId>& members) {
+  if (!topo.torus() || members.empty()) return std::nullopt;
+  const TorusShape& torus = *topo.torus();
+  const size_t rank = torus.shape.size();
+  for (VertexId v : members) {
+    if (topo.node(v).coords.size() != rank) return std::nullopt;
+  }
+  // Offsets from the origin along every dimension, per member.
+  const size_t g = members.size();
+  std::vector<std::vector<int>> offset(rank, std::vector<int>(g));
+  TorusGrid grid;
+  int64_t product = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    const int length = torus.shape[d];
+    int origin = topo.node(members[0]).coords[d];
+    if (!torus.wraparound[d]) {
+      for (VertexId v : members) origin = std::min(origin, topo.node(v).coords[d]);
+    }
+    std::vector<int> distinct;
+    for (size_t m = 0; m < g; ++m) {
+      const int u = ((topo.node(members[m]).coords[d] - origin) % length + length) % length;
+      offset[d][m] = u;
+      distinct.push_back(u);
+    }
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    const int n = static_cast<int>(distinct.size());
+    if (n == 1) continue;
+    // Evenly spaced from 0: {0, s, 2s, ..., (n - 1)s}.
+    const int s = distinct[1];
+    for (int i = 0; i < n; ++i) {
+      if (distinct[i] != i * s) return std::nullopt;
+    }
+    grid.dims.push_back(static_cast<int>(d));
+    grid.sizes.push_back(n);
+    grid.strides.push_back(s);
+    product *= n;
+  }
+  if (product != static_cast<int64_t>(g)) return std::nullopt;
+  // Row-major positions; the product equals the member count, so the map is onto exactly
+  // when no two members share a position.
+  grid.order.assign(g, -1);
+  for (size_t m = 0; m < g; ++m) {
+    int64_t position = 0;
+    for (size_t i = 0; i < grid.dims.size(); ++i) {
+      position = position * grid.sizes[i] + offset[grid.dims[i]][m] / grid.strides[i];
+    }
+    if (grid.order[position] >= 0) return std::nullopt;
+    grid.order[position] = static_cast<int>(m);
+  }
+  return grid;
+}
+
+}  // namespace shardsim
