@@ -17,7 +17,7 @@
 #include "collectives/ragged_all_to_all.h"
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
-#include "collectives/timing/shared_rates_cache.h"
+#include "collectives/timing/timeline_cache.h"
 #include "sim/intervals.h"
 #include "sim/spec_error.h"
 
@@ -483,14 +483,29 @@ void Executor::BuildClasses() {
     auto [it, made] = seen.try_emplace({op.axes, timings_[i].get()}, 0);
     if (made) distinct.push_back({&it->first.first, timings_[i].get()});
   }
+  std::vector<char> used;  // The mesh axes `where` clauses name.
+  if (lp.has_where) {
+    used.assign(mesh_.axes().size(), 0);
+    for (const LoweredOp& op : lp.ops) {
+      for (const auto& [axis, index] : op.where) used[axis] = 1;
+    }
+  }
+  // Across runs (a search's), the same collectives on the same mesh give the same classes.
+  TimelineCache* kept = config_.collective_model->timeline_cache();
+  TimelineCache::ClassesKey kept_key;
+  if (kept) {
+    for (const MeshAxis& axis : mesh_.axes()) std::get<0>(kept_key).push_back(axis.size);
+    std::get<1>(kept_key) = used;
+    for (const auto& entry : seen) std::get<2>(kept_key).push_back(entry.first);
+    if (const std::vector<int>* known = kept->FindClasses(kept_key)) {
+      SetClasses(*known);
+      return;
+    }
+  }
   // Initial colours: positions that run different op sequences (`where`) differ from the start.
   std::vector<int> color(positions, 0);
   int colors = 1;
   if (lp.has_where) {
-    std::vector<char> used(mesh_.axes().size(), 0);
-    for (const LoweredOp& op : lp.ops) {
-      for (const auto& [axis, index] : op.where) used[axis] = 1;
-    }
     std::map<std::vector<int>, int> ids;
     for (int p = 0; p < positions; ++p) {
       std::vector<int> coords = mesh_.Coords(p), key;
@@ -560,10 +575,23 @@ void Executor::BuildClasses() {
     if (count == colors) break;
     colors = count;
   }
-  agent_of_ = color;
-  agent_position_.assign(colors, -1);
-  for (int p = 0; p < positions; ++p) {
-    if (agent_position_[color[p]] < 0) agent_position_[color[p]] = p;
+  if (kept) {
+    std::vector<std::shared_ptr<const CollectiveTiming>> owners;
+    for (const auto& entry : seen) {
+      owners.push_back(timing_owner_[static_cast<size_t>(timing_index_.at(entry.first.second))]);
+    }
+    kept->InsertClasses(std::move(kept_key), color, owners);
+  }
+  SetClasses(color);
+}
+
+void Executor::SetClasses(const std::vector<int>& classes) {
+  agent_of_ = classes;
+  int count = 0;
+  for (int c : classes) count = std::max(count, c + 1);
+  agent_position_.assign(count, -1);
+  for (int p = 0; p < static_cast<int>(classes.size()); ++p) {
+    if (agent_position_[classes[p]] < 0) agent_position_[classes[p]] = p;
   }
 }
 
@@ -1054,14 +1082,14 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   if (!made || others.empty()) return it->second;
   const CollectiveTiming& t = *run.timing;
   // Across runs (a search's), the same ops in flight in the same order give the same rates.
-  SharedRatesCache* shared_rates = config_.collective_model->shared_rates();
-  SharedRatesCache::Key shared_key;
+  TimelineCache* shared_rates = config_.collective_model->timeline_cache();
+  TimelineCache::RatesKey shared_key;
   if (shared_rates) {
     shared_key.push_back({run.timing, false});
     for (auto [index, aligned] : others) {
       shared_key.push_back({timing_by_index_[static_cast<size_t>(index)], aligned != 0});
     }
-    if (const std::vector<double>* known = shared_rates->Find(shared_key)) {
+    if (const std::vector<double>* known = shared_rates->FindRates(shared_key)) {
       SpreadGroupRates(layout, *known, it->second);
       return it->second;
     }
@@ -1114,7 +1142,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
         timing_owner_[static_cast<size_t>(key[0])]};
     for (auto [index, aligned] : others)
       owners.push_back(timing_owner_[static_cast<size_t>(index)]);
-    shared_rates->Insert(std::move(shared_key), std::move(group_rate), owners);
+    shared_rates->InsertRates(std::move(shared_key), std::move(group_rate), owners);
   }
   return it->second;
 }

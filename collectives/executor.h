@@ -196,6 +196,9 @@ class Executor {
   void Record(size_t op_index, Time start, Time end);
   void DeclareTracks();
   void BuildClasses();
+  // Makes `classes` (a class per mesh position, numbered by first position) the timeline
+  // classes.
+  void SetClasses(const std::vector<int>& classes);
   struct SharedRun;
   void Reshare(bool ops_changed);
   const std::vector<double>& SharedRates(const SharedRun& run,

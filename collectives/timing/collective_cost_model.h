@@ -77,7 +77,7 @@ struct CollectiveTiming {
   std::shared_ptr<LinkProfile> profile = std::make_shared<LinkProfile>();
 };
 
-class SharedRatesCache;
+class TimelineCache;
 
 // Prices one collective op over a mesh. Implementations must be deterministic: the same
 // request on the same mesh gives the same answer.
@@ -88,9 +88,10 @@ class CollectiveCostModel {
   // cannot run it.
   virtual std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
                                                            const CollectiveRequest& request) = 0;
-  // Where runs pricing with this model keep the contention rates of its timings across runs
-  // (SharedRatesCache), or null: each run computes its own. Answers are the same either way.
-  virtual SharedRatesCache* shared_rates() { return nullptr; }
+  // Where runs pricing with this model keep what they derive from its timings (contention
+  // rates, timeline classes) across runs (TimelineCache), or null: each run computes its own.
+  // Answers are the same either way.
+  virtual TimelineCache* timeline_cache() { return nullptr; }
 };
 
 // Simulates the op on the machine's network: a fresh simulator and network, every group's

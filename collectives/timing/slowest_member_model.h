@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "collectives/timing/collective_cost_model.h"
-#include "collectives/timing/shared_rates_cache.h"
+#include "collectives/timing/timeline_cache.h"
 
 namespace shardsim {
 
@@ -20,18 +20,19 @@ namespace shardsim {
 class SlowestMemberCollectiveModel : public CollectiveCostModel {
  public:
   // `inner` must outlive this model. Not thread-safe (one per thread; the inner may be shared).
-  // `keep_rates`: runs pricing with this model keep their contention rates here across runs
-  // (shared_rates()), as a search worker's plans meet the same ops in flight again.
+  // `keep_rates`: runs pricing with this model keep their contention rates and timeline classes
+  // here across runs (timeline_cache()), as a search worker's plans meet the same ops in flight
+  // and the same collectives again.
   explicit SlowestMemberCollectiveModel(CollectiveCostModel& inner, bool keep_rates = true)
       : inner_(inner), keep_rates_(keep_rates) {}
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
                                                    const CollectiveRequest& request) override;
-  SharedRatesCache* shared_rates() override { return keep_rates_ ? &rates_ : nullptr; }
+  TimelineCache* timeline_cache() override { return keep_rates_ ? &kept_ : nullptr; }
 
  private:
   CollectiveCostModel& inner_;
   bool keep_rates_;
-  SharedRatesCache rates_;
+  TimelineCache kept_;
   // The inner model's answers (kept alive here) -> their slowest-member copies.
   std::map<std::shared_ptr<const CollectiveTiming>, std::shared_ptr<const CollectiveTiming>>
       evened_;

@@ -922,37 +922,76 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
   EXPECT_LT(cache.misses() * 3, uncached.simulations() + 3);
 }
 
-// The contention rates a model keeps across runs (SharedRatesCache, a search worker's) equal
-// those each run computes: a step run twice through one slowest-member model (the second time
-// every set of ops in flight is found, none added) and once through a model keeping none give
-// the same times, op by op, to the picosecond.
-TEST(SharedRatesCacheTest, EqualsComputingEachRun) {
+// The contention rates and timeline classes a model keeps across runs (TimelineCache, a search
+// worker's) equal those each run computes: a step run twice through one slowest-member model
+// (the second time every set of ops in flight and its classes are found, none added), a shorter
+// step with the same collectives (its classes found) and a two-stage pipeline (two classes)
+// give, op by op and device by device, the times a model keeping none gives, to the
+// picosecond.
+TEST(TimelineCacheTest, EqualsComputingEachRun) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   ProgramSpec program = testing::BuildTransformerStep(SmallStep(3, 256, 1024, 64));
+  ProgramSpec shorter = testing::BuildTransformerStep(SmallStep(2, 256, 1024, 64));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   NetworkCollectiveModel inner(machine);
   CachedCollectiveModel cache(inner);
   SlowestMemberCollectiveModel keeping(cache);
   SlowestMemberCollectiveModel computing(cache, /*keep_rates=*/false);
-  ASSERT_EQ(computing.shared_rates(), nullptr);
+  ASSERT_EQ(computing.timeline_cache(), nullptr);
   RunConfig config;
   config.timing = TimingPath::kCached;
   config.collective_model = &keeping;
-  const RunResult first = RunProgram(machine, mesh, program, config);
-  const size_t kept = keeping.shared_rates()->size();
-  EXPECT_GT(kept, 0u);  // Collectives overlapped: rates were computed and kept.
-  const RunResult again = RunProgram(machine, mesh, program, config);
-  EXPECT_EQ(keeping.shared_rates()->size(), kept);  // Every one found.
-  config.collective_model = &computing;
-  const RunResult plain = RunProgram(machine, mesh, program, config);
-  for (const RunResult* r : {&again, &plain}) {
-    EXPECT_EQ(r->end, first.end);
-    ASSERT_EQ(r->ops.size(), first.ops.size());
-    for (size_t i = 0; i < first.ops.size(); ++i) {
-      EXPECT_EQ(r->ops[i].start, first.ops[i].start) << i;
-      EXPECT_EQ(r->ops[i].end, first.ops[i].end) << i;
+  auto same = [](const RunResult& r, const RunResult& want) {
+    EXPECT_EQ(r.end, want.end);
+    EXPECT_EQ(r.simulated_devices, want.simulated_devices);
+    ASSERT_EQ(r.ops.size(), want.ops.size());
+    for (size_t i = 0; i < want.ops.size(); ++i) {
+      EXPECT_EQ(r.ops[i].start, want.ops[i].start) << i;
+      EXPECT_EQ(r.ops[i].end, want.ops[i].end) << i;
     }
-  }
+    ASSERT_EQ(r.per_device.size(), want.per_device.size());
+    for (size_t p = 0; p < want.per_device.size(); ++p) {
+      EXPECT_EQ(r.per_device[p].exposed_comm, want.per_device[p].exposed_comm) << p;
+      EXPECT_EQ(r.per_device[p].compute, want.per_device[p].compute) << p;
+    }
+  };
+  const RunResult first = RunProgram(machine, mesh, program, config);
+  const TimelineCache& kept = *keeping.timeline_cache();
+  const size_t rates = kept.rates_size();
+  EXPECT_GT(rates, 0u);  // Collectives overlapped: rates were computed and kept.
+  EXPECT_EQ(kept.classes_size(), 1u);
+  const RunResult again = RunProgram(machine, mesh, program, config);
+  EXPECT_EQ(kept.rates_size(), rates);  // Every one found.
+  EXPECT_EQ(kept.classes_size(), 1u);
+  const RunResult short_kept = RunProgram(machine, mesh, shorter, config);
+  EXPECT_EQ(kept.classes_size(), 1u);  // The same collectives: the same classes.
+  config.collective_model = &computing;
+  same(again, first);
+  same(RunProgram(machine, mesh, program, config), first);
+  same(short_kept, RunProgram(machine, mesh, shorter, config));
+  // Stages run different ops: two classes, found again on a second run.
+  Machine v5e(BuildPreset("tpu-v5e", {2, 2}));
+  const ProgramSpec pipeline = TwoStagePipeline();
+  const Mesh stages = PlaceMesh(v5e, pipeline.mesh_axes);
+  NetworkCollectiveModel v5e_network(v5e);
+  CachedCollectiveModel v5e_inner(v5e_network);
+  SlowestMemberCollectiveModel v5e_keeping(v5e_inner);
+  SlowestMemberCollectiveModel v5e_computing(v5e_inner, /*keep_rates=*/false);
+  config.collective_model = &v5e_keeping;
+  const RunResult staged = RunProgram(v5e, stages, pipeline, config);
+  EXPECT_EQ(staged.simulated_devices, 2);
+  same(RunProgram(v5e, stages, pipeline, config), staged);
+  EXPECT_EQ(v5e_keeping.timeline_cache()->classes_size(), 1u);
+  config.collective_model = &v5e_computing;
+  same(RunProgram(v5e, stages, pipeline, config), staged);
+  // The same collectives with every op run everywhere: one class, not the pipeline's two.
+  ProgramSpec everywhere = pipeline;
+  for (OpSpec& op : everywhere.ops) op.where.clear();
+  const RunResult plain = RunProgram(v5e, stages, everywhere, config);
+  EXPECT_EQ(plain.simulated_devices, 1);
+  config.collective_model = &v5e_keeping;
+  same(RunProgram(v5e, stages, everywhere, config), plain);
+  EXPECT_EQ(v5e_keeping.timeline_cache()->classes_size(), 2u);
 }
 
 // A transformer step's collectives overlap compute and each other (two in flight: FSDP
