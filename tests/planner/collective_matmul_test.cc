@@ -167,7 +167,9 @@ TEST(CollectiveMatmulTest, OddBlocksTravelOneWay) {
   Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
   ASSERT_EQ(f.count, 1);
   for (const OpSpec& op : f.partitioned.program.ops) {
-    if (op.kind == OpKind::kAllgatherMatmul) EXPECT_EQ(op.variant, "unidirectional");
+    if (op.kind == OpKind::kAllgatherMatmul) {
+      EXPECT_EQ(op.variant, "unidirectional");
+    }
   }
   ExpectNumericsPass(global, f.partitioned, machine, mesh);
 }
@@ -190,8 +192,9 @@ TEST(CollectiveMatmulTest, GatherReadTwiceIsNotFused) {
   const int gathers = Count(p.program, OpKind::kAllGather);
   ASSERT_GE(gathers, 1);
   // Reshards are reused: one gather of w feeds both products, so nothing fuses.
-  if (gathers == 1)
+  if (gathers == 1) {
     EXPECT_EQ(FuseCollectiveMatmuls(p, mesh, CollectiveMatmulMode::kBidirectional), 0);
+  }
 }
 
 // The point of it: with the gather as long as the product, the overlapped loop ends sooner

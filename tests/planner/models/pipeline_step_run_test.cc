@@ -350,11 +350,11 @@ TEST(PipelineStepTest, OnlyTheFirstAndLastStagesHoldTheTables) {
 // over the expert axis too, the gradients of the weights it replicates (attention, norms, the
 // router, the head) are partial sums over expert, psummed in the step that updates, not after
 // every microbatch's backward (they were: 508.6 GiB a step on the DeepSeek-V3 example, 4.2 GiB
-// now). Only the loss's psum (one f32) repeats per microbatch. (At 8 microbatches of one
-// sequence per device the partitioner builds the head's gradient from gathered cotangents
-// instead, small gathers over an expert axis on both torus dimensions being torus_2d's: it
-// partitions one microbatch's program and does not weigh that the psum it would save is paid
-// once a step; see the README's known limits.)
+// now). Only the loss's psum (one f32) repeats per microbatch. (At 8 microbatches, one
+// sequence per device, the partitioner builds the embedding table's gradient from its
+// cotangent and the token ids gathered over expert instead of summing the table's 512 KiB
+// gradient, small gathers over an axis on both torus dimensions being torus_2d's: it prices
+// one microbatch's program alone; see the README's known limits.)
 TEST(PipelineStepTest, GradientsReplicatedOverAStageAxisAreSummedOnceAStep) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   const TransformerConfig moe = Moe(512);
