@@ -299,21 +299,23 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
   if (MeetAtOneSwitch(network, job)) return "direct";
   int axes = 0;
   for (int n : axis_sizes) axes += n > 1 ? 1 : 0;
-  const bool closes = EveryRingClosesInOneHop(network, job, axis_sizes);
   int64_t per_member = job.kind == CollectiveKind::kAllReduce ? job.total : job.block * g;
   Bytes bytes = job.BytesOf(per_member);
   const bool small = bytes < Bytes::KiB(64);
+  // A small message is latency-bound: one ring over a group spread across several torus
+  // dimensions pays G - 1 steps each way (4,478 hops for 2,240 chips), torus_2d's rings along
+  // those dimensions the sum of their lengths (92 on 16 x 5 x 28). Those rings are the ones
+  // that close or not below.
+  std::optional<TorusGrid> grid;
+  if (small) grid = FindTorusGrid(network.topology(), job.members);
+  const bool along_torus = grid && grid->sizes.size() > 1;
+  const bool closes = along_torus ? EveryRingClosesInOneHop(network, job, grid->sizes, grid->order)
+                                  : EveryRingClosesInOneHop(network, job, axis_sizes);
   // On a line the ring's closing transfer crosses the whole line every step; recursive
   // halving's log2(G) exchanges cost fewer latencies. On a closed ring it does not pay: its
   // partners 2^k apart cost as many hops as the ring's steps, on shared links.
   if (!closes && small && g > 2 && (g & (g - 1)) == 0) return "halving_doubling";
-  // A small message is latency-bound: one ring over a group spread across several torus
-  // dimensions pays G - 1 steps each way (4,478 hops for 2,240 chips), torus_2d's rings along
-  // those dimensions the sum of their lengths (92 on 16 x 5 x 28).
-  if (small) {
-    const std::optional<TorusGrid> grid = FindTorusGrid(network.topology(), job.members);
-    if (grid && grid->sizes.size() > 1) return "torus_2d";
-  }
+  if (along_torus) return "torus_2d";
   if (axes > 1) return "torus_2d";
   return closes ? "bidirectional_ring" : "ring";
 }

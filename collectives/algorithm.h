@@ -46,11 +46,11 @@ std::string AlgorithmSupports(const std::string& name, CollectiveKind kind, int 
 // - small messages (under 64 KiB per member) on a power-of-two group of more than 2 whose
 //   rings do not close in one hop (lines): halving_doubling, fewer latencies than a ring whose
 //   closing transfer crosses the line (on a closed ring it pays as many hops, on shared links);
+//   the rings are those of the next rule where it applies, else the mesh axes';
 // - small messages (under 64 KiB per member) on a torus whose group is a grid spanning several
 //   of its dimensions (TorusGrid: a mesh axis placed over several dimensions, strided or not):
 //   torus_2d, whose rings there run along those dimensions (MakeAlgorithm), paying the sum of
-//   their lengths in steps where one ring over the group pays G - 1 (checked before the rules
-//   on mesh axes below);
+//   their lengths in steps where one ring over the group pays G - 1;
 // - several mesh axes of size > 1: torus_2d, both directions when every one of its rings
 //   closes in one hop (a wraparound);
 // - one axis: bidirectional_ring when the ring closes in one hop, else ring (a line: the

@@ -18,9 +18,24 @@ std::optional<TorusGrid> FindTorusGrid(const Topology& topo, const std::vector<V
   int64_t product = 1;
   for (size_t d = 0; d < rank; ++d) {
     const int length = torus.shape[d];
-    int origin = topo.node(members[0]).coords[d];
-    if (!torus.wraparound[d]) {
-      for (VertexId v : members) origin = std::min(origin, topo.node(v).coords[d]);
+    std::vector<int> at;
+    for (VertexId v : members) at.push_back(topo.node(v).coords[d]);
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    // A line's progression starts at its least coordinate. Round a ring it starts after the
+    // widest gap between neighbouring coordinates, or, where every gap is alike (the group
+    // goes all the way round), at the first member's.
+    int origin = at[0];
+    if (torus.wraparound[d] && at.size() > 1) {
+      const int m = static_cast<int>(at.size());
+      int widest = m - 1;  // The gap from at[i] to the next coordinate round the ring.
+      bool alike = true;
+      auto gap = [&](int i) { return i + 1 < m ? at[i + 1] - at[i] : at[0] + length - at[i]; };
+      for (int i = 0; i < m; ++i) {
+        alike = alike && gap(i) == gap(0);
+        if (gap(i) > gap(widest)) widest = i;
+      }
+      origin = alike ? topo.node(members[0]).coords[d] : at[(widest + 1) % m];
     }
     std::vector<int> distinct;
     for (size_t m = 0; m < g; ++m) {

@@ -10,9 +10,12 @@
 
 namespace shardsim {
 
-// Along each torus dimension it spans, the group's members take n coordinates s apart
-// (counted from the first member's coordinate on dimensions that wrap, from the least one on
-// lines), and every combination of those coordinates is one member.
+// Along each torus dimension it spans, the group's members take n coordinates s apart, and
+// every combination of those coordinates is one member. Positions count from the least
+// coordinate on lines; round a dimension that wraps, from the coordinate after the widest gap,
+// or from the first member's where the group goes all the way round (every gap alike). So the
+// grid does not depend on the order members are listed in, and a translation of the group
+// translates its positions.
 struct TorusGrid {
   std::vector<int> dims;     // Torus dimensions the grid spans (n > 1), ascending.
   std::vector<int> sizes;    // Members along each, n.

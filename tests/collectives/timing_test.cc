@@ -623,6 +623,19 @@ TEST(NetworkCollectiveModelTest, Torus2dRunsAlongTheTorusDimensions) {
   request.algorithm = "auto";
   request.elements = 1 << 20;  // 2 MiB.
   EXPECT_EQ(on(snake, {0}).first, "bidirectional_ring");
+  // FSDP 128 on a v5p 8x8x8 takes the strided high half of z: its mesh-order ring does not
+  // close in one hop, but the rings along the three dimensions do (z's of 2 pairs 4 apart), so
+  // a small all-reduce is torus_2d's, not the halving and doubling lines would take (36 us
+  // against 48 when a review found it).
+  Machine cube(BuildPreset("tpu-v5p", {8, 8, 8}));
+  const Mesh fsdp = PlaceMesh(cube, {{"fsdp", 128}, {"tp", 4}});
+  NetworkCollectiveModel cube_model(cube);
+  request.axes = {0};
+  request.elements = 512;
+  const auto picked = cube_model.Estimate(fsdp, request);
+  EXPECT_EQ(picked->algorithm, "torus_2d");
+  request.algorithm = "halving_doubling";
+  EXPECT_LT(picked->longest(), cube_model.Estimate(fsdp, request)->longest());
 }
 
 // Simulating one group for all its translations gives the same timing as simulating every

@@ -67,15 +67,31 @@ TEST(TorusGridTest, LinesCountFromTheLeastCoordinate) {
   EXPECT_EQ(grid->order, (std::vector<int>{1, 2, 0}));
 }
 
-// What is no grid: uneven spacing, a subset of the product, a member twice, a wrapping
-// dimension whose progression does not start at the first member, a switch machine.
+// Part of a ring listed from its middle: the progression starts after the widest gap, whoever
+// is listed first.
+TEST(TorusGridTest, PartOfARingStartsAfterItsWidestGap) {
+  const Topology topo = Torus({4, 8}, {true, true});
+  for (const std::vector<std::vector<int>>& at :
+       {std::vector<std::vector<int>>{{0, 2}, {0, 1}, {0, 3}},
+        std::vector<std::vector<int>>{{0, 7}, {0, 1}, {0, 3}}}) {
+    const std::optional<TorusGrid> grid = FindTorusGrid(topo, Vertices(topo, at));
+    ASSERT_TRUE(grid);
+    EXPECT_EQ(grid->dims, std::vector<int>{1});
+    EXPECT_EQ(grid->sizes, std::vector<int>{3});
+  }
+  // {1, 2, 3}: from 1; {7, 1, 3} (stride 2 across the wraparound): from 7.
+  EXPECT_EQ(FindTorusGrid(topo, Vertices(topo, {{0, 2}, {0, 1}, {0, 3}}))->order,
+            (std::vector<int>{1, 0, 2}));
+  EXPECT_EQ(FindTorusGrid(topo, Vertices(topo, {{0, 3}, {0, 1}, {0, 7}}))->order,
+            (std::vector<int>{2, 1, 0}));
+}
+
+// What is no grid: uneven spacing, a subset of the product, a member twice, a switch machine.
 TEST(TorusGridTest, RefusesWhatIsNoGrid) {
   const Topology topo = Torus({4, 8}, {true, true});
   EXPECT_FALSE(FindTorusGrid(topo, Vertices(topo, {{0, 0}, {0, 1}, {0, 3}})));
   EXPECT_FALSE(FindTorusGrid(topo, Vertices(topo, {{0, 0}, {0, 1}, {1, 0}})));
   EXPECT_FALSE(FindTorusGrid(topo, Vertices(topo, {{0, 0}, {1, 1}, {0, 1}, {1, 1}})));
-  // {1, 2, 3} along the ring of 8 from its middle: offsets 0, 7, 1.
-  EXPECT_FALSE(FindTorusGrid(topo, Vertices(topo, {{0, 2}, {0, 1}, {0, 3}})));
   const Topology sw = BuildSwitch(4, Bandwidth::GBps(450), Time::Nanoseconds(500),
                                   LinkKind::kNvlink, DeviceSpec{}, "switch");
   EXPECT_FALSE(FindTorusGrid(sw, {sw.device_vertex(0), sw.device_vertex(1)}));
