@@ -1023,36 +1023,6 @@ double FairLevel(double n1, double r1, double n2, double r2, double capacity) {
 
 }  // namespace
 
-const Executor::GroupEntries& Executor::GroupEntriesByLink(int64_t index) {
-  if (group_entries_.size() <= static_cast<size_t>(index)) group_entries_.resize(index + 1);
-  GroupEntries& built = group_entries_[static_cast<size_t>(index)];
-  if (!built.start.empty()) return built;
-  const LinkProfile& profile = *timing_by_index_[static_cast<size_t>(index)]->profile;
-  link_position_.resize(network_.topology().links().size(), -1);
-  for (size_t k = 0; k < profile.links.size(); ++k) {
-    link_position_[profile.links[k]] = static_cast<int32_t>(k);
-  }
-  // Counting sort of the entries by their link's position; entries on links outside the
-  // op's list (none, as recorded) are left out, as no other op could meet them there.
-  std::vector<int32_t> position;
-  built.start.assign(profile.links.size() + 1, 0);
-  for (const std::vector<LinkUse>& mine : profile.group_use) {
-    for (const LinkUse& a : mine) {
-      built.use.push_back(&a);
-      position.push_back(link_position_[a.link]);
-      if (position.back() >= 0) ++built.start[position.back() + 1];
-    }
-  }
-  for (size_t k = 0; k < profile.links.size(); ++k) built.start[k + 1] += built.start[k];
-  built.entry.resize(built.start.back());
-  std::vector<int32_t> next(built.start.begin(), built.start.end() - 1);
-  for (size_t e = 0; e < position.size(); ++e) {
-    if (position[e] >= 0) built.entry[next[position[e]]++] = static_cast<int32_t>(e);
-  }
-  for (LinkId l : profile.links) link_position_[l] = -1;
-  return built;
-}
-
 // The rates of an op's groups in flight beside other ops. Each group is slowed by its most
 // contended link: there, every other op J in flight costs it
 //   overlap * (r / r' - 1)
@@ -1098,7 +1068,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   // Per link of the op's groups, one after another: the summed costs. Each other op adds to
   // the entries on the links both use (found by merging their sorted link lists), at most
   // once per entry, in the order of `others`.
-  const GroupEntries& on_link = GroupEntriesByLink(key[0]);
+  const GroupUseByLink& on_link = t.profile->by_link();
   link_load_.assign(on_link.use.size(), 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];

@@ -271,17 +271,6 @@ class Executor {
   // Scratch of SharedRates: per link of each group, the summed costs; per directed link, the
   // fair rate another op leaves (-1: not shared) and that op's duty there.
   std::vector<double> link_load_;
-  std::vector<int32_t> link_position_;  // Scratch of GroupEntriesByLink: -1 or an index.
-  // Per timing (by index, as below), its groups' link entries (numbered group after group;
-  // `use` holds each) listed by the link they are on: those of profile->links[k] are
-  // entry[start[k] .. start[k + 1]). Built on first use (GroupEntriesByLink).
-  struct GroupEntries {
-    std::vector<int32_t> start, entry;
-    std::vector<const LinkUse*> use;
-  };
-  std::vector<GroupEntries> group_entries_;
-  // group_entries_ of the timing with index `index`, built if not yet.
-  const GroupEntries& GroupEntriesByLink(int64_t index);
   // SharedRates' answers (per group of the op's layout) by (own timing, other ops' timings and
   // alignment), timings named by their index in program order.
   std::map<std::vector<int64_t>, std::vector<double>> rates_;

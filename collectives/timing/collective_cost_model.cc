@@ -199,6 +199,32 @@ Time Slowest(const std::vector<Time>& times) {
 
 }  // namespace
 
+const GroupUseByLink& LinkProfile::by_link() const {
+  std::call_once(indexed_, [this] {
+    // Counting sort of the entries by their link's position in `links` (ascending: found by
+    // binary search); entries on links outside the list (none, as recorded) are left out, as
+    // no other op could meet them there.
+    std::vector<int32_t> position;
+    by_link_.start.assign(links.size() + 1, 0);
+    for (const std::vector<LinkUse>& mine : group_use) {
+      for (const LinkUse& a : mine) {
+        by_link_.use.push_back(&a);
+        const auto it = std::lower_bound(links.begin(), links.end(), a.link);
+        const bool listed = it != links.end() && *it == a.link;
+        position.push_back(listed ? static_cast<int32_t>(it - links.begin()) : -1);
+        if (listed) ++by_link_.start[position.back() + 1];
+      }
+    }
+    for (size_t k = 0; k < links.size(); ++k) by_link_.start[k + 1] += by_link_.start[k];
+    by_link_.entry.resize(by_link_.start.back());
+    std::vector<int32_t> next(by_link_.start.begin(), by_link_.start.end() - 1);
+    for (size_t e = 0; e < position.size(); ++e) {
+      if (position[e] >= 0) by_link_.entry[next[position[e]]++] = static_cast<int32_t>(e);
+    }
+  });
+  return by_link_;
+}
+
 std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
   ++simulations_;

@@ -46,10 +46,22 @@ struct LinkUse {
   double flow_rate = 0;  // Bytes / transfer-time: one transfer's rate there, bytes per second.
 };
 
+// A profile's group_use entries (numbered group after group) listed by the link they are on:
+// those on its links[k] are entry[start[k] .. start[k + 1]), and use[e] is entry e.
+struct GroupUseByLink {
+  std::vector<int32_t> start, entry;
+  std::vector<const LinkUse*> use;
+};
+
 // How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
 // only member times (SlowestMemberCollectiveModel's) does not copy the lists, which on a pod
 // hold tens of thousands of links.
 struct LinkProfile {
+  LinkProfile() = default;
+  // Not copied: by_link() points into group_use.
+  LinkProfile(const LinkProfile&) = delete;
+  LinkProfile& operator=(const LinkProfile&) = delete;
+
   std::vector<LinkId> links;  // Directed links that carried its bytes, ascending.
   // Per entry of `links`: the fraction of that link's bandwidth it used on average over its
   // longest member time (bytes / (bandwidth * time)), in (0, 1].
@@ -61,6 +73,15 @@ struct LinkProfile {
   // ascending, and how (durations relative to the group's longest member time). The cached
   // timing path reads them to tell how ops in flight together share links (see Executor).
   std::vector<std::vector<LinkUse>> group_use;
+
+  // group_use by link, built on first use and kept (thread-safe; the lists above are final by
+  // then, as they are once a model has answered): every run of the cached timing path that
+  // prices the op's sharing of links reads it.
+  const GroupUseByLink& by_link() const;
+
+ private:
+  mutable std::once_flag indexed_;
+  mutable GroupUseByLink by_link_;
 };
 
 // The answer: per mesh position, the time from the launch until that member's output is
