@@ -494,7 +494,13 @@ void Executor::BuildClasses() {
   TimelineCache* kept = config_.collective_model->timeline_cache();
   TimelineCache::ClassesKey kept_key;
   if (kept) {
-    for (const MeshAxis& axis : mesh_.axes()) std::get<0>(kept_key).push_back(axis.size);
+    // The axis sizes and, on a union of meshes, where each part's axes start (as -1 - index):
+    // together they fix every position's coordinates and groups.
+    std::vector<int>& shape = std::get<0>(kept_key);
+    for (const MeshAxis& axis : mesh_.axes()) shape.push_back(axis.size);
+    for (size_t part = 0; part < mesh_.parts().size(); ++part) {
+      shape.push_back(-1 - mesh_.PartFirstAxis(static_cast<int>(part)));
+    }
     std::get<1>(kept_key) = used;
     for (const auto& entry : seen) std::get<2>(kept_key).push_back(entry.first);
     if (const std::vector<int>* known = kept->FindClasses(kept_key)) {

@@ -25,7 +25,8 @@ class TimelineCache {
   // timing, and whether it was launched at the same instant), in the order their costs are
   // summed.
   using RatesKey = std::vector<std::pair<const CollectiveTiming*, bool>>;
-  // BuildClasses: the mesh's axis sizes, the mesh axes `where` clauses name (a flag per axis;
+  // BuildClasses: the mesh's axis sizes (then, on a union of meshes, where each part's axes
+  // start, as -1 - index), the mesh axes `where` clauses name (a flag per axis;
   // empty when no op has one), and the program's distinct collectives (their axes and timing,
   // which was made for one placement of the mesh), ascending. The classes do not depend on the
   // collectives' order: colour refinement reaches the same stable partition whatever order it

@@ -1005,6 +1005,35 @@ TEST(TimelineCacheTest, EqualsComputingEachRun) {
   config.collective_model = &v5e_keeping;
   same(RunProgram(v5e, stages, everywhere, config), plain);
   EXPECT_EQ(v5e_keeping.timeline_cache()->classes_size(), 2u);
+  // Unions of meshes with the same axis sizes split differently, a{x: 2} | b{y: 4, z: 2} and
+  // a{x: 2, y: 4} | b{z: 2}, and no collectives to tell them apart: each keeps classes of its
+  // own (a review found the second reusing the first's, running none of b's ops).
+  auto split = [](bool first) {
+    ProgramBuilder b({}, {}, ProgramMode::kManual);
+    if (first) {
+      b.Meshes({MeshSpec{"a", {{"x", 2}}, {}}, MeshSpec{"b", {{"y", 4}, {"z", 2}}, {}}});
+    } else {
+      b.Meshes({MeshSpec{"a", {{"x", 2}, {"y", 4}}, {}}, MeshSpec{"b", {{"z", 2}}, {}}});
+    }
+    ArraySpec u{"u", {256, 256}, DType::kF32, {}, PartitionSpec{}, ""};
+    u.mesh = "a";
+    ArraySpec w{"w", {512, 512}, DType::kF32, {}, PartitionSpec{}, ""};
+    w.mesh = "b";
+    b.Input(u);
+    b.Input(w);
+    b.Output(b.Matmul("u", "u"), {});
+    b.Output(b.Matmul(b.Matmul("w", "w"), "w"), {});
+    return std::move(b).Build();
+  };
+  config.collective_model = &keeping;
+  RunConfig fresh = config;
+  fresh.collective_model = &computing;
+  for (bool first : {true, false}) {
+    const ProgramSpec program_of_split = split(first);
+    const Mesh parts = PlaceProgramMesh(machine, program_of_split);
+    same(RunProgram(machine, parts, program_of_split, config),
+         RunProgram(machine, parts, program_of_split, fresh));
+  }
 }
 
 // A transformer step's collectives overlap compute and each other (two in flight: FSDP
