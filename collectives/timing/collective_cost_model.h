@@ -56,7 +56,8 @@ struct GroupUseByLink {
 // How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
 // only member times (SlowestMemberCollectiveModel's) does not copy the lists, which on a pod
 // hold tens of thousands of links.
-struct LinkProfile {
+class LinkProfile {
+ public:
   LinkProfile() = default;
   // Not copied: by_link() points into group_use.
   LinkProfile(const LinkProfile&) = delete;

@@ -36,7 +36,10 @@ std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> Ones(const Array& mask)
 Array Choices(int64_t groups = 1) {
   std::vector<int32_t> one = {0, 1, 0, 2, 0, 1, 1, 0};
   std::vector<int32_t> all;
-  for (int64_t g = 0; g < groups; ++g) all.insert(all.end(), one.begin(), one.end());
+  all.reserve(one.size() * static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int32_t e : one) all.push_back(e);
+  }
   return Array::FromInts({groups, 4, 2}, all);
 }
 
