@@ -37,14 +37,11 @@ std::optional<TorusGrid> FindTorusGrid(const Topology& topo, const std::vector<V
       }
       origin = alike ? topo.node(members[0]).coords[d] : at[(widest + 1) % m];
     }
-    std::vector<int> distinct;
-    for (size_t m = 0; m < g; ++m) {
-      const int u = ((topo.node(members[m]).coords[d] - origin) % length + length) % length;
-      offset[d][m] = u;
-      distinct.push_back(u);
-    }
+    auto from_origin = [&](int c) { return ((c - origin) % length + length) % length; };
+    for (size_t m = 0; m < g; ++m) offset[d][m] = from_origin(topo.node(members[m]).coords[d]);
+    std::vector<int> distinct;  // The offsets of `at`, ascending.
+    for (int c : at) distinct.push_back(from_origin(c));
     std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     const int n = static_cast<int>(distinct.size());
     if (n == 1) continue;
     // Evenly spaced from 0: {0, s, 2s, ..., (n - 1)s}.

@@ -230,30 +230,33 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   ++simulations_;
   auto timing = std::make_shared<CollectiveTiming>();
   timing->member_time.assign(mesh.size(), Time());
-  std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
+  SimulateAnyWay(mesh, request, mesh.Groups(request.axes), *timing);
+  timing->slowest = Slowest(timing->member_time);
+  return timing;
+}
+
+void NetworkCollectiveModel::SimulateAnyWay(const Mesh& mesh, const CollectiveRequest& request,
+                                            const std::vector<std::vector<int>>& groups,
+                                            CollectiveTiming& timing) {
   if (translate_groups_ && groups.size() > 1) {
     auto layout = std::make_tuple(mesh.fingerprint(), static_cast<int>(request.kind),
                                   request.algorithm, request.axes, request.destination);
     if (!untranslatable_.count(layout)) {
-      if (SimulateByTranslation(mesh, request, groups, *timing)) {
+      if (SimulateByTranslation(mesh, request, groups, timing)) {
         ++translated_;
-        timing->slowest = Slowest(timing->member_time);
-        return timing;
+        return;
       }
       untranslatable_.insert(std::move(layout));
       // What a refused translation left in `timing` goes; the next simulation fills it.
-      *timing = CollectiveTiming();
-      timing->member_time.assign(mesh.size(), Time());
+      timing = CollectiveTiming();
+      timing.member_time.assign(mesh.size(), Time());
     }
-    if (SimulateFolded(mesh, request, groups, *timing)) {
+    if (SimulateFolded(mesh, request, groups, timing)) {
       ++folded_;
-      timing->slowest = Slowest(timing->member_time);
-      return timing;
+      return;
     }
   }
-  Simulate(mesh, request, groups, *timing);
-  timing->slowest = Slowest(timing->member_time);
-  return timing;
+  Simulate(mesh, request, groups, timing);
 }
 
 void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest& request,

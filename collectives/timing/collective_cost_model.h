@@ -143,6 +143,10 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t folded() const { return folded_; }
 
  private:
+  // Fills `timing` (member times, links, shares and use) by the first way that applies: the
+  // translated-groups shortcut, the folded simulation, or all groups together.
+  void SimulateAnyWay(const Mesh& mesh, const CollectiveRequest& request,
+                      const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
   // Simulates `groups` together; fills member times (by position), links and shares.
   void Simulate(const Mesh& mesh, const CollectiveRequest& request,
                 const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
