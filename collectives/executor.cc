@@ -774,6 +774,7 @@ void Executor::StartCompute(int position, size_t op_index) {
   const size_t phase = phase_of_op_[op_index];
   if (d.phase_entry[phase] < 0) d.phase_entry[phase] = d.live;
   Allocate(position, op_index);
+  Time duration = op_duration_[op_index];
   if (config_.numerics) {
     std::vector<const Array*> inputs;
     for (int v : op.in_values) inputs.push_back(&d.values[v]);
@@ -783,11 +784,18 @@ void Executor::StartCompute(int position, size_t op_index) {
     } catch (const std::invalid_argument& e) {
       throw SpecError(op.spec->key, std::string(op.def->name) + ": " + e.what());
     }
+    if (op.def->cost_reads_data && config_.compute_model && duration > Time()) {
+      // This device's data prices it (ragged_dot: the rows its groups fill).
+      std::vector<const Array*> outs;
+      for (const Array& a : outputs) outs.push_back(&a);
+      const OpCost cost = LocalOpCost(*op.spec, inputs, outs);
+      duration =
+          config_.compute_model->OpTime(op.spec->kind, cost, CostDType(*op.spec, inputs, outs));
+    }
     for (size_t k = 0; k < outputs.size() && k < op.out_values.size(); ++k) {
       d.values[op.out_values[k]] = std::move(outputs[k]);
     }
   }
-  Time duration = op_duration_[op_index];
   // GPU communication kernels take SMs: compute that starts beside a collective is slower.
   if (duration > Time() && d.in_flight > 0 && config_.comm_compute_slowdown > 0) {
     duration = Time::FromSecondsCeil(duration.seconds() * (1 + config_.comm_compute_slowdown));

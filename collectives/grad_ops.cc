@@ -716,7 +716,7 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
           UnfusedAttentionWorkspace(op, *inputs.at(1), s_len, /*backward=*/true)};
     }
     case OpKind::kRaggedDotRhsGrad:
-      return RaggedDotCost(inputs, outputs);
+      return RaggedDotCost(op, inputs, outputs);
     default:
       return OpCost{0, in_bytes + out_bytes};
   }

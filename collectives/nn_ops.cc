@@ -689,7 +689,7 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
     case OpKind::kMoeRoute:
       return MoeRouteCost(inputs, outputs);
     case OpKind::kRaggedDot:
-      return RaggedDotCost(inputs, outputs);
+      return RaggedDotCost(op, inputs, outputs);
     case OpKind::kCumsum:
       // One add per element.
       cost.flops = n;

@@ -267,6 +267,9 @@ struct OpSpec {
   int64_t experts = 0;             // moe_route: the experts tokens are routed to.
   int64_t capacity = 0;            // moe_route: the slots of each expert per group.
   std::string priority = "token";  // moe_route: token | choice (which assignment fills first).
+  // ragged_dot, ragged_dot_rhs_grad: the rows their groups are taken to fill where no data says
+  // (timing-only runs; 0: every row of lhs). With data, the group sizes say.
+  int64_t expected_rows = 0;
   // shard_map: the body, a mode: manual program on the global program's mesh axes (shared,
   // never changed once built: copies of the op share it).
   std::shared_ptr<const ProgramSpec> body;

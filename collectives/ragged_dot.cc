@@ -43,14 +43,6 @@ std::vector<int64_t> GroupStarts(const char* op, const Array& group_sizes, int64
   return starts;
 }
 
-double TotalBytes(const std::vector<const Array*>& inputs,
-                  const std::vector<const Array*>& outputs) {
-  double bytes = 0;
-  for (const Array* a : inputs) bytes += static_cast<double>(a->bytes().count());
-  for (const Array* a : outputs) bytes += static_cast<double>(a->bytes().count());
-  return bytes;
-}
-
 }  // namespace
 
 Array RaggedDot(const Array& lhs, const Array& rhs, const Array& group_sizes) {
@@ -116,13 +108,30 @@ Array RaggedDotRhsGrad(const Array& lhs, const Array& g, const Array& group_size
   return Array::FromValues(lhs.dtype(), out_shape, std::move(out));
 }
 
-OpCost RaggedDotCost(const std::vector<const Array*>& inputs,
+OpCost RaggedDotCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                      const std::vector<const Array*>& outputs) {
   // lhs [m, k] is inputs[0] for both ops; n is the result's last dimension for both.
   const Shape& lhs = inputs.at(0)->shape();
+  const int64_t m = lhs.at(0);
+  int64_t rows = m;
+  if (const Array& sizes = *inputs.at(2); sizes.has_data()) {
+    rows = 0;
+    for (int64_t e = 0; e < sizes.size(); ++e) rows += std::max<int64_t>(0, sizes.IntAt(e));
+  } else if (op.expected_rows > 0) {
+    rows = op.expected_rows;
+  }
+  rows = std::min(rows, m);
+  const double filled = m > 0 ? static_cast<double>(rows) / static_cast<double>(m) : 0;
   const double n = static_cast<double>(outputs.at(0)->shape().back());
-  return OpCost{2.0 * static_cast<double>(lhs.at(0)) * static_cast<double>(lhs.at(1)) * n,
-                TotalBytes(inputs, outputs)};
+  // Row-indexed operands and results move their filled rows; the others move whole: ragged_dot
+  // reads lhs's rows and rhs and writes rows of [m, n]; the rhs cotangent reads lhs's and g's
+  // rows and writes [g, k, n].
+  auto bytes = [](const Array* a) { return static_cast<double>(a->bytes().count()); };
+  const bool rhs_grad = op.kind == OpKind::kRaggedDotRhsGrad;
+  double moved = filled * bytes(inputs[0]) + bytes(inputs[2]);
+  moved += rhs_grad ? filled * bytes(inputs[1]) + bytes(outputs[0])
+                    : bytes(inputs[1]) + filled * bytes(outputs[0]);
+  return OpCost{2.0 * static_cast<double>(rows) * static_cast<double>(lhs.at(1)) * n, moved};
 }
 
 }  // namespace shardsim

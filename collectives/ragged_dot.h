@@ -23,10 +23,12 @@ Array RaggedDot(const Array& lhs, const Array& rhs, const Array& group_sizes);
 // Same checks and precision as RaggedDot.
 Array RaggedDotRhsGrad(const Array& lhs, const Array& g, const Array& group_sizes);
 
-// The cost of RaggedDot and of RaggedDotRhsGrad: 2 m k n FLOPs, every row against its group's
-// block once (a grouped matmul kernel runs the padding rows too; the rhs cotangent takes each
-// row's outer product once); the inputs read and the result written once.
-OpCost RaggedDotCost(const std::vector<const Array*>& inputs,
+// The cost of RaggedDot and of RaggedDotRhsGrad (op): 2 r k n FLOPs over the r rows the groups
+// fill, each against its group's block once (a grouped matmul kernel, as megablox's, visits the
+// groups' row tiles only; the rhs cotangent takes each row's outer product once); those rows
+// of lhs (and of g) read, rhs read, the result's rows written (the rhs cotangent whole). r is
+// the sum of the group sizes where they hold data, else op.expected_rows, else m.
+OpCost RaggedDotCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                      const std::vector<const Array*>& outputs);
 
 }  // namespace shardsim

@@ -661,10 +661,15 @@ std::vector<std::string> RaggedDotRule(const RuleArgs& r) {
     swap.axes = {0, 2, 1};
     const std::string rhs_t =
         r.e.Op(OpKind::kTranspose, {r.op.in[1]}, r.op.in[1] + "_t", std::move(swap));
-    d[0] = r.e.Op(OpKind::kRaggedDot, {r.cts[0], rhs_t, r.op.in[2]}, r.Base(0));
+    OpSpec dot;
+    dot.expected_rows = r.op.expected_rows;  // The cotangent's rows are the result's.
+    d[0] = r.e.Op(OpKind::kRaggedDot, {r.cts[0], rhs_t, r.op.in[2]}, r.Base(0), std::move(dot));
   }
   if (r.needs[1]) {
-    d[1] = r.e.Op(OpKind::kRaggedDotRhsGrad, {r.op.in[0], r.cts[0], r.op.in[2]}, r.Base(1));
+    OpSpec grad;
+    grad.expected_rows = r.op.expected_rows;
+    d[1] = r.e.Op(OpKind::kRaggedDotRhsGrad, {r.op.in[0], r.cts[0], r.op.in[2]}, r.Base(1),
+                  std::move(grad));
   }
   return d;
 }

@@ -107,6 +107,9 @@ std::vector<OpDef> MakeRegistry() {
       OneOf("kernel", &OpSpec::kernel, {"flash", "unfused", "mmha"},
             "flash (scores stay on chip, the default), unfused (scores written to HBM) or mmha "
             "(each query head reads its kv head's keys and values from HBM)");
+  const AttrDef expected_rows =
+      Opt("expected_rows", T::kNonNegativeInt, &OpSpec::expected_rows,
+          "Timing without data: the rows the groups fill (default 0: all of lhs's rows)");
   const std::vector<AttrDef> moe_route = {
       Req("experts", T::kPositiveInt, &OpSpec::experts, "The experts tokens are routed to"),
       Req("capacity", T::kPositiveInt, &OpSpec::capacity,
@@ -335,9 +338,11 @@ std::vector<OpDef> MakeRegistry() {
       {OpKind::kRaggedAllToAll, "ragged_all_to_all", true, A::kSix, false, S::kCollective,
        C::kAllToAll, R::kSum, true, {}},
       {OpKind::kRaggedDot, "ragged_dot", true, A::kThree, false, S::kCompute, C::kAllReduce,
-       R::kSum, false, {}},
+       R::kSum, false, {expected_rows}, false, {}, nullptr, false, 1, nullptr,
+       /*cost_reads_data=*/true},
       {OpKind::kRaggedDotRhsGrad, "ragged_dot_rhs_grad", true, A::kThree, false, S::kCompute,
-       C::kAllReduce, R::kSum, false, {}},
+       C::kAllReduce, R::kSum, false, {expected_rows}, false, {}, nullptr, false, 1, nullptr,
+       /*cost_reads_data=*/true},
       {OpKind::kTakeShard, "take_shard", true, A::kTwo, false, S::kCompute, C::kAllReduce,
        R::kSum, true,
        {Opt("axis", T::kInt, &OpSpec::axis, "The table axis the ids index (default 0)"),

@@ -119,6 +119,9 @@ struct OpDef {
   // that gives some of this op's attributes and none of NAME's means this op (ResolveOp):
   // `{op: max, in: x, axis: 0}` is reduce_max (jnp.max), `{op: max, in: x, scalar: 0}` max.
   const char* written_as = nullptr;
+  // Its cost reads its inputs' values, not only their shapes (ragged_dot: the group sizes):
+  // with numerics, each device prices each run of it from its own data.
+  bool cost_reads_data = false;
 };
 
 // Every op, internal ones included, in SPEC order.

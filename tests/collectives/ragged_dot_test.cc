@@ -78,16 +78,37 @@ TEST(RaggedDotTest, ShapeOnlyInputsGiveTheShape) {
   EXPECT_EQ(out.TypeString(), "bf16[64,32]");
 }
 
-// 2 m k n FLOPs whatever the sizes (each row against one block); every buffer once.
-TEST(RaggedDotTest, Cost) {
+// Without data: 2 m k n FLOPs (each row against one block) and every buffer once; with
+// expected_rows r, 2 r k n and r rows of lhs and of the result. With group sizes that hold
+// data, the rows they fill (here 3 + 0 + 10 = 13 of 64), for the product and for the rhs
+// cotangent (which writes its [g, k, n] whole).
+TEST(RaggedDotTest, CostCountsTheRowsTheGroupsFill) {
   const Array lhs = Array::ShapeOnly(DType::kBF16, {64, 16});
-  const Array rhs = Array::ShapeOnly(DType::kBF16, {8, 16, 32});
-  const Array sizes = Array::ShapeOnly(DType::kI32, {8});
+  const Array rhs = Array::ShapeOnly(DType::kBF16, {3, 16, 32});
+  const Array sizes = Array::ShapeOnly(DType::kI32, {3});
   const Array out = Array::ShapeOnly(DType::kBF16, {64, 32});
-  const OpCost c = RaggedDotCost({&lhs, &rhs, &sizes}, {&out});
+  OpSpec dot;
+  dot.kind = OpKind::kRaggedDot;
+  OpCost c = RaggedDotCost(dot, {&lhs, &rhs, &sizes}, {&out});
   EXPECT_DOUBLE_EQ(c.flops, 2.0 * 64 * 16 * 32);
-  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (64 * 16 + 8 * 16 * 32 + 64 * 32) + 4 * 8);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (64 * 16 + 3 * 16 * 32 + 64 * 32) + 4 * 3);
+  dot.expected_rows = 16;
+  c = RaggedDotCost(dot, {&lhs, &rhs, &sizes}, {&out});
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 16 * 16 * 32);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (16 * 16 + 3 * 16 * 32 + 16 * 32) + 4 * 3);
+  const Array filled = Array::FromInts({3}, {3, 0, 10});
+  c = RaggedDotCost(dot, {&lhs, &rhs, &filled}, {&out});  // Data overrides expected_rows.
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 13 * 16 * 32);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (13 * 16 + 3 * 16 * 32 + 13 * 32) + 4 * 3);
+  OpSpec grad;
+  grad.kind = OpKind::kRaggedDotRhsGrad;
+  const Array g = Array::ShapeOnly(DType::kBF16, {64, 32});
+  const Array d_rhs = Array::ShapeOnly(DType::kBF16, {3, 16, 32});
+  c = RaggedDotCost(grad, {&lhs, &g, &filled}, {&d_rhs});
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 13 * 16 * 32);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (13 * 16 + 13 * 32 + 3 * 16 * 32) + 4 * 3);
   EXPECT_EQ(FindOp("ragged_dot")->arity, OpArity::kThree);
+  EXPECT_TRUE(FindOp("ragged_dot")->cost_reads_data);
 }
 
 }  // namespace
