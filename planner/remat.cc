@@ -58,6 +58,17 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
       }
     }
   }
+  // An op's other outputs belong to its first's segment: those grad added to a shard_map
+  // region (the residuals its backward region reads) are recomputed with it.
+  for (size_t i = 0; i < n; ++i) {
+    if (pass_of[i] >= 0 || ops[i].out.size() < 2) continue;
+    const auto it = segment_of.find(ops[i].out[0]);
+    if (it == segment_of.end()) continue;
+    const int s = it->second;
+    for (const std::string& v : ops[i].out) {
+      if (bindings.Once(v)) segment_of.emplace(v, s);
+    }
+  }
   // Kept: the policy keeps it, or a forward op outside its segment reads it.
   std::set<std::string> kept;
   for (const auto& [v, s] : segment_of) {

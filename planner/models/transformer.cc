@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "collectives/ir/program_builder.h"
+#include "planner/models/dropless_moe.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -45,6 +46,7 @@ class TrainStepBuilder {
     const int64_t tokens_per_sequence = kind == StepKind::kPrefill ? serve.prompt_len : 1;
     ids.modulus = ValidIds(serve.batch * tokens_per_sequence);
     group_tokens_ = tokens_per_sequence;
+    moe_batch_ = serve.batch;
     linear_dtype_ = serve.matmul_dtype;
     kv_dtype_ = serve.kv_dtype;
     pb_.Input("tokens", {serve.batch, tokens_per_sequence}, DType::kI32,
@@ -90,6 +92,7 @@ class TrainStepBuilder {
 
   ProgramSpec Build() && {
     group_tokens_ = train_.seq_len;
+    moe_batch_ = train_.batch / std::max<int64_t>(train_.microbatches, 1);
     linear_dtype_ = train_.matmul_dtype.value_or(train_.dtype);
     InitSpec ids;
     ids.kind = InitSpec::Kind::kArange;
@@ -424,6 +427,14 @@ class TrainStepBuilder {
           OpKind::kMul, balance, model_.router_aux_loss * static_cast<double>(e), N("aux" + L));
       aux_ = aux_.empty() ? term : Op(OpKind::kAdd, {aux_, term}, N("aux_sum" + L));
     }
+    if (model_.capacity_factor <= 0) {
+      std::string y = DroplessExperts(x, N("choice" + L), gates, L);
+      if (model_.shared_experts > 0) {
+        const std::string shared = FeedForward(x, "ws", L, "btd,df->btf", "btf,fd->btd", "s");
+        y = Op(OpKind::kAdd, {y, shared}, N("moes" + L));
+      }
+      return y;
+    }
     OpSpec route;
     route.kind = OpKind::kMoeRoute;
     route.in = {N("choice" + L)};
@@ -449,6 +460,76 @@ class TrainStepBuilder {
       y = Op(OpKind::kAdd, {y, shared}, N("moes" + L));
     }
     return y;
+  }
+
+  // The routed experts of layer L without a capacity (capacity_factor <= 0, MaxText's dropless
+  // sparse_matmul path): a shard_map region (DroplessMoeBody) over the tokens x [batch, length,
+  // embed], their top_k experts `choice` and `gates`, and the experts' weights. Its tokens are
+  // split as the batch rule says, and also over every expert axis the batch rule leaves out
+  // (its batch dimension if that divides, else its sequence), so that each member of an
+  // expert group dispatches tokens of its own; the weights enter split over expert, embed
+  // (gathered inside, as FSDP) and mlp (whose partial sums are psummed inside).
+  std::string DroplessExperts(const std::string& x, const std::string& choice,
+                              const std::string& gates, const std::string& L) {
+    if (linear_dtype_ != train_.dtype) {
+      throw SpecError("model.capacity_factor",
+                      "dropless MoE (capacity_factor <= 0) runs its experts in the compute dtype: "
+                      "quantized GEMMs (matmul_dtype) are not built for it");
+    }
+    DroplessMoeLayout layout;
+    layout.mesh = axes_;
+    layout.batch = moe_batch_;
+    layout.length = group_tokens_;
+    layout.d_model = model_.d_model;
+    layout.d_ff = ExpertDff(model_);
+    layout.experts = model_.experts;
+    layout.top_k = model_.top_k;
+    layout.gated = model_.mlp == MlpKind::kSwiGlu;
+    layout.activation = model_.mlp == MlpKind::kSwiGlu ? OpKind::kSilu
+                        : model_.mlp == MlpKind::kGelu ? OpKind::kGelu
+                                                       : OpKind::kRelu;
+    layout.dtype = train_.dtype;
+    layout.batch_axes = rules_.Axes("batch");
+    layout.expert_axes = rules_.Axes("expert");
+    layout.mlp_axes = rules_.Axes("mlp");
+    layout.embed_axes = rules_.Axes("embed");
+    auto size = [&](const std::vector<std::string>& names) {
+      int64_t n = 1;
+      for (const std::string& name : names) {
+        for (const MeshAxis& a : axes_) n *= a.name == name ? a.size : 1;
+      }
+      return n;
+    };
+    std::vector<std::string> extra;
+    for (const std::string& a : layout.expert_axes) {
+      const auto& b = layout.batch_axes;
+      if (std::find(b.begin(), b.end(), a) == b.end()) extra.push_back(a);
+    }
+    if (layout.batch % (size(layout.batch_axes) * size(extra)) == 0) {
+      layout.batch_axes.insert(layout.batch_axes.end(), extra.begin(), extra.end());
+    } else {
+      layout.length_axes = extra;
+    }
+    for (const std::string& a : layout.mlp_axes) {
+      for (const auto* other : {&layout.batch_axes, &layout.length_axes, &layout.expert_axes}) {
+        if (std::find(other->begin(), other->end(), a) != other->end()) {
+          throw SpecError("plan.rules", "dropless MoE: mesh axis '" + a +
+                                            "' splits the experts' MLP width and their tokens "
+                                            "or experts too");
+        }
+      }
+    }
+    ProgramSpec body;
+    try {
+      body = DroplessMoeBody(layout);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError("plan.rules", e.what());
+    }
+    std::vector<std::string> in = {x, choice, gates};
+    if (layout.gated) in.push_back(W("we_gate" + L));
+    in.push_back(W("we_up" + L));
+    in.push_back(W("we_down" + L));
+    return pb_.ShardMap(std::move(in), std::move(body), {N("moe" + L)}).at(0);
   }
 
   // Layer `l` on x, its values recorded for remat when asked.
@@ -706,6 +787,7 @@ class TrainStepBuilder {
   std::map<std::string, std::string> quantized_;  // Value -> its copy in linear_dtype_.
   StepKind kind_ = StepKind::kTrain;
   int64_t group_tokens_ = 0;            // Tokens per sequence: a MoE routing group.
+  int64_t moe_batch_ = 0;               // Sequences of a microbatch (serving: of the batch).
   std::vector<std::string> cache_out_;  // Serving: the keys and values each layer returns.
   uint64_t seed_ = 0;
 };
@@ -730,8 +812,8 @@ void CheckModel(const TransformerConfig& model) {
   Check(model.top_k >= 1 && model.top_k <= model.experts, "top_k (" + std::to_string(model.top_k) +
                                                               ") must be in [1, experts (" +
                                                               std::to_string(model.experts) + ")]");
-  Check(model.capacity_factor > 0 && std::isfinite(model.capacity_factor),
-        "capacity_factor must be a finite number > 0");
+  Check(std::isfinite(model.capacity_factor),
+        "capacity_factor must be a finite number (> 0, or <= 0 for dropless routing)");
   Check(model.shared_experts >= 0 && model.expert_d_ff >= 0 && model.dense_layers >= 0 &&
             model.dense_layers <= model.layers,
         "shared_experts and expert_d_ff must be >= 0, dense_layers in [0, layers]");

@@ -50,10 +50,12 @@ struct TransformerConfig {
   // expert_d_ff): 0 experts is a dense model; otherwise every layer from dense_layers on has a
   // router and `experts` MLPs expert_d_ff wide, each token running its top_k, with tokens
   // dropped beyond an expert's capacity (ExpertCapacity), plus one MLP shared_experts x
-  // expert_d_ff wide that every token runs (the shared experts).
+  // expert_d_ff wide that every token runs (the shared experts). capacity_factor <= 0 (MaxText
+  // spells it -1) routes without a capacity: no token is dropped, each expert runs the rows
+  // sent to it (planner/models/dropless_moe.h).
   int64_t experts = 0;
   int64_t top_k = 2;              // Experts each token is routed to.
-  double capacity_factor = 1.25;  // Expert capacity over an even split of the tokens.
+  double capacity_factor = 1.25;  // Expert capacity over an even split; <= 0: dropless.
   int64_t shared_experts = 0;     // Experts every token goes through.
   int64_t expert_d_ff = 0;        // MLP width of one expert (0: d_ff).
   int64_t dense_layers = 0;       // Leading layers with a dense MLP (DeepSeek-V3's first 3).

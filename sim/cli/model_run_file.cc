@@ -100,7 +100,9 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
   if (auto v = map.Find("top_k")) m.top_k = v->Int64(1);
   if (auto v = map.Find("capacity_factor")) {
     m.capacity_factor = v->Number();
-    if (!(m.capacity_factor > 0)) v->Fail("capacity_factor must be > 0");
+    if (!std::isfinite(m.capacity_factor)) {
+      v->Fail("capacity_factor must be a number: > 0 (a capacity) or -1 (dropless, MaxText's)");
+    }
   }
   if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);
   if (auto v = map.Find("expert_d_ff")) m.expert_d_ff = v->Int64(1);

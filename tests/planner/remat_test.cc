@@ -124,5 +124,64 @@ TEST(RematTest, RecomputedGradientsMatchTheUnshardedOnes) {
   }
 }
 
+// A layer whose middle is a shard_map region: h = x @ w1; in the region e = exp(h), a = e * e
+// (whose derivative reads e, so grad adds e to the region's outputs as a residual); y = a @ w2.
+ProgramSpec LayerWithRegion() {
+  ProgramBuilder pb({{"dp", 8}}, {}, ProgramMode::kAuto);
+  pb.Input("x", {16, 8}, DType::kF32, P({{"dp"}}), Normal(1));
+  pb.Input("w1", {8, 8}, DType::kF32, P({}), Normal(2));
+  pb.Input("w2", {8, 8}, DType::kF32, P({}), Normal(3));
+  pb.Matmul("x", "w1", "h");
+  ProgramBuilder body({{"dp", 8}}, {}, ProgramMode::kManual);
+  body.Input("hb", {16, 8}, DType::kF32, P({{"dp"}}));
+  body.Unary(OpKind::kExp, "hb", "e");
+  body.Binary(OpKind::kMul, "e", "e", "ab");
+  body.Output("ab", P({{"dp"}}));
+  pb.ShardMap({"h"}, std::move(body).Build(), {"a"});
+  pb.Matmul("a", "w2", "y");
+  OpSpec sum;
+  sum.kind = OpKind::kSum;
+  sum.in = {"y"};
+  sum.out = {"loss"};
+  pb.Add(std::move(sum));
+  pb.Grad("loss", {"w1", "w2"}, {"d_w1", "d_w2"});
+  pb.Output("d_w1", P({}));
+  pb.Output("d_w2", P({}));
+  return std::move(pb).Build();
+}
+
+// Full remat recomputes a shard_map region whole, the residuals grad added to its outputs
+// included: the backward region reads the recomputed residual, so the forward's dies in the
+// forward (as jax.checkpoint recomputes a shard_map in the layer it wraps). Partitioned and
+// run with data, the gradients are the unsharded program's.
+TEST(RematTest, FullRecomputesARegionAndItsResiduals) {
+  Remat r;
+  r.program = ExpandGrads(LayerWithRegion(), &r.passes);
+  const OpSpec* region = nullptr;
+  for (const OpSpec& op : r.program.ops) {
+    if (op.kind == OpKind::kShardMap && op.out.at(0) == "a") region = &op;
+  }
+  ASSERT_NE(region, nullptr);
+  const std::vector<std::string> outputs = region->out;
+  ASSERT_EQ(outputs.size(), 2u);  // a and its residual e.
+  ApplyRemat(r.program, r.passes, {{"h", "a"}}, RematPolicy::kFull);
+  size_t first = 0;
+  EXPECT_EQ(Recomputed(r, &first), (std::vector<std::string>{"h_rc", "a_rc"}));
+  EXPECT_EQ(r.program.ops[first + 1].out,
+            (std::vector<std::string>{"a_rc", outputs[1] + kRematSuffix}));
+  EXPECT_FALSE(ReadFrom(r.program, first, outputs[1]));
+  EXPECT_TRUE(ReadFrom(r.program, first, outputs[1] + kRematSuffix));
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const ProgramSpec global = LayerWithRegion();
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  const PartitionResult partitioned = PartitionExpanded(r.program, r.passes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult run = RunProgram(machine, mesh, partitioned.program, config);
+  const NumericsReport report =
+      CheckPartitionedNumerics(run.outputs, mesh, global, partitioned.program, "", &run.inputs);
+  EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
+}
+
 }  // namespace
 }  // namespace shardsim::planner

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -279,7 +280,36 @@ INSTANTIATE_TEST_SUITE_P(
                     {"length", {"tp"}},
                     {"mlp", {"tp"}},
                     {"heads", {"tp"}},
-                    {"kv_heads", {"tp"}}}}),
+                    {"kv_heads", {"tp"}}}},
+        // Dropless (capacity_factor -1): the shard_map region of ragged_all_to_alls and
+        // ragged_dots, in the same layouts.
+        MoeVariant{"dropless_ep2_in_batch_fsdp4",
+                   {{"fsdp", 4}, {"expert", 2}},
+                   {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}},
+                   -1},
+        MoeVariant{"dropless_ep4_in_batch_tp2",
+                   {{"expert", 4}, {"tp", 2}},
+                   {{"batch", {"expert"}},
+                    {"expert", {"expert"}},
+                    {"mlp", {"tp"}},
+                    {"heads", {"tp"}},
+                    {"kv_heads", {"tp"}}},
+                   -1},
+        MoeVariant{"dropless_ep2_without_tokens_dp4",
+                   {{"data", 4}, {"expert", 2}},
+                   {{"batch", {"data"}}, {"expert", {"expert"}}},
+                   -1,
+                   "gelu"},
+        MoeVariant{"dropless_experts_replicated_dp8", {{"data", 8}}, {{"batch", {"data"}}}, -1},
+        MoeVariant{"dropless_ep2_sequence_parallel_tp4",
+                   {{"expert", 2}, {"tp", 4}},
+                   {{"batch", {"expert"}},
+                    {"expert", {"expert"}},
+                    {"length", {"tp"}},
+                    {"mlp", {"tp"}},
+                    {"heads", {"tp"}},
+                    {"kv_heads", {"tp"}}},
+                   -1}),
     [](const auto& info) { return info.param.name; });
 
 // Expert parallelism over an axis that splits the batch moves each MoE layer's tokens with
@@ -362,6 +392,46 @@ TEST(MoeStepTest, DroppedShareFallsWithTheCapacityFactor) {
   EXPECT_EQ(last, 0.0);
   EXPECT_EQ(MoeDroppedFraction(BuildTrainStep(SmallModel(), TrainConfig{}, mesh, rules), ""),
             std::nullopt);
+}
+
+// Dropless routing (capacity_factor -1: ragged_all_to_all to the experts' devices and
+// ragged_dot over the rows each receives) computes what GShard's dense dispatch computes when
+// its capacity drops nothing (factor 2 here: a slot per token of the sequence, as above):
+// the loss and every gradient, evaluated on whole arrays, its region on the mesh (expert
+// parallelism 2 inside FSDP 4, and over a tensor axis splitting the experts' MLPs). The two
+// sum the same products in different orders (dispatch einsums over slots against sorted rows):
+// the f32 values are O(1), their difference ulps; 1e-5 catches a token lost or doubled, which
+// moves them by about 1e-2.
+TEST(MoeStepTest, DroplessEqualsADispatchThatDropsNothing) {
+  struct Layout {
+    std::vector<MeshAxis> mesh;
+    std::map<std::string, std::vector<std::string>> rules;
+  };
+  for (const Layout& l :
+       {Layout{{{"fsdp", 4}, {"expert", 2}},
+               {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}}},
+        Layout{{{"expert", 4}, {"tp", 2}},
+               {{"batch", {"expert"}}, {"expert", {"expert"}}, {"mlp", {"tp"}}}}}) {
+    const LogicalRules rules(l.rules, l.mesh);
+    TransformerConfig model = SmallMoe(2.0, MlpKind::kSwiGlu);
+    const ProgramSpec dense = BuildTrainStep(model, TrainConfig{}, l.mesh, rules);
+    ASSERT_EQ(MoeDroppedFraction(dense, ""), 0.0);
+    model.capacity_factor = -1;
+    const ProgramSpec dropless = BuildTrainStep(model, TrainConfig{}, l.mesh, rules);
+    EXPECT_EQ(MoeDroppedFraction(dropless, ""), std::nullopt);  // It routes no moe_route.
+    const std::map<std::string, Array> want = GlobalReference(dense, "");
+    const std::map<std::string, Array> got = GlobalReference(dropless, "");
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [name, w] : want) {
+      const Array& g = got.at(name);
+      ASSERT_EQ(g.shape(), w.shape()) << name;
+      double worst = 0;
+      for (int64_t i = 0; i < w.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::abs(g.data()[i] - w.data()[i])));
+      }
+      EXPECT_LT(worst, 1e-5) << name;
+    }
+  }
 }
 
 // Capacity: ceil(T k cf / E) slots per expert per sequence, at least 1.
@@ -531,7 +601,7 @@ TEST(TransformerTest, RefusesMicrobatchesNotDividingTheBatchAndBadExperts) {
   EXPECT_THROW(BuildTrainStep(moe, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
                std::invalid_argument);
   moe.top_k = 1;
-  moe.capacity_factor = 0;
+  moe.capacity_factor = std::nan("");  // (<= 0 is dropless routing.)
   EXPECT_THROW(BuildTrainStep(moe, TrainConfig{}, {{"dp", 2}}, LogicalRules()),
                std::invalid_argument);
 }

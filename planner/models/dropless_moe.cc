@@ -1,0 +1,274 @@
+#include "planner/models/dropless_moe.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "collectives/ir/program_builder.h"
+
+namespace shardsim::planner {
+namespace {
+
+// The product of the sizes of `axes` on `mesh`.
+int64_t Size(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& axes) {
+  int64_t n = 1;
+  for (const std::string& name : axes) {
+    for (const MeshAxis& a : mesh) n *= a.name == name ? a.size : 1;
+  }
+  return n;
+}
+
+// Fails unless `whole` splits evenly into the blocks of `axes`.
+void CheckSplit(const DroplessMoeLayout& layout, int64_t whole,
+                const std::vector<std::string>& axes, const std::string& what) {
+  const int64_t blocks = Size(layout.mesh, axes);
+  if (whole % blocks != 0) {
+    throw std::invalid_argument("dropless MoE: " + what + " (" + std::to_string(whole) +
+                                ") does not split into " + std::to_string(blocks) + " blocks");
+  }
+}
+
+// Ops of the body, built on a ProgramBuilder in mode: manual.
+class Body {
+ public:
+  explicit Body(const std::vector<MeshAxis>& mesh) : pb_(mesh, {}, ProgramMode::kManual) {}
+
+  ProgramBuilder& pb() { return pb_; }
+
+  std::string Add(OpKind kind, std::vector<std::string> in, OpSpec op = {}) {
+    op.kind = kind;
+    op.in = std::move(in);
+    return pb_.Add(std::move(op));
+  }
+  std::string Reshape(const std::string& x, Shape shape) {
+    OpSpec op;
+    op.shape = std::move(shape);
+    return Add(OpKind::kReshape, {x}, std::move(op));
+  }
+  std::string Convert(const std::string& x, DType dtype) {
+    OpSpec op;
+    op.dtype = DTypeName(dtype);
+    return Add(OpKind::kConvert, {x}, std::move(op));
+  }
+  std::string Take(const std::string& x, const std::string& ids) {
+    return Add(OpKind::kTake, {x, ids});
+  }
+  std::string Argsort(const std::string& x) { return Add(OpKind::kArgsort, {x}); }
+  // Inclusive prefix sums along `axis`.
+  std::string Cumsum(const std::string& x, int64_t axis) {
+    OpSpec op;
+    op.norm_axis = axis;
+    return Add(OpKind::kCumsum, {x}, std::move(op));
+  }
+  // Exclusive prefix sums along `axis`: where each block starts.
+  std::string Starts(const std::string& x, int64_t axis) {
+    return Add(OpKind::kSub, {Cumsum(x, axis), x});
+  }
+  std::string Sum(const std::string& x, int64_t axis) {
+    OpSpec op;
+    op.axes = {axis};
+    return Add(OpKind::kSum, {x}, std::move(op));
+  }
+  std::string OneHot(const std::string& ids, int64_t classes) {
+    OpSpec op;
+    op.num_classes = classes;
+    op.dtype = "f32";
+    return Add(OpKind::kOneHot, {ids}, std::move(op));
+  }
+  std::string Full(const std::string& like, double value) {
+    OpSpec op;
+    op.fill_value = value;
+    return Add(OpKind::kFullLike, {like}, std::move(op));
+  }
+  // `x` repeated `copies` times along a new leading dimension, flattened into its first.
+  std::string Repeat(const std::string& x, const Shape& shape, int64_t copies) {
+    OpSpec op;
+    op.shape = {copies};
+    op.shape.insert(op.shape.end(), shape.begin(), shape.end());
+    for (size_t d = 0; d < shape.size(); ++d) op.broadcast_dimensions.push_back(1 + d);
+    Shape flat = shape;
+    flat[0] *= copies;
+    return Reshape(Add(OpKind::kBroadcastInDim, {x}, std::move(op)), flat);
+  }
+  std::string Collective(OpKind kind, const std::string& x, const std::vector<std::string>& axes,
+                         OpSpec op = {}) {
+    op.axis_name = axes;
+    return Add(kind, {x}, std::move(op));
+  }
+  std::string RaggedDot(const std::string& lhs, const std::string& rhs, const std::string& sizes,
+                        int64_t expected_rows) {
+    OpSpec op;
+    op.expected_rows = expected_rows;
+    return Add(OpKind::kRaggedDot, {lhs, rhs, sizes}, std::move(op));
+  }
+
+ private:
+  ProgramBuilder pb_;
+};
+
+}  // namespace
+
+PartitionSpec DroplessTokenSpec(const DroplessMoeLayout& layout) {
+  PartitionSpec spec;
+  spec.dims = {layout.batch_axes, layout.length_axes, {}};
+  return spec;
+}
+
+PartitionSpec DroplessWeightSpec(const DroplessMoeLayout& layout, bool down) {
+  PartitionSpec spec;
+  spec.dims = {layout.expert_axes, layout.embed_axes, layout.mlp_axes};
+  if (down) std::swap(spec.dims[1], spec.dims[2]);
+  return spec;
+}
+
+ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
+  CheckSplit(layout, layout.batch, layout.batch_axes, "the batch");
+  CheckSplit(layout, layout.length, layout.length_axes, "the sequence");
+  CheckSplit(layout, layout.experts, layout.expert_axes, "the experts");
+  CheckSplit(layout, layout.d_ff, layout.mlp_axes, "the experts' MLP width");
+  CheckSplit(layout, layout.d_model, layout.embed_axes, "the experts' d_model");
+  const int64_t d = layout.d_model;
+  const int64_t k = layout.top_k;
+  const int64_t n = layout.batch / Size(layout.mesh, layout.batch_axes) * layout.length /
+                    Size(layout.mesh, layout.length_axes);  // This device's tokens.
+  const int64_t rows = n * k;                               // Their copies, one per choice.
+  const int64_t group = Size(layout.mesh, layout.expert_axes);
+  const int64_t local_experts = layout.experts / group;
+  const std::vector<std::string>& ep = layout.expert_axes;
+
+  Body b(layout.mesh);
+  const PartitionSpec tokens = DroplessTokenSpec(layout);
+  const Shape token_shape = {layout.batch, layout.length, d};
+  const Shape choice_shape = {layout.batch, layout.length, k};
+  const std::string x = b.pb().Input("x", token_shape, layout.dtype, tokens);
+  const std::string choice = b.pb().Input("choice", choice_shape, DType::kI32, tokens);
+  const std::string gates = b.pb().Input("gates", choice_shape, layout.dtype, tokens);
+  const Shape in_shape = {layout.experts, d, layout.d_ff};
+  const Shape out_shape = {layout.experts, layout.d_ff, d};
+  std::string w_gate;
+  if (layout.gated) {
+    w_gate = b.pb().Input("w_gate", in_shape, layout.dtype, DroplessWeightSpec(layout, false));
+  }
+  std::string w_up =
+      b.pb().Input("w_up", in_shape, layout.dtype, DroplessWeightSpec(layout, false));
+  std::string w_down =
+      b.pb().Input("w_down", out_shape, layout.dtype, DroplessWeightSpec(layout, true));
+  // FSDP: each weight gathered whole along d_model (its transpose scatters the gradient).
+  if (!layout.embed_axes.empty()) {
+    auto gather = [&](const std::string& w, int64_t axis) {
+      OpSpec op;
+      op.axis = axis;
+      op.tiled = true;
+      return b.Collective(OpKind::kAllGather, w, layout.embed_axes, std::move(op));
+    };
+    if (layout.gated) w_gate = gather(w_gate, 1);
+    w_up = gather(w_up, 1);
+    w_down = gather(w_down, 2);
+  }
+
+  // Each token's k copies (copy j of token i at row i k + j), sorted by expert (stably).
+  const std::string copies = b.Reshape(b.Add(OpKind::kBroadcastInDim, {b.Reshape(x, {n, d})},
+                                             [&] {
+                                               OpSpec op;
+                                               op.shape = {n, k, d};
+                                               op.broadcast_dimensions = {0, 2};
+                                               return op;
+                                             }()),
+                                       {rows, d});
+  const std::string expert = b.Reshape(choice, {rows});
+  const std::string order = b.Argsort(expert);
+  const std::string sorted = b.Take(copies, order);
+  // Rows routed to each expert.
+  const std::string counts = b.Sum(b.OneHot(expert, layout.experts), 0);  // [experts] f32
+
+  std::string grouped = sorted;  // The rows this device's experts run, grouped by expert.
+  std::string sizes;             // Rows of each local expert.
+  std::string regroup;           // The order that grouped them (dispatch only).
+  std::string send, recv, input_offsets, output_offsets;
+  if (group == 1) {
+    sizes = b.Convert(counts, DType::kI32);
+  } else {
+    // The dispatch's sizes and offsets: rows to each member of the expert group (its experts'
+    // counts), where they start here, how many come from each member, and where this member's
+    // rows land in each receiver's buffer (after those of the members before it).
+    send = b.Convert(b.Sum(b.Reshape(counts, {group, local_experts}), 1), DType::kI32);
+    input_offsets = b.Starts(send, 0);
+    OpSpec a2a;
+    a2a.tiled = true;
+    recv = b.Collective(OpKind::kAllToAll, send, ep, a2a);
+    OpSpec gather;
+    gather.axis = 0;
+    const std::string sent = b.Collective(OpKind::kAllGather, send, ep, gather);  // [from, to]
+    const std::string me = b.Add(OpKind::kAxisIndex, {}, [&] {
+      OpSpec op;
+      op.axis_name = ep;
+      return op;
+    }());
+    output_offsets = b.Take(b.Starts(sent, 0), me);
+    // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1).
+    const std::string buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
+    const std::string received = b.Add(
+        OpKind::kRaggedAllToAll, {sorted, buffer, input_offsets, send, output_offsets, recv}, [&] {
+          OpSpec op;
+          op.axis_name = ep;
+          return op;
+        }());
+    // Each received row's expert, sent beside it (padding rows: `experts`, sorted last).
+    const std::string ids = b.Convert(b.Take(expert, order), DType::kF32);
+    const std::string id_buffer =
+        b.Repeat(b.Full(ids, static_cast<double>(layout.experts)), {rows}, group);
+    const std::string received_ids = b.Add(
+        OpKind::kRaggedAllToAll, {ids, id_buffer, input_offsets, send, output_offsets, recv}, [&] {
+          OpSpec op;
+          op.axis_name = ep;
+          return op;
+        }());
+    regroup = b.Argsort(received_ids);
+    grouped = b.Take(received, regroup);
+    // Local expert ids: minus this member's first expert; padding falls outside one_hot.
+    const std::string first = b.Add(OpKind::kMul, {b.Convert(me, DType::kF32)}, [&] {
+      OpSpec op;
+      op.scalar = static_cast<double>(local_experts);
+      return op;
+    }());
+    const std::string local = b.Convert(b.Add(OpKind::kSub, {received_ids, first}), DType::kI32);
+    sizes = b.Convert(b.Sum(b.OneHot(local, local_experts), 0), DType::kI32);
+  }
+
+  // The experts' MLPs over their rows: rows * group rows held, `rows` filled when balanced.
+  const int64_t expected = group == 1 ? 0 : rows;
+  std::string hidden = b.RaggedDot(grouped, w_up, sizes, expected);
+  if (layout.gated) {
+    hidden =
+        b.Add(OpKind::kMul,
+              {b.Add(layout.activation, {b.RaggedDot(grouped, w_gate, sizes, expected)}), hidden});
+  } else {
+    hidden = b.Add(layout.activation, {hidden});
+  }
+  std::string out = b.RaggedDot(hidden, w_down, sizes, expected);
+  if (group > 1) {
+    // Back in arrival order, then each row returned to where it came from.
+    out = b.Take(out, b.Argsort(regroup));
+    const std::string back_input = b.Starts(recv, 0);
+    OpSpec a2a;
+    a2a.tiled = true;
+    const std::string back_output = b.Collective(OpKind::kAllToAll, input_offsets, ep, a2a);
+    out = b.Add(OpKind::kRaggedAllToAll,
+                {out, b.Full(sorted, 0), back_input, recv, back_output, send}, [&] {
+                  OpSpec op;
+                  op.axis_name = ep;
+                  return op;
+                }());
+  }
+  // Unsorted to the copies' order, weighted by the gates and summed over each token's k.
+  out = b.Take(out, b.Argsort(order));
+  out = b.Add(OpKind::kMul, {out, b.Reshape(gates, {rows, 1})});
+  out = b.Sum(b.Reshape(out, {n, k, d}), 1);
+  // The MLP width split over mlp_axes leaves partial sums.
+  if (!layout.mlp_axes.empty()) out = b.Collective(OpKind::kPsum, out, layout.mlp_axes);
+  const int64_t local_batch = layout.batch / Size(layout.mesh, layout.batch_axes);
+  out = b.Reshape(out, {local_batch, n / local_batch, d});
+  b.pb().Output(out, tokens);
+  return std::move(b.pb()).Build();
+}
+
+}  // namespace shardsim::planner
