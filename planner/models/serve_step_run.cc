@@ -10,12 +10,12 @@
 namespace shardsim::planner {
 namespace {
 
-// The figures of one serving step of `model`, composed from 2 and 3 layers unless `compose`
-// is off or the model is that short.
+// The figures of one serving step of `model`, composed from short steps (ComposeShortSteps,
+// `settle` as TrainStepOptions says) unless `compose` is off or the model is that short.
 StepFigures StepOf(const Machine& machine, const Mesh& mesh, const TransformerConfig& model,
                    const ServeConfig& serve, ServeStep step, const StepPlan& plan,
                    const LogicalRules& rules, CollectiveCostModel& collectives, bool compose,
-                   std::vector<int64_t>* simulated) {
+                   bool settle, std::vector<int64_t>* simulated) {
   auto run = [&](int64_t layers) {
     TransformerConfig m = model;
     m.layers = layers;
@@ -29,7 +29,7 @@ StepFigures StepOf(const Machine& machine, const Mesh& mesh, const TransformerCo
     *simulated = {model.layers};
     return run(model.layers);
   }
-  return ComposeShortSteps(short_layers, model.layers, run, simulated);
+  return ComposeShortSteps(short_layers, model.layers, run, simulated, settle);
 }
 
 }  // namespace
@@ -45,13 +45,15 @@ ServeReport SimulateServe(const Machine& machine, const TransformerConfig& model
   CollectiveCostModel* collectives = &owned.model();
   ServeReport r;
   r.devices = mesh.size();
-  const StepFigures prefill = StepOf(machine, mesh, model, serve, ServeStep::kPrefill, no_remat,
-                                     rules, *collectives, options.compose, &r.prefill_layers);
+  const StepFigures prefill =
+      StepOf(machine, mesh, model, serve, ServeStep::kPrefill, no_remat, rules, *collectives,
+             options.compose, options.settle, &r.prefill_layers);
   ServeConfig mean = serve;
   r.mean_context = serve.prompt_len + serve.decode_len / 2;
   mean.context = r.mean_context;
-  const StepFigures decode = StepOf(machine, mesh, model, mean, ServeStep::kDecode, no_remat, rules,
-                                    *collectives, options.compose, &r.simulated_layers);
+  const StepFigures decode =
+      StepOf(machine, mesh, model, mean, ServeStep::kDecode, no_remat, rules, *collectives,
+             options.compose, options.settle, &r.simulated_layers);
   r.ttft = prefill.end;
   r.tpot = decode.end;
   r.total = r.ttft + r.tpot * std::max<int64_t>(serve.decode_len - 1, 0);

@@ -138,6 +138,10 @@ struct TrainStepOptions {
   // within 1% of the whole step in tests; the peak of live memory: within 5%, as the moment
   // it peaks can move between near-equal candidates). Off: simulate all layers.
   bool compose = true;
+  // Composing: take the first pair of layer counts where the step has settled (ComposeShortSteps
+  // probes a few more layers); off: the first pair whose peaks extrapolate, as a search's
+  // screening does (faster, up to several percent off where the first layers settle slowly).
+  bool settle = true;
   // Issue each layer's weight collectives while the layer before it computes
   // (PrefetchWeightCollectives); off: where the partitioner put them, just before their use.
   bool prefetch = true;
@@ -202,12 +206,29 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
 // Whether b's peak (overall or in some memory phase) is below a's, b being one layer longer:
 // such peaks cannot be extrapolated (ComposeShortSteps composes from the next pair then).
 bool PeakFalls(const StepFigures& a, const StepFigures& b);
+// Whether composing a and b over k more layers (ComposeFigures) puts the peak in another memory
+// phase than the one holding b's: two points cannot tell a phase that overtakes by its slope
+// from one still settling (ComposeShortSteps composes from the next pair then).
+bool PeakChangesPhase(const StepFigures& a, const StepFigures& b, int64_t k);
+// How far apart two consecutive layers' slopes of the step time may be, relative to the
+// later, for the step to count as settled (SlopesAgree).
+inline constexpr double kSettledSlope = 0.005;
+// The most layers ComposeShortSteps probes beyond its first pair.
+inline constexpr int64_t kSettleProbes = 4;
+// Whether the step time grows by the same from b to c as from a to b (within kSettledSlope),
+// each one layer longer than the one before.
+bool SlopesAgree(const StepFigures& a, const StepFigures& b, const StepFigures& c);
 // The figures of a step of `layers` layers composed (ComposeFigures) from `run`'s steps of
-// `from` and `from` + 1 layers, or of the next pair when the peak falls between the first
-// (PeakFalls; `layers` must exceed `from` + 1); `simulated` receives the pair composed from.
+// n and n + 1 layers for the first n from `from` on where the step has settled: the step of
+// n + 2 layers grows by what n + 1 grew (SlopesAgree) and the peaks neither fall (PeakFalls)
+// nor move to another phase (PeakChangesPhase); at most kSettleProbes layers past `from` + 1,
+// and never past `layers` (the step itself, then exact). `layers` must exceed `from` + 1;
+// `simulated` receives the pair composed from.
+// Without `settle`, the first pair whose peaks extrapolate: `from` and `from` + 1, or the next
+// pair when the peaks fall or move to another phase between them.
 StepFigures ComposeShortSteps(int64_t from, int64_t layers,
                               const std::function<StepFigures(int64_t)>& run,
-                              std::vector<int64_t>* simulated);
+                              std::vector<int64_t>* simulated, bool settle = true);
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.

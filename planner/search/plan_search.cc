@@ -65,11 +65,12 @@ bool WithinLimit(Bytes peak, Bytes capacity, double memory_limit) {
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
-                         TrainStepReport* report) {
+                         TrainStepReport* report, bool settle) {
   TrainConfig t = train;
   t.microbatches = candidate.microbatches;
   TrainStepOptions options;
   options.collective_model = &collectives;
+  options.settle = settle;
   PlanOutcome o;
   TrainStepReport r;
   o.refused = RefusalOf([&] { r = SimulateTrainStep(machine, model, t, candidate.plan, options); });
@@ -85,15 +86,18 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   o.capacity = r.memory.capacity;
   o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
   o.dominant = DominantPart(r);
+  // A pipeline composes its stage steps its own way, which settling does not change.
+  o.settled = settle || candidate.plan.pipeline.has_value();
   if (report) *report = std::move(r);
   return o;
 }
 
 PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& model,
                               const ServeConfig& serve, const PlanCandidate& candidate,
-                              double memory_limit, CollectiveCostModel& collectives) {
+                              double memory_limit, CollectiveCostModel& collectives, bool settle) {
   TrainStepOptions options;
   options.collective_model = &collectives;
+  options.settle = settle;
   PlanOutcome o;
   ServeReport r;
   o.refused = RefusalOf([&] { r = SimulateServe(machine, model, serve, candidate.plan, options); });
@@ -109,6 +113,7 @@ PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& m
   o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
   o.dominant =
       r.decode_exposed_comm > r.decode_compute ? "decode's exposed comm" : "decode's compute";
+  o.settled = settle;
   return o;
 }
 
@@ -537,6 +542,61 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   for (size_t f : order) rest.emplace_back(f, 1, families[f].variants.size());
   run_phase(rest);
 
+  auto rank_results = [&] {
+    result.ranked.clear();
+    for (size_t i = 0; i < result.results.size(); ++i) {
+      const PlanOutcome& o = result.results[i].outcome;
+      if (o.refused.empty() && o.fits) result.ranked.push_back(i);
+    }
+    std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
+      return Better(space.objective, result.results[a].outcome, result.results[b].outcome);
+    });
+  };
+  rank_results();
+  // Confirmation: the best plans simulated again with the settled composition, over the
+  // workers (each result changed by one), until the best `confirm` are all settled.
+  for (;;) {
+    std::vector<size_t> todo;
+    for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.confirm); ++k) {
+      if (!result.results[result.ranked[k]].outcome.settled) todo.push_back(result.ranked[k]);
+    }
+    if (todo.empty()) break;
+    result.confirmed += static_cast<int64_t>(todo.size());
+    std::atomic<size_t> next{0};
+    auto confirm = [&](Machine& machine, CollectiveCostModel& network) {
+      try {
+        SharedCacheView view(shared, network);
+        SlowestMemberCollectiveModel collectives(view);
+        for (size_t k = next++; k < todo.size(); k = next++) {
+          PlanResult& r = result.results[todo[k]];
+          if (space.serve) {
+            r.outcome = EvaluateServePlan(machine, model, *space.serve, r.candidate,
+                                          space.memory_limit, collectives, true);
+            continue;
+          }
+          TrainStepReport report;
+          r.outcome = EvaluatePlan(machine, model, train, r.candidate, space.memory_limit,
+                                   collectives, &report, true);
+          r.report.reset();
+          if (r.outcome.refused.empty()) {
+            report.link_busy.clear();
+            r.report = std::make_shared<const TrainStepReport>(std::move(report));
+          }
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t j = 0; j < worker_machines.size() && j + 1 < todo.size(); ++j) {
+      threads.emplace_back(confirm, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+    }
+    confirm(*main_machine, main_network);
+    for (std::thread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
+    rank_results();
+  }
   for (const PlanResult& r : result.results) {
     if (!r.outcome.refused.empty()) {
       ++result.refused;
@@ -545,13 +605,6 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
     if (!r.resumed) ++result.simulated;
   }
-  for (size_t i = 0; i < result.results.size(); ++i) {
-    const PlanOutcome& o = result.results[i].outcome;
-    if (o.refused.empty() && o.fits) result.ranked.push_back(i);
-  }
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
-    return Better(space.objective, result.results[a].outcome, result.results[b].outcome);
-  });
   result.wall_s = elapsed();
   return result;
 }

@@ -35,6 +35,10 @@ struct PlanOutcome {
   Bytes capacity;                      // HBM per device.
   bool fits = false;                   // peak <= memory_limit x capacity.
   std::string dominant;  // What the step spends most on ("compute", "all_gather over fsdp", ...).
+  // Composed from layer counts where the step has settled (TrainStepOptions::settle), as the
+  // search confirms its best plans, or pipelined (whose stage steps compose their own way);
+  // false: the screening composition.
+  bool settled = false;
 };
 
 // One evaluated candidate.
@@ -99,6 +103,12 @@ struct SearchOptions {
   // Collective timings to start from and add to (not owned; null: the search's own). Every
   // answer is what the network model gives, so results do not depend on it, only speed.
   SearchCaches* caches = nullptr;
+  // Plans are screened with the fast composition (the first pair of layer counts whose peaks
+  // extrapolate); then the best `confirm` fitting plans are simulated again with the settled
+  // one (TrainStepOptions::settle), until the best `confirm` of the ranking are all settled
+  // (a plan that confirms slower may let one below it up). This process does it even when it
+  // simulates nothing else (`simulate` false), so a merged search ranks as a single one.
+  int confirm = 0;
 };
 
 // What a search found.
@@ -113,6 +123,7 @@ struct SearchResult {
   int64_t refused = 0;                    // Results the simulator refused.
   int64_t not_fitting = 0;                // Results over the memory limit.
   int64_t simulated = 0;                  // Results simulated now (not resumed).
+  int64_t confirmed = 0;                  // Plans simulated again to confirm them.
   double wall_s = 0;                      // Wall time of the search.
 };
 
@@ -127,7 +138,9 @@ struct SearchResult {
 // so there only the same count dominates). Candidates whose logical dimensions do not divide
 // (Indivisible) or whose parameters and optimizer state alone exceed the memory limit are
 // pruned. Each plan is simulated as SimulateTrainStep (SimulateServe) does, composed from 2
-// and 3 layers, with the collectives priced by a cache shared across plans and threads and
+// and 3 layers (screening: without settling, TrainStepOptions::settle; the best
+// `options.confirm` are then settled), with the collectives priced by a cache shared across
+// plans and threads and
 // every member of a collective ending with its slowest member (SlowestMemberCollectiveModel:
 // one timeline for a symmetric mesh). Results do not depend on `options.jobs`.
 SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& train,
@@ -140,12 +153,13 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
-                         TrainStepReport* report = nullptr);
+                         TrainStepReport* report = nullptr, bool settle = false);
 
 // Evaluates one serving candidate (SimulateServe) as SearchPlans does.
 PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& model,
                               const ServeConfig& serve, const PlanCandidate& candidate,
-                              double memory_limit, CollectiveCostModel& collectives);
+                              double memory_limit, CollectiveCostModel& collectives,
+                              bool settle = false);
 
 // What dominates a step: "compute", "bubble", or its largest exposed collective class.
 std::string DominantPart(const TrainStepReport& report);

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
                    "timeline class; timing only; the default for model runs, whose step is "
                    "composed from 2 and 3 simulated layers)")
       ->check(CLI::IsMember({"network", "cached"}));
+  run_cmd->add_flag("--whole-step", run.whole_step,
+                    "Model runs: simulate every layer (cached timing) instead of composing the "
+                    "step from short steps of 2 and 3 layers (a check of the composition)");
   run_cmd->add_option("--set", run.overrides, "Override a run-file key: KEY=VALUE (repeatable)");
 
   shardsim::CollectiveCommandOptions coll;
@@ -141,7 +144,9 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--budget", plan.budget, "Consider only the first N candidates");
   plan_cmd->add_option("--time-limit", plan.time_limit,
                        "Start no new evaluation after this long, e.g. 60s");
-  plan_cmd->add_option("--top", plan.top, "Rows of the ranked table (default 10)");
+  plan_cmd->add_option("--top", plan.top,
+                       "Rows of the ranked table (default 10), each confirmed with run's "
+                       "settled composition");
   plan_cmd->add_option("--out", plan.out_path,
                        "Append one JSON line per evaluated plan; a rerun resumes from it");
   plan_cmd->add_option("--json", plan.json_path, "Write the ranked plans as JSON");

@@ -296,7 +296,7 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
     ReportedStep step{std::to_string(k + 1), PlanLine(r.candidate), {}};
     if (k == 0 || !r.report) {
       planner::EvaluatePlan(machine, spec.model, spec.train, r.candidate, spec.space.memory_limit,
-                            collectives, &step.report);
+                            collectives, &step.report, /*settle=*/true);
     } else {
       step.report = *r.report;
     }
@@ -342,6 +342,9 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   search.budget = options.budget;
   search.time_limit_s = time_limit_s;
   search.make_machine = [&] { return std::make_unique<Machine>(BuildHardware(file.hardware)); };
+  // The plans shown are confirmed (settled composition); spread processes leave it to the
+  // merging search on rank 0.
+  search.confirm = spread ? 0 : options.top;
   if (world) {
     search.process_rank = world->rank();
     search.process_count = world->size();
@@ -417,6 +420,7 @@ int RunPlanCommand(const PlanCommandOptions& options) {
       }
       const double wall = result.wall_s;
       search.simulate = false;
+      search.confirm = options.top;
       search.process_rank = 0;
       search.process_count = 1;
       search.on_progress = nullptr;
@@ -511,9 +515,14 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   summary.push_back(std::string("objective:      ") +
                     planner::SearchObjectiveName(spec.space.objective) +
                     (spec.space.serve ? "; prefill and a decode step at the mean context" : "") +
-                    "; each step composed from 2 and 3 simulated layers, every collective's "
-                    "members ending with its slowest (shardsim run times them apart: within a "
-                    "fraction of a percent on symmetric meshes)");
+                    "; each step screened composed from 2 and 3 simulated layers, the best " +
+                    std::to_string(options.top) +
+                    " confirmed composed from layers where the step has settled (as shardsim "
+                    "run composes; " +
+                    std::to_string(result.confirmed) +
+                    " simulated again), every collective's members ending with its slowest "
+                    "(shardsim run times them apart: within a fraction of a percent on "
+                    "symmetric meshes)");
   std::ostringstream s;
   for (const std::string& l : summary) s << l << "\n";
   s << "\n";

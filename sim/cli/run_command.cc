@@ -420,6 +420,11 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
         "schedule run on their times; --trace writes that schedule); --numerics on, --dump and "
         "--timing network run steps without a pipeline");
   }
+  if (options.whole_step && (run.serve || run.plan.pipeline)) {
+    throw InputError(
+        "--whole-step: training steps without a pipeline compose from short steps; serving and "
+        "pipelined runs compose their own way");
+  }
   if (run.serve) {
     const bool check = mode == "on";
     if (whole && !(check && !tracer && options.dump_dir.empty() && options.timing.empty())) {
@@ -444,6 +449,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   try {
     if (!whole) {
       planner::TrainStepOptions step_options;
+      step_options.compose = !options.whole_step;
       if (run.plan.pipeline) step_options.observer = tracer;
       report.step =
           run.mlp

@@ -350,8 +350,11 @@ TEST(PlanSearchTest, SelectiveRematDoesNotDominateOffloadingWhatItRecomputes) {
 
 TEST(PlanSearchTest, ResultsDoNotDependOnJobs) {
   std::vector<std::string> seen[2];
-  const SearchResult one = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  SearchOptions one_job = Options(1);
+  one_job.confirm = 3;
+  const SearchResult one = SearchPlans(Tiny(), TinyTrain(), TinySpace(), one_job);
   SearchOptions two_jobs = Options(2);
+  two_jobs.confirm = 3;
   two_jobs.on_result = [&](const PlanResult& r) { seen[1].push_back(r.key); };
   const SearchResult two = SearchPlans(Tiny(), TinyTrain(), TinySpace(), two_jobs);
   ASSERT_EQ(one.results.size(), two.results.size());
@@ -365,6 +368,43 @@ TEST(PlanSearchTest, ResultsDoNotDependOnJobs) {
   }
   EXPECT_EQ(one.ranked, two.ranked);
   EXPECT_EQ(seen[0], seen[1]);  // on_result sees the search order.
+}
+
+// The search screens plans with the fast composition (2 and 3 layers) and confirms its best
+// `confirm` with run's settled one: the best three are settled, each with the outcome
+// EvaluatePlan gives with settle on (the step of 4 layers itself here: the settled composition
+// probes up to it), the others keep their screening outcomes, and the ranking is by the
+// figures shown.
+TEST(PlanSearchTest, ConfirmsTheBestPlansWithTheSettledComposition) {
+  SearchOptions options = Options(2);
+  options.confirm = 3;
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), options);
+  ASSERT_GE(r.ranked.size(), 4u);
+  EXPECT_GE(r.confirmed, 3);
+  const std::unique_ptr<Machine> machine = V5e8();
+  NetworkCollectiveModel network(*machine);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel collectives(cache);
+  int differ = 0;
+  for (size_t k = 0; k < r.ranked.size(); ++k) {
+    const PlanResult& p = r.results[r.ranked[k]];
+    TrainConfig train = TinyTrain();
+    const bool settled = k < 3;
+    EXPECT_EQ(p.outcome.settled, settled) << k;
+    const PlanOutcome alone = EvaluatePlan(*machine, Tiny(), train, p.candidate,
+                                           TinySpace().memory_limit, collectives, nullptr, settled);
+    EXPECT_EQ(p.outcome.step_time, alone.step_time) << p.key;
+    EXPECT_EQ(p.outcome.peak, alone.peak) << p.key;
+    if (k > 0) {
+      EXPECT_LE(r.results[r.ranked[k - 1]].outcome.step_time, p.outcome.step_time) << k;
+    }
+    if (settled) {
+      const PlanOutcome screened =
+          EvaluatePlan(*machine, Tiny(), train, p.candidate, TinySpace().memory_limit, collectives);
+      differ += screened.step_time != p.outcome.step_time;
+    }
+  }
+  EXPECT_GT(differ, 0);  // The confirmation changed something: a real check.
 }
 
 TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
