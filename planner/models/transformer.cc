@@ -490,9 +490,22 @@ class TrainStepBuilder {
                                                        : OpKind::kRelu;
     layout.dtype = train_.dtype;
     layout.batch_axes = rules_.Axes("batch");
-    layout.expert_axes = rules_.Axes("expert");
-    layout.mlp_axes = rules_.Axes("mlp");
-    layout.embed_axes = rules_.Axes("embed");
+    // The weights enter as they are held (FeedForwardParams' specs, which give an axis to the
+    // first of their dimensions that names it).
+    const PartitionSpec held_in = rules_.Spec({"expert", "embed", "mlp"});
+    const PartitionSpec held_out = rules_.Spec({"expert", "mlp", "embed"});
+    auto dim = [](const PartitionSpec& spec, size_t d) {
+      return d < spec.dims.size() ? spec.dims[d] : std::vector<std::string>{};
+    };
+    layout.expert_axes = dim(held_in, 0);
+    layout.embed_axes = dim(held_in, 1);
+    layout.mlp_axes = dim(held_in, 2);
+    if (dim(held_out, 0) != layout.expert_axes || dim(held_out, 1) != layout.mlp_axes ||
+        dim(held_out, 2) != layout.embed_axes) {
+      throw SpecError("plan.rules",
+                      "dropless MoE: the rules split the experts' embed and mlp dimensions over "
+                      "one mesh axis");
+    }
     auto size = [&](const std::vector<std::string>& names) {
       int64_t n = 1;
       for (const std::string& name : names) {

@@ -496,6 +496,12 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));
+    if (!run.mlp && run.model.experts > 0 && run.model.capacity_factor <= 0 &&
+        report.numerics.checked) {
+      report.numerics_note +=
+          "; MoE routing is dropless (capacity_factor <= 0): no expert "
+          "assignment dropped";
+    }
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
     Time recompute;
     for (const OpRow& op : report.ops) {

@@ -89,6 +89,24 @@ TEST_F(ModelRunTest, MixtureOfExpertsRunsAndReportsItsDroppedShare) {
   EXPECT_NE(RunOk(args).out.find("all_to_all over fsdp"), std::string::npos);
 }
 
+// Dropless routing (capacity_factor -1) runs the ragged dispatch with real data and passes;
+// the run says nothing was dropped, and the exposed communication names the ragged
+// all-to-alls.
+TEST_F(ModelRunTest, DroplessMixtureOfExpertsRunsWithRealData) {
+  const std::string file = Tiny();
+  const std::vector<std::string> moe = {
+      "--set", "model.experts=4",          "--set", "model.expert_d_ff=32",
+      "--set", "model.capacity_factor=-1", "--set", "plan.rules.expert=fsdp"};
+  std::vector<std::string> args = {"run", file, "--numerics", "on"};
+  args.insert(args.end(), moe.begin(), moe.end());
+  const Result r = RunOk(args);
+  EXPECT_NE(r.out.find("numerics:       passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MoE routing is dropless"), std::string::npos) << r.out;
+  args = {"run", file};
+  args.insert(args.end(), moe.begin(), moe.end());
+  EXPECT_NE(RunOk(args).out.find("ragged_all_to_all over fsdp"), std::string::npos);
+}
+
 // --numerics on runs the whole step with real data (microbatches, Adam, FSDP x TP) and checks
 // it against the unsharded step; its step time is the composed run's within 1%.
 TEST_F(ModelRunTest, NumericsOnRunsTheWholeStepAndPasses) {
