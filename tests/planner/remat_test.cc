@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,15 +17,15 @@
 namespace shardsim::planner {
 namespace {
 
-// One layer under data parallelism over 8: h = x @ w1, a = relu(h), y = a @ w2, then
-// loss = sum(y) and its gradients with respect to w1 and w2. The layer's values: h, a, y.
-ProgramSpec Layer() {
+// One layer under data parallelism over 8: h = x @ w1, a = middle(h) (its values after h),
+// y = a @ w2, then loss = sum(y) and its gradients with respect to w1 and w2.
+ProgramSpec LayerOf(const std::function<void(ProgramBuilder&)>& middle) {
   ProgramBuilder pb({{"dp", 8}}, {}, ProgramMode::kAuto);
   pb.Input("x", {16, 8}, DType::kF32, P({{"dp"}}), Normal(1));
   pb.Input("w1", {8, 8}, DType::kF32, P({}), Normal(2));
   pb.Input("w2", {8, 8}, DType::kF32, P({}), Normal(3));
   pb.Matmul("x", "w1", "h");
-  pb.Unary(OpKind::kRelu, "h", "a");
+  middle(pb);
   pb.Matmul("a", "w2", "y");
   OpSpec sum;
   sum.kind = OpKind::kSum;
@@ -35,6 +36,11 @@ ProgramSpec Layer() {
   pb.Output("d_w1", P({}));
   pb.Output("d_w2", P({}));
   return std::move(pb).Build();
+}
+
+// The layer with a = relu(h). Its values: h, a, y.
+ProgramSpec Layer() {
+  return LayerOf([](ProgramBuilder& pb) { pb.Unary(OpKind::kRelu, "h", "a"); });
 }
 
 struct Remat {
@@ -124,30 +130,17 @@ TEST(RematTest, RecomputedGradientsMatchTheUnshardedOnes) {
   }
 }
 
-// A layer whose middle is a shard_map region: h = x @ w1; in the region e = exp(h), a = e * e
-// (whose derivative reads e, so grad adds e to the region's outputs as a residual); y = a @ w2.
+// The layer with a shard_map region for a: in it e = exp(h), a = e * e (whose derivative reads
+// e, so grad adds e to the region's outputs as a residual).
 ProgramSpec LayerWithRegion() {
-  ProgramBuilder pb({{"dp", 8}}, {}, ProgramMode::kAuto);
-  pb.Input("x", {16, 8}, DType::kF32, P({{"dp"}}), Normal(1));
-  pb.Input("w1", {8, 8}, DType::kF32, P({}), Normal(2));
-  pb.Input("w2", {8, 8}, DType::kF32, P({}), Normal(3));
-  pb.Matmul("x", "w1", "h");
-  ProgramBuilder body({{"dp", 8}}, {}, ProgramMode::kManual);
-  body.Input("hb", {16, 8}, DType::kF32, P({{"dp"}}));
-  body.Unary(OpKind::kExp, "hb", "e");
-  body.Binary(OpKind::kMul, "e", "e", "ab");
-  body.Output("ab", P({{"dp"}}));
-  pb.ShardMap({"h"}, std::move(body).Build(), {"a"});
-  pb.Matmul("a", "w2", "y");
-  OpSpec sum;
-  sum.kind = OpKind::kSum;
-  sum.in = {"y"};
-  sum.out = {"loss"};
-  pb.Add(std::move(sum));
-  pb.Grad("loss", {"w1", "w2"}, {"d_w1", "d_w2"});
-  pb.Output("d_w1", P({}));
-  pb.Output("d_w2", P({}));
-  return std::move(pb).Build();
+  return LayerOf([](ProgramBuilder& pb) {
+    ProgramBuilder body({{"dp", 8}}, {}, ProgramMode::kManual);
+    body.Input("hb", {16, 8}, DType::kF32, P({{"dp"}}));
+    body.Unary(OpKind::kExp, "hb", "e");
+    body.Binary(OpKind::kMul, "e", "e", "ab");
+    body.Output("ab", P({{"dp"}}));
+    pb.ShardMap({"h"}, std::move(body).Build(), {"a"});
+  });
 }
 
 // Full remat recomputes a shard_map region whole, the residuals grad added to its outputs
