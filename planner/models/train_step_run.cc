@@ -123,7 +123,9 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
   // phase may overtake by its slope or still be settling (Mixtral 8x7B's dropless step with
   // full remat: its first backward pass peaks at 18.5 GiB with 2 layers and 23.4 with 3,
   // while the last, the step's peak, grows from 23.3 to 23.8; from 2 and 3, 166 GiB at 32
-  // layers). Such pairs are not composed from either.
+  // layers). Such pairs do not count as settled either. When the probes run out (or reach
+  // `layers`), the last pair is composed from whatever it shows; without settling, the next
+  // pair is taken once, as it is.
   StepFigures a = run(from);
   StepFigures b = run(from + 1);
   int64_t at = from;  // a's layers; b has one more.

@@ -221,7 +221,8 @@ bool SlopesAgree(const StepFigures& a, const StepFigures& b, const StepFigures& 
 // The figures of a step of `layers` layers composed (ComposeFigures) from `run`'s steps of
 // n and n + 1 layers for the first n from `from` on where the step has settled: the step of
 // n + 2 layers grows by what n + 1 grew (SlopesAgree) and the peaks neither fall (PeakFalls)
-// nor move to another phase (PeakChangesPhase); at most kSettleProbes layers past `from` + 1,
+// nor move to another phase (PeakChangesPhase); at most kSettleProbes layers past `from` + 1
+// (the last pair probed then, settled or not),
 // and never past `layers` (the step itself, then exact). `layers` must exceed `from` + 1;
 // `simulated` receives the pair composed from.
 // Without `settle`, the first pair whose peaks extrapolate: `from` and `from` + 1, or the next

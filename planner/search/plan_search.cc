@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -405,64 +406,79 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     int64_t dominated = 0, unknown = 0;
     bool done = false;
   };
+  // Whether a fitting plan among `fits` makes `c` (of the same family) not worth simulating.
+  auto dominated = [](const PlanCandidate& c, const std::vector<const PlanCandidate*>& fits) {
+    for (const PlanCandidate* f : fits) {
+      // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
+      // extra work. Offloading more adds copies (which never speed a step up) and saves only
+      // the recompute of values f's remat would recompute: a fitting plan offloading a subset
+      // of c's dominates c when f's remat keeps every value c offloads beyond it.
+      const int64_t m = f->microbatches;
+      const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
+      const std::vector<std::string>& fo = f->plan.offload;
+      bool offload = Within(fo, c.plan.offload);
+      for (const std::string& name : c.plan.offload) {
+        const bool more = std::find(fo.begin(), fo.end(), name) == fo.end();
+        offload = offload && (!more || RematKeeps(f->plan.remat, name));
+      }
+      if (RematRank(f->plan.remat) <= RematRank(c.plan.remat) && fewer && offload) return true;
+    }
+    return false;
+  };
+  // Candidate `c`'s result: known (resumed), or screened on `machine` (nullopt when this
+  // process simulates nothing and does not know it).
+  auto evaluate = [&](const PlanCandidate& c, Machine& machine,
+                      CollectiveCostModel& collectives) -> std::optional<PlanResult> {
+    PlanResult pr;
+    pr.candidate = c;
+    pr.key = CandidateKey(c);
+    if (const auto known = options.known.find(pr.key); known != options.known.end()) {
+      pr.outcome = known->second;
+      pr.resumed = true;
+      // Fitting is this search's question (its memory limit may differ from the one the
+      // outcome was first judged by); a pipeline's outcome needs no confirming.
+      pr.outcome.fits = WithinLimit(pr.outcome.peak, pr.outcome.capacity, space.memory_limit);
+      pr.outcome.settled = c.plan.pipeline.has_value();
+    } else if (!options.simulate) {
+      return std::nullopt;
+    } else if (space.serve) {
+      pr.outcome =
+          EvaluateServePlan(machine, model, *space.serve, c, space.memory_limit, collectives);
+    } else {
+      TrainStepReport report;
+      pr.outcome = EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
+      if (pr.outcome.refused.empty()) {
+        report.link_busy.clear();
+        pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+      }
+    }
+    return pr;
+  };
+  // Per family, the variants skipped as dominated (in order), should their dominator fail its
+  // confirmation; each family's items run one at a time, on one worker.
+  std::vector<std::vector<size_t>> skipped(families.size());
   // Settles `item` on one worker.
   auto settle = [&](Item& item, Machine& machine, CollectiveCostModel& collectives) {
     std::vector<const PlanCandidate*>& fits = fitting[item.family];
     for (size_t v = item.first; v < item.last; ++v) {
       const PlanCandidate& c = families[item.family].variants[v];
-      bool is_dominated = false;
-      for (const PlanCandidate* f : fits) {
-        // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
-        // extra work. Offloading more adds copies (which never speed a step up) and saves only
-        // the recompute of values f's remat would recompute: a fitting plan offloading a subset
-        // of c's dominates c when f's remat keeps every value c offloads beyond it.
-        const int64_t m = f->microbatches;
-        const bool fewer = c.plan.pipeline ? m == c.microbatches : m <= c.microbatches;
-        const std::vector<std::string>& fo = f->plan.offload;
-        bool offload = Within(fo, c.plan.offload);
-        for (const std::string& name : c.plan.offload) {
-          const bool more = std::find(fo.begin(), fo.end(), name) == fo.end();
-          offload = offload && (!more || RematKeeps(f->plan.remat, name));
-        }
-        is_dominated = is_dominated ||
-                       (RematRank(f->plan.remat) <= RematRank(c.plan.remat) && fewer && offload);
-      }
-      if (is_dominated) {
+      if (dominated(c, fits)) {
         ++item.dominated;
+        skipped[item.family].push_back(v);
         continue;
       }
-      PlanResult pr;
-      pr.candidate = c;
-      pr.key = CandidateKey(c);
-      if (const auto known = options.known.find(pr.key); known != options.known.end()) {
-        pr.outcome = known->second;
-        pr.resumed = true;
-        // Fitting is this search's question (its memory limit may differ from the one the
-        // outcome was first judged by).
-        pr.outcome.fits = WithinLimit(pr.outcome.peak, pr.outcome.capacity, space.memory_limit);
-      } else if (!options.simulate) {
+      std::optional<PlanResult> pr = evaluate(c, machine, collectives);
+      if (!pr) {
         ++item.unknown;
         continue;
-      } else {
-        if (space.serve) {
-          pr.outcome =
-              EvaluateServePlan(machine, model, *space.serve, c, space.memory_limit, collectives);
-        } else {
-          TrainStepReport report;
-          pr.outcome =
-              EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
-          if (pr.outcome.refused.empty()) {
-            report.link_busy.clear();
-            pr.report = std::make_shared<const TrainStepReport>(std::move(report));
-          }
-        }
       }
-      if (pr.outcome.refused.empty() && pr.outcome.fits) fits.push_back(&c);
-      if (v == 0) first_outcome[item.family] = pr.outcome;
-      item.results.push_back(std::move(pr));
+      if (pr->outcome.refused.empty() && pr->outcome.fits) fits.push_back(&c);
+      if (v == 0) first_outcome[item.family] = pr->outcome;
+      item.results.push_back(std::move(*pr));
     }
   };
 
+  std::vector<size_t> result_family;  // Each result's family.
   // Runs `items` over the workers; commits them in order into `result`.
   auto run_phase = [&](std::vector<Item>& items) {
     std::atomic<size_t> next{0};
@@ -493,6 +509,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
             r.index = result.results.size();
             if (options.on_result) options.on_result(r);
             result.results.push_back(std::move(r));
+            result_family.push_back(item.family);
           }
           ++next_commit;
         }
@@ -554,47 +571,97 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   };
   rank_results();
   // Confirmation: the best plans simulated again with the settled composition, over the
-  // workers (each result changed by one), until the best `confirm` are all settled.
+  // workers (each result changed by one), until the best `confirm` are all settled. A plan
+  // that fitted when screened and does not when confirmed no longer dominates: its family's
+  // skipped variants that nothing else dominates are screened then (on this thread, in the
+  // family's order), and the ranking confirmed again.
+  auto out_of_time_now = [&] {
+    return options.time_limit_s > 0 && elapsed() > options.time_limit_s;
+  };
   for (;;) {
-    std::vector<size_t> todo;
-    for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.confirm); ++k) {
-      if (!result.results[result.ranked[k]].outcome.settled) todo.push_back(result.ranked[k]);
-    }
-    if (todo.empty()) break;
-    result.confirmed += static_cast<int64_t>(todo.size());
-    std::atomic<size_t> next{0};
-    auto confirm = [&](Machine& machine, CollectiveCostModel& network) {
-      try {
-        SharedCacheView view(shared, network);
-        SlowestMemberCollectiveModel collectives(view);
-        for (size_t k = next++; k < todo.size(); k = next++) {
-          PlanResult& r = result.results[todo[k]];
-          if (space.serve) {
-            r.outcome = EvaluateServePlan(machine, model, *space.serve, r.candidate,
-                                          space.memory_limit, collectives, true);
-            continue;
-          }
-          TrainStepReport report;
-          r.outcome = EvaluatePlan(machine, model, train, r.candidate, space.memory_limit,
-                                   collectives, &report, true);
-          r.report.reset();
-          if (r.outcome.refused.empty()) {
-            report.link_busy.clear();
-            r.report = std::make_shared<const TrainStepReport>(std::move(report));
-          }
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(commit_mutex);
-        if (!failure) failure = std::current_exception();
+    std::set<size_t> reopen;  // Families whose confirmed plan stopped fitting.
+    for (;;) {
+      std::vector<size_t> todo;
+      for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.confirm);
+           ++k) {
+        if (!result.results[result.ranked[k]].outcome.settled) todo.push_back(result.ranked[k]);
       }
-    };
-    std::vector<std::thread> threads;
-    for (size_t j = 0; j < worker_machines.size() && j + 1 < todo.size(); ++j) {
-      threads.emplace_back(confirm, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+      if (todo.empty() || out_of_time_now()) break;
+      result.confirmed += static_cast<int64_t>(todo.size());
+      std::atomic<size_t> next{0};
+      auto confirm = [&](Machine& machine, CollectiveCostModel& network) {
+        try {
+          SharedCacheView view(shared, network);
+          SlowestMemberCollectiveModel collectives(view);
+          for (size_t k = next++; k < todo.size(); k = next++) {
+            PlanResult& r = result.results[todo[k]];
+            if (space.serve) {
+              r.outcome = EvaluateServePlan(machine, model, *space.serve, r.candidate,
+                                            space.memory_limit, collectives, true);
+              continue;
+            }
+            TrainStepReport report;
+            r.outcome = EvaluatePlan(machine, model, train, r.candidate, space.memory_limit,
+                                     collectives, &report, true);
+            r.report.reset();
+            if (r.outcome.refused.empty()) {
+              report.link_busy.clear();
+              r.report = std::make_shared<const TrainStepReport>(std::move(report));
+            }
+          }
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(commit_mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      };
+      std::vector<std::thread> threads;
+      for (size_t j = 0; j < worker_machines.size() && j + 1 < todo.size(); ++j) {
+        threads.emplace_back(confirm, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+      }
+      confirm(*main_machine, main_network);
+      for (std::thread& t : threads) t.join();
+      if (failure) std::rethrow_exception(failure);
+      for (size_t i : todo) {  // Every todo fitted: it was ranked.
+        const PlanOutcome& o = result.results[i].outcome;
+        if (!o.refused.empty() || !o.fits) reopen.insert(result_family[i]);
+      }
+      rank_results();
     }
-    confirm(*main_machine, main_network);
-    for (std::thread& t : threads) t.join();
-    if (failure) std::rethrow_exception(failure);
+    if (reopen.empty() || out_of_time_now()) break;
+    SharedCacheView view(shared, main_network);
+    SlowestMemberCollectiveModel collectives(view);
+    bool added = false;
+    for (size_t f : reopen) {
+      // The family's fitting plans now, and its skipped variants no longer dominated.
+      std::vector<PlanCandidate> fit_now;
+      for (size_t i = 0; i < result.results.size(); ++i) {
+        const PlanOutcome& o = result.results[i].outcome;
+        if (result_family[i] == f && o.refused.empty() && o.fits) {
+          fit_now.push_back(result.results[i].candidate);
+        }
+      }
+      std::vector<size_t> still;
+      for (size_t v : skipped[f]) {
+        const PlanCandidate& c = families[f].variants[v];
+        std::vector<const PlanCandidate*> fits;
+        for (const PlanCandidate& x : fit_now) fits.push_back(&x);
+        std::optional<PlanResult> pr;
+        if (!dominated(c, fits)) pr = evaluate(c, *main_machine, collectives);
+        if (!pr) {
+          still.push_back(v);
+          continue;
+        }
+        --result.dominated;
+        if (pr->outcome.refused.empty() && pr->outcome.fits) fit_now.push_back(c);
+        pr->index = result.results.size();
+        if (options.on_result) options.on_result(*pr);
+        result.results.push_back(std::move(*pr));
+        result_family.push_back(f);
+        added = true;
+      }
+      skipped[f] = std::move(still);
+    }
+    if (!added) break;
     rank_results();
   }
   for (const PlanResult& r : result.results) {

@@ -407,6 +407,45 @@ TEST(PlanSearchTest, ConfirmsTheBestPlansWithTheSettledComposition) {
   EXPECT_GT(differ, 0);  // The confirmation changed something: a real check.
 }
 
+// A plan that fits when screened and not when confirmed no longer dominates its family: the
+// variants it had skipped are screened then. The tiny model with 8 layers under a 2.98 MB
+// limit: data 2 x fsdp 4 without remat screens at 2,955,504 B and confirms at 2,997,684 B;
+// with selective remat it fits and is the best plan (before, the family vanished and data 2 x
+// fsdp 2 x tensor 2 ranked first, 1.497 ms against 1.490 ms).
+TEST(PlanSearchTest, APlanThatStopsFittingWhenConfirmedNoLongerDominates) {
+  TransformerConfig model = Tiny();
+  model.layers = 8;
+  SearchSpace space = TinySpace();
+  space.memory_limit = 0.000186;
+  SearchOptions options = Options(2);
+  options.confirm = 10;
+  const SearchResult r = SearchPlans(model, TinyTrain(), space, options);
+  ASSERT_FALSE(r.ranked.empty());
+  const PlanResult& best = r.results[r.ranked[0]];
+  const std::vector<MeshAxis> mesh = {{"data", 2}, {"fsdp", 4}};
+  auto is_mesh = [&](const PlanResult& p) {
+    if (p.candidate.plan.mesh.size() != mesh.size()) return false;
+    for (size_t a = 0; a < mesh.size(); ++a) {
+      if (p.candidate.plan.mesh[a].name != mesh[a].name ||
+          p.candidate.plan.mesh[a].size != mesh[a].size) {
+        return false;
+      }
+    }
+    return true;
+  };
+  EXPECT_TRUE(is_mesh(best)) << best.key;
+  EXPECT_EQ(best.candidate.plan.remat, RematPolicy::kSelective) << best.key;
+  EXPECT_TRUE(best.outcome.settled);
+  bool failed_confirmation = false;
+  for (const PlanResult& p : r.results) {
+    if (is_mesh(p) && p.candidate.plan.remat == RematPolicy::kNone &&
+        p.candidate.microbatches == 1) {
+      failed_confirmation = p.outcome.settled && !p.outcome.fits;
+    }
+  }
+  EXPECT_TRUE(failed_confirmation);
+}
+
 TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
   const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
   SearchOptions resume = Options(1);
