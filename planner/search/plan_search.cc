@@ -425,10 +425,10 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
     return false;
   };
-  // Candidate `c`'s result: known (resumed), or screened on `machine` (nullopt when this
-  // process simulates nothing and does not know it).
-  auto evaluate = [&](const PlanCandidate& c, Machine& machine,
-                      CollectiveCostModel& collectives) -> std::optional<PlanResult> {
+  // Candidate `c`'s result: known (resumed), or screened on `machine` (nullopt when it is not
+  // known and this process simulates nothing, unless `always`).
+  auto evaluate = [&](const PlanCandidate& c, Machine& machine, CollectiveCostModel& collectives,
+                      bool always = false) -> std::optional<PlanResult> {
     PlanResult pr;
     pr.candidate = c;
     pr.key = CandidateKey(c);
@@ -439,7 +439,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       // outcome was first judged by); a pipeline's outcome needs no confirming.
       pr.outcome.fits = WithinLimit(pr.outcome.peak, pr.outcome.capacity, space.memory_limit);
       pr.outcome.settled = c.plan.pipeline.has_value();
-    } else if (!options.simulate) {
+    } else if (!options.simulate && !always) {
       return std::nullopt;
     } else if (space.serve) {
       pr.outcome =
@@ -646,7 +646,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         std::vector<const PlanCandidate*> fits;
         for (const PlanCandidate& x : fit_now) fits.push_back(&x);
         std::optional<PlanResult> pr;
-        if (!dominated(c, fits)) pr = evaluate(c, *main_machine, collectives);
+        // Simulated even by a merging process, as confirmation is (a single process would).
+        if (!dominated(c, fits)) pr = evaluate(c, *main_machine, collectives, true);
         if (!pr) {
           still.push_back(v);
           continue;
