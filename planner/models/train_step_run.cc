@@ -99,9 +99,12 @@ bool PeakChangesPhase(const StepFigures& a, const StepFigures& b, int64_t k) {
 }
 
 bool SlopesAgree(const StepFigures& a, const StepFigures& b, const StepFigures& c) {
-  const double first = (b.end - a.end).seconds();
-  const double second = (c.end - b.end).seconds();
-  return std::abs(second - first) <= kSettledSlope * std::abs(second);
+  auto agree = [](double first, double second) {
+    return std::abs(second - first) <= kSettledSlope * std::abs(second);
+  };
+  return agree((b.end - a.end).seconds(), (c.end - b.end).seconds()) &&
+         agree(static_cast<double>((b.peak - a.peak).count()),
+               static_cast<double>((c.peak - b.peak).count()));
 }
 
 StepFigures ComposeShortSteps(int64_t from, int64_t layers,
@@ -114,7 +117,11 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
   // chips (FSDP 64 x TP 4 x data 8, selective remat): 420.2, 494.1, 560.8, 630.9, 701.0 ms
   // at 2 to 6 layers, slopes 73.9, 66.7, 70.1, 70.1; from 2 and 3 the 80-layer step was
   // 6.187 s, 5.0% above the whole step's 5.891 s; from 5 and 6, within 0.1%. Mixtral 8x7B
-  // (FSDP 8 x EP 8 on H100) settles from 3: from 2 and 3 it was 8.3% short.
+  // (FSDP 8 x EP 8 on H100) settles from 3: from 2 and 3 it was 8.3% short. The peak's
+  // slope must repeat too: MaxText's 128B model on 256 v5e (FSDP 16 x TP 16, full remat)
+  // peaks at 5.253, 5.380, 5.429, 5.556, 5.683 GiB at 2 to 6 layers, its time long settled;
+  // from 3 and 4 (0.049 GiB a layer) its 64 layers peaked at 8.36 GiB against the whole
+  // step's 13.05 (0.127 a layer from 4 on).
   // Memory too: a peak that falls from one layer count to the next shows the first layers
   // settling differently (prefetches and host copies the shortest step overlaps otherwise),
   // and extrapolated it would fall without bound (Llama-3-70B on 256 v6e with full remat and

@@ -210,13 +210,13 @@ bool PeakFalls(const StepFigures& a, const StepFigures& b);
 // phase than the one holding b's: two points cannot tell a phase that overtakes by its slope
 // from one still settling (ComposeShortSteps composes from the next pair then).
 bool PeakChangesPhase(const StepFigures& a, const StepFigures& b, int64_t k);
-// How far apart two consecutive layers' slopes of the step time may be, relative to the
-// later, for the step to count as settled (SlopesAgree).
+// How far apart two consecutive layers' slopes of the step time (and of its peak memory) may
+// be, relative to the later, for the step to count as settled (SlopesAgree).
 inline constexpr double kSettledSlope = 0.005;
 // The most layers ComposeShortSteps probes beyond its first pair.
 inline constexpr int64_t kSettleProbes = 4;
-// Whether the step time grows by the same from b to c as from a to b (within kSettledSlope),
-// each one layer longer than the one before.
+// Whether the step time and the peak grow by the same from b to c as from a to b (within
+// kSettledSlope), each one layer longer than the one before.
 bool SlopesAgree(const StepFigures& a, const StepFigures& b, const StepFigures& c);
 // The figures of a step of `layers` layers composed (ComposeFigures) from `run`'s steps of
 // n and n + 1 layers for the first n from `from` on where the step has settled: the step of

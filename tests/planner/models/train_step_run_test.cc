@@ -396,9 +396,14 @@ TEST(ComposedPeakTest, FallingShortPeaksComposeFromTheNextPair) {
   TrainStepOptions whole;
   whole.compose = false;
   const TrainStepReport full = SimulateTrainStep(machine, model, train, plan, whole);
-  const TrainStepReport composed = SimulateTrainStep(machine, model, train, plan);
+  TrainStepOptions screening;  // The falling pair's rule alone (settling probes further).
+  screening.settle = false;
+  const TrainStepReport composed = SimulateTrainStep(machine, model, train, plan, screening);
   EXPECT_EQ(composed.simulated_layers, (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(composed.memory.peak, full.memory.peak);
+  const TrainStepReport settled = SimulateTrainStep(machine, model, train, plan);
+  EXPECT_GE(settled.simulated_layers.at(0), 3);
+  EXPECT_EQ(settled.memory.peak, full.memory.peak);
   EXPECT_NEAR(composed.step_time.seconds(), full.step_time.seconds(),
               0.01 * full.step_time.seconds());
 }
