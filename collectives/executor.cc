@@ -305,6 +305,8 @@ void Executor::Start() {
   }
   // Compute times, once per op: every position has the same local shapes.
   op_duration_.assign(lp.ops.size(), Time());
+  data_priced_.assign(lp.ops.size(), Time());
+  data_priced_seen_.assign(lp.ops.size(), 0);
   layout_of_op_.assign(lp.ops.size(), nullptr);
   phase_of_op_.assign(lp.ops.size(), 0);
   comm_class_of_op_.assign(lp.ops.size(), -1);
@@ -791,6 +793,14 @@ void Executor::StartCompute(int position, size_t op_index) {
       const OpCost cost = LocalOpCost(*op.spec, inputs, outs);
       duration =
           config_.compute_model->OpTime(op.spec->kind, cost, CostDType(*op.spec, inputs, outs));
+      // The op's row reports the busiest device's time instead of the balanced estimate.
+      Time& most = data_priced_[op_index];
+      if (!data_priced_seen_[op_index] || duration > most) {
+        const Time before = data_priced_seen_[op_index] ? most : op_duration_[op_index];
+        op_timings_[op.source].compute += duration - before;
+        most = duration;
+        data_priced_seen_[op_index] = 1;
+      }
     }
     for (size_t k = 0; k < outputs.size() && k < op.out_values.size(); ++k) {
       d.values[op.out_values[k]] = std::move(outputs[k]);

@@ -68,7 +68,9 @@ struct OpTiming {
   Time start;             // First device started it.
   Time end;               // Last device finished it.
   std::string algorithm;  // Collective algorithm used ("" for local ops).
-  Time compute;           // Local ops: the compute model's time on one device, no slowdown.
+  // Local ops: the compute model's time on one device, no slowdown (ops priced from their data,
+  // OpDef::cost_reads_data: on the busiest device).
+  Time compute;
   // Collectives: their class, "psum over tensor" (as DeviceTiming::exposed_by_collective keys
   // it); "" for local ops.
   std::string comm_class;
@@ -220,12 +222,16 @@ class Executor {
   LoweredProgram own_lowered_;               // When no lowered program was given.
   const LoweredProgram* lowered_ = nullptr;  // The program that runs.
   std::vector<Time> op_duration_;            // Per lowered op: compute time before any slowdown.
-  std::vector<int64_t> op_workspace_;        // Per lowered op: OpCost::workspace, in bytes.
-  std::vector<int32_t> readers_;             // Per value: lowered ops that read it.
-  std::vector<char> held_;                   // Per value: an input or output, never freed.
-  std::vector<int64_t> value_bytes_;         // Per value: bytes of its local block.
-  std::vector<int> work_;                    // Positions woken and not yet tried.
-  std::vector<char> queued_;                 // Per position: in work_.
+  // Per lowered op priced from its data: the longest time a device has run it (its op row
+  // reports it once some device has), and whether one has.
+  std::vector<Time> data_priced_;
+  std::vector<char> data_priced_seen_;
+  std::vector<int64_t> op_workspace_;  // Per lowered op: OpCost::workspace, in bytes.
+  std::vector<int32_t> readers_;       // Per value: lowered ops that read it.
+  std::vector<char> held_;             // Per value: an input or output, never freed.
+  std::vector<int64_t> value_bytes_;   // Per value: bytes of its local block.
+  std::vector<int> work_;              // Positions woken and not yet tried.
+  std::vector<char> queued_;           // Per position: in work_.
   bool draining_ = false;
   std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
   std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.

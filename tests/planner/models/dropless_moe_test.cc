@@ -80,6 +80,17 @@ TEST(DroplessMoeTest, RoutingImbalanceChangesTheTime) {
   EXPECT_GT(Simulate(skewed, true), assumed);
   const RunResult even = RunRegion(balanced, true);
   const RunResult uneven = RunRegion(skewed, true);
+  // The grouped matmuls' op rows give the busiest device's time: the balanced estimate with
+  // balanced data, twice the rows (and more time) with the skewed routing.
+  const RunResult assumed_run = RunRegion(balanced, false);
+  int dots = 0;
+  for (size_t i = 0; i < even.ops.size(); ++i) {
+    if (even.ops[i].op != "ragged_dot") continue;
+    ++dots;
+    EXPECT_EQ(even.ops[i].compute, assumed_run.ops[i].compute) << i;
+    EXPECT_GT(uneven.ops[i].compute, even.ops[i].compute) << i;
+  }
+  EXPECT_EQ(dots, 3);  // Gate, up and down projections.
   for (int p = 0; p < 4; ++p) {
     EXPECT_EQ(even.per_device[p].compute, even.per_device[0].compute) << p;
     if (p < 2) {
