@@ -4,23 +4,15 @@
 #include <utility>
 
 #include "collectives/ir/program_builder.h"
+#include "planner/models/logical_rules.h"
 
 namespace shardsim::planner {
 namespace {
 
-// The product of the sizes of `axes` on `mesh`.
-int64_t Size(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& axes) {
-  int64_t n = 1;
-  for (const std::string& name : axes) {
-    for (const MeshAxis& a : mesh) n *= a.name == name ? a.size : 1;
-  }
-  return n;
-}
-
 // Fails unless `whole` splits evenly into the blocks of `axes`.
 void CheckSplit(const DroplessMoeLayout& layout, int64_t whole,
                 const std::vector<std::string>& axes, const std::string& what) {
-  const int64_t blocks = Size(layout.mesh, axes);
+  const int64_t blocks = NamedAxesSize(layout.mesh, axes);
   if (whole % blocks != 0) {
     throw std::invalid_argument("dropless MoE: " + what + " (" + std::to_string(whole) +
                                 ") does not split into " + std::to_string(blocks) + " blocks");
@@ -128,10 +120,10 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   CheckSplit(layout, layout.d_model, layout.embed_axes, "the experts' d_model");
   const int64_t d = layout.d_model;
   const int64_t k = layout.top_k;
-  const int64_t n = layout.batch / Size(layout.mesh, layout.batch_axes) * layout.length /
-                    Size(layout.mesh, layout.length_axes);  // This device's tokens.
-  const int64_t rows = n * k;                               // Their copies, one per choice.
-  const int64_t group = Size(layout.mesh, layout.expert_axes);
+  const int64_t n = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes) * layout.length /
+                    NamedAxesSize(layout.mesh, layout.length_axes);  // This device's tokens.
+  const int64_t rows = n * k;  // Their copies, one per choice.
+  const int64_t group = NamedAxesSize(layout.mesh, layout.expert_axes);
   const int64_t local_experts = layout.experts / group;
   const std::vector<std::string>& ep = layout.expert_axes;
 
@@ -265,7 +257,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   out = b.Sum(b.Reshape(out, {n, k, d}), 1);
   // The MLP width split over mlp_axes leaves partial sums.
   if (!layout.mlp_axes.empty()) out = b.Collective(OpKind::kPsum, out, layout.mlp_axes);
-  const int64_t local_batch = layout.batch / Size(layout.mesh, layout.batch_axes);
+  const int64_t local_batch = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes);
   out = b.Reshape(out, {local_batch, n / local_batch, d});
   b.pb().Output(out, tokens);
   return std::move(b.pb()).Build();

@@ -70,4 +70,12 @@ const std::vector<std::string>& LogicalRules::Names() {
   return kNames;
 }
 
+int64_t NamedAxesSize(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& names) {
+  int64_t n = 1;
+  for (const std::string& name : names) {
+    for (const MeshAxis& a : mesh) n *= a.name == name ? a.size : 1;
+  }
+  return n;
+}
+
 }  // namespace shardsim::planner

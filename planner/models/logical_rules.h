@@ -39,4 +39,7 @@ class LogicalRules {
   std::map<std::string, std::vector<std::string>> rules_;
 };
 
+// The product of the sizes of the axes of `mesh` named in `names` (names it lacks count 1).
+int64_t NamedAxesSize(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& names);
+
 }  // namespace shardsim::planner

@@ -506,19 +506,13 @@ class TrainStepBuilder {
                       "dropless MoE: the rules split the experts' embed and mlp dimensions over "
                       "one mesh axis");
     }
-    auto size = [&](const std::vector<std::string>& names) {
-      int64_t n = 1;
-      for (const std::string& name : names) {
-        for (const MeshAxis& a : axes_) n *= a.name == name ? a.size : 1;
-      }
-      return n;
-    };
     std::vector<std::string> extra;
     for (const std::string& a : layout.expert_axes) {
       const auto& b = layout.batch_axes;
       if (std::find(b.begin(), b.end(), a) == b.end()) extra.push_back(a);
     }
-    if (layout.batch % (size(layout.batch_axes) * size(extra)) == 0) {
+    if (layout.batch % (NamedAxesSize(axes_, layout.batch_axes) * NamedAxesSize(axes_, extra)) ==
+        0) {
       layout.batch_axes.insert(layout.batch_axes.end(), extra.begin(), extra.end());
     } else {
       layout.length_axes = extra;
@@ -578,10 +572,7 @@ class TrainStepBuilder {
     if (!ones) init.seed = ++seed_;
     const PartitionSpec spec = rules_.Spec(dims);
     for (size_t d = 0; d < spec.dims.size(); ++d) {
-      int64_t blocks = 1;
-      for (const std::string& axis : spec.dims[d]) {
-        for (const MeshAxis& a : axes_) blocks *= a.name == axis ? a.size : 1;
-      }
+      const int64_t blocks = NamedAxesSize(axes_, spec.dims[d]);
       if (shape[d] % blocks == 0) continue;
       std::string dims_text;
       for (const std::string& n : dims) dims_text += (dims_text.empty() ? "" : ", ") + n;

@@ -425,6 +425,24 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
     return false;
   };
+  // Simulates `pr.candidate` on `machine` (screened, or `settle`d as confirmation does) into
+  // pr.outcome and pr.report (its per-link figures left out).
+  auto simulate = [&](PlanResult& pr, Machine& machine, CollectiveCostModel& collectives,
+                      bool settle) {
+    pr.report.reset();
+    if (space.serve) {
+      pr.outcome = EvaluateServePlan(machine, model, *space.serve, pr.candidate, space.memory_limit,
+                                     collectives, settle);
+      return;
+    }
+    TrainStepReport report;
+    pr.outcome = EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives,
+                              &report, settle);
+    if (pr.outcome.refused.empty()) {
+      report.link_busy.clear();
+      pr.report = std::make_shared<const TrainStepReport>(std::move(report));
+    }
+  };
   // Candidate `c`'s result: known (resumed), or screened on `machine` (nullopt when it is not
   // known and this process simulates nothing, unless `always`).
   auto evaluate = [&](const PlanCandidate& c, Machine& machine, CollectiveCostModel& collectives,
@@ -441,16 +459,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       pr.outcome.settled = c.plan.pipeline.has_value();
     } else if (!options.simulate && !always) {
       return std::nullopt;
-    } else if (space.serve) {
-      pr.outcome =
-          EvaluateServePlan(machine, model, *space.serve, c, space.memory_limit, collectives);
     } else {
-      TrainStepReport report;
-      pr.outcome = EvaluatePlan(machine, model, train, c, space.memory_limit, collectives, &report);
-      if (pr.outcome.refused.empty()) {
-        report.link_busy.clear();
-        pr.report = std::make_shared<const TrainStepReport>(std::move(report));
-      }
+      simulate(pr, machine, collectives, false);
     }
     return pr;
   };
@@ -478,14 +488,36 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
   };
 
+  // Runs `work` on every worker thread and this one, each with its machine and a
+  // slowest-member model over the shared cache; the first failure stops the search's phases
+  // and is rethrown.
+  auto on_workers = [&](const std::function<void(Machine&, CollectiveCostModel&)>& work) {
+    auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
+      try {
+        SharedCacheView view(shared, network);
+        SlowestMemberCollectiveModel collectives(view);
+        work(machine, collectives);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        if (!failure) failure = std::current_exception();
+        out_of_time = true;
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t j = 0; j < worker_machines.size(); ++j) {
+      threads.emplace_back(guarded, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+    }
+    guarded(*main_machine, main_network);
+    for (std::thread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
+  };
+
   std::vector<size_t> result_family;  // Each result's family.
   // Runs `items` over the workers; commits them in order into `result`.
   auto run_phase = [&](std::vector<Item>& items) {
     std::atomic<size_t> next{0};
     size_t next_commit = 0;
-    auto work = [&](Machine& machine, CollectiveCostModel& network) {
-      SharedCacheView view(shared, network);
-      SlowestMemberCollectiveModel collectives(view);
+    on_workers([&](Machine& machine, CollectiveCostModel& collectives) {
       for (;;) {
         if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
         if (out_of_time) return;
@@ -516,23 +548,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         progress.elapsed_s = elapsed();
         if (options.on_progress) options.on_progress(progress);
       }
-    };
-    auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
-      try {
-        work(machine, network);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(commit_mutex);
-        if (!failure) failure = std::current_exception();
-        out_of_time = true;
-      }
-    };
-    std::vector<std::thread> threads;
-    for (size_t j = 0; j < worker_machines.size(); ++j) {
-      threads.emplace_back(guarded, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
-    }
-    guarded(*main_machine, main_network);
-    for (std::thread& t : threads) t.join();
-    if (failure) std::rethrow_exception(failure);
+    });
     // What a time limit left unsettled.
     for (const Item& item : items) {
       if (!item.done) result.beyond_budget += static_cast<int64_t>(item.last - item.first);
@@ -589,38 +605,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       if (todo.empty() || out_of_time_now()) break;
       result.confirmed += static_cast<int64_t>(todo.size());
       std::atomic<size_t> next{0};
-      auto confirm = [&](Machine& machine, CollectiveCostModel& network) {
-        try {
-          SharedCacheView view(shared, network);
-          SlowestMemberCollectiveModel collectives(view);
-          for (size_t k = next++; k < todo.size(); k = next++) {
-            PlanResult& r = result.results[todo[k]];
-            if (space.serve) {
-              r.outcome = EvaluateServePlan(machine, model, *space.serve, r.candidate,
-                                            space.memory_limit, collectives, true);
-              continue;
-            }
-            TrainStepReport report;
-            r.outcome = EvaluatePlan(machine, model, train, r.candidate, space.memory_limit,
-                                     collectives, &report, true);
-            r.report.reset();
-            if (r.outcome.refused.empty()) {
-              report.link_busy.clear();
-              r.report = std::make_shared<const TrainStepReport>(std::move(report));
-            }
-          }
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(commit_mutex);
-          if (!failure) failure = std::current_exception();
+      on_workers([&](Machine& machine, CollectiveCostModel& collectives) {
+        for (size_t k = next++; k < todo.size(); k = next++) {
+          simulate(result.results[todo[k]], machine, collectives, true);
         }
-      };
-      std::vector<std::thread> threads;
-      for (size_t j = 0; j < worker_machines.size() && j + 1 < todo.size(); ++j) {
-        threads.emplace_back(confirm, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
-      }
-      confirm(*main_machine, main_network);
-      for (std::thread& t : threads) t.join();
-      if (failure) std::rethrow_exception(failure);
+      });
       for (size_t i : todo) {  // Every todo fitted: it was ranked.
         const PlanOutcome& o = result.results[i].outcome;
         if (!o.refused.empty() || !o.fits) reopen.insert(result_family[i]);

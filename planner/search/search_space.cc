@@ -4,6 +4,8 @@
 #include <functional>
 #include <stdexcept>
 
+#include "planner/models/logical_rules.h"
+
 namespace shardsim::planner {
 
 const char* SearchObjectiveName(SearchObjective objective) {
@@ -116,22 +118,12 @@ std::vector<std::vector<MeshAxis>> FactorMeshes(int64_t devices,
 
 namespace {
 
-// The product of the sizes of `axes` on `mesh`.
-int64_t AxesSize(const std::vector<MeshAxis>& mesh, const std::vector<std::string>& axes) {
-  int64_t n = 1;
-  for (const std::string& name : axes) {
-    for (const MeshAxis& a : mesh) {
-      if (a.name == name) n *= a.size;
-    }
-  }
-  return n;
-}
-
+// "dim (size) over axis=n x axis=m".
 std::string Over(const std::string& dim, int64_t size, const std::vector<MeshAxis>& mesh,
                  const std::vector<std::string>& axes) {
   std::string text = dim + " (" + std::to_string(size) + ") over ";
   for (size_t i = 0; i < axes.size(); ++i) {
-    text += (i ? "x" : "") + axes[i] + "=" + std::to_string(AxesSize(mesh, {axes[i]}));
+    text += (i ? "x" : "") + axes[i] + "=" + std::to_string(NamedAxesSize(mesh, {axes[i]}));
   }
   return text;
 }
@@ -147,7 +139,7 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
            std::to_string(train.batch) + ")";
   }
   int64_t stages = 1;
-  if (plan.pipeline) stages = AxesSize(plan.mesh, {plan.pipeline->axis});
+  if (plan.pipeline) stages = NamedAxesSize(plan.mesh, {plan.pipeline->axis});
   // Sizes of the logical dimensions the step's arrays carry (a microbatch's batch).
   int64_t batch = train.batch / m;
   if (plan.pipeline) {
@@ -169,7 +161,7 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
   }
   for (const auto& [dim, axes] : plan.rules) {
     if (axes.empty()) continue;
-    const int64_t n = AxesSize(plan.mesh, axes);
+    const int64_t n = NamedAxesSize(plan.mesh, axes);
     const auto [begin, end] = sizes.equal_range(dim);
     for (auto size = begin; size != end; ++size) {
       if (size->second % n != 0)
@@ -190,7 +182,7 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
     int64_t replicas = 1;
     if (const auto b = plan.rules.find("batch"); b != plan.rules.end()) {
       for (const std::string& a : b->second) {
-        if (a != plan.pipeline->axis) replicas *= AxesSize(plan.mesh, {a});
+        if (a != plan.pipeline->axis) replicas *= NamedAxesSize(plan.mesh, {a});
       }
     }
     if (train.batch % (m * replicas) != 0) {

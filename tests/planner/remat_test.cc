@@ -110,21 +110,25 @@ TEST(RematTest, NoneChangesNothing) {
   EXPECT_EQ(r.passes, passes);
 }
 
+// `r` (the remat of `global`) partitioned and run with data on 8 v5e chips, checked against
+// `global` unsharded and without remat.
+NumericsReport CheckRun(const Remat& r, const ProgramSpec& global) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+  const PartitionResult partitioned = PartitionExpanded(r.program, r.passes);
+  RunConfig config;
+  config.numerics = true;
+  RunResult run = RunProgram(machine, mesh, partitioned.program, config);
+  return CheckPartitionedNumerics(run.outputs, mesh, global, partitioned.program, "", &run.inputs);
+}
+
 // Partitioned (data parallel over 8) and run with data, each policy's program gives the
 // gradients the unsharded program without remat gives.
 TEST(RematTest, RecomputedGradientsMatchTheUnshardedOnes) {
   for (RematPolicy policy : {RematPolicy::kSelective, RematPolicy::kFull}) {
     SCOPED_TRACE(RematPolicyName(policy));
     const Remat r = Apply(policy);
-    Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-    const ProgramSpec global = Layer();
-    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-    const PartitionResult partitioned = PartitionExpanded(r.program, r.passes);
-    RunConfig config;
-    config.numerics = true;
-    RunResult run = RunProgram(machine, mesh, partitioned.program, config);
-    const NumericsReport report =
-        CheckPartitionedNumerics(run.outputs, mesh, global, partitioned.program, "", &run.inputs);
+    const NumericsReport report = CheckRun(r, Layer());
     EXPECT_TRUE(report.checked);
     EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
   }
@@ -164,15 +168,7 @@ TEST(RematTest, FullRecomputesARegionAndItsResiduals) {
             (std::vector<std::string>{"a_rc", outputs[1] + kRematSuffix}));
   EXPECT_FALSE(ReadFrom(r.program, first, outputs[1]));
   EXPECT_TRUE(ReadFrom(r.program, first, outputs[1] + kRematSuffix));
-  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  const ProgramSpec global = LayerWithRegion();
-  Mesh mesh = PlaceMesh(machine, global.mesh_axes);
-  const PartitionResult partitioned = PartitionExpanded(r.program, r.passes);
-  RunConfig config;
-  config.numerics = true;
-  RunResult run = RunProgram(machine, mesh, partitioned.program, config);
-  const NumericsReport report =
-      CheckPartitionedNumerics(run.outputs, mesh, global, partitioned.program, "", &run.inputs);
+  const NumericsReport report = CheckRun(r, LayerWithRegion());
   EXPECT_TRUE(report.passed) << report.worst_output << " error " << report.max_abs_error;
 }
 
