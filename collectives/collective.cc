@@ -31,8 +31,8 @@ Bytes CollectiveJob::WireBytes(int64_t elements) const {
 }
 
 TransferId CollectiveJob::Send(Network& network, int from, int to, int64_t elements,
-                               std::string label, Callback on_delivered,
-                               Callback on_drained) const {
+                               std::string&& label, Callback&& on_delivered,
+                               Callback&& on_drained) const {
   return network.Start(members[from], members[to], WireBytes(elements), std::move(label),
                        std::move(on_delivered), std::move(on_drained), step_latency, split_routes);
 }

@@ -81,8 +81,8 @@ struct CollectiveJob {
   Bytes WireBytes(int64_t elements) const;
   // Sends `elements` elements from member `from` to member `to` as one protocol message:
   // WireBytes on the network, delivered step_latency after its last byte arrives.
-  TransferId Send(Network& network, int from, int to, int64_t elements, std::string label,
-                  Callback on_delivered, Callback on_drained = Callback()) const;
+  TransferId Send(Network& network, int from, int to, int64_t elements, std::string&& label,
+                  Callback&& on_delivered, Callback&& on_drained = Callback()) const;
 };
 
 // The buffer a member works in, in the output layout: for all-gather, G blocks with its own in

@@ -59,21 +59,26 @@ void RingPass::Send(int member, int step) {
   const std::vector<int>& ring = rings_[p.ring];
   int n = static_cast<int>(ring.size());
   // Reduce-scatter forwards the partial of chunk (r - s - 1); all-gather the chunk (r - s).
+  // back is in [0, n - 1] and index in [0, n): no division needed (this runs per transfer).
   int back = mode_ == Mode::kReduceScatter ? step + 1 : step;
-  int chunk = ((p.index - back) % n + n) % n;
-  int next = ring[(p.index + 1) % n];
-  std::vector<float> payload;
-  if (job_.numerics && work_) {
-    const std::vector<float>& buf = (*work_)[member];
-    payload.reserve(static_cast<size_t>(ChunkElements(p.ring, chunk)));
-    layout_(p.ring, chunk, &scratch_);
-    for (const Segment& s : scratch_) {
-      payload.insert(payload.end(), buf.begin() + s.offset, buf.begin() + s.offset + s.length);
-    }
-  }
+  int chunk = p.index - back;
+  if (chunk < 0) chunk += n;
+  int next = ring[p.index + 1 == n ? 0 : p.index + 1];
   std::string label;
   if (network_.tracing()) {
     label = job_.label + " step " + std::to_string(step + 1) + "/" + std::to_string(n - 1);
+  }
+  if (!job_.numerics || !work_) {  // Timing only: no payload to carry.
+    job_.Send(network_, member, next, ChunkElements(p.ring, chunk), std::move(label),
+              [this, next, step] { Arrive(next, step, {}); });
+    return;
+  }
+  std::vector<float> payload;
+  const std::vector<float>& buf = (*work_)[member];
+  payload.reserve(static_cast<size_t>(ChunkElements(p.ring, chunk)));
+  layout_(p.ring, chunk, &scratch_);
+  for (const Segment& s : scratch_) {
+    payload.insert(payload.end(), buf.begin() + s.offset, buf.begin() + s.offset + s.length);
   }
   job_.Send(network_, member, next, ChunkElements(p.ring, chunk), std::move(label),
             [this, next, step, payload = std::move(payload)]() mutable {
@@ -95,7 +100,8 @@ void RingPass::Handle(int member, int step, const std::vector<float>& payload) {
   int n = static_cast<int>(rings_[p.ring].size());
   // The chunk the predecessor sent at `step`, seen from this position: (r - 1 - back).
   int back = mode_ == Mode::kReduceScatter ? step + 1 : step;
-  int chunk = ((p.index - 1 - back) % n + 2 * n) % n;
+  int chunk = p.index - 1 - back;  // In [-n, n).
+  if (chunk < 0) chunk += n;
   if (job_.numerics && work_) {
     std::vector<float>& buf = (*work_)[member];
     const float* src = payload.data();

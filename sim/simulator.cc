@@ -29,7 +29,7 @@ int32_t Simulator::AllocateBucket() {
   return static_cast<int32_t>(buckets_.size() - 1);
 }
 
-EventId Simulator::ScheduleAt(Time at, Callback cb) {
+EventId Simulator::ScheduleAt(Time at, Callback&& cb) {
   // Times are never negative: one is what a duration beyond the int64 range (a huge one
   // converted from floating point, or sums that wrapped) turns into.
   if (at.picoseconds() < 0) {

@@ -41,9 +41,9 @@ class Simulator {
 
   // Schedules `cb` at absolute time `at`. Throws TimeRangeError if `at` is negative (a time
   // that overflowed), std::logic_error if it is before Now().
-  EventId ScheduleAt(Time at, Callback cb);
+  EventId ScheduleAt(Time at, Callback&& cb);
   // Schedules `cb` after `delay` (>= 0) from now.
-  EventId Schedule(Time delay, Callback cb) { return ScheduleAt(now_ + delay, std::move(cb)); }
+  EventId Schedule(Time delay, Callback&& cb) { return ScheduleAt(now_ + delay, std::move(cb)); }
   // Cancels a pending event. Returns false if it already ran, was cancelled, or is unknown.
   bool Cancel(EventId id);
 

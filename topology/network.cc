@@ -21,6 +21,7 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
     : sim_(sim), topo_(topo), router_(router) {
   links_.resize(topo.links().size());
   scratch_.resize(topo.links().size());
+  route_memo_.resize(topo.num_vertices());
   // The collective library reaches a fraction of the line rate of NVLink and NIC links
   // (CommSpec; 1 on machines without one).
   const CommSpec& comm = topo.comm();
@@ -87,19 +88,19 @@ int32_t Network::AllocateFlow() {
   return static_cast<int32_t>(flows_.size() - 1);
 }
 
-TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                          Callback on_delivered) {
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                          Callback&& on_delivered) {
   return Start(src, dst, bytes, std::move(label), std::move(on_delivered), Callback());
 }
 
-TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                          Callback on_delivered, Callback on_drained) {
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                          Callback&& on_delivered, Callback&& on_drained) {
   return Start(src, dst, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
                Time());
 }
 
-TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                          Callback on_delivered, Callback on_drained, Time extra_latency,
+TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                          Callback&& on_delivered, Callback&& on_drained, Time extra_latency,
                           bool may_split) {
   TransferId id = next_id_++;
   if (src == dst || bytes.count() == 0) {
@@ -116,10 +117,35 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string l
       return id;
     }
   }
-  const std::vector<LinkId>& route = router_.Route(src, dst);
-  StartFlow(id, src, route, bytes, std::move(label), std::move(on_delivered), std::move(on_drained),
-            extra_latency);
+  const RouteMemo& route = MemoRoute(src, dst);
+  StartFlow(id, src, route.path.begin(), route.path.size(), route.latency, bytes, std::move(label),
+            std::move(on_delivered), std::move(on_drained), extra_latency);
   return id;
+}
+
+const Network::RouteMemo& Network::MemoRoute(VertexId src, VertexId dst) {
+  RouteMemo& memo = route_memo_[src];
+  if (memo.dst == dst) return memo;
+  const std::vector<LinkId>& route = router_.Route(src, dst);
+  if (route.empty()) throw std::logic_error("no route between two vertices");
+  memo.dst = dst;
+  memo.path.assign(route.data(), route.data() + route.size());
+  memo.latency = RouteLatency(route.data(), static_cast<int>(route.size()));
+  return memo;
+}
+
+Time Network::RouteLatency(const LinkId* route, int hops) const {
+  Time latency;
+  for (int h = 0; h < hops; ++h) latency += links_[route[h]].latency;
+  if (net_latency_ > Time()) {
+    for (int h = 0; h < hops; ++h) {
+      if (topo_.link(route[h]).kind == LinkKind::kNic) {
+        latency += net_latency_;
+        break;
+      }
+    }
+  }
+  return latency;
 }
 
 void Network::StartSplit(TransferId id, VertexId src,
@@ -151,8 +177,12 @@ void Network::StartSplit(TransferId id, VertexId src,
       };
     }
     // Each part is a flow of its own in traces: the first keeps the transfer's id.
+    const std::vector<LinkId>& route = routes[i];
+    if (route.empty()) throw std::logic_error("no route between two vertices");
+    const int hops = static_cast<int>(route.size());
     StartFlow(
-        i == 0 ? id : next_id_++, src, routes[i], part, std::move(part_label),
+        i == 0 ? id : next_id_++, src, route.data(), hops, RouteLatency(route.data(), hops), part,
+        std::move(part_label),
         [join] {
           if (++join->delivered == join->parts) join->on_delivered();
         },
@@ -160,9 +190,9 @@ void Network::StartSplit(TransferId id, VertexId src,
   }
 }
 
-void Network::StartFlow(TransferId id, VertexId src, const std::vector<LinkId>& route, Bytes bytes,
-                        std::string label, Callback on_delivered, Callback on_drained,
-                        Time extra_latency) {
+void Network::StartFlow(TransferId id, VertexId src, const LinkId* route, int hops,
+                        Time route_latency, Bytes bytes, std::string&& label,
+                        Callback&& on_delivered, Callback&& on_drained, Time extra_latency) {
   if (bytes.count() == 0) {
     if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
     sim_.Schedule(extra_latency, std::move(on_delivered));
@@ -170,22 +200,12 @@ void Network::StartFlow(TransferId id, VertexId src, const std::vector<LinkId>& 
   }
   int32_t f = AllocateFlow();
   Flow& flow = flows_[f];
-  if (route.empty()) throw std::logic_error("no route between two vertices");
-  flow.path.assign(route.data(), route.data() + route.size());
+  flow.path.assign(route, route + hops);
   flow.total = static_cast<double>(bytes.count());
   flow.remaining = flow.total;
   flow.rate = 0;
   flow.updated_ps = sim_.Now().picoseconds();
-  flow.latency = extra_latency;
-  for (LinkId l : flow.path) flow.latency += links_[l].latency;
-  if (net_latency_ > Time()) {
-    for (LinkId l : flow.path) {
-      if (topo_.link(l).kind == LinkKind::kNic) {
-        flow.latency += net_latency_;
-        break;
-      }
-    }
-  }
+  flow.latency = extra_latency + route_latency;
   FlowEnds& ends = ends_[f];
   ends.id = id;
   ends.src = src;
@@ -363,27 +383,33 @@ void Network::SetRate(int32_t f, double rate) {
     // cancelled events stay in the heap until their time, so under contention, where every
     // rebalance moves many drains, cancelling piles them up (tens of thousands in a 512-chip
     // ring pass). Only a drain that moves before the pending event needs a new one.
-    const int64_t drain = DrainTime(flow);
-    if (drain >= flow.event_ps) {
-      flow.drain_ps = drain;
-      return;
-    }
+    flow.drain_ps = DrainTime(flow);
+    if (flow.drain_ps >= flow.event_ps) return;
     sim_.Cancel(flow.drain_event);
+    ArmDrain(f);
+    return;
   }
   ScheduleDrain(f);
 }
 
 int64_t Network::DrainTime(const Flow& flow) const {
-  // Round the drain up to a whole picosecond so no byte is delivered early.
-  double ps = std::ceil(flow.remaining / flow.rate);
+  const double quotient = flow.remaining / flow.rate;  // Picoseconds, >= 0.
   // Time is int64 picoseconds (about 106 days): a drain beyond that cannot be represented.
-  double left = static_cast<double>(Time::Max().picoseconds() - flow.updated_ps) / 2;
-  if (!(ps <= left)) {
-    throw TimeRangeError("a transfer of " + FormatBytes(Bytes(static_cast<int64_t>(flow.total))) +
-                         " at " + FormatBandwidth(Bandwidth::BytesPerSecond(flow.rate * 1e12)) +
-                         " would end beyond the simulator's time range (about 53 days)");
-  }
-  return flow.updated_ps + static_cast<int64_t>(ps);
+  const double left = static_cast<double>(Time::Max().picoseconds() - flow.updated_ps) / 2;
+  if (!(quotient <= left)) ThrowDrainOutOfRange(flow);
+  // Round the drain up to a whole picosecond so no byte is delivered early: std::ceil of the
+  // quotient, through the integer conversion (below 2^62 here; exact: a quotient of 2^52 or
+  // more is already whole), which costs a few instructions where std::ceil without SSE4.1
+  // costs thirty.
+  int64_t ps = static_cast<int64_t>(quotient);
+  if (static_cast<double>(ps) < quotient) ++ps;
+  return flow.updated_ps + ps;
+}
+
+void Network::ThrowDrainOutOfRange(const Flow& flow) {
+  throw TimeRangeError("a transfer of " + FormatBytes(Bytes(static_cast<int64_t>(flow.total))) +
+                       " at " + FormatBandwidth(Bandwidth::BytesPerSecond(flow.rate * 1e12)) +
+                       " would end beyond the simulator's time range (about 53 days)");
 }
 
 void Network::ScheduleDrain(int32_t f) {

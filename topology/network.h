@@ -63,18 +63,18 @@ class Network {
   // Starts moving `bytes` from vertex `src` to vertex `dst` now; `on_delivered` runs when the
   // last byte arrives. `label` names the transfer in traces. src == dst or zero bytes
   // completes at once (next event at the current time).
-  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                   Callback on_delivered);
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                   Callback&& on_delivered);
   // The same, also calling `on_drained` when the last byte left the source (the sender may
   // then start its next message on the same links back to back, as pipelined senders do).
-  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                   Callback on_delivered, Callback on_drained);
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                   Callback&& on_delivered, Callback&& on_drained);
   // The same, delivering `extra_latency` later (a protocol's per-message cost: it holds no
   // link). `on_drained` may be empty. When `may_split`, the topology's CommSpec asks for
   // multipath and the transfer is large enough, it moves as equal parts over the router's
   // MinimalRoutes, delivered (and drained) when every part is.
-  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string label,
-                   Callback on_delivered, Callback on_drained, Time extra_latency,
+  TransferId Start(VertexId src, VertexId dst, Bytes bytes, std::string&& label,
+                   Callback&& on_delivered, Callback&& on_drained, Time extra_latency,
                    bool may_split = true);
 
   // Number of transfers started.
@@ -104,9 +104,22 @@ class Network {
   int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
 
  private:
-  // Starts one flow of transfer `id` from `src` on `route`.
-  void StartFlow(TransferId id, VertexId src, const std::vector<LinkId>& route, Bytes bytes,
-                 std::string label, Callback on_delivered, Callback on_drained, Time extra_latency);
+  // The last route asked for from each source (Router::Route is a function of its ends), with
+  // the latency its hops add: a collective's members send to the same peers step after step.
+  struct RouteMemo {
+    VertexId dst = -1;  // -1: none yet.
+    SmallVector<LinkId, 4> path;
+    Time latency;  // The hops' latencies, and the net latency if it crosses a NIC link.
+  };
+  // The route from `src` to `dst` (src != dst), from the memo or the router.
+  const RouteMemo& MemoRoute(VertexId src, VertexId dst);
+  // The latency of `route`'s hops (RouteMemo::latency).
+  Time RouteLatency(const LinkId* route, int hops) const;
+  // Starts one flow of transfer `id` from `src` on `route` (`hops` links) whose hops add
+  // `route_latency`.
+  void StartFlow(TransferId id, VertexId src, const LinkId* route, int hops, Time route_latency,
+                 Bytes bytes, std::string&& label, Callback&& on_delivered, Callback&& on_drained,
+                 Time extra_latency);
   // Starts transfer `id` from `src` as equal parts over `routes`, delivered when every part
   // is.
   void StartSplit(TransferId id, VertexId src, const std::vector<std::vector<LinkId>>& routes,
@@ -207,6 +220,8 @@ class Network {
   // When a flow's last byte leaves at its current rate; throws std::overflow_error beyond the
   // range of Time.
   int64_t DrainTime(const Flow& flow) const;
+  // DrainTime's error, apart so that its string building stays out of the hot path.
+  [[noreturn, gnu::cold, gnu::noinline]] static void ThrowDrainOutOfRange(const Flow& flow);
   void DeclareTraceProcesses();
   int32_t TrackOf(LinkId link, bool receive_side);
   void TraceUtilization(LinkId link);
@@ -223,9 +238,10 @@ class Network {
   std::vector<LinkState> links_;
   std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
-  Time net_latency_;           // CommSpec::net_latency: added to transfers over a NIC link.
-  bool multipath_ = false;     // CommSpec::multipath.
-  Bytes multipath_min_bytes_;  // CommSpec::multipath_min_bytes.
+  Time net_latency_;                   // CommSpec::net_latency: added to transfers over a NIC link.
+  bool multipath_ = false;             // CommSpec::multipath.
+  Bytes multipath_min_bytes_;          // CommSpec::multipath_min_bytes.
+  std::vector<RouteMemo> route_memo_;  // By source vertex.
   std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;

@@ -15,7 +15,8 @@ class Router {
   virtual ~Router() = default;
   // The directed links from `src` to `dst`, in order; empty when src == dst. The reference
   // stays valid until the next call of Route on this router (copy it to keep it). `dst` must
-  // be reachable from `src` (asserted; every builder makes connected topologies).
+  // be reachable from `src` (asserted; every builder makes connected topologies). A function
+  // of its ends: Network remembers the last route from each source.
   virtual const std::vector<LinkId>& Route(VertexId src, VertexId dst) = 0;
   // Distinct minimal routes from `src` to `dst`, Route's first (at most 8): on a torus the
   // other dimension orders and ways round, so most leave through other ports (ones that only

@@ -1,11 +1,13 @@
 #include "collectives/timing/collective_cost_model.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <tuple>
 
 #include "collectives/algorithm.h"
 #include "collectives/runtime/machine.h"
+#include "collectives/timing/link_accounting.h"
 #include "collectives/timing/translation_quotient.h"
 #include "sim/simulator.h"
 #include "topology/network.h"
@@ -13,113 +15,6 @@
 
 namespace shardsim {
 namespace {
-
-// Records, per directed link, the intervals during which transfers of each group held it.
-class LinkAccounting : public FlowRecorder {
- public:
-  // `group_of_vertex`: the group whose member sends from each vertex (-1: none).
-  LinkAccounting(size_t links, std::vector<int> group_of_vertex)
-      : held_(links), group_of_vertex_(std::move(group_of_vertex)) {}
-
-  void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
-              double bytes) override {
-    int group = group_of_vertex_[src];
-    for (int h = 0; h < hops; ++h) {
-      held_[path[h]].push_back({group, start.picoseconds(), drain.picoseconds(), bytes});
-    }
-  }
-
-  // The links some recorded transfer held, ascending.
-  std::vector<LinkId> HeldLinks() const {
-    std::vector<LinkId> links;
-    for (size_t l = 0; l < held_.size(); ++l) {
-      if (!held_[l].empty()) links.push_back(static_cast<LinkId>(l));
-    }
-    return links;
-  }
-
-  // Fills `timing`'s link_use (for each of timing.profile->links) and group_use (per group),
-  // durations relative to the longest member time of the op and of each group.
-  void Summarize(const std::vector<std::vector<int>>& groups, CollectiveTiming& timing) {
-    Time longest;
-    std::vector<Time> group_longest(groups.size());
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (int p : groups[g]) group_longest[g] = std::max(group_longest[g], timing.member_time[p]);
-      longest = std::max(longest, group_longest[g]);
-    }
-    timing.profile->group_use.assign(groups.size(), {});
-    timing.profile->link_use.clear();
-    std::vector<Use> group(groups.size());
-    std::vector<int> touched;
-    for (LinkId l : timing.profile->links) {
-      std::vector<Held>& held = held_[l];
-      // Intervals by start, as the unions below need (usually so already: the transfers on a
-      // link drain, and are recorded, in the order they started).
-      auto before = [](const Held& a, const Held& b) {
-        return std::tie(a.start, a.end, a.group, a.bytes) <
-               std::tie(b.start, b.end, b.group, b.bytes);
-      };
-      if (!std::is_sorted(held.begin(), held.end(), before)) {
-        std::sort(held.begin(), held.end(), before);
-      }
-      Use whole;
-      for (const Held& h : held) {
-        whole.Add(h);
-        if (h.group < 0) continue;
-        if (group[h.group].transfer_ps == 0) touched.push_back(h.group);
-        group[h.group].Add(h);
-      }
-      timing.profile->link_use.push_back(whole.Finish(l, longest));
-      std::sort(touched.begin(), touched.end());
-      for (int g : touched) {
-        if (group_longest[g] > Time()) {
-          timing.profile->group_use[g].push_back(group[g].Finish(l, group_longest[g]));
-        }
-        group[g] = Use();
-      }
-      touched.clear();
-    }
-  }
-
- private:
-  struct Held {
-    int group;
-    int64_t start, end;  // Picoseconds.
-    double bytes;
-  };
-  // Sums over intervals taken in order of their starts.
-  struct Use {
-    double bytes = 0;
-    int64_t transfer_ps = 0;                 // Sum of the intervals' lengths.
-    int64_t held_ps = 0;                     // Length of their union.
-    int64_t open_start = -1, open_end = -1;  // The union's last stretch, not yet counted.
-    void Add(const Held& h) {
-      bytes += h.bytes;
-      transfer_ps += h.end - h.start;
-      if (h.start > open_end) {
-        if (open_end > open_start) held_ps += open_end - open_start;
-        open_start = h.start;
-        open_end = h.end;
-      } else {
-        open_end = std::max(open_end, h.end);
-      }
-    }
-    LinkUse Finish(LinkId l, Time longest) {
-      if (open_end > open_start) held_ps += open_end - open_start;
-      open_start = open_end = -1;
-      LinkUse u;
-      u.link = l;
-      double held = static_cast<double>(std::max<int64_t>(held_ps, 1));
-      double transfer = static_cast<double>(std::max<int64_t>(transfer_ps, 1));
-      u.duty = std::min(1.0, held / static_cast<double>(longest.picoseconds()));
-      u.flows = transfer / held;
-      u.flow_rate = bytes / transfer * 1e12;
-      return u;
-    }
-  };
-  std::vector<std::vector<Held>> held_;
-  std::vector<int> group_of_vertex_;
-};
 
 // On a folded network (TranslationQuotient): tells `whole` of each transfer as it ran, over
 // representative links, and `own` of its real route, rebuilt from its source port by port
@@ -150,6 +45,37 @@ class FoldedRecorder : public FlowRecorder {
   LinkAccounting& whole_;
   LinkAccounting& own_;
   std::vector<LinkId> route_;
+};
+
+// Forwards every transfer to `inner` and tells `watch` of each link held for the first time;
+// stops `sim` when it answers false.
+class WatchingRecorder : public FlowRecorder {
+ public:
+  // All must outlive the recorder.
+  WatchingRecorder(Simulator& sim, size_t links, FlowRecorder& inner,
+                   const std::function<bool(LinkId)>& watch)
+      : sim_(sim), seen_(links, 0), inner_(inner), watch_(watch) {}
+  void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
+              double bytes) override {
+    inner_.OnFlow(src, path, hops, start, drain, bytes);
+    for (int h = 0; h < hops && !stopped_; ++h) {
+      if (seen_[path[h]]) continue;
+      seen_[path[h]] = 1;
+      if (!watch_(path[h])) {
+        stopped_ = true;
+        sim_.Stop();
+      }
+    }
+  }
+  // Whether the watch stopped the simulation.
+  bool stopped() const { return stopped_; }
+
+ private:
+  Simulator& sim_;
+  std::vector<char> seen_;
+  FlowRecorder& inner_;
+  const std::function<bool(LinkId)>& watch_;
+  bool stopped_ = false;
 };
 
 // Runs `request` for the groups `run` (indices into `groups`) on `network`, every algorithm
@@ -259,9 +185,9 @@ void NetworkCollectiveModel::SimulateAnyWay(const Mesh& mesh, const CollectiveRe
   Simulate(mesh, request, groups, timing);
 }
 
-void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest& request,
+bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest& request,
                                       const std::vector<std::vector<int>>& groups,
-                                      CollectiveTiming& timing) {
+                                      CollectiveTiming& timing, const LinkWatch& watch) {
   const Topology& topo = machine_.topology();
   Simulator sim;
   Network network(sim, topo, machine_.router());
@@ -270,11 +196,13 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     for (int p : groups[g])
       group_of_vertex[topo.device_vertex(mesh.device(p))] = static_cast<int>(g);
   }
-  LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex));
-  network.set_flow_recorder(&accounting);
+  LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex), records_hint_);
+  WatchingRecorder watching(sim, topo.links().size(), accounting, watch);
+  network.set_flow_recorder(watch ? static_cast<FlowRecorder*>(&watching) : &accounting);
   std::vector<int> all(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
   timing.algorithm = RunGroups(sim, network, mesh, request, groups, all, timing)[0];
+  if (watching.stopped()) return false;
   Time longest;
   for (const std::vector<int>& group : groups) {
     for (int p : group) longest = std::max(longest, timing.member_time[p]);
@@ -286,6 +214,8 @@ void NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
   }
   accounting.Summarize(groups, timing);
+  records_hint_ = std::max(records_hint_, accounting.records());
+  return true;
 }
 
 bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRequest& request,
@@ -393,11 +323,25 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
     }
     offsets.push_back(std::move(t));
   }
-  // The first group alone.
+  // The first group alone. Its links, translated to every group, must exist, match, and never
+  // meet: checked as the simulation finds them, which stops at the first that fails (a
+  // collision is often among the first transfers), and again below on the whole set.
+  std::vector<char> claimed(topo.links().size(), 0);
+  const LinkWatch watch = [&](LinkId l) {
+    const Link& link = topo.link(l);
+    for (const std::vector<int>& t : offsets) {
+      const std::optional<LinkId> moved = TranslatedLink(topo, l, t);
+      if (!moved || claimed[*moved] || topo.link(*moved).bandwidth != link.bandwidth ||
+          topo.link(*moved).latency != link.latency) {
+        return false;
+      }
+      claimed[*moved] = 1;
+    }
+    return true;
+  };
   CollectiveTiming solo;
   solo.member_time.assign(mesh.size(), Time());
-  Simulate(mesh, request, {first}, solo);
-  // Its links, translated to every group: they must exist, match, and never meet.
+  if (!Simulate(mesh, request, {first}, solo, watch)) return false;
   std::vector<char> used(topo.links().size(), 0);
   std::vector<std::tuple<LinkId, double, LinkUse>> links;
   // The first group's use of each of its links, by link.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -147,9 +148,14 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   // translated-groups shortcut, the folded simulation, or all groups together.
   void SimulateAnyWay(const Mesh& mesh, const CollectiveRequest& request,
                       const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
-  // Simulates `groups` together; fills member times (by position), links and shares.
-  void Simulate(const Mesh& mesh, const CollectiveRequest& request,
-                const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
+  // Told of each link the simulated transfers hold for the first time (as each leaves its
+  // links); false stops the simulation.
+  using LinkWatch = std::function<bool(LinkId)>;
+  // Simulates `groups` together; fills member times (by position), links and shares. With a
+  // `watch`, returns false if it stopped the simulation (`timing` is then incomplete).
+  bool Simulate(const Mesh& mesh, const CollectiveRequest& request,
+                const std::vector<std::vector<int>>& groups, CollectiveTiming& timing,
+                const LinkWatch& watch = LinkWatch());
   // The translated-groups shortcut; false when it does not apply.
   bool SimulateByTranslation(const Mesh& mesh, const CollectiveRequest& request,
                              const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
@@ -162,6 +168,7 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
   int64_t folded_ = 0;
+  size_t records_hint_ = 0;  // The most link records a simulation kept: room to reserve.
   // Group layouts whose first group's links, translated, met another group's: (mesh
   // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
   // same collective uses the same links, so its lone first group is not simulated only to find

@@ -177,8 +177,8 @@ void SimulateTransfers(const RunFile& file, const Topology& topo, Simulator& sim
     const TransferSpec& t = file.transfers[i];
     sim.ScheduleAt(t.at, [&sim, &network, &topo, &times, &t, i] {
       times[i].first = sim.Now();
-      network.Start(topo.device_vertex(t.src), topo.device_vertex(t.dst), t.bytes, t.name,
-                    [&sim, &times, i] { times[i].second = sim.Now(); });
+      network.Start(topo.device_vertex(t.src), topo.device_vertex(t.dst), t.bytes,
+                    std::string(t.name), [&sim, &times, i] { times[i].second = sim.Now(); });
     });
   }
   sim.Run();

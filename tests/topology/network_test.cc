@@ -307,29 +307,40 @@ TEST(NetworkTest, APathCrossingALinkTwiceIsChargedTwice) {
 // index: a spent hop's slot taken for a later hop's). Every flow is delivered, the link ends
 // empty and carried each crossing's bytes.
 TEST(NetworkTest, APathCrossingALinkThriceLeavesItCleanly) {
+  // Routes every transfer over link `l` only, as many times as its ends ask (a router's
+  // route is a function of its ends: Network remembers them).
   struct Fixed : Router {
-    std::vector<LinkId> next;
-    const std::vector<LinkId>& Route(VertexId, VertexId) override { return next; }
+    LinkId l = 0;
+    std::vector<int> crossings;  // By destination vertex.
+    std::vector<LinkId> route;
+    const std::vector<LinkId>& Route(VertexId, VertexId dst) override {
+      route.assign(crossings[dst], l);
+      return route;
+    }
   } router;
   Simulator sim;
   Topology topo = Line(3, Bandwidth::BytesPerSecond(1e12), Time());
   Network net(sim, topo, router);
   const LinkId l = *topo.FindLink(topo.device_vertex(0), topo.device_vertex(1));
+  router.l = l;
+  router.crossings.assign(topo.num_vertices(), 1);
+  router.crossings[topo.device_vertex(1)] = 3;
+  router.crossings[topo.device_vertex(2)] = 2;
   struct Send {
     int64_t at_ps;
-    int crossings;
+    int to;  // Destination device: 1 (three crossings), 2 (two) or 0 (one).
     int64_t bytes;
   };
   int delivered = 0;
   double bytes = 0;
   for (const Send& send :
-       {Send{2000, 3, 2498}, Send{0, 1, 3645}, Send{0, 2, 1491}, Send{0, 1, 995}}) {
-    bytes += static_cast<double>(send.crossings * send.bytes);
+       {Send{2000, 1, 2498}, Send{0, 0, 3645}, Send{0, 2, 1491}, Send{0, 0, 995}}) {
+    bytes += static_cast<double>(router.crossings[topo.device_vertex(send.to)] * send.bytes);
     sim.ScheduleAt(Time::Picoseconds(send.at_ps), [&, send] {
-      router.next.assign(send.crossings, l);
+      // From device 0 to itself is no transfer: the one-crossing sends leave from device 2.
       net.Start(
-          topo.device_vertex(0), topo.device_vertex(1), Bytes(send.bytes), "t",
-          [&] { ++delivered; }, [] {});
+          topo.device_vertex(send.to == 0 ? 2 : 0), topo.device_vertex(send.to), Bytes(send.bytes),
+          "t", [&] { ++delivered; }, [] {});
     });
   }
   sim.Run();
@@ -607,6 +618,45 @@ TEST(NetworkMultipathTest, CornerToCornerUsesBothPorts) {
   ExpectNear(whole.delivered[j], 6 * kLat.seconds() + kS / kBw.bytes_per_second());
   // Both halves arrive together: the transfer is delivered once.
   EXPECT_EQ(split.net.active_transfers(), 0);
+}
+
+}  // namespace
+}  // namespace shardsim
+
+namespace shardsim {
+namespace {
+
+// A network asks its router once per change of destination from a source (a collective's
+// members send to the same peers step after step), and the remembered route times transfers
+// as a fresh one does: on a line 0 - 1 - 2, alone, S/B plus a latency per hop.
+TEST(NetworkTest, RemembersTheLastRouteFromEachSource) {
+  struct Counting : Router {
+    explicit Counting(const Topology& t) : inner(MakeRouter(t)) {}
+    const std::vector<LinkId>& Route(VertexId src, VertexId dst) override {
+      ++calls;
+      return inner->Route(src, dst);
+    }
+    std::unique_ptr<Router> inner;
+    int calls = 0;
+  };
+  Simulator sim;
+  Topology topo = Line(3, kBw, kLat);
+  Counting router(topo);
+  Network net(sim, topo, router);
+  const double s = static_cast<double>(kSize.count());
+  int expected_calls = 0;
+  int last_to = -1;
+  for (int to : {1, 1, 2, 1, 1}) {
+    const Time t0 = sim.Now();
+    Time delivered;
+    net.Start(topo.device_vertex(0), topo.device_vertex(to), kSize, "t",
+              [&] { delivered = sim.Now(); });
+    sim.Run();
+    ExpectNear(delivered - t0, to * kLat.seconds() + s / 45e9);
+    if (to != last_to) ++expected_calls;
+    last_to = to;
+    EXPECT_EQ(router.calls, expected_calls) << "to device " << to;
+  }
 }
 
 }  // namespace
