@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <tuple>
 
 #include "collectives/algorithm.h"
@@ -197,12 +198,13 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
       group_of_vertex[topo.device_vertex(mesh.device(p))] = static_cast<int>(g);
   }
   LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex), records_hint_);
-  WatchingRecorder watching(sim, topo.links().size(), accounting, watch);
-  network.set_flow_recorder(watch ? static_cast<FlowRecorder*>(&watching) : &accounting);
+  std::optional<WatchingRecorder> watching;
+  if (watch) watching.emplace(sim, topo.links().size(), accounting, watch);
+  network.set_flow_recorder(watching ? static_cast<FlowRecorder*>(&*watching) : &accounting);
   std::vector<int> all(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
   timing.algorithm = RunGroups(sim, network, mesh, request, groups, all, timing)[0];
-  if (watching.stopped()) return false;
+  if (watching && watching->stopped()) return false;
   Time longest;
   for (const std::vector<int>& group : groups) {
     for (int p : group) longest = std::max(longest, timing.member_time[p]);
@@ -325,24 +327,26 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   }
   // The first group alone. Its links, translated to every group, must exist, match, and never
   // meet: checked as the simulation finds them, which stops at the first that fails (a
-  // collision is often among the first transfers), and again below on the whole set.
+  // collision is often among the first transfers). `moved[l]`: link l's translate by each
+  // offset, once checked.
   std::vector<char> claimed(topo.links().size(), 0);
+  std::vector<std::vector<LinkId>> moved(topo.links().size());
   const LinkWatch watch = [&](LinkId l) {
     const Link& link = topo.link(l);
     for (const std::vector<int>& t : offsets) {
-      const std::optional<LinkId> moved = TranslatedLink(topo, l, t);
-      if (!moved || claimed[*moved] || topo.link(*moved).bandwidth != link.bandwidth ||
-          topo.link(*moved).latency != link.latency) {
+      const std::optional<LinkId> m = TranslatedLink(topo, l, t);
+      if (!m || claimed[*m] || topo.link(*m).bandwidth != link.bandwidth ||
+          topo.link(*m).latency != link.latency) {
         return false;
       }
-      claimed[*moved] = 1;
+      claimed[*m] = 1;
+      moved[l].push_back(*m);
     }
     return true;
   };
   CollectiveTiming solo;
   solo.member_time.assign(mesh.size(), Time());
   if (!Simulate(mesh, request, {first}, solo, watch)) return false;
-  std::vector<char> used(topo.links().size(), 0);
   std::vector<std::tuple<LinkId, double, LinkUse>> links;
   // The first group's use of each of its links, by link.
   std::vector<LinkUse> first_use(solo.profile->links.size());
@@ -352,23 +356,19 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
   }
   timing.profile->group_use.assign(groups.size(), {});
   for (size_t g = 0; g < offsets.size(); ++g) {
-    const std::vector<int>& t = offsets[g];
     for (size_t k = 0; k < solo.profile->links.size(); ++k) {
-      const Link& link = topo.links()[solo.profile->links[k]];
-      const std::optional<LinkId> found = TranslatedLink(topo, solo.profile->links[k], t);
-      if (!found) return false;
-      const LinkId moved = *found;
-      if (used[moved] || topo.links()[moved].bandwidth != link.bandwidth ||
-          topo.links()[moved].latency != link.latency) {
-        return false;
+      // Every link the solo run carried bytes on was held by a recorded transfer: watched.
+      const std::vector<LinkId>& translates = moved[solo.profile->links[k]];
+      if (translates.size() != offsets.size()) {
+        throw std::logic_error("a link of the lone group's run was never checked for translation");
       }
-      used[moved] = 1;
+      const LinkId to = translates[g];
       LinkUse use = first_use[k];
-      use.link = moved;
+      use.link = to;
       timing.profile->group_use[g].push_back(use);
       use = solo.profile->link_use[k];
-      use.link = moved;
-      links.push_back({moved, solo.profile->link_share[k], use});
+      use.link = to;
+      links.push_back({to, solo.profile->link_share[k], use});
     }
     std::sort(timing.profile->group_use[g].begin(), timing.profile->group_use[g].end(),
               [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });

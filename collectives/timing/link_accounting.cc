@@ -48,26 +48,20 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
   timing.profile->group_use.assign(groups.size(), {});
   timing.profile->link_use.clear();
   if (unsorted_ > 0) SumAgain();
+  std::vector<std::pair<int, Use*>> by_group;  // A link's groups, ascending.
   for (LinkId l : timing.profile->links) {
     LinkSums& sums = sums_[l];
     timing.profile->link_use.push_back(sums.whole.Finish(l, longest));
-    // Groups ascending (the first group seen sits apart from the others).
-    std::sort(sums.more.begin(), sums.more.end(),
+    by_group.clear();
+    if (sums.first_group >= 0) by_group.push_back({sums.first_group, &sums.first});
+    for (auto& [g, use] : sums.more) by_group.push_back({g, &use});
+    std::sort(by_group.begin(), by_group.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    auto emit = [&](int g, Use& use) {
+    for (auto& [g, use] : by_group) {
       if (group_longest[g] > Time()) {
-        timing.profile->group_use[g].push_back(use.Finish(l, group_longest[g]));
+        timing.profile->group_use[g].push_back(use->Finish(l, group_longest[g]));
       }
-    };
-    bool first_done = sums.first_group < 0;
-    for (auto& [g, use] : sums.more) {
-      if (!first_done && sums.first_group < g) {
-        emit(sums.first_group, sums.first);
-        first_done = true;
-      }
-      emit(g, use);
     }
-    if (!first_done) emit(sums.first_group, sums.first);
   }
 }
 

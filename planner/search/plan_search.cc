@@ -597,20 +597,22 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   for (;;) {
     std::set<size_t> reopen;  // Families whose confirmed plan stopped fitting.
     for (;;) {
-      std::vector<size_t> todo;
+      std::vector<size_t> unsettled;  // Among the best `confirm`, by result index.
       for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.confirm);
            ++k) {
-        if (!result.results[result.ranked[k]].outcome.settled) todo.push_back(result.ranked[k]);
+        if (!result.results[result.ranked[k]].outcome.settled) {
+          unsettled.push_back(result.ranked[k]);
+        }
       }
-      if (todo.empty() || out_of_time_now()) break;
-      result.confirmed += static_cast<int64_t>(todo.size());
+      if (unsettled.empty() || out_of_time_now()) break;
+      result.confirmed += static_cast<int64_t>(unsettled.size());
       std::atomic<size_t> next{0};
       on_workers([&](Machine& machine, CollectiveCostModel& collectives) {
-        for (size_t k = next++; k < todo.size(); k = next++) {
-          simulate(result.results[todo[k]], machine, collectives, true);
+        for (size_t k = next++; k < unsettled.size(); k = next++) {
+          simulate(result.results[unsettled[k]], machine, collectives, true);
         }
       });
-      for (size_t i : todo) {  // Every todo fitted: it was ranked.
+      for (size_t i : unsettled) {  // Each fitted when screened: it was ranked.
         const PlanOutcome& o = result.results[i].outcome;
         if (!o.refused.empty() || !o.fits) reopen.insert(result_family[i]);
       }

@@ -253,64 +253,47 @@ TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
   EXPECT_LT(report.max_abs_error, 2e-3) << report.worst_output;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Variants, MoeStepTest,
-    ::testing::Values(
-        MoeVariant{"ep2_in_batch_fsdp4",
-                   {{"fsdp", 4}, {"expert", 2}},
-                   {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}}},
-        MoeVariant{"ep4_in_batch_tp2",
-                   {{"expert", 4}, {"tp", 2}},
-                   {{"batch", {"expert"}},
-                    {"expert", {"expert"}},
-                    {"mlp", {"tp"}},
-                    {"heads", {"tp"}},
-                    {"kv_heads", {"tp"}}},
-                   2.0},
-        MoeVariant{"ep2_without_tokens_dp4",
-                   {{"data", 4}, {"expert", 2}},
-                   {{"batch", {"data"}}, {"expert", {"expert"}}},
-                   1.0,
-                   "gelu"},
-        MoeVariant{"experts_replicated_dp8", {{"data", 8}}, {{"batch", {"data"}}}},
-        MoeVariant{"ep2_sequence_parallel_tp4",
-                   {{"expert", 2}, {"tp", 4}},
-                   {{"batch", {"expert"}},
-                    {"expert", {"expert"}},
-                    {"length", {"tp"}},
-                    {"mlp", {"tp"}},
-                    {"heads", {"tp"}},
-                    {"kv_heads", {"tp"}}}},
-        // Dropless (capacity_factor -1): the shard_map region of ragged_all_to_alls and
-        // ragged_dots, in the same layouts.
-        MoeVariant{"dropless_ep2_in_batch_fsdp4",
-                   {{"fsdp", 4}, {"expert", 2}},
-                   {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}},
-                   -1},
-        MoeVariant{"dropless_ep4_in_batch_tp2",
-                   {{"expert", 4}, {"tp", 2}},
-                   {{"batch", {"expert"}},
-                    {"expert", {"expert"}},
-                    {"mlp", {"tp"}},
-                    {"heads", {"tp"}},
-                    {"kv_heads", {"tp"}}},
-                   -1},
-        MoeVariant{"dropless_ep2_without_tokens_dp4",
-                   {{"data", 4}, {"expert", 2}},
-                   {{"batch", {"data"}}, {"expert", {"expert"}}},
-                   -1,
-                   "gelu"},
-        MoeVariant{"dropless_experts_replicated_dp8", {{"data", 8}}, {{"batch", {"data"}}}, -1},
-        MoeVariant{"dropless_ep2_sequence_parallel_tp4",
-                   {{"expert", 2}, {"tp", 4}},
-                   {{"batch", {"expert"}},
-                    {"expert", {"expert"}},
-                    {"length", {"tp"}},
-                    {"mlp", {"tp"}},
-                    {"heads", {"tp"}},
-                    {"kv_heads", {"tp"}}},
-                   -1}),
-    [](const auto& info) { return info.param.name; });
+// The layouts every variant runs in: each with GShard's dispatch (its capacity factor) and
+// dropless (capacity_factor -1: the shard_map region of ragged_all_to_alls and ragged_dots).
+std::vector<MoeVariant> MoeVariants() {
+  std::vector<MoeVariant> all = {
+      MoeVariant{"ep2_in_batch_fsdp4",
+                 {{"fsdp", 4}, {"expert", 2}},
+                 {{"batch", {"fsdp", "expert"}}, {"embed", {"fsdp"}}, {"expert", {"expert"}}}},
+      MoeVariant{"ep4_in_batch_tp2",
+                 {{"expert", 4}, {"tp", 2}},
+                 {{"batch", {"expert"}},
+                  {"expert", {"expert"}},
+                  {"mlp", {"tp"}},
+                  {"heads", {"tp"}},
+                  {"kv_heads", {"tp"}}},
+                 2.0},
+      MoeVariant{"ep2_without_tokens_dp4",
+                 {{"data", 4}, {"expert", 2}},
+                 {{"batch", {"data"}}, {"expert", {"expert"}}},
+                 1.0,
+                 "gelu"},
+      MoeVariant{"experts_replicated_dp8", {{"data", 8}}, {{"batch", {"data"}}}},
+      MoeVariant{"ep2_sequence_parallel_tp4",
+                 {{"expert", 2}, {"tp", 4}},
+                 {{"batch", {"expert"}},
+                  {"expert", {"expert"}},
+                  {"length", {"tp"}},
+                  {"mlp", {"tp"}},
+                  {"heads", {"tp"}},
+                  {"kv_heads", {"tp"}}}}};
+  const size_t layouts = all.size();
+  for (size_t i = 0; i < layouts; ++i) {
+    MoeVariant dropless = all[i];
+    dropless.name = "dropless_" + dropless.name;
+    dropless.capacity_factor = -1;
+    all.push_back(std::move(dropless));
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, MoeStepTest, ::testing::ValuesIn(MoeVariants()),
+                         [](const auto& info) { return info.param.name; });
 
 // Expert parallelism over an axis that splits the batch moves each MoE layer's tokens with
 // exactly four all-to-alls over it: to the experts and back in the forward pass, and the
