@@ -448,6 +448,10 @@ void Executor::BuildClasses() {
   timings_.assign(lp.ops.size(), nullptr);
   std::vector<std::pair<const std::vector<int>*, const CollectiveTiming*>> distinct;
   std::map<std::pair<std::vector<int>, const CollectiveTiming*>, int> seen;
+  // Every collective's request, in program order, told to the model before it is asked for
+  // them one by one (it may price them ahead, on several threads).
+  std::vector<CollectiveRequest> requests;
+  std::vector<size_t> asked_by;  // The op of each request.
   for (size_t i = 0; i < lp.ops.size(); ++i) {
     const LoweredOp& op = lp.ops[i];
     if (!op.collective) continue;
@@ -472,8 +476,15 @@ void Executor::BuildClasses() {
     request.axes = op.axes;
     request.destination = op.destination;
     request.chunk_size = config_.chunk_size;
+    requests.push_back(std::move(request));
+    asked_by.push_back(i);
+  }
+  config_.collective_model->Prepare(mesh_, requests);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const size_t i = asked_by[r];
+    const LoweredOp& op = lp.ops[i];
     try {
-      timings_[i] = config_.collective_model->Estimate(mesh_, request);
+      timings_[i] = config_.collective_model->Estimate(mesh_, requests[r]);
     } catch (const std::invalid_argument& e) {
       throw SpecError(op.spec->algorithm.empty() ? op.spec->key : op.spec->key + ".algorithm",
                       std::string(op.def->name) + ": " + e.what());

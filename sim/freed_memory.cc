@@ -29,4 +29,23 @@ void KeepFreedMemory() {
 #endif
 }
 
+int CurrentArena() {
+#ifdef SHARDSIM_HAVE_JEMALLOC
+  unsigned arena = 0;
+  size_t size = sizeof(arena);
+  if (mallctl("thread.arena", &arena, &size, nullptr, 0) == 0) return static_cast<int>(arena);
+#endif
+  return -1;
+}
+
+void UseArena(int arena) {
+#ifdef SHARDSIM_HAVE_JEMALLOC
+  if (arena < 0) return;
+  unsigned chosen = static_cast<unsigned>(arena);
+  mallctl("thread.arena", nullptr, nullptr, &chosen, sizeof(chosen));
+#else
+  (void)arena;
+#endif
+}
+
 }  // namespace shardsim

@@ -27,6 +27,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.host_bandwidth = machine.topology().device_spec().host_bandwidth;
   std::unique_ptr<NetworkCollectiveModel> network_model;
   std::unique_ptr<CachedCollectiveModel> cache;
+  std::vector<std::unique_ptr<NetworkCollectiveModel>> helpers;
   if (config.timing == TimingPath::kCached) {
     if (config.numerics) {
       throw std::invalid_argument("the cached timing path runs without numerics");
@@ -35,6 +36,11 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
     if (!exec.collective_model) {
       network_model = std::make_unique<NetworkCollectiveModel>(machine);
       cache = std::make_unique<CachedCollectiveModel>(*network_model);
+      for (int j = 1; j < config.jobs; ++j) {
+        helpers.push_back(
+            std::make_unique<NetworkCollectiveModel>(machine, NetworkCollectiveModel::OwnRouter{}));
+        cache->AddHelper(*helpers.back());
+      }
       exec.collective_model = cache.get();
     }
   }

@@ -37,6 +37,10 @@ struct RunConfig {
   // kCached: the model to ask (not owned; null: a cache over the network model, private to
   // this run). Share one across runs to reuse its answers.
   CollectiveCostModel* collective_model = nullptr;
+  // kCached without a collective_model: threads that price the program's distinct collectives
+  // before it runs, each simulating on its own router (CachedCollectiveModel::Prepare). The
+  // answers, and so the run, are the same for any number.
+  int jobs = 1;
   Observer* observer = nullptr;          // Receives the trace (not owned; null: untraced).
   std::vector<size_t> memory_phases;     // ExecutorConfig::memory_phases.
   std::set<std::string> donated_inputs;  // ExecutorConfig::donated_inputs.

@@ -1,15 +1,19 @@
 #include "collectives/timing/collective_cost_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <optional>
+#include <set>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include "collectives/algorithm.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/link_accounting.h"
 #include "collectives/timing/translation_quotient.h"
+#include "sim/freed_memory.h"
 #include "sim/simulator.h"
 #include "topology/network.h"
 #include "topology/torus.h"
@@ -152,6 +156,15 @@ const GroupUseByLink& LinkProfile::by_link() const {
   return by_link_;
 }
 
+NetworkCollectiveModel::NetworkCollectiveModel(const Machine& machine, bool translate_groups)
+    : machine_(machine), router_(&machine.router()), translate_groups_(translate_groups) {}
+
+NetworkCollectiveModel::NetworkCollectiveModel(const Machine& machine, OwnRouter)
+    : machine_(machine),
+      own_router_(MakeRouter(machine.topology())),
+      router_(own_router_.get()),
+      translate_groups_(true) {}
+
 std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
     const Mesh& mesh, const CollectiveRequest& request) {
   ++simulations_;
@@ -191,7 +204,7 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
                                       CollectiveTiming& timing, const LinkWatch& watch) {
   const Topology& topo = machine_.topology();
   Simulator sim;
-  Network network(sim, topo, machine_.router());
+  Network network(sim, topo, *router_);
   std::vector<int> group_of_vertex(topo.num_vertices(), -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int p : groups[g])
@@ -228,7 +241,7 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   if (!quotient) return false;
   const TranslationQuotient& q = *quotient;
   Simulator sim;
-  QuotientRouter router(machine_.router(), q);
+  QuotientRouter router(*router_, q);
   Network network(sim, topo, router);
   const size_t links = topo.links().size();
   std::vector<int> group_of_vertex(topo.num_vertices(), -1);
@@ -447,13 +460,8 @@ int64_t CachedCollectiveModel::MeshId(const Mesh& mesh) {
   return next_mesh_id_++;
 }
 
-std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
-    const Mesh& mesh, const CollectiveRequest& request, CollectiveCostModel& inner) {
-  int64_t mesh_id;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    mesh_id = MeshId(mesh);
-  }
+std::pair<std::vector<int64_t>, std::vector<int64_t>> CachedCollectiveModel::Keys(
+    int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request) {
   std::vector<int64_t> key = RequestKey(mesh_id, request, request.elements);
   key.insert(key.begin(),
              {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
@@ -471,6 +479,18 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
       pass = RequestKey(mesh_id, request, scatter ? request.elements / g : request.elements);
     }
   }
+  return {std::move(key), std::move(pass)};
+}
+
+std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
+    const Mesh& mesh, const CollectiveRequest& request, CollectiveCostModel& inner) {
+  int64_t mesh_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mesh_id = MeshId(mesh);
+  }
+  auto [key, pass] = Keys(mesh_id, mesh, request);
+  std::shared_ptr<const CollectiveTiming> timing;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
@@ -488,8 +508,13 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
       }
     }
     ++misses_;
+    auto ahead = prepared_.find(key);
+    if (ahead != prepared_.end()) {
+      timing = std::move(ahead->second);
+      prepared_.erase(ahead);
+    }
   }
-  std::shared_ptr<const CollectiveTiming> timing = inner.Estimate(mesh, request);
+  if (!timing) timing = inner.Estimate(mesh, request);
   std::lock_guard<std::mutex> lock(mutex_);
   // NCCL machines name the protocol after the algorithm ("ring/Simple"); the tuner gives a
   // reduce-scatter and an all-gather of the same array the same one.
@@ -499,6 +524,57 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
   }
   // Another thread may have stored this key meanwhile: keep its (equal) answer.
   return cache_.emplace(std::move(key), timing).first->second;
+}
+
+void CachedCollectiveModel::Prepare(const Mesh& mesh,
+                                    const std::vector<CollectiveRequest>& requests) {
+  if (helpers_.empty()) return;
+  // The requests Estimate would pass to the inner model, in order, less those whose ring pass
+  // an earlier one shares (their fate depends on its answer).
+  std::vector<size_t> work;
+  std::vector<std::vector<int64_t>> work_keys;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t mesh_id = MeshId(mesh);
+    std::set<std::vector<int64_t>> keys, passes;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto [key, pass] = Keys(mesh_id, mesh, requests[i]);
+      if (cache_.count(key) || prepared_.count(key) || !keys.insert(key).second) continue;
+      if (!pass.empty() && (ring_passes_.count(pass) || !passes.insert(std::move(pass)).second)) {
+        continue;
+      }
+      work.push_back(i);
+      work_keys.push_back(std::move(key));
+    }
+  }
+  if (work.size() < 2) return;  // Nothing to share out.
+  std::vector<std::shared_ptr<const CollectiveTiming>> done(work.size());
+  std::atomic<size_t> next{0};
+  // Each thread takes the next request not yet taken. A request that throws is left to
+  // Estimate, which throws it again where the run asks for it.
+  auto run = [&](CollectiveCostModel& model) {
+    for (size_t w = next++; w < work.size(); w = next++) {
+      try {
+        done[w] = model.Estimate(mesh, requests[work[w]]);
+      } catch (...) {
+        done[w] = nullptr;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const int arena = CurrentArena();
+  for (size_t h = 0; h < helpers_.size() && h + 1 < work.size(); ++h) {
+    threads.emplace_back([&run, &model = *helpers_[h], arena] {
+      UseArena(arena);
+      run(model);
+    });
+  }
+  run(inner_);
+  for (std::thread& t : threads) t.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t w = 0; w < work.size(); ++w) {
+    if (done[w]) prepared_.emplace(std::move(work_keys[w]), std::move(done[w]));
+  }
 }
 
 }  // namespace shardsim

@@ -17,6 +17,7 @@
 #include "collectives/mesh.h"
 #include "sim/time.h"
 #include "sim/units.h"
+#include "topology/routing.h"
 #include "topology/topology.h"
 
 namespace shardsim {
@@ -115,6 +116,10 @@ class CollectiveCostModel {
   // rates, timeline classes) across runs (TimelineCache), or null: each run computes its own.
   // Answers are the same either way.
   virtual TimelineCache* timeline_cache() { return nullptr; }
+  // Told, before a run asks for them one by one, of every request it will make on `mesh`, in
+  // order: a model may compute them ahead, on several threads. Answers are the same either
+  // way. The default does nothing.
+  virtual void Prepare(const Mesh& mesh, const std::vector<CollectiveRequest>& requests) {}
 };
 
 // Simulates the op on the machine's network: a fresh simulator and network, every group's
@@ -132,8 +137,12 @@ class CollectiveCostModel {
 class NetworkCollectiveModel : public CollectiveCostModel {
  public:
   // `machine` must outlive the model. `translate_groups` enables the shortcuts above.
-  explicit NetworkCollectiveModel(const Machine& machine, bool translate_groups = true)
-      : machine_(machine), translate_groups_(translate_groups) {}
+  explicit NetworkCollectiveModel(const Machine& machine, bool translate_groups = true);
+  // A model that routes with a router of its own (MakeRouter of the machine's topology), so
+  // it may run on another thread than the machine's router is used from (a Machine is not
+  // thread-safe). Its answers are the same: routes are a function of their ends.
+  struct OwnRouter {};
+  NetworkCollectiveModel(const Machine& machine, OwnRouter);
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
                                                    const CollectiveRequest& request) override;
   // Network simulations run so far.
@@ -164,6 +173,8 @@ class NetworkCollectiveModel : public CollectiveCostModel {
                       const std::vector<std::vector<int>>& groups, CollectiveTiming& timing);
 
   const Machine& machine_;
+  std::unique_ptr<Router> own_router_;  // Set with OwnRouter.
+  Router* router_;                      // The machine's, or own_router_.
   bool translate_groups_;
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
@@ -203,6 +214,20 @@ class CachedCollectiveModel : public CollectiveCostModel {
   std::shared_ptr<const CollectiveTiming> EstimateWith(const Mesh& mesh,
                                                        const CollectiveRequest& request,
                                                        CollectiveCostModel& inner);
+  // Adds a helper: another inner model of the same machine, usable from a thread of its own
+  // (NetworkCollectiveModel::OwnRouter), which Prepare runs beside the cache's inner model.
+  // It must outlive the cache.
+  void AddHelper(CollectiveCostModel& helper) { helpers_.push_back(&helper); }
+  // With helpers: computes the requests' misses ahead on 1 + helpers threads, and keeps them
+  // until Estimate asks. Each request Estimate would pass to the inner model is computed, in
+  // any order, by the inner model or a helper; the inner models are deterministic, so the
+  // answer is the one Estimate would get, and hits, misses and ring-pass hits count the same.
+  // Of two misses that share a ring pass (a reduce-scatter and its all-gather), the second is
+  // left to Estimate: it is a hit if the first resolves to a ring, so computing it ahead could
+  // be wasted. A request whose pricing throws (an algorithm that cannot run it) is left to
+  // Estimate too, which throws where the run asks for it. Not to be called concurrently with
+  // other calls.
+  void Prepare(const Mesh& mesh, const std::vector<CollectiveRequest>& requests) override;
   // Requests answered from the cache.
   int64_t hits() const;
   // Requests passed to the inner model.
@@ -215,8 +240,16 @@ class CachedCollectiveModel : public CollectiveCostModel {
   // compared whole; a new placement gets the next id. Needs mutex_.
   int64_t MeshId(const Mesh& mesh);
 
+  // The cache key of `request` on the placement numbered `mesh_id`, and its ring-pass key
+  // (empty: none).
+  static std::pair<std::vector<int64_t>, std::vector<int64_t>> Keys(
+      int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request);
+
   CollectiveCostModel& inner_;
+  std::vector<CollectiveCostModel*> helpers_;
   mutable std::mutex mutex_;  // Guards everything below.
+  // Answers Prepare computed, by cache key, until Estimate takes them.
+  std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> prepared_;
   // Placements seen, by fingerprint: each with its id.
   std::map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> meshes_;
   int64_t next_mesh_id_ = 0;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "collectives/compute_model.h"
@@ -45,6 +46,13 @@ namespace {
 
 // Host memory above which `numerics: auto` runs timing only.
 constexpr Bytes kNumericsBudget = Bytes::GiB(2);
+
+// Threads that price a `--timing cached` run's distinct collectives (RunConfig::jobs): this
+// machine's cores, at most 8. The output is the same for any number. (Model runs price theirs
+// as the partitioner weighs them, one at a time: they gained nothing from helpers.)
+int PricingJobs() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+}
 
 // One row of the per-op table.
 struct OpRow {
@@ -282,6 +290,7 @@ std::map<std::string, Array> SimulateProgram(const RunFile& file, const RunComma
   config.algorithms = file.options.algorithms;
   config.base_dir = std::filesystem::path(file.path).parent_path().string();
   config.timing = cached ? TimingPath::kCached : TimingPath::kNetwork;
+  config.jobs = PricingJobs();
   config.observer = tracer;
   config.donated_inputs = donated;
   RunResult result = RunProgram(machine, mesh, program, config, &lowered);

@@ -37,8 +37,10 @@ testing::TransformerShape Llama70BOn512(int layers) {
 }
 
 // `warm`: the collective cache is shared across iterations (as a search shares it across
-// plans); otherwise each iteration starts cold: lowering, a fresh cache, and the run.
-void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bool warm) {
+// plans); otherwise each iteration starts cold: lowering, a fresh cache, and the run, its
+// distinct collectives priced on `jobs` threads.
+void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bool warm,
+                        int jobs = 1) {
   Machine machine(BuildPreset("tpu-v5p", {8, 8, 8}));
   ProgramSpec program = testing::BuildTransformerStep(Llama70BOn512(layers));
   Mesh mesh = PlaceMesh(machine, program.mesh_axes);
@@ -46,6 +48,7 @@ void BM_TransformerStep(benchmark::State& state, int layers, TimingPath path, bo
   CachedCollectiveModel cache(network_model);
   RunConfig config;
   config.timing = path;
+  config.jobs = jobs;
   if (warm) config.collective_model = &cache;
   RunResult r;
   for (auto _ : state) {
@@ -128,12 +131,18 @@ void BM_ElementwiseOnPod(benchmark::State& state, TimingPath path) {
 
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_cached, 1, TimingPath::kCached, false)
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TransformerStep, layer1_cached_jobs2, 1, TimingPath::kCached, false, 2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_cached_warm, 1, TimingPath::kCached, true)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TransformerStep, layer2_cached, 2, TimingPath::kCached, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TransformerStep, layer80_cached, 80, TimingPath::kCached, false)
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TransformerStep, layer80_cached_jobs2, 80, TimingPath::kCached, false, 2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_TransformerStep, layer80_cached_warm, 80, TimingPath::kCached, true)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_network, 1, TimingPath::kNetwork, false)

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "collectives/ir/program_builder.h"
 #include "collectives/lowering.h"
@@ -933,6 +935,95 @@ TEST(CachedCollectiveModelTest, EqualsUncachedAndHits) {
   EXPECT_GT(cache.hits(), 0);
   EXPECT_EQ(inner.simulations(), cache.misses());
   EXPECT_LT(cache.misses() * 3, uncached.simulations() + 3);
+}
+
+// Helpers price a run's collectives ahead on threads of their own (CachedCollectiveModel::
+// Prepare): the run equals one without them op by op, the cache counts the same hits, misses
+// and ring-pass hits, and the simulations are split between the inner model and the helpers
+// without one more. The machine is the benchmark's layout at a quarter of its size: FSDP 32 x
+// TP 4 on a 4x4x8 torus, whose FSDP rings cross each other's chips along z (shared links, the
+// full simulation), and each weight gather's reduce-scatter shares its ring pass.
+TEST(CachedCollectiveModelTest, HelpersGiveTheSameAnswers) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  testing::TransformerShape shape = SmallStep(2, 256, 1024, 64);
+  shape.batch = 32;
+  shape.fsdp = 32;
+  ProgramSpec program = testing::BuildTransformerStep(shape);
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  NetworkCollectiveModel alone_inner(machine);
+  CachedCollectiveModel alone(alone_inner);
+  RunConfig config;
+  config.timing = TimingPath::kCached;
+  config.collective_model = &alone;
+  const RunResult expected = RunProgram(machine, mesh, program, config);
+  ASSERT_GT(alone.ring_pass_hits(), 0);
+  for (int helpers : {1, 2}) {
+    NetworkCollectiveModel inner(machine);
+    std::vector<std::unique_ptr<NetworkCollectiveModel>> own;
+    CachedCollectiveModel cache(inner);
+    for (int h = 0; h < helpers; ++h) {
+      own.push_back(
+          std::make_unique<NetworkCollectiveModel>(machine, NetworkCollectiveModel::OwnRouter{}));
+      cache.AddHelper(*own.back());
+    }
+    config.collective_model = &cache;
+    const RunResult r = RunProgram(machine, mesh, program, config);
+    EXPECT_EQ(r.end, expected.end) << helpers;
+    ASSERT_EQ(r.ops.size(), expected.ops.size());
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      EXPECT_EQ(r.ops[i].start, expected.ops[i].start) << r.ops[i].name;
+      EXPECT_EQ(r.ops[i].end, expected.ops[i].end) << r.ops[i].name;
+    }
+    EXPECT_EQ(r.link_busy, expected.link_busy);
+    EXPECT_EQ(cache.hits(), alone.hits());
+    EXPECT_EQ(cache.misses(), alone.misses());
+    EXPECT_EQ(cache.ring_pass_hits(), alone.ring_pass_hits());
+    int64_t helped = 0;
+    for (const auto& h : own) helped += h->simulations();
+    EXPECT_GT(helped, 0) << "no helper priced anything";
+    EXPECT_EQ(inner.simulations() + helped, alone_inner.simulations());
+    // Through RunConfig::jobs, with a cache of the run's own.
+    RunConfig jobs;
+    jobs.timing = TimingPath::kCached;
+    jobs.jobs = 1 + helpers;
+    EXPECT_EQ(RunProgram(machine, mesh, program, jobs).end, expected.end);
+  }
+}
+
+// A request the model refuses is left by Prepare to Estimate, which throws it where it is asked
+// for; the requests beside it are prepared and answered as without helpers.
+TEST(CachedCollectiveModelTest, PrepareLeavesRefusedRequestsToEstimate) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 3}));
+  Mesh mesh = PlaceMesh(machine, {{"dp", 12}, {"tp", 4}});
+  CollectiveRequest good;
+  good.kind = CollectiveKind::kAllReduce;
+  good.dtype = DType::kF32;
+  good.elements = 1 << 16;
+  good.axes = {1};
+  CollectiveRequest refused = good;
+  refused.axes = {0};
+  refused.algorithm = "halving_doubling";  // 12 members: not a power of two.
+  CollectiveRequest other = good;
+  other.axes = {0};
+  NetworkCollectiveModel inner(machine);
+  NetworkCollectiveModel helper(machine, NetworkCollectiveModel::OwnRouter{});
+  CachedCollectiveModel cache(inner);
+  cache.AddHelper(helper);
+  cache.Prepare(mesh, {good, refused, other});
+  NetworkCollectiveModel plain(machine);
+  EXPECT_EQ(cache.Estimate(mesh, good)->member_time, plain.Estimate(mesh, good)->member_time);
+  try {
+    cache.Estimate(mesh, refused);
+    ADD_FAILURE() << "a 12-member halving_doubling was priced";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("power-of-two group, got 12"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(cache.Estimate(mesh, other)->member_time, plain.Estimate(mesh, other)->member_time);
+  EXPECT_EQ(cache.misses(), 3);
+  // The refused request was tried ahead and again when asked: one simulation more than the
+  // three asked for, none for the two answered from what Prepare computed.
+  EXPECT_EQ(inner.simulations() + helper.simulations(), 4);
 }
 
 // The contention rates and timeline classes a model keeps across runs (TimelineCache, a search
