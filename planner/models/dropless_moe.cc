@@ -1,5 +1,7 @@
 #include "planner/models/dropless_moe.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -66,6 +68,25 @@ class Body {
     op.dtype = "f32";
     return Add(OpKind::kOneHot, {ids}, std::move(op));
   }
+  // `x` op `scalar`, elementwise (kind: a binary op).
+  std::string Scalar(OpKind kind, const std::string& x, double scalar) {
+    OpSpec op;
+    op.scalar = scalar;
+    return Add(kind, {x}, std::move(op));
+  }
+  // `x` cut or padded with zeros at its end to `count` indices along axis 0.
+  std::string Resize(const std::string& x, int64_t have, int64_t count) {
+    OpSpec op;
+    op.axis = 0;
+    if (count <= have) {
+      if (count == have) return x;
+      op.start = 0;
+      op.size = count;
+      return Add(OpKind::kSlice, {x}, std::move(op));
+    }
+    op.high = count - have;
+    return Add(OpKind::kPad, {x}, std::move(op));
+  }
   std::string Full(const std::string& like, double value) {
     OpSpec op;
     op.fill_value = value;
@@ -126,6 +147,13 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   const int64_t group = NamedAxesSize(layout.mesh, layout.expert_axes);
   const int64_t local_experts = layout.experts / group;
   const std::vector<std::string>& ep = layout.expert_axes;
+  // Receive buffer rows: rows * group holds every member's rows (the worst case).
+  int64_t buffer_rows = rows * group;
+  if (layout.buffer_factor > 0 && layout.buffer_factor < static_cast<double>(group)) {
+    buffer_rows = std::clamp<int64_t>(
+        static_cast<int64_t>(std::ceil(layout.buffer_factor * static_cast<double>(rows))), 1,
+        rows * group);
+  }
 
   Body b(layout.mesh);
   const PartitionSpec tokens = DroplessTokenSpec(layout);
@@ -176,6 +204,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   std::string sizes;             // Rows of each local expert.
   std::string regroup;           // The order that grouped them (dispatch only).
   std::string send, recv, input_offsets, output_offsets;
+  std::string recv_starts;  // Bounded buffers: where each member's rows start in this one's.
   if (group == 1) {
     sizes = b.Convert(counts, DType::kI32);
   } else {
@@ -196,8 +225,36 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
       return op;
     }());
     output_offsets = b.Take(b.Starts(sent, 0), me);
-    // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1).
-    const std::string buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
+    // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1),
+    // or `buffer` rows when bounded.
+    const bool bounded = buffer_rows < rows * group;
+    std::string ids, buffer, id_buffer;
+    if (!bounded) {
+      buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
+    } else {
+      ids = b.Convert(b.Take(expert, order), DType::kF32);
+      buffer = b.Resize(b.Full(sorted, 0), rows, buffer_rows);
+      id_buffer = b.Full(b.Resize(ids, rows, buffer_rows), static_cast<double>(layout.experts));
+      // Of each message, the rows that land inside the receiver's buffer: with the message at
+      // `offset` (moved to the buffer's end if past it: a message of no rows may start there,
+      // not beyond) of `size` rows, size - max(offset + size - buffer, 0). The sender reckons
+      // from where its rows land, the receiver from where each member's rows start in its
+      // buffer (after those of the members before it): the same counts.
+      const double end = static_cast<double>(buffer_rows);
+      auto inside = [&](const std::string& offset) {
+        return b.Add(OpKind::kSub,
+                     {offset, b.Scalar(OpKind::kMax, b.Scalar(OpKind::kSub, offset, end), 0)});
+      };
+      auto fits = [&](const std::string& size, const std::string& offset) {
+        const std::string over = b.Scalar(
+            OpKind::kMax, b.Scalar(OpKind::kSub, b.Add(OpKind::kAdd, {offset, size}), end), 0);
+        return b.Add(OpKind::kSub, {size, over});
+      };
+      output_offsets = inside(output_offsets);
+      recv_starts = inside(b.Starts(recv, 0));
+      send = fits(send, output_offsets);
+      recv = fits(recv, recv_starts);
+    }
     const std::string received = b.Add(
         OpKind::kRaggedAllToAll, {sorted, buffer, input_offsets, send, output_offsets, recv}, [&] {
           OpSpec op;
@@ -205,9 +262,10 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
           return op;
         }());
     // Each received row's expert, sent beside it (padding rows: `experts`, sorted last).
-    const std::string ids = b.Convert(b.Take(expert, order), DType::kF32);
-    const std::string id_buffer =
-        b.Repeat(b.Full(ids, static_cast<double>(layout.experts)), {rows}, group);
+    if (!bounded) {
+      ids = b.Convert(b.Take(expert, order), DType::kF32);
+      id_buffer = b.Repeat(b.Full(ids, static_cast<double>(layout.experts)), {rows}, group);
+    }
     const std::string received_ids = b.Add(
         OpKind::kRaggedAllToAll, {ids, id_buffer, input_offsets, send, output_offsets, recv}, [&] {
           OpSpec op;
@@ -226,8 +284,9 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     sizes = b.Convert(b.Sum(b.OneHot(local, local_experts), 0), DType::kI32);
   }
 
-  // The experts' MLPs over their rows: rows * group rows held, `rows` filled when balanced.
-  const int64_t expected = group == 1 ? 0 : rows;
+  // The experts' MLPs over their rows: buffer_rows held, `rows` of them filled when balanced
+  // (all of them, when the buffer is smaller).
+  const int64_t expected = group == 1 ? 0 : std::min(rows, buffer_rows);
   std::string hidden = b.RaggedDot(grouped, w_up, sizes, expected);
   if (layout.gated) {
     hidden =
@@ -240,7 +299,9 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   if (group > 1) {
     // Back in arrival order, then each row returned to where it came from.
     out = b.Take(out, b.Argsort(regroup));
-    const std::string back_input = b.Starts(recv, 0);
+    // Where each member's rows sit here (`recv` holds the rows received, not those announced,
+    // when the buffer is bounded).
+    const std::string back_input = recv_starts.empty() ? b.Starts(recv, 0) : recv_starts;
     OpSpec a2a;
     a2a.tiled = true;
     const std::string back_output = b.Collective(OpKind::kAllToAll, input_offsets, ep, a2a);

@@ -3,7 +3,8 @@
 // devices holding their experts, runs each expert's MLP as grouped matmuls (ragged_dot) over
 // exactly the rows routed to it, and brings the results back. No token is dropped; how many
 // rows each message and each group carries is decided by the routing, so imbalance changes
-// the time where the data is real.
+// the time where the data is real. A bounded receive buffer (buffer_factor) drops the rows
+// that overflow it instead.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,11 @@ struct DroplessMoeLayout {
   std::vector<std::string> expert_axes;  // Axes splitting the experts (the dispatch group).
   std::vector<std::string> mlp_axes;     // Axes splitting each expert's MLP width.
   std::vector<std::string> embed_axes;   // Axes splitting the weights' d_model (gathered).
+  // Rows of each device's receive buffer, as a multiple of the rows it routes (what it receives
+  // when routing is balanced), rounded up (MaxText's ragged_buffer_factor). Rows that would land
+  // past it are not sent: those copies are dropped (their expert adds nothing to the token).
+  // <= 0, or at least the group size: the worst case, every member's rows (nothing dropped).
+  double buffer_factor = -1;
 };
 
 // The in_spec of the tokens, of the top-k choices and gates ([batch, length, top_k]) and the

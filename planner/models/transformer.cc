@@ -489,6 +489,7 @@ class TrainStepBuilder {
                         : model_.mlp == MlpKind::kGelu ? OpKind::kGelu
                                                        : OpKind::kRelu;
     layout.dtype = train_.dtype;
+    layout.buffer_factor = model_.ragged_buffer_factor;
     layout.batch_axes = rules_.Axes("batch");
     // The weights enter as they are held (FeedForwardParams' specs, which give an axis to the
     // first of their dimensions that names it).
@@ -818,6 +819,10 @@ void CheckModel(const TransformerConfig& model) {
                                                               std::to_string(model.experts) + ")]");
   Check(std::isfinite(model.capacity_factor),
         "capacity_factor must be a finite number (> 0, or <= 0 for dropless routing)");
+  Check(std::isfinite(model.ragged_buffer_factor),
+        "ragged_buffer_factor must be a finite number (> 0, or <= 0 for the worst case)");
+  Check(model.ragged_buffer_factor <= 0 || model.capacity_factor <= 0,
+        "ragged_buffer_factor bounds dropless routing's buffers: give capacity_factor: -1 too");
   Check(model.shared_experts >= 0 && model.expert_d_ff >= 0 && model.dense_layers >= 0 &&
             model.dense_layers <= model.layers,
         "shared_experts and expert_d_ff must be >= 0, dense_layers in [0, layers]");

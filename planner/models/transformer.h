@@ -56,9 +56,12 @@ struct TransformerConfig {
   int64_t experts = 0;
   int64_t top_k = 2;              // Experts each token is routed to.
   double capacity_factor = 1.25;  // Expert capacity over an even split; <= 0: dropless.
-  int64_t shared_experts = 0;     // Experts every token goes through.
-  int64_t expert_d_ff = 0;        // MLP width of one expert (0: d_ff).
-  int64_t dense_layers = 0;       // Leading layers with a dense MLP (DeepSeek-V3's first 3).
+  // Dropless: each device's receive buffer as a multiple of the rows it routes (MaxText's
+  // ragged_buffer_factor; rows past it are dropped); <= 0: the worst case, nothing dropped.
+  double ragged_buffer_factor = -1;
+  int64_t shared_experts = 0;  // Experts every token goes through.
+  int64_t expert_d_ff = 0;     // MLP width of one expert (0: d_ff).
+  int64_t dense_layers = 0;    // Leading layers with a dense MLP (DeepSeek-V3's first 3).
   // The weight of the routers' load-balancing loss added to a training step's loss (0: none;
   // Switch Transformer's is 0.01): per MoE layer, experts * sum_e c_e P_e, c_e the mean over
   // tokens of how many of a token's top_k choices are e, P_e the mean router probability of e

@@ -47,12 +47,17 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
     const std::string name = value.String();
     return {name, Preset(value, name)};
   }
-  YamlMap map = value.Map(
-      {"kind",        "preset",       "layers",          "d_model",         "d_ff",
-       "heads",       "kv_heads",     "head_dim",        "vocab",           "mlp",
-       "norm",        "experts",      "top_k",           "capacity_factor", "shared_experts",
-       "expert_d_ff", "dense_layers", "router_aux_loss", "attention",       "layer_sizes",
-       "activation"});
+  YamlMap map = value.Map({"kind",           "preset",
+                           "layers",         "d_model",
+                           "d_ff",           "heads",
+                           "kv_heads",       "head_dim",
+                           "vocab",          "mlp",
+                           "norm",           "experts",
+                           "top_k",          "capacity_factor",
+                           "shared_experts", "expert_d_ff",
+                           "dense_layers",   "router_aux_loss",
+                           "attention",      "layer_sizes",
+                           "activation",     "ragged_buffer_factor"});
   std::string name = "transformer";
   TransformerConfig m;
   if (auto preset = map.Find("preset")) {
@@ -102,6 +107,19 @@ std::pair<std::string, TransformerConfig> ReadModel(const YamlValue& value) {
     m.capacity_factor = v->Number();
     if (!std::isfinite(m.capacity_factor)) {
       v->Fail("capacity_factor must be a number: > 0 (a capacity) or -1 (dropless, MaxText's)");
+    }
+  }
+  if (auto v = map.Find("ragged_buffer_factor")) {
+    m.ragged_buffer_factor = v->Number();
+    if (!std::isfinite(m.ragged_buffer_factor)) {
+      v->Fail(
+          "ragged_buffer_factor must be a number: > 0 (a bounded buffer) or -1 (the worst "
+          "case, MaxText's default)");
+    }
+    if (m.ragged_buffer_factor > 0 && m.capacity_factor > 0) {
+      v->Fail(
+          "ragged_buffer_factor bounds dropless routing's buffers: give capacity_factor: -1 "
+          "too");
     }
   }
   if (auto v = map.Find("shared_experts")) m.shared_experts = v->Int64(0);

@@ -105,6 +105,16 @@ TEST_F(ModelRunTest, DroplessMixtureOfExpertsRunsWithRealData) {
   args = {"run", file};
   args.insert(args.end(), moe.begin(), moe.end());
   EXPECT_NE(RunOk(args).out.find("ragged_all_to_all over fsdp"), std::string::npos);
+  // Bounded receive buffers (ragged_buffer_factor 1.25: 1.25 times the rows a device routes,
+  // where the worst case holds all 4 members' rows) pass too, and hold less at the peak.
+  args = {"run", file, "--numerics", "on", "--set", "model.ragged_buffer_factor=1.25"};
+  args.insert(args.end(), moe.begin(), moe.end());
+  EXPECT_NE(RunOk(args).out.find("numerics:       passed"), std::string::npos);
+  std::vector<std::string> timing = {"run", file};
+  timing.insert(timing.end(), moe.begin(), moe.end());
+  const int64_t worst = RunJson(timing)["step_memory"]["peak"].get<int64_t>();
+  timing.insert(timing.end(), {"--set", "model.ragged_buffer_factor=1.25"});
+  EXPECT_LT(RunJson(timing)["step_memory"]["peak"].get<int64_t>(), worst);
 }
 
 // --numerics on runs the whole step with real data (microbatches, Adam, FSDP x TP) and checks
@@ -322,6 +332,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "model.top_k", "top_k (3) must be in [1, experts (2)]"},
         BadModel{"AuxLossWithoutExperts", "model={preset: llama-2-7b, router_aux_loss: 0.01}",
                  "model.router_aux_loss", "give experts too"},
+        BadModel{"BufferFactorWithACapacity",
+                 "model={preset: llama-2-7b, experts: 2, ragged_buffer_factor: 1.25}",
+                 "model.ragged_buffer_factor", "give capacity_factor: -1 too"},
+        BadModel{"BufferFactorNotFinite",
+                 "model={preset: llama-2-7b, experts: 2, capacity_factor: -1, "
+                 "ragged_buffer_factor: .inf}",
+                 "model.ragged_buffer_factor", "ragged_buffer_factor must be a number"},
         BadModel{"NegativeAuxLoss", "model={preset: llama-2-7b, experts: 2, router_aux_loss: -1}",
                  "model.router_aux_loss", "finite number >= 0"},
         BadModel{"MeshLargerThanMachine", "plan.mesh={fsdp: 8, tensor: 2}", "plan.mesh", "devices"},

@@ -31,9 +31,11 @@ DroplessMoeLayout FourExperts() {
 }
 
 // The region's program with real inputs: token t of every sequence chooses experts
-// first(t) and second(t).
-ProgramSpec WithChoices(int (*first)(int), int (*second)(int)) {
-  ProgramSpec body = DroplessMoeBody(FourExperts());
+// first(t) and second(t). Receive buffers of `buffer_factor` (DroplessMoeLayout).
+ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_factor = -1) {
+  DroplessMoeLayout layout = FourExperts();
+  layout.buffer_factor = buffer_factor;
+  ProgramSpec body = DroplessMoeBody(layout);
   uint64_t seed = 1;
   for (ArraySpec& a : body.arrays) {
     if (a.name == "choice") {
@@ -99,6 +101,54 @@ TEST(DroplessMoeTest, RoutingImbalanceChangesTheTime) {
       EXPECT_LT(uneven.per_device[p].compute, even.per_device[p].compute) << p;
     }
   }
+}
+
+// The region's one output with data.
+const Array& Output(const RunResult& r) {
+  EXPECT_EQ(r.outputs.size(), 1u);
+  return r.outputs.begin()->second;
+}
+
+// Bounded receive buffers (MaxText's ragged_buffer_factor): each device holds 16 rows, what it
+// receives when routing is balanced (factor 1; 64, every member's, unbounded).
+// - Balanced routing fills them exactly: the output is the unbounded region's, to the bit, and
+//   the buffers take a quarter of the memory. (Not less time at this size: the sizes that fit
+//   cost a few small ops more than the buffers' rows save.)
+// - Every token choosing experts 0 and 1 sends 8 rows from each device to each of devices 0
+//   and 1, which place them by sender: devices 0's and 1's rows fill the 16, those of devices
+//   2 and 3 would land at rows 16-31 and are not sent. So the tokens of sequences 0 and 1 (on
+//   devices 0 and 1) get both experts' outputs, as unbounded, and those of sequences 2 and 3
+//   get nothing: all their copies were dropped.
+// - A factor of the group size or more holds every member's rows: the unbounded region.
+TEST(DroplessMoeTest, BoundedBufferDropsWhatOverflows) {
+  auto balanced_first = [](int t) { return t % 4; };
+  auto balanced_second = [](int t) { return (t + 1) % 4; };
+  const RunResult unbounded = RunRegion(WithChoices(balanced_first, balanced_second), true);
+  const RunResult bounded = RunRegion(WithChoices(balanced_first, balanced_second, 1.0), true);
+  ASSERT_TRUE(Output(unbounded).has_data());
+  EXPECT_EQ(Output(bounded).values(), Output(unbounded).values());
+  EXPECT_LT(bounded.peak_memory, unbounded.peak_memory);
+
+  auto zero = [](int) { return 0; };
+  auto one = [](int) { return 1; };
+  const RunResult all_run = RunRegion(WithChoices(zero, one), true);
+  const RunResult kept_run = RunRegion(WithChoices(zero, one, 1.0), true);
+  const Array& all = Output(all_run);
+  const Array& kept = Output(kept_run);
+  const int64_t per_sequence = 8 * 16;  // Tokens x d_model.
+  ASSERT_EQ(all.size(), 4 * per_sequence);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < all.size(); ++i) {
+    if (i < 2 * per_sequence) {
+      EXPECT_EQ(kept.ValueAt(i), all.ValueAt(i)) << i;
+      nonzero += all.ValueAt(i) != 0;
+    } else {
+      EXPECT_EQ(kept.ValueAt(i), 0.0) << i;
+    }
+  }
+  EXPECT_GT(nonzero, per_sequence);  // The kept tokens' outputs are not zeros by chance.
+  const RunResult whole = RunRegion(WithChoices(zero, one, 4.0), true);
+  EXPECT_EQ(Output(whole).values(), all.values());
 }
 
 // The layout must divide: the experts over the expert axes, the tokens over theirs.

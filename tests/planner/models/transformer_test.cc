@@ -205,6 +205,7 @@ struct MoeVariant {
   std::map<std::string, std::vector<std::string>> rules;
   double capacity_factor = 1.0;
   std::string mlp = "swiglu";
+  double ragged_buffer_factor = -1;
 };
 
 TransformerConfig SmallMoe(double capacity_factor, MlpKind mlp) {
@@ -239,6 +240,7 @@ TEST_P(MoeStepTest, ShardedStepMatchesTheUnshardedOne) {
   TransformerConfig model =
       SmallMoe(v.capacity_factor, v.mlp == "gelu" ? MlpKind::kGelu : MlpKind::kSwiGlu);
   model.router_aux_loss = 0.01;
+  model.ragged_buffer_factor = v.ragged_buffer_factor;
   const ProgramSpec global = BuildTrainStep(model, train, v.mesh, LogicalRules(v.rules, v.mesh));
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   Mesh mesh = PlaceMesh(machine, global.mesh_axes);
@@ -289,6 +291,14 @@ std::vector<MoeVariant> MoeVariants() {
     dropless.capacity_factor = -1;
     all.push_back(std::move(dropless));
   }
+  // Dropless with bounded buffers (half the worst case): the region's sizes that fit and its
+  // smaller buffers, partitioned and differentiated. (The unsharded step runs the region on the
+  // mesh too, so it would drop alike; DroplessEqualsADispatchThatDropsNothing shows this factor
+  // drops nothing here.)
+  MoeVariant bounded = all[layouts + 1];
+  bounded.name = "dropless_bounded_ep4_in_batch_tp2";
+  bounded.ragged_buffer_factor = 2;
+  all.push_back(std::move(bounded));
   return all;
 }
 
@@ -384,7 +394,10 @@ TEST(MoeStepTest, DroppedShareFallsWithTheCapacityFactor) {
 // parallelism 2 inside FSDP 4, and over a tensor axis splitting the experts' MLPs). The two
 // sum the same products in different orders (dispatch einsums over slots against sorted rows):
 // the f32 values are O(1), their difference ulps; 1e-5 catches a token lost or doubled, which
-// moves them by about 1e-2.
+// moves them by about 1e-2. On EP 4 the same holds with bounded buffers of twice the rows a
+// device routes (ragged_buffer_factor 2): each device holds one expert, which gets at most one
+// copy of each of the group's 4 n tokens, 2 n rows, so nothing overflows; with half the rows
+// (0.5) copies are dropped and the loss moves.
 TEST(MoeStepTest, DroplessEqualsADispatchThatDropsNothing) {
   struct Layout {
     std::vector<MeshAxis> mesh;
@@ -403,16 +416,28 @@ TEST(MoeStepTest, DroplessEqualsADispatchThatDropsNothing) {
     const ProgramSpec dropless = BuildTrainStep(model, TrainConfig{}, l.mesh, rules);
     EXPECT_EQ(MoeDroppedFraction(dropless, ""), std::nullopt);  // It routes no moe_route.
     const std::map<std::string, Array> want = GlobalReference(dense, "");
-    const std::map<std::string, Array> got = GlobalReference(dropless, "");
-    ASSERT_EQ(want.size(), got.size());
-    for (const auto& [name, w] : want) {
-      const Array& g = got.at(name);
-      ASSERT_EQ(g.shape(), w.shape()) << name;
-      double worst = 0;
-      for (int64_t i = 0; i < w.size(); ++i) {
-        worst = std::max(worst, static_cast<double>(std::abs(g.data()[i] - w.data()[i])));
+    std::vector<ProgramSpec> same = {dropless};
+    if (l.mesh[0].size == 4) {
+      model.ragged_buffer_factor = 2;
+      same.push_back(BuildTrainStep(model, TrainConfig{}, l.mesh, rules));
+      model.ragged_buffer_factor = 0.5;
+      const ProgramSpec dropping = BuildTrainStep(model, TrainConfig{}, l.mesh, rules);
+      const double lost = GlobalReference(dropping, "").at("loss").at(0);
+      EXPECT_GT(std::abs(lost - want.at("loss").at(0)), 1e-3);
+      model.ragged_buffer_factor = -1;
+    }
+    for (const ProgramSpec& program : same) {
+      const std::map<std::string, Array> got = GlobalReference(program, "");
+      ASSERT_EQ(want.size(), got.size());
+      for (const auto& [name, w] : want) {
+        const Array& g = got.at(name);
+        ASSERT_EQ(g.shape(), w.shape()) << name;
+        double worst = 0;
+        for (int64_t i = 0; i < w.size(); ++i) {
+          worst = std::max(worst, static_cast<double>(std::abs(g.data()[i] - w.data()[i])));
+        }
+        EXPECT_LT(worst, 1e-5) << name;
       }
-      EXPECT_LT(worst, 1e-5) << name;
     }
   }
 }
