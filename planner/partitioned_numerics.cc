@@ -8,6 +8,7 @@
 #include "collectives/moe_route.h"
 #include "collectives/shard_map.h"
 #include "planner/grad.h"
+#include "planner/models/dropless_moe.h"
 
 namespace shardsim::planner {
 
@@ -60,14 +61,24 @@ std::optional<double> MoeDroppedFraction(const ProgramSpec& global, const std::s
                                          const std::map<std::string, Array>* inputs) {
   ProgramSpec routed = global;
   std::vector<std::pair<std::string, std::string>> routes;  // (mask, the choices it routed).
+  std::vector<std::pair<std::string, std::string>> counts;  // (drops counted, the choices).
   for (const OpSpec& op : global.ops) {
-    if (op.kind != OpKind::kMoeRoute) continue;
-    routes.emplace_back(op.out.at(0), op.in.at(0));
-    for (const std::string& name : {op.out.at(0), op.in.at(0)}) {
+    if (op.kind == OpKind::kMoeRoute) {
+      routes.emplace_back(op.out.at(0), op.in.at(0));
+    } else if (op.kind == OpKind::kShardMap && op.out.size() >= 2 &&
+               op.out[1].rfind(kDroppedCopiesName, 0) == 0) {
+      // A bounded dropless region: its second output, and its choices (DroplessMoeBody; grad
+      // may add outputs after them, its saved residuals, and inputs after its own).
+      counts.emplace_back(op.out[1], op.in.at(1));
+    } else {
+      continue;
+    }
+    const auto& [count, choices] = op.kind == OpKind::kMoeRoute ? routes.back() : counts.back();
+    for (const std::string& name : {count, choices}) {
       routed.outputs.push_back(OutputSpec{name, PartitionSpec{}, ""});
     }
   }
-  if (routes.empty()) return std::nullopt;
+  if (routes.empty() && counts.empty()) return std::nullopt;
   const std::map<std::string, Array> values = GlobalReference(routed, base_dir, inputs);
   double dropped = 0, assignments = 0;
   for (const auto& [mask, choices] : routes) {
@@ -75,6 +86,11 @@ std::optional<double> MoeDroppedFraction(const ProgramSpec& global, const std::s
     const double n = static_cast<double>(NumElements(shape));
     dropped += DroppedFraction(values.at(mask), shape) * n;
     assignments += n;
+  }
+  for (const auto& [count, choices] : counts) {
+    const Array& per_device = values.at(count);
+    for (int64_t i = 0; i < per_device.size(); ++i) dropped += per_device.ValueAt(i);
+    assignments += static_cast<double>(NumElements(values.at(choices).shape()));
   }
   return dropped / assignments;
 }

@@ -33,8 +33,9 @@ NumericsReport CheckPartitionedNumerics(const std::map<std::string, Array>& simu
                                         const std::map<std::string, Array>* inputs = nullptr);
 
 // The share of expert assignments the moe_route ops of `global` drop on real data (GShard's
-// dropped tokens: over every routed op, 1 - masks' ones / (groups x tokens x k)), from the
-// unsharded program evaluated as GlobalReference does; nullopt when it routes none.
+// dropped tokens: over every routed op, 1 - masks' ones / (groups x tokens x k)), and its
+// bounded dropless regions (their copies dropped, counted by the regions: DroplessMoeBody),
+// from the unsharded program evaluated as GlobalReference does; nullopt when it has neither.
 std::optional<double> MoeDroppedFraction(const ProgramSpec& global, const std::string& base_dir,
                                          const std::map<std::string, Array>* inputs = nullptr);
 

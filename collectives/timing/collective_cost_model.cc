@@ -549,11 +549,14 @@ void CachedCollectiveModel::Prepare(const Mesh& mesh,
   }
   if (work.size() < 2) return;  // Nothing to share out.
   std::vector<std::shared_ptr<const CollectiveTiming>> done(work.size());
-  std::atomic<size_t> next{0};
-  // Each thread takes the next request not yet taken. A request that throws is left to
-  // Estimate, which throws it again where the run asks for it.
-  auto run = [&](CollectiveCostModel& model) {
-    for (size_t w = next++; w < work.size(); w = next++) {
+  // Thread t (0: this one, with the inner model; t > 0: helper t - 1) first takes request t,
+  // then each the next not yet taken: every thread prices at least one, however late it
+  // starts. A request that throws is left to Estimate, which throws it again where the run
+  // asks for it.
+  const size_t threads_used = std::min(helpers_.size() + 1, work.size());
+  std::atomic<size_t> next{threads_used};
+  auto run = [&](CollectiveCostModel& model, size_t first) {
+    for (size_t w = first; w < work.size(); w = next++) {
       try {
         done[w] = model.Estimate(mesh, requests[work[w]]);
       } catch (...) {
@@ -563,13 +566,13 @@ void CachedCollectiveModel::Prepare(const Mesh& mesh,
   };
   std::vector<std::thread> threads;
   const int arena = CurrentArena();
-  for (size_t h = 0; h < helpers_.size() && h + 1 < work.size(); ++h) {
-    threads.emplace_back([&run, &model = *helpers_[h], arena] {
+  for (size_t t = 1; t < threads_used; ++t) {
+    threads.emplace_back([&run, &model = *helpers_[t - 1], t, arena] {
       UseArena(arena);
-      run(model);
+      run(model, t);
     });
   }
-  run(inner_);
+  run(inner_, 0);
   for (std::thread& t : threads) t.join();
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t w = 0; w < work.size(); ++w) {

@@ -133,6 +133,11 @@ PartitionSpec DroplessWeightSpec(const DroplessMoeLayout& layout, bool down) {
   return spec;
 }
 
+bool DroplessBounded(const DroplessMoeLayout& layout) {
+  return layout.buffer_factor > 0 &&
+         layout.buffer_factor < static_cast<double>(NamedAxesSize(layout.mesh, layout.expert_axes));
+}
+
 ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   CheckSplit(layout, layout.batch, layout.batch_axes, "the batch");
   CheckSplit(layout, layout.length, layout.length_axes, "the sequence");
@@ -149,7 +154,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   const std::vector<std::string>& ep = layout.expert_axes;
   // Receive buffer rows: rows * group holds every member's rows (the worst case).
   int64_t buffer_rows = rows * group;
-  if (layout.buffer_factor > 0 && layout.buffer_factor < static_cast<double>(group)) {
+  if (DroplessBounded(layout)) {
     buffer_rows = std::clamp<int64_t>(
         static_cast<int64_t>(std::ceil(layout.buffer_factor * static_cast<double>(rows))), 1,
         rows * group);
@@ -205,6 +210,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   std::string regroup;           // The order that grouped them (dispatch only).
   std::string send, recv, input_offsets, output_offsets;
   std::string recv_starts;  // Bounded buffers: where each member's rows start in this one's.
+  std::string dropped;      // Bounded buffers: the copies this device routed that did not fit.
   if (group == 1) {
     sizes = b.Convert(counts, DType::kI32);
   } else {
@@ -227,7 +233,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     output_offsets = b.Take(b.Starts(sent, 0), me);
     // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1),
     // or `buffer` rows when bounded.
-    const bool bounded = buffer_rows < rows * group;
+    const bool bounded = DroplessBounded(layout);
     std::string ids, buffer, id_buffer;
     if (!bounded) {
       buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
@@ -252,8 +258,20 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
       };
       output_offsets = inside(output_offsets);
       recv_starts = inside(b.Starts(recv, 0));
+      const std::string announced = send;
       send = fits(send, output_offsets);
       recv = fits(recv, recv_starts);
+      // Devices that hold the same tokens (those the tokens are not split over) count the
+      // same drops: each counts its share, so the counts sum to the copies dropped.
+      int64_t copies = 1;
+      for (const MeshAxis& axis : layout.mesh) copies *= axis.size;
+      copies /= NamedAxesSize(layout.mesh, layout.batch_axes) *
+                NamedAxesSize(layout.mesh, layout.length_axes);
+      dropped = b.Reshape(
+          b.Scalar(OpKind::kMul,
+                   b.Sum(b.Convert(b.Add(OpKind::kSub, {announced, send}), DType::kF32), 0),
+                   1.0 / static_cast<double>(copies)),
+          {1});
     }
     const std::string received = b.Add(
         OpKind::kRaggedAllToAll, {sorted, buffer, input_offsets, send, output_offsets, recv}, [&] {
@@ -321,6 +339,12 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   const int64_t local_batch = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes);
   out = b.Reshape(out, {local_batch, n / local_batch, d});
   b.pb().Output(out, tokens);
+  if (!dropped.empty()) {
+    PartitionSpec every;
+    every.dims = {{}};
+    for (const MeshAxis& axis : layout.mesh) every.dims[0].push_back(axis.name);
+    b.pb().Output(dropped, every);
+  }
   return std::move(b.pb()).Build();
 }
 

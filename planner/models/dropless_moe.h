@@ -51,9 +51,20 @@ PartitionSpec DroplessWeightSpec(const DroplessMoeLayout& layout, bool down);
 
 // The shard_map body (mode: manual) on layout.mesh. Its arrays, in this order: x [batch,
 // length, d_model], choice [batch, length, top_k] i32 (each token's experts), gates [batch,
-// length, top_k] (their weights), then the experts' weights gate (when gated), up and down; its
-// one output, y [batch, length, d_model], is sum_j gates[j] * expert_{choice[j]}(x). Throws
+// length, top_k] (their weights), then the experts' weights gate (when gated), up and down. Its
+// first output, y [batch, length, d_model], is sum_j gates[j] * expert_{choice[j]}(x) over the
+// copies kept; with bounded buffers (DroplessBounded) a second, f32 [devices] (one per device,
+// split over every mesh axis), counts the copies each device routed that did not fit, divided
+// by the devices that hold the same tokens: its sum is the copies dropped. Throws
 // std::invalid_argument when the layout does not divide.
 ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout);
+
+// The name the model builder gives the second output of a bounded dropless region (followed
+// by the layer), which MoeDroppedFraction reads.
+inline constexpr char kDroppedCopiesName[] = "moe_dropped";
+
+// Whether the body's receive buffers are bounded (buffer_factor below the expert group's size),
+// so that it may drop copies and has its second output.
+bool DroplessBounded(const DroplessMoeLayout& layout);
 
 }  // namespace shardsim::planner

@@ -537,7 +537,9 @@ class TrainStepBuilder {
     if (layout.gated) in.push_back(W("we_gate" + L));
     in.push_back(W("we_up" + L));
     in.push_back(W("we_down" + L));
-    return pb_.ShardMap(std::move(in), std::move(body), {N("moe" + L)}).at(0);
+    std::vector<std::string> out = {N("moe" + L)};
+    if (DroplessBounded(layout)) out.push_back(N(kDroppedCopiesName + L));
+    return pb_.ShardMap(std::move(in), std::move(body), std::move(out)).at(0);
   }
 
   // Layer `l` on x, its values recorded for remat when asked.

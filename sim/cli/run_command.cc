@@ -505,13 +505,11 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));
+    // Bounded dropless buffers may drop copies: MoeDroppedFraction counted them above.
     if (!run.mlp && run.model.experts > 0 && run.model.capacity_factor <= 0 &&
-        report.numerics.checked) {
+        run.model.ragged_buffer_factor <= 0 && report.numerics.checked) {
       report.numerics_note +=
-          run.model.ragged_buffer_factor > 0
-              ? "; MoE routing is dropless up to its receive buffers (ragged_buffer_factor > "
-                "0): copies that overflow one are dropped, and not counted here"
-              : "; MoE routing is dropless (capacity_factor <= 0): no expert assignment dropped";
+          "; MoE routing is dropless (capacity_factor <= 0): no expert assignment dropped";
     }
     const Mesh mesh = PlaceMesh(machine, run.plan.mesh, run.plan.devices);
     Time recompute;

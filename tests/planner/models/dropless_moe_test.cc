@@ -103,10 +103,25 @@ TEST(DroplessMoeTest, RoutingImbalanceChangesTheTime) {
   }
 }
 
-// The region's one output with data.
+// The region's tokens' output (its first).
 const Array& Output(const RunResult& r) {
-  EXPECT_EQ(r.outputs.size(), 1u);
+  EXPECT_GE(r.outputs.size(), 1u);
+  for (const auto& [name, array] : r.outputs) {
+    if (array.shape() == Shape{4, 8, 16}) return array;
+  }
+  ADD_FAILURE() << "no output y";
   return r.outputs.begin()->second;
+}
+
+// The copies each device dropped (the region's second output, bounded buffers only).
+std::vector<double> Dropped(const RunResult& r) {
+  EXPECT_EQ(r.outputs.size(), 2u);
+  std::vector<double> dropped;
+  for (const auto& [name, array] : r.outputs) {
+    if (array.shape() != Shape{4}) continue;
+    for (int64_t i = 0; i < array.size(); ++i) dropped.push_back(array.ValueAt(i));
+  }
+  return dropped;
 }
 
 // Bounded receive buffers (MaxText's ragged_buffer_factor): each device holds 16 rows, what it
@@ -118,7 +133,7 @@ const Array& Output(const RunResult& r) {
 //   and 1, which place them by sender: devices 0's and 1's rows fill the 16, those of devices
 //   2 and 3 would land at rows 16-31 and are not sent. So the tokens of sequences 0 and 1 (on
 //   devices 0 and 1) get both experts' outputs, as unbounded, and those of sequences 2 and 3
-//   get nothing: all their copies were dropped.
+//   get nothing: all their copies were dropped, 16 each (the region's count of drops).
 // - A factor of the group size or more holds every member's rows: the unbounded region.
 TEST(DroplessMoeTest, BoundedBufferDropsWhatOverflows) {
   auto balanced_first = [](int t) { return t % 4; };
@@ -128,6 +143,8 @@ TEST(DroplessMoeTest, BoundedBufferDropsWhatOverflows) {
   ASSERT_TRUE(Output(unbounded).has_data());
   EXPECT_EQ(Output(bounded).values(), Output(unbounded).values());
   EXPECT_LT(bounded.peak_memory, unbounded.peak_memory);
+  EXPECT_EQ(Dropped(bounded), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(unbounded.outputs.size(), 1u);  // No count: nothing can be dropped.
 
   auto zero = [](int) { return 0; };
   auto one = [](int) { return 1; };
@@ -135,6 +152,7 @@ TEST(DroplessMoeTest, BoundedBufferDropsWhatOverflows) {
   const RunResult kept_run = RunRegion(WithChoices(zero, one, 1.0), true);
   const Array& all = Output(all_run);
   const Array& kept = Output(kept_run);
+  EXPECT_EQ(Dropped(kept_run), (std::vector<double>{0, 0, 16, 16}));
   const int64_t per_sequence = 8 * 16;  // Tokens x d_model.
   ASSERT_EQ(all.size(), 4 * per_sequence);
   int64_t nonzero = 0;

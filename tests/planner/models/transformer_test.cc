@@ -417,13 +417,19 @@ TEST(MoeStepTest, DroplessEqualsADispatchThatDropsNothing) {
     EXPECT_EQ(MoeDroppedFraction(dropless, ""), std::nullopt);  // It routes no moe_route.
     const std::map<std::string, Array> want = GlobalReference(dense, "");
     std::vector<ProgramSpec> same = {dropless};
-    if (l.mesh[0].size == 4) {
+    if (l.mesh[0].name == "expert") {  // EP 4.
       model.ragged_buffer_factor = 2;
       same.push_back(BuildTrainStep(model, TrainConfig{}, l.mesh, rules));
+      EXPECT_EQ(MoeDroppedFraction(same.back(), ""), 0.0);  // Counted by the region: none.
       model.ragged_buffer_factor = 0.5;
       const ProgramSpec dropping = BuildTrainStep(model, TrainConfig{}, l.mesh, rules);
       const double lost = GlobalReference(dropping, "").at("loss").at(0);
       EXPECT_GT(std::abs(lost - want.at("loss").at(0)), 1e-3);
+      // Buffers of half a device's rows: at most half the copies arrive.
+      const std::optional<double> dropped = MoeDroppedFraction(dropping, "");
+      ASSERT_TRUE(dropped.has_value());
+      EXPECT_GT(*dropped, 0.0);
+      EXPECT_LE(*dropped, 1.0);
       model.ragged_buffer_factor = -1;
     }
     for (const ProgramSpec& program : same) {
