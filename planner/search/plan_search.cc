@@ -61,6 +61,11 @@ bool WithinLimit(Bytes peak, Bytes capacity, double memory_limit) {
   return static_cast<double>(peak.count()) <= memory_limit * static_cast<double>(capacity.count());
 }
 
+// How far over the memory limit a screened peak may be and the plan still be confirmed: the
+// screening's composition takes the first pair of layer counts whose peaks extrapolate, which
+// the composition's tests find within 5% of the whole step's peak (TrainStepOptions::compose).
+constexpr double kScreenedPeakMargin = 0.05;
+
 }  // namespace
 
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
@@ -598,11 +603,26 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     std::set<size_t> reopen;  // Families whose confirmed plan stopped fitting.
     for (;;) {
       std::vector<size_t> unsettled;  // Among the best `confirm`, by result index.
-      for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(options.confirm);
-           ++k) {
+      const size_t best = std::min(result.ranked.size(), static_cast<size_t>(options.confirm));
+      for (size_t k = 0; k < best; ++k) {
         if (!result.results[result.ranked[k]].outcome.settled) {
           unsettled.push_back(result.ranked[k]);
         }
+      }
+      // Plans screened just over the limit (kScreenedPeakMargin) that would rank among the
+      // best `confirm`: confirmed too, so one that fits once settled is ranked.
+      const size_t fitted = unsettled.size();
+      for (size_t i = 0; options.confirm > 0 && i < result.results.size(); ++i) {
+        const PlanOutcome& o = result.results[i].outcome;
+        if (!o.refused.empty() || o.fits || o.settled ||
+            !WithinLimit(o.peak, o.capacity, space.memory_limit * (1 + kScreenedPeakMargin))) {
+          continue;
+        }
+        if (best == static_cast<size_t>(options.confirm) &&
+            !Better(space.objective, o, result.results[result.ranked[best - 1]].outcome)) {
+          continue;
+        }
+        unsettled.push_back(i);
       }
       if (unsettled.empty() || out_of_time_now()) break;
       result.confirmed += static_cast<int64_t>(unsettled.size());
@@ -612,9 +632,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           simulate(result.results[unsettled[k]], machine, collectives, true);
         }
       });
-      for (size_t i : unsettled) {  // Each fitted when screened: it was ranked.
-        const PlanOutcome& o = result.results[i].outcome;
-        if (!o.refused.empty() || !o.fits) reopen.insert(result_family[i]);
+      for (size_t k = 0; k < fitted; ++k) {  // Each fitted when screened: it was ranked.
+        const PlanOutcome& o = result.results[unsettled[k]].outcome;
+        if (!o.refused.empty() || !o.fits) reopen.insert(result_family[unsettled[k]]);
       }
       rank_results();
     }

@@ -106,8 +106,10 @@ struct SearchOptions {
   // Plans are screened with the fast composition (the first pair of layer counts whose peaks
   // extrapolate); then the best `confirm` fitting plans are simulated again with the settled
   // one (TrainStepOptions::settle), until the best `confirm` of the ranking are all settled
-  // (a plan that confirms slower may let one below it up). This process does it even when it
-  // simulates nothing else (`simulate` false), so a merged search ranks as a single one.
+  // (a plan that confirms slower may let one below it up). Plans screened over the memory
+  // limit by at most 5% (the screening's error on peaks) that would rank among them are
+  // confirmed too, and ranked if they fit then. This process does it even when it simulates
+  // nothing else (`simulate` false), so a merged search ranks as a single one.
   int confirm = 0;
 };
 

@@ -456,6 +456,52 @@ TEST(PlanSearchTest, APlanThatStopsFittingWhenConfirmedNoLongerDominates) {
   EXPECT_TRUE(reopened) << CandidateKey(*found);
 }
 
+// The converse: a plan screened just over the limit that fits once settled is confirmed and
+// ranked. The tiny model with 8 layers: the first mesh whose plan without remat peaks higher
+// when screened than when settled, by under 5%; under a limit between the two, screening
+// finds it does not fit, and confirmation finds it does (before, it was counted as not
+// fitting, its settled peak never computed).
+TEST(PlanSearchTest, APlanScreenedJustOverTheLimitIsConfirmed) {
+  TransformerConfig model = Tiny();
+  model.layers = 8;
+  const std::unique_ptr<Machine> machine = V5e8();
+  NetworkCollectiveModel network(*machine);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel collectives(cache);
+  std::optional<PlanCandidate> found;
+  PlanOutcome screened, settled;
+  for (const std::vector<MeshAxis>& mesh : FactorMeshes(8, TinySpace().axes)) {
+    PlanCandidate c;
+    c.plan.mesh = mesh;
+    c.plan.rules = DefaultRules(mesh);
+    c.microbatches = 1;
+    screened = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, false);
+    settled = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, true);
+    if (screened.refused.empty() && screened.peak > settled.peak &&
+        static_cast<double>(screened.peak.count()) <
+            1.05 * static_cast<double>(settled.peak.count())) {
+      found = c;
+      break;
+    }
+  }
+  ASSERT_TRUE(found.has_value());  // The case's premise.
+  SearchSpace space = TinySpace();
+  space.memory_limit = 0.5 * static_cast<double>((screened.peak + settled.peak).count()) /
+                       static_cast<double>(screened.capacity.count());
+  SearchOptions options = Options(2);
+  options.confirm = 100;  // Every plan would rank among them.
+  const SearchResult r = SearchPlans(model, TinyTrain(), space, options);
+  bool ranked = false;
+  for (size_t i : r.ranked) {
+    const PlanResult& p = r.results[i];
+    if (p.key != CandidateKey(*found)) continue;
+    ranked = true;
+    EXPECT_TRUE(p.outcome.settled);
+    EXPECT_EQ(p.outcome.peak, settled.peak);
+  }
+  EXPECT_TRUE(ranked) << CandidateKey(*found);
+}
+
 TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
   const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
   SearchOptions resume = Options(1);
