@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -413,28 +414,43 @@ TEST(PlanSearchTest, ConfirmsTheBestPlansWithTheSettledComposition) {
 // a limit between the two, that plan dominates its family's remat variants while screening,
 // then fails its confirmation, and they are simulated (before, the family vanished from the
 // ranking: a review found the best plan lost so).
-TEST(PlanSearchTest, APlanThatStopsFittingWhenConfirmedNoLongerDominates) {
-  TransformerConfig model = Tiny();
-  model.layers = 8;
+// The tiny model with 8 layers, and on the 8-chip machine the first mesh whose plan without
+// remat, screened and settled (its outcomes), satisfies `wanted`.
+struct ScreenedAndSettled {
+  TransformerConfig model;
+  std::optional<PlanCandidate> found;
+  PlanOutcome screened, settled;
+};
+ScreenedAndSettled FirstPlanWhere(
+    const std::function<bool(const PlanOutcome& screened, const PlanOutcome& settled)>& wanted) {
+  ScreenedAndSettled r;
+  r.model = Tiny();
+  r.model.layers = 8;
   const std::unique_ptr<Machine> machine = V5e8();
   NetworkCollectiveModel network(*machine);
   CachedCollectiveModel cache(network);
   SlowestMemberCollectiveModel collectives(cache);
-  // The first mesh whose plan without remat peaks lower screened than settled.
-  std::optional<PlanCandidate> found;
-  PlanOutcome screened, settled;
   for (const std::vector<MeshAxis>& mesh : FactorMeshes(8, TinySpace().axes)) {
     PlanCandidate c;
     c.plan.mesh = mesh;
     c.plan.rules = DefaultRules(mesh);
     c.microbatches = 1;
-    screened = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, false);
-    settled = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, true);
-    if (screened.refused.empty() && screened.peak < settled.peak) {
-      found = c;
+    r.screened = EvaluatePlan(*machine, r.model, TinyTrain(), c, 1, collectives, nullptr, false);
+    r.settled = EvaluatePlan(*machine, r.model, TinyTrain(), c, 1, collectives, nullptr, true);
+    if (r.screened.refused.empty() && wanted(r.screened, r.settled)) {
+      r.found = c;
       break;
     }
   }
+  return r;
+}
+
+TEST(PlanSearchTest, APlanThatStopsFittingWhenConfirmedNoLongerDominates) {
+  // The first mesh whose plan without remat peaks lower screened than settled.
+  const auto [model, found, screened, settled] =
+      FirstPlanWhere([](const PlanOutcome& screened, const PlanOutcome& settled) {
+        return screened.peak < settled.peak;
+      });
   ASSERT_TRUE(found.has_value());  // The case's premise.
   SearchSpace space = TinySpace();
   space.memory_limit = 0.5 * static_cast<double>((screened.peak + settled.peak).count()) /
@@ -462,28 +478,11 @@ TEST(PlanSearchTest, APlanThatStopsFittingWhenConfirmedNoLongerDominates) {
 // finds it does not fit, and confirmation finds it does (before, it was counted as not
 // fitting, its settled peak never computed).
 TEST(PlanSearchTest, APlanScreenedJustOverTheLimitIsConfirmed) {
-  TransformerConfig model = Tiny();
-  model.layers = 8;
-  const std::unique_ptr<Machine> machine = V5e8();
-  NetworkCollectiveModel network(*machine);
-  CachedCollectiveModel cache(network);
-  SlowestMemberCollectiveModel collectives(cache);
-  std::optional<PlanCandidate> found;
-  PlanOutcome screened, settled;
-  for (const std::vector<MeshAxis>& mesh : FactorMeshes(8, TinySpace().axes)) {
-    PlanCandidate c;
-    c.plan.mesh = mesh;
-    c.plan.rules = DefaultRules(mesh);
-    c.microbatches = 1;
-    screened = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, false);
-    settled = EvaluatePlan(*machine, model, TinyTrain(), c, 1, collectives, nullptr, true);
-    if (screened.refused.empty() && screened.peak > settled.peak &&
-        static_cast<double>(screened.peak.count()) <
-            1.05 * static_cast<double>(settled.peak.count())) {
-      found = c;
-      break;
-    }
-  }
+  const auto [model, found, screened, settled] =
+      FirstPlanWhere([](const PlanOutcome& screened, const PlanOutcome& settled) {
+        return screened.peak > settled.peak && static_cast<double>(screened.peak.count()) <
+                                                   1.05 * static_cast<double>(settled.peak.count());
+      });
   ASSERT_TRUE(found.has_value());  // The case's premise.
   SearchSpace space = TinySpace();
   space.memory_limit = 0.5 * static_cast<double>((screened.peak + settled.peak).count()) /
