@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -150,17 +151,18 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const LogicalRules rules = PlanRules(stage);
   StepCollectives owned(machine, options.collective_model);
   CollectiveCostModel* collectives = &owned.model();
-  // One stage's microbatch with 2 and 3 layers, of a model whose layers are all of one kind (a
-  // mixture of experts with leading dense layers: every layer an expert layer) and, with dense
-  // layers, the 3-layer runs once more with the first layer dense (their difference: a dense
-  // layer's less an expert layer's). A run simulates a microbatch's forward; its forward and
-  // backward, the gradients left unreduced partial sums as accumulation over the microbatches
-  // keeps them (the psums of those of weights the stage's mesh replicates over an axis that
-  // splits the batch, expert say, run once, in the step that updates: its slope over this
-  // one's counts them); or that step, the gradients summed and the optimizer's update.
+  // One stage's microbatch with base and base + 1 layers (below), of a model whose layers are
+  // all of one kind (a mixture of experts with leading dense layers: every layer an expert
+  // layer) and, with dense layers, the base + 1-layer runs once more with the first layer
+  // dense (their difference: a dense layer's less an expert layer's). A run simulates a
+  // microbatch's forward; its forward and backward, the gradients left unreduced partial sums
+  // as accumulation over the microbatches keeps them (the psums of those of weights the
+  // stage's mesh replicates over an axis that splits the batch, expert say, run once, in the
+  // step that updates: its slope over this one's counts them); or that step, the gradients
+  // summed and the optimizer's update.
   enum class Run { kForward, kMicrobatch, kStep };
-  auto figures = [&](const TransformerConfig& kind, int64_t layers, Run run, bool offload = true,
-                     bool layers_only = false) {
+  auto simulate = [&](const TransformerConfig& kind, int64_t layers, Run run, bool offload,
+                      bool layers_only) {
     TransformerConfig mm = kind;
     mm.layers = layers;
     TrainConfig t = micro;
@@ -179,24 +181,61 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         OffloadedValues(checkpoints, offload ? plan.offload : std::vector<std::string>{}),
         head_tiles);
   };
+  // Each run simulated once (the settling probes ask again), all counted in the events.
+  std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;
+  auto figures = [&](const TransformerConfig& kind, int64_t layers, Run run, bool offload = true,
+                     bool layers_only = false) -> const StepFigures& {
+    const auto key = std::make_tuple(&kind, layers, run, offload, layers_only);
+    auto it = made.find(key);
+    if (it == made.end()) {
+      it = made.emplace(key, simulate(kind, layers, run, offload, layers_only)).first;
+    }
+    return it->second;
+  };
   // A mixture of experts whose layers are all dense is a dense model.
   const bool all_dense = model.experts > 0 && model.dense_layers >= model.layers;
   const int64_t dense = model.experts > 0 && !all_dense ? model.dense_layers : 0;
   TransformerConfig uniform = model;
   uniform.dense_layers = 0;
   if (all_dense) uniform.experts = 0;
-  const StepFigures fwd2 = figures(uniform, 2, Run::kForward);
-  const StepFigures fwd3 = figures(uniform, 3, Run::kForward);
-  const StepFigures fb2 = figures(uniform, 2, Run::kMicrobatch);
-  const StepFigures fb3 = figures(uniform, 3, Run::kMicrobatch);
-  const StepFigures opt2 = figures(uniform, 2, Run::kStep);
-  const StepFigures opt3 = figures(uniform, 3, Run::kStep);
+  // The runs' layer counts, base and base + 1: 2 and 3, or with options.settle the first base
+  // from 2 on where every run has settled, base + 2 layers growing by what base + 1 grew
+  // (SlopesAgree, as ComposeShortSteps settles an unpipelined step: FSDP's prefetch inside a
+  // stage takes a few layers to), probing at most kSettleProbes layers past 3 and no further
+  // than the longest stage's layers.
+  int64_t longest = 0;
+  for (int s = 0; s < p; ++s) {
+    int64_t layers = 0;
+    for (int c = 0; c < v; ++c) layers += chunk_layers[static_cast<size_t>(c * p + s)];
+    longest = std::max(longest, layers);
+  }
+  auto settled_at = [&](int64_t k) {
+    for (Run run : {Run::kForward, Run::kMicrobatch, Run::kStep}) {
+      if (!SlopesAgree(figures(uniform, k, run), figures(uniform, k + 1, run),
+                       figures(uniform, k + 2, run))) {
+        return false;
+      }
+    }
+    return p == 1 || SlopesAgree(figures(uniform, k, Run::kStep, true, true),
+                                 figures(uniform, k + 1, Run::kStep, true, true),
+                                 figures(uniform, k + 2, Run::kStep, true, true));
+  };
+  int64_t base = 2;
+  if (options.settle) {
+    while (base + 2 <= longest && base + 2 <= 3 + kSettleProbes && !settled_at(base)) ++base;
+  }
+  const StepFigures fwd_a = figures(uniform, base, Run::kForward);
+  const StepFigures fwd_b = figures(uniform, base + 1, Run::kForward);
+  const StepFigures fb_a = figures(uniform, base, Run::kMicrobatch);
+  const StepFigures fb_b = figures(uniform, base + 1, Run::kMicrobatch);
+  const StepFigures opt_a = figures(uniform, base, Run::kStep);
+  const StepFigures opt_b = figures(uniform, base + 1, Run::kStep);
   // Without dense layers the "mixed" steps are the uniform ones (every difference zero).
   TransformerConfig mixed = uniform;
   mixed.dense_layers = 1;
-  const StepFigures fwd3d = dense > 0 ? figures(mixed, 3, Run::kForward) : fwd3;
-  const StepFigures fb3d = dense > 0 ? figures(mixed, 3, Run::kMicrobatch) : fb3;
-  const StepFigures opt3d = dense > 0 ? figures(mixed, 3, Run::kStep) : opt3;
+  const StepFigures fwd_bd = dense > 0 ? figures(mixed, base + 1, Run::kForward) : fwd_b;
+  const StepFigures fb_bd = dense > 0 ? figures(mixed, base + 1, Run::kMicrobatch) : fb_b;
+  const StepFigures opt_bd = dense > 0 ? figures(mixed, base + 1, Run::kStep) : opt_b;
   // A stage's memory: the last stage's is the whole step's (composed from the runs above) less
   // the embedding table; a middle stage's that of a step of its layers alone (fed an
   // activation and its output's cotangent, as the stages beside it send); the first stage's
@@ -205,8 +244,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // for the update). Every stage used to count the whole step's head and embedding: on
   // DeepSeek-V3 with the head replicated over the expert axis, 30 GB a device of tables that
   // only the first and last stages hold.
-  const StepFigures mid2 = p > 1 ? figures(uniform, 2, Run::kStep, true, true) : opt2;
-  const StepFigures mid3 = p > 1 ? figures(uniform, 3, Run::kStep, true, true) : opt3;
+  const StepFigures mid_a = p > 1 ? figures(uniform, base, Run::kStep, true, true) : opt_a;
+  const StepFigures mid_b = p > 1 ? figures(uniform, base + 1, Run::kStep, true, true) : opt_b;
   StateBytes embedding;
   ArraySpec table_spec;
   table_spec.shape = {model.vocab, model.d_model};
@@ -223,30 +262,30 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     Bytes host;         // Offloaded to host memory from its forward for its backward.
   };
   PerLayer moe, dns;
-  moe.forward = NonNegative(fwd3.end - fwd2.end);
-  moe.backward = NonNegative((fb3.end - fb2.end) - moe.forward);
-  moe.update = NonNegative((opt3.end - opt2.end) - (fb3.end - fb2.end));
-  moe.compute = NonNegative(fb3.compute - fb2.compute);
-  moe.update_compute = NonNegative(opt3.compute - opt2.compute - (fb3.compute - fb2.compute));
-  moe.comm = NonNegative(fb3.comm - fb2.comm);
-  moe.update_comm = NonNegative(opt3.comm - opt2.comm - (fb3.comm - fb2.comm));
-  moe.recompute = NonNegative(fb3.recompute - fb2.recompute);
-  moe.host = std::max(fb3.host_peak - fb2.host_peak, Bytes(0));
-  const Time dense_forward = fwd3d.end - fwd3.end;
+  moe.forward = NonNegative(fwd_b.end - fwd_a.end);
+  moe.backward = NonNegative((fb_b.end - fb_a.end) - moe.forward);
+  moe.update = NonNegative((opt_b.end - opt_a.end) - (fb_b.end - fb_a.end));
+  moe.compute = NonNegative(fb_b.compute - fb_a.compute);
+  moe.update_compute = NonNegative(opt_b.compute - opt_a.compute - (fb_b.compute - fb_a.compute));
+  moe.comm = NonNegative(fb_b.comm - fb_a.comm);
+  moe.update_comm = NonNegative(opt_b.comm - opt_a.comm - (fb_b.comm - fb_a.comm));
+  moe.recompute = NonNegative(fb_b.recompute - fb_a.recompute);
+  moe.host = std::max(fb_b.host_peak - fb_a.host_peak, Bytes(0));
+  const Time dense_forward = fwd_bd.end - fwd_b.end;
   dns.forward = NonNegative(moe.forward + dense_forward);
-  dns.backward = NonNegative(moe.backward + (fb3d.end - fb3.end) - dense_forward);
-  dns.update = NonNegative(moe.update + (opt3d.end - fb3d.end) - (opt3.end - fb3.end));
-  dns.compute = NonNegative(moe.compute + fb3d.compute - fb3.compute);
-  dns.update_compute = NonNegative(moe.update_compute + (opt3d.compute - fb3d.compute) -
-                                   (opt3.compute - fb3.compute));
-  dns.comm = NonNegative(moe.comm + fb3d.comm - fb3.comm);
+  dns.backward = NonNegative(moe.backward + (fb_bd.end - fb_b.end) - dense_forward);
+  dns.update = NonNegative(moe.update + (opt_bd.end - fb_bd.end) - (opt_b.end - fb_b.end));
+  dns.compute = NonNegative(moe.compute + fb_bd.compute - fb_b.compute);
+  dns.update_compute = NonNegative(moe.update_compute + (opt_bd.compute - fb_bd.compute) -
+                                   (opt_b.compute - fb_b.compute));
+  dns.comm = NonNegative(moe.comm + fb_bd.comm - fb_b.comm);
   dns.update_comm =
-      NonNegative(moe.update_comm + (opt3d.comm - fb3d.comm) - (opt3.comm - fb3.comm));
-  dns.recompute = NonNegative(moe.recompute + fb3d.recompute - fb3.recompute);
-  dns.host = std::max(moe.host + (fb3d.host_peak - fb3.host_peak), Bytes(0));
-  const Time f_head = NonNegative(fwd2.end - moe.forward * 2);
-  const Time b_head = NonNegative(fb2.end - (moe.forward + moe.backward) * 2 - f_head);
-  const Time opt_head = NonNegative((opt2.end - fb2.end) - moe.update * 2);
+      NonNegative(moe.update_comm + (opt_bd.comm - fb_bd.comm) - (opt_b.comm - fb_b.comm));
+  dns.recompute = NonNegative(moe.recompute + fb_bd.recompute - fb_b.recompute);
+  dns.host = std::max(moe.host + (fb_bd.host_peak - fb_b.host_peak), Bytes(0));
+  const Time f_head = NonNegative(fwd_a.end - moe.forward * base);
+  const Time b_head = NonNegative(fb_a.end - (moe.forward + moe.backward) * base - f_head);
+  const Time opt_head = NonNegative((opt_a.end - fb_a.end) - moe.update * base);
   // Of the head's update (an elementwise pass over each of its weights: time in proportion to
   // their elements), the share of stage s: the first holds the embedding table, the last the
   // final norm and the unembedding (with tied embeddings, the table again), one stage both.
@@ -272,18 +311,18 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // offloaded values whose copies are still queued, as many as the host link is slow), less
   // what a layer offloads: a chunk waiting in flight has long finished its copies.
   const bool offloads = !plan.offload.empty();
-  const StepFigures kept2 = offloads ? figures(uniform, 2, Run::kMicrobatch, false) : fb2;
-  const StepFigures kept3 = offloads ? figures(uniform, 3, Run::kMicrobatch, false) : fb3;
-  const StepFigures kept3d =
-      offloads && dense > 0 ? figures(mixed, 3, Run::kMicrobatch, false) : fb3d;
-  const bool entries = entry_live(kept2) && entry_live(kept3) && entry_live(kept3d);
+  const StepFigures kept_a = offloads ? figures(uniform, base, Run::kMicrobatch, false) : fb_a;
+  const StepFigures kept_b = offloads ? figures(uniform, base + 1, Run::kMicrobatch, false) : fb_b;
+  const StepFigures kept_bd =
+      offloads && dense > 0 ? figures(mixed, base + 1, Run::kMicrobatch, false) : fb_bd;
+  const bool entries = entry_live(kept_a) && entry_live(kept_b) && entry_live(kept_bd);
   const Bytes forward_slope =
-      entries ? *entry_live(kept3) - *entry_live(kept2) : kept3.peak - kept2.peak;
-  const Bytes params_slope = kept3.state.params - kept2.state.params;
+      entries ? *entry_live(kept_b) - *entry_live(kept_a) : kept_b.peak - kept_a.peak;
+  const Bytes params_slope = kept_b.state.params - kept_a.state.params;
   moe.activations = kept(forward_slope, params_slope + moe.host);
-  dns.activations = kept(forward_slope + (entries ? *entry_live(kept3d) - *entry_live(kept3)
-                                                  : kept3d.peak - kept3.peak),
-                         params_slope + (kept3d.state.params - kept3.state.params) + dns.host);
+  dns.activations = kept(forward_slope + (entries ? *entry_live(kept_bd) - *entry_live(kept_b)
+                                                  : kept_bd.peak - kept_b.peak),
+                         params_slope + (kept_bd.state.params - kept_b.state.params) + dns.host);
   // Each virtual stage's layers of each kind: the model's layers in order, the first `dense`
   // of them dense.
   const int chunks = p * v;
@@ -351,8 +390,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       largest_host = std::max(largest_host, dns.host * d + moe.host * e);
     }
     const bool first = s == 0, last = s + 1 == p;
-    st.figures = last ? ComposeFigures(opt2, opt3, st.layers - 2)
-                      : ComposeFigures(mid2, mid3, st.layers - 2);
+    st.figures = last ? ComposeFigures(opt_a, opt_b, st.layers - base)
+                      : ComposeFigures(mid_a, mid_b, st.layers - base);
     StepFigures& x = st.figures;
     if (last && !first && !model.tied_embeddings) {
       // The whole step's less the embedding table the first stage holds instead (its
@@ -366,10 +405,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                (train.optimizer != Optimizer::kNone ? embedding.params : Bytes(0));
       x.state = AddScaled(x.state, embedding, 1);
     }
-    x.peak = x.peak + (opt3d.peak - opt3.peak) * st.dense;
-    x.state = AddScaled(AddScaled(x.state, opt3d.state, st.dense), opt3.state, -st.dense);
-    x.host_peak = x.host_peak + (opt3d.host_peak - opt3.host_peak) * st.dense;
-    x.host_transfer = x.host_transfer + (opt3d.host_transfer - opt3.host_transfer) * st.dense;
+    x.peak = x.peak + (opt_bd.peak - opt_b.peak) * st.dense;
+    x.state = AddScaled(AddScaled(x.state, opt_bd.state, st.dense), opt_b.state, -st.dense);
+    x.host_peak = x.host_peak + (opt_bd.host_peak - opt_b.host_peak) * st.dense;
+    x.host_transfer = x.host_transfer + (opt_bd.host_transfer - opt_b.host_transfer) * st.dense;
     const int extra = std::max(timeline.in_flight[static_cast<size_t>(s)] - 1, 0);
     st.peak = x.peak + largest_chunk * extra;
     // Host memory likewise: each chunk held in flight keeps what its forward offloaded; every
@@ -508,7 +547,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // chunks the last, which also runs the head), so that its compute, its exposed communication
   // and its idle time in the schedule (the bubble) add up to the step: its compute and
   // communication per layer of each kind from the forward-and-backward runs times its layers
-  // and microbatches (the last stage's also the head's: the 2-layer step less its layers), with
+  // and microbatches (the last stage's also the head's: the base-layer step less its layers), with
   // its update's compute, the sends and its gradient all-reduce; what the step spends beyond
   // compute and the bubble is exposed communication.
   size_t busiest = 0;
@@ -523,31 +562,33 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   const std::string sync_class = CommClassName(OpKind::kPsum, data_names);
   const bool head = busiest + 1 == stages.size();
   const int64_t b_moe = b.layers - b.dense;
-  // The head's share of a 2-layer step's figure `x2` whose per-layer slope is `slope`.
-  auto head_part = [&](Time x2, Time slope) { return head ? NonNegative(x2 - slope * 2) : Time(); };
-  // A figure (a time or bytes) of the busiest stage from its values in the 2-layer, 3-layer
-  // and dense-first 3-layer runs: per layer of each kind (the slopes, at least zero) times the
-  // stage's layers of that kind, and the head's share on the last stage.
-  auto stage_total = [&](auto v2, auto v3, auto v3d) {
-    using T = decltype(v2);
+  // The head's share of a `base`-layer step's figure `xa` whose per-layer slope is `slope`.
+  auto head_part = [&](Time xa, Time slope) {
+    return head ? NonNegative(xa - slope * base) : Time();
+  };
+  // A figure (a time or bytes) of the busiest stage from its values in the runs of base and
+  // base + 1 layers and the dense-first one of base + 1: per layer of each kind (the slopes, at
+  // least zero) times the stage's layers of that kind, and the head's share on the last stage.
+  auto stage_total = [&](auto va, auto vb, auto vbd) {
+    using T = decltype(va);
     auto at_least_zero = [](T x) { return x > T() ? x : T(); };
-    const T slope = at_least_zero(v3 - v2);
-    const T dense_slope = at_least_zero(slope + v3d - v3);
-    return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(v2 - slope * 2) : T());
+    const T slope = at_least_zero(vb - va);
+    const T dense_slope = at_least_zero(slope + vbd - vb);
+    return dense_slope * b.dense + slope * b_moe + (head ? at_least_zero(va - slope * base) : T());
   };
   // Its idle time in the step: neither in its tasks, nor in its gradient all-reduce and update
   // (the schedule's fill and drain, waits for sends, and for the stage that ends the step).
   const Time bubble = NonNegative(f.end - timeline.busy[busiest] - b.sync - b.update);
   // Its share of the head's update (Stage::update).
   const Time head_update_compute =
-      Scaled(NonNegative(opt2.compute - fb2.compute - moe.update_compute * 2),
+      Scaled(NonNegative(opt_a.compute - fb_a.compute - moe.update_compute * base),
              head_share(static_cast<int>(busiest)));
-  f.compute = b.compute + head_part(fb2.compute, moe.compute) * m + head_update_compute;
+  f.compute = b.compute + head_part(fb_a.compute, moe.compute) * m + head_update_compute;
   // Communication per microbatch (the gradients-only runs'), and once a step what the runs
   // that update add (the psums of gradients accumulated unreduced).
-  f.comm = (dns.comm * b.dense + moe.comm * b_moe + head_part(fb2.comm, moe.comm)) * m +
+  f.comm = (dns.comm * b.dense + moe.comm * b_moe + head_part(fb_a.comm, moe.comm)) * m +
            dns.update_comm * b.dense + moe.update_comm * b_moe +
-           head_part(opt2.comm - fb2.comm, moe.update_comm) + send_time * (2 * m * v) + b.sync;
+           head_part(opt_a.comm - fb_a.comm, moe.update_comm) + send_time * (2 * m * v) + b.sync;
   f.exposed_comm = NonNegative(f.end - f.compute - bubble);
   // The exposed communication by collective: inside the stage's tasks, each class's exposed
   // time per layer of each kind (from the gradients-only runs) times the stage's layers and
@@ -559,17 +600,17 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     const auto it = x.exposed_by_collective.find(name);
     return it == x.exposed_by_collective.end() ? Time() : it->second;
   };
-  const std::vector<const StepFigures*> runs = {&fb2, &fb3, &fb3d, &opt2, &opt3, &opt3d};
+  const std::vector<const StepFigures*> runs = {&fb_a, &fb_b, &fb_bd, &opt_a, &opt_b, &opt_bd};
   std::set<std::string> classes;
   for (const StepFigures* x : runs) {
     for (const auto& [name, t] : x->exposed_by_collective) classes.insert(name);
   }
   std::map<std::string, Time> by_class;
   for (const std::string& name : classes) {
-    const Time t = stage_total(exposed(fb2, name), exposed(fb3, name), exposed(fb3d, name)) * m +
-                   stage_total(exposed(opt2, name) - exposed(fb2, name),
-                               exposed(opt3, name) - exposed(fb3, name),
-                               exposed(opt3d, name) - exposed(fb3d, name));
+    const Time t = stage_total(exposed(fb_a, name), exposed(fb_b, name), exposed(fb_bd, name)) * m +
+                   stage_total(exposed(opt_a, name) - exposed(fb_a, name),
+                               exposed(opt_b, name) - exposed(fb_b, name),
+                               exposed(opt_bd, name) - exposed(fb_bd, name));
     if (t > Time()) by_class[name] = t;
   }
   // Its gradient all-reduce, after its last backward: all exposed.
@@ -603,10 +644,10 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   }
   for (const std::string& name : byte_classes) {
     const Bytes n =
-        stage_total(bytes_of(fb2, name), bytes_of(fb3, name), bytes_of(fb3d, name)) * m +
-        stage_total(bytes_of(opt2, name) - bytes_of(fb2, name),
-                    bytes_of(opt3, name) - bytes_of(fb3, name),
-                    bytes_of(opt3d, name) - bytes_of(fb3d, name));
+        stage_total(bytes_of(fb_a, name), bytes_of(fb_b, name), bytes_of(fb_bd, name)) * m +
+        stage_total(bytes_of(opt_a, name) - bytes_of(fb_a, name),
+                    bytes_of(opt_b, name) - bytes_of(fb_b, name),
+                    bytes_of(opt_bd, name) - bytes_of(fb_bd, name));
     if (n > Bytes(0)) f.bytes_by_collective[name] = n;
   }
   if (b.sync > Time()) {
@@ -622,7 +663,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     f.bytes_by_collective[send_class] = per_send * (sends * m);
   }
   f.recompute =
-      (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb2.recompute, moe.recompute)) *
+      (dns.recompute * b.dense + moe.recompute * b_moe + head_part(fb_a.recompute, moe.recompute)) *
       m;
   // Per-link figures: the busiest stage's, on the links of the devices its runs were simulated
   // on (the first stage's, of the first data replica; every stage and replica links alike):
@@ -636,7 +677,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     std::set<VertexId> own;
     for (int d : stage.devices) own.insert(topo.device_vertex(d));
     std::map<LinkId, Time> busy;
-    std::map<LinkId, std::array<Time, 6>> runs_busy;  // fb2, fb3, fb3d, opt2, opt3, opt3d.
+    std::map<LinkId, std::array<Time, 6>> runs_busy;  // fb_a, fb_b, fb_bd, opt_a, opt_b, opt_bd.
     for (size_t i = 0; i < runs.size(); ++i) {
       for (const auto& [link, t] : runs[i]->link_busy) runs_busy[link][i] = t;
     }
@@ -670,15 +711,13 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   }
   f.peak = stages[fullest].peak;
   f.state = stages[fullest].figures.state;
-  f.events = fwd2.events + fwd3.events + fb2.events + fb3.events + opt2.events + opt3.events;
-  if (dense > 0) f.events += fwd3d.events + fb3d.events + opt3d.events;
-  if (offloads) f.events += kept2.events + kept3.events + (dense > 0 ? kept3d.events : 0);
-  if (p > 1) f.events += mid2.events + mid3.events;
-  TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {2, 3});
+  f.events = 0;
+  for (const auto& [key, run] : made) f.events += run.events;
+  TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {base, base + 1});
   r.remat = plan.remat;
   r.bubble = bubble;
   r.pipeline_stages = p;
-  if (dense > 0) r.simulated_dense_first = {3};
+  if (dense > 0) r.simulated_dense_first = {base + 1};
   for (const Stage& st : stages) {
     r.pipeline_layers.push_back(st.layers);
     r.pipeline_peaks.push_back(st.peak);

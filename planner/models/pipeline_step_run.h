@@ -1,6 +1,6 @@
 // Training steps under pipeline parallelism: each stage's layers simulated on its own devices
-// (composed from 2 and 3 layers), the schedule run as a timeline of those times with the
-// activations sent between stages, then the data-parallel gradient reduction and the update.
+// (composed from two consecutive layer counts), the schedule run as a timeline of those times with
+// the activations sent between stages, then the data-parallel gradient reduction and the update.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,11 @@ std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
 // virtual_stages chunks of consecutive layers (ChunkLayers). The data axes (axes only the
 // batch rule uses) and the stage axis leave the stage's own mesh: one stage's microbatch
 // (batch / (microbatches x data)) runs on the devices of stage 0 and data position 0, forward
-// only and forward plus backward, composed from 2 and 3 layers; their per-layer slopes make a
-// chunk's task times (a mixture of experts with leading dense layers: slopes of each kind,
-// the dense layer's from a 3-layer step whose first layer is dense; the last chunk also runs
+// only and forward plus backward, composed from n and n + 1 layers (2 and 3; with
+// options.settle the first n where those steps have settled, as ComposeShortSteps waits for an
+// unpipelined step's); their per-layer slopes make a chunk's task times (a mixture of experts
+// with leading dense layers: slopes of each kind, the dense layer's from an n + 1-layer step
+// whose first layer is dense; the last chunk also runs
 // the embedding, final norm, logits and loss: the intercepts). An activation's send between
 // stages is a ppermute over the stage axis priced by the collective model on the whole mesh.
 // After the schedule (SimulatePipeline) each stage's gradients are all-reduced over the data

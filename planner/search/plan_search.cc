@@ -92,8 +92,7 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   o.capacity = r.memory.capacity;
   o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
   o.dominant = DominantPart(r);
-  // A pipeline composes its stage steps its own way, which settling does not change.
-  o.settled = settle || candidate.plan.pipeline.has_value();
+  o.settled = settle;
   if (report) *report = std::move(r);
   return o;
 }
@@ -459,9 +458,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       pr.outcome = known->second;
       pr.resumed = true;
       // Fitting is this search's question (its memory limit may differ from the one the
-      // outcome was first judged by); a pipeline's outcome needs no confirming.
+      // outcome was first judged by); --out holds screening outcomes.
       pr.outcome.fits = WithinLimit(pr.outcome.peak, pr.outcome.capacity, space.memory_limit);
-      pr.outcome.settled = c.plan.pipeline.has_value();
+      pr.outcome.settled = false;
     } else if (!options.simulate && !always) {
       return std::nullopt;
     } else {

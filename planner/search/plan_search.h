@@ -35,9 +35,9 @@ struct PlanOutcome {
   Bytes capacity;                      // HBM per device.
   bool fits = false;                   // peak <= memory_limit x capacity.
   std::string dominant;  // What the step spends most on ("compute", "all_gather over fsdp", ...).
-  // Composed from layer counts where the step has settled (TrainStepOptions::settle), as the
-  // search confirms its best plans, or pipelined (whose stage steps compose their own way);
-  // false: the screening composition.
+  // Composed from layer counts where the step (a pipeline: each stage step) has settled
+  // (TrainStepOptions::settle), as the search confirms its best plans; false: the screening
+  // composition.
   bool settled = false;
 };
 
