@@ -62,8 +62,9 @@ bool WithinLimit(Bytes peak, Bytes capacity, double memory_limit) {
 }
 
 // How far over the memory limit a screened peak may be and the plan still be confirmed: the
-// screening's composition takes the first pair of layer counts whose peaks extrapolate, which
-// the composition's tests find within 5% of the whole step's peak (TrainStepOptions::compose).
+// composition's own bound on peaks (TrainStepOptions::compose: within 5% of the whole step's).
+// Screening overestimated by at most 0.53% on the example searches' 394 plans screened over
+// the limit (it underestimates far more often, and by up to 44%).
 constexpr double kScreenedPeakMargin = 0.05;
 
 }  // namespace
