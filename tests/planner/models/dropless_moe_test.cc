@@ -130,7 +130,7 @@ std::vector<double> Dropped(const RunResult& r) {
 //   the buffers take a quarter of the memory. (Not less time at this size: the sizes that fit
 //   cost a few small ops more than the buffers' rows save.)
 // - Every token choosing experts 0 and 1 sends 8 rows from each device to each of devices 0
-//   and 1, which place them by sender: devices 0's and 1's rows fill the 16, those of devices
+//   and 1, which place them by sender: device 0's and device 1's rows fill the 16, those of devices
 //   2 and 3 would land at rows 16-31 and are not sent. So the tokens of sequences 0 and 1 (on
 //   devices 0 and 1) get both experts' outputs, as unbounded, and those of sequences 2 and 3
 //   get nothing: all their copies were dropped, 16 each (the region's count of drops).
