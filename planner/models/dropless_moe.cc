@@ -134,7 +134,7 @@ PartitionSpec DroplessWeightSpec(const DroplessMoeLayout& layout, bool down) {
 }
 
 bool DroplessBounded(const DroplessMoeLayout& layout) {
-  return layout.buffer_factor > 0 &&
+  return !layout.tokens_replicated && layout.buffer_factor > 0 &&
          layout.buffer_factor < static_cast<double>(NamedAxesSize(layout.mesh, layout.expert_axes));
 }
 
@@ -144,6 +144,18 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   CheckSplit(layout, layout.experts, layout.expert_axes, "the experts");
   CheckSplit(layout, layout.d_ff, layout.mlp_axes, "the experts' MLP width");
   CheckSplit(layout, layout.d_model, layout.embed_axes, "the experts' d_model");
+  if (layout.tokens_replicated) {
+    for (const std::string& a : layout.expert_axes) {
+      for (const auto* split : {&layout.batch_axes, &layout.length_axes}) {
+        if (std::find(split->begin(), split->end(), a) != split->end()) {
+          throw std::invalid_argument(
+              "dropless MoE: tokens replicated over the expert axes are "
+              "split over '" +
+              a + "'");
+        }
+      }
+    }
+  }
   const int64_t d = layout.d_model;
   const int64_t k = layout.top_k;
   const int64_t n = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes) * layout.length /
@@ -209,10 +221,43 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   std::string sizes;             // Rows of each local expert.
   std::string regroup;           // The order that grouped them (dispatch only).
   std::string send, recv, input_offsets, output_offsets;
+  std::string mine;         // Tokens replicated: 1 for each sorted copy this device runs.
+  std::string start;        // Tokens replicated: where this device's copies start, sorted.
   std::string recv_starts;  // Bounded buffers: where each member's rows start in this one's.
   std::string dropped;      // Bounded buffers: the copies this device routed that did not fit.
+  // Each sorted copy's index (0, 1, ...), and `x` of one value per copy moved into [0, rows).
+  auto iota = [&] { return b.Starts(b.Full(b.Convert(expert, DType::kF32), 1), 0); };
+  auto clamp_rows = [&](const std::string& x) {
+    const std::string low = b.Scalar(OpKind::kMax, x, 0);
+    return b.Add(OpKind::kSub,
+                 {low, b.Scalar(OpKind::kMax,
+                                b.Scalar(OpKind::kSub, low, static_cast<double>(rows - 1)), 0)});
+  };
   if (group == 1) {
     sizes = b.Convert(counts, DType::kI32);
+  } else if (layout.tokens_replicated) {
+    // Every member holds the same copies, sorted by expert: this one's experts' copies are the
+    // run from `start` (the copies of the experts before its first), moved to the front.
+    const std::string me = b.Add(OpKind::kAxisIndex, {}, [&] {
+      OpSpec op;
+      op.axis_name = ep;
+      return op;
+    }());
+    const std::string first =
+        b.Scalar(OpKind::kMul, b.Convert(me, DType::kF32), static_cast<double>(local_experts));
+    const std::string local = b.Convert(
+        b.Add(OpKind::kSub, {b.Convert(b.Take(expert, order), DType::kF32), first}), DType::kI32);
+    const std::string hot = b.OneHot(local, local_experts);  // [rows, local experts]
+    mine = b.Sum(hot, 1);
+    sizes = b.Convert(b.Sum(hot, 0), DType::kI32);
+    start = b.Add(OpKind::kBroadcastInDim,
+                  {b.Take(b.Starts(counts, 0), b.Convert(first, DType::kI32))}, [&] {
+                    OpSpec op;
+                    op.shape = {rows};
+                    return op;
+                  }());
+    grouped =
+        b.Take(sorted, b.Convert(clamp_rows(b.Add(OpKind::kAdd, {iota(), start})), DType::kI32));
   } else {
     // The dispatch's sizes and offsets: rows to each member of the expert group (its experts'
     // counts), where they start here, how many come from each member, and where this member's
@@ -303,8 +348,10 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   }
 
   // The experts' MLPs over their rows: buffer_rows held, `rows` of them filled when balanced
-  // (all of them, when the buffer is smaller).
-  const int64_t expected = group == 1 ? 0 : std::min(rows, buffer_rows);
+  // (all of them, when the buffer is smaller); tokens replicated: rows / group of the rows.
+  const int64_t expected = group == 1                 ? 0
+                           : layout.tokens_replicated ? std::max<int64_t>(1, rows / group)
+                                                      : std::min(rows, buffer_rows);
   std::string hidden = b.RaggedDot(grouped, w_up, sizes, expected);
   if (layout.gated) {
     hidden =
@@ -314,7 +361,12 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     hidden = b.Add(layout.activation, {hidden});
   }
   std::string out = b.RaggedDot(hidden, w_down, sizes, expected);
-  if (group > 1) {
+  if (group > 1 && layout.tokens_replicated) {
+    // Back to the sorted copies' places: row i of the result is copy start + i; copies of
+    // other members' experts get zeros here (theirs come with the psum below).
+    out = b.Take(out, b.Convert(clamp_rows(b.Add(OpKind::kSub, {iota(), start})), DType::kI32));
+    out = b.Add(OpKind::kMul, {out, b.Reshape(b.Convert(mine, layout.dtype), {rows, 1})});
+  } else if (group > 1) {
     // Back in arrival order, then each row returned to where it came from.
     out = b.Take(out, b.Argsort(regroup));
     // Where each member's rows sit here (`recv` holds the rows received, not those announced,
@@ -334,8 +386,13 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   out = b.Take(out, b.Argsort(order));
   out = b.Add(OpKind::kMul, {out, b.Reshape(gates, {rows, 1})});
   out = b.Sum(b.Reshape(out, {n, k, d}), 1);
-  // The MLP width split over mlp_axes leaves partial sums.
-  if (!layout.mlp_axes.empty()) out = b.Collective(OpKind::kPsum, out, layout.mlp_axes);
+  // The MLP width split over mlp_axes leaves partial sums, and so do experts split over
+  // axes that hold the same tokens.
+  std::vector<std::string> partial = layout.mlp_axes;
+  if (group > 1 && layout.tokens_replicated) {
+    partial.insert(partial.begin(), ep.begin(), ep.end());
+  }
+  if (!partial.empty()) out = b.Collective(OpKind::kPsum, out, partial);
   const int64_t local_batch = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes);
   out = b.Reshape(out, {local_batch, n / local_batch, d});
   b.pb().Output(out, tokens);

@@ -41,6 +41,11 @@ struct DroplessMoeLayout {
   // past it are not sent: those copies are dropped (their expert adds nothing to the token).
   // <= 0, or at least the group size: the worst case, every member's rows (nothing dropped).
   double buffer_factor = -1;
+  // The tokens are split over none of the expert axes but held whole by every member of an
+  // expert group (a decode step whose batch is too small to split over them): each device runs
+  // its own experts over the copies routed to them, and the partial outputs are summed over
+  // the expert axes (a psum, no all-to-all), as small-batch MoE decoding does.
+  bool tokens_replicated = false;
 };
 
 // The in_spec of the tokens, of the top-k choices and gates ([batch, length, top_k]) and the

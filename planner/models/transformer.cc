@@ -467,8 +467,10 @@ class TrainStepBuilder {
   // embed], their top_k experts `choice` and `gates`, and the experts' weights. Its tokens are
   // split as the batch rule says, and also over every expert axis the batch rule leaves out
   // (its batch dimension if that divides, else its sequence), so that each member of an
-  // expert group dispatches tokens of its own; the weights enter split over expert, embed
-  // (gathered inside, as FSDP) and mlp (whose partial sums are psummed inside).
+  // expert group dispatches tokens of its own; where neither divides (a decode step's few
+  // tokens) and the batch rule names no expert axis, every member holds them all
+  // (tokens_replicated). The weights enter split over expert, embed (gathered inside, as FSDP)
+  // and mlp (whose partial sums are psummed inside).
   std::string DroplessExperts(const std::string& x, const std::string& choice,
                               const std::string& gates, const std::string& L) {
     if (linear_dtype_ != train_.dtype) {
@@ -512,11 +514,15 @@ class TrainStepBuilder {
       const auto& b = layout.batch_axes;
       if (std::find(b.begin(), b.end(), a) == b.end()) extra.push_back(a);
     }
-    if (layout.batch % (NamedAxesSize(axes_, layout.batch_axes) * NamedAxesSize(axes_, extra)) ==
-        0) {
+    const int64_t extra_size = NamedAxesSize(axes_, extra);
+    if (layout.batch % (NamedAxesSize(axes_, layout.batch_axes) * extra_size) == 0) {
       layout.batch_axes.insert(layout.batch_axes.end(), extra.begin(), extra.end());
-    } else {
+    } else if (layout.length % extra_size == 0 || extra.size() != layout.expert_axes.size()) {
       layout.length_axes = extra;
+    } else {
+      // Neither divides (a decode step's few tokens) and no expert axis splits the batch:
+      // every member of an expert group holds the same tokens (DroplessMoeLayout).
+      layout.tokens_replicated = true;
     }
     for (const std::string& a : layout.mlp_axes) {
       for (const auto* other : {&layout.batch_axes, &layout.length_axes, &layout.expert_axes}) {

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/runtime/run_program.h"
@@ -32,9 +35,16 @@ DroplessMoeLayout FourExperts() {
 
 // The region's program with real inputs: token t of every sequence chooses experts
 // first(t) and second(t). Receive buffers of `buffer_factor` (DroplessMoeLayout).
-ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_factor = -1) {
+// Tokens `replicated` over the expert axis instead of split over it (DroplessMoeLayout::
+// tokens_replicated).
+ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_factor = -1,
+                        bool replicated = false) {
   DroplessMoeLayout layout = FourExperts();
   layout.buffer_factor = buffer_factor;
+  if (replicated) {
+    layout.batch_axes.clear();
+    layout.tokens_replicated = true;
+  }
   ProgramSpec body = DroplessMoeBody(layout);
   uint64_t seed = 1;
   for (ArraySpec& a : body.arrays) {
@@ -167,6 +177,45 @@ TEST(DroplessMoeTest, BoundedBufferDropsWhatOverflows) {
   EXPECT_GT(nonzero, per_sequence);  // The kept tokens' outputs are not zeros by chance.
   const RunResult whole = RunRegion(WithChoices(zero, one, 4.0), true);
   EXPECT_EQ(Output(whole).values(), all.values());
+}
+
+// Tokens replicated over the expert axis (a decode step's batch too small to split): every
+// device holds all 4 sequences, runs its expert over the copies routed to it, and the partial
+// outputs are psummed, with no all-to-all. The result is the dispatching region's: on skewed
+// and on balanced routing, to f32 rounding (each output sums the same two products, in another
+// order: 1e-5 of the O(1) values catches a copy lost or doubled). Timing only, each device's
+// grouped matmuls run the balanced 16 rows, as the dispatching devices' do.
+TEST(DroplessMoeTest, ReplicatedTokensComputeWhatDispatchComputes) {
+  auto zero = [](int) { return 0; };
+  auto one = [](int) { return 1; };
+  auto balanced_first = [](int t) { return t % 4; };
+  auto balanced_second = [](int t) { return (t + 1) % 4; };
+  for (auto [first, second] :
+       {std::pair<int (*)(int), int (*)(int)>{zero, one},
+        std::pair<int (*)(int), int (*)(int)>{balanced_first, balanced_second}}) {
+    const RunResult dispatched = RunRegion(WithChoices(first, second), true);
+    const RunResult replicated = RunRegion(WithChoices(first, second, -1, true), true);
+    const Array& want = Output(dispatched);
+    const Array& got = Output(replicated);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(got.ValueAt(i) - want.ValueAt(i)));
+      largest = std::max(largest, std::abs(want.ValueAt(i)));
+    }
+    EXPECT_LT(worst, 1e-5 * largest);
+    EXPECT_GT(largest, 0.1);
+  }
+  const ProgramSpec timing = WithChoices(zero, one, -1, true);
+  int ops = 0;
+  for (const OpSpec& op : timing.ops) {
+    EXPECT_NE(op.kind, OpKind::kRaggedAllToAll);
+    if (op.kind == OpKind::kRaggedDot) {
+      EXPECT_EQ(op.expected_rows, 16);
+      ++ops;
+    }
+  }
+  EXPECT_EQ(ops, 3);
 }
 
 // The layout must divide: the experts over the expert axes, the tokens over theirs.

@@ -149,5 +149,52 @@ TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType:
 
 TEST(ServeRunTest, StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType::kF32); }
 
+// A dropless mixture of experts decoding 2 sequences on expert parallelism 4: the 2 tokens of a
+// decode step cannot split over the 4 members (its region refused them before), so each member
+// holds both and runs its experts over the copies routed to them, the partial outputs psummed
+// over expert (DroplessMoeLayout::tokens_replicated); the prefill's 2 x 16 tokens split over
+// it by sequence position and dispatch. Both steps partition to what the unsharded ones
+// compute, to 2e-3 on the O(1) f32 outputs (as the MoE training steps: the products summed in
+// another order; the unsharded steps run the region on the mesh too, whose replicated path
+// DroplessMoeTest.ReplicatedTokensComputeWhatDispatchComputes checks against the dispatch), and
+// the whole serving run simulates.
+TEST(ServeRunTest, DroplessExpertsDecodeABatchTooSmallToSplit) {
+  TransformerConfig m = Small();
+  m.layers = 2;
+  m.d_model = 64;
+  m.head_dim = 8;
+  m.d_ff = 64;
+  m.vocab = 128;
+  m.experts = 8;
+  m.expert_d_ff = 32;
+  m.capacity_factor = -1;
+  ServeConfig s;
+  s.batch = 2;
+  s.prompt_len = 16;
+  s.decode_len = 4;
+  s.context = 16;
+  s.dtype = DType::kF32;
+  s.kv_dtype = s.matmul_dtype = DType::kF32;
+  StepPlan plan;
+  plan.mesh = {{"expert", 4}, {"tensor", 2}};
+  plan.rules = {{"expert", {"expert"}}, {"heads", {"tensor"}}, {"kv_heads", {"tensor"}}};
+  const LogicalRules rules(plan.rules, plan.mesh);
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const Mesh mesh = PlaceMesh(machine, plan.mesh);
+  for (ServeStep step : {ServeStep::kPrefill, ServeStep::kDecode}) {
+    const ProgramSpec global = BuildServeStep(m, s, step, plan.mesh, rules);
+    const PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
+    RunConfig config;
+    config.numerics = true;
+    RunResult r = RunProgram(machine, mesh, lowered.program, config);
+    const NumericsReport report =
+        CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
+    EXPECT_TRUE(report.passed) << report.worst_output;
+    EXPECT_LT(report.max_abs_error, 2e-3) << report.worst_output;
+  }
+  const ServeReport r = SimulateServe(machine, m, s, plan);
+  EXPECT_GT(r.tpot, Time());
+}
+
 }  // namespace
 }  // namespace shardsim::planner
