@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "planner/models/model_presets.h"
 #include "tests/planner/partition_test_support.h"
 #include "topology/presets.h"
@@ -120,23 +122,30 @@ TEST(ServeRunTest, Fp8StoresLinearWeightsAndTheCacheInOneByte) {
   EXPECT_EQ(converted, 2 * 6);
 }
 
-// Prefill and decode of a 2-layer d 64 model on 8 sequences of 16 (f32 compute, the cache and
-// the linear layers' GEMMs in `narrow`), partitioned with data x tensor parallelism (grouped kv
-// heads over tensor), compute what the unsharded steps compute.
-void ExpectServeStepsMatch(DType narrow) {
+// A 2-layer d 64 model (8 heads of 8, MLP `d_ff`, vocabulary 128) serving `batch` sequences
+// of 16 prompt tokens, 4 decoded: f32 compute, the cache and the linear layers' GEMMs in
+// `narrow`.
+std::pair<TransformerConfig, ServeConfig> TinyServing(int64_t d_ff, int64_t batch, DType narrow) {
   TransformerConfig m = Small();
   m.layers = 2;
   m.d_model = 64;
   m.head_dim = 8;
-  m.d_ff = 128;
+  m.d_ff = d_ff;
   m.vocab = 128;
   ServeConfig s;
-  s.batch = 8;
+  s.batch = batch;
   s.prompt_len = 16;
   s.decode_len = 4;
   s.context = 16;
   s.dtype = DType::kF32;
   s.kv_dtype = s.matmul_dtype = narrow;
+  return {m, s};
+}
+
+// Prefill and decode of TinyServing's model on 8 sequences, partitioned with data x tensor
+// parallelism (grouped kv heads over tensor), compute what the unsharded steps compute.
+void ExpectServeStepsMatch(DType narrow) {
+  const auto [m, s] = TinyServing(128, 8, narrow);
   const StepPlan plan = TensorParallel();
   const LogicalRules rules(plan.rules, plan.mesh);
   ExpectNumericsPass(BuildServeStep(m, s, ServeStep::kPrefill, plan.mesh, rules));
@@ -149,32 +158,20 @@ TEST(ServeRunTest, Fp8StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType:
 
 TEST(ServeRunTest, StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType::kF32); }
 
-// A dropless mixture of experts decoding 2 sequences on expert parallelism 4: the 2 tokens of a
-// decode step cannot split over the 4 members (its region refused them before), so each member
-// holds both and runs its experts over the copies routed to them, the partial outputs psummed
-// over expert (DroplessMoeLayout::tokens_replicated); the prefill's 2 x 16 tokens split over
-// it by sequence position and dispatch. Both steps partition to what the unsharded ones
-// compute, to 2e-3 on the O(1) f32 outputs (as the MoE training steps: the products summed in
-// another order; the unsharded steps run the region on the mesh too, whose replicated path
-// DroplessMoeTest.ReplicatedTokensComputeWhatDispatchComputes checks against the dispatch), and
-// the whole serving run simulates.
+// A dropless mixture of experts (TinyServing's model, 8 experts) decoding 2 sequences on expert
+// parallelism 4: the 2 tokens of a decode step cannot split over the 4 members (its region
+// refused them before), so each member holds both and runs its experts over the copies routed
+// to them, the partial outputs psummed over expert (DroplessMoeLayout::tokens_replicated); the
+// prefill's 2 x 16 tokens split over it by sequence position and dispatch. Both steps partition to
+// what the unsharded ones compute, to 2e-3 on the O(1) f32 outputs (as the MoE training steps: the
+// products summed in another order; the unsharded steps run the region on the mesh too, whose
+// replicated path DroplessMoeTest.ReplicatedTokensComputeWhatDispatchComputes checks against the
+// dispatch), and the whole serving run simulates.
 TEST(ServeRunTest, DroplessExpertsDecodeABatchTooSmallToSplit) {
-  TransformerConfig m = Small();
-  m.layers = 2;
-  m.d_model = 64;
-  m.head_dim = 8;
-  m.d_ff = 64;
-  m.vocab = 128;
+  auto [m, s] = TinyServing(64, 2, DType::kF32);
   m.experts = 8;
   m.expert_d_ff = 32;
   m.capacity_factor = -1;
-  ServeConfig s;
-  s.batch = 2;
-  s.prompt_len = 16;
-  s.decode_len = 4;
-  s.context = 16;
-  s.dtype = DType::kF32;
-  s.kv_dtype = s.matmul_dtype = DType::kF32;
   StepPlan plan;
   plan.mesh = {{"expert", 4}, {"tensor", 2}};
   plan.rules = {{"expert", {"expert"}}, {"heads", {"tensor"}}, {"kv_heads", {"tensor"}}};
