@@ -237,7 +237,8 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     sizes = b.Convert(counts, DType::kI32);
   } else if (layout.tokens_replicated) {
     // Every member holds the same copies, sorted by expert: this one's experts' copies are the
-    // run from `start` (the copies of the experts before its first), moved to the front.
+    // run starting at `start`, after the copies of the experts before its first; moved to the
+    // front, they are the grouped matmuls' rows.
     const std::string me = b.Add(OpKind::kAxisIndex, {}, [&] {
       OpSpec op;
       op.axis_name = ep;
