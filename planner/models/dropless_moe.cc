@@ -68,6 +68,12 @@ class Body {
     op.dtype = "f32";
     return Add(OpKind::kOneHot, {ids}, std::move(op));
   }
+  // This device's index along `axes` (i32).
+  std::string AxisIndex(const std::vector<std::string>& axes) {
+    OpSpec op;
+    op.axis_name = axes;
+    return Add(OpKind::kAxisIndex, {}, std::move(op));
+  }
   // `x` op `scalar`, elementwise (kind: a binary op).
   std::string Scalar(OpKind kind, const std::string& x, double scalar) {
     OpSpec op;
@@ -233,19 +239,18 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
                  {low, b.Scalar(OpKind::kMax,
                                 b.Scalar(OpKind::kSub, low, static_cast<double>(rows - 1)), 0)});
   };
+  // The first expert of member `me` of the expert group (f32).
+  auto first_expert = [&](const std::string& me) {
+    return b.Scalar(OpKind::kMul, b.Convert(me, DType::kF32), static_cast<double>(local_experts));
+  };
   if (group == 1) {
     sizes = b.Convert(counts, DType::kI32);
   } else if (layout.tokens_replicated) {
     // Every member holds the same copies, sorted by expert: this one's experts' copies are the
     // run starting at `start`, after the copies of the experts before its first; moved to the
     // front, they are the grouped matmuls' rows.
-    const std::string me = b.Add(OpKind::kAxisIndex, {}, [&] {
-      OpSpec op;
-      op.axis_name = ep;
-      return op;
-    }());
-    const std::string first =
-        b.Scalar(OpKind::kMul, b.Convert(me, DType::kF32), static_cast<double>(local_experts));
+    const std::string me = b.AxisIndex(ep);
+    const std::string first = first_expert(me);
     const std::string local = b.Convert(
         b.Add(OpKind::kSub, {b.Convert(b.Take(expert, order), DType::kF32), first}), DType::kI32);
     const std::string hot = b.OneHot(local, local_experts);  // [rows, local experts]
@@ -271,11 +276,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     OpSpec gather;
     gather.axis = 0;
     const std::string sent = b.Collective(OpKind::kAllGather, send, ep, gather);  // [from, to]
-    const std::string me = b.Add(OpKind::kAxisIndex, {}, [&] {
-      OpSpec op;
-      op.axis_name = ep;
-      return op;
-    }());
+    const std::string me = b.AxisIndex(ep);
     output_offsets = b.Take(b.Starts(sent, 0), me);
     // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1),
     // or `buffer` rows when bounded.
@@ -339,12 +340,8 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     regroup = b.Argsort(received_ids);
     grouped = b.Take(received, regroup);
     // Local expert ids: minus this member's first expert; padding falls outside one_hot.
-    const std::string first = b.Add(OpKind::kMul, {b.Convert(me, DType::kF32)}, [&] {
-      OpSpec op;
-      op.scalar = static_cast<double>(local_experts);
-      return op;
-    }());
-    const std::string local = b.Convert(b.Add(OpKind::kSub, {received_ids, first}), DType::kI32);
+    const std::string local =
+        b.Convert(b.Add(OpKind::kSub, {received_ids, first_expert(me)}), DType::kI32);
     sizes = b.Convert(b.Sum(b.OneHot(local, local_experts), 0), DType::kI32);
   }
 
