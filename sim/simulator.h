@@ -94,7 +94,10 @@ class Simulator {
   };
 
   static bool Before(const Key& a, const Key& b) {
-    return a.time < b.time || (a.time == b.time && a.order < b.order);
+    // One 128-bit comparison (times are never negative), which compiles without branches.
+    using U = unsigned __int128;
+    return ((U{static_cast<uint64_t>(a.time)} << 64) | a.order) <
+           ((U{static_cast<uint64_t>(b.time)} << 64) | b.order);
   }
   void HeapPush(Key k);
   void HeapPop();
