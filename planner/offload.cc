@@ -48,7 +48,10 @@ const std::vector<std::string>& CheckpointNames() {
   return names;
 }
 
-bool RematKeeps(RematPolicy policy, const std::string& name) {
+bool RematKeeps(RematPolicy policy, const std::string& name, const std::vector<std::string>& save) {
+  if (policy == RematPolicy::kCustom && std::find(save.begin(), save.end(), name) != save.end()) {
+    return true;
+  }
   for (const Checkpoint& c : Checkpoints()) {
     if (c.name == name) return RematRank(policy) <= RematRank(c.kept_through);
   }

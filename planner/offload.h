@@ -19,8 +19,9 @@ const std::vector<std::string>& CheckpointNames();
 
 // Whether remat `policy` keeps the layer value checkpoint `name` names anyway, so that offloading
 // it saves no recompute: every policy keeps the layer's input, none and selective the
-// projections (matmul outputs), only none the attention's output.
-bool RematKeeps(RematPolicy policy, const std::string& name);
+// projections (matmul outputs), only none the attention's output; custom the names in `save`.
+bool RematKeeps(RematPolicy policy, const std::string& name,
+                const std::vector<std::string>& save = {});
 
 // Rewrites `expanded` (a global program after ExpandGrads and ApplyRemat, its passes' [start,
 // end) op indices in `pass_starts`) so that each value of `offloaded` (per segment, in forward

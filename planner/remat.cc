@@ -17,6 +17,8 @@ const char* RematPolicyName(RematPolicy policy) {
       return "selective";
     case RematPolicy::kFull:
       return "full";
+    case RematPolicy::kCustom:
+      return "custom";
   }
   return "none";
 }
@@ -28,9 +30,18 @@ int RematRank(RematPolicy policy) {
     case RematPolicy::kSelective:
       return 1;
     case RematPolicy::kFull:
+    case RematPolicy::kCustom:
       return 2;
   }
   return 0;
+}
+
+std::string RematText(RematPolicy policy, const std::vector<std::string>& save) {
+  std::string text = RematPolicyName(policy);
+  if (policy != RematPolicy::kCustom) return text;
+  text += " (save";
+  for (size_t i = 0; i < save.size(); ++i) text += (i == 0 ? " " : ", ") + save[i];
+  return text + (save.empty() ? " the layer input only)" : ")");
 }
 
 bool IsRecompute(const std::string& name) {

@@ -19,14 +19,22 @@ enum class RematPolicy {
                // attention core, activations, casts) recomputed: Megatron's selective
                // recompute, MaxText's `minimal` (jax.checkpoint_policies dots saveable).
   kFull,       // Only the layer's inputs are kept; its whole forward is recomputed.
+  // The layer's inputs and the values the plan names (MaxText's checkpoint names,
+  // `plan.remat: {save: [...]}`) are kept, the rest recomputed: MaxText's `custom` policy, and
+  // torchtitan's op-level selective AC written as the values it saves.
+  kCustom,
 };
 
 // How much of a layer's forward `policy` recomputes (and memory it saves): none 0, selective
-// 1, full 2.
+// 1, full 2; custom 2 (it may recompute as much as full, never more).
 int RematRank(RematPolicy policy);
 
-// The name SPEC gives `policy` ("none", "selective", "full").
+// The name SPEC gives `policy` ("none", "selective", "full"; "custom").
 const char* RematPolicyName(RematPolicy policy);
+
+// `policy` as reports name it: its SPEC name, and a custom policy's saved checkpoint names
+// ("custom (save query_proj, context)").
+std::string RematText(RematPolicy policy, const std::vector<std::string>& save);
 
 // The suffix of a recomputed value's name: value v's recomputation is v + kRematSuffix.
 inline constexpr const char* kRematSuffix = "_rc";
@@ -46,7 +54,7 @@ bool IsRecompute(const std::string& name);
 // last forward reader, and the recompute runs as ordinary ops (sharded, costed and traced like
 // the rest). `pass_starts` is updated for the inserted ops. kNone changes nothing; names bound
 // twice are never recomputed. Values in `saved` are kept whatever the policy (a custom policy's
-// saved or offloaded names).
+// saved or offloaded names); kCustom keeps them and the segments' inputs, as kFull does.
 void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
                 const std::vector<std::vector<std::string>>& segments, RematPolicy policy,
                 const std::set<std::string>& saved = {});

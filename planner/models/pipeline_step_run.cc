@@ -137,6 +137,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   }
   stage.algorithms = plan.algorithms;
   stage.remat = plan.remat;
+  stage.remat_save = plan.remat_save;
   stage.collective_matmul = plan.collective_matmul;
   if (train.batch % (m * replicas) != 0) {
     throw SpecError("plan.pipeline", "the batch (" + std::to_string(train.batch) +
@@ -178,8 +179,9 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     return SimulateStepFigures(
         machine, stage_mesh, global, values, stage, *collectives,
         options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
-        OffloadedValues(checkpoints, offload ? plan.offload : std::vector<std::string>{}),
-        head_tiles);
+        CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
+                         "plan.offload"),
+        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat"));
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;
@@ -715,6 +717,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   for (const auto& [key, run] : made) f.events += run.events;
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {base, base + 1});
   r.remat = plan.remat;
+  r.remat_save = plan.remat_save;
   r.bubble = bubble;
   r.pipeline_stages = p;
   if (dense > 0) r.simulated_dense_first = {base + 1};

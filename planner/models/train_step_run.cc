@@ -190,13 +190,14 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded,
-                                const std::vector<std::vector<std::string>>& head_tiles) {
+                                const std::vector<std::vector<std::string>>& head_tiles,
+                                const std::vector<std::vector<std::string>>& saved) {
   std::vector<size_t> phases;
-  const PartitionResult partitioned =
-      PartitionTrainStep(global, layers, plan.remat,
-                         PartitionCosts{&mesh, &collectives, machine.compute_model(),
-                                        DeviceInBytesPerSecond(machine), &machine},
-                         prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles);
+  const PartitionResult partitioned = PartitionTrainStep(
+      global, layers, plan.remat,
+      PartitionCosts{&mesh, &collectives, machine.compute_model(), DeviceInBytesPerSecond(machine),
+                     &machine},
+      prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles, saved);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -216,16 +217,16 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   return f;
 }
 
-std::vector<std::vector<std::string>> OffloadedValues(
+std::vector<std::vector<std::string>> CheckpointValues(
     const std::vector<std::map<std::string, std::string>>& checkpoints,
-    const std::vector<std::string>& names) {
+    const std::vector<std::string>& names, const std::string& key) {
   std::vector<std::vector<std::string>> out;
   for (const std::map<std::string, std::string>& layer : checkpoints) {
     std::vector<std::string>& values = out.emplace_back();
     for (const std::string& name : names) {
       const auto it = layer.find(name);
       if (it == layer.end()) {
-        throw SpecError("plan.offload",
+        throw SpecError(key,
                         "'" + name +
                             "' is not a value of every decoder layer (mlpwi_0, mlpwi_1 and mlpwo "
                             "name a dense MLP's projections, which mixture-of-experts layers do "
@@ -251,7 +252,9 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
       BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints, &head_tiles);
   return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
                              prefetch ? PrefetchGroups(model.layers, train) : 0,
-                             OffloadedValues(checkpoints, plan.offload), head_tiles);
+                             CheckpointValues(checkpoints, plan.offload, "plan.offload"),
+                             head_tiles,
+                             CheckpointValues(checkpoints, plan.remat_save, "plan.remat"));
 }
 
 }  // namespace
@@ -262,15 +265,18 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    int prefetch_groups, std::vector<size_t>* phases,
                                    CollectiveMatmulMode collective_matmul,
                                    const std::vector<std::vector<std::string>>& offloaded,
-                                   const std::vector<std::vector<std::string>>& head_tiles) {
+                                   const std::vector<std::vector<std::string>>& head_tiles,
+                                   const std::vector<std::vector<std::string>>& saved) {
   std::vector<size_t> passes;
   ProgramSpec expanded = ExpandGrads(global, &passes);
-  std::set<std::string> saved;
+  std::set<std::string> kept;
   for (const std::vector<std::string>& values : offloaded)
-    saved.insert(values.begin(), values.end());
-  ApplyRemat(expanded, passes, layers, remat, saved);
+    kept.insert(values.begin(), values.end());
+  const bool offloads = !kept.empty();
+  for (const std::vector<std::string>& values : saved) kept.insert(values.begin(), values.end());
+  ApplyRemat(expanded, passes, layers, remat, kept);
   ApplyRemat(expanded, passes, head_tiles, RematPolicy::kFull);
-  if (!saved.empty()) ApplyOffload(expanded, passes, offloaded);
+  if (offloads) ApplyOffload(expanded, passes, offloaded);
   const std::vector<size_t> boundaries = passes;
   PartitionResult partitioned;
   try {
@@ -499,6 +505,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
         SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.prefetch);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
     r.remat = plan.remat;
+    r.remat_save = plan.remat_save;
     return r;
   }
   TransformerConfig shorter = model;
@@ -513,6 +520,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
       &simulated, options.settle);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, simulated);
   r.remat = plan.remat;
+  r.remat_save = plan.remat_save;
   return r;
 }
 

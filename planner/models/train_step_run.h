@@ -46,6 +46,8 @@ struct StepPlan {
   // MaxText checkpoint names (CheckpointNames()) of the layer values kept in host memory
   // between forward and backward (ApplyOffload), whatever `remat` recomputes.
   std::vector<std::string> offload;
+  // With remat kCustom: the checkpoint names of the layer values kept in device memory.
+  std::vector<std::string> remat_save;
 };
 
 // The bytes one device holds for the step's state (the largest over devices), by kind.
@@ -122,6 +124,7 @@ struct TrainStepReport {
   // pipelined steps. Ascending by link.
   std::vector<std::pair<LinkId, Time>> link_busy;
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
+  std::vector<std::string> remat_save;     // Its saved checkpoint names, with kCustom.
   StepMemory memory;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
   // Layers simulated: {L} for the whole step, {a, b} when composed from two shorter ones.
@@ -233,20 +236,22 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
 
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
-// `offloaded` lists per layer the values plan.offload names (OffloadedValues); `head_tiles`
-// BuildTrainStep's vocabulary tiles.
+// `offloaded` lists per layer the values plan.offload names and `saved` those a custom remat
+// keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded = {},
-                                const std::vector<std::vector<std::string>>& head_tiles = {});
+                                const std::vector<std::vector<std::string>>& head_tiles = {},
+                                const std::vector<std::vector<std::string>>& saved = {});
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
-// SpecError (plan.offload) for a name some layer lacks (an MoE layer's MLP, a GELU's mlpwi_1).
-std::vector<std::vector<std::string>> OffloadedValues(
+// SpecError at `key` (plan.offload, plan.remat) for a name some layer lacks (an MoE layer's
+// MLP, a GELU's mlpwi_1).
+std::vector<std::vector<std::string>> CheckpointValues(
     const std::vector<std::map<std::string, std::string>>& checkpoints,
-    const std::vector<std::string>& names);
+    const std::vector<std::string>& names, const std::string& key);
 
 // The inputs a step replaces: those with an output <name>_new (BuildTrainStep's updated
 // parameters and Adam moments). Model runs donate them (RunConfig::donated_inputs), as a JAX
@@ -270,15 +275,17 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // when given, receives the partitioned program's op indices where each backward pass starts
 // and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
 // `remat` recomputes and live in host memory between their forward and backward uses
-// (ApplyOffload, after remat); each of `head_tiles` (vocabulary tiles) is recomputed fully in
-// the backward whatever `remat` says (MaxText's tiled loss is checkpointed so).
+// (ApplyOffload, after remat); those of `saved` (per layer: a custom remat's) are kept in
+// device memory; each of `head_tiles` (vocabulary tiles) is recomputed fully in the backward
+// whatever `remat` says (MaxText's tiled loss is checkpointed so).
 PartitionResult PartitionTrainStep(
     const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
     RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
     std::vector<size_t>* phases = nullptr,
     CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff,
     const std::vector<std::vector<std::string>>& offloaded = {},
-    const std::vector<std::vector<std::string>>& head_tiles = {});
+    const std::vector<std::vector<std::string>>& head_tiles = {},
+    const std::vector<std::vector<std::string>>& saved = {});
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

@@ -412,7 +412,18 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     bool done = false;
   };
   // Whether a fitting plan among `fits` makes `c` (of the same family) not worth simulating.
-  auto dominated = [](const PlanCandidate& c, const std::vector<const PlanCandidate*>& fits) {
+  // Whether plan f's remat recomputes no more of a layer than plan c's: none least and full
+  // most; a custom policy against another custom one when it keeps every value c keeps, and
+  // against selective not at all (each keeps something the other recomputes).
+  auto recomputes_no_more = [](const StepPlan& f, const StepPlan& c) {
+    if (f.remat == RematPolicy::kNone || c.remat == RematPolicy::kFull) return true;
+    const bool custom_f = f.remat == RematPolicy::kCustom,
+               custom_c = c.remat == RematPolicy::kCustom;
+    if (custom_f && custom_c) return Within(c.remat_save, f.remat_save);
+    if (custom_f || custom_c) return false;
+    return RematRank(f.remat) <= RematRank(c.remat);
+  };
+  auto dominated = [&](const PlanCandidate& c, const std::vector<const PlanCandidate*>& fits) {
     for (const PlanCandidate* f : fits) {
       // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
       // extra work. Offloading more adds copies (which never speed a step up) and saves only
@@ -424,9 +435,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       bool offload = Within(fo, c.plan.offload);
       for (const std::string& name : c.plan.offload) {
         const bool more = std::find(fo.begin(), fo.end(), name) == fo.end();
-        offload = offload && (!more || RematKeeps(f->plan.remat, name));
+        offload = offload && (!more || RematKeeps(f->plan.remat, name, f->plan.remat_save));
       }
-      if (RematRank(f->plan.remat) <= RematRank(c.plan.remat) && fewer && offload) return true;
+      if (recomputes_no_more(f->plan, c.plan) && fewer && offload) return true;
     }
     return false;
   };

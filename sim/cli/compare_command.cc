@@ -106,11 +106,11 @@ std::string Reason(const Part& p, const Compared& slow, const Compared& fast, Ti
     s = slow.label + " computes " + amount + (more ? " more" : " less");
     const Time dr = slow.report.recompute - fast.report.recompute;
     if (dr != Time()) {
-      const std::string policies =
-          slow.report.remat == fast.report.remat
-              ? std::string("remat ") + planner::RematPolicyName(slow.report.remat) + " in both"
-              : std::string("remat ") + planner::RematPolicyName(slow.report.remat) + " against " +
-                    planner::RematPolicyName(fast.report.remat);
+      const std::string slow_remat = planner::RematText(slow.report.remat, slow.report.remat_save);
+      const std::string fast_remat = planner::RematText(fast.report.remat, fast.report.remat_save);
+      const std::string policies = slow_remat == fast_remat
+                                       ? "remat " + slow_remat + " in both"
+                                       : "remat " + slow_remat + " against " + fast_remat;
       s += "; recomputation (" + policies + ") accounts for " +
            FormatTime(dr > Time() ? dr : Time() - dr) + (dr > Time() ? " more" : " less");
     }
@@ -175,8 +175,9 @@ int RunCompareCommand(const CompareCommandOptions& options) {
   row("model", [](const Compared& c) { return c.run.name; });
   row("mesh", [](const Compared& c) { return DescribeMeshAxes(c.run.plan.mesh); });
   row("rules", [](const Compared& c) { return DescribeRules(c.run.plan.rules); });
-  row("remat",
-      [](const Compared& c) { return std::string(planner::RematPolicyName(c.run.plan.remat)); });
+  row("remat", [](const Compared& c) {
+    return planner::RematText(c.run.plan.remat, c.run.plan.remat_save);
+  });
   bool offload = false;  // Rows of host offload only where some run offloads.
   for (const Compared& c : runs) offload = offload || !c.run.plan.offload.empty();
   if (offload) {

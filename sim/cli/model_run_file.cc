@@ -276,6 +276,11 @@ std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<
 }
 
 planner::RematPolicy ReadRemat(const YamlValue& value) {
+  if (value.IsMap()) {
+    value.Fail(
+        "a custom remat ({save: [...]}) is for run and compare files; a search tries none, "
+        "selective and full");
+  }
   const std::string policy = value.OneOf({"none", "selective", "full"});
   for (planner::RematPolicy p : {planner::RematPolicy::kNone, planner::RematPolicy::kSelective,
                                  planner::RematPolicy::kFull}) {
@@ -375,7 +380,16 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
   plan.mesh = ReadMeshAxes(map.Get("mesh"));
   if (auto devices = map.Find("devices")) plan.devices = ReadMeshDevices(*devices, plan.mesh);
   if (auto rules = map.Find("rules")) plan.rules = ReadRules(*rules, plan.mesh);
-  if (auto v = map.Find("remat")) plan.remat = ReadRemat(*v);
+  if (auto v = map.Find("remat")) {
+    if (v->IsMap()) {
+      // MaxText's custom policy: the checkpoint names kept in device memory, the rest of each
+      // layer recomputed (its input is always kept).
+      plan.remat = planner::RematPolicy::kCustom;
+      plan.remat_save = ReadOffload(v->Map({"save"}).Get("save"));
+    } else {
+      plan.remat = ReadRemat(*v);
+    }
+  }
   if (auto v = map.Find("offload")) plan.offload = ReadOffload(*v);
   if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
   if (auto v = map.Find("collective_matmul")) plan.collective_matmul = ReadCollectiveMatmul(*v);

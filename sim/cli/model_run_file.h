@@ -48,7 +48,8 @@ std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<
 // `plan.rules`: logical dimension -> axes of `mesh`.
 std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value,
                                                           const std::vector<MeshAxis>& mesh);
-// `plan.remat`: none, selective or full.
+// `plan.remat`: none, selective or full (a custom policy's map, which only ReadModelRun's plan
+// takes, is refused with a located error).
 planner::RematPolicy ReadRemat(const YamlValue& value);
 // A pipeline schedule's name: gpipe, 1f1b or interleaved.
 planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
@@ -56,7 +57,8 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
 // `plan.collective_matmul`: off, unidirectional, bidirectional or auto.
 planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value);
-// `plan.offload`: a list of MaxText checkpoint names (planner::CheckpointNames()), each once.
+// `plan.offload` (or a custom remat's `save`): a list of MaxText checkpoint names
+// (planner::CheckpointNames()), each once.
 std::vector<std::string> ReadOffload(const YamlValue& value);
 // `plan.algorithms`: collective -> algorithm name.
 std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value);

@@ -484,7 +484,9 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                              : planner::BuildTrainStep(run.model, run.train, run.plan.mesh, rules,
                                                        &layers, &checkpoints, &head_tiles);
     const std::vector<std::vector<std::string>> offloaded =
-        planner::OffloadedValues(checkpoints, run.plan.offload);
+        planner::CheckpointValues(checkpoints, run.plan.offload, "plan.offload");
+    const std::vector<std::vector<std::string>> saved =
+        planner::CheckpointValues(checkpoints, run.plan.remat_save, "plan.remat");
     const int64_t layer_count =
         run.mlp ? static_cast<int64_t>(run.mlp->layer_sizes.size()) - 1 : run.model.layers;
     as_program.program->mesh_devices = run.plan.devices;
@@ -501,7 +503,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
           planner::PartitionCosts{&mesh, &cache, machine.compute_model(),
                                   planner::DeviceInBytesPerSecond(machine), &machine},
           planner::PrefetchGroups(layer_count, run.train), nullptr, run.plan.collective_matmul,
-          offloaded, head_tiles);
+          offloaded, head_tiles, saved);
     };
     outputs = SimulateProgram(as_program, program_options, machine, tracer, report, partition,
                               planner::UpdatedInputs(*as_program.program));
@@ -526,6 +528,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                       : planner::MakeTrainStepReport(machine, mesh, run.model, run.train, f,
                                                      {run.model.layers});
     report.step->remat = run.plan.remat;
+    report.step->remat_save = run.plan.remat_save;
     if (run.mlp) report.step->model_flops_rule = planner::kMlpFlopsRule;
   } catch (const std::invalid_argument& e) {
     throw SpecError("model", e.what());
@@ -582,7 +585,7 @@ std::string ModelSummary(const RunReport& r) {
       << FormatTime(s.bubble)
       << (s.pipeline_stages > 1 ? " (" + PipelineStages(s) + ")" : std::string(" (no pipeline)"))
       << ", recompute " << FormatTime(s.recompute)
-      << " (remat: " << planner::RematPolicyName(s.remat) << ")\n";
+      << " (remat: " << planner::RematText(s.remat, s.remat_save) << ")\n";
   if (!s.exposed_by_collective.empty()) {
     // Largest first.
     std::vector<std::pair<Time, std::string>> by;
@@ -755,6 +758,14 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   j += "}";
   j += ",\n  \"remat\": ";
   AppendJsonString(j, planner::RematPolicyName(s.remat));
+  if (s.remat == planner::RematPolicy::kCustom) {
+    j += ",\n  \"remat_save\": [";
+    for (size_t i = 0; i < s.remat_save.size(); ++i) {
+      if (i > 0) j += ", ";
+      AppendJsonString(j, s.remat_save[i]);
+    }
+    j += "]";
+  }
   const planner::StepMemory& m = s.memory;
   j += ",\n  \"step_memory\": {\"params\": " + std::to_string(m.params.count()) +
        ", \"grads\": " + std::to_string(m.grads.count()) +

@@ -170,6 +170,24 @@ TEST_F(ModelRunTest, RematRecomputesAndStillPasses) {
   }
 }
 
+// A custom remat (torchtitan's op-level selective AC: every other projection and the attention
+// output saved) recomputes the rest and the whole step still matches the unsharded one; the
+// text and JSON reports name the policy and what it saves.
+TEST_F(ModelRunTest, CustomRematSavesWhatItNames) {
+  const std::string set = "plan.remat={save: [query_proj, value_proj, context, mlpwi_0, mlpwo]}";
+  const nlohmann::json whole = RunJson({"run", Tiny(), "--numerics", "on", "--set", set});
+  EXPECT_TRUE(whole["numerics"]["passed"].get<bool>()) << whole["numerics"];
+  EXPECT_EQ(whole["remat"], "custom");
+  EXPECT_EQ(
+      whole["remat_save"],
+      nlohmann::json::parse(R"(["query_proj", "value_proj", "context", "mlpwi_0", "mlpwo"])"));
+  EXPECT_GT(whole["recompute_s"].get<double>(), 0);
+  const Result r = RunOk({"run", Tiny(), "--set", set});
+  EXPECT_NE(r.out.find("(remat: custom (save query_proj, value_proj, context, mlpwi_0, mlpwo))"),
+            std::string::npos)
+      << r;
+}
+
 // Host offload (MaxText's remat_policy custom with "offload"): with full remat and the layers'
 // inputs and query projections in host memory, the whole step still matches the unsharded one;
 // the report gives the host memory held and the time copying, and the composed run agrees
@@ -321,6 +339,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "must divide global_batch"},
         BadModel{"UnknownRemat", "plan.remat=partial", "plan.remat",
                  "expected one of none, selective, full"},
+        BadModel{"CustomRematUnknownName", "plan.remat={save: [query_proj, scores]}",
+                 "plan.remat.save.1", "expected one of decoder_layer_input, query_proj"},
+        BadModel{"CustomRematNameTwice", "plan.remat={save: [context, context]}",
+                 "plan.remat.save.1", "'context' is named twice"},
+        BadModel{"CustomRematOtherKey", "plan.remat={keep: [context]}", "plan.remat.keep",
+                 "expected one of save"},
         BadModel{"TrainAndServe", "serve={batch: 1, prompt_len: 8, decode_len: 2}", "serve",
                  "either train: or serve:"},
         BadModel{"PipelineAxisNotInMesh", "plan.pipeline={axis: stage}", "plan.pipeline.axis",

@@ -385,6 +385,8 @@ TEST_F(PlanCommandTest, LocatedErrors) {
   for (const Case& c : {
            Case{"  objective: ttft\n", "ranks serving plans"},
            Case{"  remat: [none, sometimes]\n", "(key search.remat.1)"},
+           Case{"plan: {remat: {save: [context]}}\n",
+                "a custom remat ({save: [...]}) is for run and compare files"},
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},

@@ -192,6 +192,47 @@ TEST(TrainStepRunTest, PrefetchHidesWeightGathers) {
   EXPECT_LT(ahead.step_time, at_use.step_time);
 }
 
+// A custom remat (MaxText's `custom` policy: the checkpoint names kept, the rest of each layer
+// recomputed) spans the named policies: saving nothing is full remat and saving every
+// projection is selective, to the picosecond and the byte; torchtitan's op-level selective AC
+// (every other projection of a layer saved, and the attention's output) recomputes more and
+// holds less than saving every projection and the attention's output, and less and more than
+// full remat.
+TEST(TrainStepRunTest, CustomRematSpansTheNamedPolicies) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan;
+  plan.mesh = {{"fsdp", 4}, {"tensor", 2}};
+  plan.rules = FsdpTensorRules();
+  auto step = [&](RematPolicy remat, std::vector<std::string> save = {}) {
+    StepPlan p = plan;
+    p.remat = remat;
+    p.remat_save = std::move(save);
+    return SimulateTrainStep(machine, Small(), SmallTrain(), p);
+  };
+  const std::vector<std::string> projections = {"query_proj", "key_proj", "value_proj", "out_proj",
+                                                "mlpwi_0",    "mlpwi_1",  "mlpwo"};
+  std::vector<std::string> with_context = projections;
+  with_context.push_back("context");
+  const TrainStepReport full = step(RematPolicy::kFull);
+  const TrainStepReport nothing = step(RematPolicy::kCustom);
+  EXPECT_EQ(nothing.step_time, full.step_time);
+  EXPECT_EQ(nothing.recompute, full.recompute);
+  EXPECT_EQ(nothing.memory.peak, full.memory.peak);
+  const TrainStepReport selective = step(RematPolicy::kSelective);
+  const TrainStepReport every = step(RematPolicy::kCustom, projections);
+  EXPECT_EQ(every.step_time, selective.step_time);
+  EXPECT_EQ(every.recompute, selective.recompute);
+  EXPECT_EQ(every.memory.peak, selective.memory.peak);
+  const TrainStepReport most = step(RematPolicy::kCustom, with_context);
+  const TrainStepReport op_sac =
+      step(RematPolicy::kCustom, {"query_proj", "value_proj", "context", "mlpwi_0", "mlpwo"});
+  EXPECT_GT(op_sac.recompute, most.recompute);
+  EXPECT_LT(op_sac.recompute, full.recompute);
+  EXPECT_LT(op_sac.memory.peak, most.memory.peak);
+  EXPECT_GT(op_sac.memory.peak, full.memory.peak);
+  EXPECT_EQ(op_sac.remat_save.size(), 5u);
+}
+
 // The exposed communication splits by collective and mesh axes and the parts add up to it
 // (within a picosecond per part and layer: each is rounded once per simulated run, then
 // extrapolated); under FSDP x TP the FSDP gathers and reduce-scatters and the TP psums are
