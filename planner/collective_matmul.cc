@@ -1,6 +1,7 @@
 #include "planner/collective_matmul.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -13,26 +14,59 @@
 namespace shardsim::planner {
 namespace {
 
-// How a matmul or einsum reads its operands: as x [..., K] @ w [K, N] -> [..., N], or not.
-bool IsPlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
-  if (rhs.size() != 2 || lhs.empty() || lhs.back() != rhs[0]) return false;
-  if (op.kind == OpKind::kMatmul) return lhs.size() >= 2;
-  if (op.kind != OpKind::kEinsum) return false;
-  // "<rows>k,kn-><rows>n": k and n distinct letters that no row letter repeats.
-  std::string s;
-  for (char c : op.spec) {
-    if (c != ' ') s += c;
+// A matmul or einsum read as one 2-D product: x [rows..., K...] @ w [K..., N...] ->
+// [rows..., N...], each group of dimensions folded into one by free (row-major) reshapes.
+struct ProductForm {
+  size_t row_dims = 0;             // Leading dimensions of x (and of the result) folded into rows.
+  size_t k_dims = 0;               // Contracted: the last of x, the first of w.
+  int64_t rows = 1, k = 1, n = 1;  // The folded extents.
+};
+
+// How a matmul or einsum reads its operands of local shapes `lhs` and `rhs`: as a ProductForm,
+// or not. matmul: x [..., K] @ w [K, N]. einsum: "<rows><ks>,<ks><ns>-><rows><ns>", the letter
+// groups non-empty and no letter repeated (no batch dimension, no transposed operand: the
+// attention's "btd,dhk->bthk" and "bthk,hkd->btd" are products, its gradients' "btd,bthk->dhk"
+// not).
+std::optional<ProductForm> PlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
+  ProductForm f;
+  if (op.kind == OpKind::kMatmul) {
+    if (rhs.size() != 2 || lhs.size() < 2 || lhs.back() != rhs[0]) return std::nullopt;
+    f.row_dims = lhs.size() - 1;
+    f.k_dims = 1;
+  } else if (op.kind == OpKind::kEinsum) {
+    std::string s;
+    for (char c : op.spec) {
+      if (c != ' ') s += c;
+    }
+    const size_t comma = s.find(','), arrow = s.find("->");
+    if (comma == std::string::npos || arrow == std::string::npos) return std::nullopt;
+    const std::string a = s.substr(0, comma), b = s.substr(comma + 1, arrow - comma - 1),
+                      out = s.substr(arrow + 2);
+    if (a.size() != lhs.size() || b.size() != rhs.size()) return std::nullopt;
+    if (std::set<char>(a.begin(), a.end()).size() != a.size() ||
+        std::set<char>(b.begin(), b.end()).size() != b.size()) {
+      return std::nullopt;
+    }
+    // The contracted letters: those of b that a has, which must open b and close a.
+    size_t k = 0;
+    while (k < b.size() && a.find(b[k]) != std::string::npos) ++k;
+    if (k == 0 || k >= b.size() || k >= a.size()) return std::nullopt;
+    const std::string ks = b.substr(0, k), ns = b.substr(k), rows = a.substr(0, a.size() - k);
+    if (a.substr(a.size() - k) != ks || out != rows + ns) return std::nullopt;
+    for (char c : ns) {
+      if (a.find(c) != std::string::npos) return std::nullopt;
+    }
+    f.row_dims = rows.size();
+    f.k_dims = k;
+    for (size_t i = 0; i < k; ++i) {
+      if (lhs[f.row_dims + i] != rhs[i]) return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
   }
-  const size_t comma = s.find(','), arrow = s.find("->");
-  if (comma == std::string::npos || arrow == std::string::npos) return false;
-  const std::string a = s.substr(0, comma), b = s.substr(comma + 1, arrow - comma - 1),
-                    out = s.substr(arrow + 2);
-  if (a.size() != lhs.size() || b.size() != 2 || a.size() < 2) return false;
-  const char k = b[0], n = b[1];
-  const std::string rows = a.substr(0, a.size() - 1);
-  if (a.back() != k || k == n || out != rows + n) return false;
-  return rows.find(k) == std::string::npos && rows.find(n) == std::string::npos &&
-         std::set<char>(rows.begin(), rows.end()).size() == rows.size();
+  for (size_t i = 0; i < lhs.size(); ++i) (i < f.row_dims ? f.rows : f.k) *= lhs[i];
+  for (size_t i = f.k_dims; i < rhs.size(); ++i) f.n *= rhs[i];
+  return f;
 }
 
 // The variant `mode` gives a loop whose travelling block has `extent` rows or columns to split.
@@ -277,7 +311,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     const Shape& lhs = in_types[c][0].shape();
     const Shape& rhs = in_types[c][1].shape();
-    if (!IsPlainProduct(consumer, lhs, rhs)) continue;
+    const std::optional<ProductForm> form = PlainProduct(consumer, lhs, rhs);
+    if (!form) continue;
     // The gathered block must still be bound as the gather read it when the product runs.
     bool rebound = false;
     for (size_t i = g + 1; i < c && !rebound; ++i) {
@@ -288,22 +323,36 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const Shape& gathered = gather_rhs ? rhs : lhs;
     const int64_t axis =
         gather.axis < 0 ? gather.axis + static_cast<int64_t>(gathered.size()) : gather.axis;
-    if (!(axis == 0 || axis == 1) || (!gather_rhs && lhs.size() != 2)) continue;
+    // The loop's axis of the gathered operand, folded: w's first contracted dimension (its
+    // blocks are whole rows of w [K, N]) or its first kept one (whole columns); x's rows or
+    // columns when x and w are 2-D.
+    int64_t loop_axis = -1;
+    if (gather_rhs) {
+      if (axis == 0) loop_axis = 0;
+      if (axis == static_cast<int64_t>(form->k_dims)) loop_axis = 1;
+    } else if (lhs.size() == 2 && rhs.size() == 2 && (axis == 0 || axis == 1)) {
+      loop_axis = axis;
+    }
+    if (loop_axis < 0) continue;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
     if (n <= 1) continue;
-    // The travelling block: rhs rows or columns (K / n or N / n), lhs rows or columns.
-    const int64_t extent = gathered[static_cast<size_t>(axis)] / n;
+    const Shape x2 = {form->rows, form->k};  // x as the loop sees it.
+    const Shape w2 = {form->k, form->n};
+    // The travelling block: w's rows or columns (K / n or N / n), x's rows or columns.
+    const int64_t extent = (gather_rhs ? w2 : x2)[static_cast<size_t>(loop_axis)] / n;
     const std::string variant = VariantOf(mode, extent);
+    // The gathered operand's local block, folded as the loop takes it.
+    Shape block = gather_rhs ? w2 : x2;
+    block[static_cast<size_t>(loop_axis)] /= n;
     std::string priced;
     if (mode == CollectiveMatmulMode::kAuto) {
-      // x as the loop sees it (leading dimensions folded into rows).
       Pair pair;
-      pair.x = gather_rhs ? Shape{NumElements(lhs) / lhs.back(), lhs.back()} : rhs;
-      pair.w = in_types[g][0].shape();
+      pair.x = gather_rhs ? x2 : w2;
+      pair.w = block;
       pair.dtype = in_types[g][0].dtype();
       pair.x_dtype = in_types[c][gather_rhs ? 0 : 1].dtype();
       pair.axes = gather.axis_name;
-      pair.axis = axis;
+      pair.axis = loop_axis;
       pair.gather_rhs = gather_rhs;
       const Time blocking = time_of(pair, "blocking");
       const Time loop = time_of(pair, variant);
@@ -316,11 +365,22 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::string x = gather_rhs ? consumer.in[0] : gather.in[0];
     std::string w = gather_rhs ? gather.in[0] : consumer.in[1];
     std::string out = consumer.out[0];
-    Shape rows_shape = lhs;
-    const bool fold = gather_rhs && lhs.size() > 2;
-    if (fold) {
-      rows_shape = {NumElements(lhs) / lhs.back(), lhs.back()};
-      fold_rows(consumer, rows_shape[0], lhs.back(), consumer.out[0], ops, x, out);
+    // Folded: x into rows (its leading dimensions, or a contraction over several), w into
+    // [K, N] (a contraction or kept columns over several dimensions).
+    const bool fold_x = gather_rhs && (lhs.size() > 2 || form->k_dims > 1);
+    const bool fold_w = rhs.size() > 2;
+    if (fold_x) {
+      fold_rows(consumer, form->rows, form->k, consumer.out[0], ops, x, out);
+    } else if (fold_w) {
+      out = fresh(consumer.out[0] + "/2d");
+    }
+    if (fold_w) {
+      const Shape w_shape = gather_rhs ? block : w2;
+      ops.push_back(Reshape(
+          consumer, "/cols", w, fresh(w + "/2d"), w_shape,
+          "the contracted and kept dimensions of " + consumer.in[1] + " for the collective matmul",
+          FormatShape(w_shape) + " per device"));
+      w = ops.back().first.out[0];
     }
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
@@ -330,21 +390,22 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     cm.out = {out};
     cm.axis_name = gather.axis_name;
     cm.gather = gather_rhs ? "rhs" : "lhs";
-    cm.axis = axis;
+    cm.axis = loop_axis;
     cm.variant = variant;
     cm.algorithm = gather.algorithm;
     cm.where = consumer.where;
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
+    const bool folded = fold_x || fold_w;
     ops.push_back(
         {cm,
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(consumer.kind) +
               " fused with the all_gather of " + gather.in[0] + " over " +
               AxesText(gather.axis_name) + (gather_reason.empty() ? "" : "; " + gather_reason),
-          fold ? FormatShape({rows_shape[0], rhs[1]}) + " per device" : type}});
-    if (fold) {
-      Shape back = lhs;
-      back.back() = rhs[1];
+          folded ? FormatShape({form->rows, form->n}) + " per device" : type}});
+    if (folded) {
+      Shape back(lhs.begin(), lhs.begin() + static_cast<int64_t>(form->row_dims));
+      back.insert(back.end(), rhs.begin() + static_cast<int64_t>(form->k_dims), rhs.end());
       ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
                             "the collective matmul's rows back", type));
     }
@@ -378,7 +439,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     const Shape& lhs = in_types[c][0].shape();
     const Shape& rhs = in_types[c][1].shape();
-    if (!IsPlainProduct(product, lhs, rhs)) continue;
+    const std::optional<ProductForm> form = PlainProduct(product, lhs, rhs);
+    if (!form) continue;
     // The scatter's result is defined where the product was: nothing in between may read or
     // bind its name, nor bind the product's operands.
     bool clash = false;
@@ -389,27 +451,30 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       }
     }
     if (clash) continue;
-    const Shape& made = in_types[s][0].shape();  // The product's local result [..., N].
+    // The product's local result [rows..., N...].
+    const Shape& made = in_types[s][0].shape();
     const int64_t rank = static_cast<int64_t>(made.size());
     const int64_t d = scatter.scatter_dimension < 0 ? scatter.scatter_dimension + rank
                                                     : scatter.scatter_dimension;
+    const int64_t row_dims = static_cast<int64_t>(form->row_dims);
+    // Whole blocks of the folded rows (every row dimension before d is 1 on the device) or of
+    // the folded columns (d the first kept dimension of w).
     bool leading_ones = true;
-    for (int64_t i = 0; i < d && i < rank - 1; ++i) leading_ones = leading_ones && made[i] == 1;
-    if (d < 0 || d >= rank || (d < rank - 1 && d > 0 && !leading_ones)) continue;
-    const int64_t folded_dim = d == rank - 1 ? 1 : 0;
+    for (int64_t i = 0; i < d && i < row_dims; ++i) leading_ones = leading_ones && made[i] == 1;
+    if (d < 0 || d >= rank || (d < row_dims && !leading_ones) || d > row_dims) continue;
+    const int64_t folded_dim = d == row_dims ? 1 : 0;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(scatter, mesh));
     if (n <= 1) continue;
-    int64_t rows = 1;
-    for (int64_t i = 0; i + 1 < rank; ++i) rows *= made[i];
-    const int64_t extent = (folded_dim == 0 ? rows : rhs[1]);
+    const int64_t rows = form->rows;
+    const int64_t extent = (folded_dim == 0 ? rows : form->n);
     if (extent % n != 0) continue;
     const std::string variant = VariantOf(mode, extent / n);
     std::string priced;
     if (mode == CollectiveMatmulMode::kAuto) {
       Pair pair;
       pair.scatter = true;
-      pair.x = {rows, lhs.back()};
-      pair.w = rhs;
+      pair.x = {rows, form->k};
+      pair.w = {form->k, form->n};
       pair.dtype = in_types[c][1].dtype();
       pair.x_dtype = in_types[c][0].dtype();
       pair.axes = scatter.axis_name;
@@ -422,14 +487,29 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::vector<Rewritten> ops;
     const std::string& type = partitioned.types.size() > s ? partitioned.types[s] : "";
     std::string x = product.in[0];
+    std::string w = product.in[1];
     std::string out = scatter.out[0];
-    const bool fold = rank > 2;
-    if (fold) fold_rows(product, rows, lhs.back(), scatter.out[0], ops, x, out);
+    const bool fold_x = lhs.size() > 2 || form->k_dims > 1;
+    const bool fold_w = rhs.size() > 2;
+    const bool fold = fold_x || fold_w;
+    if (fold_x) {
+      fold_rows(product, rows, form->k, scatter.out[0], ops, x, out);
+    } else if (fold_w) {
+      out = fresh(scatter.out[0] + "/2d");
+    }
+    if (fold_w) {
+      const Shape w_shape = {form->k, form->n};
+      ops.push_back(
+          Reshape(product, "/cols", w, fresh(w + "/2d"), w_shape,
+                  "the contracted and kept dimensions of " + w + " for the collective matmul",
+                  FormatShape(w_shape) + " per device"));
+      w = ops.back().first.out[0];
+    }
     OpSpec cm;
     cm.kind = OpKind::kMatmulReduceScatter;
     cm.name = product.name;
     cm.key = product.key;
-    cm.in = {x, product.in[1]};
+    cm.in = {x, w};
     cm.out = {out};
     cm.axis_name = scatter.axis_name;
     cm.scatter_dimension = folded_dim;
@@ -445,9 +525,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(product.kind) +
               " fused with the psum_scatter of its result over " + AxesText(scatter.axis_name) +
               (scatter_reason.empty() ? "" : "; " + scatter_reason),
-          fold ? FormatShape(folded_dim == 0 ? Shape{rows / n, rhs[1]} : Shape{rows, rhs[1] / n}) +
-                     " per device"
-               : type}});
+          fold
+              ? FormatShape(folded_dim == 0 ? Shape{rows / n, form->n} : Shape{rows, form->n / n}) +
+                    " per device"
+              : type}});
     if (fold) {
       ops.push_back(Reshape(product, "/unrows", out, scatter.out[0], result,
                             "the collective matmul's rows back", type));

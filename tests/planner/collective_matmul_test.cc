@@ -1,6 +1,7 @@
 // Collective matmuls chosen by the partitioner: which all-gathers fuse with their matmul (FSDP
-// weights, 3-D activations folded into rows, gathered lhs rows), which do not (a gather read
-// twice), numerics against the unsharded program, and the overlap's gain on the network.
+// weights, 3-D activations folded into rows, gathered lhs rows, products over several
+// dimensions), which do not (a gather read twice, a weight's gradient), numerics against the
+// unsharded program, and the overlap's gain on the network.
 #include "planner/collective_matmul.h"
 
 #include <gtest/gtest.h>
@@ -156,6 +157,96 @@ TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
   EXPECT_EQ(Count(f.partitioned.program, OpKind::kReshape), 2);
   EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllgatherMatmul), 1);
   ExpectNumericsPass(global, f.partitioned, machine, mesh);
+}
+
+// Products over several dimensions fold them with free reshapes: the attention's projections
+// "btd,dhk->bthk" (w's kept heads and head dimension folded into columns) and
+// "bthk,hkd->btd" (the contraction over heads and head dimension folded), with w gathered
+// over fsdp along its first contracted dimension (rows of the loop's w) or its kept one
+// (columns), and the row-parallel form under tensor parallelism scattered along the sequence;
+// each computes what the unsharded program computes. A weight's gradient ("btd,bthk->dhk",
+// contracting the leading dimensions) is no such product: its psum_scatter stays.
+TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  struct Case {
+    std::string name;
+    std::string axis;  // Mesh axis (size 4).
+    std::string spec;
+    Shape x, w;
+    std::vector<std::vector<std::string>> x_split, w_split, y_split;
+    OpKind fused;  // kPsumScatter: nothing fuses.
+    int64_t loop_axis;
+  };
+  const std::vector<Case> cases = {
+      {"qkv_projection",
+       "fsdp",
+       "btd,dhk->bthk",
+       {4, 8, 64},
+       {64, 4, 16},
+       {{"fsdp"}, {}, {}},
+       {{"fsdp"}, {}, {}},
+       {{"fsdp"}, {}, {}, {}},
+       OpKind::kAllgatherMatmul,
+       0},
+      {"out_projection",
+       "fsdp",
+       "bthk,hkd->btd",
+       {4, 8, 4, 16},
+       {4, 16, 64},
+       {{"fsdp"}, {}, {}, {}},
+       {{}, {}, {"fsdp"}},
+       {{"fsdp"}, {}, {}},
+       OpKind::kAllgatherMatmul,
+       1},
+      {"out_projection_sequence_scatter",
+       "tp",
+       "bthk,hkd->btd",
+       {1, 8, 4, 16},
+       {4, 16, 64},
+       {{}, {}, {"tp"}, {}},
+       {{"tp"}, {}, {}},
+       {{}, {"tp"}, {}},
+       OpKind::kMatmulReduceScatter,
+       0},
+      {"weight_gradient",
+       "fsdp",
+       "btd,bthk->dhk",
+       {4, 8, 64},
+       {4, 8, 4, 16},
+       {{"fsdp"}, {}, {}},
+       {{"fsdp"}, {}, {}, {}},
+       {{"fsdp"}, {}, {}},
+       OpKind::kPsumScatter,
+       -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ProgramBuilder b({{c.axis, 4}}, {}, ProgramMode::kAuto);
+    b.Input("x", c.x, DType::kF32, P(c.x_split), Normal(0));
+    b.Input("w", c.w, DType::kF32, P(c.w_split), Normal(1));
+    b.Einsum(c.spec, "x", "w", "y");
+    b.Output("y", P(c.y_split));
+    const ProgramSpec global = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    if (c.fused == OpKind::kPsumScatter) {
+      EXPECT_EQ(f.count, 0);
+      EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 1);
+      continue;
+    }
+    EXPECT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 0);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 0);
+    ASSERT_EQ(Count(f.partitioned.program, c.fused), 1);
+    for (const OpSpec& op : f.partitioned.program.ops) {
+      if (op.kind == OpKind::kAllgatherMatmul) {
+        EXPECT_EQ(op.axis, c.loop_axis);
+      } else if (op.kind == OpKind::kMatmulReduceScatter) {
+        EXPECT_EQ(op.scatter_dimension, c.loop_axis);
+      }
+    }
+    ExpectNumericsPass(global, f.partitioned, machine, mesh);
+  }
 }
 
 // An odd travelling block (d / 4 = 3 rows of w) cannot be halved: bidirectional falls back to
