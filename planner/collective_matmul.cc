@@ -18,21 +18,29 @@ namespace {
 // [rows..., N...], each group of dimensions folded into one by free (row-major) reshapes.
 struct ProductForm {
   size_t row_dims = 0;             // Leading dimensions of x (and of the result) folded into rows.
-  size_t k_dims = 0;               // Contracted: the last of x, the first of w.
+  size_t k_dims = 0;               // Contracted: the last of x, the first of w (or its last).
+  size_t n_dims = 0;               // Kept dimensions of w.
   int64_t rows = 1, k = 1, n = 1;  // The folded extents.
+  // w is read transposed: stored [N..., K...] (an activation's gradient, g @ w^T).
+  bool w_transposed = false;
+  // Where w's first contracted and first kept dimensions are, as stored.
+  size_t FirstK() const { return w_transposed ? n_dims : 0; }
+  size_t FirstN() const { return w_transposed ? 0 : k_dims; }
 };
 
 // How a matmul or einsum reads its operands of local shapes `lhs` and `rhs`: as a ProductForm,
-// or not. matmul: x [..., K] @ w [K, N]. einsum: "<rows><ks>,<ks><ns>-><rows><ns>", the letter
-// groups non-empty and no letter repeated (no batch dimension, no transposed operand: the
-// attention's "btd,dhk->bthk" and "bthk,hkd->btd" are products, its gradients' "btd,bthk->dhk"
-// not).
+// or not. matmul: x [..., K] @ w [K, N]. einsum: "<rows><ks>,<ks><ns>-><rows><ns>" or, w read
+// transposed, "<rows><ks>,<ns><ks>-><rows><ns>", the letter groups non-empty and no letter
+// repeated (no batch dimension, x not transposed: the attention's "btd,dhk->bthk" and
+// "bthk,hkd->btd" are products, and so is an activation's gradient "bthk,dhk->btd"; a weight's
+// "btd,bthk->dhk", contracting x's leading dimensions, is not).
 std::optional<ProductForm> PlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
   ProductForm f;
   if (op.kind == OpKind::kMatmul) {
     if (rhs.size() != 2 || lhs.size() < 2 || lhs.back() != rhs[0]) return std::nullopt;
     f.row_dims = lhs.size() - 1;
     f.k_dims = 1;
+    f.n_dims = 1;
   } else if (op.kind == OpKind::kEinsum) {
     std::string s;
     for (char c : op.spec) {
@@ -47,25 +55,33 @@ std::optional<ProductForm> PlainProduct(const OpSpec& op, const Shape& lhs, cons
         std::set<char>(b.begin(), b.end()).size() != b.size()) {
       return std::nullopt;
     }
-    // The contracted letters: those of b that a has, which must open b and close a.
+    // The contracted letters: those of b that a has, which must open b (or close it, w read
+    // transposed) and close a.
     size_t k = 0;
     while (k < b.size() && a.find(b[k]) != std::string::npos) ++k;
+    if (k == 0) {
+      while (k < b.size() && a.find(b[b.size() - 1 - k]) != std::string::npos) ++k;
+      f.w_transposed = true;
+    }
     if (k == 0 || k >= b.size() || k >= a.size()) return std::nullopt;
-    const std::string ks = b.substr(0, k), ns = b.substr(k), rows = a.substr(0, a.size() - k);
+    const std::string ks = f.w_transposed ? b.substr(b.size() - k) : b.substr(0, k);
+    const std::string ns = f.w_transposed ? b.substr(0, b.size() - k) : b.substr(k);
+    const std::string rows = a.substr(0, a.size() - k);
     if (a.substr(a.size() - k) != ks || out != rows + ns) return std::nullopt;
     for (char c : ns) {
       if (a.find(c) != std::string::npos) return std::nullopt;
     }
     f.row_dims = rows.size();
     f.k_dims = k;
+    f.n_dims = ns.size();
     for (size_t i = 0; i < k; ++i) {
-      if (lhs[f.row_dims + i] != rhs[i]) return std::nullopt;
+      if (lhs[f.row_dims + i] != rhs[f.FirstK() + i]) return std::nullopt;
     }
   } else {
     return std::nullopt;
   }
   for (size_t i = 0; i < lhs.size(); ++i) (i < f.row_dims ? f.rows : f.k) *= lhs[i];
-  for (size_t i = f.k_dims; i < rhs.size(); ++i) f.n *= rhs[i];
+  for (size_t i = 0; i < f.n_dims; ++i) f.n *= rhs[f.FirstN() + i];
   return f;
 }
 
@@ -103,7 +119,8 @@ struct Pair {
 using Rewritten = std::pair<OpSpec, std::pair<std::string, std::string>>;
 
 // The free reshape of `in` to `shape`, writing `out`, that stands where `product` stood (its
-// key and where) around a loop: its rows before (`suffix` "/rows") or back after ("/unrows").
+// key and where) around a loop: x's rows before (`suffix` "/rows"), w's contracted and kept
+// dimensions before ("/cols"), or the result back after ("/unrows").
 Rewritten Reshape(const OpSpec& product, const std::string& suffix, const std::string& in,
                   const std::string& out, Shape shape, std::string reason, std::string type) {
   OpSpec reshape;
@@ -280,8 +297,9 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     return name;
   };
 
-  // Folds `product`'s x [..., K] into [rows, K] ahead of its loop (a free reshape appended to
-  // `ops`): x takes the reshape's name, and `out` a fresh 2-D name for the loop's result.
+  // Folds `product`'s x [rows..., K...] into [rows, k] ahead of its loop (a free reshape
+  // appended to `ops`): x takes the reshape's name, and `out` a fresh 2-D name for the loop's
+  // result.
   auto fold_rows = [&](const OpSpec& product, int64_t rows, int64_t k, const std::string& result,
                        std::vector<Rewritten>& ops, std::string& x, std::string& out) {
     const Shape rows_shape = {rows, k};
@@ -290,6 +308,35 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
                           FormatShape(rows_shape) + " per device"));
     x = ops.back().first.out[0];
     out = fresh(result + "/2d");
+  };
+
+  // Makes `w` (the product's operand `name`, or its local block) the loop's [K, N] `shape`:
+  // stored [K..., N...], a free reshape when it has more dimensions; stored [N..., K...] (read
+  // transposed), a free reshape to [N, K] then a transpose, an HBM pass over the local block
+  // (XLA's dot reads it in place; the block is a weight's, or its 1/n when gathered; auto's
+  // timed pairs leave it out).
+  auto fold_w_2d = [&](const OpSpec& product, const std::string name, const Shape& shape,
+                       bool reshape, bool transposed, std::vector<Rewritten>& ops, std::string& w) {
+    const Shape stored = transposed ? Shape{shape[1], shape[0]} : shape;
+    if (reshape) {
+      ops.push_back(
+          Reshape(product, "/cols", w, fresh(w + "/2d"), stored,
+                  "the contracted and kept dimensions of " + name + " for the collective matmul",
+                  FormatShape(stored) + " per device"));
+      w = ops.back().first.out[0];
+    }
+    if (!transposed) return;
+    OpSpec turn;
+    turn.kind = OpKind::kTranspose;
+    turn.name = product.name + "/turn";
+    turn.key = product.key;
+    turn.in = {w};
+    turn.out = {fresh(w + "/t")};
+    turn.where = product.where;
+    ops.push_back({turn,
+                   {name + " read transposed: its local block turned for the collective matmul",
+                    FormatShape(shape) + " per device"}});
+    w = turn.out[0];
   };
 
   std::vector<char> drop(program.ops.size(), 0);
@@ -328,9 +375,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     // columns when x and w are 2-D.
     int64_t loop_axis = -1;
     if (gather_rhs) {
-      if (axis == 0) loop_axis = 0;
-      if (axis == static_cast<int64_t>(form->k_dims)) loop_axis = 1;
-    } else if (lhs.size() == 2 && rhs.size() == 2 && (axis == 0 || axis == 1)) {
+      if (axis == static_cast<int64_t>(form->FirstK())) loop_axis = 0;
+      if (axis == static_cast<int64_t>(form->FirstN())) loop_axis = 1;
+    } else if (lhs.size() == 2 && rhs.size() == 2 && !form->w_transposed &&
+               (axis == 0 || axis == 1)) {
       loop_axis = axis;
     }
     if (loop_axis < 0) continue;
@@ -366,22 +414,17 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::string w = gather_rhs ? gather.in[0] : consumer.in[1];
     std::string out = consumer.out[0];
     // Folded: x into rows (its leading dimensions, or a contraction over several), w into
-    // [K, N] (a contraction or kept columns over several dimensions).
+    // [K, N] (a contraction or kept columns over several dimensions; read transposed, its
+    // local block turned by a transpose).
     const bool fold_x = gather_rhs && (lhs.size() > 2 || form->k_dims > 1);
     const bool fold_w = rhs.size() > 2;
+    const bool folded = fold_x || fold_w;
     if (fold_x) {
       fold_rows(consumer, form->rows, form->k, consumer.out[0], ops, x, out);
-    } else if (fold_w) {
+    } else if (folded) {
       out = fresh(consumer.out[0] + "/2d");
     }
-    if (fold_w) {
-      const Shape w_shape = gather_rhs ? block : w2;
-      ops.push_back(Reshape(
-          consumer, "/cols", w, fresh(w + "/2d"), w_shape,
-          "the contracted and kept dimensions of " + consumer.in[1] + " for the collective matmul",
-          FormatShape(w_shape) + " per device"));
-      w = ops.back().first.out[0];
-    }
+    fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
     cm.name = consumer.name;
@@ -396,7 +439,6 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     cm.where = consumer.where;
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
-    const bool folded = fold_x || fold_w;
     ops.push_back(
         {cm,
          {"collective matmul (" + cm.variant + priced + "): " + OpKindName(consumer.kind) +
@@ -405,7 +447,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
           folded ? FormatShape({form->rows, form->n}) + " per device" : type}});
     if (folded) {
       Shape back(lhs.begin(), lhs.begin() + static_cast<int64_t>(form->row_dims));
-      back.insert(back.end(), rhs.begin() + static_cast<int64_t>(form->k_dims), rhs.end());
+      const auto first_n = rhs.begin() + static_cast<int64_t>(form->FirstN());
+      back.insert(back.end(), first_n, first_n + static_cast<int64_t>(form->n_dims));
       ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
                             "the collective matmul's rows back", type));
     }
@@ -494,17 +537,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const bool fold = fold_x || fold_w;
     if (fold_x) {
       fold_rows(product, rows, form->k, scatter.out[0], ops, x, out);
-    } else if (fold_w) {
+    } else if (fold) {
       out = fresh(scatter.out[0] + "/2d");
     }
-    if (fold_w) {
-      const Shape w_shape = {form->k, form->n};
-      ops.push_back(
-          Reshape(product, "/cols", w, fresh(w + "/2d"), w_shape,
-                  "the contracted and kept dimensions of " + w + " for the collective matmul",
-                  FormatShape(w_shape) + " per device"));
-      w = ops.back().first.out[0];
-    }
+    fold_w_2d(product, w, {form->k, form->n}, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kMatmulReduceScatter;
     cm.name = product.name;

@@ -181,7 +181,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
         CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
                          "plan.offload"),
-        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat"));
+        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"));
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;

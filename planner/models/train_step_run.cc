@@ -254,7 +254,7 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                              prefetch ? PrefetchGroups(model.layers, train) : 0,
                              CheckpointValues(checkpoints, plan.offload, "plan.offload"),
                              head_tiles,
-                             CheckpointValues(checkpoints, plan.remat_save, "plan.remat"));
+                             CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"));
 }
 
 }  // namespace
@@ -273,7 +273,9 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   for (const std::vector<std::string>& values : offloaded)
     kept.insert(values.begin(), values.end());
   const bool offloads = !kept.empty();
-  for (const std::vector<std::string>& values : saved) kept.insert(values.begin(), values.end());
+  if (remat == RematPolicy::kCustom) {
+    for (const std::vector<std::string>& values : saved) kept.insert(values.begin(), values.end());
+  }
   ApplyRemat(expanded, passes, layers, remat, kept);
   ApplyRemat(expanded, passes, head_tiles, RematPolicy::kFull);
   if (offloads) ApplyOffload(expanded, passes, offloaded);

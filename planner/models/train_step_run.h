@@ -275,7 +275,7 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // when given, receives the partitioned program's op indices where each backward pass starts
 // and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
 // `remat` recomputes and live in host memory between their forward and backward uses
-// (ApplyOffload, after remat); those of `saved` (per layer: a custom remat's) are kept in
+// (ApplyOffload, after remat); with a custom `remat`, those of `saved` (per layer) are kept in
 // device memory; each of `head_tiles` (vocabulary tiles) is recomputed fully in the backward
 // whatever `remat` says (MaxText's tiled loss is checkpointed so).
 PartitionResult PartitionTrainStep(

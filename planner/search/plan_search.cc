@@ -414,7 +414,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   // Whether a fitting plan among `fits` makes `c` (of the same family) not worth simulating.
   // Whether plan f's remat recomputes no more of a layer than plan c's: none least and full
   // most; a custom policy against another custom one when it keeps every value c keeps, and
-  // against selective not at all (each keeps something the other recomputes).
+  // against selective never (conservative: most lists keep something selective recomputes, or
+  // the reverse).
   auto recomputes_no_more = [](const StepPlan& f, const StepPlan& c) {
     if (f.remat == RematPolicy::kNone || c.remat == RematPolicy::kFull) return true;
     const bool custom_f = f.remat == RematPolicy::kCustom,

@@ -390,7 +390,17 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
       plan.remat = ReadRemat(*v);
     }
   }
-  if (auto v = map.Find("offload")) plan.offload = ReadOffload(*v);
+  if (auto v = map.Find("offload")) {
+    plan.offload = ReadOffload(*v);
+    for (const std::string& name : plan.offload) {
+      if (std::find(plan.remat_save.begin(), plan.remat_save.end(), name) !=
+          plan.remat_save.end()) {
+        v->Fail("'" + name +
+                "' is both saved by plan.remat and offloaded: a value lives in device or in host "
+                "memory");
+      }
+    }
+  }
   if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
   if (auto v = map.Find("collective_matmul")) plan.collective_matmul = ReadCollectiveMatmul(*v);
   if (auto v = map.Find("microbatches")) {

@@ -486,7 +486,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
     const std::vector<std::vector<std::string>> offloaded =
         planner::CheckpointValues(checkpoints, run.plan.offload, "plan.offload");
     const std::vector<std::vector<std::string>> saved =
-        planner::CheckpointValues(checkpoints, run.plan.remat_save, "plan.remat");
+        planner::CheckpointValues(checkpoints, run.plan.remat_save, "plan.remat.save");
     const int64_t layer_count =
         run.mlp ? static_cast<int64_t>(run.mlp->layer_sizes.size()) - 1 : run.model.layers;
     as_program.program->mesh_devices = run.plan.devices;

@@ -163,9 +163,12 @@ TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
 // "btd,dhk->bthk" (w's kept heads and head dimension folded into columns) and
 // "bthk,hkd->btd" (the contraction over heads and head dimension folded), with w gathered
 // over fsdp along its first contracted dimension (rows of the loop's w) or its kept one
-// (columns), and the row-parallel form under tensor parallelism scattered along the sequence;
-// each computes what the unsharded program computes. A weight's gradient ("btd,bthk->dhk",
-// contracting the leading dimensions) is no such product: its psum_scatter stays.
+// (columns), and the row-parallel form under tensor parallelism scattered along the sequence.
+// An activation's gradient reads w transposed ("btf,df->btd", "bthk,dhk->btd"): its local
+// block is turned by a transpose and the loop gathers the columns of w^T (FSDP's rows of w),
+// or scatters the product along the sequence. Each computes what the unsharded program
+// computes. A weight's gradient ("btd,bthk->dhk", contracting the leading dimensions) is no
+// such product: its psum_scatter stays.
 TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   struct Case {
@@ -208,6 +211,46 @@ TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
        {{}, {"tp"}, {}},
        OpKind::kMatmulReduceScatter,
        0},
+      {"activation_gradient",
+       "fsdp",
+       "btf,df->btd",
+       {4, 8, 32},
+       {64, 32},
+       {{"fsdp"}, {}, {}},
+       {{"fsdp"}, {}},
+       {{"fsdp"}, {}, {}},
+       OpKind::kAllgatherMatmul,
+       1},
+      {"activation_gradient_2d",
+       "fsdp",
+       "bf,df->bd",
+       {32, 32},
+       {64, 32},
+       {{"fsdp"}, {}},
+       {{"fsdp"}, {}},
+       {{"fsdp"}, {}},
+       OpKind::kAllgatherMatmul,
+       1},
+      {"activation_gradient_of_a_projection",
+       "fsdp",
+       "bthk,dhk->btd",
+       {4, 8, 4, 16},
+       {64, 4, 16},
+       {{"fsdp"}, {}, {}, {}},
+       {{"fsdp"}, {}, {}},
+       {{"fsdp"}, {}, {}},
+       OpKind::kAllgatherMatmul,
+       1},
+      {"activation_gradient_sequence_scatter",
+       "tp",
+       "btf,df->btd",
+       {1, 8, 32},
+       {64, 32},
+       {{}, {}, {"tp"}},
+       {{}, {"tp"}},
+       {{}, {"tp"}, {}},
+       OpKind::kMatmulReduceScatter,
+       0},
       {"weight_gradient",
        "fsdp",
        "btd,bthk->dhk",
@@ -238,6 +281,9 @@ TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 0);
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 0);
     ASSERT_EQ(Count(f.partitioned.program, c.fused), 1);
+    // Only a w read transposed is turned, once (its local block).
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kTranspose),
+              c.name.rfind("activation_gradient", 0) == 0 ? 1 : 0);
     for (const OpSpec& op : f.partitioned.program.ops) {
       if (op.kind == OpKind::kAllgatherMatmul) {
         EXPECT_EQ(op.axis, c.loop_axis);
