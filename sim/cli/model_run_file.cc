@@ -441,6 +441,14 @@ ModelRunSpec ReadModelRun(const YamlMap& top) {
         .Get("collective_matmul")
         .FailAtKey("collective_matmul: applies to training steps, not to serve:");
   }
+  if (serve && run.plan.remat != planner::RematPolicy::kNone) {
+    top.Get("plan")
+        .Map(PlanKeys())
+        .Get("remat")
+        .FailAtKey(
+            "remat: applies to training steps, not to serve: (a serving step keeps nothing for a "
+            "backward pass)");
+  }
   if (serve && !run.plan.offload.empty()) {
     top.Get("plan")
         .Map(PlanKeys())

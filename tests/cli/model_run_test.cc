@@ -266,6 +266,15 @@ TEST_F(ModelRunTest, ServeReportsTtftTpotAndTheCache) {
   EXPECT_EQ(offload.exit_code, 2) << offload;
   EXPECT_NE(offload.err.find("serving steps have none (key plan.offload)"), std::string::npos)
       << offload;
+  // Nor anything to recompute: a remat policy, named or custom, is refused.
+  for (const char* remat : {"plan.remat=full", "plan.remat={save: [context]}"}) {
+    const Result refused = Run({"run", file, "--set", remat});
+    EXPECT_EQ(refused.exit_code, 2) << refused;
+    EXPECT_NE(refused.err.find("remat: applies to training steps, not to serve:"),
+              std::string::npos)
+        << refused;
+    EXPECT_NE(refused.err.find("(key plan.remat)"), std::string::npos) << refused;
+  }
   // --numerics on checks the prefill and a decode step (each partitioned, run with data and
   // compared with the unsharded step); the timing stays the composed one.
   const nlohmann::json checked = RunJson({"run", file, "--numerics", "on"});
