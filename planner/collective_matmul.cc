@@ -371,15 +371,18 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const int64_t axis =
         gather.axis < 0 ? gather.axis + static_cast<int64_t>(gathered.size()) : gather.axis;
     // The loop's axis of the gathered operand, folded: w's first contracted dimension (its
-    // blocks are whole rows of w [K, N]) or its first kept one (whole columns); x's rows or
-    // columns when x and w are 2-D.
+    // blocks are whole rows of w [K, N]) or its first kept one (whole columns); x's rows (a
+    // row dimension every one before which is 1 on the device: dimension 0, or the sequence
+    // with one sequence per device) or, x 2-D, its columns.
     int64_t loop_axis = -1;
     if (gather_rhs) {
       if (axis == static_cast<int64_t>(form->FirstK())) loop_axis = 0;
       if (axis == static_cast<int64_t>(form->FirstN())) loop_axis = 1;
-    } else if (lhs.size() == 2 && rhs.size() == 2 && !form->w_transposed &&
-               (axis == 0 || axis == 1)) {
-      loop_axis = axis;
+    } else {
+      bool leading_ones = true;
+      for (int64_t i = 0; i < axis; ++i) leading_ones = leading_ones && lhs[i] == 1;
+      if (axis < static_cast<int64_t>(form->row_dims) && leading_ones) loop_axis = 0;
+      if (lhs.size() == 2 && axis == 1) loop_axis = 1;
     }
     if (loop_axis < 0) continue;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
@@ -416,11 +419,18 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     // Folded: x into rows (its leading dimensions, or a contraction over several), w into
     // [K, N] (a contraction or kept columns over several dimensions; read transposed, its
     // local block turned by a transpose).
-    const bool fold_x = gather_rhs && (lhs.size() > 2 || form->k_dims > 1);
+    const bool fold_x = lhs.size() > 2 || form->k_dims > 1;
     const bool fold_w = rhs.size() > 2;
     const bool folded = fold_x || fold_w;
-    if (fold_x) {
+    if (fold_x && gather_rhs) {
       fold_rows(consumer, form->rows, form->k, consumer.out[0], ops, x, out);
+    } else if (fold_x) {
+      // x travels: its local block of rows folded.
+      ops.push_back(Reshape(consumer, "/rows", x, fresh(x + "/rows"), block,
+                            "the rows of " + x + " for the collective matmul",
+                            FormatShape(block) + " per device"));
+      x = ops.back().first.out[0];
+      out = fresh(consumer.out[0] + "/2d");
     } else if (folded) {
       out = fresh(consumer.out[0] + "/2d");
     }
