@@ -10,6 +10,7 @@
 #include "collectives/lowering.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/semantics.h"
+#include "planner/prefetch.h"
 
 namespace shardsim::planner {
 namespace {
@@ -247,7 +248,8 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 }
 
 int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
-                          const Machine* machine, CollectiveCostModel* collectives) {
+                          const Machine* machine, CollectiveCostModel* collectives,
+                          bool weights_prefetched) {
   if (mode == CollectiveMatmulMode::kOff) return 0;
   if (mode == CollectiveMatmulMode::kAuto && (!machine || !collectives)) {
     throw std::logic_error("internal error: collective_matmul auto needs a machine to time on");
@@ -339,6 +341,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     w = turn.out[0];
   };
 
+  const std::vector<char> weight_ops =
+      weights_prefetched ? WeightOpsOf(program) : std::vector<char>(program.ops.size(), 0);
   std::vector<char> drop(program.ops.size(), 0);
   // Replacements: op index -> the ops (with reasons and types) that take its place.
   std::map<size_t, std::vector<Rewritten>> replace;
@@ -346,6 +350,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   for (size_t g = 0; g < program.ops.size(); ++g) {
     const OpSpec& gather = program.ops[g];
     if (gather.kind != OpKind::kAllGather || !gather.tiled || gather.out.size() != 1) continue;
+    if (mode == CollectiveMatmulMode::kAuto && weights_prefetched && weight_ops[g]) continue;
     const std::string& v = gather.out[0];
     if (outputs.count(v) || binder.at(v) != g) continue;  // Read at the end, or bound again.
     const std::vector<size_t>& readers = readers_of_binding[v + "@" + std::to_string(g)];

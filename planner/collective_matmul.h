@@ -18,9 +18,10 @@ enum class CollectiveMatmulMode {
   // Half of each block each way (both directions of every link); one way where a travelling
   // block has an odd number of rows (or columns) to halve.
   kBidirectional,
-  // Per gather, the faster of blocking and kBidirectional's loop, each timed alone on the
-  // machine (it cannot see that prefetching may hide a blocking gather: a search listing
-  // [off, auto] compares whole steps).
+  // Per gather (or scatter), the faster of blocking and kBidirectional's loop, each timed alone
+  // on the machine; a weight's gather stays blocking where the step prefetches weights
+  // (FuseCollectiveMatmuls' weights_prefetched). A search listing [off, auto] compares whole
+  // steps.
   kAuto,
 };
 
@@ -39,9 +40,13 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 // einsum counts when its spec is that product ("btd,df->btf"). The rewritten op keeps the
 // matmul's name and output; its reason names the fused gather. kAuto times each pair both ways
 // as a program of its own on `machine`, collectives from `collectives` (both required for it;
-// equal pairs are timed once). Returns how many it fused.
+// equal pairs are timed once). With `weights_prefetched` (the step's weight collectives are
+// issued a layer ahead: PrefetchWeightCollectives), kAuto leaves a weight's gather (WeightOpsOf)
+// blocking: prefetching overlaps it with the layer before, where the loop could overlap it only
+// with its own product, which the loop lengthens. Returns how many it fused.
 int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
                           const Machine* machine = nullptr,
-                          CollectiveCostModel* collectives = nullptr);
+                          CollectiveCostModel* collectives = nullptr,
+                          bool weights_prefetched = false);
 
 }  // namespace shardsim::planner

@@ -45,6 +45,8 @@ WeightOps FindWeightOps(const ProgramSpec& manual) {
 
 }  // namespace
 
+std::vector<char> WeightOpsOf(const ProgramSpec& manual) { return FindWeightOps(manual).weight; }
+
 std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   const size_t n = manual.ops.size();
   std::vector<size_t> unchanged(n);

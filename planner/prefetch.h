@@ -24,6 +24,11 @@ namespace shardsim::planner {
 // distance <= 0 keeps the program's order.
 std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance);
 
+// Per op of `manual`: whether it is a weight op (one input: an input array never rebound, or a
+// weight op's result; as a parameter's block, its casts and gathers), the ops PrefetchOrder
+// may move.
+std::vector<char> WeightOpsOf(const ProgramSpec& manual);
+
 // Issues `partitioned`'s weight collectives one group ahead, for a program whose weight
 // collectives fall into `groups` runs of equal length (a training step: a layer's forward or
 // backward, 2 x microbatches x layers; the embedding's and head's few extra are rounded away):

@@ -291,7 +291,7 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   if (collective_matmul != CollectiveMatmulMode::kOff) {
     if (!costs.mesh) throw std::logic_error("internal error: collective matmuls need the mesh");
     FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
-                          costs.collectives);
+                          costs.collectives, prefetch_groups > 0);
   }
   PrefetchWeightCollectives(partitioned, prefetch_groups);
   if (phases) {

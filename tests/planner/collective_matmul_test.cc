@@ -398,6 +398,31 @@ TEST(CollectiveMatmulTest, AutoKeepsTheFasterWay) {
   }
 }
 
+// Where the step prefetches its weight collectives, auto leaves a weight's gather to
+// prefetching (the 32 MiB weight above, whose loop is faster alone, stays blocking), and still
+// times the rest (a row-parallel product's scatter, whose loop is faster: fused either way).
+TEST(CollectiveMatmulTest, AutoLeavesPrefetchedWeightGathersBlocking) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  const ProgramSpec weight = SquareFsdpMatmul(4096);
+  Mesh mesh = PlaceMesh(machine, weight.mesh_axes);
+  PartitionResult p = PartitionOnMachine(weight, machine, mesh);
+  ASSERT_EQ(Count(p.program, OpKind::kAllGather), 1);
+  EXPECT_EQ(FuseCollectiveMatmuls(p, mesh, CollectiveMatmulMode::kAuto, &machine, &cache, true), 0);
+  EXPECT_EQ(Count(p.program, OpKind::kAllGather), 1);
+  // A product's scatter (row-parallel, partial sums over tp) is no weight's: still timed.
+  const ProgramSpec row_parallel = RowParallelMatmul({4096, 1024}, 0);
+  Mesh tp = PlaceMesh(machine, row_parallel.mesh_axes);
+  PartitionResult q = PartitionOnMachine(row_parallel, machine, tp);
+  PartitionResult unprefetched = q;
+  const int fused =
+      FuseCollectiveMatmuls(unprefetched, tp, CollectiveMatmulMode::kAuto, &machine, &cache);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(FuseCollectiveMatmuls(q, tp, CollectiveMatmulMode::kAuto, &machine, &cache, true),
+            fused);
+}
+
 // Auto on a reduce-scatter keeps whichever of blocking and the loop runs faster, as for gathers:
 // the program it leaves takes the smaller of the two times.
 TEST(CollectiveMatmulTest, AutoKeepsTheFasterReduceScatter) {
