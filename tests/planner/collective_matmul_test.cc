@@ -168,8 +168,8 @@ TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
 // block is turned by a transpose and the loop gathers the columns of w^T (FSDP's rows of w),
 // or scatters the product along the sequence; gathered along the sequence (one sequence per
 // device), the activation's row blocks travel instead. Each computes what the unsharded
-// program computes. A weight's gradient ("btd,bthk->dhk", contracting the leading dimensions) is no
-// such product: its psum_scatter stays.
+// program computes. A weight's gradient ("btd,bthk->dhk", contracting the leading dimensions)
+// is no such product: its psum_scatter stays.
 TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   struct Case {
