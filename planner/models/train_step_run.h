@@ -247,8 +247,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& saved = {});
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
-// SpecError at `key` (plan.offload, plan.remat) for a name some layer lacks (an MoE layer's
-// MLP, a GELU's mlpwi_1).
+// SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE
+// layer's MLP, a GELU's mlpwi_1).
 std::vector<std::vector<std::string>> CheckpointValues(
     const std::vector<std::map<std::string, std::string>>& checkpoints,
     const std::vector<std::string>& names, const std::string& key);
