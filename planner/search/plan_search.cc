@@ -271,6 +271,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           ++result.candidates;
           PlanCandidate c{plan, m};
           c.plan.remat = r;
+          c.plan.remat_save =
+              r == RematPolicy::kCustom ? space.remat_save : std::vector<std::string>{};
           c.plan.offload = o;
           if (Indivisible(model, shape, c)) {
             ++result.pruned["logical dimensions the mesh does not divide"];

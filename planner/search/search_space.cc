@@ -37,6 +37,10 @@ std::string CandidateKey(const PlanCandidate& candidate) {
     for (size_t i = 0; i < axes.size(); ++i) key += (i ? "+" : "") + axes[i];
   }
   key += std::string("; remat ") + RematPolicyName(plan.remat);
+  if (plan.remat == RematPolicy::kCustom) {
+    key += " save";
+    for (size_t i = 0; i < plan.remat_save.size(); ++i) key += (i ? "+" : " ") + plan.remat_save[i];
+  }
   if (!plan.offload.empty()) {
     key += "; offload ";
     for (size_t i = 0; i < plan.offload.size(); ++i) key += (i ? "+" : "") + plan.offload[i];

@@ -45,6 +45,8 @@ struct SearchSpace {
   // Remat policies (`search.remat`, or `plan.remat` pinned).
   std::vector<RematPolicy> remat = {RematPolicy::kNone, RematPolicy::kSelective,
                                     RematPolicy::kFull};
+  // The checkpoint names a kCustom entry of `remat` keeps (`plan.remat: {save: [...]}`).
+  std::vector<std::string> remat_save;
   // Microbatch counts (`search.microbatches`, or train's pinned).
   std::vector<int64_t> microbatches = {1};
   // The schedules to try on meshes with a stage axis (`plan.pipeline`, whose schedule and

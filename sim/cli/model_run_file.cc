@@ -278,8 +278,8 @@ std::vector<std::string> ReadRuleAxes(const YamlValue& value, const std::vector<
 planner::RematPolicy ReadRemat(const YamlValue& value) {
   if (value.IsMap()) {
     value.Fail(
-        "a custom remat ({save: [...]}) is for run and compare files; a search tries none, "
-        "selective and full");
+        "a custom remat ({save: [...]}) is given alone (plan.remat: {save: [...]}); a list of "
+        "policies names none, selective and full");
   }
   const std::string policy = value.OneOf({"none", "selective", "full"});
   for (planner::RematPolicy p : {planner::RematPolicy::kNone, planner::RematPolicy::kSelective,

@@ -51,7 +51,11 @@ Json PlanJson(const planner::PlanCandidate& c) {
     }
   }
   plan["rules"] = rules;
-  plan["remat"] = planner::RematPolicyName(c.plan.remat);
+  if (c.plan.remat == planner::RematPolicy::kCustom) {
+    plan["remat"] = {{"save", c.plan.remat_save}};  // As a run file writes it.
+  } else {
+    plan["remat"] = planner::RematPolicyName(c.plan.remat);
+  }
   if (!c.plan.offload.empty()) plan["offload"] = c.plan.offload;
   plan["microbatches"] = c.microbatches;
   if (c.plan.pipeline) {
@@ -230,9 +234,10 @@ void ShowProgress(const planner::SearchProgress& p) {
   std::fflush(stderr);
 }
 
-// "full", or "full, offload decoder_layer_input+query_proj" with host offload.
+// "full", or "full, offload decoder_layer_input+query_proj" with host offload; a custom policy
+// with what it saves.
 std::string RematText(const planner::StepPlan& plan) {
-  std::string text = planner::RematPolicyName(plan.remat);
+  std::string text = planner::RematText(plan.remat, plan.remat_save);
   for (size_t i = 0; i < plan.offload.size(); ++i) {
     text += (i ? "+" : ", offload ") + plan.offload[i];
   }

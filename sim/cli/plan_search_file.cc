@@ -182,7 +182,13 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto r = plan->Find("remat")) {
       space.remat.clear();
-      for (const YamlValue& v : OneOrList(*r)) space.remat.push_back(ReadRemat(v));
+      if (r->IsMap()) {
+        // One custom policy, pinned.
+        space.remat = {planner::RematPolicy::kCustom};
+        space.remat_save = ReadOffload(r->Map({"save"}).Get("save"));
+      } else {
+        for (const YamlValue& v : OneOrList(*r)) space.remat.push_back(ReadRemat(v));
+      }
     }
     if (auto o = plan->Find("offload")) {
       space.offload = {ReadOffload(*o)};

@@ -377,6 +377,27 @@ TEST_F(PlanCommandTest, OffloadSetsAreSearched) {
   EXPECT_NE(pinned.out.find(", offload key_proj"), std::string::npos) << pinned.out;
 }
 
+// plan.remat may pin a custom policy: every candidate takes it (a third of the default three
+// policies' candidates), its results say what it saves as a run file would, and a search
+// resumed from them evaluates nothing again.
+TEST_F(PlanCommandTest, PinsACustomRemat) {
+  const Result plain = RunOk({"plan", Tiny(), "--top", "100"});
+  const std::string results = (out() / "custom.jsonl").string();
+  const std::string file = Tiny("plan: {remat: {save: [query_proj, context]}}\n");
+  const Result r = RunOk({"plan", file, "--out", results, "--top", "100"});
+  EXPECT_EQ(3 * Candidates(r.out), Candidates(plain.out)) << r.out;
+  const std::vector<std::string> lines = Lines(ReadFile(results));
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& line : lines) {
+    EXPECT_NE(line.find("\"remat\":{\"save\":[\"query_proj\",\"context\"]}"), std::string::npos)
+        << line;
+  }
+  const Result again = RunOk({"plan", file, "--out", results});
+  EXPECT_NE(again.out.find("0 simulated, " + std::to_string(lines.size()) + " resumed"),
+            std::string::npos)
+      << again.out;
+}
+
 TEST_F(PlanCommandTest, LocatedErrors) {
   struct Case {
     std::string extra;
@@ -385,8 +406,9 @@ TEST_F(PlanCommandTest, LocatedErrors) {
   for (const Case& c : {
            Case{"  objective: ttft\n", "ranks serving plans"},
            Case{"  remat: [none, sometimes]\n", "(key search.remat.1)"},
-           Case{"plan: {remat: {save: [context]}}\n",
-                "a custom remat ({save: [...]}) is for run and compare files"},
+           Case{"plan: {remat: [none, {save: [context]}]}\n",
+                "a custom remat ({save: [...]}) is given alone"},
+           Case{"plan: {remat: {save: [contexts]}}\n", "(key plan.remat.save.0)"},
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
