@@ -32,18 +32,22 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 
 // Rewrites `partitioned` (a manual program on `mesh`) in place: each tiled all_gather whose
 // result one matmul or einsum reads, and nothing else (no other op, no output), fuses with it
-// into an allgather_matmul of the forms it has (collective_matmul.h):
-// - the gathered value is the matmul's rhs w [K, N] (a weight: FSDP's embed, gathered along
-//   0, or a column block of it, along 1) and the lhs x [..., K] of any rank, its leading
-//   dimensions folded into rows by free reshapes before and after;
-// - or it is the lhs x [M, K] (gathered along 0 or 1) of a 2-D product with w [K, N].
-// einsum counts when its spec is that product ("btd,df->btf"). The rewritten op keeps the
-// matmul's name and output; its reason names the fused gather. kAuto times each pair both ways
-// as a program of its own on `machine`, collectives from `collectives` (both required for it;
-// equal pairs are timed once). With `weights_prefetched` (the step's weight collectives are
-// issued a layer ahead: PrefetchWeightCollectives), kAuto leaves a weight's gather (WeightOpsOf)
-// blocking: prefetching overlaps it with the layer before, where the loop could overlap it only
-// with its own product, which the loop lengthens. Returns how many it fused.
+// into an allgather_matmul of the forms it has (collective_matmul.h), the product read as x
+// [rows..., K...] @ w [K..., N...] with each group folded by free reshapes (w stored [N...,
+// K...], read transposed, is turned by a transpose of its local block first):
+// - the gathered value is w (a weight: FSDP's embed, gathered along its first contracted
+//   dimension, or along its first kept one);
+// - or it is x, gathered along a row dimension every one before which is 1 on the device
+//   (its rows travel), or, x 2-D, along K.
+// An einsum counts when its spec is such a product ("btd,df->btf", "btd,dhk->bthk",
+// "btf,df->btd"). Likewise each tiled psum_scatter of such a product, read by nothing else,
+// becomes one matmul_reduce_scatter, scattered along the rows or the first kept dimension.
+// The rewritten op keeps the matmul's name and output; its reason names the fused collective. kAuto
+// times each pair both ways as a program of its own on `machine`, collectives from `collectives`
+// (both required for it; equal pairs are timed once). With `weights_prefetched` (the step's weight
+// collectives are issued a layer ahead: PrefetchWeightCollectives), kAuto leaves a weight's gather
+// (WeightOpsOf) blocking: prefetching overlaps it with the layer before, where the loop could
+// overlap it only with its own product, which the loop lengthens. Returns how many it fused.
 int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
                           const Machine* machine = nullptr,
                           CollectiveCostModel* collectives = nullptr,

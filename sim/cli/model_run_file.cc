@@ -371,6 +371,17 @@ std::vector<std::string> ReadOffload(const YamlValue& value) {
   return names;
 }
 
+void RefuseSavedAndOffloaded(const std::vector<std::string>& saved,
+                             const std::vector<std::string>& offloaded, const YamlValue& where) {
+  for (const std::string& name : offloaded) {
+    if (std::find(saved.begin(), saved.end(), name) != saved.end()) {
+      where.Fail("'" + name +
+                 "' is both saved by plan.remat and offloaded: a value lives in device or in host "
+                 "memory");
+    }
+  }
+}
+
 namespace {
 
 // `plan:` {mesh, devices, rules, remat, offload, pipeline, collective_matmul, algorithms}.
@@ -392,14 +403,7 @@ planner::StepPlan ReadPlan(const YamlValue& value) {
   }
   if (auto v = map.Find("offload")) {
     plan.offload = ReadOffload(*v);
-    for (const std::string& name : plan.offload) {
-      if (std::find(plan.remat_save.begin(), plan.remat_save.end(), name) !=
-          plan.remat_save.end()) {
-        v->Fail("'" + name +
-                "' is both saved by plan.remat and offloaded: a value lives in device or in host "
-                "memory");
-      }
-    }
+    RefuseSavedAndOffloaded(plan.remat_save, plan.offload, *v);
   }
   if (auto v = map.Find("pipeline")) plan.pipeline = ReadPipeline(*v, plan.mesh);
   if (auto v = map.Find("collective_matmul")) plan.collective_matmul = ReadCollectiveMatmul(*v);

@@ -60,6 +60,9 @@ planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value);
 // `plan.offload` (or a custom remat's `save`): a list of MaxText checkpoint names
 // (planner::CheckpointNames()), each once.
 std::vector<std::string> ReadOffload(const YamlValue& value);
+// Refuses (a located error at `where`) an offloaded name that a custom remat also saves.
+void RefuseSavedAndOffloaded(const std::vector<std::string>& saved,
+                             const std::vector<std::string>& offloaded, const YamlValue& where);
 // `plan.algorithms`: collective -> algorithm name.
 std::map<std::string, std::string> ReadPlanAlgorithms(const YamlValue& value);
 

@@ -192,6 +192,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto o = plan->Find("offload")) {
       space.offload = {ReadOffload(*o)};
+      RefuseSavedAndOffloaded(space.remat_save, space.offload.front(), *o);
       if (!space.offload.front().empty()) spec.offload_key = "plan.offload";
     }
     if (auto p = plan->Find("pipeline")) space.pipelines = ReadPipelines(*p, all_axes);
@@ -228,6 +229,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
       space.offload.clear();
       for (const YamlValue& set : o->List()) {
         space.offload.push_back(ReadOffload(set));
+        RefuseSavedAndOffloaded(space.remat_save, space.offload.back(), set);
         if (!space.offload.back().empty()) spec.offload_key = "search.offload";
       }
       if (space.offload.empty()) {

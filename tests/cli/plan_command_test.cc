@@ -409,6 +409,8 @@ TEST_F(PlanCommandTest, LocatedErrors) {
            Case{"plan: {remat: [none, {save: [context]}]}\n",
                 "a custom remat ({save: [...]}) is given alone"},
            Case{"plan: {remat: {save: [contexts]}}\n", "(key plan.remat.save.0)"},
+           Case{"  offload: [[], [context]]\nplan: {remat: {save: [context]}}\n",
+                "in host memory (key search.offload.1)"},
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
