@@ -38,6 +38,15 @@ void AppendJsonString(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+void AppendJsonStrings(std::string& out, const std::vector<std::string>& list) {
+  out.push_back('[');
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) out += ", ";
+    AppendJsonString(out, list[i]);
+  }
+  out.push_back(']');
+}
+
 void AppendJsonNumber(std::string& out, double v) {
   if (!std::isfinite(v)) {
     out += "null";

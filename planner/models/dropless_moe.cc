@@ -74,6 +74,10 @@ class Body {
     op.axis_name = axes;
     return Add(OpKind::kAxisIndex, {}, std::move(op));
   }
+  // `x` capped at `cap`, elementwise: x - max(x - cap, 0) (there is no elementwise min).
+  std::string Min(const std::string& x, double cap) {
+    return Add(OpKind::kSub, {x, Scalar(OpKind::kMax, Scalar(OpKind::kSub, x, cap), 0)});
+  }
   // `x` op `scalar`, elementwise (kind: a binary op).
   std::string Scalar(OpKind kind, const std::string& x, double scalar) {
     OpSpec op;
@@ -234,10 +238,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   // Each sorted copy's index (0, 1, ...), and `x` of one value per copy moved into [0, rows).
   auto iota = [&] { return b.Starts(b.Full(b.Convert(expert, DType::kF32), 1), 0); };
   auto clamp_rows = [&](const std::string& x) {
-    const std::string low = b.Scalar(OpKind::kMax, x, 0);
-    return b.Add(OpKind::kSub,
-                 {low, b.Scalar(OpKind::kMax,
-                                b.Scalar(OpKind::kSub, low, static_cast<double>(rows - 1)), 0)});
+    return b.Min(b.Scalar(OpKind::kMax, x, 0), static_cast<double>(rows - 1));
   };
   // The first expert of member `me` of the expert group (f32).
   auto first_expert = [&](const std::string& me) {
@@ -294,17 +295,13 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
       // from where its rows land, the receiver from where each member's rows start in its
       // buffer (after those of the members before it): the same counts.
       const double end = static_cast<double>(buffer_rows);
-      auto inside = [&](const std::string& offset) {
-        return b.Add(OpKind::kSub,
-                     {offset, b.Scalar(OpKind::kMax, b.Scalar(OpKind::kSub, offset, end), 0)});
-      };
       auto fits = [&](const std::string& size, const std::string& offset) {
         const std::string over = b.Scalar(
             OpKind::kMax, b.Scalar(OpKind::kSub, b.Add(OpKind::kAdd, {offset, size}), end), 0);
         return b.Add(OpKind::kSub, {size, over});
       };
-      output_offsets = inside(output_offsets);
-      recv_starts = inside(b.Starts(recv, 0));
+      output_offsets = b.Min(output_offsets, end);
+      recv_starts = b.Min(b.Starts(recv, 0), end);
       const std::string announced = send;
       send = fits(send, output_offsets);
       recv = fits(recv, recv_starts);

@@ -759,12 +759,8 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   j += ",\n  \"remat\": ";
   AppendJsonString(j, planner::RematPolicyName(s.remat));
   if (s.remat == planner::RematPolicy::kCustom) {
-    j += ",\n  \"remat_save\": [";
-    for (size_t i = 0; i < s.remat_save.size(); ++i) {
-      if (i > 0) j += ", ";
-      AppendJsonString(j, s.remat_save[i]);
-    }
-    j += "]";
+    j += ",\n  \"remat_save\": ";
+    AppendJsonStrings(j, s.remat_save);
   }
   const planner::StepMemory& m = s.memory;
   j += ",\n  \"step_memory\": {\"params\": " + std::to_string(m.params.count()) +
@@ -858,12 +854,8 @@ std::string Json(const RunReport& r) {
     j += ", \"algorithm\": ";
     AppendJsonString(j, o.algorithm);
     if (!o.axis_name.empty()) {
-      j += ", \"axis_name\": [";
-      for (size_t a = 0; a < o.axis_name.size(); ++a) {
-        if (a) j += ", ";
-        AppendJsonString(j, o.axis_name[a]);
-      }
-      j += "]";
+      j += ", \"axis_name\": ";
+      AppendJsonStrings(j, o.axis_name);
     }
     if (!o.reason.empty()) {
       j += ", \"reason\": ";
