@@ -18,71 +18,108 @@ namespace {
 // A matmul or einsum read as one 2-D product: x [rows..., K...] @ w [K..., N...] ->
 // [rows..., N...], each group of dimensions folded into one by free (row-major) reshapes.
 struct ProductForm {
-  size_t row_dims = 0;             // Leading dimensions of x (and of the result) folded into rows.
-  size_t k_dims = 0;               // Contracted: the last of x, the first of w (or its last).
+  size_t row_dims = 0;             // Dimensions of x (and the leading ones of the result) kept.
+  size_t k_dims = 0;               // Contracted: the last of x (or its first), the first of w
+                                   // (or its last).
   size_t n_dims = 0;               // Kept dimensions of w.
   int64_t rows = 1, k = 1, n = 1;  // The folded extents.
   // w is read transposed: stored [N..., K...] (an activation's gradient, g @ w^T).
   bool w_transposed = false;
+  // x is read transposed: stored [K..., rows...] (a weight's gradient, x^T @ g, contracting
+  // the batch and sequence dimensions both operands lead with).
+  bool x_transposed = false;
   // Where w's first contracted and first kept dimensions are, as stored.
   size_t FirstK() const { return w_transposed ? n_dims : 0; }
   size_t FirstN() const { return w_transposed ? 0 : k_dims; }
+  // x is the product's second operand and w its first.
+  bool swapped = false;
+  // Where x's first contracted and first kept dimensions are, as stored.
+  size_t FirstXK() const { return x_transposed ? 0 : row_dims; }
+  size_t FirstRow() const { return x_transposed ? k_dims : 0; }
 };
 
-// How a matmul or einsum reads its operands of local shapes `lhs` and `rhs`: as a ProductForm,
-// or not. matmul: x [..., K] @ w [K, N]. einsum: "<rows><ks>,<ks><ns>-><rows><ns>" or, w read
-// transposed, "<rows><ks>,<ns><ks>-><rows><ns>", the letter groups non-empty and no letter
-// repeated (no batch dimension, x not transposed: the attention's "btd,dhk->bthk" and
-// "bthk,hkd->btd" are products, and so is an activation's gradient "bthk,dhk->btd"; a weight's
-// "btd,bthk->dhk", contracting x's leading dimensions, is not).
-std::optional<ProductForm> PlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
+// Sets `f`'s folded extents from the local shapes of x and w.
+ProductForm WithExtents(ProductForm f, const Shape& x, const Shape& w) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool kept = i >= f.FirstRow() && i < f.FirstRow() + f.row_dims;
+    (kept ? f.rows : f.k) *= x[i];
+  }
+  for (size_t i = 0; i < f.n_dims; ++i) f.n *= w[f.FirstN() + i];
+  return f;
+}
+
+// The einsum "<a>,<b>-><out>" read as x (letters `a`, local shape `xs`) times w (`b`, `ws`):
+// "<rows><ks>,<ks><ns>-><rows><ns>", with w read transposed "<rows><ks>,<ns><ks>-><rows><ns>",
+// with x read transposed "<ks><rows>,<ks><ns>-><rows><ns>" (or both), the letter groups
+// non-empty and no letter repeated (no batch dimension). Or not.
+std::optional<ProductForm> EinsumProduct(const std::string& a, const std::string& b,
+                                         const std::string& out, const Shape& xs, const Shape& ws) {
   ProductForm f;
-  if (op.kind == OpKind::kMatmul) {
-    if (rhs.size() != 2 || lhs.size() < 2 || lhs.back() != rhs[0]) return std::nullopt;
-    f.row_dims = lhs.size() - 1;
-    f.k_dims = 1;
-    f.n_dims = 1;
-  } else if (op.kind == OpKind::kEinsum) {
-    std::string s;
-    for (char c : op.spec) {
-      if (c != ' ') s += c;
-    }
-    const size_t comma = s.find(','), arrow = s.find("->");
-    if (comma == std::string::npos || arrow == std::string::npos) return std::nullopt;
-    const std::string a = s.substr(0, comma), b = s.substr(comma + 1, arrow - comma - 1),
-                      out = s.substr(arrow + 2);
-    if (a.size() != lhs.size() || b.size() != rhs.size()) return std::nullopt;
-    if (std::set<char>(a.begin(), a.end()).size() != a.size() ||
-        std::set<char>(b.begin(), b.end()).size() != b.size()) {
-      return std::nullopt;
-    }
-    // The contracted letters: those of b that a has, which must open b (or close it, w read
-    // transposed) and close a.
-    size_t k = 0;
-    while (k < b.size() && a.find(b[k]) != std::string::npos) ++k;
-    if (k == 0) {
-      while (k < b.size() && a.find(b[b.size() - 1 - k]) != std::string::npos) ++k;
-      f.w_transposed = true;
-    }
-    if (k == 0 || k >= b.size() || k >= a.size()) return std::nullopt;
-    const std::string ks = f.w_transposed ? b.substr(b.size() - k) : b.substr(0, k);
-    const std::string ns = f.w_transposed ? b.substr(0, b.size() - k) : b.substr(k);
-    const std::string rows = a.substr(0, a.size() - k);
-    if (a.substr(a.size() - k) != ks || out != rows + ns) return std::nullopt;
-    for (char c : ns) {
-      if (a.find(c) != std::string::npos) return std::nullopt;
-    }
-    f.row_dims = rows.size();
-    f.k_dims = k;
-    f.n_dims = ns.size();
-    for (size_t i = 0; i < k; ++i) {
-      if (lhs[f.row_dims + i] != rhs[f.FirstK() + i]) return std::nullopt;
-    }
+  // The contracted letters: those of b that a has, which must open b (or close it, w read
+  // transposed) and close a (or open it, x read transposed).
+  size_t k = 0;
+  while (k < b.size() && a.find(b[k]) != std::string::npos) ++k;
+  if (k == 0) {
+    while (k < b.size() && a.find(b[b.size() - 1 - k]) != std::string::npos) ++k;
+    f.w_transposed = true;
+  }
+  if (k == 0 || k >= b.size() || k >= a.size()) return std::nullopt;
+  const std::string ks = f.w_transposed ? b.substr(b.size() - k) : b.substr(0, k);
+  const std::string ns = f.w_transposed ? b.substr(0, b.size() - k) : b.substr(k);
+  std::string rows;
+  if (a.substr(a.size() - k) == ks) {
+    rows = a.substr(0, a.size() - k);
+  } else if (a.substr(0, k) == ks) {
+    rows = a.substr(k);
+    f.x_transposed = true;
   } else {
     return std::nullopt;
   }
-  for (size_t i = 0; i < lhs.size(); ++i) (i < f.row_dims ? f.rows : f.k) *= lhs[i];
-  for (size_t i = 0; i < f.n_dims; ++i) f.n *= rhs[f.FirstN() + i];
+  if (out != rows + ns) return std::nullopt;
+  for (char c : ns) {
+    if (a.find(c) != std::string::npos) return std::nullopt;
+  }
+  f.row_dims = rows.size();
+  f.k_dims = k;
+  f.n_dims = ns.size();
+  for (size_t i = 0; i < k; ++i) {
+    if (xs[f.FirstXK() + i] != ws[f.FirstK() + i]) return std::nullopt;
+  }
+  return WithExtents(f, xs, ws);
+}
+
+// How a matmul or einsum reads its operands of local shapes `lhs` and `rhs`: as a ProductForm,
+// or not. matmul: x [..., K] @ w [K, N]. einsum: as EinsumProduct reads it, x the first
+// operand or, where the result leads with the second's kept letters, the second (`swapped`).
+// The attention's "btd,dhk->bthk" and "bthk,hkd->btd" are products, and so are an activation's
+// gradient "bthk,dhk->btd" (w transposed) and a weight's "bthk,btd->dhk" (swapped, x
+// transposed: the activation's transpose times the gradient).
+std::optional<ProductForm> PlainProduct(const OpSpec& op, const Shape& lhs, const Shape& rhs) {
+  if (op.kind == OpKind::kMatmul) {
+    if (rhs.size() != 2 || lhs.size() < 2 || lhs.back() != rhs[0]) return std::nullopt;
+    ProductForm f;
+    f.row_dims = lhs.size() - 1;
+    f.k_dims = 1;
+    f.n_dims = 1;
+    return WithExtents(f, lhs, rhs);
+  }
+  if (op.kind != OpKind::kEinsum) return std::nullopt;
+  std::string s;
+  for (char c : op.spec) {
+    if (c != ' ') s += c;
+  }
+  const size_t comma = s.find(','), arrow = s.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos) return std::nullopt;
+  const std::string a = s.substr(0, comma), b = s.substr(comma + 1, arrow - comma - 1),
+                    out = s.substr(arrow + 2);
+  if (a.size() != lhs.size() || b.size() != rhs.size()) return std::nullopt;
+  if (std::set<char>(a.begin(), a.end()).size() != a.size() ||
+      std::set<char>(b.begin(), b.end()).size() != b.size()) {
+    return std::nullopt;
+  }
+  if (std::optional<ProductForm> f = EinsumProduct(a, b, out, lhs, rhs)) return f;
+  std::optional<ProductForm> f = EinsumProduct(b, a, out, rhs, lhs);
+  if (f) f->swapped = true;
   return f;
 }
 
@@ -299,24 +336,49 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     return name;
   };
 
-  // Folds `product`'s x [rows..., K...] into [rows, k] ahead of its loop (a free reshape
-  // appended to `ops`): x takes the reshape's name, and `out` a fresh 2-D name for the loop's
-  // result.
-  auto fold_rows = [&](const OpSpec& product, int64_t rows, int64_t k, const std::string& result,
-                       std::vector<Rewritten>& ops, std::string& x, std::string& out) {
-    const Shape rows_shape = {rows, k};
-    ops.push_back(Reshape(product, "/rows", x, fresh(product.out[0] + "/rows"), rows_shape,
-                          "the rows of " + product.in[0] + " for the collective matmul",
-                          FormatShape(rows_shape) + " per device"));
-    x = ops.back().first.out[0];
-    out = fresh(result + "/2d");
+  // Turns `v` (the product's operand `name`, read transposed, folded to the transpose of the
+  // 2-D `shape`) into `shape` by a transpose appended to `ops` (`suffix` "/turn" for w,
+  // "/turn_x" for x). The transpose is fused: it takes no time, as XLA's dot reads an operand in
+  // place whatever order its contracted dimensions are stored in (the product it replaces
+  // read it so at no cost either); its local block is still held while the loop runs.
+  auto turn = [&](const OpSpec& product, const std::string& name, const std::string& suffix,
+                  const Shape& shape, std::vector<Rewritten>& ops, std::string& v) {
+    OpSpec t;
+    t.kind = OpKind::kTranspose;
+    t.name = product.name + suffix;
+    t.key = product.key;
+    t.in = {v};
+    t.out = {fresh(v + "/t")};
+    t.where = product.where;
+    t.fused = true;
+    ops.push_back({t,
+                   {name + " read transposed: its local block turned for the collective matmul",
+                    FormatShape(shape) + " per device"}});
+    v = t.out[0];
+  };
+
+  // Folds `product`'s x [rows..., K...] (or, read transposed, [K..., rows...]) into [rows, k]
+  // ahead of its loop: a free reshape appended to `ops` when x has more than two dimensions
+  // (then `out` takes a fresh 2-D name for the loop's result), and a turn when transposed. x
+  // takes the last op's name.
+  auto fold_x_2d = [&](const OpSpec& product, const ProductForm& form, size_t rank,
+                       const std::string& result, std::vector<Rewritten>& ops, std::string& x,
+                       std::string& out) {
+    const std::string name = x;
+    if (rank > 2) {
+      const Shape stored = form.x_transposed ? Shape{form.k, form.rows} : Shape{form.rows, form.k};
+      ops.push_back(Reshape(product, "/rows", x, fresh(product.out[0] + "/rows"), stored,
+                            "the rows of " + name + " for the collective matmul",
+                            FormatShape(stored) + " per device"));
+      x = ops.back().first.out[0];
+      out = fresh(result + "/2d");
+    }
+    if (form.x_transposed) turn(product, name, "/turn_x", {form.rows, form.k}, ops, x);
   };
 
   // Makes `w` (the product's operand `name`, or its local block) the loop's [K, N] `shape`:
   // stored [K..., N...], a free reshape when it has more dimensions; stored [N..., K...] (read
-  // transposed), a free reshape to [N, K] then a transpose, an HBM pass over the local block
-  // (XLA's dot reads it in place; the block is a weight's, or its 1/n when gathered; auto's
-  // timed pairs leave it out).
+  // transposed), a free reshape to [N, K] then a turn.
   auto fold_w_2d = [&](const OpSpec& product, const std::string name, const Shape& shape,
                        bool reshape, bool transposed, std::vector<Rewritten>& ops, std::string& w) {
     const Shape stored = transposed ? Shape{shape[1], shape[0]} : shape;
@@ -327,18 +389,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
                   FormatShape(stored) + " per device"));
       w = ops.back().first.out[0];
     }
-    if (!transposed) return;
-    OpSpec turn;
-    turn.kind = OpKind::kTranspose;
-    turn.name = product.name + "/turn";
-    turn.key = product.key;
-    turn.in = {w};
-    turn.out = {fresh(w + "/t")};
-    turn.where = product.where;
-    ops.push_back({turn,
-                   {name + " read transposed: its local block turned for the collective matmul",
-                    FormatShape(shape) + " per device"}});
-    w = turn.out[0];
+    if (transposed) turn(product, name, "/turn", shape, ops, w);
   };
 
   const std::vector<char> weight_ops =
@@ -364,7 +415,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const Shape& lhs = in_types[c][0].shape();
     const Shape& rhs = in_types[c][1].shape();
     const std::optional<ProductForm> form = PlainProduct(consumer, lhs, rhs);
-    if (!form) continue;
+    if (!form || form->swapped) continue;
     // The gathered block must still be bound as the gather read it when the product runs.
     bool rebound = false;
     for (size_t i = g + 1; i < c && !rebound; ++i) {
@@ -372,6 +423,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     if (rebound) continue;
     const bool gather_rhs = consumer.in[1] == v;
+    if (!gather_rhs && form->x_transposed) continue;  // x travels as stored [rows, K] only.
     const Shape& gathered = gather_rhs ? rhs : lhs;
     const int64_t axis =
         gather.axis < 0 ? gather.axis + static_cast<int64_t>(gathered.size()) : gather.axis;
@@ -421,14 +473,14 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::string x = gather_rhs ? consumer.in[0] : gather.in[0];
     std::string w = gather_rhs ? gather.in[0] : consumer.in[1];
     std::string out = consumer.out[0];
-    // Folded: x into rows (its leading dimensions, or a contraction over several), w into
-    // [K, N] (a contraction or kept columns over several dimensions; read transposed, its
-    // local block turned by a transpose).
-    const bool fold_x = lhs.size() > 2 || form->k_dims > 1;
+    // Folded: x into rows (its kept dimensions, or a contraction over several; read
+    // transposed, turned), w into [K, N] (a contraction or kept columns over several
+    // dimensions; read transposed, its local block turned).
+    const bool fold_x = lhs.size() > 2;
     const bool fold_w = rhs.size() > 2;
     const bool folded = fold_x || fold_w;
-    if (fold_x && gather_rhs) {
-      fold_rows(consumer, form->rows, form->k, consumer.out[0], ops, x, out);
+    if (gather_rhs) {
+      fold_x_2d(consumer, *form, lhs.size(), consumer.out[0], ops, x, out);
     } else if (fold_x) {
       // x travels: its local block of rows folded.
       ops.push_back(Reshape(consumer, "/rows", x, fresh(x + "/rows"), block,
@@ -436,9 +488,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
                             FormatShape(block) + " per device"));
       x = ops.back().first.out[0];
       out = fresh(consumer.out[0] + "/2d");
-    } else if (folded) {
-      out = fresh(consumer.out[0] + "/2d");
     }
+    if (folded && out == consumer.out[0]) out = fresh(consumer.out[0] + "/2d");
     fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
@@ -461,7 +512,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
               AxesText(gather.axis_name) + (gather_reason.empty() ? "" : "; " + gather_reason),
           folded ? FormatShape({form->rows, form->n}) + " per device" : type}});
     if (folded) {
-      Shape back(lhs.begin(), lhs.begin() + static_cast<int64_t>(form->row_dims));
+      const auto first_row = lhs.begin() + static_cast<int64_t>(form->FirstRow());
+      Shape back(first_row, first_row + static_cast<int64_t>(form->row_dims));
       const auto first_n = rhs.begin() + static_cast<int64_t>(form->FirstN());
       back.insert(back.end(), first_n, first_n + static_cast<int64_t>(form->n_dims));
       ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
@@ -495,10 +547,18 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
         in_types[c].size() != 2 || !product.dtype.empty()) {
       continue;
     }
-    const Shape& lhs = in_types[c][0].shape();
-    const Shape& rhs = in_types[c][1].shape();
-    const std::optional<ProductForm> form = PlainProduct(product, lhs, rhs);
+    const std::optional<ProductForm> form =
+        PlainProduct(product, in_types[c][0].shape(), in_types[c][1].shape());
     if (!form) continue;
+    // A weight's gradient (x read transposed: the contraction runs over the tokens both
+    // operands lead with) is read by nothing until the optimizer: in a scheduled step its
+    // blocking scatter overlaps the rest of the backward, which auto leaves to it, as it leaves
+    // prefetched weight gathers.
+    if (mode == CollectiveMatmulMode::kAuto && weights_prefetched && form->x_transposed) continue;
+    // x and w, the product's operands as the loop reads them.
+    const size_t xi = form->swapped ? 1 : 0;
+    const Shape& lhs = in_types[c][xi].shape();
+    const Shape& rhs = in_types[c][1 - xi].shape();
     // The scatter's result is defined where the product was: nothing in between may read or
     // bind its name, nor bind the product's operands.
     bool clash = false;
@@ -533,8 +593,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       pair.scatter = true;
       pair.x = {rows, form->k};
       pair.w = {form->k, form->n};
-      pair.dtype = in_types[c][1].dtype();
-      pair.x_dtype = in_types[c][0].dtype();
+      pair.dtype = in_types[c][1 - xi].dtype();
+      pair.x_dtype = in_types[c][xi].dtype();
       pair.axes = scatter.axis_name;
       pair.axis = folded_dim;
       const Time blocking = time_of(pair, "blocking");
@@ -544,17 +604,13 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     std::vector<Rewritten> ops;
     const std::string& type = partitioned.types.size() > s ? partitioned.types[s] : "";
-    std::string x = product.in[0];
-    std::string w = product.in[1];
+    std::string x = product.in[xi];
+    std::string w = product.in[1 - xi];
     std::string out = scatter.out[0];
-    const bool fold_x = lhs.size() > 2 || form->k_dims > 1;
+    const bool fold = lhs.size() > 2 || rhs.size() > 2;
     const bool fold_w = rhs.size() > 2;
-    const bool fold = fold_x || fold_w;
-    if (fold_x) {
-      fold_rows(product, rows, form->k, scatter.out[0], ops, x, out);
-    } else if (fold) {
-      out = fresh(scatter.out[0] + "/2d");
-    }
+    fold_x_2d(product, *form, lhs.size(), scatter.out[0], ops, x, out);
+    if (fold && out == scatter.out[0]) out = fresh(scatter.out[0] + "/2d");
     fold_w_2d(product, w, {form->k, form->n}, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kMatmulReduceScatter;

@@ -19,9 +19,9 @@ enum class CollectiveMatmulMode {
   // block has an odd number of rows (or columns) to halve.
   kBidirectional,
   // Per gather (or scatter), the faster of blocking and kBidirectional's loop, each timed alone
-  // on the machine; a weight's gather stays blocking where the step prefetches weights
-  // (FuseCollectiveMatmuls' weights_prefetched). A search listing [off, auto] compares whole
-  // steps.
+  // on the machine; a weight's gather, and a weight gradient's scatter, stay blocking where the
+  // step prefetches weights (FuseCollectiveMatmuls' weights_prefetched). A search listing
+  // [off, auto] compares whole steps.
   kAuto,
 };
 
@@ -33,21 +33,26 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 // Rewrites `partitioned` (a manual program on `mesh`) in place: each tiled all_gather whose
 // result one matmul or einsum reads, and nothing else (no other op, no output), fuses with it
 // into an allgather_matmul of the forms it has (collective_matmul.h), the product read as x
-// [rows..., K...] @ w [K..., N...] with each group folded by free reshapes (w stored [N...,
-// K...], read transposed, is turned by a transpose of its local block first):
+// [rows..., K...] @ w [K..., N...] with each group folded by free reshapes (an operand read
+// transposed, w stored [N..., K...] or x [K..., rows...], is turned by a fused transpose of
+// its local block first: XLA's dot reads it in place):
 // - the gathered value is w (a weight: FSDP's embed, gathered along its first contracted
 //   dimension, or along its first kept one);
 // - or it is x, gathered along a row dimension every one before which is 1 on the device
 //   (its rows travel), or, x 2-D, along K.
 // An einsum counts when its spec is such a product ("btd,df->btf", "btd,dhk->bthk",
 // "btf,df->btd"). Likewise each tiled psum_scatter of such a product, read by nothing else,
-// becomes one matmul_reduce_scatter, scattered along the rows or the first kept dimension.
+// becomes one matmul_reduce_scatter, scattered along the rows or the first kept dimension; the
+// product may also be a weight's gradient, x read transposed ("btd,btf->df", or with the
+// operands the other way round, "btf,btd->df": FSDP's gradient reduce-scatters).
 // The rewritten op keeps the matmul's name and output; its reason names the fused collective. kAuto
 // times each pair both ways as a program of its own on `machine`, collectives from `collectives`
 // (both required for it; equal pairs are timed once). With `weights_prefetched` (the step's weight
 // collectives are issued a layer ahead: PrefetchWeightCollectives), kAuto leaves a weight's gather
 // (WeightOpsOf) blocking: prefetching overlaps it with the layer before, where the loop could
-// overlap it only with its own product, which the loop lengthens. Returns how many it fused.
+// overlap it only with its own product, which the loop lengthens; and likewise a weight
+// gradient's scatter, which nothing reads until the optimizer, so that it overlaps the rest of
+// the backward. Returns how many it fused.
 int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, CollectiveMatmulMode mode,
                           const Machine* machine = nullptr,
                           CollectiveCostModel* collectives = nullptr,
