@@ -358,20 +358,19 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   };
 
   // Folds `product`'s x [rows..., K...] (or, read transposed, [K..., rows...]) into [rows, k]
-  // ahead of its loop: a free reshape appended to `ops` when x has more than two dimensions
-  // (then `out` takes a fresh 2-D name for the loop's result), and a turn when transposed. x
-  // takes the last op's name.
+  // ahead of its loop: a free reshape appended to `ops` when x has more than two dimensions,
+  // and a turn when transposed. x takes the last op's name.
   auto fold_x_2d = [&](const OpSpec& product, const ProductForm& form, size_t rank,
-                       const std::string& result, std::vector<Rewritten>& ops, std::string& x,
-                       std::string& out) {
+                       std::vector<Rewritten>& ops, std::string& x) {
     const std::string name = x;
     if (rank > 2) {
       const Shape stored = form.x_transposed ? Shape{form.k, form.rows} : Shape{form.rows, form.k};
-      ops.push_back(Reshape(product, "/rows", x, fresh(product.out[0] + "/rows"), stored,
-                            "the rows of " + name + " for the collective matmul",
-                            FormatShape(stored) + " per device"));
+      ops.push_back(
+          Reshape(product, "/rows", x, fresh(product.out[0] + "/rows"), stored,
+                  (form.x_transposed ? "the contracted and kept dimensions of " : "the rows of ") +
+                      name + " for the collective matmul",
+                  FormatShape(stored) + " per device"));
       x = ops.back().first.out[0];
-      out = fresh(result + "/2d");
     }
     if (form.x_transposed) turn(product, name, "/turn_x", {form.rows, form.k}, ops, x);
   };
@@ -409,7 +408,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const size_t c = readers[0];
     const OpSpec& consumer = program.ops[c];
     if (consumer.in.size() != 2 || consumer.in[0] == consumer.in[1] || consumer.out.size() != 1 ||
-        consumer.where != gather.where || in_types[c].size() != 2) {
+        consumer.where != gather.where || in_types[c].size() != 2 || !consumer.dtype.empty()) {
       continue;
     }
     const Shape& lhs = in_types[c][0].shape();
@@ -476,20 +475,19 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     // Folded: x into rows (its kept dimensions, or a contraction over several; read
     // transposed, turned), w into [K, N] (a contraction or kept columns over several
     // dimensions; read transposed, its local block turned).
-    const bool fold_x = lhs.size() > 2;
+    // The loop's result [rows, N] is unfolded after it unless the product's is 2-D already.
+    const bool folded = form->row_dims + form->n_dims != 2;
+    if (folded) out = fresh(consumer.out[0] + "/2d");
     const bool fold_w = rhs.size() > 2;
-    const bool folded = fold_x || fold_w;
     if (gather_rhs) {
-      fold_x_2d(consumer, *form, lhs.size(), consumer.out[0], ops, x, out);
-    } else if (fold_x) {
+      fold_x_2d(consumer, *form, lhs.size(), ops, x);
+    } else if (lhs.size() > 2) {
       // x travels: its local block of rows folded.
       ops.push_back(Reshape(consumer, "/rows", x, fresh(x + "/rows"), block,
                             "the rows of " + x + " for the collective matmul",
                             FormatShape(block) + " per device"));
       x = ops.back().first.out[0];
-      out = fresh(consumer.out[0] + "/2d");
     }
-    if (folded && out == consumer.out[0]) out = fresh(consumer.out[0] + "/2d");
     fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
@@ -607,10 +605,11 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::string x = product.in[xi];
     std::string w = product.in[1 - xi];
     std::string out = scatter.out[0];
-    const bool fold = lhs.size() > 2 || rhs.size() > 2;
+    // The loop's result [rows, N] is unfolded after it unless the product's is 2-D already.
+    const bool fold = made.size() != 2;
+    if (fold) out = fresh(scatter.out[0] + "/2d");
     const bool fold_w = rhs.size() > 2;
-    fold_x_2d(product, *form, lhs.size(), scatter.out[0], ops, x, out);
-    if (fold && out == scatter.out[0]) out = fresh(scatter.out[0] + "/2d");
+    fold_x_2d(product, *form, lhs.size(), ops, x);
     fold_w_2d(product, w, {form->k, form->n}, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
     cm.kind = OpKind::kMatmulReduceScatter;

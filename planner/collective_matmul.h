@@ -39,12 +39,16 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 // - the gathered value is w (a weight: FSDP's embed, gathered along its first contracted
 //   dimension, or along its first kept one);
 // - or it is x, gathered along a row dimension every one before which is 1 on the device
-//   (its rows travel), or, x 2-D, along K.
+//   (its rows travel), or, x 2-D, along K;
+// the product's first operand being x (a product read with its operands the other way round,
+// and an x read transposed that would travel, keep their gathers).
 // An einsum counts when its spec is such a product ("btd,df->btf", "btd,dhk->bthk",
 // "btf,df->btd"). Likewise each tiled psum_scatter of such a product, read by nothing else,
 // becomes one matmul_reduce_scatter, scattered along the rows or the first kept dimension; the
 // product may also be a weight's gradient, x read transposed ("btd,btf->df", or with the
-// operands the other way round, "btf,btd->df": FSDP's gradient reduce-scatters).
+// operands the other way round, "btf,btd->df": FSDP's gradient reduce-scatters). A product
+// with a result dtype of its own (FP8's) keeps its collectives: the loops compute in the
+// operands' dtype.
 // The rewritten op keeps the matmul's name and output; its reason names the fused collective. kAuto
 // times each pair both ways as a program of its own on `machine`, collectives from `collectives`
 // (both required for it; equal pairs are timed once). With `weights_prefetched` (the step's weight

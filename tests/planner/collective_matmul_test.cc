@@ -1,6 +1,6 @@
 // Collective matmuls chosen by the partitioner: which all-gathers fuse with their matmul (FSDP
 // weights, 3-D activations folded into rows, gathered lhs rows, products over several
-// dimensions), which do not (a gather read twice, a weight's gradient), numerics against the
+// dimensions, weights' gradients), which do not (a gather read twice), numerics against the
 // unsharded program, and the overlap's gain on the network.
 #include "planner/collective_matmul.h"
 
@@ -169,7 +169,9 @@ TEST(CollectiveMatmulTest, LeadingDimensionsFoldIntoRows) {
 // or scatters the product along the sequence; gathered along the sequence (one sequence per
 // device), the activation's row blocks travel instead. Each computes what the unsharded
 // program computes. A weight's gradient ("btd,bthk->dhk", contracting the leading dimensions)
-// is no such product: its psum_scatter stays.
+// reads its activation transposed: its local block is turned and the loop scatters the
+// product's rows or columns; with the operands the other way round ("bthk,btd->dhk") the
+// second operand is the loop's x.
 TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   struct Case {
@@ -324,6 +326,31 @@ TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
        {{"fsdp"}, {}},
        OpKind::kMatmulReduceScatter,
        0,
+       1},
+      // Both operands read transposed: two turns.
+      {"both_transposed",
+       "fsdp",
+       "bd,fb->df",
+       {32, 64},
+       {16, 32},
+       {{"fsdp"}, {}},
+       {{}, {"fsdp"}},
+       {{"fsdp"}, {}},
+       OpKind::kMatmulReduceScatter,
+       0,
+       2},
+      // x read transposed and kept whole while w's columns are gathered (the result cheaper to
+      // make from 8 gathered rows of w than to gather whole).
+      {"transposed_x_meets_gathered_columns",
+       "fsdp",
+       "bd,bf->df",
+       {8, 64},
+       {8, 64},
+       {{}, {}},
+       {{}, {"fsdp"}},
+       {{}, {}},
+       OpKind::kAllgatherMatmul,
+       1,
        1},
       // Contracted letters neither leading nor closing x: not a product.
       {"contraction_in_the_middle",
@@ -489,13 +516,14 @@ TEST(CollectiveMatmulTest, AutoLeavesPrefetchedWeightGathersBlocking) {
 }
 
 // A weight's gradient under FSDP over 4: the activation x [b, t, d] and the output's gradient
-// g [b, t, f], both split along the batch, contract over the tokens ("btd,btf->df"); the
+// g [b, t, f], both split along the batch, contract over the tokens ("btf,btd->df", the
+// operands in the order autodiff writes them); the
 // gradient kept split along d makes the partitioner psum_scatter the product there.
 ProgramSpec WeightGradient(int64_t tokens, int64_t d, int64_t f) {
   ProgramBuilder b({{"fsdp", 4}}, {}, ProgramMode::kAuto);
   b.Input("x", {4, tokens, d}, DType::kBF16, P({{"fsdp"}, {}, {}}));
   b.Input("g", {4, tokens, f}, DType::kBF16, P({{"fsdp"}, {}, {}}));
-  b.Einsum("btd,btf->df", "x", "g", "dw");
+  b.Einsum("btf,btd->df", "g", "x", "dw");
   b.Output("dw", P({{"fsdp"}, {}}));
   return std::move(b).Build();
 }

@@ -699,6 +699,61 @@ TEST(TransformerTest, BoundedPricingPartitionsAsPricingEveryCandidate) {
   }
 }
 
+// Under FSDP 8 with collective matmuls every weight collective of more than one dimension fuses
+// with its product: per layer the 7 weights' gathers in the forward and again in the backward
+// (each read once there: the weight read transposed by an activation's gradient), and the 7
+// weight gradients' reduce-scatters (the activation read transposed), plus the head's gathers
+// (logits and their gradient) and its weight gradient's scatter. Only the norms' 1-D weights
+// keep their gathers and scatters, and the embedding table its gather (a take reads it) and its
+// gradient's scatter (a take's gradient adds rows: no product). The fused step computes the
+// unsharded step's gradients.
+TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const TransformerConfig m = SmallModel();
+  TrainConfig train;  // Gradients only, f32.
+  const std::vector<MeshAxis> axes = {{"fsdp", 8}};
+  std::vector<std::vector<std::string>> layers;
+  const ProgramSpec global = BuildTrainStep(
+      m, train, axes, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, axes), &layers);
+  Mesh mesh = PlaceMesh(machine, axes);
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  const PartitionCosts costs{&mesh, &cache, machine.compute_model(), 0, &machine};
+  const PartitionResult fused = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0,
+                                                   nullptr, CollectiveMatmulMode::kBidirectional);
+  auto count = [&](OpKind kind) {
+    return std::count_if(fused.program.ops.begin(), fused.program.ops.end(),
+                         [&](const OpSpec& op) { return op.kind == kind; });
+  };
+  EXPECT_EQ(count(OpKind::kAllgatherMatmul), 2 * 7 * m.layers + 2);
+  EXPECT_EQ(count(OpKind::kMatmulReduceScatter), 7 * m.layers + 1);
+  // Two norms a layer and the final one: a gather in the forward and one in the backward, and
+  // their gradients' scatters; the embedding's gather and its gradient's scatter.
+  EXPECT_EQ(count(OpKind::kPsumScatter), 2 * m.layers + 1 + 1);
+  EXPECT_EQ(count(OpKind::kAllGather), 2 * (2 * m.layers + 1) + 1);
+  ExpectNumericsPass(global, fused, machine, mesh);
+  // The numerics check finds no finite bound for most gradients this deep in the backward (its
+  // error model gives up through the norms' divisions), so the fused step is also held to the
+  // unfused one's outputs: the loops add the same products in another f32 order, which moves
+  // the gradients by up to 7e-4 of their largest magnitude here (the first layer's, after the
+  // second's norms amplify it); a block misplaced or an operand mis-turned moves them by the
+  // order of the values themselves.
+  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
+  RunConfig config;
+  config.numerics = true;
+  const RunResult a = RunProgram(machine, mesh, fused.program, config);
+  const RunResult b = RunProgram(machine, mesh, plain.program, config);
+  for (const auto& [name, x] : b.outputs) {
+    const Array& y = a.outputs.at(name);
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(x.ValueAt(i) - y.ValueAt(i)));
+      largest = std::max(largest, std::abs(x.ValueAt(i)));
+    }
+    EXPECT_LE(worst, 5e-3 * largest) << name;
+  }
+}
+
 // On 64 v5p chips under FSDP 16 x TP 4 with a 32768-token vocabulary the embedding's
 // candidates include gathers that cannot win; the bounded pricing skips them (fewer
 // collectives simulated) and still partitions as pricing every candidate does.
