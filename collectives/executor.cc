@@ -1104,7 +1104,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   // the entries on the links both use (found by merging their sorted link lists), at most
   // once per entry, in the order of `others`.
   const GroupUseByLink& on_link = t.profile->by_link();
-  link_load_.assign(on_link.use.size(), 0.0);
+  link_load_.assign(on_link.entries, 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
@@ -1119,13 +1119,16 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
         double capacity = links[b.link].bandwidth.bytes_per_second();
         const double level =
             FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
-        if (level >= 0) {
+        // Below an infinite level (both sets fit) nothing is slowed.
+        if (level >= 0 && level < std::numeric_limits<double>::infinity()) {
+          // An entry whose transfers want no more than the level keeps its rate and adds 0
+          // (skipped: the sums are the same to the bit, none being -0).
           for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
-            const int32_t e = on_link.entry[n];
-            const LinkUse& a = *on_link.use[e];
-            double kept = std::min(a.flow_rate, level);
-            double overlap = aligned ? std::min(a.duty, b.duty) : a.duty * b.duty;
-            link_load_[e] += overlap * (a.flow_rate / kept - 1.0);
+            const double rate = on_link.rate[n];
+            if (rate <= level) continue;
+            const double duty = on_link.duty[n];
+            const double overlap = aligned ? std::min(duty, b.duty) : duty * b.duty;
+            link_load_[on_link.entry[n]] += overlap * (rate / level - 1.0);
           }
         }
         ++i;

@@ -136,10 +136,11 @@ const GroupUseByLink& LinkProfile::by_link() const {
     // binary search); entries on links outside the list (none, as recorded) are left out, as
     // no other op could meet them there.
     std::vector<int32_t> position;
+    std::vector<const LinkUse*> use;
     by_link_.start.assign(links.size() + 1, 0);
     for (const std::vector<LinkUse>& mine : group_use) {
       for (const LinkUse& a : mine) {
-        by_link_.use.push_back(&a);
+        use.push_back(&a);
         const auto it = std::lower_bound(links.begin(), links.end(), a.link);
         const bool listed = it != links.end() && *it == a.link;
         position.push_back(listed ? static_cast<int32_t>(it - links.begin()) : -1);
@@ -148,9 +149,16 @@ const GroupUseByLink& LinkProfile::by_link() const {
     }
     for (size_t k = 0; k < links.size(); ++k) by_link_.start[k + 1] += by_link_.start[k];
     by_link_.entry.resize(by_link_.start.back());
+    by_link_.rate.resize(by_link_.start.back());
+    by_link_.duty.resize(by_link_.start.back());
+    by_link_.entries = use.size();
     std::vector<int32_t> next(by_link_.start.begin(), by_link_.start.end() - 1);
     for (size_t e = 0; e < position.size(); ++e) {
-      if (position[e] >= 0) by_link_.entry[next[position[e]]++] = static_cast<int32_t>(e);
+      if (position[e] < 0) continue;
+      const int32_t n = next[position[e]]++;
+      by_link_.entry[n] = static_cast<int32_t>(e);
+      by_link_.rate[n] = use[e]->flow_rate;
+      by_link_.duty[n] = use[e]->duty;
     }
   });
   return by_link_;

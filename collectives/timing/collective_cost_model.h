@@ -49,10 +49,13 @@ struct LinkUse {
 };
 
 // A profile's group_use entries (numbered group after group) listed by the link they are on:
-// those on its links[k] are entry[start[k] .. start[k + 1]), and use[e] is entry e.
+// those on its links[k] are entry[start[k] .. start[k + 1]), with their flow rates and duties
+// beside them (rate[n], duty[n]: read in that order, not through the entry); `entries` counts
+// them all.
 struct GroupUseByLink {
   std::vector<int32_t> start, entry;
-  std::vector<const LinkUse*> use;
+  std::vector<double> rate, duty;
+  size_t entries = 0;
 };
 
 // How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
@@ -61,7 +64,7 @@ struct GroupUseByLink {
 class LinkProfile {
  public:
   LinkProfile() = default;
-  // Not copied: by_link() points into group_use.
+  // Not copied (a copy would index the lists again).
   LinkProfile(const LinkProfile&) = delete;
   LinkProfile& operator=(const LinkProfile&) = delete;
 
