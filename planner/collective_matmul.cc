@@ -172,6 +172,31 @@ Rewritten Reshape(const OpSpec& product, const std::string& suffix, const std::s
   return {reshape, {std::move(reason), std::move(type)}};
 }
 
+// The permutation of a rank-`rank` array that moves dimension `d` to the front, the others
+// keeping their order (transpose's `axes`: result dimension i is input dimension axes[i]).
+std::vector<int64_t> Leading(int64_t d, size_t rank) {
+  std::vector<int64_t> axes = {d};
+  for (int64_t i = 0; i < static_cast<int64_t>(rank); ++i) {
+    if (i != d) axes.push_back(i);
+  }
+  return axes;
+}
+
+// The permutation undoing Leading(d, rank).
+std::vector<int64_t> Trailing(int64_t d, size_t rank) {
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < static_cast<int64_t>(rank); ++i)
+    axes.push_back(i < d ? i + 1 : i == d ? 0 : i);
+  return axes;
+}
+
+// `shape` permuted by transpose `axes`.
+Shape Permuted(const Shape& shape, const std::vector<int64_t>& axes) {
+  Shape out;
+  for (int64_t a : axes) out.push_back(shape[static_cast<size_t>(a)]);
+  return out;
+}
+
 // "tp" or "fsdp, tp": a collective's axes for a reason.
 std::string AxesText(const std::vector<std::string>& axes) {
   std::string text;
@@ -357,6 +382,27 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     v = t.out[0];
   };
 
+  // Permutes `v` (of local shape `shape`) by `axes` with a fused transpose appended to `ops`
+  // (`suffix` names it): a row dimension of an activation moved to the front, so that its
+  // blocks are whole rows of the loop (as Megatron's sequence-first [s, b, h] layout has them),
+  // or moved back after it. No time: XLA's layout assignment lays the dot's operand and result
+  // out so; its block is still held while the loop runs. v takes the transpose's name.
+  auto permute = [&](const OpSpec& product, const std::string& suffix, const Shape& shape,
+                     const std::vector<int64_t>& axes, const std::string& out, std::string why,
+                     std::vector<Rewritten>& ops, std::string& v) {
+    OpSpec t;
+    t.kind = OpKind::kTranspose;
+    t.name = product.name + suffix;
+    t.key = product.key;
+    t.in = {v};
+    t.out = {out.empty() ? fresh(v + "/lead") : out};
+    t.axes = axes;
+    t.where = product.where;
+    t.fused = true;
+    ops.push_back({t, {std::move(why), FormatShape(Permuted(shape, axes)) + " per device"}});
+    v = t.out[0];
+  };
+
   // Folds `product`'s x [rows..., K...] (or, read transposed, [K..., rows...]) into [rows, k]
   // ahead of its loop: a free reshape appended to `ops` when x has more than two dimensions,
   // and a turn when transposed. x takes the last op's name.
@@ -431,13 +477,17 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     // row dimension every one before which is 1 on the device: dimension 0, or the sequence
     // with one sequence per device) or, x 2-D, its columns.
     int64_t loop_axis = -1;
+    int64_t lead = -1;  // x's row dimension moved to the front, or none.
     if (gather_rhs) {
       if (axis == static_cast<int64_t>(form->FirstK())) loop_axis = 0;
       if (axis == static_cast<int64_t>(form->FirstN())) loop_axis = 1;
     } else {
       bool leading_ones = true;
       for (int64_t i = 0; i < axis; ++i) leading_ones = leading_ones && lhs[i] == 1;
-      if (axis < static_cast<int64_t>(form->row_dims) && leading_ones) loop_axis = 0;
+      if (axis < static_cast<int64_t>(form->row_dims)) loop_axis = 0;
+      // A later row dimension with more than one index before it (the sequence, two
+      // sequences a device) is moved to the front first.
+      if (loop_axis == 0 && !leading_ones) lead = axis;
       if (lhs.size() == 2 && axis == 1) loop_axis = 1;
     }
     if (loop_axis < 0) continue;
@@ -481,12 +531,23 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const bool fold_w = rhs.size() > 2;
     if (gather_rhs) {
       fold_x_2d(consumer, *form, lhs.size(), ops, x);
-    } else if (lhs.size() > 2) {
-      // x travels: its local block of rows folded.
-      ops.push_back(Reshape(consumer, "/rows", x, fresh(x + "/rows"), block,
-                            "the rows of " + x + " for the collective matmul",
-                            FormatShape(block) + " per device"));
-      x = ops.back().first.out[0];
+    } else {
+      // x travels: its local block (its gathered dimension in front first) of rows folded.
+      const std::string name = x;
+      if (lead >= 0) {
+        Shape local = lhs;
+        local[static_cast<size_t>(lead)] /= n;
+        permute(consumer, "/lead", local, Leading(lead, lhs.size()), "",
+                "the rows of " + name + " gathered along its dimension " + std::to_string(lead) +
+                    " in front for the collective matmul",
+                ops, x);
+      }
+      if (lhs.size() > 2) {
+        ops.push_back(Reshape(consumer, "/rows", x, fresh(name + "/rows"), block,
+                              "the rows of " + name + " for the collective matmul",
+                              FormatShape(block) + " per device"));
+        x = ops.back().first.out[0];
+      }
     }
     fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
@@ -514,8 +575,21 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       Shape back(first_row, first_row + static_cast<int64_t>(form->row_dims));
       const auto first_n = rhs.begin() + static_cast<int64_t>(form->FirstN());
       back.insert(back.end(), first_n, first_n + static_cast<int64_t>(form->n_dims));
-      ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
-                            "the collective matmul's rows back", type));
+      if (lead < 0) {
+        ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
+                              "the collective matmul's rows back", type));
+      } else {
+        // The rows come out with the gathered dimension in front: moved back after.
+        const Shape ahead = Permuted(back, Leading(lead, back.size()));
+        ops.push_back(Reshape(consumer, "/unrows", out, fresh(consumer.out[0] + "/lead"), ahead,
+                              "the collective matmul's rows back",
+                              FormatShape(ahead) + " per device"));
+        std::string y = ops.back().first.out[0];
+        permute(consumer, "/unlead", ahead, Trailing(lead, back.size()), consumer.out[0],
+                "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
+                y);
+        ops.back().second.second = type;
+      }
     }
     drop[g] = 1;
     replace[c] = std::move(ops);
@@ -577,7 +651,11 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     // the folded columns (d the first kept dimension of w).
     bool leading_ones = true;
     for (int64_t i = 0; i < d && i < row_dims; ++i) leading_ones = leading_ones && made[i] == 1;
-    if (d < 0 || d >= rank || (d < row_dims && !leading_ones) || d > row_dims) continue;
+    if (d < 0 || d >= rank || d > row_dims) continue;
+    // A later row dimension with more than one index before it (the sequence, two sequences a
+    // device) is moved to the front of x first, and of the result back after.
+    const int64_t lead = d < row_dims && !leading_ones ? d : -1;
+    if (lead >= 0 && form->x_transposed) continue;
     const int64_t folded_dim = d == row_dims ? 1 : 0;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(scatter, mesh));
     if (n <= 1) continue;
@@ -609,6 +687,12 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const bool fold = made.size() != 2;
     if (fold) out = fresh(scatter.out[0] + "/2d");
     const bool fold_w = rhs.size() > 2;
+    if (lead >= 0) {
+      permute(product, "/lead", lhs, Leading(lead, lhs.size()), "",
+              "the rows of " + x + " to be scattered along its dimension " + std::to_string(lead) +
+                  " in front for the collective matmul",
+              ops, x);
+    }
     fold_x_2d(product, *form, lhs.size(), ops, x);
     fold_w_2d(product, w, {form->k, form->n}, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
@@ -635,9 +719,19 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
               ? FormatShape(folded_dim == 0 ? Shape{rows / n, form->n} : Shape{rows, form->n / n}) +
                     " per device"
               : type}});
-    if (fold) {
+    if (fold && lead < 0) {
       ops.push_back(Reshape(product, "/unrows", out, scatter.out[0], result,
                             "the collective matmul's rows back", type));
+    } else if (fold) {
+      const Shape ahead = Permuted(result, Leading(lead, result.size()));
+      ops.push_back(Reshape(product, "/unrows", out, fresh(scatter.out[0] + "/lead"), ahead,
+                            "the collective matmul's rows back",
+                            FormatShape(ahead) + " per device"));
+      std::string y = ops.back().first.out[0];
+      permute(product, "/unlead", ahead, Trailing(lead, result.size()), scatter.out[0],
+              "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
+              y);
+      ops.back().second.second = type;
     }
     drop[s] = 1;
     replace[c] = std::move(ops);

@@ -112,26 +112,24 @@ ProgramSpec RowParallelMatmul(Shape x, int64_t out_dim) {
 // ([64, 256] x [256, 64] scattered along 0), along columns (1), and for [1, 64, 256]
 // activations along the sequence (dimension 1: rows, the leading dimension being 1); each
 // computes what the unsharded program computes. With two sequences ([2, 64, 256]) the
-// sequence blocks are not contiguous rows: the scatter stays.
+// sequence blocks are not contiguous rows: the sequence is moved to the front of x first and
+// back in the result after (two fused transposes, Megatron's sequence-first layout).
 TEST(CollectiveMatmulTest, ReduceScatterFusesWithItsProduct) {
   Machine machine(BuildPreset("tpu-v5e", {4, 1}));
   struct Case {
     Shape x;
     int64_t out_dim;
-    int64_t scatter_dimension;  // Of the 2-D loop; -1: not fused.
+    int64_t scatter_dimension;  // Of the 2-D loop.
+    int transposes;
   };
-  for (const Case& c : {Case{{64, 256}, 0, 0}, Case{{64, 256}, 1, 1}, Case{{1, 64, 256}, 1, 0},
-                        Case{{2, 64, 256}, 1, -1}}) {
+  for (const Case& c : {Case{{64, 256}, 0, 0, 0}, Case{{64, 256}, 1, 1, 0},
+                        Case{{1, 64, 256}, 1, 0, 0}, Case{{2, 64, 256}, 1, 0, 2}}) {
     SCOPED_TRACE(FormatShape(c.x) + " out dim " + std::to_string(c.out_dim));
     const ProgramSpec global = RowParallelMatmul(c.x, c.out_dim);
     Mesh mesh = PlaceMesh(machine, global.mesh_axes);
     Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
-    if (c.scatter_dimension < 0) {
-      EXPECT_EQ(Count(f.partitioned.program, OpKind::kMatmulReduceScatter), 0);
-      EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 1);
-      continue;
-    }
     EXPECT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kTranspose), c.transposes);
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 0);
     for (size_t i = 0; i < f.partitioned.program.ops.size(); ++i) {
       const OpSpec& op = f.partitioned.program.ops[i];
@@ -270,6 +268,30 @@ TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
        OpKind::kAllgatherMatmul,
        0,
        1},
+      // Two sequences a device: the sequence moved to the front of the travelling block and
+      // back in the result (two more transposes).
+      {"two_sequences_travel",
+       "tp",
+       "btf,df->btd",
+       {2, 8, 32},
+       {64, 32},
+       {{}, {"tp"}, {}},
+       {{"tp"}, {}},
+       {{}, {}, {"tp"}},
+       OpKind::kAllgatherMatmul,
+       0,
+       3},
+      {"two_sequences_scatter",
+       "tp",
+       "btf,df->btd",
+       {2, 8, 32},
+       {64, 32},
+       {{}, {}, {"tp"}},
+       {{}, {"tp"}},
+       {{}, {"tp"}, {}},
+       OpKind::kMatmulReduceScatter,
+       0,
+       3},
       // A weight's gradient: the activation read transposed (its contracted batch and
       // sequence lead), the product's rows (d) or columns (f, d) scattered.
       {"weight_gradient",
@@ -383,7 +405,8 @@ TEST(CollectiveMatmulTest, SeveralContractedOrKeptDimensionsFold) {
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 0);
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kPsumScatter), 0);
     ASSERT_EQ(Count(f.partitioned.program, c.fused), 1);
-    // Only an operand read transposed is turned, once (its local block), by a fused transpose.
+    // Only an operand read transposed is turned, once (its local block), and a row dimension
+    // moved to the front and back, each by a fused transpose.
     EXPECT_EQ(Count(f.partitioned.program, OpKind::kTranspose), c.turns);
     for (const OpSpec& op : f.partitioned.program.ops) {
       if (op.kind == OpKind::kTranspose) {
