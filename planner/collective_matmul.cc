@@ -442,6 +442,220 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   std::vector<char> drop(program.ops.size(), 0);
   // Replacements: op index -> the ops (with reasons and types) that take its place.
   std::map<size_t, std::vector<Rewritten>> replace;
+  // Ops moved before a replaced op (their places dropped): replaced op index -> theirs.
+  std::map<size_t, std::vector<size_t>> hoist;
+  // Several products reading one gathered activation x (sequence parallelism's q, k and v
+  // projections; its MLP's gate and up): their weights, each folded to [K, N_i], side by side
+  // as one [K, sum N_i] by a fused concatenation (XLA's loop runs each dot on its own weight,
+  // in place), one allgather_matmul in the first product's place, and each product's result
+  // a fused slice of its columns, unfolded. Each product must read x as stored, rows first,
+  // and its weight as bound where the first runs; nothing between the first and it may read
+  // or bind its result. True when fused.
+  auto fuse_shared = [&](size_t g, const std::vector<size_t>& readers) {
+    const OpSpec& gather = program.ops[g];
+    const std::string& v = gather.out[0];
+    std::vector<ProductForm> forms;
+    for (size_t c : readers) {
+      if (drop[c] || replace.count(c)) return false;
+      const OpSpec& p = program.ops[c];
+      if (p.in.size() != 2 || p.in[0] != v || p.in[1] == v || p.out.size() != 1 ||
+          p.where != gather.where || in_types[c].size() != 2 || !p.dtype.empty()) {
+        return false;
+      }
+      const std::optional<ProductForm> form =
+          PlainProduct(p, in_types[c][0].shape(), in_types[c][1].shape());
+      if (!form || form->swapped || form->x_transposed) return false;
+      if (!forms.empty() &&
+          (form->row_dims != forms[0].row_dims || form->k_dims != forms[0].k_dims ||
+           in_types[c][1].dtype() != in_types[readers[0]][1].dtype())) {
+        return false;
+      }
+      forms.push_back(*form);
+    }
+    const size_t first = readers.front(), last = readers.back();
+    for (size_t i = g + 1; i < last; ++i) {
+      for (const std::string& o : program.ops[i].out) {
+        if (o == gather.in[0]) return false;
+      }
+    }
+    // A later product's weight made between the first and it (its compute-dtype copy, cast
+    // from the parameter just before it) is made before the first instead: an op reading only
+    // arrays no op binds, whose result nothing between reads or binds.
+    std::vector<size_t> moved;
+    auto movable = [&](size_t i) {
+      const OpSpec& op = program.ops[i];
+      if (op.out.size() != 1 || IsCollective(op.kind)) return false;
+      for (const std::string& in : op.in) {
+        if (binder.count(in) || !names.count(in)) return false;
+      }
+      for (size_t j = first; j < i; ++j) {
+        for (const std::string& in : program.ops[j].in) {
+          if (in == op.out[0]) return false;
+        }
+        for (const std::string& o : program.ops[j].out) {
+          if (o == op.out[0]) return false;
+        }
+      }
+      return true;
+    };
+    for (size_t r = 1; r < readers.size(); ++r) {
+      const OpSpec& p = program.ops[readers[r]];
+      for (size_t i = first; i < readers[r]; ++i) {
+        for (const std::string& o : program.ops[i].out) {
+          if (o == p.in[1] && i > first && movable(i)) {
+            moved.push_back(i);
+            continue;
+          }
+          if (o == p.in[1] || (i > first && o == p.out[0])) return false;
+        }
+        for (const std::string& in : program.ops[i].in) {
+          if (i > first && in == p.out[0]) return false;
+        }
+      }
+    }
+    const OpSpec& lead_product = program.ops[first];
+    const ProductForm& form = forms[0];
+    const Shape& lhs = in_types[first][0].shape();
+    const int64_t axis =
+        gather.axis < 0 ? gather.axis + static_cast<int64_t>(lhs.size()) : gather.axis;
+    int64_t loop_axis = -1, lead = -1;
+    if (axis < static_cast<int64_t>(form.row_dims)) {
+      loop_axis = 0;
+      for (int64_t i = 0; i < axis; ++i) {
+        if (lhs[i] != 1) lead = axis;
+      }
+    }
+    if (lhs.size() == 2 && axis == 1) loop_axis = 1;
+    if (loop_axis < 0) return false;
+    const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
+    if (n <= 1) return false;
+    int64_t columns = 0;
+    for (const ProductForm& f : forms) columns += f.n;
+    const Shape x2 = {form.rows, form.k};
+    Shape block = x2;
+    block[static_cast<size_t>(loop_axis)] /= n;
+    const std::string variant = VariantOf(mode, block[static_cast<size_t>(loop_axis)]);
+    std::string priced;
+    if (mode == CollectiveMatmulMode::kAuto) {
+      Pair pair;
+      pair.x = {form.k, columns};
+      pair.w = block;
+      pair.dtype = in_types[g][0].dtype();
+      pair.x_dtype = in_types[first][1].dtype();
+      pair.axes = gather.axis_name;
+      pair.axis = loop_axis;
+      pair.gather_rhs = false;
+      const Time blocking = time_of(pair, "blocking");
+      const Time loop = time_of(pair, variant);
+      if (loop >= blocking) return false;
+      priced = ", " + FormatTime(loop) + " against " + FormatTime(blocking) + " blocking";
+    }
+    std::vector<Rewritten> ops;
+    std::string x = gather.in[0];
+    if (lead >= 0) {
+      Shape local = lhs;
+      local[static_cast<size_t>(lead)] /= n;
+      permute(lead_product, "/lead", local, Leading(lead, lhs.size()), "",
+              "the rows of " + x + " gathered along its dimension " + std::to_string(lead) +
+                  " in front for the collective matmul",
+              ops, x);
+    }
+    if (lhs.size() > 2) {
+      ops.push_back(Reshape(lead_product, "/rows", x, fresh(gather.in[0] + "/rows"), block,
+                            "the rows of " + gather.in[0] + " for the collective matmul",
+                            FormatShape(block) + " per device"));
+      x = ops.back().first.out[0];
+    }
+    OpSpec side;
+    side.kind = OpKind::kConcatenate;
+    side.name = lead_product.name + "/weights";
+    side.key = lead_product.key;
+    side.axis = 1;
+    side.where = lead_product.where;
+    side.fused = true;
+    std::string names;
+    for (size_t r = 0; r < readers.size(); ++r) {
+      const OpSpec& p = program.ops[readers[r]];
+      std::string w = p.in[1];
+      fold_w_2d(p, w, {forms[r].k, forms[r].n}, in_types[readers[r]][1].shape().size() > 2,
+                forms[r].w_transposed, ops, w);
+      side.in.push_back(w);
+      names += (names.empty() ? "" : ", ") + p.name;
+    }
+    side.out = {fresh(lead_product.out[0] + "/weights")};
+    ops.push_back({side,
+                   {"the weights of " + names + " side by side for one collective matmul",
+                    FormatShape({form.k, columns}) + " per device"}});
+    OpSpec cm;
+    cm.kind = OpKind::kAllgatherMatmul;
+    cm.name = lead_product.name;
+    cm.key = lead_product.key;
+    cm.in = {x, side.out[0]};
+    cm.out = {fresh(lead_product.out[0] + "/all")};
+    cm.axis_name = gather.axis_name;
+    cm.gather = "lhs";
+    cm.axis = loop_axis;
+    cm.variant = variant;
+    cm.algorithm = gather.algorithm;
+    cm.where = lead_product.where;
+    const std::string gather_reason =
+        partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
+    ops.push_back(
+        {cm,
+         {"collective matmul (" + cm.variant + priced + "): " + names +
+              " fused with the all_gather of " + gather.in[0] + " over " +
+              AxesText(gather.axis_name) + (gather_reason.empty() ? "" : "; " + gather_reason),
+          FormatShape({form.rows, columns}) + " per device"}});
+    int64_t offset = 0;
+    for (size_t r = 0; r < readers.size(); ++r) {
+      const OpSpec& p = program.ops[readers[r]];
+      const std::string& type =
+          partitioned.types.size() > readers[r] ? partitioned.types[readers[r]] : "";
+      const bool folded = forms[r].row_dims + forms[r].n_dims != 2;
+      OpSpec cut;
+      cut.kind = OpKind::kSlice;
+      cut.name = p.name + "/columns";
+      cut.key = p.key;
+      cut.in = {cm.out[0]};
+      cut.out = {folded ? fresh(p.out[0] + "/2d") : p.out[0]};
+      cut.start = offset;
+      cut.size = forms[r].n;
+      cut.axis = 1;
+      cut.where = p.where;
+      cut.fused = true;
+      offset += forms[r].n;
+      ops.push_back({cut,
+                     {"the columns of " + p.name + " in the collective matmul's result",
+                      folded ? FormatShape({form.rows, forms[r].n}) + " per device" : type}});
+      if (!folded) continue;
+      const Shape& rhs = in_types[readers[r]][1].shape();
+      Shape back(lhs.begin(), lhs.begin() + static_cast<int64_t>(form.row_dims));
+      const auto first_n = rhs.begin() + static_cast<int64_t>(forms[r].FirstN());
+      back.insert(back.end(), first_n, first_n + static_cast<int64_t>(forms[r].n_dims));
+      if (lead < 0) {
+        ops.push_back(Reshape(p, "/unrows", cut.out[0], p.out[0], back,
+                              "the collective matmul's rows back", type));
+        continue;
+      }
+      const Shape ahead = Permuted(back, Leading(lead, back.size()));
+      ops.push_back(Reshape(p, "/unrows", cut.out[0], fresh(p.out[0] + "/lead"), ahead,
+                            "the collective matmul's rows back",
+                            FormatShape(ahead) + " per device"));
+      std::string y = ops.back().first.out[0];
+      permute(p, "/unlead", ahead, Trailing(lead, back.size()), p.out[0],
+              "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
+              y);
+      ops.back().second.second = type;
+    }
+    drop[g] = 1;
+    for (size_t r = 1; r < readers.size(); ++r) drop[readers[r]] = 1;
+    for (size_t i : moved) drop[i] = 1;
+    std::sort(moved.begin(), moved.end());
+    hoist[first] = std::move(moved);
+    replace[first] = std::move(ops);
+    return true;
+  };
+
   int fused = 0;
   for (size_t g = 0; g < program.ops.size(); ++g) {
     const OpSpec& gather = program.ops[g];
@@ -450,6 +664,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const std::string& v = gather.out[0];
     if (outputs.count(v) || binder.at(v) != g) continue;  // Read at the end, or bound again.
     const std::vector<size_t>& readers = readers_of_binding[v + "@" + std::to_string(g)];
+    if (readers.size() > 1) {
+      if (fuse_shared(g, readers)) ++fused;
+      continue;
+    }
     if (readers.size() != 1 || drop[readers[0]] || replace.count(readers[0])) continue;
     const size_t c = readers[0];
     const OpSpec& consumer = program.ops[c];
@@ -749,6 +967,14 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       reasons.push_back(i < partitioned.reasons.size() ? partitioned.reasons[i] : "");
       types.push_back(i < partitioned.types.size() ? partitioned.types[i] : "");
       continue;
+    }
+    auto moved = hoist.find(i);
+    if (moved != hoist.end()) {
+      for (size_t j : moved->second) {  // Later than i: not moved from yet.
+        rewritten.ops.push_back(program.ops[j]);
+        reasons.push_back(j < partitioned.reasons.size() ? partitioned.reasons[j] : "");
+        types.push_back(j < partitioned.types.size() ? partitioned.types[j] : "");
+      }
     }
     for (auto& [op, why] : it->second) {
       rewritten.ops.push_back(std::move(op));

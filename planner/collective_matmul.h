@@ -31,8 +31,8 @@ const char* CollectiveMatmulModeName(CollectiveMatmulMode mode);
 bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mode);
 
 // Rewrites `partitioned` (a manual program on `mesh`) in place: each tiled all_gather whose
-// result one matmul or einsum reads, and nothing else (no other op, no output), fuses with it
-// into an allgather_matmul of the forms it has (collective_matmul.h), the product read as x
+// result one matmul or einsum reads (or several, below), and nothing else (no output), fuses with
+// it into an allgather_matmul of the forms it has (collective_matmul.h), the product read as x
 // [rows..., K...] @ w [K..., N...] with each group folded by free reshapes (an operand read
 // transposed, w stored [N..., K...] or x [K..., rows...], is turned by a fused transpose of
 // its local block first: XLA's dot reads it in place):
@@ -41,7 +41,9 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 // - or it is x, gathered along a row dimension every one before which is 1 on the device
 //   (its rows travel), or, x 2-D, along K;
 // the product's first operand being x (a product read with its operands the other way round,
-// and an x read transposed that would travel, keep their gathers).
+// and an x read transposed that would travel, keep their gathers). A gathered x that several
+// such products read (sequence parallelism's q, k and v) fuses with all of them into one loop
+// over their weights side by side (fused concatenation and slices).
 // An einsum counts when its spec is such a product ("btd,df->btf", "btd,dhk->bthk",
 // "btf,df->btd"). Likewise each tiled psum_scatter of such a product, read by nothing else,
 // becomes one matmul_reduce_scatter, scattered along the rows or the first kept dimension; the

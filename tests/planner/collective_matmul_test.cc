@@ -463,6 +463,53 @@ TEST(CollectiveMatmulTest, GatherReadTwiceIsNotFused) {
   }
 }
 
+// An activation gathered once and read by several products (sequence parallelism's q, k and v
+// projections) fuses with all of them: their weights side by side (a fused concatenation, one
+// of them read transposed and turned), one loop, and each result a fused slice of its columns.
+// Whatever the sequences a device holds (with two, the sequence is moved to the front and
+// back) and whether x is 2-D, each result is the unsharded program's.
+TEST(CollectiveMatmulTest, GatherReadBySeveralProductsFusesWithAll) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  for (const Shape& x : {Shape{1, 8, 32}, Shape{2, 8, 32}, Shape{16, 32}}) {
+    SCOPED_TRACE(FormatShape(x));
+    const bool three_d = x.size() == 3;
+    ProgramBuilder b({{"tp", 4}}, {}, ProgramMode::kAuto);
+    b.Input("x", x, DType::kF32, three_d ? P({{}, {"tp"}, {}}) : P({{"tp"}, {}}), Normal(0));
+    b.Input("wq", {32, 16}, DType::kF32, P({{}, {"tp"}}), Normal(1));
+    b.Input("wk", {32, 4, 8}, DType::kF32, P({{}, {"tp"}, {}}), Normal(2));
+    b.Input("wv", {24, 32}, DType::kF32, P({{"tp"}, {}}), Normal(3));
+    b.Einsum(three_d ? "btd,df->btf" : "td,df->tf", "x", "wq", "q");
+    b.Einsum(three_d ? "btd,dhk->bthk" : "td,dhk->thk", "x", "wk", "k");
+    b.Einsum(three_d ? "btd,fd->btf" : "td,fd->tf", "x", "wv", "v");
+    const size_t r = x.size();
+    std::vector<std::vector<std::string>> last(r), heads(r + 1);
+    last[r - 1] = {"tp"};
+    heads[r - 1] = {"tp"};
+    b.Output("q", P(last));
+    b.Output("k", P(heads));
+    b.Output("v", P(last));
+    const ProgramSpec global = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    PartitionResult plain = PartitionOnMachine(global, machine, mesh);
+    ASSERT_EQ(Count(plain.program, OpKind::kAllGather), 1);
+    Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    EXPECT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 0);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllgatherMatmul), 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kConcatenate), 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kSlice), 3);
+    // wv turned; with two sequences, x's block and the three results permuted.
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kTranspose), x[0] == 2 ? 5 : 1);
+    for (const OpSpec& op : f.partitioned.program.ops) {
+      if (op.kind == OpKind::kConcatenate || op.kind == OpKind::kSlice ||
+          op.kind == OpKind::kTranspose) {
+        EXPECT_TRUE(op.fused) << op.name;
+      }
+    }
+    ExpectNumericsPass(global, f.partitioned, machine, mesh);
+  }
+}
+
 // The point of it: with the gather as long as the product, the overlapped loop ends sooner
 // than gather-then-multiply on the same network (v5e, 4 chips in a line, bf16 weights).
 TEST(CollectiveMatmulTest, OverlapShortensTheStep) {

@@ -754,6 +754,66 @@ TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
   }
 }
 
+// Under tensor parallelism with sequence parallelism (TP 8, the sequence split between layers,
+// every device holding all 8 sequences) with collective matmuls, each layer's gathered
+// activation fuses with all three of its readers (q, k and v: one loop, the weights side by
+// side) and its attention's row-parallel output projection with its reduce-scatter (at these
+// sizes the partitioner gathers the MLP's weights rather than its activations; those gathers
+// fuse too). The fused step computes the unfused step's loss and gradients (to the
+// tolerance above: the numerics bounds give out as deep in the backward).
+TEST(TransformerTest, CollectiveMatmulsFuseSequenceParallelLayers) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const TransformerConfig m = SmallModel();
+  TrainConfig train;  // Gradients only, f32.
+  const std::vector<MeshAxis> axes = {{"tensor", 8}};
+  std::vector<std::vector<std::string>> layers;
+  const LogicalRules rules({{"heads", {"tensor"}},
+                            {"kv_heads", {"tensor"}},
+                            {"mlp", {"tensor"}},
+                            {"vocab", {"tensor"}},
+                            {"length", {"tensor"}}},
+                           axes);
+  const ProgramSpec global = BuildTrainStep(m, train, axes, rules, &layers);
+  Mesh mesh = PlaceMesh(machine, axes);
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  const PartitionCosts costs{&mesh, &cache, machine.compute_model(), 0, &machine};
+  const PartitionResult fused = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0,
+                                                   nullptr, CollectiveMatmulMode::kBidirectional);
+  auto fused_with = [&](OpKind kind, const std::string& reason) {
+    int found = 0;
+    for (size_t i = 0; i < fused.program.ops.size(); ++i) {
+      if (fused.program.ops[i].kind == kind && fused.reasons[i].find(reason) != std::string::npos) {
+        ++found;
+      }
+    }
+    return found;
+  };
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string n = std::to_string(l);
+    EXPECT_EQ(fused_with(OpKind::kAllgatherMatmul, "q" + n + ", k" + n + ", v" + n +
+                                                       " fused with the all_gather of n" + n +
+                                                       "a over tensor"),
+              1);
+    EXPECT_EQ(fused_with(OpKind::kMatmulReduceScatter, "add h" + n), 1);
+  }
+  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
+  RunConfig config;
+  config.numerics = true;
+  const RunResult a = RunProgram(machine, mesh, fused.program, config);
+  const RunResult b = RunProgram(machine, mesh, plain.program, config);
+  for (const auto& [name, x] : b.outputs) {
+    const Array& y = a.outputs.at(name);
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(x.ValueAt(i) - y.ValueAt(i)));
+      largest = std::max(largest, std::abs(x.ValueAt(i)));
+    }
+    EXPECT_LE(worst, 5e-3 * largest) << name;
+  }
+  ExpectNumericsPass(global, fused, machine, mesh);
+}
+
 // On 64 v5p chips under FSDP 16 x TP 4 with a 32768-token vocabulary the embedding's
 // candidates include gathers that cannot win; the bounded pricing skips them (fewer
 // collectives simulated) and still partitions as pricing every candidate does.
