@@ -339,6 +339,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   // Per op index: the op that reads each binding of a name, until it is bound again.
   std::map<std::string, std::vector<size_t>> readers_of_binding;  // By "name@binder".
   std::map<std::string, size_t> binder;
+  std::map<std::string, int> bindings;  // How many ops bind each name.
   // Per op: the op whose binding its first input reads (-1: an array or none).
   std::vector<int64_t> first_in_binder(program.ops.size(), -1);
   for (size_t i = 0; i < program.ops.size(); ++i) {
@@ -352,7 +353,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
           in + "@" + (it == binder.end() ? "input" : std::to_string(it->second));
       readers_of_binding[key].push_back(i);
     }
-    for (const std::string& out : program.ops[i].out) binder[out] = i;
+    for (const std::string& out : program.ops[i].out) {
+      binder[out] = i;
+      ++bindings[out];
+    }
   }
   auto fresh = [&](const std::string& base) {
     std::string name = base;
@@ -484,7 +488,10 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     std::vector<size_t> moved;
     auto movable = [&](size_t i) {
       const OpSpec& op = program.ops[i];
-      if (op.out.size() != 1 || IsCollective(op.kind)) return false;
+      if (drop[i] || replace.count(i) || op.out.size() != 1 || IsCollective(op.kind) ||
+          op.where != program.ops[first].where || bindings[op.out[0]] != 1) {
+        return false;
+      }
       for (const std::string& in : op.in) {
         if (binder.count(in) || !names.count(in)) return false;
       }
@@ -573,18 +580,18 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     side.axis = 1;
     side.where = lead_product.where;
     side.fused = true;
-    std::string names;
+    std::string products;
     for (size_t r = 0; r < readers.size(); ++r) {
       const OpSpec& p = program.ops[readers[r]];
       std::string w = p.in[1];
       fold_w_2d(p, w, {forms[r].k, forms[r].n}, in_types[readers[r]][1].shape().size() > 2,
                 forms[r].w_transposed, ops, w);
       side.in.push_back(w);
-      names += (names.empty() ? "" : ", ") + p.name;
+      products += (products.empty() ? "" : ", ") + p.name;
     }
     side.out = {fresh(lead_product.out[0] + "/weights")};
     ops.push_back({side,
-                   {"the weights of " + names + " side by side for one collective matmul",
+                   {"the weights of " + products + " side by side for one collective matmul",
                     FormatShape({form.k, columns}) + " per device"}});
     OpSpec cm;
     cm.kind = OpKind::kAllgatherMatmul;
@@ -602,7 +609,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
     ops.push_back(
         {cm,
-         {"collective matmul (" + cm.variant + priced + "): " + names +
+         {"collective matmul (" + cm.variant + priced + "): " + products +
               " fused with the all_gather of " + gather.in[0] + " over " +
               AxesText(gather.axis_name) + (gather_reason.empty() ? "" : "; " + gather_reason),
           FormatShape({form.rows, columns}) + " per device"}});
@@ -649,8 +656,9 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     drop[g] = 1;
     for (size_t r = 1; r < readers.size(); ++r) drop[readers[r]] = 1;
-    for (size_t i : moved) drop[i] = 1;
     std::sort(moved.begin(), moved.end());
+    moved.erase(std::unique(moved.begin(), moved.end()), moved.end());
+    for (size_t i : moved) drop[i] = 1;
     hoist[first] = std::move(moved);
     replace[first] = std::move(ops);
     return true;

@@ -51,7 +51,8 @@ bool ParseCollectiveMatmulMode(const std::string& name, CollectiveMatmulMode* mo
 // operands the other way round, "btf,btd->df": FSDP's gradient reduce-scatters). A product
 // with a result dtype of its own (FP8's) keeps its collectives: the loops compute in the
 // operands' dtype.
-// The rewritten op keeps the matmul's name and output; its reason names the fused collective. kAuto
+// The rewritten op keeps the matmul's name (the first product's, for several) and output (its
+// result sliced, for several); its reason names the fused collective. kAuto
 // times each pair both ways as a program of its own on `machine`, collectives from `collectives`
 // (both required for it; equal pairs are timed once). With `weights_prefetched` (the step's weight
 // collectives are issued a layer ahead: PrefetchWeightCollectives), kAuto leaves a weight's gather

@@ -510,6 +510,55 @@ TEST(CollectiveMatmulTest, GatherReadBySeveralProductsFusesWithAll) {
   }
 }
 
+// As a step casts each weight to the compute dtype just before its product, the casts of k's
+// and v's weights come between the products: they are made before the first instead, once
+// each, and the loop fuses all three. A weight computed from a value the program computes
+// between the products (k's cast weight, then its exp) is not moved: the gather stays.
+TEST(CollectiveMatmulTest, SharedGatherCastsLaterWeightsFirst) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 1}));
+  for (bool computed : {false, true}) {
+    SCOPED_TRACE(computed);
+    ProgramBuilder b({{"tp", 4}}, {}, ProgramMode::kAuto);
+    b.Input("x", {1, 8, 32}, DType::kBF16, P({{}, {"tp"}, {}}), Normal(0));
+    std::vector<std::string> results;
+    for (const char* name : {"q", "k", "v"}) {
+      const std::string w = std::string("w") + name;
+      b.Input(w, {32, 16}, DType::kF32, P({{}, {"tp"}}), Normal(1));
+      OpSpec cast;
+      cast.kind = OpKind::kConvert;
+      cast.in = {w};
+      cast.out = {w + "_c"};
+      cast.dtype = "bf16";
+      b.Add(cast);
+      std::string read = w + "_c";
+      if (computed && std::string(name) == "k") read = b.Unary(OpKind::kExp, read, "wk_exp");
+      b.Einsum("btd,df->btf", "x", read, name);
+      b.Output(name, P({{}, {}, {"tp"}}));
+    }
+    const ProgramSpec global = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, global.mesh_axes);
+    Fused f = PartitionAndFuse(global, machine, mesh, CollectiveMatmulMode::kBidirectional);
+    if (computed) {
+      EXPECT_EQ(f.count, 0);
+      EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllGather), 1);
+      continue;
+    }
+    ASSERT_EQ(f.count, 1);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kConvert), 3);
+    EXPECT_EQ(Count(f.partitioned.program, OpKind::kAllgatherMatmul), 1);
+    // The three casts come before the loop's weights are set side by side.
+    const auto& ops = f.partitioned.program.ops;
+    size_t converts = 0;
+    for (const OpSpec& op : ops) {
+      if (op.kind == OpKind::kConvert) ++converts;
+      if (op.kind == OpKind::kConcatenate) {
+        EXPECT_EQ(converts, 3u);
+      }
+    }
+    ExpectNumericsPass(global, f.partitioned, machine, mesh);
+  }
+}
+
 // The point of it: with the gather as long as the product, the overlapped loop ends sooner
 // than gather-then-multiply on the same network (v5e, 4 chips in a line, bf16 weights).
 TEST(CollectiveMatmulTest, OverlapShortensTheStep) {

@@ -758,9 +758,9 @@ TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
 // every device holding all 8 sequences) with collective matmuls, each layer's gathered
 // activation fuses with all three of its readers (q, k and v: one loop, the weights side by
 // side) and its attention's row-parallel output projection with its reduce-scatter (at these
-// sizes the partitioner gathers the MLP's weights rather than its activations; those gathers
-// fuse too). The fused step computes the unfused step's loss and gradients (to the
-// tolerance above: the numerics bounds give out as deep in the backward).
+// sizes the partitioner gathers the MLP's weights rather than its activations). The fused step
+// computes the unfused step's loss and gradients (to the tolerance above: the numerics bounds give
+// out as deep in the backward).
 TEST(TransformerTest, CollectiveMatmulsFuseSequenceParallelLayers) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   const TransformerConfig m = SmallModel();
