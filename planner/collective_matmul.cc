@@ -424,6 +424,48 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     if (form.x_transposed) turn(product, name, "/turn_x", {form.rows, form.k}, ops, x);
   };
+  // Unfolds the loop's 2-D result `folded` of `product` into `result` of shape `back` (its row
+  // dimensions, then its kept ones) by a free reshape; with a row dimension `lead` moved to the
+  // front for the loop (>= 0), into that order first, then moved back by a fused transpose.
+  // `type` is the result's.
+  auto unfold = [&](const OpSpec& product, const std::string& folded, const std::string& result,
+                    const Shape& back, int64_t lead, const std::string& type,
+                    std::vector<Rewritten>& ops) {
+    if (lead < 0) {
+      ops.push_back(Reshape(product, "/unrows", folded, result, back,
+                            "the collective matmul's rows back", type));
+      return;
+    }
+    const Shape ahead = Permuted(back, Leading(lead, back.size()));
+    ops.push_back(Reshape(product, "/unrows", folded, fresh(result + "/lead"), ahead,
+                          "the collective matmul's rows back", FormatShape(ahead) + " per device"));
+    std::string y = ops.back().first.out[0];
+    permute(product, "/unlead", ahead, Trailing(lead, back.size()), result,
+            "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops, y);
+    ops.back().second.second = type;
+  };
+
+  // Makes `x` (gathered along its row dimension `lead` when >= 0 is moved to the front, else
+  // along rows already leading) the loop's travelling block of rows, `block` ([rows / n, k]):
+  // the fused transpose, then a free reshape when x has more than two dimensions.
+  auto travel_rows = [&](const OpSpec& product, const Shape& lhs, int64_t lead, int n,
+                         const Shape& block, std::vector<Rewritten>& ops, std::string& x) {
+    const std::string name = x;
+    if (lead >= 0) {
+      Shape local = lhs;
+      local[static_cast<size_t>(lead)] /= n;
+      permute(product, "/lead", local, Leading(lead, lhs.size()), "",
+              "the rows of " + name + " gathered along its dimension " + std::to_string(lead) +
+                  " in front for the collective matmul",
+              ops, x);
+    }
+    if (lhs.size() > 2) {
+      ops.push_back(Reshape(product, "/rows", x, fresh(name + "/rows"), block,
+                            "the rows of " + name + " for the collective matmul",
+                            FormatShape(block) + " per device"));
+      x = ops.back().first.out[0];
+    }
+  };
 
   // Makes `w` (the product's operand `name`, or its local block) the loop's [K, N] `shape`:
   // stored [K..., N...], a free reshape when it has more dimensions; stored [N..., K...] (read
@@ -559,20 +601,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     }
     std::vector<Rewritten> ops;
     std::string x = gather.in[0];
-    if (lead >= 0) {
-      Shape local = lhs;
-      local[static_cast<size_t>(lead)] /= n;
-      permute(lead_product, "/lead", local, Leading(lead, lhs.size()), "",
-              "the rows of " + x + " gathered along its dimension " + std::to_string(lead) +
-                  " in front for the collective matmul",
-              ops, x);
-    }
-    if (lhs.size() > 2) {
-      ops.push_back(Reshape(lead_product, "/rows", x, fresh(gather.in[0] + "/rows"), block,
-                            "the rows of " + gather.in[0] + " for the collective matmul",
-                            FormatShape(block) + " per device"));
-      x = ops.back().first.out[0];
-    }
+    travel_rows(lead_product, lhs, lead, n, block, ops, x);
     OpSpec side;
     side.kind = OpKind::kConcatenate;
     side.name = lead_product.name + "/weights";
@@ -639,20 +668,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       Shape back(lhs.begin(), lhs.begin() + static_cast<int64_t>(form.row_dims));
       const auto first_n = rhs.begin() + static_cast<int64_t>(forms[r].FirstN());
       back.insert(back.end(), first_n, first_n + static_cast<int64_t>(forms[r].n_dims));
-      if (lead < 0) {
-        ops.push_back(Reshape(p, "/unrows", cut.out[0], p.out[0], back,
-                              "the collective matmul's rows back", type));
-        continue;
-      }
-      const Shape ahead = Permuted(back, Leading(lead, back.size()));
-      ops.push_back(Reshape(p, "/unrows", cut.out[0], fresh(p.out[0] + "/lead"), ahead,
-                            "the collective matmul's rows back",
-                            FormatShape(ahead) + " per device"));
-      std::string y = ops.back().first.out[0];
-      permute(p, "/unlead", ahead, Trailing(lead, back.size()), p.out[0],
-              "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
-              y);
-      ops.back().second.second = type;
+      unfold(p, cut.out[0], p.out[0], back, lead, type, ops);
     }
     drop[g] = 1;
     for (size_t r = 1; r < readers.size(); ++r) drop[readers[r]] = 1;
@@ -758,22 +774,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     if (gather_rhs) {
       fold_x_2d(consumer, *form, lhs.size(), ops, x);
     } else {
-      // x travels: its local block (its gathered dimension in front first) of rows folded.
-      const std::string name = x;
-      if (lead >= 0) {
-        Shape local = lhs;
-        local[static_cast<size_t>(lead)] /= n;
-        permute(consumer, "/lead", local, Leading(lead, lhs.size()), "",
-                "the rows of " + name + " gathered along its dimension " + std::to_string(lead) +
-                    " in front for the collective matmul",
-                ops, x);
-      }
-      if (lhs.size() > 2) {
-        ops.push_back(Reshape(consumer, "/rows", x, fresh(name + "/rows"), block,
-                              "the rows of " + name + " for the collective matmul",
-                              FormatShape(block) + " per device"));
-        x = ops.back().first.out[0];
-      }
+      travel_rows(consumer, lhs, lead, n, block, ops, x);  // x travels.
     }
     fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
     OpSpec cm;
@@ -801,21 +802,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       Shape back(first_row, first_row + static_cast<int64_t>(form->row_dims));
       const auto first_n = rhs.begin() + static_cast<int64_t>(form->FirstN());
       back.insert(back.end(), first_n, first_n + static_cast<int64_t>(form->n_dims));
-      if (lead < 0) {
-        ops.push_back(Reshape(consumer, "/unrows", out, consumer.out[0], back,
-                              "the collective matmul's rows back", type));
-      } else {
-        // The rows come out with the gathered dimension in front: moved back after.
-        const Shape ahead = Permuted(back, Leading(lead, back.size()));
-        ops.push_back(Reshape(consumer, "/unrows", out, fresh(consumer.out[0] + "/lead"), ahead,
-                              "the collective matmul's rows back",
-                              FormatShape(ahead) + " per device"));
-        std::string y = ops.back().first.out[0];
-        permute(consumer, "/unlead", ahead, Trailing(lead, back.size()), consumer.out[0],
-                "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
-                y);
-        ops.back().second.second = type;
-      }
+      unfold(consumer, out, consumer.out[0], back, lead, type, ops);
     }
     drop[g] = 1;
     replace[c] = std::move(ops);
@@ -945,20 +932,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
               ? FormatShape(folded_dim == 0 ? Shape{rows / n, form->n} : Shape{rows, form->n / n}) +
                     " per device"
               : type}});
-    if (fold && lead < 0) {
-      ops.push_back(Reshape(product, "/unrows", out, scatter.out[0], result,
-                            "the collective matmul's rows back", type));
-    } else if (fold) {
-      const Shape ahead = Permuted(result, Leading(lead, result.size()));
-      ops.push_back(Reshape(product, "/unrows", out, fresh(scatter.out[0] + "/lead"), ahead,
-                            "the collective matmul's rows back",
-                            FormatShape(ahead) + " per device"));
-      std::string y = ops.back().first.out[0];
-      permute(product, "/unlead", ahead, Trailing(lead, result.size()), scatter.out[0],
-              "the collective matmul's dimension " + std::to_string(lead) + " back in place", ops,
-              y);
-      ops.back().second.second = type;
-    }
+    if (fold) unfold(product, out, scatter.out[0], result, lead, type, ops);
     drop[s] = 1;
     replace[c] = std::move(ops);
     ++fused;

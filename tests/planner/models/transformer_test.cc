@@ -699,6 +699,33 @@ TEST(TransformerTest, BoundedPricingPartitionsAsPricingEveryCandidate) {
   }
 }
 
+// Runs `fused` (the step `global` partitioned with collective matmuls) and the step partitioned
+// without them, with real data, and holds every output of the first to the second's: the loops
+// add the same products in another f32 order, which moves the gradients by up to 7e-4 of their
+// largest magnitude in the tests below (the first layer's, after the second's norms amplify
+// it); a block misplaced or an operand mis-turned moves them by the order of the values
+// themselves. (The numerics check finds no finite bound for most gradients this deep in the
+// backward: its error model gives up through the norms' divisions.)
+void ExpectMatchesUnfused(const ProgramSpec& global,
+                          const std::vector<std::vector<std::string>>& layers,
+                          const PartitionCosts& costs, const PartitionResult& fused,
+                          const Machine& machine, const Mesh& mesh) {
+  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
+  RunConfig config;
+  config.numerics = true;
+  const RunResult a = RunProgram(machine, mesh, fused.program, config);
+  const RunResult b = RunProgram(machine, mesh, plain.program, config);
+  for (const auto& [name, x] : b.outputs) {
+    const Array& y = a.outputs.at(name);
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(x.ValueAt(i) - y.ValueAt(i)));
+      largest = std::max(largest, std::abs(x.ValueAt(i)));
+    }
+    EXPECT_LE(worst, 5e-3 * largest) << name;
+  }
+}
+
 // Under FSDP 8 with collective matmuls every weight collective of more than one dimension fuses
 // with its product: per layer the 7 weights' gathers in the forward and again in the backward
 // (each read once there: the weight read transposed by an activation's gradient), and the 7
@@ -732,26 +759,7 @@ TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
   EXPECT_EQ(count(OpKind::kPsumScatter), 2 * m.layers + 1 + 1);
   EXPECT_EQ(count(OpKind::kAllGather), 2 * (2 * m.layers + 1) + 1);
   ExpectNumericsPass(global, fused, machine, mesh);
-  // The numerics check finds no finite bound for most gradients this deep in the backward (its
-  // error model gives up through the norms' divisions), so the fused step is also held to the
-  // unfused one's outputs: the loops add the same products in another f32 order, which moves
-  // the gradients by up to 7e-4 of their largest magnitude here (the first layer's, after the
-  // second's norms amplify it); a block misplaced or an operand mis-turned moves them by the
-  // order of the values themselves.
-  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
-  RunConfig config;
-  config.numerics = true;
-  const RunResult a = RunProgram(machine, mesh, fused.program, config);
-  const RunResult b = RunProgram(machine, mesh, plain.program, config);
-  for (const auto& [name, x] : b.outputs) {
-    const Array& y = a.outputs.at(name);
-    double worst = 0, largest = 0;
-    for (int64_t i = 0; i < x.size(); ++i) {
-      worst = std::max(worst, std::abs(x.ValueAt(i) - y.ValueAt(i)));
-      largest = std::max(largest, std::abs(x.ValueAt(i)));
-    }
-    EXPECT_LE(worst, 5e-3 * largest) << name;
-  }
+  ExpectMatchesUnfused(global, layers, costs, fused, machine, mesh);
 }
 
 // Under tensor parallelism with sequence parallelism (TP 8, the sequence split between layers,
@@ -797,20 +805,7 @@ TEST(TransformerTest, CollectiveMatmulsFuseSequenceParallelLayers) {
               1);
     EXPECT_EQ(fused_with(OpKind::kMatmulReduceScatter, "add h" + n), 1);
   }
-  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
-  RunConfig config;
-  config.numerics = true;
-  const RunResult a = RunProgram(machine, mesh, fused.program, config);
-  const RunResult b = RunProgram(machine, mesh, plain.program, config);
-  for (const auto& [name, x] : b.outputs) {
-    const Array& y = a.outputs.at(name);
-    double worst = 0, largest = 0;
-    for (int64_t i = 0; i < x.size(); ++i) {
-      worst = std::max(worst, std::abs(x.ValueAt(i) - y.ValueAt(i)));
-      largest = std::max(largest, std::abs(x.ValueAt(i)));
-    }
-    EXPECT_LE(worst, 5e-3 * largest) << name;
-  }
+  ExpectMatchesUnfused(global, layers, costs, fused, machine, mesh);
   ExpectNumericsPass(global, fused, machine, mesh);
 }
 
