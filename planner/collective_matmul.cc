@@ -197,6 +197,26 @@ Shape Permuted(const Shape& shape, const std::vector<int64_t>& axes) {
   return out;
 }
 
+// How x of local shape `x` (rows first, `row_dims` of them), gathered along `axis`, travels:
+// its rows (loop axis 0) when `axis` is a row dimension, that dimension moved to the front
+// first (`lead`) when one before it is not 1 on the device (the sequence, two sequences a
+// device); its columns (loop axis 1) when x is 2-D and gathered along K. Loop axis -1: neither.
+struct TravellingX {
+  int64_t loop_axis = -1;
+  int64_t lead = -1;
+};
+TravellingX TravelOf(const Shape& x, size_t row_dims, int64_t axis) {
+  TravellingX t;
+  if (axis < static_cast<int64_t>(row_dims)) {
+    t.loop_axis = 0;
+    for (int64_t i = 0; i < axis; ++i) {
+      if (x[static_cast<size_t>(i)] != 1) t.lead = axis;
+    }
+  }
+  if (x.size() == 2 && axis == 1) t.loop_axis = 1;
+  return t;
+}
+
 // "tp" or "fsdp, tp": a collective's axes for a reason.
 std::string AxesText(const std::vector<std::string>& axes) {
   std::string text;
@@ -365,46 +385,46 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     return name;
   };
 
-  // Turns `v` (the product's operand `name`, read transposed, folded to the transpose of the
-  // 2-D `shape`) into `shape` by a transpose appended to `ops` (`suffix` "/turn" for w,
-  // "/turn_x" for x). The transpose is fused: it takes no time, as XLA's dot reads an operand in
-  // place whatever order its contracted dimensions are stored in (the product it replaces
-  // read it so at no cost either); its local block is still held while the loop runs.
-  auto turn = [&](const OpSpec& product, const std::string& name, const std::string& suffix,
-                  const Shape& shape, std::vector<Rewritten>& ops, std::string& v) {
+  // Appends to `ops` a fused transpose of `v` by `axes` (empty: reversed), named by `product`
+  // and `suffix`, writing `out` (empty: a fresh name from v and `fresh_suffix`); `why` and
+  // `type` are its reason and type. It takes no time: XLA's dot reads an operand in place
+  // whatever order its dimensions are stored in, and its layout assignment lays the dot's
+  // operand and result out as the loop wants them; its block is still held while the loop
+  // runs. v takes the transpose's name.
+  auto fused_transpose = [&](const OpSpec& product, const std::string& suffix,
+                             std::vector<int64_t> axes, const std::string& out,
+                             const std::string& fresh_suffix, std::string why, std::string type,
+                             std::vector<Rewritten>& ops, std::string& v) {
     OpSpec t;
     t.kind = OpKind::kTranspose;
     t.name = product.name + suffix;
     t.key = product.key;
     t.in = {v};
-    t.out = {fresh(v + "/t")};
+    t.out = {out.empty() ? fresh(v + fresh_suffix) : out};
+    t.axes = std::move(axes);
     t.where = product.where;
     t.fused = true;
-    ops.push_back({t,
-                   {name + " read transposed: its local block turned for the collective matmul",
-                    FormatShape(shape) + " per device"}});
+    ops.push_back({t, {std::move(why), std::move(type)}});
     v = t.out[0];
   };
 
-  // Permutes `v` (of local shape `shape`) by `axes` with a fused transpose appended to `ops`
-  // (`suffix` names it): a row dimension of an activation moved to the front, so that its
-  // blocks are whole rows of the loop (as Megatron's sequence-first [s, b, h] layout has them),
-  // or moved back after it. No time: XLA's layout assignment lays the dot's operand and result
-  // out so; its block is still held while the loop runs. v takes the transpose's name.
+  // Turns `v` (the product's operand `name`, read transposed, folded to the transpose of the
+  // 2-D `shape`) into `shape` (`suffix` "/turn" for w, "/turn_x" for x).
+  auto turn = [&](const OpSpec& product, const std::string& name, const std::string& suffix,
+                  const Shape& shape, std::vector<Rewritten>& ops, std::string& v) {
+    fused_transpose(product, suffix, {}, "", "/t",
+                    name + " read transposed: its local block turned for the collective matmul",
+                    FormatShape(shape) + " per device", ops, v);
+  };
+
+  // Permutes `v` (of local shape `shape`) by `axes`, writing `out` (empty: a fresh name): a row
+  // dimension of an activation moved to the front, so that its blocks are whole rows of the
+  // loop (as Megatron's sequence-first [s, b, h] layout has them), or moved back after it.
   auto permute = [&](const OpSpec& product, const std::string& suffix, const Shape& shape,
                      const std::vector<int64_t>& axes, const std::string& out, std::string why,
                      std::vector<Rewritten>& ops, std::string& v) {
-    OpSpec t;
-    t.kind = OpKind::kTranspose;
-    t.name = product.name + suffix;
-    t.key = product.key;
-    t.in = {v};
-    t.out = {out.empty() ? fresh(v + "/lead") : out};
-    t.axes = axes;
-    t.where = product.where;
-    t.fused = true;
-    ops.push_back({t, {std::move(why), FormatShape(Permuted(shape, axes)) + " per device"}});
-    v = t.out[0];
+    fused_transpose(product, suffix, axes, out, "/lead", std::move(why),
+                    FormatShape(Permuted(shape, axes)) + " per device", ops, v);
   };
 
   // Folds `product`'s x [rows..., K...] (or, read transposed, [K..., rows...]) into [rows, k]
@@ -481,6 +501,26 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       w = ops.back().first.out[0];
     }
     if (transposed) turn(product, name, "/turn", shape, ops, w);
+  };
+
+  // The allgather_matmul of `x` and `w` into `out` in `product`'s place (its name, key and
+  // where), fused with `gather` (its axes and algorithm).
+  auto gather_loop = [&](const OpSpec& product, const OpSpec& gather, std::string x, std::string w,
+                         std::string out, bool gather_rhs, int64_t loop_axis,
+                         const std::string& variant) {
+    OpSpec cm;
+    cm.kind = OpKind::kAllgatherMatmul;
+    cm.name = product.name;
+    cm.key = product.key;
+    cm.in = {std::move(x), std::move(w)};
+    cm.out = {std::move(out)};
+    cm.axis_name = gather.axis_name;
+    cm.gather = gather_rhs ? "rhs" : "lhs";
+    cm.axis = loop_axis;
+    cm.variant = variant;
+    cm.algorithm = gather.algorithm;
+    cm.where = product.where;
+    return cm;
   };
 
   const std::vector<char> weight_ops =
@@ -567,14 +607,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const Shape& lhs = in_types[first][0].shape();
     const int64_t axis =
         gather.axis < 0 ? gather.axis + static_cast<int64_t>(lhs.size()) : gather.axis;
-    int64_t loop_axis = -1, lead = -1;
-    if (axis < static_cast<int64_t>(form.row_dims)) {
-      loop_axis = 0;
-      for (int64_t i = 0; i < axis; ++i) {
-        if (lhs[i] != 1) lead = axis;
-      }
-    }
-    if (lhs.size() == 2 && axis == 1) loop_axis = 1;
+    const auto [loop_axis, lead] = TravelOf(lhs, form.row_dims, axis);
     if (loop_axis < 0) return false;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
     if (n <= 1) return false;
@@ -622,18 +655,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     ops.push_back({side,
                    {"the weights of " + products + " side by side for one collective matmul",
                     FormatShape({form.k, columns}) + " per device"}});
-    OpSpec cm;
-    cm.kind = OpKind::kAllgatherMatmul;
-    cm.name = lead_product.name;
-    cm.key = lead_product.key;
-    cm.in = {x, side.out[0]};
-    cm.out = {fresh(lead_product.out[0] + "/all")};
-    cm.axis_name = gather.axis_name;
-    cm.gather = "lhs";
-    cm.axis = loop_axis;
-    cm.variant = variant;
-    cm.algorithm = gather.algorithm;
-    cm.where = lead_product.where;
+    const OpSpec cm = gather_loop(lead_product, gather, x, side.out[0],
+                                  fresh(lead_product.out[0] + "/all"), false, loop_axis, variant);
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
     ops.push_back(
@@ -715,22 +738,17 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
     const int64_t axis =
         gather.axis < 0 ? gather.axis + static_cast<int64_t>(gathered.size()) : gather.axis;
     // The loop's axis of the gathered operand, folded: w's first contracted dimension (its
-    // blocks are whole rows of w [K, N]) or its first kept one (whole columns); x's rows (a
-    // row dimension every one before which is 1 on the device: dimension 0, or the sequence
-    // with one sequence per device) or, x 2-D, its columns.
+    // blocks are whole rows of w [K, N]) or its first kept one (whole columns); x's rows or
+    // columns as TravelOf says.
     int64_t loop_axis = -1;
     int64_t lead = -1;  // x's row dimension moved to the front, or none.
     if (gather_rhs) {
       if (axis == static_cast<int64_t>(form->FirstK())) loop_axis = 0;
       if (axis == static_cast<int64_t>(form->FirstN())) loop_axis = 1;
     } else {
-      bool leading_ones = true;
-      for (int64_t i = 0; i < axis; ++i) leading_ones = leading_ones && lhs[i] == 1;
-      if (axis < static_cast<int64_t>(form->row_dims)) loop_axis = 0;
-      // A later row dimension with more than one index before it (the sequence, two
-      // sequences a device) is moved to the front first.
-      if (loop_axis == 0 && !leading_ones) lead = axis;
-      if (lhs.size() == 2 && axis == 1) loop_axis = 1;
+      const TravellingX t = TravelOf(lhs, form->row_dims, axis);
+      loop_axis = t.loop_axis;
+      lead = t.lead;
     }
     if (loop_axis < 0) continue;
     const int n = mesh.GroupSize(ResolveCollectiveAxes(gather, mesh));
@@ -777,18 +795,7 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
       travel_rows(consumer, lhs, lead, n, block, ops, x);  // x travels.
     }
     fold_w_2d(consumer, w, gather_rhs ? block : w2, fold_w, form->w_transposed, ops, w);
-    OpSpec cm;
-    cm.kind = OpKind::kAllgatherMatmul;
-    cm.name = consumer.name;
-    cm.key = consumer.key;
-    cm.in = {x, w};
-    cm.out = {out};
-    cm.axis_name = gather.axis_name;
-    cm.gather = gather_rhs ? "rhs" : "lhs";
-    cm.axis = loop_axis;
-    cm.variant = variant;
-    cm.algorithm = gather.algorithm;
-    cm.where = consumer.where;
+    const OpSpec cm = gather_loop(consumer, gather, x, w, out, gather_rhs, loop_axis, variant);
     const std::string gather_reason =
         partitioned.reasons.size() > g ? partitioned.reasons[g] : std::string();
     ops.push_back(
