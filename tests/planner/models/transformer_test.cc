@@ -699,22 +699,45 @@ TEST(TransformerTest, BoundedPricingPartitionsAsPricingEveryCandidate) {
   }
 }
 
-// Runs `fused` (the step `global` partitioned with collective matmuls) and the step partitioned
-// without them, with real data, and holds every output of the first to the second's: the loops
-// add the same products in another f32 order, which moves the gradients by up to 7e-4 of their
-// largest magnitude in the tests below (the first layer's, after the second's norms amplify
-// it); a block misplaced or an operand mis-turned moves them by the order of the values
-// themselves. (The numerics check finds no finite bound for most gradients this deep in the
-// backward: its error model gives up through the norms' divisions.)
-void ExpectMatchesUnfused(const ProgramSpec& global,
-                          const std::vector<std::vector<std::string>>& layers,
-                          const PartitionCosts& costs, const PartitionResult& fused,
-                          const Machine& machine, const Mesh& mesh) {
-  const PartitionResult plain = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0);
+// The small model's gradients-only f32 step on a TPU v5e 4x2 under `rules` over `axes`,
+// partitioned with bidirectional collective matmuls. Not copied: its costs point at its mesh
+// and cache.
+struct FusedSmallStep {
+  FusedSmallStep(const std::vector<MeshAxis>& axes,
+                 const std::map<std::string, std::vector<std::string>>& rules)
+      : global(BuildTrainStep(model, TrainConfig(), axes, LogicalRules(rules, axes), &layers)),
+        mesh(PlaceMesh(machine, axes)),
+        costs{&mesh, &cache, machine.compute_model(), 0, &machine},
+        fused(PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0, nullptr,
+                                 CollectiveMatmulMode::kBidirectional)) {}
+  FusedSmallStep(const FusedSmallStep&) = delete;
+  FusedSmallStep& operator=(const FusedSmallStep&) = delete;
+
+  Machine machine{BuildPreset("tpu-v5e", {4, 2})};
+  const TransformerConfig model = SmallModel();
+  std::vector<std::vector<std::string>> layers;
+  const ProgramSpec global;
+  const Mesh mesh;
+  NetworkCollectiveModel network{machine};
+  CachedCollectiveModel cache{network};
+  const PartitionCosts costs;
+  const PartitionResult fused;
+};
+
+// Runs `step`'s fused program and its step partitioned without collective matmuls, with real
+// data, and holds every output of the first to the second's: the loops add the same products
+// in another f32 order, which moves the gradients by up to 7e-4 of their largest magnitude in
+// the tests below (the first layer's, after the second's norms amplify it); a block misplaced
+// or an operand mis-turned moves them by the order of the values themselves. (The numerics
+// check finds no finite bound for most gradients this deep in the backward: its error model
+// gives up through the norms' divisions.)
+void ExpectMatchesUnfused(const FusedSmallStep& step) {
+  const PartitionResult plain =
+      PartitionTrainStep(step.global, step.layers, RematPolicy::kNone, step.costs, 0);
   RunConfig config;
   config.numerics = true;
-  const RunResult a = RunProgram(machine, mesh, fused.program, config);
-  const RunResult b = RunProgram(machine, mesh, plain.program, config);
+  const RunResult a = RunProgram(step.machine, step.mesh, step.fused.program, config);
+  const RunResult b = RunProgram(step.machine, step.mesh, plain.program, config);
   for (const auto& [name, x] : b.outputs) {
     const Array& y = a.outputs.at(name);
     double worst = 0, largest = 0;
@@ -735,19 +758,9 @@ void ExpectMatchesUnfused(const ProgramSpec& global,
 // gradient's scatter (a take's gradient adds rows: no product). The fused step computes the
 // unsharded step's gradients.
 TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
-  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  const TransformerConfig m = SmallModel();
-  TrainConfig train;  // Gradients only, f32.
-  const std::vector<MeshAxis> axes = {{"fsdp", 8}};
-  std::vector<std::vector<std::string>> layers;
-  const ProgramSpec global = BuildTrainStep(
-      m, train, axes, LogicalRules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, axes), &layers);
-  Mesh mesh = PlaceMesh(machine, axes);
-  NetworkCollectiveModel network(machine);
-  CachedCollectiveModel cache(network);
-  const PartitionCosts costs{&mesh, &cache, machine.compute_model(), 0, &machine};
-  const PartitionResult fused = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0,
-                                                   nullptr, CollectiveMatmulMode::kBidirectional);
+  const FusedSmallStep step({{"fsdp", 8}}, {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}});
+  const TransformerConfig& m = step.model;
+  const PartitionResult& fused = step.fused;
   auto count = [&](OpKind kind) {
     return std::count_if(fused.program.ops.begin(), fused.program.ops.end(),
                          [&](const OpSpec& op) { return op.kind == kind; });
@@ -758,8 +771,8 @@ TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
   // their gradients' scatters; the embedding's gather and its gradient's scatter.
   EXPECT_EQ(count(OpKind::kPsumScatter), 2 * m.layers + 1 + 1);
   EXPECT_EQ(count(OpKind::kAllGather), 2 * (2 * m.layers + 1) + 1);
-  ExpectNumericsPass(global, fused, machine, mesh);
-  ExpectMatchesUnfused(global, layers, costs, fused, machine, mesh);
+  ExpectNumericsPass(step.global, fused, step.machine, step.mesh);
+  ExpectMatchesUnfused(step);
 }
 
 // Under tensor parallelism with sequence parallelism (TP 8, the sequence split between layers,
@@ -770,24 +783,13 @@ TEST(TransformerTest, CollectiveMatmulsFuseEveryFsdpWeightCollective) {
 // computes the unfused step's loss and gradients (to the tolerance above: the numerics bounds give
 // out as deep in the backward).
 TEST(TransformerTest, CollectiveMatmulsFuseSequenceParallelLayers) {
-  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
-  const TransformerConfig m = SmallModel();
-  TrainConfig train;  // Gradients only, f32.
-  const std::vector<MeshAxis> axes = {{"tensor", 8}};
-  std::vector<std::vector<std::string>> layers;
-  const LogicalRules rules({{"heads", {"tensor"}},
-                            {"kv_heads", {"tensor"}},
-                            {"mlp", {"tensor"}},
-                            {"vocab", {"tensor"}},
-                            {"length", {"tensor"}}},
-                           axes);
-  const ProgramSpec global = BuildTrainStep(m, train, axes, rules, &layers);
-  Mesh mesh = PlaceMesh(machine, axes);
-  NetworkCollectiveModel network(machine);
-  CachedCollectiveModel cache(network);
-  const PartitionCosts costs{&mesh, &cache, machine.compute_model(), 0, &machine};
-  const PartitionResult fused = PartitionTrainStep(global, layers, RematPolicy::kNone, costs, 0,
-                                                   nullptr, CollectiveMatmulMode::kBidirectional);
+  const FusedSmallStep step({{"tensor", 8}}, {{"heads", {"tensor"}},
+                                              {"kv_heads", {"tensor"}},
+                                              {"mlp", {"tensor"}},
+                                              {"vocab", {"tensor"}},
+                                              {"length", {"tensor"}}});
+  const TransformerConfig& m = step.model;
+  const PartitionResult& fused = step.fused;
   auto fused_with = [&](OpKind kind, const std::string& reason) {
     int found = 0;
     for (size_t i = 0; i < fused.program.ops.size(); ++i) {
@@ -805,8 +807,8 @@ TEST(TransformerTest, CollectiveMatmulsFuseSequenceParallelLayers) {
               1);
     EXPECT_EQ(fused_with(OpKind::kMatmulReduceScatter, "add h" + n), 1);
   }
-  ExpectMatchesUnfused(global, layers, costs, fused, machine, mesh);
-  ExpectNumericsPass(global, fused, machine, mesh);
+  ExpectMatchesUnfused(step);
+  ExpectNumericsPass(step.global, fused, step.machine, step.mesh);
 }
 
 // On 64 v5p chips under FSDP 16 x TP 4 with a 32768-token vocabulary the embedding's
