@@ -164,6 +164,16 @@ const GroupUseByLink& LinkProfile::by_link() const {
   return by_link_;
 }
 
+std::vector<int> CanonicalGroupOrder(const Mesh& mesh,
+                                     const std::vector<std::vector<int>>& groups) {
+  std::vector<int> order(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) order[g] = static_cast<int>(g);
+  // Groups are disjoint: their first members' devices differ.
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return mesh.device(groups[a][0]) < mesh.device(groups[b][0]); });
+  return order;
+}
+
 NetworkCollectiveModel::NetworkCollectiveModel(const Machine& machine, bool translate_groups)
     : machine_(machine), router_(&machine.router()), translate_groups_(translate_groups) {}
 
@@ -178,7 +188,20 @@ std::shared_ptr<const CollectiveTiming> NetworkCollectiveModel::Estimate(
   ++simulations_;
   auto timing = std::make_shared<CollectiveTiming>();
   timing->member_time.assign(mesh.size(), Time());
-  SimulateAnyWay(mesh, request, mesh.Groups(request.axes), *timing);
+  // The groups run in the order of their first members' devices, whatever the mesh's order of
+  // them: the answer is then one of the groups' devices alone (CanonicalGroupOrder), which
+  // the cache moves between meshes that share them.
+  std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
+  const std::vector<int> order = CanonicalGroupOrder(mesh, groups);
+  std::vector<std::vector<int>> sorted(groups.size());
+  for (size_t c = 0; c < order.size(); ++c) sorted[c] = std::move(groups[order[c]]);
+  SimulateAnyWay(mesh, request, sorted, *timing);
+  std::vector<std::vector<LinkUse>>& group_use = timing->profile->group_use;
+  if (group_use.size() == order.size()) {
+    std::vector<std::vector<LinkUse>> by_mesh(order.size());
+    for (size_t c = 0; c < order.size(); ++c) by_mesh[order[c]] = std::move(group_use[c]);
+    group_use = std::move(by_mesh);
+  }
   timing->slowest = Slowest(timing->member_time);
   return timing;
 }
@@ -412,16 +435,19 @@ bool NetworkCollectiveModel::SimulateByTranslation(const Mesh& mesh,
 
 namespace {
 
-// Every field of `request` but its kind and reduction, then the mesh's placement (its id in
-// the cache, MeshId). Algorithm names are spelled out character by character.
-std::vector<int64_t> RequestKey(int64_t mesh_id, const CollectiveRequest& request,
-                                int64_t elements) {
+// Every field of `request` but its kind and reduction (its axes only `with_axes`), then the
+// placement's id in the cache (MeshId, or PlacementId of a group layout, which stands for the
+// axes). Algorithm names are spelled out character by character.
+std::vector<int64_t> RequestKey(int64_t mesh_id, const CollectiveRequest& request, int64_t elements,
+                                bool with_axes) {
   std::vector<int64_t> key = {static_cast<int64_t>(request.dtype), elements,
                               request.chunk_size.count(),
                               static_cast<int64_t>(request.algorithm.size())};
   for (char c : request.algorithm) key.push_back(c);
-  key.push_back(static_cast<int64_t>(request.axes.size()));
-  key.insert(key.end(), request.axes.begin(), request.axes.end());
+  if (with_axes) {
+    key.push_back(static_cast<int64_t>(request.axes.size()));
+    key.insert(key.end(), request.axes.begin(), request.axes.end());
+  }
   key.push_back(static_cast<int64_t>(request.destination.size()));
   key.insert(key.end(), request.destination.begin(), request.destination.end());
   key.push_back(mesh_id);
@@ -469,8 +495,8 @@ int64_t CachedCollectiveModel::MeshId(const Mesh& mesh) {
 }
 
 std::pair<std::vector<int64_t>, std::vector<int64_t>> CachedCollectiveModel::Keys(
-    int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request) {
-  std::vector<int64_t> key = RequestKey(mesh_id, request, request.elements);
+    int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request, bool with_axes) {
+  std::vector<int64_t> key = RequestKey(mesh_id, request, request.elements, with_axes);
   key.insert(key.begin(),
              {static_cast<int64_t>(request.kind), static_cast<int64_t>(request.reduce)});
   // A ring pass: a reduce-scatter of G blocks sends, step for step, the transfers of the
@@ -484,36 +510,106 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> CachedCollectiveModel::Key
     for (int a : request.axes) g *= mesh.axes()[a].size;
     bool scatter = request.kind == CollectiveKind::kReduceScatter;
     if (!scatter || request.elements % g == 0) {
-      pass = RequestKey(mesh_id, request, scatter ? request.elements / g : request.elements);
+      pass = RequestKey(mesh_id, request, scatter ? request.elements / g : request.elements,
+                        with_axes);
     }
   }
   return {std::move(key), std::move(pass)};
 }
 
+CachedCollectiveModel::GroupLayout CachedCollectiveModel::Layout(const Mesh& mesh,
+                                                                 const CollectiveRequest& request) {
+  GroupLayout layout;
+  for (int a : request.axes) layout.placement.push_back(mesh.axes()[a].size);
+  layout.placement.push_back(-1);
+  const std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
+  layout.order = CanonicalGroupOrder(mesh, groups);
+  for (int g : layout.order) {
+    for (int p : groups[g]) {
+      layout.positions.push_back(p);
+      layout.placement.push_back(mesh.device(p));
+    }
+  }
+  return layout;
+}
+
+std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Moved(
+    const std::shared_ptr<const CollectiveTiming>& timing, const GroupLayout& from,
+    const GroupLayout& to, int positions) {
+  if (from.positions == to.positions && from.order == to.order &&
+      timing->member_time.size() == static_cast<size_t>(positions)) {
+    return timing;
+  }
+  auto moved = std::make_shared<CollectiveTiming>();
+  moved->member_time.assign(positions, Time());
+  for (size_t i = 0; i < to.positions.size(); ++i) {
+    moved->member_time[to.positions[i]] = timing->member_time[from.positions[i]];
+  }
+  moved->slowest = timing->slowest;
+  moved->algorithm = timing->algorithm;
+  const LinkProfile& a = *timing->profile;
+  LinkProfile& b = *moved->profile;
+  b.links = a.links;
+  b.link_share = a.link_share;
+  b.link_use = a.link_use;
+  if (a.group_use.size() == from.order.size()) {
+    b.group_use.resize(to.order.size());
+    for (size_t c = 0; c < to.order.size(); ++c)
+      b.group_use[to.order[c]] = a.group_use[from.order[c]];
+  } else {
+    b.group_use = a.group_use;  // None recorded.
+  }
+  return moved;
+}
+
+int64_t CachedCollectiveModel::PlacementId(const std::vector<int64_t>& placement) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the values.
+  for (int64_t v : placement) {
+    hash ^= static_cast<uint64_t>(v);
+    hash *= 1099511628211ull;
+  }
+  std::vector<std::pair<std::vector<int64_t>, int64_t>>& same = placements_[hash];
+  for (const auto& [known, id] : same) {
+    if (known == placement) return id;
+  }
+  same.push_back({placement, next_placement_id_});
+  return next_placement_id_++;
+}
+
 std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
     const Mesh& mesh, const CollectiveRequest& request, CollectiveCostModel& inner) {
-  int64_t mesh_id;
+  std::vector<int64_t> key;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    mesh_id = MeshId(mesh);
-  }
-  auto [key, pass] = Keys(mesh_id, mesh, request);
-  std::shared_ptr<const CollectiveTiming> timing;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
+    key = Keys(MeshId(mesh), mesh, request).first;
     auto it = cache_.find(key);
     if (it != cache_.end()) {
       ++hits_;
       return it->second;
     }
-    if (!pass.empty()) {
-      auto found = ring_passes_.find(pass);
-      if (found != ring_passes_.end()) {
-        ++hits_;
+  }
+  // Not asked on this mesh: perhaps on another with the same groups.
+  auto layout = std::make_shared<const GroupLayout>(Layout(mesh, request));
+  std::vector<int64_t> laid_key, pass;
+  std::shared_ptr<const CollectiveTiming> timing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::tie(laid_key, pass) =
+        Keys(PlacementId(layout->placement), mesh, request, /*with_axes=*/false);
+    const LaidOut* known = nullptr;
+    if (auto it = by_layout_.find(laid_key); it != by_layout_.end()) {
+      known = &it->second;
+    } else if (!pass.empty()) {
+      if (auto found = ring_passes_.find(pass); found != ring_passes_.end()) {
+        known = &found->second;
         ++ring_pass_hits_;
-        cache_.emplace(std::move(key), found->second);
-        return found->second;
       }
+    }
+    if (known) {
+      ++hits_;
+      timing = Moved(known->timing, *known->layout, *layout, mesh.size());
+      by_layout_.emplace(std::move(laid_key), LaidOut{timing, layout});
+      return cache_.emplace(std::move(key), timing).first->second;
     }
     ++misses_;
     auto ahead = prepared_.find(key);
@@ -528,9 +624,10 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
   // reduce-scatter and an all-gather of the same array the same one.
   const std::string family = timing->algorithm.substr(0, timing->algorithm.find('/'));
   if (!pass.empty() && (family == "ring" || family == "bidirectional_ring")) {
-    ring_passes_.emplace(std::move(pass), timing);
+    ring_passes_.emplace(std::move(pass), LaidOut{timing, layout});
   }
-  // Another thread may have stored this key meanwhile: keep its (equal) answer.
+  // Another thread may have stored these keys meanwhile: keep its (equal) answer.
+  by_layout_.emplace(std::move(laid_key), LaidOut{timing, layout});
   return cache_.emplace(std::move(key), timing).first->second;
 }
 
@@ -541,13 +638,23 @@ void CachedCollectiveModel::Prepare(const Mesh& mesh,
   // an earlier one shares (their fate depends on its answer).
   std::vector<size_t> work;
   std::vector<std::vector<int64_t>> work_keys;
+  // Each request's group layout (one per distinct list of axes), found outside the lock.
+  std::map<std::vector<int>, GroupLayout> layouts;
+  for (const CollectiveRequest& request : requests) {
+    if (!layouts.count(request.axes)) layouts.emplace(request.axes, Layout(mesh, request));
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t mesh_id = MeshId(mesh);
-    std::set<std::vector<int64_t>> keys, passes;
+    std::set<std::vector<int64_t>> keys, laid_keys, passes;
     for (size_t i = 0; i < requests.size(); ++i) {
-      auto [key, pass] = Keys(mesh_id, mesh, requests[i]);
+      std::vector<int64_t> key = Keys(mesh_id, mesh, requests[i]).first;
       if (cache_.count(key) || prepared_.count(key) || !keys.insert(key).second) continue;
+      // A request whose timing another mesh with the same groups has (or will have from this
+      // list) is moved, not priced.
+      auto [laid_key, pass] = Keys(PlacementId(layouts.at(requests[i].axes).placement), mesh,
+                                   requests[i], /*with_axes=*/false);
+      if (by_layout_.count(laid_key) || !laid_keys.insert(std::move(laid_key)).second) continue;
       if (!pass.empty() && (ring_passes_.count(pass) || !passes.insert(std::move(pass)).second)) {
         continue;
       }

@@ -106,6 +106,11 @@ struct CollectiveTiming {
 
 class TimelineCache;
 
+// The order in which a collective's groups over some axes of `mesh` (Mesh::Groups order) are
+// simulated: their indices, ascending by their first member's device. Two meshes whose groups
+// are the same lists of devices, listed in other orders, simulate them alike.
+std::vector<int> CanonicalGroupOrder(const Mesh& mesh, const std::vector<std::vector<int>>& groups);
+
 // Prices one collective op over a mesh. Implementations must be deterministic: the same
 // request on the same mesh gives the same answer.
 class CollectiveCostModel {
@@ -199,6 +204,12 @@ class NetworkCollectiveModel : public CollectiveCostModel {
 // and an all-gather that run as the same ring pass (one ring or two opposite ones, the
 // scatter of G blocks and the gather of one) move the same transfers at the same times: once
 // one is known, the other is a hit too.
+// Another mesh whose groups over the request's axes are the same lists of devices (in any
+// order of the groups) and whose axes there have the same sizes gets the timing moved: member
+// times by member, each group's link use to that group's number in the other mesh (a plan
+// search's meshes data 280 x fsdp 4 x tensor 8 and data 280 x fsdp 8 x tensor 4 share every
+// data-axis group). That is exact for inner models whose answer is a function of those groups
+// and sizes alone, as NetworkCollectiveModel's is (it simulates groups in CanonicalGroupOrder).
 //
 // Thread-safe: plan search shares one cache between worker threads, each asking through its
 // own inner model (EstimateWith; a Machine's router is not thread-safe). A miss is computed
@@ -244,9 +255,33 @@ class CachedCollectiveModel : public CollectiveCostModel {
   int64_t MeshId(const Mesh& mesh);
 
   // The cache key of `request` on the placement numbered `mesh_id`, and its ring-pass key
-  // (empty: none).
+  // (empty: none). `with_axes`: the key names the request's mesh axes (a mesh's key); without,
+  // the placement id stands for them (a group layout's key, GroupLayout).
   static std::pair<std::vector<int64_t>, std::vector<int64_t>> Keys(
-      int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request);
+      int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request, bool with_axes = true);
+
+  // A request's groups on a mesh, as timings move between meshes that share them.
+  struct GroupLayout {
+    // The sizes of the request's axes, -1, then the groups' devices member by member, the
+    // groups in CanonicalGroupOrder: equal for meshes whose timings are one.
+    std::vector<int64_t> placement;
+    std::vector<int> positions;  // The mesh positions of those members, in the same order.
+    std::vector<int> order;      // The mesh's group number of each group in that order.
+  };
+  static GroupLayout Layout(const Mesh& mesh, const CollectiveRequest& request);
+  // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
+  // out as `to` (the same timing when the layouts agree position for position).
+  static std::shared_ptr<const CollectiveTiming> Moved(
+      const std::shared_ptr<const CollectiveTiming>& timing, const GroupLayout& from,
+      const GroupLayout& to, int positions);
+  // The id of a group layout's placement, found by its hash and compared whole; a new one gets
+  // the next id. Needs mutex_.
+  int64_t PlacementId(const std::vector<int64_t>& placement);
+  // A timing and the layout it was made on.
+  struct LaidOut {
+    std::shared_ptr<const CollectiveTiming> timing;
+    std::shared_ptr<const GroupLayout> layout;
+  };
 
   CollectiveCostModel& inner_;
   std::vector<CollectiveCostModel*> helpers_;
@@ -257,8 +292,15 @@ class CachedCollectiveModel : public CollectiveCostModel {
   std::map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> meshes_;
   int64_t next_mesh_id_ = 0;
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
-  // Ring passes timed so far, by their request without kind or reduction, per-block elements.
-  std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> ring_passes_;
+  // Group layouts seen, by hash: each with its id.
+  std::map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> placements_;
+  int64_t next_placement_id_ = 0;
+  // Timings by group layout (keys without axes, Keys' `with_axes` false): what another mesh
+  // with the same groups moves.
+  std::map<std::vector<int64_t>, LaidOut> by_layout_;
+  // Ring passes timed so far, by their request without kind or reduction, per-block elements,
+  // on their group layout.
+  std::map<std::vector<int64_t>, LaidOut> ring_passes_;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
   int64_t ring_pass_hits_ = 0;

@@ -531,20 +531,85 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     if (failure) std::rethrow_exception(failure);
   };
 
+  // Per family (found when first needed): a hash of each of its mesh's axes over 1 with the
+  // devices of that axis's groups, sorted (CanonicalGroupOrder). Two families sharing one
+  // share that axis's collectives (the cache moves them between meshes), so workers keep
+  // them apart: one prices, the other finds.
+  std::vector<std::optional<std::vector<uint64_t>>> axis_layouts(families.size());
+  auto layouts_of = [&](size_t f) -> const std::vector<uint64_t>& {
+    if (!axis_layouts[f]) {
+      std::vector<uint64_t> hashes;
+      const StepPlan& plan = families[f].variants.front().plan;
+      try {
+        const Mesh mesh = PlaceMesh(*main_machine, plan.mesh, plan.devices);
+        for (size_t a = 0; a < mesh.axes().size(); ++a) {
+          if (mesh.axes()[a].size < 2) continue;
+          const std::vector<std::vector<int>> groups = mesh.Groups({static_cast<int>(a)});
+          uint64_t hash = 1469598103934665603ull ^ static_cast<uint64_t>(mesh.axes()[a].size);
+          for (int g : CanonicalGroupOrder(mesh, groups)) {
+            for (int p : groups[g])
+              hash = (hash ^ static_cast<uint64_t>(mesh.device(p))) * 1099511628211ull;
+          }
+          hashes.push_back(hash);
+        }
+      } catch (const SpecError&) {
+        // Refused when simulated (its outcome says why): nothing to share.
+      }
+      std::sort(hashes.begin(), hashes.end());
+      axis_layouts[f] = std::move(hashes);
+    }
+    return *axis_layouts[f];
+  };
   std::vector<size_t> result_family;  // Each result's family.
-  // Runs `items` over the workers; commits them in order into `result`.
+  // Runs `items` over the workers; commits them in order into `result`. A worker takes the
+  // first item not taken, or the first of the next few whose family shares no axis's groups
+  // with an item in progress (only the order of work changes: every answer is the cache's).
   auto run_phase = [&](std::vector<Item>& items) {
-    std::atomic<size_t> next{0};
+    std::vector<char> taken(items.size(), 0);
+    std::vector<size_t> running;  // Taken, not yet done.
+    size_t first_free = 0;
     size_t next_commit = 0;
+    constexpr size_t kLookAhead = 16;
+    auto shares_groups = [&](size_t a, size_t b) {
+      const std::vector<uint64_t>& x = layouts_of(items[a].family);
+      const std::vector<uint64_t>& y = layouts_of(items[b].family);
+      std::vector<uint64_t> both;
+      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(both));
+      return !both.empty();
+    };
+    // Needs commit_mutex; items.size() when none is left.
+    auto take = [&]() -> size_t {
+      while (first_free < items.size() && taken[first_free]) ++first_free;
+      if (first_free == items.size()) return first_free;
+      size_t pick = first_free;
+      if (!running.empty()) {
+        for (size_t k = first_free; k < items.size() && k < first_free + kLookAhead; ++k) {
+          if (taken[k]) continue;
+          if (std::none_of(running.begin(), running.end(),
+                           [&](size_t j) { return shares_groups(j, k); })) {
+            pick = k;
+            break;
+          }
+        }
+      }
+      taken[pick] = 1;
+      running.push_back(pick);
+      return pick;
+    };
     on_workers([&](Machine& machine, CollectiveCostModel& collectives) {
       for (;;) {
         if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
         if (out_of_time) return;
-        const size_t k = next++;
+        size_t k;
+        {
+          std::lock_guard<std::mutex> lock(commit_mutex);
+          k = take();
+        }
         if (k >= items.size()) return;
         settle(items[k], machine, collectives);
         std::lock_guard<std::mutex> lock(commit_mutex);
         items[k].done = true;
+        running.erase(std::find(running.begin(), running.end(), k));
         for (const PlanResult& r : items[k].results) {
           const PlanOutcome& o = r.outcome;
           if (o.refused.empty() && o.fits && (!progress.best || o.step_time < *progress.best)) {

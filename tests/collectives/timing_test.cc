@@ -4,8 +4,11 @@
 // once, within 1.25% on a transformer step) on tori, NVSwitch nodes and fat trees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -911,6 +914,145 @@ TEST(CachedCollectiveModelTest, ReduceScatterAndAllGatherShareTheirRingPass) {
     EXPECT_EQ(inner.simulations(), 1);
     EXPECT_EQ(cache.ring_pass_hits(), 1);
   }
+}
+
+// Two meshes whose groups over an axis are the same lists of devices, listed in another order
+// (data 12 x fsdp 2 x tensor 12 and data 12 x fsdp 3 x tensor 8 share every data group): the
+// network model simulates the groups in one order for both, so the cache moves a timing made on
+// one to the other, member by member and group by group, equal to a fresh simulation there.
+// Cases cover the three ways the model simulates (translated, folded, every group), and a ring
+// pass moved between the meshes (the gather priced on one answers the scatter on the other).
+// Those layouts are symmetric enough that each member's time depends on its index alone, so a
+// last case places 4 x 16 devices at random (groups whose members finish at different times)
+// and the other mesh lists the same groups in a shuffled order.
+TEST(CachedCollectiveModelTest, MovesTimingsBetweenMeshesWithTheSameGroups) {
+  struct Case {
+    std::vector<int> shape;
+    int data, fsdp_a, fsdp_b;
+    std::string way;
+  };
+  for (const Case& c :
+       {Case{{4, 4, 4}, 4, 2, 8, "translated"}, Case{{4, 4, 4}, 8, 2, 4, "folded"},
+        Case{{4, 6, 6}, 12, 2, 3, "every group"}, Case{{4, 4, 4}, 4, 4, 4, "random groups"}}) {
+    Machine machine(BuildPreset("tpu-v5p", c.shape));
+    const int devices_count = machine.topology().num_devices();
+    const int rest = devices_count / c.data;
+    std::vector<int> placed_a, placed_b;
+    if (c.way == "random groups") {
+      placed_a.resize(devices_count);
+      std::iota(placed_a.begin(), placed_a.end(), 0);
+      std::mt19937 rng(7);
+      std::shuffle(placed_a.begin(), placed_a.end(), rng);
+      // Position k * rest + j is member k of group j: b's group j is a's group shuffle[j].
+      std::vector<int> shuffle(rest);
+      std::iota(shuffle.begin(), shuffle.end(), 0);
+      std::shuffle(shuffle.begin(), shuffle.end(), rng);
+      placed_b.resize(devices_count);
+      for (int k = 0; k < c.data; ++k) {
+        for (int j = 0; j < rest; ++j) placed_b[k * rest + j] = placed_a[k * rest + shuffle[j]];
+      }
+    }
+    const Mesh a = PlaceMesh(
+        machine, {{"data", c.data}, {"fsdp", c.fsdp_a}, {"tensor", rest / c.fsdp_a}}, placed_a);
+    const Mesh b = PlaceMesh(
+        machine, {{"data", c.data}, {"fsdp", c.fsdp_b}, {"tensor", rest / c.fsdp_b}}, placed_b);
+    // The premise: the same groups of devices, in another order.
+    auto devices = [](const Mesh& mesh) {
+      std::vector<std::vector<int>> groups;
+      for (const std::vector<int>& g : mesh.Groups({0})) {
+        groups.emplace_back();
+        for (int p : g) groups.back().push_back(mesh.device(p));
+      }
+      return groups;
+    };
+    std::vector<std::vector<int>> da = devices(a), db = devices(b);
+    ASSERT_NE(da, db) << c.way;
+    std::sort(da.begin(), da.end());
+    std::sort(db.begin(), db.end());
+    ASSERT_EQ(da, db) << c.way;
+    auto expect_equal = [&](const CollectiveTiming& got, const CollectiveTiming& want,
+                            const std::string& what) {
+      EXPECT_EQ(got.member_time, want.member_time) << what;
+      EXPECT_EQ(got.longest(), want.longest()) << what;
+      EXPECT_EQ(got.algorithm, want.algorithm) << what;
+      EXPECT_EQ(got.profile->links, want.profile->links) << what;
+      EXPECT_EQ(got.profile->link_share, want.profile->link_share) << what;
+      EXPECT_EQ(Uses(got.profile->link_use), Uses(want.profile->link_use)) << what;
+      ASSERT_EQ(got.profile->group_use.size(), want.profile->group_use.size()) << what;
+      for (size_t g = 0; g < want.profile->group_use.size(); ++g) {
+        EXPECT_EQ(Uses(got.profile->group_use[g]), Uses(want.profile->group_use[g]))
+            << what << " group " << g;
+      }
+    };
+    CollectiveRequest reduce;
+    reduce.kind = CollectiveKind::kAllReduce;
+    reduce.dtype = DType::kBF16;
+    reduce.elements = 3 << 14;
+    reduce.axes = {0};
+    NetworkCollectiveModel fresh(machine);
+    NetworkCollectiveModel inner(machine);
+    CachedCollectiveModel cache(inner);
+    cache.Estimate(a, reduce);
+    const std::shared_ptr<const CollectiveTiming> moved = cache.Estimate(b, reduce);
+    EXPECT_EQ(inner.simulations(), 1) << c.way;
+    EXPECT_EQ(cache.hits(), 1) << c.way;
+    expect_equal(*moved, *fresh.Estimate(b, reduce), c.way + ": all_reduce");
+    EXPECT_EQ(cache.Estimate(b, reduce), moved) << c.way;  // Kept for the mesh.
+    if (c.way == "random groups") {                        // Members' times differ between groups.
+      const std::vector<std::vector<int>> groups = b.Groups({0});
+      EXPECT_NE(moved->member_time[groups[0][0]], moved->member_time[groups[1][0]]);
+    }
+    EXPECT_GT(c.way == "translated" ? inner.translated()
+              : c.way == "folded"   ? inner.folded()
+                                    : 1,
+              0)
+        << c.way;
+    // A ring pass: the all-gather of one block on `a`, then the reduce-scatter on `b`.
+    CollectiveRequest gather = reduce;
+    gather.kind = CollectiveKind::kAllGather;
+    gather.algorithm = "ring";
+    CollectiveRequest scatter = gather;
+    scatter.kind = CollectiveKind::kReduceScatter;
+    scatter.elements = gather.elements * c.data;
+    cache.Estimate(a, gather);
+    const std::shared_ptr<const CollectiveTiming> passed = cache.Estimate(b, scatter);
+    EXPECT_EQ(cache.ring_pass_hits(), 1) << c.way;
+    EXPECT_EQ(inner.simulations(), 2) << c.way;
+    expect_equal(*passed, *fresh.Estimate(b, scatter), c.way + ": ring pass");
+  }
+}
+
+// With helpers, Prepare leaves to Estimate what another mesh with the same groups priced: it is
+// moved, not simulated again.
+TEST(CachedCollectiveModelTest, PrepareMovesWhatAnotherMeshPriced) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 6, 6}));
+  const Mesh a = PlaceMesh(machine, {{"data", 12}, {"fsdp", 2}, {"tensor", 6}});
+  const Mesh b = PlaceMesh(machine, {{"data", 12}, {"fsdp", 3}, {"tensor", 4}});
+  CollectiveRequest data;
+  data.kind = CollectiveKind::kAllReduce;
+  data.dtype = DType::kF32;
+  data.elements = 1 << 14;
+  data.axes = {0};
+  CollectiveRequest tensor = data;
+  tensor.axes = {2};
+  CollectiveRequest fsdp = data;
+  fsdp.axes = {1};
+  NetworkCollectiveModel inner(machine);
+  NetworkCollectiveModel helper(machine, NetworkCollectiveModel::OwnRouter{});
+  CachedCollectiveModel cache(inner);
+  cache.AddHelper(helper);
+  cache.Estimate(a, data);
+  cache.Prepare(b, {data, tensor, fsdp});
+  // The data all-reduce moved; the other two priced ahead, one on each thread.
+  EXPECT_EQ(inner.simulations(), 2);
+  EXPECT_EQ(helper.simulations(), 1);
+  NetworkCollectiveModel plain(machine);
+  for (const CollectiveRequest& r : {data, tensor, fsdp}) {
+    EXPECT_EQ(cache.Estimate(b, r)->member_time, plain.Estimate(b, r)->member_time);
+  }
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 3);
+  EXPECT_EQ(inner.simulations() + helper.simulations(), 3);
 }
 
 // The cache returns what the model behind it computed, and runs through it equal runs that
