@@ -685,8 +685,16 @@ TEST(AlgorithmChoice, AutoPicksTheDocumentedAlgorithm) {
   EXPECT_EQ(Choose(Switch8(), Iota(8), {8}, K::kAllGather, 64 * mib), "direct");
   EXPECT_EQ(Choose(Ring8(), Iota(8), {8}, K::kAllToAll, 64 * mib), "direct");
   EXPECT_EQ(Choose(Line8(), Iota(8), {8}, K::kAllToAll, kib), "direct");
-  // A non-power-of-two group never gets halving_doubling.
-  EXPECT_EQ(Choose(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllReduce, kib), "ring");
+  // A non-power-of-two group never gets halving_doubling. Six chips of the 8-ring: the ring's
+  // closing transfer crosses 3 hops every step, so a small all-reduce takes the tree (6 steps
+  // against the ring's 10), which is faster there; a large one, and a gather, the ring.
+  EXPECT_EQ(Choose(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllReduce, kib), "tree");
+  EXPECT_LT(RunCollective(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllReduce, "tree", kib).us,
+            RunCollective(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllReduce, "ring", kib).us);
+  EXPECT_EQ(Choose(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllReduce, 64 * mib), "ring");
+  EXPECT_EQ(Choose(Ring8(), {0, 1, 2, 3, 4, 5}, {6}, K::kAllGather, kib), "ring");
+  // Chips 0, 1 and 2 of the 8-ring: the tree's 4 steps do not beat the ring's 4.
+  EXPECT_EQ(Choose(Ring8(), {0, 1, 2}, {3}, K::kAllReduce, kib), "ring");
 }
 
 }  // namespace
