@@ -218,6 +218,21 @@ void Executor::Start() {
   }
   for (const auto& [name, v] : lp.inputs) held_[v] = !config_.donated_inputs.count(name);
   for (const OutputSpec& o : program_.outputs) held_[lp.final_values.at(o.name)] = 1;
+  // Fused views: XLA's consumers read a fused transpose, slice or reshape of a buffer in place
+  // (collective matmuls turn and slice their operands so). A view held to the end (an output)
+  // is a buffer of its own.
+  view_of_.assign(num_values, -1);
+  for (const LoweredOp& op : lp.ops) {
+    const OpKind kind = op.spec->kind;
+    if (!op.spec->fused || op.collective || op.in_values.size() != 1 || op.out_values.size() != 1 ||
+        (kind != OpKind::kTranspose && kind != OpKind::kSlice && kind != OpKind::kReshape)) {
+      continue;
+    }
+    const int in = op.in_values[0], out = op.out_values[0];
+    if (held_[out] || lp.in_host[in] || lp.values[in].dtype() != lp.values[out].dtype()) continue;
+    view_of_[out] = in;
+    value_bytes_[out] = 0;
+  }
 
   if (lp.has_where) {
     for (int a = 0; a < n; ++a) agent_coords_.push_back(mesh_.Coords(agent_position_[a]));
@@ -673,23 +688,32 @@ void Executor::FreeValue(int position, int value) {
 
 void Executor::Release(int position, const LoweredOp& op) {
   Device& d = devices_[position];
-  for (size_t k = 0; k < op.in_values.size(); ++k) {
+  // A view keeps its input until the view dies (Dies).
+  const bool view = op.out_values.size() == 1 && view_of_[op.out_values[0]] >= 0;
+  for (size_t k = 0; k < op.in_values.size() && !view; ++k) {
     int v = op.in_values[k];
     if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) != op.in_values.begin() + k) {
       continue;
     }
     if (--d.pending[v] > 0) continue;
-    if (d.taken[v]) {
-      // Its buffer became the output's: nothing to free (the data itself is dropped).
-      if (config_.numerics) d.values[v] = Array();
-      continue;
-    }
-    FreeValue(position, v);
+    Dies(position, v);
   }
   // Outputs no op reads here die at once.
   for (int v : op.out_values) {
-    if (d.pending[v] == 0) FreeValue(position, v);
+    if (d.pending[v] == 0) Dies(position, v);
   }
+}
+
+void Executor::Dies(int position, int value) {
+  Device& d = devices_[position];
+  if (d.taken[value]) {
+    // Its buffer became the output's: nothing to free (the data itself is dropped).
+    if (config_.numerics) d.values[value] = Array();
+  } else {
+    FreeValue(position, value);
+  }
+  const int viewed = view_of_[value];
+  if (viewed >= 0 && --d.pending[viewed] == 0) Dies(position, viewed);
 }
 
 void Executor::Record(size_t op_index, Time start, Time end) {

@@ -184,6 +184,9 @@ class Executor {
   bool Ready(int position, const LoweredOp& op) const;
   void Allocate(int position, size_t op_index);
   void Release(int position, const LoweredOp& op);
+  // Value `value`, read by its last reader here (or by none), dies: its buffer is freed
+  // (unless an op took it over), and a view's death releases what it viewed.
+  void Dies(int position, int value);
   void FreeValue(int position, int value);
   void StartCompute(int position, size_t op_index);
   void FinishCompute(int position, size_t op_index, Time started);
@@ -230,8 +233,12 @@ class Executor {
   std::vector<int32_t> readers_;       // Per value: lowered ops that read it.
   std::vector<char> held_;             // Per value: an input or output, never freed.
   std::vector<int64_t> value_bytes_;   // Per value: bytes of its local block.
-  std::vector<int> work_;              // Positions woken and not yet tried.
-  std::vector<char> queued_;           // Per position: in work_.
+  // Per value: the value it is a fused view of (a fused transpose, slice or reshape: its
+  // readers read that buffer in place, so it holds no buffer of its own and keeps that one
+  // alive until it dies itself), or -1.
+  std::vector<int32_t> view_of_;
+  std::vector<int> work_;     // Positions woken and not yet tried.
+  std::vector<char> queued_;  // Per position: in work_.
   bool draining_ = false;
   std::vector<size_t> compute_ops_;  // Lowered op indices on the compute stream, in order.
   std::vector<size_t> comm_ops_;     // Lowered collective op indices, in order.

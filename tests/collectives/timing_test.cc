@@ -524,6 +524,46 @@ TEST(PeakMemoryTest, InPlaceOnlyOverAnInputNothingElseReads) {
   EXPECT_EQ(r.peak_op, "e");
 }
 
+// A fused transpose is a view: its reader reads the buffer in place, which lives until the view
+// dies. x: f32[128,256] and w: f32[128,64], replicated (131072 and 32768 B, held):
+//   a = relu(x)             new                          live 294912
+//   t = transpose(a) fused  a view: nothing new          live 294912
+//   y = t @ w               f32[256,64] = 65536 B        live 360448  <- peak, at y
+//                           then t dies, and a with it   live 229376
+// Unfused, t is a buffer of its own: the peak is x, w, a and t at t (425984 B), a freed as the
+// transpose ends. Freeing a with the view's op instead of its death would give 229376 B at y.
+TEST(PeakMemoryTest, FusedViewsHoldNoBufferAndKeepTheirInput) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  for (bool fused : {true, false}) {
+    ProgramBuilder b({{"dp", 2}});
+    b.Input("x", {128, 256}, DType::kF32, P({}), Arange());
+    b.Input("w", {128, 64}, DType::kF32, P({}), Arange());
+    b.Unary(OpKind::kRelu, "x", "a");
+    OpSpec turn;
+    turn.kind = OpKind::kTranspose;
+    turn.in = {"a"};
+    turn.out = {"t"};
+    turn.axes = {1, 0};
+    turn.fused = fused;
+    b.Add(turn);
+    b.Matmul("t", "w", "y");
+    b.Output("y", P({}));
+    ProgramSpec program = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+    for (bool numerics : {true, false}) {
+      RunConfig config;
+      config.numerics = numerics;
+      RunResult r = RunProgram(machine, mesh, program, config);
+      EXPECT_EQ(r.peak_memory.count(), fused ? 360448 : 425984) << fused << numerics;
+      EXPECT_EQ(r.peak_op, fused ? "y" : "t") << fused << numerics;
+    }
+    RunConfig cached;
+    cached.timing = TimingPath::kCached;
+    EXPECT_EQ(RunProgram(machine, mesh, program, cached).peak_memory.count(),
+              fused ? 360448 : 425984);
+  }
+}
+
 // Which operand an add writes over does not depend on their order: never the caller's.
 TEST(PeakMemoryTest, InPlaceChoiceIgnoresOperandOrder) {
   Machine machine(BuildPreset("tpu-v5e", {2, 1}));
