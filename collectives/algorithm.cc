@@ -315,11 +315,12 @@ std::string ChooseAlgorithm(Network& network, const CollectiveJob& job,
   // halving's log2(G) exchanges cost fewer latencies. On a closed ring it does not pay: its
   // partners 2^k apart cost as many hops as the ring's steps, on shared links.
   if (!closes && small && g > 2 && (g & (g - 1)) == 0) return "halving_doubling";
-  // Otherwise, a small all-reduce over a group that is no torus grid and whose rings do not
-  // close in one hop (a mesh axis strided over several torus dimensions: every ring step is a
-  // multi-hop, latency-bound transfer) pays a step per ring position each way, the sum of
-  // 2 (n - 1) over its axes (1,118 for data 560), where a tree pays 2 ceil(log2 G): up to the
-  // root and back down (26 for 4,480 chips). NCCL likewise takes its tree for small messages.
+  // Otherwise, a small all-reduce over a group that is no grid of several torus dimensions and
+  // whose rings do not close in one hop (a mesh axis strided over several torus dimensions, or
+  // part of a ring or a line: ring steps cross several hops, latency-bound) pays a step per ring
+  // position each way, the sum of 2 (n - 1) over its axes (1,118 for data 560), where a tree pays 2
+  // ceil(log2 G): up to the root and back down (26 for 4,480 chips). NCCL likewise takes its tree
+  // for small messages.
   if (!closes && small && !along_torus && job.kind == CollectiveKind::kAllReduce) {
     int ring_steps = 0;
     for (int n : axis_sizes) ring_steps += 2 * (n - 1);

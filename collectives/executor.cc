@@ -663,7 +663,8 @@ void Executor::Allocate(int position, size_t op_index) {
   // Writing in place over a dying input of the same size allocates nothing new: the first
   // input this op is the last reader of here, not the caller's and made here.
   for (int r : op.reusable_inputs) {
-    if (!held_[r] && !d.absent[r] && !d.taken[r] && d.pending[r] == 1) {
+    // A view has no buffer to write over.
+    if (!held_[r] && !d.absent[r] && !d.taken[r] && d.pending[r] == 1 && view_of_[r] < 0) {
       d.live -= value_bytes_[r];
       d.taken[r] = 1;
       break;
@@ -713,7 +714,8 @@ void Executor::Dies(int position, int value) {
     FreeValue(position, value);
   }
   const int viewed = view_of_[value];
-  if (viewed >= 0 && --d.pending[viewed] == 0) Dies(position, viewed);
+  // An absent view (its op does not run here) gave up its input's reading at the start.
+  if (viewed >= 0 && !d.absent[value] && --d.pending[viewed] == 0) Dies(position, viewed);
 }
 
 void Executor::Record(size_t op_index, Time start, Time end) {

@@ -389,8 +389,8 @@ int FuseCollectiveMatmuls(PartitionResult& partitioned, const Mesh& mesh, Collec
   // and `suffix`, writing `out` (empty: a fresh name from v and `fresh_suffix`); `why` and
   // `type` are its reason and type. It takes no time: XLA's dot reads an operand in place
   // whatever order its dimensions are stored in, and its layout assignment lays the dot's
-  // operand and result out as the loop wants them; its block is still held while the loop
-  // runs. v takes the transpose's name.
+  // operand and result out as the loop wants them; a view in the memory model (no buffer of
+  // its own: the one it turns lives until it dies). v takes the transpose's name.
   auto fused_transpose = [&](const OpSpec& product, const std::string& suffix,
                              std::vector<int64_t> axes, const std::string& out,
                              const std::string& fresh_suffix, std::string why, std::string type,

@@ -547,6 +547,10 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Moved(
   }
   moved->slowest = timing->slowest;
   moved->algorithm = timing->algorithm;
+  if (from.order == to.order) {  // Each group keeps its number: the links' use is the same.
+    moved->profile = timing->profile;
+    return moved;
+  }
   const LinkProfile& a = *timing->profile;
   LinkProfile& b = *moved->profile;
   b.links = a.links;
@@ -592,31 +596,36 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
   auto layout = std::make_shared<const GroupLayout>(Layout(mesh, request));
   std::vector<int64_t> laid_key, pass;
   std::shared_ptr<const CollectiveTiming> timing;
+  LaidOut known;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::tie(laid_key, pass) =
         Keys(PlacementId(layout->placement), mesh, request, /*with_axes=*/false);
-    const LaidOut* known = nullptr;
     if (auto it = by_layout_.find(laid_key); it != by_layout_.end()) {
-      known = &it->second;
+      known = it->second;
     } else if (!pass.empty()) {
       if (auto found = ring_passes_.find(pass); found != ring_passes_.end()) {
-        known = &found->second;
+        known = found->second;
         ++ring_pass_hits_;
       }
     }
-    if (known) {
+    if (known.timing) {
       ++hits_;
-      timing = Moved(known->timing, *known->layout, *layout, mesh.size());
-      by_layout_.emplace(std::move(laid_key), LaidOut{timing, layout});
-      return cache_.emplace(std::move(key), timing).first->second;
+    } else {
+      ++misses_;
+      auto ahead = prepared_.find(key);
+      if (ahead != prepared_.end()) {
+        timing = std::move(ahead->second);
+        prepared_.erase(ahead);
+      }
     }
-    ++misses_;
-    auto ahead = prepared_.find(key);
-    if (ahead != prepared_.end()) {
-      timing = std::move(ahead->second);
-      prepared_.erase(ahead);
-    }
+  }
+  if (known.timing) {
+    // Moved outside the lock: a pod's timing lists tens of thousands of links.
+    timing = Moved(known.timing, *known.layout, *layout, mesh.size());
+    std::lock_guard<std::mutex> lock(mutex_);
+    by_layout_.emplace(std::move(laid_key), LaidOut{timing, layout});
+    return cache_.emplace(std::move(key), timing).first->second;
   }
   if (!timing) timing = inner.Estimate(mesh, request);
   std::lock_guard<std::mutex> lock(mutex_);

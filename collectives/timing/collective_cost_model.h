@@ -200,9 +200,10 @@ class NetworkCollectiveModel : public CollectiveCostModel {
 
 // Memoizes another model by everything that determines its answer: the request and the
 // mesh's axes and device placement (which fixes each group's members and the links they
-// use). A hit returns the very answer the inner model gave for the same key. A reduce-scatter
-// and an all-gather that run as the same ring pass (one ring or two opposite ones, the
-// scatter of G blocks and the gather of one) move the same transfers at the same times: once
+// use). A hit on the same mesh returns the very answer the inner model gave for the same key
+// (one moved from another mesh, below, is that answer with its members renumbered). A
+// reduce-scatter and an all-gather that run as the same ring pass (one ring or two opposite ones,
+// the scatter of G blocks and the gather of one) move the same transfers at the same times: once
 // one is known, the other is a hit too.
 // Another mesh whose groups over the request's axes are the same lists of devices (in any
 // order of the groups) and whose axes there have the same sizes gets the timing moved: member
@@ -270,7 +271,8 @@ class CachedCollectiveModel : public CollectiveCostModel {
   };
   static GroupLayout Layout(const Mesh& mesh, const CollectiveRequest& request);
   // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
-  // out as `to` (the same timing when the layouts agree position for position).
+  // out as `to` (the same timing when the layouts agree position for position; its link
+  // profile shared when each group keeps its number).
   static std::shared_ptr<const CollectiveTiming> Moved(
       const std::shared_ptr<const CollectiveTiming>& timing, const GroupLayout& from,
       const GroupLayout& to, int positions);

@@ -554,6 +554,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         }
       } catch (const SpecError&) {
         // Refused when simulated (its outcome says why): nothing to share.
+      } catch (const std::invalid_argument&) {
       }
       std::sort(hashes.begin(), hashes.end());
       axis_layouts[f] = std::move(hashes);
@@ -596,6 +597,17 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       running.push_back(pick);
       return pick;
     };
+    // Needs commit_mutex (or the workers done).
+    auto commit = [&](Item& item) {
+      result.dominated += item.dominated;
+      result.beyond_budget += item.unknown;
+      for (PlanResult& r : item.results) {
+        r.index = result.results.size();
+        if (options.on_result) options.on_result(r);
+        result.results.push_back(std::move(r));
+        result_family.push_back(item.family);
+      }
+    };
     on_workers([&](Machine& machine, CollectiveCostModel& collectives) {
       for (;;) {
         if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) out_of_time = true;
@@ -617,22 +629,16 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           }
         }
         progress.done += static_cast<int64_t>(items[k].last - items[k].first);
-        while (next_commit < items.size() && items[next_commit].done) {
-          Item& item = items[next_commit];
-          result.dominated += item.dominated;
-          result.beyond_budget += item.unknown;
-          for (PlanResult& r : item.results) {
-            r.index = result.results.size();
-            if (options.on_result) options.on_result(r);
-            result.results.push_back(std::move(r));
-            result_family.push_back(item.family);
-          }
-          ++next_commit;
-        }
+        while (next_commit < items.size() && items[next_commit].done) commit(items[next_commit++]);
         progress.elapsed_s = elapsed();
         if (options.on_progress) options.on_progress(progress);
       }
     });
+    // A time limit may leave an item untaken before others that were settled: those are
+    // committed too, in order.
+    for (; next_commit < items.size(); ++next_commit) {
+      if (items[next_commit].done) commit(items[next_commit]);
+    }
     // What a time limit left unsettled.
     for (const Item& item : items) {
       if (!item.done) result.beyond_budget += static_cast<int64_t>(item.last - item.first);

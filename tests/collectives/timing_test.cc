@@ -564,6 +564,49 @@ TEST(PeakMemoryTest, FusedViewsHoldNoBufferAndKeepTheirInput) {
   }
 }
 
+// A fused view made on one stage only, read by a psum on both: on stage 1 the view never exists
+// (it gave up its reading of a at the start), so the psum's end must not release a again.
+// x: f32[128,256] held (131072 B); per stage, by hand:
+//   a = relu(x) 131072 (262144); t = fused transpose(a), stage 0 only: a view (262144);
+//   p = psum(t) issued: 131072 (393216); q = transpose(p) 131072 (524288) <- peak, at q;
+//   p dies; e = add(a, q) writes over a (its last reader): 393216.
+// Releasing a at the psum's end on stage 1 frees it early (then twice): 393216 there, and with
+// numerics the add reads a dropped buffer.
+TEST(PeakMemoryTest, AViewAbsentOnAStageReleasesNothingThere) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  ProgramBuilder b({{"stage", 2}});
+  b.Input("x", {128, 256}, DType::kF32, P({}), Arange());
+  b.Unary(OpKind::kRelu, "x", "a");
+  OpSpec turn = OnStage(OpKind::kTranspose, {"a"}, "t", 0);
+  turn.axes = {1, 0};
+  turn.fused = true;
+  b.Add(turn);
+  b.Reduce(OpKind::kPsum, "t", {"stage"}, "p");
+  OpSpec back;
+  back.kind = OpKind::kTranspose;
+  back.in = {"p"};
+  back.out = {"q"};
+  back.axes = {1, 0};
+  b.Add(back);
+  b.Binary(OpKind::kAdd, "a", "q", "e");
+  b.Output("e", P({}));
+  ProgramSpec program = std::move(b).Build();
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  for (bool numerics : {true, false}) {
+    RunConfig config;
+    config.numerics = numerics;
+    RunResult r = RunProgram(machine, mesh, program, config);
+    for (int p : {0, 1}) {
+      EXPECT_EQ(r.per_device[p].peak_memory.count(), 524288) << p << numerics;
+      EXPECT_EQ(r.per_device[p].peak_op, "q") << p << numerics;
+    }
+    if (numerics) {
+      NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+      EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
+    }
+  }
+}
+
 // Which operand an add writes over does not depend on their order: never the caller's.
 TEST(PeakMemoryTest, InPlaceChoiceIgnoresOperandOrder) {
   Machine machine(BuildPreset("tpu-v5e", {2, 1}));
