@@ -524,6 +524,17 @@ TEST(PeakMemoryTest, InPlaceOnlyOverAnInputNothingElseReads) {
   EXPECT_EQ(r.peak_op, "e");
 }
 
+// `in` transposed (2-D) as `out`, fused (a view) or not.
+OpSpec Turned(std::string in, std::string out, bool fused) {
+  OpSpec op;
+  op.kind = OpKind::kTranspose;
+  op.in = {std::move(in)};
+  op.out = {std::move(out)};
+  op.axes = {1, 0};
+  op.fused = fused;
+  return op;
+}
+
 // A fused transpose is a view: its reader reads the buffer in place, which lives until the view
 // dies. x: f32[128,256] and w: f32[128,64], replicated (131072 and 32768 B, held):
 //   a = relu(x)             new                          live 294912
@@ -539,13 +550,7 @@ TEST(PeakMemoryTest, FusedViewsHoldNoBufferAndKeepTheirInput) {
     b.Input("x", {128, 256}, DType::kF32, P({}), Arange());
     b.Input("w", {128, 64}, DType::kF32, P({}), Arange());
     b.Unary(OpKind::kRelu, "x", "a");
-    OpSpec turn;
-    turn.kind = OpKind::kTranspose;
-    turn.in = {"a"};
-    turn.out = {"t"};
-    turn.axes = {1, 0};
-    turn.fused = fused;
-    b.Add(turn);
+    b.Add(Turned("a", "t", fused));
     b.Matmul("t", "w", "y");
     b.Output("y", P({}));
     ProgramSpec program = std::move(b).Build();
@@ -577,17 +582,11 @@ TEST(PeakMemoryTest, AViewAbsentOnAStageReleasesNothingThere) {
   ProgramBuilder b({{"stage", 2}});
   b.Input("x", {128, 256}, DType::kF32, P({}), Arange());
   b.Unary(OpKind::kRelu, "x", "a");
-  OpSpec turn = OnStage(OpKind::kTranspose, {"a"}, "t", 0);
-  turn.axes = {1, 0};
-  turn.fused = true;
+  OpSpec turn = Turned("a", "t", /*fused=*/true);
+  turn.where = {{"stage", 0}};
   b.Add(turn);
   b.Reduce(OpKind::kPsum, "t", {"stage"}, "p");
-  OpSpec back;
-  back.kind = OpKind::kTranspose;
-  back.in = {"p"};
-  back.out = {"q"};
-  back.axes = {1, 0};
-  b.Add(back);
+  b.Add(Turned("p", "q", /*fused=*/false));
   b.Binary(OpKind::kAdd, "a", "q", "e");
   b.Output("e", P({}));
   ProgramSpec program = std::move(b).Build();
