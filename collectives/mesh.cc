@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "sim/fnv_hash.h"
+
 namespace shardsim {
 Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
     : axes_(std::move(axes)), devices_(std::move(devices)) {
@@ -48,18 +50,12 @@ Mesh::Mesh(std::vector<MeshAxis> axes, std::vector<int> devices)
   for (int i = static_cast<int>(axes_.size()) - 2; i >= 0; --i) {
     strides_[i] = strides_[i + 1] * axes_[i + 1].size;
   }
-  // FNV-1a over the sizes, a separator, then the devices.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  for (const MeshAxis& axis : axes_) mix(static_cast<uint64_t>(axis.size));
-  mix(~uint64_t{0});
-  for (int d : devices_) mix(static_cast<uint64_t>(d));
-  fingerprint_ = h;
+  // The sizes, a separator, then the devices.
+  FnvHash h;
+  for (const MeshAxis& axis : axes_) h.Mix(static_cast<uint64_t>(axis.size));
+  h.Mix(~uint64_t{0});
+  for (int d : devices_) h.Mix(static_cast<uint64_t>(d));
+  fingerprint_ = h.value();
 }
 
 Mesh Mesh::Union(std::vector<Mesh> parts, std::vector<std::string> names) {
@@ -70,7 +66,7 @@ Mesh Mesh::Union(std::vector<Mesh> parts, std::vector<std::string> names) {
   Mesh u;
   std::set<std::string> axis_names;
   std::set<int> devices;
-  uint64_t h = 1469598103934665603ull;
+  FnvHash h;  // Over the parts' fingerprints.
   for (const Mesh& part : parts) {
     if (!part.parts_.empty()) throw std::invalid_argument("a union's part is itself a union");
     u.part_offset_.push_back(static_cast<int>(u.devices_.size()));
@@ -87,15 +83,11 @@ Mesh Mesh::Union(std::vector<Mesh> parts, std::vector<std::string> names) {
       }
       u.devices_.push_back(d);
     }
-    // FNV-1a over the parts' fingerprints.
-    for (int b = 0; b < 8; ++b) {
-      h ^= (part.fingerprint_ >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
+    h.Mix(part.fingerprint_);
   }
   u.axes_.push_back(MeshAxis{kMeshPartAxis, static_cast<int>(parts.size())});
   u.strides_.assign(u.axes_.size(), 0);
-  u.fingerprint_ = h;
+  u.fingerprint_ = h.value();
   u.parts_ = std::move(parts);
   u.part_names_ = std::move(names);
   return u;

@@ -13,6 +13,7 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/link_accounting.h"
 #include "collectives/timing/translation_quotient.h"
+#include "sim/fnv_hash.h"
 #include "sim/freed_memory.h"
 #include "sim/simulator.h"
 #include "topology/network.h"
@@ -518,11 +519,11 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> CachedCollectiveModel::Key
 }
 
 CachedCollectiveModel::GroupLayout CachedCollectiveModel::Layout(const Mesh& mesh,
-                                                                 const CollectiveRequest& request) {
+                                                                 const std::vector<int>& axes) {
   GroupLayout layout;
-  for (int a : request.axes) layout.placement.push_back(mesh.axes()[a].size);
+  for (int a : axes) layout.placement.push_back(mesh.axes()[a].size);
   layout.placement.push_back(-1);
-  const std::vector<std::vector<int>> groups = mesh.Groups(request.axes);
+  const std::vector<std::vector<int>> groups = mesh.Groups(axes);
   layout.order = CanonicalGroupOrder(mesh, groups);
   for (int g : layout.order) {
     for (int p : groups[g]) {
@@ -567,12 +568,9 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::Moved(
 }
 
 int64_t CachedCollectiveModel::PlacementId(const std::vector<int64_t>& placement) {
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the values.
-  for (int64_t v : placement) {
-    hash ^= static_cast<uint64_t>(v);
-    hash *= 1099511628211ull;
-  }
-  std::vector<std::pair<std::vector<int64_t>, int64_t>>& same = placements_[hash];
+  FnvHash hash;
+  for (int64_t v : placement) hash.Mix(static_cast<uint64_t>(v));
+  std::vector<std::pair<std::vector<int64_t>, int64_t>>& same = placements_[hash.value()];
   for (const auto& [known, id] : same) {
     if (known == placement) return id;
   }
@@ -593,7 +591,7 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
     }
   }
   // Not asked on this mesh: perhaps on another with the same groups.
-  auto layout = std::make_shared<const GroupLayout>(Layout(mesh, request));
+  auto layout = std::make_shared<const GroupLayout>(Layout(mesh, request.axes));
   std::vector<int64_t> laid_key, pass;
   std::shared_ptr<const CollectiveTiming> timing;
   LaidOut known;
@@ -650,7 +648,7 @@ void CachedCollectiveModel::Prepare(const Mesh& mesh,
   // Each request's group layout (one per distinct list of axes), found outside the lock.
   std::map<std::vector<int>, GroupLayout> layouts;
   for (const CollectiveRequest& request : requests) {
-    if (!layouts.count(request.axes)) layouts.emplace(request.axes, Layout(mesh, request));
+    if (!layouts.count(request.axes)) layouts.emplace(request.axes, Layout(mesh, request.axes));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

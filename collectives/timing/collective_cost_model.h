@@ -250,6 +250,18 @@ class CachedCollectiveModel : public CollectiveCostModel {
   // Hits answered by the other kind's ring pass.
   int64_t ring_pass_hits() const;
 
+  // A collective's groups over some axes of a mesh, as timings move between meshes that share
+  // them.
+  struct GroupLayout {
+    // The sizes of the axes, -1, then the groups' devices member by member, the groups in
+    // CanonicalGroupOrder: equal for meshes whose timings are one.
+    std::vector<int64_t> placement;
+    std::vector<int> positions;  // The mesh positions of those members, in the same order.
+    std::vector<int> order;      // The mesh's group number of each group in that order.
+  };
+  // The layout of the groups over `axes` (axis indices, in the op's order) of `mesh`.
+  static GroupLayout Layout(const Mesh& mesh, const std::vector<int>& axes);
+
  private:
   // The id of `mesh`'s placement (axis sizes and devices), found by its fingerprint and
   // compared whole; a new placement gets the next id. Needs mutex_.
@@ -261,15 +273,6 @@ class CachedCollectiveModel : public CollectiveCostModel {
   static std::pair<std::vector<int64_t>, std::vector<int64_t>> Keys(
       int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request, bool with_axes = true);
 
-  // A request's groups on a mesh, as timings move between meshes that share them.
-  struct GroupLayout {
-    // The sizes of the request's axes, -1, then the groups' devices member by member, the
-    // groups in CanonicalGroupOrder: equal for meshes whose timings are one.
-    std::vector<int64_t> placement;
-    std::vector<int> positions;  // The mesh positions of those members, in the same order.
-    std::vector<int> order;      // The mesh's group number of each group in that order.
-  };
-  static GroupLayout Layout(const Mesh& mesh, const CollectiveRequest& request);
   // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
   // out as `to` (the same timing when the layouts agree position for position; its link
   // profile shared when each group keeps its number).

@@ -16,6 +16,7 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/serve_step_run.h"
 #include "planner/offload.h"
+#include "sim/fnv_hash.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -532,9 +533,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   };
 
   // Per family (found when first needed): a hash of each of its mesh's axes over 1 with the
-  // devices of that axis's groups, sorted (CanonicalGroupOrder). Two families sharing one
-  // share that axis's collectives (the cache moves them between meshes), so workers keep
-  // them apart: one prices, the other finds.
+  // group layout over it (CachedCollectiveModel::Layout). Two families sharing one share that
+  // axis's collectives (the cache moves them between meshes), so workers keep them apart: one
+  // prices, the other finds.
   std::vector<std::optional<std::vector<uint64_t>>> axis_layouts(families.size());
   auto layouts_of = [&](size_t f) -> const std::vector<uint64_t>& {
     if (!axis_layouts[f]) {
@@ -544,13 +545,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         const Mesh mesh = PlaceMesh(*main_machine, plan.mesh, plan.devices);
         for (size_t a = 0; a < mesh.axes().size(); ++a) {
           if (mesh.axes()[a].size < 2) continue;
-          const std::vector<std::vector<int>> groups = mesh.Groups({static_cast<int>(a)});
-          uint64_t hash = 1469598103934665603ull ^ static_cast<uint64_t>(mesh.axes()[a].size);
-          for (int g : CanonicalGroupOrder(mesh, groups)) {
-            for (int p : groups[g])
-              hash = (hash ^ static_cast<uint64_t>(mesh.device(p))) * 1099511628211ull;
+          FnvHash hash;
+          for (int64_t v : CachedCollectiveModel::Layout(mesh, {static_cast<int>(a)}).placement) {
+            hash.Mix(static_cast<uint64_t>(v));
           }
-          hashes.push_back(hash);
+          hashes.push_back(hash.value());
         }
       } catch (const SpecError&) {
         // Refused when simulated (its outcome says why): nothing to share.
@@ -574,9 +573,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     auto shares_groups = [&](size_t a, size_t b) {
       const std::vector<uint64_t>& x = layouts_of(items[a].family);
       const std::vector<uint64_t>& y = layouts_of(items[b].family);
-      std::vector<uint64_t> both;
-      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(both));
-      return !both.empty();
+      return std::any_of(x.begin(), x.end(),
+                         [&](uint64_t h) { return std::binary_search(y.begin(), y.end(), h); });
     };
     // Needs commit_mutex; items.size() when none is left.
     auto take = [&]() -> size_t {
