@@ -1376,8 +1376,7 @@ std::vector<Time> ExposedByClass(const std::vector<std::pair<Time, Time>>& compu
 
 }  // namespace
 
-std::vector<DeviceTiming> Executor::DeviceTimings() const {
-  // Per simulated device once, then one row per position of its class.
+std::vector<DeviceTiming> Executor::SimulatedDeviceTimings() const {
   std::vector<DeviceTiming> per_agent;
   for (const Device& d : devices_) {
     // Compute spans are in time order (one op at a time); comm spans are sorted once here.
@@ -1414,15 +1413,10 @@ std::vector<DeviceTiming> Executor::DeviceTimings() const {
     for (size_t c = 0; c < exposed.size(); ++c) {
       if (exposed[c] > Time()) t.exposed_by_collective[comm_classes_[c]] = exposed[c];
     }
+    t.device = mesh_.device(agent_position_[per_agent.size()]);
     per_agent.push_back(std::move(t));
   }
-  std::vector<DeviceTiming> out;
-  out.reserve(mesh_.size());
-  for (int p = 0; p < mesh_.size(); ++p) {
-    out.push_back(per_agent[agent_of_[p]]);
-    out.back().device = mesh_.device(p);
-  }
-  return out;
+  return per_agent;
 }
 
 std::map<std::string, Array> Executor::Outputs() const {

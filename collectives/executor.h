@@ -160,13 +160,17 @@ class Executor {
   Time end_time() const { return end_; }
   // Per-op timing, one row per op of the run file, in program order.
   const std::vector<OpTiming>& op_timings() const { return op_timings_; }
-  // Per-device accounting (call after the run), ordered by mesh position.
-  std::vector<DeviceTiming> DeviceTimings() const;
+  // Per-device accounting (call after the run), one row per simulated device (a class with a
+  // collective model, else a mesh position), numbered in order of their first mesh positions,
+  // whose devices the rows name. Every position of a class has its row (class_of).
+  std::vector<DeviceTiming> SimulatedDeviceTimings() const;
   // The outputs as global arrays (assembled by their out specs). Throws SpecError
   // ("outputs.NAME") when replicas of an output differ along an axis its spec does not name.
   std::map<std::string, Array> Outputs() const;
   // Local ops run over all devices (for benchmarks).
   int64_t local_ops_run() const { return local_ops_run_; }
+  // The simulated device (SimulatedDeviceTimings' row) that mesh position `p` is.
+  int class_of(int p) const { return agent_of_[p]; }
   // Devices simulated: one per class with a collective model, else every mesh position.
   int simulated_devices() const { return static_cast<int>(agent_position_.size()); }
   // With a collective cost model: per directed link, the time its bytes in this program's

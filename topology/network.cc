@@ -19,31 +19,35 @@ std::string FormatUtilName(const std::string& track) { return "util " + track; }
 
 Network::Network(Simulator& sim, const Topology& topo, Router& router)
     : sim_(sim), topo_(topo), router_(router) {
-  links_.resize(topo.links().size());
-  scratch_.resize(topo.links().size());
-  route_memo_.resize(topo.num_vertices());
-  // The collective library reaches a fraction of the line rate of NVLink and NIC links
-  // (CommSpec; 1 on machines without one).
   const CommSpec& comm = topo.comm();
   net_latency_ = comm.net_latency;
   multipath_ = comm.multipath;
   multipath_min_bytes_ = comm.multipath_min_bytes;
-  for (size_t i = 0; i < links_.size(); ++i) {
-    const Link& link = topo.links()[i];
-    const double efficiency = link.kind == LinkKind::kNvlink ? comm.nvlink_efficiency
-                              : link.kind == LinkKind::kNic  ? comm.nic_efficiency
-                                                             : 1.0;
-    links_[i].capacity = BytesPerPs(link.bandwidth) * efficiency;
-    links_[i].latency = topo.links()[i].latency;
-  }
   vertex_pid_.assign(topo.num_vertices(), 0);
   int32_t next_switch = topo.num_devices();
   for (VertexId v = 0; v < topo.num_vertices(); ++v) {
     const Node& n = topo.node(v);
     vertex_pid_[v] = n.kind == NodeKind::kDevice ? n.device : next_switch++;
   }
-  declared_tracks_.assign(2 * topo.links().size(), 0);
   if (sim_.tracing()) DeclareTraceProcesses();
+}
+
+void Network::MakeLinkState() {
+  links_.resize(topo_.links().size());
+  scratch_.resize(topo_.links().size());
+  route_memo_.resize(topo_.num_vertices());
+  declared_tracks_.assign(2 * topo_.links().size(), 0);
+  // The collective library reaches a fraction of the line rate of NVLink and NIC links
+  // (CommSpec; 1 on machines without one).
+  const CommSpec& comm = topo_.comm();
+  for (size_t i = 0; i < links_.size(); ++i) {
+    const Link& link = topo_.links()[i];
+    const double efficiency = link.kind == LinkKind::kNvlink ? comm.nvlink_efficiency
+                              : link.kind == LinkKind::kNic  ? comm.nic_efficiency
+                                                             : 1.0;
+    links_[i].capacity = BytesPerPs(link.bandwidth) * efficiency;
+    links_[i].latency = link.latency;
+  }
 }
 
 void Network::DeclareTraceProcesses() {
@@ -103,6 +107,7 @@ TransferId Network::Start(VertexId src, VertexId dst, Bytes bytes, std::string&&
                           Callback&& on_delivered, Callback&& on_drained, Time extra_latency,
                           bool may_split) {
   TransferId id = next_id_++;
+  if (links_.empty() && !topo_.links().empty()) MakeLinkState();
   if (src == dst || bytes.count() == 0) {
     if (on_drained) sim_.Schedule(Time(), std::move(on_drained));
     // An empty message between two devices still pays its protocol's cost.

@@ -84,7 +84,7 @@ class Network {
   int64_t active_transfers() const { return active_; }
   // Total bytes that crossed directed link `link`, counted when each transfer releases it
   // (see active_transfers()).
-  double link_bytes(LinkId link) const { return links_[link].bytes; }
+  double link_bytes(LinkId link) const { return links_.empty() ? 0 : links_[link].bytes; }
   // The topology.
   const Topology& topology() const { return topo_; }
   // Links on the route from `a` to `b` (0 when a == b).
@@ -222,6 +222,9 @@ class Network {
   int64_t DrainTime(const Flow& flow) const;
   // DrainTime's error, apart so that its string building stays out of the hot path.
   [[noreturn, gnu::cold, gnu::noinline]] static void ThrowDrainOutOfRange(const Flow& flow);
+  // Sizes and fills the per-link and per-vertex state, at the first transfer: a network no
+  // transfer crosses (a run whose collectives a cost model times) never pays for it.
+  void MakeLinkState();
   void DeclareTraceProcesses();
   int32_t TrackOf(LinkId link, bool receive_side);
   void TraceUtilization(LinkId link);
@@ -235,7 +238,7 @@ class Network {
   std::vector<uint32_t> flow_stamp_;
   std::vector<FlowEnds> ends_;  // By flow slot, like flows_.
   std::vector<int32_t> free_flows_;
-  std::vector<LinkState> links_;
+  std::vector<LinkState> links_;  // Per link (MakeLinkState), like scratch_.
   std::vector<LinkScratch> scratch_;
   TransferId next_id_ = 0;
   Time net_latency_;                   // CommSpec::net_latency: added to transfers over a NIC link.

@@ -57,12 +57,21 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   result.events = sim.events_dispatched();
   result.simulated_devices = executor.simulated_devices();
   result.ops = executor.op_timings();
-  result.per_device = executor.DeviceTimings();
+  result.per_simulated_device = executor.SimulatedDeviceTimings();
+  if (config.device_rows) {
+    result.per_device.reserve(mesh.size());
+    for (int p = 0; p < mesh.size(); ++p) {
+      result.per_device.push_back(result.per_simulated_device[executor.class_of(p)]);
+      result.per_device.back().device = mesh.device(p);
+    }
+  }
   result.link_busy = executor.LinkBusy();
   result.outputs = executor.Outputs();
   result.inputs = executor.inputs();
   result.hbm_capacity = machine.hbm_capacity();
-  for (const DeviceTiming& d : result.per_device) {
+  // Over the distinct rows: the first position with the largest peak is the first of the
+  // first simulated device (in order of first positions) with it.
+  for (const DeviceTiming& d : result.per_simulated_device) {
     result.phase_peaks.resize(std::max(result.phase_peaks.size(), d.phase_peaks.size()));
     for (size_t p = 0; p < d.phase_peaks.size(); ++p) {
       result.phase_peaks[p] = std::max(result.phase_peaks[p], d.phase_peaks[p]);

@@ -44,6 +44,9 @@ struct RunConfig {
   Observer* observer = nullptr;          // Receives the trace (not owned; null: untraced).
   std::vector<size_t> memory_phases;     // ExecutorConfig::memory_phases.
   std::set<std::string> donated_inputs;  // ExecutorConfig::donated_inputs.
+  // Fill RunResult::per_device, a row per mesh position (8,960 copies of a few classes' rows on
+  // a pod); a search reads per_simulated_device alone.
+  bool device_rows = true;
 };
 
 // What a run gives.
@@ -52,7 +55,9 @@ struct RunResult {
   uint64_t events = 0;                   // Events the engine dispatched.
   int simulated_devices = 0;             // Devices simulated (classes on kCached).
   std::vector<OpTiming> ops;             // One row per op of the program.
-  std::vector<DeviceTiming> per_device;  // By mesh position.
+  std::vector<DeviceTiming> per_device;  // By mesh position (RunConfig::device_rows).
+  // Its distinct rows, one per simulated device: Executor::SimulatedDeviceTimings.
+  std::vector<DeviceTiming> per_simulated_device;
   std::map<std::string, Array> outputs;  // Global outputs (shapes only without numerics).
   std::map<std::string, Array> inputs;   // Global inputs made (with data under numerics).
   Bytes peak_memory;                     // The largest per-device peak.

@@ -205,9 +205,10 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   config.collective_model = &collectives;
   config.memory_phases = phases;
   config.donated_inputs = UpdatedInputs(global);
+  config.device_rows = false;
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
-  StepFigures f = FiguresOfRun(run.end, run.per_device, RecomputeTime(run.ops), run.peak_memory,
-                               run.events, global, mesh);
+  StepFigures f = FiguresOfRun(run.end, run.per_simulated_device, RecomputeTime(run.ops),
+                               run.peak_memory, run.events, global, mesh);
   f.bytes_by_collective = CollectiveBytes(run.ops);
   f.link_busy = run.link_busy;
   f.phase_peaks = run.phase_peaks;

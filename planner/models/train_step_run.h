@@ -193,8 +193,10 @@ void CheckHostLink(const DeviceSpec& device, const std::string& key);
 LogicalRules PlanRules(const StepPlan& plan);
 
 // The figures of a run of `global` (a BuildTrainStep program, partitioned) on `mesh`: its end,
-// the times of the busiest device (most compute plus exposed communication), the compute of
-// its recomputation (`recompute`: RecomputeTime), the peak, the events, and the state bytes.
+// the times of the busiest device (most compute plus exposed communication; the first of
+// `per_device` with it: rows by mesh position, or RunResult::per_simulated_device, which gives
+// the same), the compute of its recomputation (`recompute`: RecomputeTime), the peak, the
+// events, and the state bytes.
 StepFigures FiguresOfRun(Time end, const std::vector<DeviceTiming>& per_device, Time recompute,
                          Bytes peak, uint64_t events, const ProgramSpec& global, const Mesh& mesh);
 
