@@ -473,25 +473,14 @@ int64_t CachedCollectiveModel::ring_pass_hits() const {
 }
 
 int64_t CachedCollectiveModel::MeshId(const Mesh& mesh) {
-  std::vector<std::pair<std::vector<int64_t>, int64_t>>& same = meshes_[mesh.fingerprint()];
-  const size_t axes = mesh.axes().size();
-  // The placement as stored: the axis sizes, -1, the devices by position.
-  auto equal = [&](const std::vector<int64_t>& known) {
-    if (known.size() != axes + 1 + mesh.devices().size()) return false;
-    for (size_t a = 0; a < axes; ++a) {
-      if (known[a] != mesh.axes()[a].size) return false;
-    }
-    return std::equal(mesh.devices().begin(), mesh.devices().end(), known.begin() + axes + 1);
-  };
-  for (const auto& [known, id] : same) {
-    if (equal(known)) return id;
+  std::vector<KnownMesh>& same = meshes_[mesh.fingerprint()];
+  std::vector<int> sizes;
+  sizes.reserve(mesh.axes().size());
+  for (const MeshAxis& axis : mesh.axes()) sizes.push_back(axis.size);
+  for (const KnownMesh& known : same) {
+    if (known.sizes == sizes && known.devices == mesh.devices()) return known.id;
   }
-  std::vector<int64_t> placement;
-  placement.reserve(axes + 1 + mesh.devices().size());
-  for (const MeshAxis& axis : mesh.axes()) placement.push_back(axis.size);
-  placement.push_back(-1);
-  placement.insert(placement.end(), mesh.devices().begin(), mesh.devices().end());
-  same.push_back({std::move(placement), next_mesh_id_});
+  same.push_back({std::move(sizes), mesh.devices(), next_mesh_id_});
   return next_mesh_id_++;
 }
 

@@ -293,8 +293,14 @@ class CachedCollectiveModel : public CollectiveCostModel {
   mutable std::mutex mutex_;  // Guards everything below.
   // Answers Prepare computed, by cache key, until Estimate takes them.
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> prepared_;
-  // Placements seen, by fingerprint: each with its id.
-  std::map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> meshes_;
+  // A placement seen: the axis sizes and the devices by position (compared whole on every
+  // request: as the mesh stores them, so the comparison is one memcmp), and its id.
+  struct KnownMesh {
+    std::vector<int> sizes;
+    std::vector<int> devices;
+    int64_t id = 0;
+  };
+  std::map<uint64_t, std::vector<KnownMesh>> meshes_;  // By fingerprint.
   int64_t next_mesh_id_ = 0;
   std::map<std::vector<int64_t>, std::shared_ptr<const CollectiveTiming>> cache_;
   // Group layouts seen, by hash: each with its id.
