@@ -65,7 +65,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
       result.per_device.back().device = mesh.device(p);
     }
   }
-  result.link_busy = executor.LinkBusy();
+  if (config.link_busy) result.link_busy = executor.LinkBusy();
   result.outputs = executor.Outputs();
   result.inputs = executor.inputs();
   result.hbm_capacity = machine.hbm_capacity();

@@ -47,6 +47,9 @@ struct RunConfig {
   // Fill RunResult::per_device, a row per mesh position (8,960 copies of a few classes' rows on
   // a pod); a search reads per_simulated_device alone.
   bool device_rows = true;
+  // Fill RunResult::link_busy (kCached): a pass over every distinct collective's links, which a
+  // search's screening, keeping no per-link figures, skips.
+  bool link_busy = true;
 };
 
 // What a run gives.

@@ -181,7 +181,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
         CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
                          "plan.offload"),
-        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"));
+        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"),
+        options.link_busy);
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;
@@ -673,8 +674,8 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
   // layers and microbatches, with the head's on the last stage, and once with what the runs
   // that update add; then its sends between stages (priced as the activations' sends forward)
   // and its gradient all-reduce over the data axes (the simulated one with the most
-  // gradients, scaled by the stage's own).
-  {
+  // gradients, scaled by the stage's own). Not wanted (TrainStepOptions::link_busy): none.
+  if (options.link_busy) {
     const Topology& topo = machine.topology();
     std::set<VertexId> own;
     for (int d : stage.devices) own.insert(topo.device_vertex(d));

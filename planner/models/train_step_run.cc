@@ -191,7 +191,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded,
                                 const std::vector<std::vector<std::string>>& head_tiles,
-                                const std::vector<std::vector<std::string>>& saved) {
+                                const std::vector<std::vector<std::string>>& saved,
+                                bool link_busy) {
   std::vector<size_t> phases;
   const PartitionResult partitioned = PartitionTrainStep(
       global, layers, plan.remat,
@@ -206,6 +207,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   config.memory_phases = phases;
   config.donated_inputs = UpdatedInputs(global);
   config.device_rows = false;
+  config.link_busy = link_busy;
   const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
   StepFigures f = FiguresOfRun(run.end, run.per_simulated_device, RecomputeTime(run.ops),
                                run.peak_memory, run.events, global, mesh);
@@ -245,17 +247,17 @@ namespace {
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
-                            CollectiveCostModel& collectives, bool prefetch) {
+                            CollectiveCostModel& collectives, bool prefetch, bool link_busy) {
   std::vector<std::vector<std::string>> layers;
   std::vector<std::map<std::string, std::string>> checkpoints;
   std::vector<std::vector<std::string>> head_tiles;
   const ProgramSpec global =
       BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints, &head_tiles);
-  return SimulateStepFigures(machine, mesh, global, layers, plan, collectives,
-                             prefetch ? PrefetchGroups(model.layers, train) : 0,
-                             CheckpointValues(checkpoints, plan.offload, "plan.offload"),
-                             head_tiles,
-                             CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"));
+  return SimulateStepFigures(
+      machine, mesh, global, layers, plan, collectives,
+      prefetch ? PrefetchGroups(model.layers, train) : 0,
+      CheckpointValues(checkpoints, plan.offload, "plan.offload"), head_tiles,
+      CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"), link_busy);
 }
 
 }  // namespace
@@ -504,8 +506,8 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   CollectiveCostModel* collectives = &owned.model();
   const int64_t short_layers = ComposedFrom(model);  // Composed from it and one more.
   if (!options.compose || model.layers <= short_layers + 1) {
-    const StepFigures f =
-        SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.prefetch);
+    const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives,
+                                          options.prefetch, options.link_busy);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
     r.remat = plan.remat;
     r.remat_save = plan.remat_save;
@@ -518,7 +520,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
       [&](int64_t layers) {
         shorter.layers = layers;
         return SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives,
-                               options.prefetch);
+                               options.prefetch, options.link_busy);
       },
       &simulated, options.settle);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, simulated);

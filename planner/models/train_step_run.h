@@ -154,6 +154,8 @@ struct TrainStepOptions {
   // stage, its tasks in the schedule's order, the sends between stages as flows, and after the
   // flush its gradient all-reduce and update.
   Observer* observer = nullptr;
+  // Per-link busy times (TrainStepReport::link_busy); off: left empty (a search keeps none).
+  bool link_busy = true;
 };
 
 // Per device, the bytes of parameters, gradients and optimizer state `global` (a
@@ -239,14 +241,16 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
 // `offloaded` lists per layer the values plan.offload names and `saved` those a custom remat
-// keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles.
+// keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles. Without
+// `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy).
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded = {},
                                 const std::vector<std::vector<std::string>>& head_tiles = {},
-                                const std::vector<std::vector<std::string>>& saved = {});
+                                const std::vector<std::vector<std::string>>& saved = {},
+                                bool link_busy = true);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE

@@ -73,12 +73,13 @@ constexpr double kScreenedPeakMargin = 0.05;
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
-                         TrainStepReport* report, bool settle) {
+                         TrainStepReport* report, bool settle, bool link_busy) {
   TrainConfig t = train;
   t.microbatches = candidate.microbatches;
   TrainStepOptions options;
   options.collective_model = &collectives;
   options.settle = settle;
+  options.link_busy = link_busy && report != nullptr;
   PlanOutcome o;
   TrainStepReport r;
   o.refused = RefusalOf([&] { r = SimulateTrainStep(machine, model, t, candidate.plan, options); });
@@ -457,9 +458,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
     TrainStepReport report;
     pr.outcome = EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives,
-                              &report, settle);
+                              &report, settle, /*link_busy=*/false);
     if (pr.outcome.refused.empty()) {
-      report.link_busy.clear();
       pr.report = std::make_shared<const TrainStepReport>(std::move(report));
     }
   };

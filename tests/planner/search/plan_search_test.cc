@@ -408,6 +408,35 @@ TEST(PlanSearchTest, ConfirmsTheBestPlansWithTheSettledComposition) {
   EXPECT_GT(differ, 0);  // The confirmation changed something: a real check.
 }
 
+// A search keeps no per-link figures (tens of thousands of links on a pod) and no longer makes
+// them: its reports' link_busy is empty, while EvaluatePlan with a report gives them (for the
+// --report page's best plan) and the same figures otherwise.
+TEST(SearchPlansTest, ReportsLeaveOutPerLinkFiguresWithoutChangingTheRest) {
+  SearchOptions options = Options(1);
+  const SearchResult r = SearchPlans(Tiny(), TinyTrain(), TinySpace(), options);
+  const std::unique_ptr<Machine> machine = V5e8();
+  NetworkCollectiveModel network(*machine);
+  CachedCollectiveModel cache(network);
+  SlowestMemberCollectiveModel collectives(cache);
+  int checked = 0;
+  for (const PlanResult& p : r.results) {
+    if (!p.report) continue;  // Refused.
+    EXPECT_TRUE(p.report->link_busy.empty()) << p.key;
+    TrainStepReport with, without;
+    EvaluatePlan(*machine, Tiny(), TinyTrain(), p.candidate, TinySpace().memory_limit, collectives,
+                 &with, p.outcome.settled);
+    EvaluatePlan(*machine, Tiny(), TinyTrain(), p.candidate, TinySpace().memory_limit, collectives,
+                 &without, p.outcome.settled, /*link_busy=*/false);
+    EXPECT_FALSE(with.link_busy.empty()) << p.key;
+    EXPECT_TRUE(without.link_busy.empty()) << p.key;
+    EXPECT_EQ(with.step_time, without.step_time) << p.key;
+    EXPECT_EQ(with.memory.peak, without.memory.peak) << p.key;
+    EXPECT_EQ(with.exposed_comm, without.exposed_comm) << p.key;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1);
+}
+
 // A plan that fits when screened and not when confirmed no longer dominates its family: the
 // variants it had skipped are screened then. The tiny model with 8 layers: the first mesh
 // whose plan without remat peaks lower when screened (2 and 3 layers) than when settled; under
