@@ -69,8 +69,8 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   result.outputs = executor.Outputs();
   result.inputs = executor.inputs();
   result.hbm_capacity = machine.hbm_capacity();
-  // Over the distinct rows: the first position with the largest peak is the first of the
-  // first simulated device (in order of first positions) with it.
+  // Over the simulated devices' rows: the first position with the largest peak is the first
+  // position of the first simulated device with it (they are numbered by first position).
   for (const DeviceTiming& d : result.per_simulated_device) {
     result.phase_peaks.resize(std::max(result.phase_peaks.size(), d.phase_peaks.size()));
     for (size_t p = 0; p < d.phase_peaks.size(); ++p) {
