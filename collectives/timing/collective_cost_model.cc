@@ -474,12 +474,15 @@ int64_t CachedCollectiveModel::ring_pass_hits() const {
 
 int64_t CachedCollectiveModel::MeshId(const Mesh& mesh) {
   std::vector<KnownMesh>& same = meshes_[mesh.fingerprint()];
-  std::vector<int> sizes;
-  sizes.reserve(mesh.axes().size());
-  for (const MeshAxis& axis : mesh.axes()) sizes.push_back(axis.size);
+  auto same_sizes = [&](const std::vector<int>& sizes) {
+    return std::equal(sizes.begin(), sizes.end(), mesh.axes().begin(), mesh.axes().end(),
+                      [](int size, const MeshAxis& axis) { return size == axis.size; });
+  };
   for (const KnownMesh& known : same) {
-    if (known.sizes == sizes && known.devices == mesh.devices()) return known.id;
+    if (same_sizes(known.sizes) && known.devices == mesh.devices()) return known.id;
   }
+  std::vector<int> sizes;
+  for (const MeshAxis& axis : mesh.axes()) sizes.push_back(axis.size);
   same.push_back({std::move(sizes), mesh.devices(), next_mesh_id_});
   return next_mesh_id_++;
 }

@@ -554,6 +554,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       } catch (const SpecError&) {
         // Refused when simulated (its outcome says why): nothing to share.
       } catch (const std::invalid_argument&) {
+        // A mesh the Mesh constructor refuses: likewise.
       }
       std::sort(hashes.begin(), hashes.end());
       axis_layouts[f] = std::move(hashes);
