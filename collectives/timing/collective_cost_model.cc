@@ -235,34 +235,43 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
                                       const std::vector<std::vector<int>>& groups,
                                       CollectiveTiming& timing, const LinkWatch& watch) {
   const Topology& topo = machine_.topology();
-  Simulator sim;
-  Network network(sim, topo, *router_);
-  std::vector<int> group_of_vertex(topo.num_vertices(), -1);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (int p : groups[g])
-      group_of_vertex[topo.device_vertex(mesh.device(p))] = static_cast<int>(g);
+  // Recorded keeping the latest stretches of each link's use; again keeping every one if that
+  // did not add up exactly (LinkAccounting::overflowed). The second run is the first's again:
+  // the watch saw its links already.
+  for (const bool every_stretch : {false, true}) {
+    Simulator sim;
+    Network network(sim, topo, *router_);
+    std::vector<int> group_of_vertex(topo.num_vertices(), -1);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int p : groups[g])
+        group_of_vertex[topo.device_vertex(mesh.device(p))] = static_cast<int>(g);
+    }
+    LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex), every_stretch);
+    std::optional<WatchingRecorder> watching;
+    if (watch && !every_stretch) watching.emplace(sim, topo.links().size(), accounting, watch);
+    network.set_flow_recorder(watching ? static_cast<FlowRecorder*>(&*watching) : &accounting);
+    std::vector<int> all(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
+    timing.algorithm = RunGroups(sim, network, mesh, request, groups, all, timing)[0];
+    if (watching && watching->stopped()) return false;
+    if (accounting.overflowed()) {
+      ++recorded_again_;
+      continue;
+    }
+    Time longest;
+    for (const std::vector<int>& group : groups) {
+      for (int p : group) longest = std::max(longest, timing.member_time[p]);
+    }
+    for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
+      if (network.link_bytes(l) <= 0 || longest == Time()) continue;
+      timing.profile->links.push_back(l);
+      double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
+      timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
+    }
+    accounting.Summarize(groups, timing);
+    return true;
   }
-  LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex), records_hint_);
-  std::optional<WatchingRecorder> watching;
-  if (watch) watching.emplace(sim, topo.links().size(), accounting, watch);
-  network.set_flow_recorder(watching ? static_cast<FlowRecorder*>(&*watching) : &accounting);
-  std::vector<int> all(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
-  timing.algorithm = RunGroups(sim, network, mesh, request, groups, all, timing)[0];
-  if (watching && watching->stopped()) return false;
-  Time longest;
-  for (const std::vector<int>& group : groups) {
-    for (int p : group) longest = std::max(longest, timing.member_time[p]);
-  }
-  for (LinkId l = 0; l < static_cast<LinkId>(topo.links().size()); ++l) {
-    if (network.link_bytes(l) <= 0 || longest == Time()) continue;
-    timing.profile->links.push_back(l);
-    double capacity = topo.links()[l].bandwidth.bytes_per_second() * longest.seconds();
-    timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(l) / capacity));
-  }
-  accounting.Summarize(groups, timing);
-  records_hint_ = std::max(records_hint_, accounting.records());
-  return true;
+  throw std::logic_error("a link's use did not add up with every stretch kept");
 }
 
 bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRequest& request,
@@ -272,20 +281,32 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   std::optional<TranslationQuotient> quotient = FindTranslationQuotient(topo, mesh, groups);
   if (!quotient) return false;
   const TranslationQuotient& q = *quotient;
-  Simulator sim;
   QuotientRouter router(*router_, q);
-  Network network(sim, topo, router);
   const size_t links = topo.links().size();
   std::vector<int> group_of_vertex(topo.num_vertices(), -1);
   for (int g : q.simulated) {
     for (int p : groups[g]) group_of_vertex[topo.device_vertex(mesh.device(p))] = g;
   }
-  LinkAccounting whole(links, std::vector<int>(topo.num_vertices(), -1));
-  LinkAccounting own(links, std::move(group_of_vertex));
-  FoldedRecorder recorder(topo, q, whole, own);
-  network.set_flow_recorder(&recorder);
-  const std::vector<std::string> resolved =
-      RunGroups(sim, network, mesh, request, groups, q.simulated, timing);
+  // As Simulate: recorded again keeping every stretch if the latest ones did not add up.
+  std::optional<Simulator> sim;
+  std::optional<Network> network;
+  std::optional<LinkAccounting> whole, own;
+  std::vector<std::string> resolved;
+  for (const bool every_stretch : {false, true}) {
+    network.reset();
+    sim.emplace();
+    network.emplace(*sim, topo, router);
+    whole.emplace(links, std::vector<int>(topo.num_vertices(), -1), every_stretch);
+    own.emplace(links, group_of_vertex, every_stretch);
+    FoldedRecorder recorder(topo, q, *whole, *own);
+    network->set_flow_recorder(&recorder);
+    resolved = RunGroups(*sim, *network, mesh, request, groups, q.simulated, timing);
+    network->set_flow_recorder(nullptr);
+    if (!whole->overflowed() && !own->overflowed()) break;
+    ++recorded_again_;
+    if (every_stretch)
+      throw std::logic_error("a link's use did not add up with every stretch kept");
+  }
   // The full simulation names what the first group ran: its source's choice.
   timing.algorithm =
       resolved[std::lower_bound(q.simulated.begin(), q.simulated.end(), q.source[0]) -
@@ -304,18 +325,18 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   folded.member_time = timing.member_time;
   std::vector<int32_t> index(links, -1);
   for (LinkId l = 0; l < static_cast<LinkId>(links); ++l) {
-    if (q.representative[l] == l && network.link_bytes(l) > 0) {
+    if (q.representative[l] == l && network->link_bytes(l) > 0) {
       index[l] = static_cast<int32_t>(folded.profile->links.size());
       folded.profile->links.push_back(l);
     }
   }
-  whole.Summarize(groups, folded);
+  whole->Summarize(groups, folded);
   for (LinkId l = 0; l < static_cast<LinkId>(links); ++l) {
     const LinkId r = q.representative[l];
     if (index[r] < 0) continue;
     timing.profile->links.push_back(l);
     double capacity = topo.link(l).bandwidth.bytes_per_second() * longest.seconds();
-    timing.profile->link_share.push_back(std::min(1.0, network.link_bytes(r) / capacity));
+    timing.profile->link_share.push_back(std::min(1.0, network->link_bytes(r) / capacity));
     LinkUse use = folded.profile->link_use[index[r]];
     use.link = l;
     timing.profile->link_use.push_back(use);
@@ -323,8 +344,8 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   // The simulated groups' use of their own links, translated to every other group.
   CollectiveTiming mine;
   mine.member_time = timing.member_time;
-  mine.profile->links = own.HeldLinks();
-  own.Summarize(groups, mine);
+  mine.profile->links = own->HeldLinks();
+  own->Summarize(groups, mine);
   std::vector<std::vector<LinkUse>>& group_use = timing.profile->group_use;
   group_use = std::move(mine.profile->group_use);
   for (size_t g = 0; g < groups.size(); ++g) {

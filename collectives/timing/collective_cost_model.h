@@ -159,6 +159,9 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t translated() const { return translated_; }
   // Requests answered by simulating one group per orbit of translations on the folded network.
   int64_t folded() const { return folded_; }
+  // Simulations run a second time to record their links' use keeping every stretch of it
+  // (LinkAccounting::overflowed).
+  int64_t recorded_again() const { return recorded_again_; }
 
  private:
   // Fills `timing` (member times, links, shares and use) by the first way that applies: the
@@ -187,7 +190,7 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t simulations_ = 0;
   int64_t translated_ = 0;
   int64_t folded_ = 0;
-  size_t records_hint_ = 0;  // The most link records a simulation kept: room to reserve.
+  int64_t recorded_again_ = 0;
   // Group layouts whose first group's links, translated, met another group's: (mesh
   // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
   // same collective uses the same links, so its lone first group is not simulated only to find

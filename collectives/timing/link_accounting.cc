@@ -1,38 +1,35 @@
 #include "collectives/timing/link_accounting.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace shardsim {
 
-LinkAccounting::LinkAccounting(size_t links, std::vector<int> group_of_vertex,
-                               size_t expected_records)
-    : sums_(links), group_of_vertex_(std::move(group_of_vertex)) {
-  recorded_.reserve(expected_records);
-}
+LinkAccounting::LinkAccounting(size_t links, std::vector<int> group_of_vertex, bool every_stretch)
+    : index_(links, -1),
+      group_of_vertex_(std::move(group_of_vertex)),
+      every_stretch_(every_stretch) {}
 
 void LinkAccounting::OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
                             double bytes) {
-  const Held held{group_of_vertex_[src], start.picoseconds(), drain.picoseconds(), bytes};
+  const int group = group_of_vertex_[src];
+  const int64_t from = start.picoseconds(), to = drain.picoseconds();
   for (int h = 0; h < hops; ++h) {
-    recorded_.push_back({path[h], held});
-    LinkSums& sums = sums_[path[h]];
-    sums.held = true;
-    if (sums.unsorted) continue;
-    if (held.start < sums.last_start) {
-      sums.unsorted = true;
-      ++unsorted_;
-      continue;
+    int32_t& index = index_[path[h]];
+    if (index < 0) {
+      index = static_cast<int32_t>(sums_.size());
+      sums_.emplace_back();
     }
-    sums.last_start = held.start;
-    sums.whole.Add(held);
-    if (held.group >= 0) sums.Of(held.group).Add(held);
+    LinkSums& sums = sums_[index];
+    Add(sums.whole, from, to, bytes);
+    if (group >= 0) Add(sums.Of(group), from, to, bytes);
   }
 }
 
 std::vector<LinkId> LinkAccounting::HeldLinks() const {
   std::vector<LinkId> links;
-  for (size_t l = 0; l < sums_.size(); ++l) {
-    if (sums_[l].held) links.push_back(static_cast<LinkId>(l));
+  for (size_t l = 0; l < index_.size(); ++l) {
+    if (index_[l] >= 0) links.push_back(static_cast<LinkId>(l));
   }
   return links;
 }
@@ -47,46 +44,106 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
   }
   timing.profile->group_use.assign(groups.size(), {});
   timing.profile->link_use.clear();
-  if (unsorted_ > 0) SumAgain();
-  std::vector<std::pair<int, Use*>> by_group;  // A link's groups, ascending.
+  std::vector<std::pair<int, const Use*>> by_group;  // A link's groups, ascending.
   for (LinkId l : timing.profile->links) {
-    LinkSums& sums = sums_[l];
-    timing.profile->link_use.push_back(sums.whole.Finish(l, longest));
+    if (index_[l] < 0) throw std::logic_error("a link with bytes was never recorded as held");
+    const LinkSums& sums = sums_[index_[l]];
+    timing.profile->link_use.push_back(Finish(sums.whole, l, longest));
     by_group.clear();
     if (sums.first_group >= 0) by_group.push_back({sums.first_group, &sums.first});
-    for (auto& [g, use] : sums.more) by_group.push_back({g, &use});
+    for (const auto& [g, use] : sums.more) by_group.push_back({g, &use});
     std::sort(by_group.begin(), by_group.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [g, use] : by_group) {
+    for (const auto& [g, use] : by_group) {
       if (group_longest[g] > Time()) {
-        timing.profile->group_use[g].push_back(use->Finish(l, group_longest[g]));
+        timing.profile->group_use[g].push_back(Finish(*use, l, group_longest[g]));
       }
     }
   }
 }
 
-void LinkAccounting::Use::Add(const Held& h) {
-  bytes += h.bytes;
-  transfer_ps += h.end - h.start;
-  if (h.start > open_end) {
-    if (open_end > open_start) held_ps += open_end - open_start;
-    open_start = h.start;
-    open_end = h.end;
-  } else {
-    open_end = std::max(open_end, h.end);
+void LinkAccounting::Add(Use& use, int64_t start, int64_t end, double bytes) {
+  if (every_stretch_) {
+    if (use.every < 0) {
+      use.every = static_cast<int32_t>(every_.size());
+      every_.emplace_back();
+    }
+    AddStretch(every_[use.every], start, end);
+    use.bytes += bytes;
+    use.transfer_ps += end - start;
+    return;
   }
+  if (!use.Add(start, end, bytes)) overflowed_ = true;
 }
 
-LinkUse LinkAccounting::Use::Finish(LinkId l, Time longest) {
-  if (open_end > open_start) held_ps += open_end - open_start;
-  open_start = open_end = -1;
+bool LinkAccounting::Use::Add(int64_t start, int64_t end, double b) {
+  bytes += b;
+  transfer_ps += end - start;
+  if (kept == 0) {
+    stretch[kept++] = {start, end};
+    return true;
+  }
+  std::pair<int64_t, int64_t>& latest = stretch[kept - 1];
+  if (start > latest.second) {  // After a gap: a new latest stretch.
+    if (kept == kKept) {        // The oldest kept is summed.
+      summed_ps += stretch[0].second - stretch[0].first;
+      summed_end = stretch[0].second;
+      std::copy(stretch + 1, stretch + kKept, stretch);
+      --kept;
+    }
+    stretch[kept++] = {start, end};
+    return true;
+  }
+  if (end < latest.first) return false;  // Before the latest stretch, apart from it.
+  latest.second = std::max(latest.second, end);
+  if (start >= latest.first) return true;
+  // Back over gaps: the kept stretches it meets join the latest.
+  std::pair<int64_t, int64_t> joined = {start, latest.second};
+  --kept;
+  while (kept > 0 && stretch[kept - 1].second >= start) {
+    joined.first = std::min(joined.first, stretch[kept - 1].first);
+    --kept;
+  }
+  stretch[kept++] = joined;
+  // Overlapping a summed stretch (touching it adds nothing to the union's length) it cannot.
+  return kept > 1 || start >= summed_end;
+}
+
+void LinkAccounting::AddStretch(std::vector<std::pair<int64_t, int64_t>>& stretches, int64_t start,
+                                int64_t end) {
+  // The stretches it meets: those ending at or after its start and starting at or before its
+  // end (ends ascend with starts: the stretches are disjoint).
+  auto first = std::lower_bound(stretches.begin(), stretches.end(), start,
+                                [](const auto& s, int64_t t) { return s.second < t; });
+  auto last = std::upper_bound(first, stretches.end(), end,
+                               [](int64_t t, const auto& s) { return t < s.first; });
+  if (first == last) {
+    stretches.insert(first, {start, end});
+    return;
+  }
+  *first = {std::min(start, first->first), std::max(end, (last - 1)->second)};
+  stretches.erase(first + 1, last);
+}
+
+int64_t LinkAccounting::Use::held_ps() const {
+  int64_t held = summed_ps;
+  for (int k = 0; k < kept; ++k) held += stretch[k].second - stretch[k].first;
+  return held;
+}
+
+LinkUse LinkAccounting::Finish(const Use& use, LinkId l, Time longest) const {
+  int64_t held_ps = use.held_ps();
+  if (use.every >= 0) {
+    held_ps = 0;
+    for (const auto& [s, e] : every_[use.every]) held_ps += e - s;
+  }
   LinkUse u;
   u.link = l;
   double held = static_cast<double>(std::max<int64_t>(held_ps, 1));
-  double transfer = static_cast<double>(std::max<int64_t>(transfer_ps, 1));
+  double transfer = static_cast<double>(std::max<int64_t>(use.transfer_ps, 1));
   u.duty = std::min(1.0, held / static_cast<double>(longest.picoseconds()));
   u.flows = transfer / held;
-  u.flow_rate = bytes / transfer * 1e12;
+  u.flow_rate = use.bytes / transfer * 1e12;
   return u;
 }
 
@@ -101,33 +158,6 @@ LinkAccounting::Use& LinkAccounting::LinkSums::Of(int g) {
   }
   more.push_back({g, Use()});
   return more.back().second;
-}
-
-void LinkAccounting::SumAgain() {
-  std::vector<int32_t> bucket(sums_.size(), -1);
-  std::vector<std::vector<Held>> held;
-  for (size_t l = 0; l < sums_.size(); ++l) {
-    if (!sums_[l].unsorted) continue;
-    bucket[l] = static_cast<int32_t>(held.size());
-    held.emplace_back();
-  }
-  for (const Record& r : recorded_) {
-    if (bucket[r.link] >= 0) held[bucket[r.link]].push_back(r.held);
-  }
-  for (size_t l = 0; l < sums_.size(); ++l) {
-    if (bucket[l] < 0) continue;
-    std::vector<Held>& mine = held[bucket[l]];
-    std::stable_sort(mine.begin(), mine.end(),
-                     [](const Held& a, const Held& b) { return a.start < b.start; });
-    LinkSums& sums = sums_[l];
-    sums = LinkSums();
-    sums.held = true;
-    for (const Held& h : mine) {
-      sums.whole.Add(h);
-      if (h.group >= 0) sums.Of(h.group).Add(h);
-    }
-  }
-  unsorted_ = 0;
 }
 
 }  // namespace shardsim
