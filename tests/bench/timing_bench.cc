@@ -1,5 +1,6 @@
 // The timing path for search (Release, `build/tests/bench/timing_bench`): wall time to simulate
-// a transformer training step's timing, and the elementwise chain on the 8960-chip pod.
+// a transformer training step's timing, the elementwise chain on the 8960-chip pod, and the
+// network simulation a cold plan search pays for one data-axis all-reduce on the pod.
 // Counters: simulated_us (the step time found), devices_simulated (timeline classes), and for
 // the step the full network simulation's time of the same program (full_us, measured once)
 // so the cached path's error is visible beside its speed (the full simulation is chaotic on
@@ -129,6 +130,30 @@ void BM_ElementwiseOnPod(benchmark::State& state, TimingPath path) {
   state.counters["devices_simulated"] = r.simulated_devices;
 }
 
+// One cold collective of the pod's plan search: the gradient all-reduce (bf16, 262,144 elements
+// a member) over data = 280 of data 280 x fsdp 8 x tensor 4, placed as the search places it:
+// 32 rings of 280 chips strided over all three torus dimensions, no translation mapping them
+// onto each other, so all 8960 chips are simulated (558 ring steps each). Counters: the
+// simulated time and the transfers a second of wall time.
+void BM_DataAxisAllReduceOnPod(benchmark::State& state) {
+  Machine machine(BuildPreset("tpu-v5p", {16, 20, 28}));
+  Mesh mesh = PlaceMesh(machine, {{"data", 280}, {"fsdp", 8}, {"tensor", 4}});
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllReduce;
+  request.dtype = DType::kBF16;
+  request.elements = 262144;
+  request.axes = {0};
+  Time simulated;
+  for (auto _ : state) {
+    NetworkCollectiveModel model(machine, /*translate_groups=*/true);
+    simulated = model.Estimate(mesh, request)->longest();
+  }
+  state.counters["simulated_us"] = simulated.microseconds();
+  // Each of the 8960 members sends 2 x 279 chunks.
+  state.counters["transfers_per_s"] = benchmark::Counter(
+      8960.0 * 2 * 279 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_cached, 1, TimingPath::kCached, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TransformerStep, layer1_cached_jobs2, 1, TimingPath::kCached, false, 2)
@@ -168,6 +193,7 @@ const bool kSlowRegistered = [] {
   return true;
 }();
 BENCHMARK_CAPTURE(BM_ElementwiseOnPod, cached, TimingPath::kCached)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DataAxisAllReduceOnPod)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 BENCHMARK_CAPTURE(BM_ElementwiseOnPod, network, TimingPath::kNetwork)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
