@@ -238,7 +238,8 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
   // Recorded keeping the latest stretches of each link's use; again keeping every one if that
   // did not add up exactly (LinkAccounting::overflowed). The second run is the first's again:
   // the watch saw its links already.
-  for (const bool every_stretch : {false, true}) {
+  for (const bool again : {false, true}) {
+    const bool every_stretch = every_stretch_ || again;
     Simulator sim;
     Network network(sim, topo, *router_);
     std::vector<int> group_of_vertex(topo.num_vertices(), -1);
@@ -248,7 +249,7 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     }
     LinkAccounting accounting(topo.links().size(), std::move(group_of_vertex), every_stretch);
     std::optional<WatchingRecorder> watching;
-    if (watch && !every_stretch) watching.emplace(sim, topo.links().size(), accounting, watch);
+    if (watch && !again) watching.emplace(sim, topo.links().size(), accounting, watch);
     network.set_flow_recorder(watching ? static_cast<FlowRecorder*>(&*watching) : &accounting);
     std::vector<int> all(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) all[g] = static_cast<int>(g);
@@ -292,7 +293,8 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
   std::optional<Network> network;
   std::optional<LinkAccounting> whole, own;
   std::vector<std::string> resolved;
-  for (const bool every_stretch : {false, true}) {
+  for (const bool again : {false, true}) {
+    const bool every_stretch = every_stretch_ || again;
     network.reset();
     sim.emplace();
     network.emplace(*sim, topo, router);
@@ -303,9 +305,10 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
     resolved = RunGroups(*sim, *network, mesh, request, groups, q.simulated, timing);
     network->set_flow_recorder(nullptr);
     if (!whole->overflowed() && !own->overflowed()) break;
-    ++recorded_again_;
-    if (every_stretch)
+    if (every_stretch) {
       throw std::logic_error("a link's use did not add up with every stretch kept");
+    }
+    ++recorded_again_;
   }
   // The full simulation names what the first group ran: its source's choice.
   timing.algorithm =

@@ -162,6 +162,10 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   // Simulations run a second time to record their links' use keeping every stretch of it
   // (LinkAccounting::overflowed).
   int64_t recorded_again() const { return recorded_again_; }
+  // Records every simulation's link use keeping every stretch of it from the start
+  // (LinkAccounting's every_stretch), as a run is recorded again when its latest stretches do
+  // not add up: slower, the same answers (tested).
+  void set_every_stretch(bool every_stretch) { every_stretch_ = every_stretch; }
 
  private:
   // Fills `timing` (member times, links, shares and use) by the first way that applies: the
@@ -191,6 +195,7 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t translated_ = 0;
   int64_t folded_ = 0;
   int64_t recorded_again_ = 0;
+  bool every_stretch_ = false;
   // Group layouts whose first group's links, translated, met another group's: (mesh
   // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
   // same collective uses the same links, so its lone first group is not simulated only to find

@@ -860,6 +860,46 @@ TEST(NetworkCollectiveModelTest, FoldedGroupsEqualTheFullSimulation) {
   }
 }
 
+// Link use recorded keeping every stretch of each link's busy time (as a simulation is recorded
+// again when its latest stretches do not add up) is the same, to the bit, as kept four
+// stretches at a time: on the folded network, translated lone groups and all groups together.
+TEST(NetworkCollectiveModelTest, EveryStretchKeptGivesTheSameLinkUse) {
+  struct Case {
+    std::vector<int> shape;
+    std::vector<MeshAxis> axes;
+    int axis;
+    bool translate;
+    std::string way;  // What the default model does: folded, translated or full.
+  };
+  const std::vector<MeshAxis> pod = {{"data", 35}, {"fsdp", 16}, {"tensor", 4}};
+  for (const Case& c :
+       {Case{{4, 20, 28}, pod, 0, true, "folded"}, Case{{4, 20, 28}, pod, 2, true, "translated"},
+        Case{{4, 20, 28}, pod, 0, false, "full"}}) {
+    Machine machine(BuildPreset("tpu-v5p", c.shape));
+    Mesh mesh = PlaceMesh(machine, c.axes);
+    NetworkCollectiveModel kept(machine, c.translate), every(machine, c.translate);
+    every.set_every_stretch(true);
+    CollectiveRequest request;
+    request.kind = CollectiveKind::kAllReduce;
+    request.dtype = DType::kBF16;
+    request.elements = 35 * 64 * 64;
+    request.axes = {c.axis};
+    std::shared_ptr<const CollectiveTiming> a = kept.Estimate(mesh, request);
+    std::shared_ptr<const CollectiveTiming> b = every.Estimate(mesh, request);
+    EXPECT_EQ(kept.folded(), c.way == "folded" ? 1 : 0) << c.way;
+    EXPECT_EQ(kept.translated(), c.way == "translated" ? 1 : 0) << c.way;
+    EXPECT_EQ(kept.recorded_again(), 0) << c.way;
+    EXPECT_EQ(a->member_time, b->member_time) << c.way;
+    EXPECT_EQ(a->profile->links, b->profile->links) << c.way;
+    EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << c.way;
+    ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << c.way;
+    for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
+      EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
+          << c.way << " group " << g;
+    }
+  }
+}
+
 // Review cases. A reduce-scatter too small to move a byte per member takes no time: the fold
 // leaves one (empty) use list per group as the full simulation does (the timeline reads one
 // per group). And `auto` resolves per group: on an 8x4 torus whose mesh lists row 5 first
