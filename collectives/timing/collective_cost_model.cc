@@ -211,8 +211,7 @@ void NetworkCollectiveModel::SimulateAnyWay(const Mesh& mesh, const CollectiveRe
                                             const std::vector<std::vector<int>>& groups,
                                             CollectiveTiming& timing) {
   if (translate_groups_ && groups.size() > 1) {
-    auto layout = std::make_tuple(mesh.fingerprint(), static_cast<int>(request.kind),
-                                  request.algorithm, request.axes, request.destination);
+    Layout layout = LayoutOf(mesh, request);
     if (!untranslatable_.count(layout)) {
       if (SimulateByTranslation(mesh, request, groups, timing)) {
         ++translated_;
@@ -231,15 +230,23 @@ void NetworkCollectiveModel::SimulateAnyWay(const Mesh& mesh, const CollectiveRe
   Simulate(mesh, request, groups, timing);
 }
 
+NetworkCollectiveModel::Layout NetworkCollectiveModel::LayoutOf(const Mesh& mesh,
+                                                                const CollectiveRequest& request) {
+  return {mesh.fingerprint(), static_cast<int>(request.kind), request.algorithm, request.axes,
+          request.destination};
+}
+
 bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest& request,
                                       const std::vector<std::vector<int>>& groups,
                                       CollectiveTiming& timing, const LinkWatch& watch) {
   const Topology& topo = machine_.topology();
   // Recorded keeping the latest stretches of each link's use; again keeping every one if that
-  // did not add up exactly (LinkAccounting::overflowed). The second run is the first's again:
-  // the watch saw its links already.
+  // did not add up exactly (LinkAccounting::overflowed), as other sizes of it are from the
+  // start. The second run is the first's again: the watch saw its links already.
+  Layout layout = LayoutOf(mesh, request);
+  const bool every_from_start = every_stretch_ || recorded_again_layouts_.count(layout);
   for (const bool again : {false, true}) {
-    const bool every_stretch = every_stretch_ || again;
+    const bool every_stretch = every_from_start || again;
     Simulator sim;
     Network network(sim, topo, *router_);
     std::vector<int> group_of_vertex(topo.num_vertices(), -1);
@@ -257,6 +264,7 @@ bool NetworkCollectiveModel::Simulate(const Mesh& mesh, const CollectiveRequest&
     if (watching && watching->stopped()) return false;
     if (accounting.overflowed()) {
       ++recorded_again_;
+      recorded_again_layouts_.insert(layout);
       continue;
     }
     Time longest;
@@ -289,12 +297,14 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
     for (int p : groups[g]) group_of_vertex[topo.device_vertex(mesh.device(p))] = g;
   }
   // As Simulate: recorded again keeping every stretch if the latest ones did not add up.
+  Layout layout = LayoutOf(mesh, request);
+  const bool every_from_start = every_stretch_ || recorded_again_layouts_.count(layout);
   std::optional<Simulator> sim;
   std::optional<Network> network;
   std::optional<LinkAccounting> whole, own;
   std::vector<std::string> resolved;
   for (const bool again : {false, true}) {
-    const bool every_stretch = every_stretch_ || again;
+    const bool every_stretch = every_from_start || again;
     network.reset();
     sim.emplace();
     network.emplace(*sim, topo, router);
@@ -309,6 +319,7 @@ bool NetworkCollectiveModel::SimulateFolded(const Mesh& mesh, const CollectiveRe
       throw std::logic_error("a link's use did not add up with every stretch kept");
     }
     ++recorded_again_;
+    recorded_again_layouts_.insert(layout);
   }
   // The full simulation names what the first group ran: its source's choice.
   timing.algorithm =

@@ -196,14 +196,20 @@ class NetworkCollectiveModel : public CollectiveCostModel {
   int64_t folded_ = 0;
   int64_t recorded_again_ = 0;
   bool every_stretch_ = false;
+  // A collective's layout as untranslatable_ names it.
+  using Layout = std::tuple<uint64_t, int, std::string, std::vector<int>, std::vector<int>>;
+  static Layout LayoutOf(const Mesh& mesh, const CollectiveRequest& request);
+  // Layouts whose simulation was recorded again (its transfers reached back over more busy
+  // stretches of a link than LinkAccounting keeps: all-reduces over several axes of the pod,
+  // say): other sizes of them are recorded keeping every stretch from the start.
+  std::set<Layout> recorded_again_layouts_;
   // Group layouts whose first group's links, translated, met another group's: (mesh
   // fingerprint, kind, algorithm asked for, axes, permute destinations). Another size of the
   // same collective uses the same links, so its lone first group is not simulated only to find
   // that out again. Answers do not depend on it: where translation applies it equals the full
   // simulation exactly (TranslatedGroupsEqualTheFullSimulation), so a request simulated in
   // full (`auto` resolving otherwise at another size, say) gets the same timing.
-  std::set<std::tuple<uint64_t, int, std::string, std::vector<int>, std::vector<int>>>
-      untranslatable_;
+  std::set<Layout> untranslatable_;
 };
 
 // Memoizes another model by everything that determines its answer: the request and the

@@ -44,6 +44,7 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
   }
   timing.profile->group_use.assign(groups.size(), {});
   timing.profile->link_use.clear();
+  if (every_stretch_ && every_held_.size() != static_cast<size_t>(every_uses_)) SumEvery();
   std::vector<std::pair<int, const Use*>> by_group;  // A link's groups, ascending.
   for (LinkId l : timing.profile->links) {
     if (index_[l] < 0) throw std::logic_error("a link with bytes was never recorded as held");
@@ -64,16 +65,42 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
 
 void LinkAccounting::Add(Use& use, int64_t start, int64_t end, double bytes) {
   if (every_stretch_) {
-    if (use.every < 0) {
-      use.every = static_cast<int32_t>(every_.size());
-      every_.emplace_back();
-    }
-    AddStretch(every_[use.every], start, end);
+    if (use.every < 0) use.every = every_uses_++;
+    every_.push_back({use.every, start, end});
     use.bytes += bytes;
     use.transfer_ps += end - start;
     return;
   }
   if (!use.Add(start, end, bytes)) overflowed_ = true;
+}
+
+void LinkAccounting::SumEvery() {
+  // The intervals of each sum, in order of their starts (a counting sort by sum, then each
+  // sum's sorted), and their union's length.
+  std::vector<int64_t> first(static_cast<size_t>(every_uses_) + 1, 0);
+  for (const Interval& i : every_) ++first[static_cast<size_t>(i.use) + 1];
+  for (size_t u = 0; u < static_cast<size_t>(every_uses_); ++u) first[u + 1] += first[u];
+  std::vector<std::pair<int64_t, int64_t>> sorted(every_.size());
+  std::vector<int64_t> next(first.begin(), first.end() - 1);
+  for (const Interval& i : every_) sorted[static_cast<size_t>(next[i.use]++)] = {i.start, i.end};
+  every_held_.assign(static_cast<size_t>(every_uses_), 0);
+  for (size_t u = 0; u < static_cast<size_t>(every_uses_); ++u) {
+    auto begin = sorted.begin() + first[u], end = sorted.begin() + first[u + 1];
+    std::sort(begin, end);
+    int64_t held = 0, open_start = -1, open_end = -1;
+    for (auto it = begin; it != end; ++it) {
+      if (it->first > open_end) {
+        held += open_end - open_start;
+        open_start = it->first;
+        open_end = it->second;
+      } else {
+        open_end = std::max(open_end, it->second);
+      }
+    }
+    every_held_[u] = held + (open_end - open_start);
+  }
+  every_.clear();
+  every_.shrink_to_fit();
 }
 
 bool LinkAccounting::Use::Add(int64_t start, int64_t end, double b) {
@@ -109,22 +136,6 @@ bool LinkAccounting::Use::Add(int64_t start, int64_t end, double b) {
   return kept > 1 || start >= summed_end;
 }
 
-void LinkAccounting::AddStretch(std::vector<std::pair<int64_t, int64_t>>& stretches, int64_t start,
-                                int64_t end) {
-  // The stretches it meets: those ending at or after its start and starting at or before its
-  // end (ends ascend with starts: the stretches are disjoint).
-  auto first = std::lower_bound(stretches.begin(), stretches.end(), start,
-                                [](const auto& s, int64_t t) { return s.second < t; });
-  auto last = std::upper_bound(first, stretches.end(), end,
-                               [](int64_t t, const auto& s) { return t < s.first; });
-  if (first == last) {
-    stretches.insert(first, {start, end});
-    return;
-  }
-  *first = {std::min(start, first->first), std::max(end, (last - 1)->second)};
-  stretches.erase(first + 1, last);
-}
-
 int64_t LinkAccounting::Use::held_ps() const {
   int64_t held = summed_ps;
   for (int k = 0; k < kept; ++k) held += stretch[k].second - stretch[k].first;
@@ -133,10 +144,7 @@ int64_t LinkAccounting::Use::held_ps() const {
 
 LinkUse LinkAccounting::Finish(const Use& use, LinkId l, Time longest) const {
   int64_t held_ps = use.held_ps();
-  if (use.every >= 0) {
-    held_ps = 0;
-    for (const auto& [s, e] : every_[use.every]) held_ps += e - s;
-  }
+  if (use.every >= 0) held_ps = every_held_[static_cast<size_t>(use.every)];
   LinkUse u;
   u.link = l;
   double held = static_cast<double>(std::max<int64_t>(held_ps, 1));

@@ -21,8 +21,11 @@ namespace shardsim {
 // before them, slower than the ones recorded since). The latest kKept stretches are kept;
 // those before are summed. An interval that overlaps a summed stretch, or ends before the
 // latest stretch starts, cannot be added exactly: the accounting then says it `overflowed`,
-// and the caller records the run again with `every_stretch`, which keeps every stretch. (It
-// kept every record before: 1.6 GB for one data-axis all-reduce on the 8960-chip pod.)
+// and the caller records the run again with `every_stretch`, which keeps every interval
+// (24 bytes a link and sum) and sorts them at the end. Keeping every interval, as it always
+// did before, took 1.6 GB for one data-axis all-reduce on the 8960-chip pod; the latest four
+// stretches take 48 MB. All-reduces over two axes of the pod (rings of 1,120 and 2,240 chips
+// as torus_2d) reach back further: they are recorded twice.
 class LinkAccounting : public FlowRecorder {
  public:
   // `links`: the topology's link count. `group_of_vertex`: the group whose member sends from
@@ -48,7 +51,8 @@ class LinkAccounting : public FlowRecorder {
  private:
   // Stretches kept per sum: the latest one and the three before it. In the cold phase of the
   // pod's plan search (23 plans, 206 simulations) records reached back over one gap 27,995
-  // times, over two or three 34 times, never further.
+  // times, over two or three 34 times, never further; with eight kept, the searches that vary
+  // remat, microbatches and sequence parallelism still record about 30 runs twice.
   static constexpr int kKept = 4;
   // Sums over the intervals of a link (or of a group on it), in picoseconds.
   struct Use {
@@ -57,7 +61,7 @@ class LinkAccounting : public FlowRecorder {
     int64_t summed_ps = 0;    // Length of the union's stretches before those kept.
     int64_t summed_end = -1;  // Where the latest of them ends (-1: none).
     int32_t kept = 0;         // Stretches in `stretch`.
-    int32_t every = -1;       // With every_stretch: its entry in LinkAccounting::every_.
+    int32_t every = -1;       // With every_stretch: its number among the sums (Interval::use).
     // The latest stretches, disjoint, in ascending order: [start, end].
     std::pair<int64_t, int64_t> stretch[kKept];
     // Adds the interval [start, end] carrying `b` bytes; false if it cannot (see the class
@@ -66,9 +70,13 @@ class LinkAccounting : public FlowRecorder {
     // The length of the union (without every_stretch).
     int64_t held_ps() const;
   };
-  // Adds [start, end] to `stretches` (disjoint, ascending), wherever it falls.
-  static void AddStretch(std::vector<std::pair<int64_t, int64_t>>& stretches, int64_t start,
-                         int64_t end);
+  // With every_stretch: one interval of a sum (Use::every), as recorded.
+  struct Interval {
+    int32_t use;
+    int64_t start, end;
+  };
+  // With every_stretch: the union's length of each sum's intervals, into every_held_.
+  void SumEvery();
   // The use of link `l` by `use` over a run whose longest member took `longest`.
   LinkUse Finish(const Use& use, LinkId l, Time longest) const;
   // Adds [start, end] carrying `bytes` to `use`.
@@ -89,8 +97,11 @@ class LinkAccounting : public FlowRecorder {
   std::vector<int32_t> index_;
   std::vector<int> group_of_vertex_;
   bool every_stretch_;
-  // With every_stretch: each sum's whole union (Use::every), disjoint stretches, ascending.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> every_;
+  // With every_stretch: every interval of every sum as recorded, how many sums have some, and
+  // (after Summarize's SumEvery) each one's union length.
+  std::vector<Interval> every_;
+  int32_t every_uses_ = 0;
+  std::vector<int64_t> every_held_;
   bool overflowed_ = false;
 };
 
