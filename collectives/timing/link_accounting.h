@@ -22,15 +22,15 @@ namespace shardsim {
 // those before are summed. An interval that overlaps a summed stretch, or ends before the
 // latest stretch starts, cannot be added exactly: the accounting then says it `overflowed`,
 // and the caller records the run again with `every_stretch`, which keeps every interval
-// (24 bytes a link and sum) and sorts them at the end. Keeping every interval, as it always
-// did before, took 1.6 GB for one data-axis all-reduce on the 8960-chip pod; the latest four
-// stretches take 48 MB. All-reduces over two axes of the pod (rings of 1,120 and 2,240 chips
-// as torus_2d) reach back further: they are recorded twice.
+// (24 bytes for each link a transfer crosses, and again for its group's sum) and sorts them at the
+// end. Keeping every interval, as it always did before, took 1.6 GB for one data-axis all-reduce on
+// the 8960-chip pod; the latest four stretches take 48 MB. All-reduces over two axes of the pod
+// (rings of 1,120 and 2,240 chips as torus_2d) reach back further: they are recorded twice.
 class LinkAccounting : public FlowRecorder {
  public:
   // `links`: the topology's link count. `group_of_vertex`: the group whose member sends from
-  // each vertex (-1: none). `every_stretch`: keep every stretch of each union (any order of
-  // records adds up exactly).
+  // each vertex (-1: none). `every_stretch`: keep every interval and take the unions at the
+  // end (records in any order add up exactly).
   LinkAccounting(size_t links, std::vector<int> group_of_vertex, bool every_stretch = false);
 
   void OnFlow(VertexId src, const LinkId* path, int hops, Time start, Time drain,
