@@ -710,6 +710,22 @@ std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<L
   return out;
 }
 
+// Expects `a` and `b` equal to the bit: member times, algorithm, links, shares, link use and
+// each group's use.
+void ExpectSameTiming(const CollectiveTiming& a, const CollectiveTiming& b,
+                      const std::string& what) {
+  EXPECT_EQ(a.member_time, b.member_time) << what;
+  EXPECT_EQ(a.algorithm, b.algorithm) << what;
+  EXPECT_EQ(a.profile->links, b.profile->links) << what;
+  EXPECT_EQ(a.profile->link_share, b.profile->link_share) << what;
+  EXPECT_EQ(Uses(a.profile->link_use), Uses(b.profile->link_use)) << what;
+  ASSERT_EQ(a.profile->group_use.size(), b.profile->group_use.size()) << what;
+  for (size_t g = 0; g < a.profile->group_use.size(); ++g) {
+    EXPECT_EQ(Uses(a.profile->group_use[g]), Uses(b.profile->group_use[g]))
+        << what << " group " << g;
+  }
+}
+
 // torus_2d runs its rings along the torus dimensions its group spans, whatever the mesh: one
 // mesh axis of 16 snaking over two dimensions of a v5p 4x4x4 gives every chip the times it has
 // when two mesh axes are those dimensions (all-reduce and reduce-scatter: every block is the
@@ -792,16 +808,7 @@ TEST(NetworkCollectiveModelTest, TranslatedGroupsEqualTheFullSimulation) {
         std::shared_ptr<const CollectiveTiming> b = full.Estimate(mesh, request);
         std::string what =
             c.preset + " axis " + std::to_string(axis) + " " + CollectiveKindName(kind);
-        EXPECT_EQ(a->member_time, b->member_time) << what;
-        EXPECT_EQ(a->profile->links, b->profile->links) << what;
-        EXPECT_EQ(a->profile->link_share, b->profile->link_share) << what;
-        EXPECT_EQ(a->algorithm, b->algorithm) << what;
-        EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << what;
-        ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << what;
-        for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
-          EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
-              << what << " group " << g;
-        }
+        ExpectSameTiming(*a, *b, what);
       }
     }
     EXPECT_GT(fast.translated(), 0) << c.preset;
@@ -847,16 +854,7 @@ TEST(NetworkCollectiveModelTest, FoldedGroupsEqualTheFullSimulation) {
     const std::string what = std::string(CollectiveKindName(c.kind)) + " " + c.algorithm + " on " +
                              std::to_string(machine.topology().num_devices()) + " chips";
     EXPECT_EQ(fast.folded(), 1) << what;
-    EXPECT_EQ(a->member_time, b->member_time) << what;
-    EXPECT_EQ(a->algorithm, b->algorithm) << what;
-    EXPECT_EQ(a->profile->links, b->profile->links) << what;
-    EXPECT_EQ(a->profile->link_share, b->profile->link_share) << what;
-    EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << what;
-    ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << what;
-    for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
-      EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
-          << what << " group " << g;
-    }
+    ExpectSameTiming(*a, *b, what);
   }
 }
 
@@ -889,14 +887,7 @@ TEST(NetworkCollectiveModelTest, EveryStretchKeptGivesTheSameLinkUse) {
     EXPECT_EQ(kept.folded(), c.way == "folded" ? 1 : 0) << c.way;
     EXPECT_EQ(kept.translated(), c.way == "translated" ? 1 : 0) << c.way;
     EXPECT_EQ(kept.recorded_again(), 0) << c.way;
-    EXPECT_EQ(a->member_time, b->member_time) << c.way;
-    EXPECT_EQ(a->profile->links, b->profile->links) << c.way;
-    EXPECT_EQ(Uses(a->profile->link_use), Uses(b->profile->link_use)) << c.way;
-    ASSERT_EQ(a->profile->group_use.size(), b->profile->group_use.size()) << c.way;
-    for (size_t g = 0; g < a->profile->group_use.size(); ++g) {
-      EXPECT_EQ(Uses(a->profile->group_use[g]), Uses(b->profile->group_use[g]))
-          << c.way << " group " << g;
-    }
+    ExpectSameTiming(*a, *b, c.way);
   }
 }
 
