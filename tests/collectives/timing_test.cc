@@ -762,8 +762,9 @@ TEST(NetworkCollectiveModelTest, Torus2dRunsAlongTheTorusDimensions) {
   EXPECT_EQ(small, on(grid, {0, 1}));
   EXPECT_EQ(small.first, "torus_2d");
   request.algorithm = "bidirectional_ring";
+  const auto ring = on(snake, {0});
   EXPECT_LT(*std::max_element(small.second.begin(), small.second.end()),
-            *std::max_element(on(snake, {0}).second.begin(), on(snake, {0}).second.end()));
+            *std::max_element(ring.second.begin(), ring.second.end()));
   request.algorithm = "auto";
   request.elements = 1 << 20;  // 2 MiB.
   EXPECT_EQ(on(snake, {0}).first, "bidirectional_ring");
