@@ -126,6 +126,7 @@ bool IsNnOp(OpKind kind) {
     case OpKind::kRaggedDot:
     case OpKind::kCumsum:
     case OpKind::kArgsort:
+    case OpKind::kRepeat:
       return true;
     default:
       return false;
@@ -170,6 +171,8 @@ std::vector<Array> ApplyNnOp(const OpSpec& op, const std::vector<const Array*>& 
       return One(Cumsum(x, op.norm_axis, op.reverse));
     case OpKind::kArgsort:
       return One(Argsort(x, op.norm_axis));
+    case OpKind::kRepeat:
+      return One(Repeat(x, *inputs[1], op.axis, op.total_repeat_length));
     default:
       Fail(OpKindName(op.kind), "is not an array op of nn_ops");
   }
@@ -392,6 +395,41 @@ Array Cumsum(const Array& x, int64_t axis, bool reverse) {
   }
   if (ints) return Array::FromInts(x.shape(), int_sums);
   return Array::FromNumbers(x.dtype(), x.shape(), sums);
+}
+
+Array Repeat(const Array& a, const Array& repeats, int64_t axis, int64_t total) {
+  const char* op = "repeat";
+  if (a.rank() == 0) Fail(op, "a must have rank >= 1, got " + a.TypeString());
+  const int ax = NormalizeAxis(op, axis, a);
+  const int64_t m = a.shape()[static_cast<size_t>(ax)];
+  if (repeats.dtype() != DType::kI32 || repeats.shape() != Shape{m}) {
+    Fail(op, "repeats must be i32[" + std::to_string(m) + "] (one count per slice of " +
+                 a.TypeString() + " along axis " + std::to_string(axis) + "), got " +
+                 repeats.TypeString());
+  }
+  if (total < 0) Fail(op, "total_repeat_length must be >= 0, got " + std::to_string(total));
+  if (m == 0 && total > 0) Fail(op, "cannot fill " + std::to_string(total) + " slices from none");
+  Shape shape = a.shape();
+  shape[static_cast<size_t>(ax)] = total;
+  if (AnyShapeOnly({&a, &repeats})) return Array::ShapeOnly(a.dtype(), shape);
+  // JAX's construction: output slice i takes slice (the number of j whose exclusive prefix sum
+  // of repeats is <= i) - 1, the last slice whose run starts at or before i. Slices repeated
+  // zero times start where the next one does and lose to it; past the sum every run has
+  // started, so the index is the last one.
+  for (int64_t j = 0; j < m; ++j) {
+    if (repeats.IntAt(j) < 0) {
+      Fail(op, "repeats[" + std::to_string(j) + "] is " + std::to_string(repeats.IntAt(j)) +
+                   ": counts must be >= 0");
+    }
+  }
+  std::vector<int32_t> index(static_cast<size_t>(total));
+  int64_t start = 0;  // Where slice j's run starts: the sum of the counts before it.
+  int64_t j = 0;      // Slices whose runs start at or before i.
+  for (int64_t i = 0; i < total; ++i) {
+    for (; j < m && start <= i; ++j) start += repeats.IntAt(j);
+    index[static_cast<size_t>(i)] = static_cast<int32_t>(j - 1);
+  }
+  return Take(a, Array::FromInts({total}, index), ax);
 }
 
 Array Argsort(const Array& x, int64_t axis) {
@@ -693,6 +731,14 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
     case OpKind::kCumsum:
       // One add per element.
       cost.flops = n;
+      return cost;
+    case OpKind::kRepeat:
+      // XLA's: prefix sums of the counts and of the run starts they mark (an add per count and
+      // per output slice), then a gather of the slices, as take's bytes.
+      cost.flops = static_cast<double>(
+          inputs.at(1)->size() +
+          outputs.at(0)->shape().at(static_cast<size_t>(NormalizeAxis("repeat", op.axis, x))));
+      cost.bytes = static_cast<double>(inputs.at(1)->bytes().count()) + 2 * out_bytes;
       return cost;
     case OpKind::kArgsort: {
       // A comparison sort: n log2(rows' length) comparisons, counted as FLOPs (as top_k's).

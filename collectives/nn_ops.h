@@ -74,6 +74,11 @@ Array Cumsum(const Array& x, int64_t axis, bool reverse = false);
 // jnp.argsort(x, axis) (stable, ascending): per row along `axis`, the i32 indices that sort it,
 // equal values in index order; NaN sorts last, as in numpy.
 Array Argsort(const Array& x, int64_t axis);
+// jnp.repeat(a, repeats, axis, total_repeat_length): slice j of `a` along `axis` repeated
+// repeats[j] times (repeats i32 [a's length along axis], none negative), in order, cut to
+// `total` slices; past the repeats' sum, the slices are a's last (JAX's fill: the gather index
+// there is the last one).
+Array Repeat(const Array& a, const Array& repeats, int64_t axis, int64_t total);
 // jax.nn.one_hot(x, num_classes, dtype): x i32, the result x's shape + [num_classes], 1 where
 // the last index equals x's element; an element outside [0, num_classes) gives a row of zeros.
 Array OneHot(const Array& x, int64_t num_classes, DType dtype);

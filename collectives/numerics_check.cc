@@ -414,6 +414,7 @@ Error NnOpError(const OpSpec& op, const std::vector<const Tracked*>& in, const O
                      dtype, out);
     }
     case OpKind::kTake:
+    case OpKind::kRepeat:  // Copies of a's slices, chosen by exact ids or counts: a's error.
       if (in[1]->error.exact()) return a;
       return Error{2 * sa.max_abs + a.max, 2 * sa.rms + a.rms};
     case OpKind::kCrossEntropy:

@@ -184,6 +184,10 @@ enum class OpKind {
   // equal values in index order.
   kCumsum,
   kArgsort,
+  // jnp.repeat(a, repeats, axis, total_repeat_length): each slice of `a` along `axis` repeated
+  // as many times as the i32 vector `repeats` says, in order, the result cut or filled to
+  // `total_repeat_length` slices along the axis (filled with a's last slice, as JAX's fill).
+  kRepeat,
 };
 
 // The SPEC name of an op ("psum", "all_gather", ...).
@@ -270,6 +274,9 @@ struct OpSpec {
   // ragged_dot, ragged_dot_rhs_grad: the rows their groups are taken to fill where no data says
   // (timing-only runs; 0: every row of lhs). With data, the group sizes say.
   int64_t expected_rows = 0;
+  // repeat: the result's length along `axis` (jnp.repeat's total_repeat_length; static, as jit
+  // needs).
+  int64_t total_repeat_length = 0;
   // shard_map: the body, a mode: manual program on the global program's mesh axes (shared,
   // never changed once built: copies of the op share it).
   std::shared_ptr<const ProgramSpec> body;

@@ -627,6 +627,28 @@ std::vector<std::string> TakeRule(const RuleArgs& r) {
   return {r.e.Op(OpKind::kTakeGrad, {r.cts[0], r.op.in[1]}, r.Base(0), std::move(op)), ""};
 }
 
+// repeat: output slice i is a's slice idx_i, idx = repeat(iota, repeats): g's slices added into
+// the slices they copied (take_grad, as take's); the counts get none. iota is the exclusive
+// prefix sum of ones beside the counts.
+std::vector<std::string> RepeatRule(const RuleArgs& r) {
+  const Shape& a = r.e.Type(r.op.in[0]).shape();
+  const std::string& repeats = r.op.in[1];
+  OpSpec one;
+  one.fill_value = 1;
+  const std::string ones = r.e.Op(OpKind::kFullLike, {repeats}, "ones", std::move(one));
+  OpSpec along;
+  along.norm_axis = 0;
+  const std::string iota = r.e.Op(
+      OpKind::kSub, {r.e.Op(OpKind::kCumsum, {ones}, "count", std::move(along)), ones}, "iota");
+  OpSpec repeat;
+  repeat.total_repeat_length = r.op.total_repeat_length;
+  const std::string idx = r.e.Op(OpKind::kRepeat, {iota, repeats}, "idx", std::move(repeat));
+  OpSpec op;
+  op.axis = Axis(r.op.axis, static_cast<int64_t>(a.size()));
+  op.size = a.at(static_cast<size_t>(op.axis));
+  return {r.e.Op(OpKind::kTakeGrad, {r.cts[0], idx}, r.Base(0), std::move(op)), ""};
+}
+
 // cross_entropy: g / N (softmax - onehot) for the logits; the labels get none.
 std::vector<std::string> CrossEntropyRule(const RuleArgs& r) {
   return {r.e.Op(OpKind::kCrossEntropyGrad, {r.cts[0], r.op.in[0], r.op.in[1]}, r.Base(0)), ""};
@@ -818,6 +840,7 @@ const Rule* FindRule(OpKind kind) {
       {OpKind::kRmsNorm, NormRule},
       {OpKind::kLayerNorm, NormRule},
       {OpKind::kTake, TakeRule},
+      {OpKind::kRepeat, RepeatRule},
       {OpKind::kCrossEntropy, CrossEntropyRule},
       {OpKind::kTopK, TopKRule},
       {OpKind::kAttention, AttentionRule},

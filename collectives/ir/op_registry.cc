@@ -368,6 +368,11 @@ std::vector<OpDef> MakeRegistry() {
                        "Sum from the end of the axis (lax.cumsum's reverse; default false)")}},
       {OpKind::kArgsort, "argsort", true, A::kOne, false, S::kCompute, C::kAllReduce, R::kSum,
        false, {norm_axis}},
+      {OpKind::kRepeat, "repeat", true, A::kTwo, false, S::kCompute, C::kAllReduce, R::kSum,
+       false,
+       {Req("axis", T::kInt, &OpSpec::axis, "The axis whose slices repeat"),
+        Req("total_repeat_length", T::kNonNegativeInt, &OpSpec::total_repeat_length,
+            "The result's length along axis (cut, or filled with the last slice)")}},
   };
   // clang-format on
 }

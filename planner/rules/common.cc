@@ -92,6 +92,7 @@ ShardingRule FindShardingRule(OpKind kind) {
     case OpKind::kRaggedDotRhsGrad:
     case OpKind::kCumsum:
     case OpKind::kArgsort:
+    case OpKind::kRepeat:
       return &MappedRule;
     case OpKind::kTake:
       return &TakeRule;

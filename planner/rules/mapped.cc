@@ -12,7 +12,9 @@
 //   [s N/a, (s+1) N/a) holds kv heads [s K/a, (s+1) K/a), exactly the ones they read, when a
 //   divides K) and attention_grad (g like q; [dq, dk, dv] like [q, k, v]);
 // - one_hot (the ids' dimensions; the classes whole) and moe_route (the groups: each routes
-//   its tokens alone).
+//   its tokens alone);
+// - repeat (a's dimensions; its axis, and the counts, whole: every output slice may come from
+//   any input slice).
 //
 // cross_entropy is a mean over every label position: a device holding a block of the rows
 // computes its block's mean, n times its share of the global mean when the rows are split
@@ -198,6 +200,16 @@ Mapping MappingOf(const RuleContext& ctx) {
         m.operand = {lhs, {kWhole, 2}, {kWhole}};
         m.result = {{kWhole, 1, 2}};
       }
+      m.linear_in_first = true;
+      break;
+    }
+    case OpKind::kRepeat: {  // (a, repeats) -> a, its axis remade whole from all the counts.
+      m.rank = s[0].size();
+      std::vector<int> dims = Identity(m.rank);
+      dims[static_cast<size_t>(NormalAxis(op.axis, m.rank))] = kWhole;
+      m.operand = {dims, {kWhole}};
+      m.result = {dims};
+      m.whole = {NormalAxis(op.axis, m.rank)};
       m.linear_in_first = true;
       break;
     }

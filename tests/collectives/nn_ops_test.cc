@@ -73,6 +73,12 @@ OpSpec TakeAlong(int64_t axis) {
   op.axis = axis;
   return op;
 }
+OpSpec RepeatOf(int64_t axis, int64_t total) {
+  OpSpec op = MakeOp(OpKind::kRepeat);
+  op.axis = axis;
+  op.total_repeat_length = total;
+  return op;
+}
 OpSpec TopKOf(int64_t k) {
   OpSpec op = MakeOp(OpKind::kTopK);
   op.k = k;
@@ -348,6 +354,28 @@ std::vector<KernelCase> KernelCases() {
        Along(OpKind::kArgsort, 0),
        {I32({3, 2}, {3, 0, 1, 2, 2, 1})},
        {{i32, {3, 2}, {1, 0, 2, 2, 0, 1}}}},
+      // jnp.repeat's docstring example with total_repeat_length: [1, 2, 0, 5] times gives runs
+      // of 10, 20 20 and 40 x 5 (30 is repeated none); 10 slices are the 8 and two of the
+      // last, JAX's fill.
+      {"RepeatFillsWithTheLastSlice",
+       RepeatOf(0, 10),
+       {F32({4}, {10, 20, 30, 40}), I32({4}, {1, 2, 0, 5})},
+       {{f32, {10}, {10, 20, 20, 40, 40, 40, 40, 40, 40, 40}}}},
+      // Cut at 4: the runs past it are lost; a leading zero count starts on the next slice.
+      {"RepeatCutsAtTheTotal",
+       RepeatOf(0, 4),
+       {F32({3}, {1, 2, 3}), I32({3}, {0, 3, 3})},
+       {{f32, {4}, {2, 2, 2, 3}}}},
+      // A last slice repeated none still fills what the sum leaves (the index past every run).
+      {"RepeatFillIsTheLastSliceEvenIfRepeatedNone",
+       RepeatOf(0, 3),
+       {I32({2}, {7, 9}), I32({2}, {1, 0})},
+       {{i32, {3}, {7, 9, 9}}}},
+      // Along axis 1 of a [2, 2]: columns [1, 3] and [2, 4] twice and once.
+      {"RepeatAxis1",
+       RepeatOf(-1, 3),
+       {F32({2, 2}, {1, 2, 3, 4}), I32({2}, {2, 1})},
+       {{f32, {2, 3}, {1, 1, 2, 3, 3, 4}}}},
       {"TopKWholeAxis",
        TopKOf(2),
        {A(bf16, {2}, {1, 2})},
@@ -564,6 +592,20 @@ std::vector<ErrorCase> ErrorCases() {
        AttentionOp(true),
        {Arange({1, 1, 1, 2}), Arange({1, 2, 1, 2})},
        "attention: takes 3 input(s), got 2"},
+      {"RepeatCountsOnePerSlice",
+       RepeatOf(0, 4),
+       {Arange({3, 2}), I32({2}, {1, 1})},
+       "repeat: repeats must be i32[3] (one count per slice of f32[3,2] along axis 0), got "
+       "i32[2]"},
+      {"RepeatCountsAreI32",
+       RepeatOf(1, 4),
+       {Arange({3, 2}), Arange({2})},
+       "repeat: repeats must be i32[2] (one count per slice of f32[3,2] along axis 1), got "
+       "f32[2]"},
+      {"RepeatAxisOutOfRange",
+       RepeatOf(2, 4),
+       {Arange({3, 2}), I32({2}, {1, 1})},
+       "repeat: axis 2 is out of range for f32[3,2]"},
   };
 }
 
@@ -589,6 +631,16 @@ INSTANTIATE_TEST_SUITE_P(NnOps, ErrorTest, testing::ValuesIn(ErrorCases()),
                          [](const testing::TestParamInfo<ErrorCase>& info) {
                            return info.param.name;
                          });
+
+// A negative count is data: refused where the counts are known, with the count named.
+TEST(RepeatTest, RefusesANegativeCount) {
+  try {
+    Apply(RepeatOf(0, 2), {F32({2}, {1, 2}), I32({2}, {1, -1})});
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "repeat: repeats[1] is -1: counts must be >= 0");
+  }
+}
 
 // An op on shape-only inputs, and its FLOPs and bytes in closed form.
 struct CostCase {
@@ -632,6 +684,9 @@ std::vector<CostCase> CostCases() {
        (32 + 8 + 32) * 2},
       // No arithmetic; the ids (40 B) and the rows taken (640 B) read, those rows written.
       {"Take", MakeOp(OpKind::kTake), {S(f32, {100, 16}), S(i32, {10})}, 0, 40 + 2 * 640},
+      // An add per count (10) and per result row (50); the counts (40 B) and the rows taken
+      // (50 x 64 B) read, those rows written.
+      {"Repeat", RepeatOf(0, 50), {S(f32, {10, 16}), S(i32, {10})}, 10 + 50, 40 + 2 * 50 * 64},
       // 4 per logit, 4 per position, one division; reads logits and labels, writes 4 B.
       {"CrossEntropyBf16",
        MakeOp(OpKind::kCrossEntropy),
@@ -804,7 +859,7 @@ TEST(TakeShardTest, BlocksSumToTheWholeTake) {
 TEST(NnOpsRegistryTest, EntriesComputeAndAreNotElementwise) {
   const std::vector<std::string> names = {"sum",           "mean",     "reduce_max", "softmax",
                                           "log_softmax",   "rms_norm", "layer_norm", "take",
-                                          "cross_entropy", "top_k",    "attention"};
+                                          "cross_entropy", "top_k",    "attention",  "repeat"};
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const OpDef* def = FindOp(name);
@@ -818,6 +873,7 @@ TEST(NnOpsRegistryTest, EntriesComputeAndAreNotElementwise) {
   }
   EXPECT_EQ(FindOp("attention")->arity, OpArity::kThree);
   EXPECT_EQ(FindOp("rms_norm")->arity, OpArity::kTwo);
+  EXPECT_EQ(FindOp("repeat")->arity, OpArity::kTwo);
   EXPECT_EQ(FindOp("top_k")->outputs, 2);
   EXPECT_EQ(FindAttr(*FindOp("sum"), "axis")->type, AttrType::kAxisList);
   EXPECT_EQ(FindAttr(*FindOp("softmax"), "axis")->type, AttrType::kInt);

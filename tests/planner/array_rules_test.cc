@@ -1,5 +1,5 @@
-// The sharding rules of the array ops (reductions, softmax, norms, take, cross_entropy, top_k,
-// attention) and of their derivative ops: each case partitions a global program (often with
+// The sharding rules of the array ops (reductions, softmax, norms, take, repeat, cross_entropy,
+// top_k, attention) and of their derivative ops: each case partitions a global program (often with
 // its grad) in auto mode on a 4x2 mesh {X: 4, Y: 2}, checks the sharded run against the
 // unsharded program, and where stated the collectives inserted, derived by hand beside the
 // case from the shapes and shardings.
@@ -262,6 +262,24 @@ std::vector<RuleCase> Cases() {
          return std::move(g).Build();
        },
        std::nullopt, /*finite=*/false},
+      // repeat along a's whole axis 0 (counts [0, 3, 2, 1, 0, 3] into 12 rows), its columns
+      // over Y: forward and backward stay local (the counts and their iota replicated); only
+      // the loss is psummed over Y (4 B).
+      {"RepeatKeepsTheOtherDimensionsSplit",
+       [] {
+         Global g;
+         g.In("a", {6, 8}, P({{}, {"Y"}}));
+         g.Ids("repeats", {6}, P({}), 4);
+         g.SquareLoss(g.Op(OpKind::kRepeat, {"a", "repeats"}, [](OpSpec& op) {
+           op.axis = 0;
+           op.total_repeat_length = 12;
+         }));
+         g.b().Grad("loss", {"a"}, {"da"});
+         g.b().Output("loss", P({}));
+         g.b().Output("da", P({{}, {"Y"}}));
+         return std::move(g).Build();
+       },
+       std::vector<Inserted>{{OpKind::kPsum, {"Y"}, 4}}},
       {"TopKGrad",
        [] {
          Global g;

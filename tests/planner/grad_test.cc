@@ -569,6 +569,15 @@ std::vector<FdCase> Cases() {
                      Attrs([](OpSpec& op) { op.axis = 1; }));
        },
        {"table"}},
+      {"RepeatAxis1",  // Column 0 copied twice (its cotangents add), 1 none, 2 past the sum.
+       [](Program& p) {
+         const std::string repeats = p.In("repeats", {3}, {2, 0, 1}, DType::kI32);
+         return p.Op(OpKind::kRepeat, {p.Normal("a", {2, 3}), repeats}, Attrs([](OpSpec& op) {
+                       op.axis = 1;
+                       op.total_repeat_length = 5;
+                     }));
+       },
+       {"a"}},
       {"CrossEntropy",
        [](Program& p) {
          const std::string labels = p.In("labels", {2, 2}, {0, 3, -1, 2}, DType::kI32);
