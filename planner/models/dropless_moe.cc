@@ -43,8 +43,10 @@ class Body {
     op.dtype = DTypeName(dtype);
     return Add(OpKind::kConvert, {x}, std::move(op));
   }
-  std::string Take(const std::string& x, const std::string& ids) {
-    return Add(OpKind::kTake, {x, ids});
+  std::string Take(const std::string& x, const std::string& ids, int64_t axis = 0) {
+    OpSpec op;
+    op.axis = axis;
+    return Add(OpKind::kTake, {x, ids}, std::move(op));
   }
   std::string Argsort(const std::string& x) { return Add(OpKind::kArgsort, {x}); }
   // Inclusive prefix sums along `axis`.
@@ -266,29 +268,33 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     grouped =
         b.Take(sorted, b.Convert(clamp_rows(b.Add(OpKind::kAdd, {iota(), start})), DType::kI32));
   } else {
-    // The dispatch's sizes and offsets: rows to each member of the expert group (its experts'
-    // counts), where they start here, how many come from each member, and where this member's
-    // rows land in each receiver's buffer (after those of the members before it).
-    send = b.Convert(b.Sum(b.Reshape(counts, {group, local_experts}), 1), DType::kI32);
-    input_offsets = b.Starts(send, 0);
-    OpSpec a2a;
-    a2a.tiled = true;
-    recv = b.Collective(OpKind::kAllToAll, send, ep, a2a);
+    // The dispatch's sizes and offsets, all from the routing counts of every member of the
+    // expert group, gathered (MaxText's all_shards_group_sizes): [from, to, local expert].
+    // Rows to each member (its experts' counts), where they start here, how many come from
+    // each member, and where this member's rows land in each receiver's buffer (after those of
+    // the members before it).
     OpSpec gather;
     gather.axis = 0;
-    const std::string sent = b.Collective(OpKind::kAllGather, send, ep, gather);  // [from, to]
+    const std::string per =
+        b.Reshape(b.Collective(OpKind::kAllGather, b.Convert(counts, DType::kI32), ep, gather),
+                  {group, group, local_experts});
+    const std::string sent = b.Sum(per, 2);  // [from, to]
     const std::string me = b.AxisIndex(ep);
+    send = b.Take(sent, me);  // [to]
+    input_offsets = b.Starts(send, 0);
+    recv = b.Take(sent, me, 1);  // [from]
     output_offsets = b.Take(b.Starts(sent, 0), me);
+    // What each member sends this one, per local expert, in the order its rows arrive: member
+    // by member, each member's rows sorted by expert.
+    const std::string arriving = b.Reshape(b.Take(per, me, 1), {group * local_experts});
     // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1),
     // or `buffer` rows when bounded.
     const bool bounded = DroplessBounded(layout);
-    std::string ids, buffer, id_buffer;
+    std::string buffer;
     if (!bounded) {
       buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
     } else {
-      ids = b.Convert(b.Take(expert, order), DType::kF32);
       buffer = b.Resize(b.Full(sorted, 0), rows, buffer_rows);
-      id_buffer = b.Full(b.Resize(ids, rows, buffer_rows), static_cast<double>(layout.experts));
       // Of each message, the rows that land inside the receiver's buffer: with the message at
       // `offset` (moved to the buffer's end if past it: a message of no rows may start there,
       // not beyond) of `size` rows, size - max(offset + size - buffer, 0). The sender reckons
@@ -323,23 +329,31 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
           op.axis_name = ep;
           return op;
         }());
-    // Each received row's expert, sent beside it (padding rows: `experts`, sorted last).
-    if (!bounded) {
-      ids = b.Convert(b.Take(expert, order), DType::kF32);
-      id_buffer = b.Repeat(b.Full(ids, static_cast<double>(layout.experts)), {rows}, group);
-    }
-    const std::string received_ids = b.Add(
-        OpKind::kRaggedAllToAll, {ids, id_buffer, input_offsets, send, output_offsets, recv}, [&] {
-          OpSpec op;
-          op.axis_name = ep;
-          return op;
-        }());
-    regroup = b.Argsort(received_ids);
+    // Each received row's local expert, from the counts rather than sent beside the rows
+    // (MaxText's local_permute): the local ids 0, 1, ... of each member's runs, repeated as
+    // many times as it sends rows to each, cut at the buffer's end; the rows past them (no
+    // row received) take the last id, and sort after the real rows, being last in the buffer.
+    const int64_t held = bounded ? buffer_rows : rows * group;
+    const std::string ids =
+        b.Reshape(b.Starts(b.Full(b.Reshape(arriving, {group, local_experts}), 1), 1),
+                  {group * local_experts});
+    regroup = b.Argsort(b.Add(OpKind::kRepeat, {ids, arriving}, [&] {
+      OpSpec op;
+      op.axis = 0;
+      op.total_repeat_length = held;
+      return op;
+    }()));
     grouped = b.Take(received, regroup);
-    // Local expert ids: minus this member's first expert; padding falls outside one_hot.
-    const std::string local =
-        b.Convert(b.Add(OpKind::kSub, {received_ids, first_expert(me)}), DType::kI32);
-    sizes = b.Convert(b.Sum(b.OneHot(local, local_experts), 0), DType::kI32);
+    // Each local expert's rows: its runs from every member, cut where the buffer ends (a run
+    // starting at s of c rows keeps min(s + c, held) - min(s, held)).
+    std::string kept = arriving;
+    if (bounded) {
+      const std::string starts = b.Starts(arriving, 0);
+      kept = b.Add(OpKind::kSub,
+                   {b.Min(b.Add(OpKind::kAdd, {starts, arriving}), static_cast<double>(held)),
+                    b.Min(starts, static_cast<double>(held))});
+    }
+    sizes = b.Sum(b.Reshape(kept, {group, local_experts}), 0);
   }
 
   // The experts' MLPs over their rows: buffer_rows held, `rows` of them filled when balanced

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,6 +217,97 @@ TEST(DroplessMoeTest, ReplicatedTokensComputeWhatDispatchComputes) {
     }
   }
   EXPECT_EQ(ops, 3);
+}
+
+// Eight experts on the four devices (two each): token t of sequence s chooses experts 0 and 1
+// (both on device 0) with gates gate(s, t, j); receive buffers of `buffer_factor`.
+ProgramSpec TwoLocalExperts(double buffer_factor, double (*gate)(int, int, int)) {
+  DroplessMoeLayout layout = FourExperts();
+  layout.experts = 8;
+  layout.buffer_factor = buffer_factor;
+  ProgramSpec body = DroplessMoeBody(layout);
+  uint64_t seed = 1;
+  for (ArraySpec& a : body.arrays) {
+    if (a.name == "choice" || a.name == "gates") {
+      a.init.kind = InitSpec::Kind::kValue;
+      for (int s = 0; s < 4; ++s) {
+        for (int t = 0; t < 8; ++t) {
+          for (int j = 0; j < 2; ++j) {
+            a.init.values.push_back(a.name == "choice" ? j : gate(s, t, j));
+          }
+        }
+      }
+    } else {
+      a.init.kind = InitSpec::Kind::kNormal;
+      a.init.seed = seed++;
+    }
+  }
+  return body;
+}
+
+double Gate(int s, int t, int j) { return 0.5 + 0.25 * j + 0.01 * t + 0.1 * s; }
+// Gate, but copy 1 of sequence 1 weighs nothing.
+double GateWithoutSecondCopyOfSequence1(int s, int t, int j) {
+  return s == 1 && j == 1 ? 0 : Gate(s, t, j);
+}
+
+// Received rows find their experts from the gathered counts (MaxText's repeat), not from ids
+// sent beside them: the dispatch moves the rows there and back with two ragged_all_to_alls,
+// gathers the counts once and exchanges the return offsets with one all_to_all.
+// With two experts on each device, every token choosing experts 0 and 1 sends all copies to
+// device 0: each member's message there holds 8 rows for expert 0, then 8 for expert 1.
+// - Unbounded, the result is the replicated region's (no dispatch at all), to f32 rounding.
+// - A buffer of 1.5 x 16 = 24 rows holds member 0's 16 rows and the first 8 of member 1's,
+//   its copies for expert 0: sequence 1 keeps its first choices and loses its second (8 copies
+//   dropped), sequences 2 and 3 lose both (16 each). Sequence 0's outputs are the unbounded
+//   region's and sequence 1's those of a region where copy 1's gates are 0, to the bit (the
+//   same products, a zero added); the others are zeros.
+TEST(DroplessMoeTest, RowsFindTheirExpertsFromTheGatheredCounts) {
+  const ProgramSpec unbounded_body = TwoLocalExperts(-1, Gate);
+  std::map<OpKind, int> collectives;
+  for (const OpSpec& op : unbounded_body.ops) {
+    if (IsCollective(op.kind)) ++collectives[op.kind];
+  }
+  EXPECT_EQ(collectives,
+            (std::map<OpKind, int>{
+                {OpKind::kAllGather, 1}, {OpKind::kAllToAll, 1}, {OpKind::kRaggedAllToAll, 2}}));
+
+  DroplessMoeLayout replicated_layout = FourExperts();
+  replicated_layout.experts = 8;
+  replicated_layout.batch_axes.clear();
+  replicated_layout.tokens_replicated = true;
+  ProgramSpec replicated_body = DroplessMoeBody(replicated_layout);
+  for (size_t i = 0; i < replicated_body.arrays.size(); ++i) {
+    replicated_body.arrays[i].init = unbounded_body.arrays[i].init;
+  }
+  const RunResult unbounded_run = RunRegion(unbounded_body, true);
+  const Array& unbounded = Output(unbounded_run);
+  const RunResult replicated_run = RunRegion(replicated_body, true);
+  const Array& replicated = Output(replicated_run);
+  ASSERT_EQ(replicated.size(), unbounded.size());
+  double worst = 0, largest = 0;
+  for (int64_t i = 0; i < unbounded.size(); ++i) {
+    worst = std::max(worst, std::abs(replicated.ValueAt(i) - unbounded.ValueAt(i)));
+    largest = std::max(largest, std::abs(unbounded.ValueAt(i)));
+  }
+  EXPECT_LT(worst, 1e-5 * largest);
+  EXPECT_GT(largest, 0.1);
+
+  const RunResult bounded_run = RunRegion(TwoLocalExperts(1.5, Gate), true);
+  EXPECT_EQ(Dropped(bounded_run), (std::vector<double>{0, 8, 16, 16}));
+  const Array& bounded = Output(bounded_run);
+  const RunResult first_only_run =
+      RunRegion(TwoLocalExperts(-1, GateWithoutSecondCopyOfSequence1), true);
+  const Array& first_only = Output(first_only_run);
+  const int64_t per_sequence = 8 * 16;
+  for (int64_t i = 0; i < bounded.size(); ++i) {
+    const int64_t sequence = i / per_sequence;
+    const double want = sequence == 0   ? unbounded.ValueAt(i)
+                        : sequence == 1 ? first_only.ValueAt(i)
+                                        : 0.0;
+    EXPECT_EQ(bounded.ValueAt(i), want) << i;
+  }
+  EXPECT_NE(first_only.ValueAt(per_sequence), unbounded.ValueAt(per_sequence));
 }
 
 // The layout must divide: the experts over the expert axes, the tokens over theirs.
