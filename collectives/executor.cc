@@ -485,7 +485,9 @@ void Executor::BuildClasses() {
     if (op.spec->kind == OpKind::kRaggedAllToAll) {
       // Timing only: the balanced routing LaunchGroup assumes without data, G blocks.
       const Shape& output = lp.values[op.in_values[1]].shape();
-      request.elements = BalancedRaggedBlock(input.shape(), output, op.group_size) * op.group_size;
+      request.elements =
+          BalancedRaggedBlock(input.shape(), output, op.group_size, op.spec->expected_rows) *
+          op.group_size;
     }
     request.algorithm = op.algorithm;
     request.axes = op.axes;
@@ -1003,7 +1005,7 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   if (ragged && !job.numerics) {
     // No index data: every pair moves the balanced share (BalancedRaggedBlock).
     const Shape& output = lowered_->values[lowered.in_values[1]].shape();
-    job.block = BalancedRaggedBlock(input.shape(), output, g);
+    job.block = BalancedRaggedBlock(input.shape(), output, g, op.expected_rows);
   }
   if (ragged && job.numerics) {
     std::vector<std::vector<const Array*>> views(g);

@@ -272,7 +272,8 @@ struct OpSpec {
   int64_t capacity = 0;            // moe_route: the slots of each expert per group.
   std::string priority = "token";  // moe_route: token | choice (which assignment fills first).
   // ragged_dot, ragged_dot_rhs_grad: the rows their groups are taken to fill where no data says
-  // (timing-only runs; 0: every row of lhs). With data, the group sizes say.
+  // (timing-only runs; 0: every row of lhs). With data, the group sizes say. ragged_all_to_all:
+  // the rows each pair is taken to move without data (0: a balanced routing).
   int64_t expected_rows = 0;
   // repeat: the result's length along `axis` (jnp.repeat's total_repeat_length; static, as jit
   // needs).

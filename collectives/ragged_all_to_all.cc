@@ -126,12 +126,16 @@ RaggedPlan PlanRaggedAllToAll(const std::vector<std::vector<const Array*>>& inpu
   return plan;
 }
 
-int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_size) {
+int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_size,
+                           int64_t expected_rows) {
+  if (expected_rows > 0) return expected_rows;
   return std::min(operand[0], output[0]) / group_size;
 }
 
-int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size) {
-  return BalancedRaggedRows(operand, output, group_size) * RaggedRowElements(operand);
+int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size,
+                            int64_t expected_rows) {
+  return BalancedRaggedRows(operand, output, group_size, expected_rows) *
+         RaggedRowElements(operand);
 }
 
 std::vector<Array> ReferenceRaggedAllToAll(

@@ -53,13 +53,16 @@ Shape RaggedAllToAllShape(const std::vector<const Array*>& inputs, int group_siz
 RaggedPlan PlanRaggedAllToAll(const std::vector<std::vector<const Array*>>& inputs);
 
 // Rows each member is taken to send each member (itself included) when the index data is not
-// known (timing-only runs): a balanced routing that fills the smaller of the two buffers,
-// min(N, M) / G rows per pair. Routing skew makes real runs slower; runs with data price the
-// real sizes.
-int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_size);
+// known (timing-only runs): the op's expected_rows where it gives them (a sender that routes
+// only some of its rows through the op: a dropless MoE column's), else a balanced routing that
+// fills the smaller of the two buffers, min(N, M) / G rows per pair. Routing skew makes real
+// runs slower; runs with data price the real sizes.
+int64_t BalancedRaggedRows(const Shape& operand, const Shape& output, int group_size,
+                           int64_t expected_rows = 0);
 // The elements of those rows: the block each pair moves in a timing-only run (the all_to_all
 // of blocks of this size).
-int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size);
+int64_t BalancedRaggedBlock(const Shape& operand, const Shape& output, int group_size,
+                            int64_t expected_rows = 0);
 
 // The reference result on `mesh`, following JAX's definition step by step (the receiver's
 // offsets are an all_to_all of the senders' output_offsets): inputs_by_position[p] holds the

@@ -336,7 +336,10 @@ std::vector<OpDef> MakeRegistry() {
         attention_kernel},
        false, {}, nullptr, false, /*outputs=*/3},
       {OpKind::kRaggedAllToAll, "ragged_all_to_all", true, A::kSix, false, S::kCollective,
-       C::kAllToAll, R::kSum, true, {}},
+       C::kAllToAll, R::kSum, true,
+       {Opt("expected_rows", T::kNonNegativeInt, &OpSpec::expected_rows,
+            "Timing without data: the rows each pair moves (default 0: min(operand, output rows) "
+            "/ group, a balanced routing)")}},
       {OpKind::kRaggedDot, "ragged_dot", true, A::kThree, false, S::kCompute, C::kAllReduce,
        R::kSum, false, {expected_rows}, false, {}, nullptr, false, 1, nullptr,
        /*cost_reads_data=*/true},

@@ -145,9 +145,21 @@ PartitionSpec DroplessWeightSpec(const DroplessMoeLayout& layout, bool down) {
   return spec;
 }
 
+std::vector<std::string> DroplessDispatchAxes(const DroplessMoeLayout& layout) {
+  std::vector<std::string> axes;
+  if (layout.tokens_replicated) return axes;
+  for (const std::string& a : layout.expert_axes) {
+    for (const auto* split : {&layout.batch_axes, &layout.length_axes}) {
+      if (std::find(split->begin(), split->end(), a) != split->end()) axes.push_back(a);
+    }
+  }
+  return axes;
+}
+
 bool DroplessBounded(const DroplessMoeLayout& layout) {
   return !layout.tokens_replicated && layout.buffer_factor > 0 &&
-         layout.buffer_factor < static_cast<double>(NamedAxesSize(layout.mesh, layout.expert_axes));
+         layout.buffer_factor <
+             static_cast<double>(NamedAxesSize(layout.mesh, DroplessDispatchAxes(layout)));
 }
 
 ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
@@ -176,12 +188,29 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   const int64_t group = NamedAxesSize(layout.mesh, layout.expert_axes);
   const int64_t local_experts = layout.experts / group;
   const std::vector<std::string>& ep = layout.expert_axes;
-  // Receive buffer rows: rows * group holds every member's rows (the worst case).
-  int64_t buffer_rows = rows * group;
+  // The dispatch group: the expert axes that split the tokens; over the others (`held`) its
+  // members hold the same tokens, and each member of such a replica set sends only the copies
+  // bound for the experts of its own column (the members that share its coordinates there).
+  const std::vector<std::string> peers_axes = DroplessDispatchAxes(layout);
+  std::vector<std::string> held;
+  for (const std::string& a : ep) {
+    if (std::find(peers_axes.begin(), peers_axes.end(), a) == peers_axes.end()) held.push_back(a);
+  }
+  if (!layout.tokens_replicated && group > 1 && peers_axes.empty()) {
+    throw std::invalid_argument(
+        "dropless MoE: the tokens are split over none of the expert axes (hold them whole: "
+        "tokens_replicated)");
+  }
+  const int64_t peers = NamedAxesSize(layout.mesh, peers_axes);
+  const int64_t replicas = group / peers;  // Members holding the same tokens.
+  // Receive buffer rows: rows * peers holds every peer's rows (the worst case); balanced, a
+  // member receives rows / replicas (each peer's rows spread over the group's experts).
+  const int64_t balanced_rows = rows / replicas;
+  int64_t buffer_rows = rows * peers;
   if (DroplessBounded(layout)) {
     buffer_rows = std::clamp<int64_t>(
-        static_cast<int64_t>(std::ceil(layout.buffer_factor * static_cast<double>(rows))), 1,
-        rows * group);
+        static_cast<int64_t>(std::ceil(layout.buffer_factor * static_cast<double>(balanced_rows))),
+        1, rows * peers);
   }
 
   Body b(layout.mesh);
@@ -233,10 +262,11 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   std::string sizes;             // Rows of each local expert.
   std::string regroup;           // The order that grouped them (dispatch only).
   std::string send, recv, input_offsets, output_offsets;
-  std::string mine;         // Tokens replicated: 1 for each sorted copy this device runs.
-  std::string start;        // Tokens replicated: where this device's copies start, sorted.
-  std::string recv_starts;  // Bounded buffers: where each member's rows start in this one's.
-  std::string dropped;      // Bounded buffers: the copies this device routed that did not fit.
+  std::string mine;            // Tokens replicated: 1 for each sorted copy this device runs.
+  std::string start;           // Tokens replicated: where this device's copies start, sorted.
+  std::string recv_starts;     // Bounded buffers: where each member's rows start in this one's.
+  std::string dropped;         // Bounded buffers: the copies this device routed that did not fit.
+  int64_t back_pair_rows = 0;  // The return's rows a pair, timing only (0: balanced).
   // Each sorted copy's index (0, 1, ...), and `x` of one value per copy moved into [0, rows).
   auto iota = [&] { return b.Starts(b.Full(b.Convert(expert, DType::kF32), 1), 0); };
   auto clamp_rows = [&](const std::string& x) {
@@ -268,38 +298,63 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     grouped =
         b.Take(sorted, b.Convert(clamp_rows(b.Add(OpKind::kAdd, {iota(), start})), DType::kI32));
   } else {
-    // The dispatch's sizes and offsets, all from the routing counts of every member of the
-    // expert group, gathered (MaxText's all_shards_group_sizes): [from, to, local expert].
-    // Rows to each member (its experts' counts), where they start here, how many come from
-    // each member, and where this member's rows land in each receiver's buffer (after those of
-    // the members before it).
+    // The dispatch's sizes and offsets, all from the routing counts of every peer, gathered
+    // (MaxText's all_shards_group_sizes): [from, block, local expert], a block being a member
+    // of the whole expert group. With tokens held whole over some expert axes, each peer also
+    // sends the block it is (its column's blocks are the ones this member's peers hold), and
+    // `column` picks those blocks out of a [.., group, ..] value along `axis`.
     OpSpec gather;
     gather.axis = 0;
-    const std::string per =
-        b.Reshape(b.Collective(OpKind::kAllGather, b.Convert(counts, DType::kI32), ep, gather),
-                  {group, group, local_experts});
-    const std::string sent = b.Sum(per, 2);  // [from, to]
-    const std::string me = b.AxisIndex(ep);
-    send = b.Take(sent, me);  // [to]
-    input_offsets = b.Starts(send, 0);
+    const std::string my_counts = b.Convert(counts, DType::kI32);
+    std::string gathered, blocks;
+    if (held.empty()) {
+      gathered = b.Collective(OpKind::kAllGather, my_counts, peers_axes, gather);
+    } else {
+      OpSpec concat;
+      concat.axis = 0;
+      const std::string payload = b.Add(
+          OpKind::kConcatenate, {my_counts, b.Reshape(b.AxisIndex(ep), {1})}, std::move(concat));
+      const std::string all = b.Collective(OpKind::kAllGather, payload, peers_axes, gather);
+      auto columns = [&](int64_t first, int64_t size) {
+        OpSpec slice;
+        slice.axis = 1;
+        slice.start = first;
+        slice.size = size;
+        return b.Add(OpKind::kSlice, {all}, std::move(slice));
+      };
+      gathered = columns(0, layout.experts);
+      blocks = b.Reshape(columns(layout.experts, 1), {peers});
+    }
+    auto column = [&](const std::string& x, int64_t axis) {
+      return held.empty() ? x : b.Take(x, blocks, axis);
+    };
+    const std::string per = b.Reshape(gathered, {peers, group, local_experts});
+    // Rows from each peer to each peer (the blocks of this column), and this member's place.
+    const std::string sent = column(b.Sum(per, 2), 1);  // [from, to]
+    const std::string me = b.AxisIndex(peers_axes);
+    const std::string my_block = held.empty() ? me : b.AxisIndex(ep);
+    // This member's sorted copies: each block's run starts after the blocks before it.
+    const std::string per_block = b.Sum(b.Reshape(my_counts, {group, local_experts}), 1);
+    send = column(per_block, 0);  // [to]
+    input_offsets = column(b.Starts(per_block, 0), 0);
     recv = b.Take(sent, me, 1);  // [from]
     output_offsets = b.Take(b.Starts(sent, 0), me);
-    // What each member sends this one, per local expert, in the order its rows arrive: member
-    // by member, each member's rows sorted by expert.
-    const std::string arriving = b.Reshape(b.Take(per, me, 1), {group * local_experts});
-    // The buffers hold the worst case, every member's rows (MaxText's ragged_buffer_factor -1),
+    // What each peer sends this member, per local expert, in the order its rows arrive: peer
+    // by peer, each peer's rows sorted by expert.
+    const std::string arriving = b.Reshape(b.Take(per, my_block, 1), {peers * local_experts});
+    // The buffers hold the worst case, every peer's rows (MaxText's ragged_buffer_factor -1),
     // or `buffer` rows when bounded.
     const bool bounded = DroplessBounded(layout);
     std::string buffer;
     if (!bounded) {
-      buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, group);
+      buffer = b.Repeat(b.Full(sorted, 0), {rows, d}, peers);
     } else {
       buffer = b.Resize(b.Full(sorted, 0), rows, buffer_rows);
       // Of each message, the rows that land inside the receiver's buffer: with the message at
       // `offset` (moved to the buffer's end if past it: a message of no rows may start there,
       // not beyond) of `size` rows, size - max(offset + size - buffer, 0). The sender reckons
-      // from where its rows land, the receiver from where each member's rows start in its
-      // buffer (after those of the members before it): the same counts.
+      // from where its rows land, the receiver from where each peer's rows start in its
+      // buffer (after those of the peers before it): the same counts.
       const double end = static_cast<double>(buffer_rows);
       auto fits = [&](const std::string& size, const std::string& offset) {
         const std::string over = b.Scalar(
@@ -311,56 +366,64 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
       const std::string announced = send;
       send = fits(send, output_offsets);
       recv = fits(recv, recv_starts);
-      // Devices that hold the same tokens (those the tokens are not split over) count the
-      // same drops: each counts its share, so the counts sum to the copies dropped.
+      // Devices that hold the same tokens and send the same column's copies (those the tokens
+      // and the expert axes are not split over) count the same drops: each counts its share,
+      // so the counts sum to the copies dropped.
       int64_t copies = 1;
       for (const MeshAxis& axis : layout.mesh) copies *= axis.size;
       copies /= NamedAxesSize(layout.mesh, layout.batch_axes) *
-                NamedAxesSize(layout.mesh, layout.length_axes);
+                NamedAxesSize(layout.mesh, layout.length_axes) * replicas;
       dropped = b.Reshape(
           b.Scalar(OpKind::kMul,
                    b.Sum(b.Convert(b.Add(OpKind::kSub, {announced, send}), DType::kF32), 0),
                    1.0 / static_cast<double>(copies)),
           {1});
     }
+    // Timing only (no routing data), each pair moves its balanced share: rows / group of a
+    // member's copies (a column's share of them, spread over its peers).
+    const int64_t pair_rows =
+        held.empty() ? 0 : std::max<int64_t>(1, std::min(balanced_rows, buffer_rows) / peers);
     const std::string received = b.Add(
         OpKind::kRaggedAllToAll, {sorted, buffer, input_offsets, send, output_offsets, recv}, [&] {
           OpSpec op;
-          op.axis_name = ep;
+          op.axis_name = peers_axes;
+          op.expected_rows = pair_rows;
           return op;
         }());
     // Each received row's local expert, from the counts rather than sent beside the rows
-    // (MaxText's local_permute): the local ids 0, 1, ... of each member's runs, repeated as
-    // many times as it sends rows to each, cut at the buffer's end; the rows past them (no
-    // row received) take the last id, and sort after the real rows, being last in the buffer.
-    const int64_t held = bounded ? buffer_rows : rows * group;
+    // (MaxText's local_permute): the local ids 0, 1, ... of each peer's runs, repeated as many
+    // times as it sends rows to each, cut at the buffer's end; the rows past them (no row
+    // received) take the last id, and sort after the real rows, being last in the buffer.
+    const int64_t buffer_held = bounded ? buffer_rows : rows * peers;
     const std::string ids =
-        b.Reshape(b.Starts(b.Full(b.Reshape(arriving, {group, local_experts}), 1), 1),
-                  {group * local_experts});
+        b.Reshape(b.Starts(b.Full(b.Reshape(arriving, {peers, local_experts}), 1), 1),
+                  {peers * local_experts});
     regroup = b.Argsort(b.Add(OpKind::kRepeat, {ids, arriving}, [&] {
       OpSpec op;
       op.axis = 0;
-      op.total_repeat_length = held;
+      op.total_repeat_length = buffer_held;
       return op;
     }()));
     grouped = b.Take(received, regroup);
-    // Each local expert's rows: its runs from every member, cut where the buffer ends (a run
+    // Each local expert's rows: its runs from every peer, cut where the buffer ends (a run
     // starting at s of c rows keeps min(s + c, held) - min(s, held)).
     std::string kept = arriving;
     if (bounded) {
       const std::string starts = b.Starts(arriving, 0);
-      kept = b.Add(OpKind::kSub,
-                   {b.Min(b.Add(OpKind::kAdd, {starts, arriving}), static_cast<double>(held)),
-                    b.Min(starts, static_cast<double>(held))});
+      kept =
+          b.Add(OpKind::kSub,
+                {b.Min(b.Add(OpKind::kAdd, {starts, arriving}), static_cast<double>(buffer_held)),
+                 b.Min(starts, static_cast<double>(buffer_held))});
     }
-    sizes = b.Sum(b.Reshape(kept, {group, local_experts}), 0);
+    sizes = b.Sum(b.Reshape(kept, {peers, local_experts}), 0);
+    back_pair_rows = pair_rows;
   }
 
   // The experts' MLPs over their rows: buffer_rows held, `rows` of them filled when balanced
   // (all of them, when the buffer is smaller); tokens replicated: rows / group of the rows.
   const int64_t expected = group == 1                 ? 0
                            : layout.tokens_replicated ? std::max<int64_t>(1, rows / group)
-                                                      : std::min(rows, buffer_rows);
+                                                      : std::min(balanced_rows, buffer_rows);
   std::string hidden = b.RaggedDot(grouped, w_up, sizes, expected);
   if (layout.gated) {
     hidden =
@@ -383,11 +446,12 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
     const std::string back_input = recv_starts.empty() ? b.Starts(recv, 0) : recv_starts;
     OpSpec a2a;
     a2a.tiled = true;
-    const std::string back_output = b.Collective(OpKind::kAllToAll, input_offsets, ep, a2a);
+    const std::string back_output = b.Collective(OpKind::kAllToAll, input_offsets, peers_axes, a2a);
     out = b.Add(OpKind::kRaggedAllToAll,
                 {out, b.Full(sorted, 0), back_input, recv, back_output, send}, [&] {
                   OpSpec op;
-                  op.axis_name = ep;
+                  op.axis_name = peers_axes;
+                  op.expected_rows = back_pair_rows;
                   return op;
                 }());
   }
@@ -398,9 +462,7 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout) {
   // The MLP width split over mlp_axes leaves partial sums, and so do experts split over
   // axes that hold the same tokens.
   std::vector<std::string> partial = layout.mlp_axes;
-  if (group > 1 && layout.tokens_replicated) {
-    partial.insert(partial.begin(), ep.begin(), ep.end());
-  }
+  if (group > 1) partial.insert(partial.begin(), held.begin(), held.end());
   if (!partial.empty()) out = b.Collective(OpKind::kPsum, out, partial);
   const int64_t local_batch = layout.batch / NamedAxesSize(layout.mesh, layout.batch_axes);
   out = b.Reshape(out, {local_batch, n / local_batch, d});

@@ -45,6 +45,11 @@ struct DroplessMoeLayout {
   // expert group (a decode step whose batch is too small to split over them): each device runs
   // its own experts over the copies routed to them, and the partial outputs are summed over
   // the expert axes (a psum, no all-to-all), as small-batch MoE decoding does.
+  // Without it, the expert axes the batch and length axes name split the tokens and the
+  // dispatch runs over them (DroplessDispatchAxes); over the other expert axes the members
+  // hold the same tokens, each sends only the copies bound for its own column of the expert
+  // group (the members that share its coordinates along those axes), and the outputs are
+  // summed over them.
   bool tokens_replicated = false;
 };
 
@@ -67,6 +72,10 @@ ProgramSpec DroplessMoeBody(const DroplessMoeLayout& layout);
 // The name the model builder gives the second output of a bounded dropless region (followed
 // by the layer), which MoeDroppedFraction reads.
 inline constexpr char kDroppedCopiesName[] = "moe_dropped";
+
+// The expert axes that split the region's tokens (those its dispatch runs over): every expert
+// axis the batch or length axes name; none when the tokens are replicated.
+std::vector<std::string> DroplessDispatchAxes(const DroplessMoeLayout& layout);
 
 // Whether the body's receive buffers are bounded (buffer_factor below the expert group's size),
 // so that it may drop copies and has its second output.

@@ -468,9 +468,10 @@ class TrainStepBuilder {
   // split as the batch rule says, and also over every expert axis the batch rule leaves out
   // (its batch dimension if that divides, else its sequence), so that each member of an
   // expert group dispatches tokens of its own; where neither divides (a decode step's few
-  // tokens) and the batch rule names no expert axis, every member holds them all
-  // (tokens_replicated). The weights enter split over expert, embed (gathered inside, as FSDP)
-  // and mlp (whose partial sums are psummed inside).
+  // tokens), every member holds them all (tokens_replicated) when the batch rule names no
+  // expert axis, else they stay whole over the expert axes it leaves out (each member then
+  // dispatches its column's copies). The weights enter split over expert, embed (gathered inside,
+  // as FSDP) and mlp (whose partial sums are psummed inside).
   std::string DroplessExperts(const std::string& x, const std::string& choice,
                               const std::string& gates, const std::string& L) {
     if (linear_dtype_ != train_.dtype) {
@@ -517,13 +518,15 @@ class TrainStepBuilder {
     const int64_t extra_size = NamedAxesSize(axes_, extra);
     if (layout.batch % (NamedAxesSize(axes_, layout.batch_axes) * extra_size) == 0) {
       layout.batch_axes.insert(layout.batch_axes.end(), extra.begin(), extra.end());
-    } else if (layout.length % extra_size == 0 || extra.size() != layout.expert_axes.size()) {
+    } else if (layout.length % extra_size == 0) {
       layout.length_axes = extra;
-    } else {
+    } else if (extra.size() == layout.expert_axes.size()) {
       // Neither divides (a decode step's few tokens) and no expert axis splits the batch:
       // every member of an expert group holds the same tokens (DroplessMoeLayout).
       layout.tokens_replicated = true;
     }
+    // Else some expert axes split the batch and the tokens are held whole over the rest: each
+    // member dispatches its column's copies (DroplessMoeLayout::tokens_replicated).
     for (const std::string& a : layout.mlp_axes) {
       for (const auto* other : {&layout.batch_axes, &layout.length_axes, &layout.expert_axes}) {
         if (std::find(other->begin(), other->end(), a) != other->end()) {

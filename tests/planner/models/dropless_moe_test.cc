@@ -38,20 +38,15 @@ DroplessMoeLayout FourExperts() {
 // first(t) and second(t). Receive buffers of `buffer_factor` (DroplessMoeLayout).
 // Tokens `replicated` over the expert axis instead of split over it (DroplessMoeLayout::
 // tokens_replicated).
-ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_factor = -1,
-                        bool replicated = false) {
-  DroplessMoeLayout layout = FourExperts();
-  layout.buffer_factor = buffer_factor;
-  if (replicated) {
-    layout.batch_axes.clear();
-    layout.tokens_replicated = true;
-  }
+// `layout`'s region with real inputs: token t of every sequence chooses experts first(t) and
+// second(t).
+ProgramSpec WithLayout(const DroplessMoeLayout& layout, int (*first)(int), int (*second)(int)) {
   ProgramSpec body = DroplessMoeBody(layout);
   uint64_t seed = 1;
   for (ArraySpec& a : body.arrays) {
     if (a.name == "choice") {
       a.init.kind = InitSpec::Kind::kValue;
-      for (int s = 0; s < 4; ++s) {
+      for (int64_t s = 0; s < layout.batch; ++s) {
         for (int t = 0; t < 8; ++t) {
           a.init.values.push_back(first(t));
           a.init.values.push_back(second(t));
@@ -63,6 +58,17 @@ ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_fac
     }
   }
   return body;
+}
+
+ProgramSpec WithChoices(int (*first)(int), int (*second)(int), double buffer_factor = -1,
+                        bool replicated = false) {
+  DroplessMoeLayout layout = FourExperts();
+  layout.buffer_factor = buffer_factor;
+  if (replicated) {
+    layout.batch_axes.clear();
+    layout.tokens_replicated = true;
+  }
+  return WithLayout(layout, first, second);
 }
 
 RunResult RunRegion(const ProgramSpec& program, bool numerics) {
@@ -308,6 +314,75 @@ TEST(DroplessMoeTest, RowsFindTheirExpertsFromTheGatheredCounts) {
     EXPECT_EQ(bounded.ValueAt(i), want) << i;
   }
   EXPECT_NE(first_only.ValueAt(per_sequence), unbounded.ValueAt(per_sequence));
+}
+
+// Eight experts over two expert axes a and b (two each on the 2 x 2 devices), 4 sequences of
+// 8 tokens; `batch_axes` split the sequences.
+DroplessMoeLayout TwoExpertAxes(std::vector<std::string> batch_axes) {
+  DroplessMoeLayout l = FourExperts();
+  l.mesh = {{"a", 2}, {"b", 2}};
+  l.experts = 8;
+  l.expert_axes = {"a", "b"};
+  l.batch_axes = std::move(batch_axes);
+  l.tokens_replicated = l.batch_axes.empty();
+  return l;
+}
+
+// Tokens split over expert axis a and held whole over b (a decode batch that divides one
+// expert axis and not the other, refused before): each device dispatches over a the copies
+// bound for its column (the experts of the devices with its b), and the outputs are summed over
+// b. The collectives say so, and the result is that of the same tokens dispatched over both
+// axes and of the same tokens replicated over both, on skewed and balanced routing (to f32
+// rounding, as above). With balanced routing (token t: experts t and t + 1 mod 8, so each
+// device sends each peer 8 of its 32 copies) a timing-only run takes exactly the time of a run
+// with the data, as the whole dispatch does: each pair moves rows / group, not the operand's
+// rows / peers; and buffers of factor 1 (the 16 rows a device receives) hold it all.
+TEST(DroplessMoeTest, TokensSplitOverSomeExpertAxesDispatchTheirColumn) {
+  const DroplessMoeLayout mixed = TwoExpertAxes({"a"});
+  EXPECT_EQ(DroplessDispatchAxes(mixed), std::vector<std::string>{"a"});
+  std::map<std::pair<OpKind, std::vector<std::string>>, int> collectives;
+  const ProgramSpec body = DroplessMoeBody(mixed);
+  for (const OpSpec& op : body.ops) {
+    if (IsCollective(op.kind)) ++collectives[{op.kind, op.axis_name}];
+  }
+  const std::vector<std::string> a = {"a"}, b = {"b"};
+  EXPECT_EQ(collectives, (std::map<std::pair<OpKind, std::vector<std::string>>, int>{
+                             {{OpKind::kAllGather, a}, 1},
+                             {{OpKind::kAllToAll, a}, 1},
+                             {{OpKind::kRaggedAllToAll, a}, 2},
+                             {{OpKind::kPsum, b}, 1}}));
+  auto zero = [](int) { return 0; };
+  auto five = [](int) { return 5; };
+  auto balanced_first = [](int t) { return t % 8; };
+  auto balanced_second = [](int t) { return (t + 1) % 8; };
+  for (auto [first, second] :
+       {std::pair<int (*)(int), int (*)(int)>{zero, five},
+        std::pair<int (*)(int), int (*)(int)>{balanced_first, balanced_second}}) {
+    const RunResult got_run = RunRegion(WithLayout(mixed, first, second), true);
+    const Array& got = Output(got_run);
+    for (const DroplessMoeLayout& other : {TwoExpertAxes({"a", "b"}), TwoExpertAxes({})}) {
+      const RunResult want_run = RunRegion(WithLayout(other, first, second), true);
+      const Array& want = Output(want_run);
+      ASSERT_EQ(got.size(), want.size());
+      double worst = 0, largest = 0;
+      for (int64_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(got.ValueAt(i) - want.ValueAt(i)));
+        largest = std::max(largest, std::abs(want.ValueAt(i)));
+      }
+      EXPECT_LT(worst, 1e-5 * largest);
+      EXPECT_GT(largest, 0.1);
+    }
+  }
+  const ProgramSpec balanced = WithLayout(mixed, balanced_first, balanced_second);
+  EXPECT_EQ(Simulate(balanced, true), Simulate(balanced, false));
+  DroplessMoeLayout bounded = mixed;
+  bounded.buffer_factor = 1;
+  ASSERT_TRUE(DroplessBounded(bounded));
+  const RunResult unbounded_run = RunRegion(balanced, true);
+  const RunResult bounded_run =
+      RunRegion(WithLayout(bounded, balanced_first, balanced_second), true);
+  EXPECT_EQ(Output(bounded_run).values(), Output(unbounded_run).values());
+  EXPECT_EQ(Dropped(bounded_run), (std::vector<double>{0, 0, 0, 0}));
 }
 
 // The layout must divide: the experts over the expert axes, the tokens over theirs.

@@ -167,17 +167,16 @@ TEST(ServeRunTest, StepsMatchTheUnshardedOnes) { ExpectServeStepsMatch(DType::kF
 // products summed in another order; the unsharded steps run the region on the mesh too, whose
 // replicated path DroplessMoeTest.ReplicatedTokensComputeWhatDispatchComputes checks against the
 // dispatch), and the whole serving run simulates.
-TEST(ServeRunTest, DroplessExpertsDecodeABatchTooSmallToSplit) {
+// Returns the decode step's lowered program.
+ProgramSpec ExpectDroplessServeStepsMatch(const StepPlan& plan) {
   auto [m, s] = TinyServing(64, 2, DType::kF32);
   m.experts = 8;
   m.expert_d_ff = 32;
   m.capacity_factor = -1;
-  StepPlan plan;
-  plan.mesh = {{"expert", 4}, {"tensor", 2}};
-  plan.rules = {{"expert", {"expert"}}, {"heads", {"tensor"}}, {"kv_heads", {"tensor"}}};
   const LogicalRules rules(plan.rules, plan.mesh);
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   const Mesh mesh = PlaceMesh(machine, plan.mesh);
+  ProgramSpec decode;
   for (ServeStep step : {ServeStep::kPrefill, ServeStep::kDecode}) {
     const ProgramSpec global = BuildServeStep(m, s, step, plan.mesh, rules);
     const PartitionResult lowered = PartitionOnMachine(global, machine, mesh);
@@ -188,9 +187,39 @@ TEST(ServeRunTest, DroplessExpertsDecodeABatchTooSmallToSplit) {
         CheckPartitionedNumerics(r.outputs, mesh, global, lowered.program, "", &r.inputs);
     EXPECT_TRUE(report.passed) << report.worst_output;
     EXPECT_LT(report.max_abs_error, 2e-3) << report.worst_output;
+    if (step == ServeStep::kDecode) decode = lowered.program;
   }
   const ServeReport r = SimulateServe(machine, m, s, plan);
   EXPECT_GT(r.tpot, Time());
+  return decode;
+}
+
+TEST(ServeRunTest, DroplessExpertsDecodeABatchTooSmallToSplit) {
+  StepPlan plan;
+  plan.mesh = {{"expert", 4}, {"tensor", 2}};
+  plan.rules = {{"expert", {"expert"}}, {"heads", {"tensor"}}, {"kv_heads", {"tensor"}}};
+  ExpectDroplessServeStepsMatch(plan);
+}
+
+// The experts over data x expert with the batch over data: a decode step's 2 tokens split over
+// data (one a device) but not over expert, refused before; each device dispatches over data the
+// copies bound for the experts of its expert coordinate, and the outputs are psummed over
+// expert (DroplessMoeLayout). The steps compute what the unsharded ones do, as above.
+TEST(ServeRunTest, DroplessExpertsDecodeABatchThatSplitsOverSomeExpertAxes) {
+  StepPlan plan;
+  plan.mesh = {{"data", 2}, {"expert", 2}, {"tensor", 2}};
+  plan.rules = {{"batch", {"data"}},
+                {"expert", {"data", "expert"}},
+                {"heads", {"tensor"}},
+                {"kv_heads", {"tensor"}}};
+  const ProgramSpec decode = ExpectDroplessServeStepsMatch(plan);
+  int ragged = 0;
+  for (const OpSpec& op : decode.ops) {
+    if (op.kind != OpKind::kRaggedAllToAll) continue;
+    ++ragged;
+    EXPECT_EQ(op.axis_name, std::vector<std::string>{"data"});
+  }
+  EXPECT_EQ(ragged, 2 * 2);  // There and back, in each of the 2 layers.
 }
 
 }  // namespace
