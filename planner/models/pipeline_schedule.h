@@ -29,6 +29,11 @@ struct PipelinePlan {
   std::string axis = "stage";
   PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
   int virtual_stages = 1;
+  // The first and the last stage's layers (0: as ChunkLayers spreads them), the others split
+  // evenly among the stages between (Megatron-LM's --decoder-first-pipeline-num-layers and
+  // --decoder-last-pipeline-num-layers; shardsim extensions of plan.pipeline).
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
 };
 
 // One microbatch's times through one model chunk (a stage's layers / virtual_stages).

@@ -79,6 +79,39 @@ std::vector<int64_t> ChunkLayers(int64_t layers, int chunks) {
   return out;
 }
 
+std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const PipelinePlan& pipeline) {
+  const int v = pipeline.virtual_stages;
+  const int64_t first = pipeline.first_stage_layers, last = pipeline.last_stage_layers;
+  if (first == 0 && last == 0) return ChunkLayers(layers, stages * v);
+  auto fail = [](const std::string& why) { throw SpecError("plan.pipeline", why); };
+  if (stages < 2) {
+    fail("first_stage_layers and last_stage_layers need 2 or more stages, not " +
+         std::to_string(stages));
+  }
+  const int fixed = (first > 0) + (last > 0);
+  const int64_t rest = layers - first - last;
+  const int middle = stages - fixed;
+  if (rest < 0 || (middle == 0 && rest != 0) || (middle > 0 && rest % middle != 0)) {
+    fail("the " + std::to_string(layers) + " layers less the first and last stages' (" +
+         std::to_string(first) + " and " + std::to_string(last) + ") do not split evenly among " +
+         std::to_string(middle) + " stages between");
+  }
+  std::vector<int64_t> stage_layers(static_cast<size_t>(stages), middle > 0 ? rest / middle : 0);
+  if (first > 0) stage_layers.front() = first;
+  if (last > 0) stage_layers.back() = last;
+  std::vector<int64_t> chunks(static_cast<size_t>(stages) * static_cast<size_t>(v));
+  for (int s = 0; s < stages; ++s) {
+    const int64_t n = stage_layers[static_cast<size_t>(s)];
+    if (n < v || n % v != 0) {
+      fail("stage " + std::to_string(s) + "'s " + std::to_string(n) +
+           " layers do not split evenly into its " + std::to_string(v) +
+           " virtual stages, a layer or more each");
+    }
+    for (int c = 0; c < v; ++c) chunks[static_cast<size_t>(c * stages + s)] = n / v;
+  }
+  return chunks;
+}
+
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
                                            const TrainStepOptions& options) {
@@ -98,7 +131,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     throw SpecError("plan.rules.layers",
                     "pipeline stages take the layers: give the rule layers: " + pp.axis);
   }
-  const std::vector<int64_t> chunk_layers = ChunkLayers(model.layers, p * v);
+  const std::vector<int64_t> chunk_layers = PipelineChunkLayers(model.layers, p, pp);
   // Data axes: split only the batch. They and the stage axis leave the stage's mesh.
   std::set<std::string> data;
   if (const auto batch = plan.rules.find("batch"); batch != plan.rules.end()) {

@@ -19,6 +19,13 @@ namespace shardsim::planner {
 // fewer). Throws SpecError at "plan.pipeline" when some chunk would have no layer.
 std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
 
+// The layers of each chunk (indexed as ChunkLayers') of `layers` over `stages` stages under
+// `pipeline`: ChunkLayers' split, or with first_stage_layers or last_stage_layers those stages'
+// counts and the rest split evenly among the stages between (as Megatron-LM's
+// get_num_layers_to_build), each stage's layers split evenly among its virtual stages. Throws
+// SpecError at "plan.pipeline" when they do not split so, or some chunk would have no layer.
+std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const PipelinePlan& pipeline);
+
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers
 // into stages over its mesh axis (the rules give `layers: <that axis>`), stages x
 // virtual_stages chunks of consecutive layers (ChunkLayers). The data axes (axes only the

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "planner/models/logical_rules.h"
+#include "planner/models/pipeline_step_run.h"
+#include "sim/spec_error.h"
 
 namespace shardsim::planner {
 
@@ -50,6 +52,10 @@ std::string CandidateKey(const PlanCandidate& candidate) {
     key += "; pipeline " + plan.pipeline->axis + " " +
            std::string(PipelineScheduleName(plan.pipeline->schedule)) + " v" +
            std::to_string(plan.pipeline->virtual_stages);
+    if (plan.pipeline->first_stage_layers > 0 || plan.pipeline->last_stage_layers > 0) {
+      key += " layers " + std::to_string(plan.pipeline->first_stage_layers) + "/" +
+             std::to_string(plan.pipeline->last_stage_layers);
+    }
   }
   if (plan.collective_matmul != CollectiveMatmulMode::kOff) {
     key += std::string("; collective_matmul ") + CollectiveMatmulModeName(plan.collective_matmul);
@@ -178,6 +184,11 @@ std::optional<std::string> Indivisible(const TransformerConfig& model, const Tra
       return "the " + std::to_string(model.layers) + " layers do not fill " +
              std::to_string(stages) + " stages x " + std::to_string(plan.pipeline->virtual_stages) +
              " virtual stages";
+    }
+    try {
+      PipelineChunkLayers(model.layers, static_cast<int>(stages), *plan.pipeline);
+    } catch (const SpecError& e) {
+      return e.what();
     }
     if (plan.pipeline->schedule == PipelineSchedule::kInterleaved && m % stages != 0) {
       return "the interleaved schedule's " + std::to_string(m) +

@@ -302,8 +302,14 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value) {
   value.Fail("unknown pipeline schedule");
 }
 
+void ReadStageLayers(const YamlMap& pipeline, planner::PipelinePlan& pp) {
+  if (auto first = pipeline.Find("first_stage_layers")) pp.first_stage_layers = first->Int64(1);
+  if (auto last = pipeline.Find("last_stage_layers")) pp.last_stage_layers = last->Int64(1);
+}
+
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh) {
-  YamlMap pipeline = value.Map({"axis", "schedule", "virtual_stages"});
+  YamlMap pipeline =
+      value.Map({"axis", "schedule", "virtual_stages", "first_stage_layers", "last_stage_layers"});
   planner::PipelinePlan pp;
   if (auto axis = pipeline.Find("axis")) {
     pp.axis = axis->String();
@@ -318,6 +324,7 @@ planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<Mes
       vs->Fail("virtual_stages > 1 needs schedule: interleaved");
     }
   }
+  ReadStageLayers(pipeline, pp);
   return pp;
 }
 

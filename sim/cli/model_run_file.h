@@ -53,8 +53,11 @@ std::map<std::string, std::vector<std::string>> ReadRules(const YamlValue& value
 planner::RematPolicy ReadRemat(const YamlValue& value);
 // A pipeline schedule's name: gpipe, 1f1b or interleaved.
 planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
-// `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages}.
+// `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages, first_stage_layers,
+// last_stage_layers}.
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
+// `first_stage_layers` and `last_stage_layers` of a `plan.pipeline` map (each >= 1) into `pp`.
+void ReadStageLayers(const YamlMap& pipeline, planner::PipelinePlan& pp);
 // `plan.collective_matmul`: off, unidirectional, bidirectional or auto.
 planner::CollectiveMatmulMode ReadCollectiveMatmul(const YamlValue& value);
 // `plan.offload` (or a custom remat's `save`): a list of MaxText checkpoint names

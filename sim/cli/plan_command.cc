@@ -63,6 +63,12 @@ Json PlanJson(const planner::PlanCandidate& c) {
         {"axis", c.plan.pipeline->axis},
         {"schedule", std::string(planner::PipelineScheduleName(c.plan.pipeline->schedule))},
         {"virtual_stages", c.plan.pipeline->virtual_stages}};
+    if (c.plan.pipeline->first_stage_layers > 0) {
+      plan["pipeline"]["first_stage_layers"] = c.plan.pipeline->first_stage_layers;
+    }
+    if (c.plan.pipeline->last_stage_layers > 0) {
+      plan["pipeline"]["last_stage_layers"] = c.plan.pipeline->last_stage_layers;
+    }
   }
   if (c.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
     plan["collective_matmul"] = planner::CollectiveMatmulModeName(c.plan.collective_matmul);
@@ -244,10 +250,13 @@ std::string RematText(const planner::StepPlan& plan) {
   return text;
 }
 
-// "1f1b", or "interleaved x2" with virtual stages.
+// "1f1b", or "interleaved x2" with virtual stages, then ", first 3, last 2" with the first and
+// last stages' layers given.
 std::string ScheduleText(const planner::PipelinePlan& p) {
   std::string text(planner::PipelineScheduleName(p.schedule));
   if (p.virtual_stages > 1) text += " x" + std::to_string(p.virtual_stages);
+  if (p.first_stage_layers > 0) text += ", first " + std::to_string(p.first_stage_layers);
+  if (p.last_stage_layers > 0) text += ", last " + std::to_string(p.last_stage_layers);
   return text;
 }
 

@@ -61,13 +61,15 @@ std::vector<std::map<std::string, std::string>> ReadPlanAlgorithmSets(const Yaml
   return sets;
 }
 
-// `plan.pipeline` in a search file: {axis, schedule, virtual_stages}, schedule and
-// virtual_stages one or a list; every combination that can run (virtual stages above one need
-// the interleaved schedule), in the order written.
+// `plan.pipeline` in a search file: {axis, schedule, virtual_stages, first_stage_layers,
+// last_stage_layers}, schedule and virtual_stages one or a list; every combination that can
+// run (virtual stages above one need the interleaved schedule), in the order written.
 std::vector<planner::PipelinePlan> ReadPipelines(const YamlValue& value,
                                                  const std::vector<MeshAxis>& axes) {
-  YamlMap map = value.Map({"axis", "schedule", "virtual_stages"});
+  YamlMap map =
+      value.Map({"axis", "schedule", "virtual_stages", "first_stage_layers", "last_stage_layers"});
   planner::PipelinePlan base;
+  ReadStageLayers(map, base);
   if (auto axis = map.Find("axis")) {
     base.axis = axis->String();
     bool known = false;
@@ -88,7 +90,10 @@ std::vector<planner::PipelinePlan> ReadPipelines(const YamlValue& value,
   for (planner::PipelineSchedule schedule : schedules) {
     for (int v : virtual_stages) {
       if (v > 1 && schedule != planner::PipelineSchedule::kInterleaved) continue;
-      out.push_back({base.axis, schedule, v});
+      planner::PipelinePlan plan = base;
+      plan.schedule = schedule;
+      plan.virtual_stages = v;
+      out.push_back(plan);
     }
   }
   if (out.empty()) {

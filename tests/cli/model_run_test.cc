@@ -366,6 +366,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "needs schedule: interleaved"},
         BadModel{"PipelineWithoutTheLayersRule", "plan.pipeline={axis: tensor}",
                  "plan.rules.layers", "layers: tensor"},
+        BadModel{"FirstStageLayersZero", "plan.pipeline={axis: tensor, first_stage_layers: 0}",
+                 "plan.pipeline.first_stage_layers", "must be positive"},
         BadModel{"TopKAboveExperts", "model={preset: llama-2-7b, experts: 2, top_k: 3}",
                  "model.top_k", "top_k (3) must be in [1, experts (2)]"},
         BadModel{"AuxLossWithoutExperts", "model={preset: llama-2-7b, router_aux_loss: 0.01}",
@@ -479,6 +481,33 @@ TEST_F(ModelRunTest, PipelineOffloadHoldsWhatItDidNotOffloadInFlight) {
   EXPECT_LT(fast, kept);
   // The stage's own step may still wait on its last copies: a few percent, not 8 chunks'.
   EXPECT_NEAR(slow, fast, 0.05 * fast);
+}
+
+// first_stage_layers and last_stage_layers fix those stages' layers (the report names each
+// stage's), where ChunkLayers spreads 8 layers over 4 stages as 2 each; layers that the
+// stages between cannot split evenly are a located error.
+TEST_F(ModelRunTest, PipelineStagesTakeTheLayersTheirPlanGives) {
+  const std::string file = WriteInput(
+      "pipe.yaml",
+      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
+      "        head_dim: 32, vocab: 512}\n"
+      "train: {global_batch: 32, seq_len: 256, microbatches: 4, optimizer: adam, dtype: bf16,\n"
+      "        param_dtype: f32}\n"
+      "plan:\n"
+      "  mesh: {stage: 4, tensor: 2}\n"
+      "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: stage}\n"
+      "  pipeline: {axis: stage, first_stage_layers: 1, last_stage_layers: 3}\n");
+  const Result r = RunOk({"run", file});
+  EXPECT_NE(r.out.find("(4 stages of 1, 2, 2, 3 layers)"), std::string::npos) << r.out;
+  const Result even = RunOk({"run", file, "--set", "plan.pipeline={axis: stage}"});
+  EXPECT_NE(even.out.find("(4 stages)"), std::string::npos) << even.out;
+  const Result bad =
+      Run({"run", file, "--set",
+           "plan.pipeline={axis: stage, first_stage_layers: 2, last_stage_layers: 3}"});
+  EXPECT_EQ(bad.exit_code, 2) << bad;
+  EXPECT_NE(bad.err.find("(key plan.pipeline)"), std::string::npos) << bad;
+  EXPECT_NE(bad.err.find("do not split evenly among 2 stages between"), std::string::npos) << bad;
 }
 
 // A pipeline's --trace is its composed schedule: a process per stage, 2 x microbatches x

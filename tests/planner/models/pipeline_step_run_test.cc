@@ -279,6 +279,46 @@ TEST(PipelineStepTest, ChunkLayersSpreadTheRemainderOverTheMiddleThenTheFirst) {
   EXPECT_THROW(ChunkLayers(3, 4), SpecError);
 }
 
+// With first_stage_layers or last_stage_layers (Megatron-LM's --decoder-first- and
+// --decoder-last-pipeline-num-layers) those stages take what they say and the stages between
+// split the rest evenly; each stage's layers split evenly among its virtual stages (chunk
+// c * stages + s of stage s). Without either, ChunkLayers' split.
+TEST(PipelineStepTest, FirstAndLastStageLayersFixThoseStages) {
+  PipelinePlan pp;
+  EXPECT_EQ(PipelineChunkLayers(61, 16, pp), ChunkLayers(61, 16));
+  pp.first_stage_layers = 5;
+  pp.last_stage_layers = 2;
+  // DeepSeek-V3-like: 61 - 5 - 2 = 54 over the 14 stages between does not divide; 60 does not
+  // either (53); 63 does (56: 4 each).
+  const std::vector<int64_t> even = PipelineChunkLayers(63, 16, pp);
+  EXPECT_EQ(even.front(), 5);
+  EXPECT_EQ(even.back(), 2);
+  EXPECT_EQ(std::count(even.begin(), even.end(), 4), 14);
+  EXPECT_EQ(PipelineChunkLayers(9, 3, pp), (std::vector<int64_t>{5, 2, 2}));
+  pp.last_stage_layers = 0;
+  EXPECT_EQ(PipelineChunkLayers(9, 3, pp), (std::vector<int64_t>{5, 2, 2}));
+  pp.first_stage_layers = 0;
+  pp.last_stage_layers = 1;
+  EXPECT_EQ(PipelineChunkLayers(7, 4, pp), (std::vector<int64_t>{2, 2, 2, 1}));
+  pp.first_stage_layers = 2;
+  pp.last_stage_layers = 4;
+  pp.virtual_stages = 2;  // Stage s's chunks are s and s + 3: 1 + 1, 2 + 2, 2 + 2.
+  EXPECT_EQ(PipelineChunkLayers(10, 3, pp), (std::vector<int64_t>{1, 2, 2, 1, 2, 2}));
+  for (const auto& [layers, stages] : std::vector<std::pair<int64_t, int>>{
+           {9, 3},     // Stage 1's 3 layers do not split into 2 virtual stages.
+           {11, 3},    // Likewise 5.
+           {7, 2},     // Nothing between to take the 7th.
+           {5, 1}}) {  // One stage is both.
+    try {
+      PipelineChunkLayers(layers, stages, pp);
+      ADD_FAILURE() << layers << " layers on " << stages << " stages were accepted";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.key(), "plan.pipeline");
+    }
+  }
+  EXPECT_EQ(PipelineChunkLayers(6, 2, pp), (std::vector<int64_t>{1, 2, 1, 2}));
+}
+
 // 7 layers on 2 stages (4 and 3): the step takes longer than 6 layers' (3 and 3) and less
 // than 8 layers' (4 and 4, the second also running the head). The peak is the fuller stage's:
 // no stage of the 7-layer step holds more layers than the 8-layer step's, nor fewer than the

@@ -161,6 +161,14 @@ TEST(IndivisibleTest, NamesWhatDoesNotDivide) {
   EXPECT_NE(interleaved->find("not a multiple of the 4 stages"), std::string::npos) << *interleaved;
   c.microbatches = 4;
   EXPECT_FALSE(Indivisible(Tiny(), TinyTrain(), c).has_value());
+  // A first stage of 3 of the 4 layers leaves 1 for the 3 stages after it: pruned with
+  // PipelineChunkLayers' reason; 1 leaves one each.
+  c.plan.pipeline->first_stage_layers = 3;
+  const auto first = Indivisible(Tiny(), TinyTrain(), c);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_NE(first->find("do not split evenly among 3 stages between"), std::string::npos) << *first;
+  c.plan.pipeline->first_stage_layers = 1;
+  EXPECT_FALSE(Indivisible(Tiny(), TinyTrain(), c).has_value());
 }
 
 TEST(PlanSearchTest, PrunesDominatesAndRanks) {
