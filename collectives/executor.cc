@@ -219,18 +219,28 @@ void Executor::Start() {
   for (const auto& [name, v] : lp.inputs) held_[v] = !config_.donated_inputs.count(name);
   for (const OutputSpec& o : program_.outputs) held_[lp.final_values.at(o.name)] = 1;
   // Fused views: XLA's consumers read a fused transpose, slice or reshape of a buffer in place
-  // (collective matmuls turn and slice their operands so). A view held to the end (an output)
-  // is a buffer of its own.
-  view_of_.assign(num_values, -1);
+  // (collective matmuls turn and slice their operands so), and a fused concatenation reads
+  // its parts where they are (a shared gather's loop runs each product on its own weight). A
+  // view held to the end (an output) is a buffer of its own.
+  viewed_.assign(num_values, {});
   for (const LoweredOp& op : lp.ops) {
     const OpKind kind = op.spec->kind;
-    if (!op.spec->fused || op.collective || op.in_values.size() != 1 || op.out_values.size() != 1 ||
-        (kind != OpKind::kTranspose && kind != OpKind::kSlice && kind != OpKind::kReshape)) {
+    const bool one_input =
+        kind == OpKind::kTranspose || kind == OpKind::kSlice || kind == OpKind::kReshape;
+    if (!op.spec->fused || op.collective || op.out_values.size() != 1 || op.in_values.empty() ||
+        !(one_input ? op.in_values.size() == 1 : kind == OpKind::kConcatenate)) {
       continue;
     }
-    const int in = op.in_values[0], out = op.out_values[0];
-    if (held_[out] || lp.in_host[in] || lp.values[in].dtype() != lp.values[out].dtype()) continue;
-    view_of_[out] = in;
+    const int out = op.out_values[0];
+    bool in_place = !held_[out];
+    for (int in : op.in_values) {
+      in_place = in_place && !lp.in_host[in] && lp.values[in].dtype() == lp.values[out].dtype();
+    }
+    if (!in_place) continue;
+    for (int in : op.in_values) {
+      std::vector<int32_t>& parts = viewed_[static_cast<size_t>(out)];
+      if (std::find(parts.begin(), parts.end(), in) == parts.end()) parts.push_back(in);
+    }
     value_bytes_[out] = 0;
   }
 
@@ -666,7 +676,7 @@ void Executor::Allocate(int position, size_t op_index) {
   // input this op is the last reader of here, not the caller's and made here.
   for (int r : op.reusable_inputs) {
     // A view has no buffer to write over.
-    if (!held_[r] && !d.absent[r] && !d.taken[r] && d.pending[r] == 1 && view_of_[r] < 0) {
+    if (!held_[r] && !d.absent[r] && !d.taken[r] && d.pending[r] == 1 && viewed_[r].empty()) {
       d.live -= value_bytes_[r];
       d.taken[r] = 1;
       break;
@@ -691,8 +701,8 @@ void Executor::FreeValue(int position, int value) {
 
 void Executor::Release(int position, const LoweredOp& op) {
   Device& d = devices_[position];
-  // A view keeps its input until the view dies (Dies).
-  const bool view = op.out_values.size() == 1 && view_of_[op.out_values[0]] >= 0;
+  // A view keeps its inputs until the view dies (Dies).
+  const bool view = op.out_values.size() == 1 && !viewed_[op.out_values[0]].empty();
   for (size_t k = 0; k < op.in_values.size() && !view; ++k) {
     int v = op.in_values[k];
     if (std::find(op.in_values.begin(), op.in_values.begin() + k, v) != op.in_values.begin() + k) {
@@ -715,9 +725,11 @@ void Executor::Dies(int position, int value) {
   } else {
     FreeValue(position, value);
   }
-  const int viewed = view_of_[value];
-  // An absent view (its op does not run here) gave up its input's reading at the start.
-  if (viewed >= 0 && !d.absent[value] && --d.pending[viewed] == 0) Dies(position, viewed);
+  // An absent view (its op does not run here) gave up its inputs' readings at the start.
+  if (d.absent[value]) return;
+  for (int viewed : viewed_[value]) {
+    if (--d.pending[viewed] == 0) Dies(position, viewed);
+  }
 }
 
 void Executor::Record(size_t op_index, Time start, Time end) {

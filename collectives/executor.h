@@ -237,10 +237,10 @@ class Executor {
   std::vector<int32_t> readers_;       // Per value: lowered ops that read it.
   std::vector<char> held_;             // Per value: an input or output, never freed.
   std::vector<int64_t> value_bytes_;   // Per value: bytes of its local block.
-  // Per value: the value it is a fused view of (a fused transpose, slice or reshape: its
-  // readers read that buffer in place, so it holds no buffer of its own and keeps that one
-  // alive until it dies itself), or -1.
-  std::vector<int32_t> view_of_;
+  // Per value: the values it is a fused view of (a fused transpose, slice or reshape of one, or
+  // a fused concatenation of several: its readers read those buffers in place, so it holds no
+  // buffer of its own and keeps them alive until it dies itself), each once; empty if none.
+  std::vector<std::vector<int32_t>> viewed_;
   std::vector<int> work_;     // Positions woken and not yet tried.
   std::vector<char> queued_;  // Per position: in work_.
   bool draining_ = false;

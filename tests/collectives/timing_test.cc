@@ -569,6 +569,47 @@ TEST(PeakMemoryTest, FusedViewsHoldNoBufferAndKeepTheirInput) {
   }
 }
 
+// A fused concatenation is a view of its parts (a shared gather's loop runs each product on
+// its own weight in place): no buffer of its own, and its parts live until it dies. x:
+// f32[64,128] and w: f32[128,256], replicated (32768 and 131072 B, held):
+//   a = relu(w), b = exp(w)      131072 B each                live 425984
+//   c = concat(a, b) fused       a view: nothing new          live 425984
+//   y = x @ c                    f32[64,512] = 131072 B       live 557056  <- peak, at y
+// (a and b still live there); unfused, c is a buffer of 262144 B: 688128 at c, then a and b
+// die, and y brings 425984 + 131072 = 557056.
+TEST(PeakMemoryTest, FusedConcatenationHoldsNoBufferAndKeepsItsParts) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  for (bool fused : {true, false}) {
+    ProgramBuilder b({{"dp", 2}});
+    b.Input("x", {64, 128}, DType::kF32, P({}), Arange());
+    b.Input("w", {128, 256}, DType::kF32, P({}), Arange());
+    b.Unary(OpKind::kRelu, "w", "a");
+    b.Unary(OpKind::kExp, "w", "b");
+    OpSpec concat;
+    concat.kind = OpKind::kConcatenate;
+    concat.in = {"a", "b"};
+    concat.out = {"c"};
+    concat.axis = 1;
+    concat.fused = fused;
+    b.Add(concat);
+    b.Matmul("x", "c", "y");
+    b.Output("y", P({}));
+    ProgramSpec program = std::move(b).Build();
+    Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+    for (bool numerics : {true, false}) {
+      RunConfig config;
+      config.numerics = numerics;
+      RunResult r = RunProgram(machine, mesh, program, config);
+      EXPECT_EQ(r.peak_memory.count(), fused ? 557056 : 688128) << fused << numerics;
+      EXPECT_EQ(r.peak_op, fused ? "y" : "c") << fused << numerics;
+      if (numerics) {
+        NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+        EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
+      }
+    }
+  }
+}
+
 // A fused view made on one stage only, read by a psum on both: on stage 1 the view never exists
 // (it gave up its reading of a at the start), so the psum's end must not release a again.
 // x: f32[128,256] held (131072 B); per stage, by hand:
