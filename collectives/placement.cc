@@ -30,17 +30,21 @@ using TorusPlan = std::vector<std::vector<Piece>>;
 // succeeds when the axis sizes multiply to the device count: each axis's size divides the
 // product of the dimensions' unassigned parts (the outer axes' sizes times its own), so
 // dividing it by its gcd with each part in turn leaves 1.
-TorusPlan PlanTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape) {
+// `order` lists the torus dimensions in the order they are handed out (DefaultTorusOrder: the
+// innermost first).
+TorusPlan PlanTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape,
+                    const std::vector<int>& order) {
   std::vector<int> remaining = shape;       // Unassigned high factor of each dim.
   std::vector<int> taken(shape.size(), 1);  // Product of the factors already taken.
   TorusPlan plan(axes.size());
   for (int a = static_cast<int>(axes.size()) - 1; a >= 0; --a) {
     int need = axes[a].size;
     std::vector<Piece> pieces;  // Collected minor first.
-    // From the innermost dimension out, the largest factor the axis and the dimension's
+    // From the first dimension of `order` on, the largest factor the axis and the dimension's
     // unassigned part share (the whole part, or the axis's whole need, when one divides the
     // other); a dimension sharing none is left to the outer axes.
-    for (int dim = static_cast<int>(shape.size()) - 1; dim >= 0 && need > 1; --dim) {
+    for (size_t i = 0; i < order.size() && need > 1; ++i) {
+      const int dim = order[i];
       const int factor = std::gcd(need, remaining[dim]);
       if (factor == 1) continue;
       pieces.push_back(Piece{dim, factor, taken[dim]});
@@ -246,7 +250,16 @@ std::string DescribeNodes(const Mesh& mesh, int per_node) {
 
 }  // namespace
 
-std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo) {
+std::vector<int> DefaultTorusOrder(int dims) {
+  std::vector<int> order(static_cast<size_t>(dims));
+  for (int i = 0; i < dims; ++i) order[static_cast<size_t>(i)] = dims - 1 - i;
+  return order;
+}
+
+namespace {
+
+// Fails unless `axes` use exactly the machine's devices.
+void CheckWholeMachine(const std::vector<MeshAxis>& axes, const Topology& topo) {
   int64_t total = 1;
   for (const MeshAxis& axis : axes) {
     if (axis.size < 1) {
@@ -263,9 +276,37 @@ std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topol
         " devices; the default placement uses every device (give mesh.devices to use a "
         "subset)");
   }
-  if (topo.torus().has_value()) {
-    return PlaceOnTorus(axes, topo.torus()->shape, PlanTorus(axes, topo.torus()->shape));
+}
+
+}  // namespace
+
+std::vector<int> TorusPlacement(const std::vector<MeshAxis>& axes, const Topology& topo,
+                                const std::vector<int>& torus_order) {
+  if (!topo.torus().has_value()) {
+    throw std::invalid_argument("torus_order needs a torus (or ring) topology");
   }
+  const std::vector<int>& shape = topo.torus()->shape;
+  std::vector<int> sorted = torus_order;
+  std::sort(sorted.begin(), sorted.end());
+  bool permutation = sorted.size() == shape.size();
+  for (size_t i = 0; i < sorted.size() && permutation; ++i) {
+    permutation = sorted[i] == static_cast<int>(i);
+  }
+  if (!permutation) {
+    throw std::invalid_argument("torus_order must list each of the torus's " +
+                                std::to_string(shape.size()) + " dimensions (0.." +
+                                std::to_string(shape.size() - 1) + ") once");
+  }
+  CheckWholeMachine(axes, topo);
+  return PlaceOnTorus(axes, shape, PlanTorus(axes, shape, torus_order));
+}
+
+std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo) {
+  if (topo.torus().has_value()) {
+    return TorusPlacement(axes, topo,
+                          DefaultTorusOrder(static_cast<int>(topo.torus()->shape.size())));
+  }
+  CheckWholeMachine(axes, topo);
   std::vector<int> devices(topo.num_devices());
   std::iota(devices.begin(), devices.end(), 0);
   return devices;
@@ -293,8 +334,21 @@ std::string DescribePlainPlacement(const Mesh& mesh, const Topology& topo,
   const bool is_default = whole_machine && mesh.devices() == DefaultPlacement(mesh.axes(), topo);
   if (topo.torus().has_value()) {
     const TorusShape& torus = *topo.torus();
+    const std::vector<int> first = DefaultTorusOrder(static_cast<int>(torus.shape.size()));
     if (is_default)
-      return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape), torus);
+      return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape, first), torus);
+    // Another order of handing out the torus dimensions (TorusPlacement) is described as such.
+    std::vector<int> order = first;
+    std::sort(order.begin(), order.end());
+    do {
+      if (whole_machine && order != first &&
+          mesh.devices() == TorusPlacement(mesh.axes(), topo, order)) {
+        std::string text;
+        for (int d : order) text += (text.empty() ? "" : ", ") + std::to_string(d);
+        return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape, order), torus) +
+               " (torus_order [" + text + "])";
+      }
+    } while (std::next_permutation(order.begin(), order.end()));
     return given + " (" + DescribeTorusHops(mesh, topo) + ")";
   }
   const std::string order = IsIdentity(mesh.devices()) ? "row-major device order" : given;

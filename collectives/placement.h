@@ -38,6 +38,16 @@ namespace shardsim {
 // Throws std::invalid_argument when the mesh size differs from topo.num_devices().
 std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo);
 
+// The torus dimensions in the order the rule above hands them out: the last (innermost) first.
+std::vector<int> DefaultTorusOrder(int dims);
+
+// The rule above on a torus, handing the torus dimensions out in `torus_order` (the first to
+// the innermost mesh axes) instead of the last first. Throws std::invalid_argument when the
+// topology is no torus, `torus_order` is not a permutation of its dimensions, or the mesh size
+// differs from the device count.
+std::vector<int> TorusPlacement(const std::vector<MeshAxis>& axes, const Topology& topo,
+                                const std::vector<int>& torus_order);
+
 // Checks that every device of `mesh` exists on `topo` (0 <= device < num_devices()); throws
 // std::invalid_argument naming the first one that does not.
 void ValidateMeshDevices(const Mesh& mesh, const Topology& topo);

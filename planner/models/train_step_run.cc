@@ -8,6 +8,7 @@
 
 #include "collectives/dtype.h"
 #include "collectives/lowering.h"
+#include "collectives/placement.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "planner/grad.h"
@@ -390,8 +391,19 @@ void CheckHostLink(const DeviceSpec& device, const std::string& key) {
 }
 
 Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan) {
+  std::vector<int> devices = plan.devices;
+  if (!plan.torus_order.empty()) {
+    if (!devices.empty()) {
+      throw SpecError("plan.torus_order", "give the mesh's devices or a torus_order, not both");
+    }
+    try {
+      devices = TorusPlacement(plan.mesh, machine.topology(), plan.torus_order);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError("plan.torus_order", e.what());
+    }
+  }
   try {
-    return PlaceMesh(machine, plan.mesh, plan.devices);
+    return PlaceMesh(machine, plan.mesh, devices);
   } catch (const SpecError& e) {
     throw SpecError("plan.mesh", e.what());
   }

@@ -37,6 +37,9 @@ namespace shardsim::planner {
 struct StepPlan {
   std::vector<MeshAxis> mesh;  // Mesh axes in order, first major.
   std::vector<int> devices;    // Each mesh position's device (empty: the default placement).
+  // On a torus, the order its dimensions are handed to the mesh axes, innermost first
+  // (TorusPlacement; empty: DefaultTorusOrder). A shardsim extension: `plan.torus_order`.
+  std::vector<int> torus_order;
   std::map<std::string, std::vector<std::string>> rules;  // Logical dimension -> mesh axes.
   std::map<std::string, std::string> algorithms;          // Default algorithm per collective.
   RematPolicy remat = RematPolicy::kNone;                 // What each layer's backward recomputes.

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "collectives/placement.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/logical_rules.h"
@@ -299,7 +300,29 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     }
     if (!family.variants.empty()) families.push_back(std::move(family));
   };
+  // Each mesh with each torus order that places it differently (the default order first,
+  // left empty; equal placements once).
+  std::vector<std::pair<std::vector<MeshAxis>, std::vector<int>>> placed;
+  const std::optional<TorusShape>& torus = main_machine->topology().torus();
   for (const std::vector<MeshAxis>& mesh : meshes) {
+    placed.push_back({mesh, {}});
+    if (!space.all_torus_orders || !torus) continue;
+    const std::vector<int> first = DefaultTorusOrder(static_cast<int>(torus->shape.size()));
+    std::set<std::vector<int>> seen;
+    std::vector<int> order = first;
+    std::sort(order.begin(), order.end());
+    try {
+      seen.insert(TorusPlacement(mesh, main_machine->topology(), first));
+      do {
+        if (seen.insert(TorusPlacement(mesh, main_machine->topology(), order)).second) {
+          placed.push_back({mesh, order});
+        }
+      } while (std::next_permutation(order.begin(), order.end()));
+    } catch (const std::invalid_argument&) {
+      // A mesh that does not use the whole machine: its run says why.
+    }
+  }
+  for (const auto& [mesh, torus_order] : placed) {
     std::vector<std::map<std::string, std::vector<std::string>>> rule_sets = space.rules;
     if (rule_sets.empty()) rule_sets = {DefaultRules(mesh)};
     // A mesh with a stage axis makes a family per pipeline schedule; others one family.
@@ -313,6 +336,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       for (const auto& [sp, ae] : Pairs(sequence_parallel, activation_embed)) {
         StepPlan plan;
         plan.mesh = mesh;
+        plan.torus_order = torus_order;
         // Rules naming an axis this mesh left out (size 1) drop it.
         for (const auto& [dim, axes] : rules) {
           std::vector<std::string> present;
@@ -542,7 +566,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       std::vector<uint64_t> hashes;
       const StepPlan& plan = families[f].variants.front().plan;
       try {
-        const Mesh mesh = PlaceMesh(*main_machine, plan.mesh, plan.devices);
+        const Mesh mesh = PlacePlanMesh(*main_machine, plan);
         for (size_t a = 0; a < mesh.axes().size(); ++a) {
           if (mesh.axes()[a].size < 2) continue;
           FnvHash hash;

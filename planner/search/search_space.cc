@@ -47,6 +47,10 @@ std::string CandidateKey(const PlanCandidate& candidate) {
     key += "; offload ";
     for (size_t i = 0; i < plan.offload.size(); ++i) key += (i ? "+" : "") + plan.offload[i];
   }
+  if (!plan.torus_order.empty()) {
+    key += "; torus_order";
+    for (int d : plan.torus_order) key += " " + std::to_string(d);
+  }
   key += "; microbatches " + std::to_string(candidate.microbatches);
   if (plan.pipeline) {
     key += "; pipeline " + plan.pipeline->axis + " " +

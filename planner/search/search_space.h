@@ -39,6 +39,10 @@ struct SearchSpace {
   // order decides the placement (the first axis is major, the last takes the innermost torus
   // dimension or stays inside a node).
   bool all_axis_orders = false;
+  // On a torus, every order of handing its dimensions to each mesh's axes
+  // (`search.torus_orders: all`, TorusPlacement) that places the mesh differently, not only
+  // the default one.
+  bool all_torus_orders = false;
   // Logical axis rules to try (`plan.rules`, one or a list); empty: each mesh's rules from its
   // axes' roles (DefaultRules).
   std::vector<std::map<std::string, std::vector<std::string>>> rules;

@@ -359,8 +359,8 @@ namespace {
 // The keys of `plan:` (microbatches only to say where it belongs).
 const std::vector<std::string>& PlanKeys() {
   static const std::vector<std::string> keys = {
-      "mesh",     "devices",           "rules",      "remat",       "offload",
-      "pipeline", "collective_matmul", "algorithms", "microbatches"};
+      "mesh",    "devices",  "torus_order",       "rules",      "remat",
+      "offload", "pipeline", "collective_matmul", "algorithms", "microbatches"};
   return keys;
 }
 
@@ -391,12 +391,23 @@ void RefuseSavedAndOffloaded(const std::vector<std::string>& saved,
 
 namespace {
 
-// `plan:` {mesh, devices, rules, remat, offload, pipeline, collective_matmul, algorithms}.
+// `plan.torus_order`: a list of torus dimensions (each >= 0; TorusPlacement checks that they
+// are the torus's, once each).
+std::vector<int> ReadTorusOrder(const YamlValue& value) {
+  std::vector<int> order;
+  for (const YamlValue& d : value.List()) order.push_back(d.Int(0));
+  if (order.empty()) value.Fail("torus_order lists the torus dimensions, innermost first");
+  return order;
+}
+
+// `plan:` {mesh, devices, torus_order, rules, remat, offload, pipeline, collective_matmul,
+// algorithms}.
 planner::StepPlan ReadPlan(const YamlValue& value) {
   YamlMap map = value.Map(PlanKeys());
   planner::StepPlan plan;
   plan.mesh = ReadMeshAxes(map.Get("mesh"));
   if (auto devices = map.Find("devices")) plan.devices = ReadMeshDevices(*devices, plan.mesh);
+  if (auto order = map.Find("torus_order")) plan.torus_order = ReadTorusOrder(*order);
   if (auto rules = map.Find("rules")) plan.rules = ReadRules(*rules, plan.mesh);
   if (auto v = map.Find("remat")) {
     if (v->IsMap()) {

@@ -57,6 +57,7 @@ Json PlanJson(const planner::PlanCandidate& c) {
     plan["remat"] = planner::RematPolicyName(c.plan.remat);
   }
   if (!c.plan.offload.empty()) plan["offload"] = c.plan.offload;
+  if (!c.plan.torus_order.empty()) plan["torus_order"] = c.plan.torus_order;
   plan["microbatches"] = c.microbatches;
   if (c.plan.pipeline) {
     plan["pipeline"] = {
@@ -210,6 +211,17 @@ std::string MeshText(const std::vector<MeshAxis>& mesh) {
   return text.empty() ? "(one device)" : text;
 }
 
+// The plan's mesh, then " [torus 0,2,1]" when a torus order places it.
+std::string MeshText(const planner::StepPlan& plan) {
+  std::string text = MeshText(plan.mesh);
+  if (plan.torus_order.empty()) return text;
+  text += " [torus ";
+  for (size_t i = 0; i < plan.torus_order.size(); ++i) {
+    text += (i ? "," : "") + std::to_string(plan.torus_order[i]);
+  }
+  return text + "]";
+}
+
 // The rules, or "axis roles" when they are DefaultRules' for the mesh.
 std::string RulesText(const planner::StepPlan& plan) {
   std::map<std::string, std::vector<std::string>> defaults;
@@ -269,7 +281,7 @@ std::string AlgorithmsText(const planner::StepPlan& plan) {
 
 // "data=8,fsdp=64,tensor=4; remat selective; microbatches 1 (1f1b)".
 std::string PlanLine(const planner::PlanCandidate& c) {
-  std::string text = MeshText(c.plan.mesh) + "; rules " + RulesText(c.plan) + "; remat " +
+  std::string text = MeshText(c.plan) + "; rules " + RulesText(c.plan) + "; remat " +
                      RematText(c.plan) + "; microbatches " + std::to_string(c.microbatches);
   if (c.plan.pipeline) text += " (" + ScheduleText(*c.plan.pipeline) + ")";
   if (c.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
@@ -296,7 +308,7 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
     std::vector<ReportedServe> plans;
     for (size_t k = 0; k < result.ranked.size() && k < static_cast<size_t>(top); ++k) {
       const PlanResult& r = result.results[result.ranked[k]];
-      const std::string line = MeshText(r.candidate.plan.mesh) + "; rules " +
+      const std::string line = MeshText(r.candidate.plan) + "; rules " +
                                RulesText(r.candidate.plan) + AlgorithmsText(r.candidate.plan);
       plans.push_back({std::to_string(k + 1), line, spec.space.serve->decode_len,
                        planner::SimulateServe(machine, spec.model, *spec.space.serve,
@@ -555,7 +567,7 @@ int RunPlanCommand(const PlanCommandOptions& options) {
     char mfu[32], tok[32];
     std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * o.mfu);
     std::snprintf(tok, sizeof(tok), "%.0f", o.tokens_per_s_per_device);
-    std::string mesh = MeshText(r.candidate.plan.mesh);
+    std::string mesh = MeshText(r.candidate.plan);
     if (r.candidate.plan.pipeline) mesh += " (" + ScheduleText(*r.candidate.plan.pipeline) + ")";
     if (r.candidate.plan.collective_matmul != planner::CollectiveMatmulMode::kOff) {
       mesh += std::string(" (cm ") +

@@ -129,8 +129,9 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
 
   std::optional<YamlMap> search;
   if (auto s = top.Find("search")) {
-    search = s->Map({"axes", "axis_orders", "remat", "offload", "microbatches", "collective_matmul",
-                     "sequence_parallel", "activation_embed", "objective", "memory_limit"});
+    search = s->Map({"axes", "axis_orders", "torus_orders", "remat", "offload", "microbatches",
+                     "collective_matmul", "sequence_parallel", "activation_embed", "objective",
+                     "memory_limit"});
   }
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
@@ -288,6 +289,9 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto o = search->Find("axis_orders")) {
       space.all_axis_orders = o->OneOf({"given", "all"}) == "all";
+    }
+    if (auto o = search->Find("torus_orders")) {
+      space.all_torus_orders = o->OneOf({"default", "all"}) == "all";
     }
     if (auto l = search->Find("memory_limit")) {
       space.memory_limit = l->Number();

@@ -369,7 +369,7 @@ void CheckServeNumerics(const RunFile& file, const RunCommandOptions& options,
     } catch (const std::invalid_argument& e) {
       throw SpecError("model", e.what());
     }
-    as_program.program->mesh_devices = run.plan.devices;
+    as_program.program->mesh_devices = planner::PlacePlanMesh(machine, run.plan).devices();
     for (const auto& [op, algorithm] : run.plan.algorithms) {
       as_program.options.algorithms[op] = algorithm;
     }
@@ -489,7 +489,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
         planner::CheckpointValues(checkpoints, run.plan.remat_save, "plan.remat.save");
     const int64_t layer_count =
         run.mlp ? static_cast<int64_t>(run.mlp->layer_sizes.size()) - 1 : run.model.layers;
-    as_program.program->mesh_devices = run.plan.devices;
+    as_program.program->mesh_devices = planner::PlacePlanMesh(machine, run.plan).devices();
     for (const auto& [op, algorithm] : run.plan.algorithms) {
       as_program.options.algorithms[op] = algorithm;
     }

@@ -412,6 +412,7 @@ TEST_F(PlanCommandTest, LocatedErrors) {
            Case{"  offload: [[], [context]]\nplan: {remat: {save: [context]}}\n",
                 "in host memory (key search.offload.1)"},
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
+           Case{"  torus_orders: given\n", "(key search.torus_orders)"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
            Case{"  collective_matmul: [off, windowed]\n", "(key search.collective_matmul.1)"},

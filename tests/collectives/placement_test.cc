@@ -156,6 +156,38 @@ TEST(PlacementTest, ExplicitDevicesAreDescribedByHops) {
   EXPECT_NO_THROW(ValidateMeshDevices(mesh, topo));
 }
 
+// Handing the torus dimensions out in another order: on a 2x2x2 torus the innermost axis z
+// takes dimension 0 and x dimension 2 with order [0, 1, 2], so position (x, y, z) sits at
+// physical (z, y, x): device 4z + 2y + x. The default order [2, 1, 0] is DefaultPlacement.
+// Each placement is described as the plan it is; orders that are not a permutation of the
+// dimensions are refused, as are tori the topology does not have.
+TEST(PlacementTest, TorusOrderHandsTheDimensionsOutInThatOrder) {
+  const Topology topo = Tpu("tpu-v5p", {2, 2, 2});
+  const std::vector<MeshAxis> axes = {{"x", 2}, {"y", 2}, {"z", 2}};
+  EXPECT_EQ(DefaultTorusOrder(3), (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(TorusPlacement(axes, topo, {2, 1, 0}), DefaultPlacement(axes, topo));
+  const std::vector<int> turned = TorusPlacement(axes, topo, {0, 1, 2});
+  for (int x = 0; x < 2; ++x) {
+    for (int y = 0; y < 2; ++y) {
+      for (int z = 0; z < 2; ++z) EXPECT_EQ(turned[4 * x + 2 * y + z], 4 * z + 2 * y + x);
+    }
+  }
+  EXPECT_EQ(DescribePlacement(Mesh(axes, turned), topo),
+            "x -> torus dim 2 (2, line), y -> torus dim 1 (2, line), z -> torus dim 0 (2, line) "
+            "(torus_order [0, 1, 2])");
+  for (const std::vector<int>& bad :
+       {std::vector<int>{0, 1}, std::vector<int>{0, 1, 1}, std::vector<int>{0, 1, 3}}) {
+    try {
+      TorusPlacement(axes, topo, bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "torus_order must list each of the torus's 3 dimensions (0..2) once");
+    }
+  }
+  EXPECT_THROW(TorusPlacement({{"dp", 16}}, Gpu("h100-dgx", 2), {0}), std::invalid_argument);
+}
+
 TEST(PlacementTest, MeshMustCoverTheMachine) {
   const Topology topo = Tpu("tpu-v5e", {4, 4});
   try {

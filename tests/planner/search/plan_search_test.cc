@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "collectives/placement.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
 #include "planner/models/serve_step_run.h"
@@ -120,6 +121,39 @@ TEST(PlanSearchTest, AllAxisOrdersSearchEveryOrder) {
   const SearchResult all = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
   EXPECT_EQ(all.candidates, 21 * 3 * 2);
   ASSERT_FALSE(given.ranked.empty());
+  ASSERT_FALSE(all.ranked.empty());
+  EXPECT_LE(all.results[all.ranked[0]].outcome.step_time,
+            given.results[given.ranked[0]].outcome.step_time);
+}
+
+// search.torus_orders: all adds, for each mesh, every order of handing out the 4x2 torus's
+// dimensions that places it differently from the orders before it (the default first): each
+// placement once, a family of its own, named by its order (the default's left empty); the best
+// is at least as fast as the default placements' best.
+TEST(PlanSearchTest, AllTorusOrdersSearchEachDistinctPlacement) {
+  SearchSpace space = TinySpace();
+  const SearchResult given = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  space.all_torus_orders = true;
+  const SearchResult all = SearchPlans(Tiny(), TinyTrain(), space, Options(2));
+  const std::unique_ptr<Machine> machine = V5e8();
+  int64_t placements = 0;
+  for (const std::vector<MeshAxis>& mesh : FactorMeshes(8, space.axes)) {
+    std::set<std::vector<int>> distinct = {TorusPlacement(mesh, machine->topology(), {1, 0}),
+                                           TorusPlacement(mesh, machine->topology(), {0, 1})};
+    placements += static_cast<int64_t>(distinct.size());
+  }
+  EXPECT_GT(placements, 10);  // Some meshes sit differently with dimension 0 handed out first.
+  EXPECT_EQ(all.candidates, placements * 3 * 2);
+  std::set<std::string> keys;
+  for (const PlanResult& r : all.results) {
+    EXPECT_TRUE(keys.insert(r.key).second) << r.key;
+    const std::vector<int>& order = r.candidate.plan.torus_order;
+    if (order.empty()) continue;
+    EXPECT_EQ(order, (std::vector<int>{0, 1}));
+    EXPECT_NE(TorusPlacement(r.candidate.plan.mesh, machine->topology(), order),
+              DefaultPlacement(r.candidate.plan.mesh, machine->topology()));
+    EXPECT_NE(r.key.find("; torus_order 0 1"), std::string::npos) << r.key;
+  }
   ASSERT_FALSE(all.ranked.empty());
   EXPECT_LE(all.results[all.ranked[0]].outcome.step_time,
             given.results[given.ranked[0]].outcome.step_time);
