@@ -35,6 +35,25 @@ class ModelRunTest : public CliFixture {
                           extra);
   }
 
+  // An 8-layer model pipelined over stage 4 x tensor 2 with `microbatches`; `plan` appended to
+  // the plan (its remat and pipeline lines).
+  std::string Pipelined(int microbatches, const std::string& plan) const {
+    return WriteInput(
+        "pipe.yaml",
+        "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
+        "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
+        "        head_dim: 32, vocab: 512}\n"
+        "train: {global_batch: 32, seq_len: 256, microbatches: " +
+            std::to_string(microbatches) +
+            ", optimizer: adam, dtype: bf16,\n"
+            "        param_dtype: f32}\n"
+            "plan:\n"
+            "  mesh: {stage: 4, tensor: 2}\n"
+            "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: "
+            "stage}\n" +
+            plan);
+  }
+
   nlohmann::json RunJson(const std::vector<std::string>& args) {
     std::vector<std::string> all = args;
     const std::string json = (out() / "s.json").string();
@@ -456,18 +475,8 @@ TEST_F(ModelRunTest, DeepSeekPipelinesInUnequalStages) {
 // hold the queued copies: GPipe's 8 chunks in flight then made offloading raise the peak
 // (32.4 -> 46.4 MiB) and a 10000 GB/s link lowered it (32.9).
 TEST_F(ModelRunTest, PipelineOffloadHoldsWhatItDidNotOffloadInFlight) {
-  const std::string file = WriteInput(
-      "pipe.yaml",
-      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
-      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
-      "        head_dim: 32, vocab: 512}\n"
-      "train: {global_batch: 32, seq_len: 256, microbatches: 8, optimizer: adam, dtype: bf16,\n"
-      "        param_dtype: f32}\n"
-      "plan:\n"
-      "  mesh: {stage: 4, tensor: 2}\n"
-      "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: stage}\n"
-      "  remat: full\n"
-      "  pipeline: {axis: stage, schedule: gpipe}\n");
+  const std::string file =
+      Pipelined(8, "  remat: full\n  pipeline: {axis: stage, schedule: gpipe}\n");
   auto peak = [&](const std::vector<std::string>& sets) {
     std::vector<std::string> args = {"run", file};
     for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
@@ -487,17 +496,8 @@ TEST_F(ModelRunTest, PipelineOffloadHoldsWhatItDidNotOffloadInFlight) {
 // stage's), where ChunkLayers spreads 8 layers over 4 stages as 2 each; layers that the
 // stages between cannot split evenly are a located error.
 TEST_F(ModelRunTest, PipelineStagesTakeTheLayersTheirPlanGives) {
-  const std::string file = WriteInput(
-      "pipe.yaml",
-      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
-      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
-      "        head_dim: 32, vocab: 512}\n"
-      "train: {global_batch: 32, seq_len: 256, microbatches: 4, optimizer: adam, dtype: bf16,\n"
-      "        param_dtype: f32}\n"
-      "plan:\n"
-      "  mesh: {stage: 4, tensor: 2}\n"
-      "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: stage}\n"
-      "  pipeline: {axis: stage, first_stage_layers: 1, last_stage_layers: 3}\n");
+  const std::string file =
+      Pipelined(4, "  pipeline: {axis: stage, first_stage_layers: 1, last_stage_layers: 3}\n");
   const Result r = RunOk({"run", file});
   EXPECT_NE(r.out.find("(4 stages of 1, 2, 2, 3 layers)"), std::string::npos) << r.out;
   const Result even = RunOk({"run", file, "--set", "plan.pipeline={axis: stage}"});
@@ -515,17 +515,8 @@ TEST_F(ModelRunTest, PipelineStagesTakeTheLayersTheirPlanGives) {
 // leaving one task and entering one other), and after the flush the update, which ends the
 // step. --numerics on is still refused, naming what the trace is.
 TEST_F(ModelRunTest, PipelineTraceIsItsSchedule) {
-  const std::string file = WriteInput(
-      "pipe.yaml",
-      "hardware: {preset: tpu-v5e, shape: [4, 2]}\n"
-      "model: {kind: transformer, layers: 8, d_model: 256, d_ff: 1024, heads: 8, kv_heads: 8,\n"
-      "        head_dim: 32, vocab: 512}\n"
-      "train: {global_batch: 32, seq_len: 256, microbatches: 4, optimizer: adam, dtype: bf16,\n"
-      "        param_dtype: f32}\n"
-      "plan:\n"
-      "  mesh: {stage: 4, tensor: 2}\n"
-      "  rules: {heads: tensor, kv_heads: tensor, mlp: tensor, vocab: tensor, layers: stage}\n"
-      "  pipeline: {axis: stage, schedule: interleaved, virtual_stages: 2}\n");
+  const std::string file =
+      Pipelined(4, "  pipeline: {axis: stage, schedule: interleaved, virtual_stages: 2}\n");
   const std::string trace = (out() / "pipe_trace.json").string();
   const nlohmann::json j = RunJson({"run", file, "--trace", trace});
   const nlohmann::json t = nlohmann::json::parse(ReadFile(trace));

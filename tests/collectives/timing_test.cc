@@ -535,6 +535,24 @@ OpSpec Turned(std::string in, std::string out, bool fused) {
   return op;
 }
 
+// Runs `program` on `machine` with and without numerics and expects its peak memory to be
+// `bytes`, reached at op `op`.
+void ExpectPeak(const Machine& machine, const ProgramSpec& program, int64_t bytes,
+                const std::string& op) {
+  Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+  for (bool numerics : {true, false}) {
+    RunConfig config;
+    config.numerics = numerics;
+    RunResult r = RunProgram(machine, mesh, program, config);
+    EXPECT_EQ(r.peak_memory.count(), bytes) << numerics;
+    EXPECT_EQ(r.peak_op, op) << numerics;
+    if (numerics) {
+      NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
+      EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
+    }
+  }
+}
+
 // A fused transpose is a view: its reader reads the buffer in place, which lives until the view
 // dies. x: f32[128,256] and w: f32[128,64], replicated (131072 and 32768 B, held):
 //   a = relu(x)             new                          live 294912
@@ -554,14 +572,8 @@ TEST(PeakMemoryTest, FusedViewsHoldNoBufferAndKeepTheirInput) {
     b.Matmul("t", "w", "y");
     b.Output("y", P({}));
     ProgramSpec program = std::move(b).Build();
+    ExpectPeak(machine, program, fused ? 360448 : 425984, fused ? "y" : "t");
     Mesh mesh = PlaceMesh(machine, program.mesh_axes);
-    for (bool numerics : {true, false}) {
-      RunConfig config;
-      config.numerics = numerics;
-      RunResult r = RunProgram(machine, mesh, program, config);
-      EXPECT_EQ(r.peak_memory.count(), fused ? 360448 : 425984) << fused << numerics;
-      EXPECT_EQ(r.peak_op, fused ? "y" : "t") << fused << numerics;
-    }
     RunConfig cached;
     cached.timing = TimingPath::kCached;
     EXPECT_EQ(RunProgram(machine, mesh, program, cached).peak_memory.count(),
@@ -594,19 +606,7 @@ TEST(PeakMemoryTest, FusedConcatenationHoldsNoBufferAndKeepsItsParts) {
     b.Add(concat);
     b.Matmul("x", "c", "y");
     b.Output("y", P({}));
-    ProgramSpec program = std::move(b).Build();
-    Mesh mesh = PlaceMesh(machine, program.mesh_axes);
-    for (bool numerics : {true, false}) {
-      RunConfig config;
-      config.numerics = numerics;
-      RunResult r = RunProgram(machine, mesh, program, config);
-      EXPECT_EQ(r.peak_memory.count(), fused ? 557056 : 688128) << fused << numerics;
-      EXPECT_EQ(r.peak_op, fused ? "y" : "c") << fused << numerics;
-      if (numerics) {
-        NumericsReport check = CheckNumerics(r.outputs, mesh, program, "", &r.inputs);
-        EXPECT_TRUE(check.passed) << check.max_abs_error << " " << check.worst_output;
-      }
-    }
+    ExpectPeak(machine, std::move(b).Build(), fused ? 557056 : 688128, fused ? "y" : "c");
   }
 }
 

@@ -141,6 +141,19 @@ std::vector<double> Dropped(const RunResult& r) {
   return dropped;
 }
 
+// `got` equals `want` to f32 rounding: each output sums the same products in another order
+// (1e-5 of the O(1) values catches a copy lost or doubled), and `want` is not zeros.
+void ExpectSameToRounding(const Array& got, const Array& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0, largest = 0;
+  for (int64_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got.ValueAt(i) - want.ValueAt(i)));
+    largest = std::max(largest, std::abs(want.ValueAt(i)));
+  }
+  EXPECT_LT(worst, 1e-5 * largest);
+  EXPECT_GT(largest, 0.1);
+}
+
 // Bounded receive buffers (MaxText's ragged_buffer_factor): each device holds 16 rows, what it
 // receives when routing is balanced (factor 1; 64, every member's, unbounded).
 // - Balanced routing fills them exactly: the output is the unbounded region's, to the bit, and
@@ -202,16 +215,7 @@ TEST(DroplessMoeTest, ReplicatedTokensComputeWhatDispatchComputes) {
         std::pair<int (*)(int), int (*)(int)>{balanced_first, balanced_second}}) {
     const RunResult dispatched = RunRegion(WithChoices(first, second), true);
     const RunResult replicated = RunRegion(WithChoices(first, second, -1, true), true);
-    const Array& want = Output(dispatched);
-    const Array& got = Output(replicated);
-    ASSERT_EQ(got.size(), want.size());
-    double worst = 0, largest = 0;
-    for (int64_t i = 0; i < want.size(); ++i) {
-      worst = std::max(worst, std::abs(got.ValueAt(i) - want.ValueAt(i)));
-      largest = std::max(largest, std::abs(want.ValueAt(i)));
-    }
-    EXPECT_LT(worst, 1e-5 * largest);
-    EXPECT_GT(largest, 0.1);
+    ExpectSameToRounding(Output(replicated), Output(dispatched));
   }
   const ProgramSpec timing = WithChoices(zero, one, -1, true);
   int ops = 0;
@@ -289,15 +293,7 @@ TEST(DroplessMoeTest, RowsFindTheirExpertsFromTheGatheredCounts) {
   const RunResult unbounded_run = RunRegion(unbounded_body, true);
   const Array& unbounded = Output(unbounded_run);
   const RunResult replicated_run = RunRegion(replicated_body, true);
-  const Array& replicated = Output(replicated_run);
-  ASSERT_EQ(replicated.size(), unbounded.size());
-  double worst = 0, largest = 0;
-  for (int64_t i = 0; i < unbounded.size(); ++i) {
-    worst = std::max(worst, std::abs(replicated.ValueAt(i) - unbounded.ValueAt(i)));
-    largest = std::max(largest, std::abs(unbounded.ValueAt(i)));
-  }
-  EXPECT_LT(worst, 1e-5 * largest);
-  EXPECT_GT(largest, 0.1);
+  ExpectSameToRounding(Output(replicated_run), unbounded);
 
   const RunResult bounded_run = RunRegion(TwoLocalExperts(1.5, Gate), true);
   EXPECT_EQ(Dropped(bounded_run), (std::vector<double>{0, 8, 16, 16}));
@@ -362,15 +358,7 @@ TEST(DroplessMoeTest, TokensSplitOverSomeExpertAxesDispatchTheirColumn) {
     const Array& got = Output(got_run);
     for (const DroplessMoeLayout& other : {TwoExpertAxes({"a", "b"}), TwoExpertAxes({})}) {
       const RunResult want_run = RunRegion(WithLayout(other, first, second), true);
-      const Array& want = Output(want_run);
-      ASSERT_EQ(got.size(), want.size());
-      double worst = 0, largest = 0;
-      for (int64_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::abs(got.ValueAt(i) - want.ValueAt(i)));
-        largest = std::max(largest, std::abs(want.ValueAt(i)));
-      }
-      EXPECT_LT(worst, 1e-5 * largest);
-      EXPECT_GT(largest, 0.1);
+      ExpectSameToRounding(got, Output(want_run));
     }
   }
   const ProgramSpec balanced = WithLayout(mixed, balanced_first, balanced_second);
