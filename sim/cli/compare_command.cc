@@ -173,7 +173,7 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     return c.label + ": " + std::filesystem::path(c.file).filename().string();
   });
   row("model", [](const Compared& c) { return c.run.name; });
-  row("mesh", [](const Compared& c) { return DescribeMeshAxes(c.run.plan.mesh); });
+  row("mesh", [](const Compared& c) { return DescribePlanMesh(c.run.plan); });
   row("rules", [](const Compared& c) { return DescribeRules(c.run.plan.rules); });
   row("remat", [](const Compared& c) {
     return planner::RematText(c.run.plan.remat, c.run.plan.remat_save);
@@ -315,7 +315,7 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     std::vector<ReportedStep> steps;
     std::vector<const Topology*> topologies;
     for (const Compared& c : runs) {
-      steps.push_back({c.label, DescribeMeshAxes(c.run.plan.mesh), c.report});
+      steps.push_back({c.label, DescribePlanMesh(c.run.plan), c.report});
       topologies.push_back(&c.machine->topology());
     }
     files.emplace_back(options.report_path,

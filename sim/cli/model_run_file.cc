@@ -302,6 +302,14 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value) {
   value.Fail("unknown pipeline schedule");
 }
 
+std::string DescribePlanMesh(const planner::StepPlan& plan) {
+  std::string text = DescribeMeshAxes(plan.mesh);
+  if (plan.torus_order.empty()) return text;
+  std::string order;
+  for (int d : plan.torus_order) order += (order.empty() ? "" : ", ") + std::to_string(d);
+  return text + " (torus_order [" + order + "])";
+}
+
 void ReadStageLayers(const YamlMap& pipeline, planner::PipelinePlan& pp) {
   if (auto first = pipeline.Find("first_stage_layers")) pp.first_stage_layers = first->Int64(1);
   if (auto last = pipeline.Find("last_stage_layers")) pp.last_stage_layers = last->Int64(1);

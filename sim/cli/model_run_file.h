@@ -56,6 +56,8 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 // `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages, first_stage_layers,
 // last_stage_layers}.
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
+// "data=2 x fsdp=16 x tensor=4", then " (torus_order [1, 2, 0])" when one places the mesh.
+std::string DescribePlanMesh(const planner::StepPlan& plan);
 // `first_stage_layers` and `last_stage_layers` of a `plan.pipeline` map (each >= 1) into `pp`.
 void ReadStageLayers(const YamlMap& pipeline, planner::PipelinePlan& pp);
 // `plan.collective_matmul`: off, unidirectional, bidirectional or auto.

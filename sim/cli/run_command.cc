@@ -417,7 +417,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
   }
   report.model = line;
   report.plan =
-      "mesh " + DescribeMeshAxes(run.plan.mesh) + "; rules " + DescribeRules(run.plan.rules);
+      "mesh " + DescribePlanMesh(run.plan) + "; rules " + DescribeRules(run.plan.rules);
   const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
   // A pipeline's trace is its composed schedule (TrainStepOptions::observer).
   const bool whole = mode == "on" || (tracer && (!run.plan.pipeline || run.serve)) ||

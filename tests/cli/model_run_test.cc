@@ -492,6 +492,33 @@ TEST_F(ModelRunTest, PipelineOffloadHoldsWhatItDidNotOffloadInFlight) {
   EXPECT_NEAR(slow, fast, 0.05 * fast);
 }
 
+// plan.torus_order places the mesh with the torus's dimensions handed out in that order: the
+// plan line names it, and --numerics on (the whole step on the network) describes the
+// placement and passes; an order that is not the torus's dimensions, or one given beside
+// devices, is a located error.
+TEST_F(ModelRunTest, TorusOrderPlacesTheMesh) {
+  const std::string file = Tiny();
+  const Result r = RunOk({"run", file, "--set", "plan.torus_order=[0, 1]"});
+  EXPECT_NE(r.out.find("mesh fsdp=4 x tensor=2 (torus_order [0, 1]);"), std::string::npos) << r.out;
+  const nlohmann::json j =
+      RunJson({"run", file, "--numerics", "on", "--set", "plan.torus_order=[0, 1]"});
+  EXPECT_TRUE(j["numerics"]["passed"].get<bool>());
+  const Result whole = RunOk({"run", file, "--numerics", "on", "--set", "plan.torus_order=[0, 1]"});
+  EXPECT_NE(whole.out.find("tensor -> torus dim 0 (factor 2 of 4) (torus_order [0, 1])"),
+            std::string::npos)
+      << whole.out;
+  for (const auto& [set, message] : std::vector<std::pair<std::string, std::string>>{
+           {"plan.torus_order=[0, 0]", "must list each of the torus's 2 dimensions (0..1) once"},
+           {"plan={mesh: {fsdp: 4, tensor: 2}, devices: [0, 1, 2, 3, 4, 5, 6, 7], "
+            "torus_order: [0, 1]}",
+            "not both"}}) {
+    const Result bad = Run({"run", file, "--set", set});
+    EXPECT_EQ(bad.exit_code, 2) << bad;
+    EXPECT_NE(bad.err.find("(key plan.torus_order)"), std::string::npos) << bad;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << bad;
+  }
+}
+
 // first_stage_layers and last_stage_layers fix those stages' layers (the report names each
 // stage's), where ChunkLayers spreads 8 layers over 4 stages as 2 each; layers that the
 // stages between cannot split evenly are a located error.
