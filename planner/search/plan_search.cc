@@ -301,11 +301,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     if (!family.variants.empty()) families.push_back(std::move(family));
   };
   // Each mesh with each torus order that places it differently (the default order first,
-  // left empty; equal placements once).
+  // left empty; equal placements once), or with the pinned order.
   std::vector<std::pair<std::vector<MeshAxis>, std::vector<int>>> placed;
   const std::optional<TorusShape>& torus = main_machine->topology().torus();
   for (const std::vector<MeshAxis>& mesh : meshes) {
-    placed.push_back({mesh, {}});
+    placed.push_back({mesh, space.torus_order});
     if (!space.all_torus_orders || !torus) continue;
     const std::vector<int> first = DefaultTorusOrder(static_cast<int>(torus->shape.size()));
     std::set<std::vector<int>> seen;

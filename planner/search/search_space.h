@@ -43,6 +43,8 @@ struct SearchSpace {
   // (`search.torus_orders: all`, TorusPlacement) that places the mesh differently, not only
   // the default one.
   bool all_torus_orders = false;
+  // The torus order every mesh is placed with (`plan.torus_order` pinned; empty: the default).
+  std::vector<int> torus_order;
   // Logical axis rules to try (`plan.rules`, one or a list); empty: each mesh's rules from its
   // axes' roles (DefaultRules).
   std::vector<std::map<std::string, std::vector<std::string>>> rules;

@@ -397,16 +397,14 @@ void RefuseSavedAndOffloaded(const std::vector<std::string>& saved,
   }
 }
 
-namespace {
-
-// `plan.torus_order`: a list of torus dimensions (each >= 0; TorusPlacement checks that they
-// are the torus's, once each).
 std::vector<int> ReadTorusOrder(const YamlValue& value) {
   std::vector<int> order;
   for (const YamlValue& d : value.List()) order.push_back(d.Int(0));
   if (order.empty()) value.Fail("torus_order lists the torus dimensions, innermost first");
   return order;
 }
+
+namespace {
 
 // `plan:` {mesh, devices, torus_order, rules, remat, offload, pipeline, collective_matmul,
 // algorithms}.

@@ -56,6 +56,9 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value);
 // `plan.pipeline` {axis (an axis of `mesh`), schedule, virtual_stages, first_stage_layers,
 // last_stage_layers}.
 planner::PipelinePlan ReadPipeline(const YamlValue& value, const std::vector<MeshAxis>& mesh);
+// `plan.torus_order`: a list of torus dimensions, innermost first (each >= 0; TorusPlacement
+// checks that they are the torus's, once each).
+std::vector<int> ReadTorusOrder(const YamlValue& value);
 // "data=2 x fsdp=16 x tensor=4", then " (torus_order [1, 2, 0])" when one places the mesh.
 std::string DescribePlanMesh(const planner::StepPlan& plan);
 // `first_stage_layers` and `last_stage_layers` of a `plan.pipeline` map (each >= 1) into `pp`.

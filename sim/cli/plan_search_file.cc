@@ -136,7 +136,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
   std::optional<YamlMap> plan;
   if (auto p = top.Find("plan")) {
     plan = p->Map({"mesh", "rules", "remat", "offload", "pipeline", "collective_matmul",
-                   "algorithms", "devices", "microbatches"});
+                   "algorithms", "devices", "torus_order", "microbatches"});
     if (auto d = plan->Find("devices")) {
       d->FailAtKey("devices: a search places each mesh by default (give plan.mesh alone)");
     }
@@ -181,6 +181,7 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
   }
   if (plan) {
+    if (auto t = plan->Find("torus_order")) space.torus_order = ReadTorusOrder(*t);
     if (auto r = plan->Find("rules")) {
       for (const YamlValue& rules : OneOrList(*r)) {
         space.rules.push_back(ReadRules(rules, all_axes));
@@ -292,6 +293,9 @@ PlanSearchSpec ReadPlanSearch(const YamlMap& top) {
     }
     if (auto o = search->Find("torus_orders")) {
       space.all_torus_orders = o->OneOf({"default", "all"}) == "all";
+      if (space.all_torus_orders && plan && plan->Has("torus_order")) {
+        o->FailAtKey("give search.torus_orders or plan.torus_order, not both");
+      }
     }
     if (auto l = search->Find("memory_limit")) {
       space.memory_limit = l->Number();

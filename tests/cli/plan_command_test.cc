@@ -413,6 +413,8 @@ TEST_F(PlanCommandTest, LocatedErrors) {
                 "in host memory (key search.offload.1)"},
            Case{"  axis_orders: some\n", "(key search.axis_orders)"},
            Case{"  torus_orders: given\n", "(key search.torus_orders)"},
+           Case{"  torus_orders: all\nplan: {torus_order: [0, 1]}\n",
+                "give search.torus_orders or plan.torus_order, not both"},
            Case{"plan: {mesh: {fsdp: 8}}\n",
                 "give search.axes (the search sizes them) or plan.mesh"},
            Case{"  collective_matmul: [off, windowed]\n", "(key search.collective_matmul.1)"},
