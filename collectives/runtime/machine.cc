@@ -24,11 +24,24 @@ Machine::Machine(Topology topology, std::unique_ptr<ComputeModel> compute,
       compute_(std::move(compute)),
       comm_compute_slowdown_(comm_compute_slowdown) {}
 
+const std::vector<int>& Machine::Placement(const std::vector<MeshAxis>& axes,
+                                           const std::vector<int>& torus_order) const {
+  std::vector<int> key;
+  for (const MeshAxis& axis : axes) key.push_back(axis.size);
+  key.push_back(-1);
+  key.insert(key.end(), torus_order.begin(), torus_order.end());
+  auto it = placements_.find(key);
+  if (it != placements_.end()) return it->second;
+  std::vector<int> devices = torus_order.empty() ? DefaultPlacement(axes, topology_)
+                                                 : TorusPlacement(axes, topology_, torus_order);
+  return placements_.emplace(std::move(key), std::move(devices)).first->second;
+}
+
 Mesh PlaceMesh(const Machine& machine, const std::vector<MeshAxis>& axes,
                const std::vector<int>& devices) {
   std::vector<int> placed = devices;
   try {
-    if (placed.empty()) placed = DefaultPlacement(axes, machine.topology());
+    if (placed.empty()) placed = machine.Placement(axes);
   } catch (const std::invalid_argument& e) {
     throw SpecError("mesh.axes", e.what());
   }

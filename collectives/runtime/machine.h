@@ -2,6 +2,7 @@
 // tests and benchmarks build one and run programs on it instead of wiring their own copies.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -37,12 +38,19 @@ class Machine {
   double comm_compute_slowdown() const { return comm_compute_slowdown_; }
   // HBM per device.
   Bytes hbm_capacity() const { return topology_.device_spec().hbm_capacity; }
+  // The devices of a mesh of `axes` in the default placement (DefaultPlacement), or with
+  // `torus_order` TorusPlacement's, found once per axis sizes and order (a plan search places
+  // the same meshes again and again). Throws as those do.
+  const std::vector<int>& Placement(const std::vector<MeshAxis>& axes,
+                                    const std::vector<int>& torus_order = {}) const;
 
  private:
   Topology topology_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ComputeModel> compute_;
   double comm_compute_slowdown_ = 0;
+  // Placement's answers by the axis sizes, -1, then the torus order.
+  mutable std::map<std::vector<int>, std::vector<int>> placements_;
 };
 
 // The mesh of `axes` on the machine: `devices` gives each position's device, or, when empty,

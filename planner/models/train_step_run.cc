@@ -8,7 +8,6 @@
 
 #include "collectives/dtype.h"
 #include "collectives/lowering.h"
-#include "collectives/placement.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "planner/grad.h"
@@ -397,7 +396,7 @@ Mesh PlacePlanMesh(const Machine& machine, const StepPlan& plan) {
       throw SpecError("plan.torus_order", "give the mesh's devices or a torus_order, not both");
     }
     try {
-      devices = TorusPlacement(plan.mesh, machine.topology(), plan.torus_order);
+      devices = machine.Placement(plan.mesh, plan.torus_order);
     } catch (const std::invalid_argument& e) {
       throw SpecError("plan.torus_order", e.what());
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/mesh.h"
+#include "collectives/runtime/machine.h"
 #include "topology/presets.h"
 #include "topology/ring.h"
 #include "topology/topology_spec.h"
@@ -186,6 +187,30 @@ TEST(PlacementTest, TorusOrderHandsTheDimensionsOutInThatOrder) {
     }
   }
   EXPECT_THROW(TorusPlacement({{"dp", 16}}, Gpu("h100-dgx", 2), {0}), std::invalid_argument);
+}
+
+// Machine::Placement keeps each placement it finds: every answer, found or kept, is
+// DefaultPlacement's or TorusPlacement's; axis names do not matter to it; a mesh that does not
+// cover the machine is refused each time, never kept.
+TEST(PlacementTest, MachineKeepsThePlacementsItFinds) {
+  const Machine machine(Tpu("tpu-v5p", {4, 4, 8}));
+  const std::vector<std::vector<MeshAxis>> meshes = {{{"data", 2}, {"fsdp", 16}, {"tensor", 4}},
+                                                     {{"fsdp", 16}, {"data", 2}, {"tensor", 4}},
+                                                     {{"a", 2}, {"b", 16}, {"c", 4}},
+                                                     {{"fsdp", 128}}};
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::vector<MeshAxis>& axes : meshes) {
+      EXPECT_EQ(machine.Placement(axes), DefaultPlacement(axes, machine.topology()));
+      for (const std::vector<int>& order :
+           {std::vector<int>{0, 1, 2}, std::vector<int>{1, 2, 0}, std::vector<int>{2, 1, 0}}) {
+        EXPECT_EQ(machine.Placement(axes, order), TorusPlacement(axes, machine.topology(), order));
+      }
+    }
+  }
+  EXPECT_EQ(&machine.Placement(meshes[0]), &machine.Placement(meshes[2]));
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_THROW(machine.Placement({{"dp", 8}}), std::invalid_argument);
+  }
 }
 
 TEST(PlacementTest, MeshMustCoverTheMachine) {
