@@ -301,6 +301,12 @@ std::vector<int> TorusPlacement(const std::vector<MeshAxis>& axes, const Topolog
   return PlaceOnTorus(axes, shape, PlanTorus(axes, shape, torus_order));
 }
 
+std::string TorusOrderText(const std::vector<int>& torus_order) {
+  std::string text;
+  for (int d : torus_order) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return "torus_order [" + text + "]";
+}
+
 std::vector<int> DefaultPlacement(const std::vector<MeshAxis>& axes, const Topology& topo) {
   if (topo.torus().has_value()) {
     return TorusPlacement(axes, topo,
@@ -343,10 +349,8 @@ std::string DescribePlainPlacement(const Mesh& mesh, const Topology& topo,
     do {
       if (whole_machine && order != first &&
           mesh.devices() == TorusPlacement(mesh.axes(), topo, order)) {
-        std::string text;
-        for (int d : order) text += (text.empty() ? "" : ", ") + std::to_string(d);
         return DescribeTorusPlan(mesh.axes(), PlanTorus(mesh.axes(), torus.shape, order), torus) +
-               " (torus_order [" + text + "])";
+               " (" + TorusOrderText(order) + ")";
       }
     } while (std::next_permutation(order.begin(), order.end()));
     return given + " (" + DescribeTorusHops(mesh, topo) + ")";

@@ -48,6 +48,9 @@ std::vector<int> DefaultTorusOrder(int dims);
 std::vector<int> TorusPlacement(const std::vector<MeshAxis>& axes, const Topology& topo,
                                 const std::vector<int>& torus_order);
 
+// "torus_order [1, 2, 0]", as run files write it.
+std::string TorusOrderText(const std::vector<int>& torus_order);
+
 // Checks that every device of `mesh` exists on `topo` (0 <= device < num_devices()); throws
 // std::invalid_argument naming the first one that does not.
 void ValidateMeshDevices(const Mesh& mesh, const Topology& topo);

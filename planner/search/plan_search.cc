@@ -312,9 +312,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     std::vector<int> order = first;
     std::sort(order.begin(), order.end());
     try {
-      seen.insert(TorusPlacement(mesh, main_machine->topology(), first));
+      seen.insert(main_machine->Placement(mesh, first));
       do {
-        if (seen.insert(TorusPlacement(mesh, main_machine->topology(), order)).second) {
+        if (seen.insert(main_machine->Placement(mesh, order)).second) {
           placed.push_back({mesh, order});
         }
       } while (std::next_permutation(order.begin(), order.end()));

@@ -8,6 +8,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/dtype.h"
+#include "collectives/placement.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_presets.h"
 #include "planner/offload.h"
@@ -305,9 +306,7 @@ planner::PipelineSchedule ReadPipelineSchedule(const YamlValue& value) {
 std::string DescribePlanMesh(const planner::StepPlan& plan) {
   std::string text = DescribeMeshAxes(plan.mesh);
   if (plan.torus_order.empty()) return text;
-  std::string order;
-  for (int d : plan.torus_order) order += (order.empty() ? "" : ", ") + std::to_string(d);
-  return text + " (torus_order [" + order + "])";
+  return text + " (" + TorusOrderText(plan.torus_order) + ")";
 }
 
 void ReadStageLayers(const YamlMap& pipeline, planner::PipelinePlan& pp) {

@@ -235,21 +235,16 @@ ProgramSpec TwoLocalExperts(double buffer_factor, double (*gate)(int, int, int))
   DroplessMoeLayout layout = FourExperts();
   layout.experts = 8;
   layout.buffer_factor = buffer_factor;
-  ProgramSpec body = DroplessMoeBody(layout);
-  uint64_t seed = 1;
+  ProgramSpec body = WithLayout(
+      layout, [](int) { return 0; }, [](int) { return 1; });
   for (ArraySpec& a : body.arrays) {
-    if (a.name == "choice" || a.name == "gates") {
-      a.init.kind = InitSpec::Kind::kValue;
-      for (int s = 0; s < 4; ++s) {
-        for (int t = 0; t < 8; ++t) {
-          for (int j = 0; j < 2; ++j) {
-            a.init.values.push_back(a.name == "choice" ? j : gate(s, t, j));
-          }
-        }
+    if (a.name != "gates") continue;
+    a.init.kind = InitSpec::Kind::kValue;
+    a.init.values.clear();
+    for (int s = 0; s < 4; ++s) {
+      for (int t = 0; t < 8; ++t) {
+        for (int j = 0; j < 2; ++j) a.init.values.push_back(gate(s, t, j));
       }
-    } else {
-      a.init.kind = InitSpec::Kind::kNormal;
-      a.init.seed = seed++;
     }
   }
   return body;
