@@ -917,6 +917,19 @@ class Partitioner {
 
 }  // namespace
 
+void Reorder(PartitionResult& result, const std::vector<size_t>& order) {
+  std::vector<OpSpec> ops(order.size());
+  std::vector<std::string> reasons(order.size()), types(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    ops[k] = std::move(result.program.ops[order[k]]);
+    if (order[k] < result.reasons.size()) reasons[k] = std::move(result.reasons[order[k]]);
+    if (order[k] < result.types.size()) types[k] = std::move(result.types[order[k]]);
+  }
+  result.program.ops = std::move(ops);
+  result.reasons = std::move(reasons);
+  result.types = std::move(types);
+}
+
 PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs) {
   if (global.mode == ProgramMode::kManual) {
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");

@@ -42,6 +42,10 @@ struct PartitionResult {
   std::vector<std::string> types;
 };
 
+// Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons and
+// types with them: what the scheduling passes (prefetch, deferred readers) apply.
+void Reorder(PartitionResult& result, const std::vector<size_t>& order);
+
 // Partitions `global`. Explicit mode follows each op's rule and refuses (SpecError at the op's
 // key, naming the operands' types and the fix) what JAX refuses; auto mode propagates the
 // output shardings and sharding constraints backwards as hints and picks, op by op, the

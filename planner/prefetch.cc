@@ -97,18 +97,7 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
 void PrefetchWeightCollectives(PartitionResult& partitioned, int groups) {
   if (groups <= 0) return;
   const int count = static_cast<int>(FindWeightOps(partitioned.program).collectives.size());
-  const std::vector<size_t> order = PrefetchOrder(partitioned.program, std::max(1, count / groups));
-  std::vector<OpSpec> ops(order.size());
-  std::vector<std::string> reasons(order.size()), types(order.size());
-  for (size_t k = 0; k < order.size(); ++k) {
-    ops[k] = std::move(partitioned.program.ops[order[k]]);
-    if (order[k] < partitioned.reasons.size())
-      reasons[k] = std::move(partitioned.reasons[order[k]]);
-    if (order[k] < partitioned.types.size()) types[k] = std::move(partitioned.types[order[k]]);
-  }
-  partitioned.program.ops = std::move(ops);
-  partitioned.reasons = std::move(reasons);
-  partitioned.types = std::move(types);
+  Reorder(partitioned, PrefetchOrder(partitioned.program, std::max(1, count / groups)));
 }
 
 }  // namespace shardsim::planner

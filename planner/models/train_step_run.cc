@@ -10,6 +10,7 @@
 #include "collectives/lowering.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/defer_readers.h"
 #include "planner/grad.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/model_flops.h"
@@ -297,21 +298,30 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                           costs.collectives, prefetch_groups > 0);
   }
   PrefetchWeightCollectives(partitioned, prefetch_groups);
-  if (phases) {
-    // The passes' first ops and the ops after them, found by name (the partitioner keeps the
-    // global ops' names; the reshards it inserts for an op go just before it).
-    phases->clear();
+  // Ops of `expanded` (ascending indices) found in the partitioned program by name (the
+  // partitioner keeps the global ops' names; the reshards it inserts for an op go just before
+  // it), up to the first not found.
+  auto located = [&](const std::vector<size_t>& at_expanded) {
+    std::vector<size_t> found;
     const std::vector<OpSpec>& ops = partitioned.program.ops;
     size_t from = 0;
-    for (size_t at : boundaries) {
+    for (size_t at : at_expanded) {
       if (at >= expanded.ops.size()) break;
       size_t i = from;
       while (i < ops.size() && ops[i].name != expanded.ops[at].name) ++i;
       if (i == ops.size()) break;
-      phases->push_back(i);
+      found.push_back(i);
       from = i;
     }
+    return found;
+  };
+  // Scheduled as XLA's latency-hiding scheduler would: the gradients' collectives run while
+  // the backward goes on.
+  if (prefetch_groups > 0) {
+    DeferCollectiveReaders(partitioned, located(boundaries),
+                           located(LayerBackwardStarts(expanded, boundaries, layers)));
   }
+  if (phases) *phases = located(boundaries);
   return partitioned;
 }
 
