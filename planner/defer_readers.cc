@@ -17,7 +17,6 @@ namespace {
 
 // What DeferOrder needs to know of each op.
 struct TailOps {
-  NameBindings names;
   std::vector<char> moves;                   // Per op: it moves (see DeferOrder).
   std::vector<std::vector<size_t>> readers;  // Per op: the ops reading its results.
   // Per op that moves: the position of the first op it must precede (one that does not move
@@ -41,27 +40,33 @@ std::vector<size_t> LatestPositions(const std::vector<std::vector<size_t>>& read
 TailOps FindTailOps(const ProgramSpec& manual) {
   const size_t n = manual.ops.size();
   TailOps t;
-  t.names = BindingsOf(manual);
+  const NameBindings names = BindingsOf(manual);
   t.readers.resize(n);
   auto collective = [&](size_t i) {
     return Op(manual.ops[i].kind).stream == OpStream::kCollective;
   };
   // Local ops whose names are bound once: those that may move without changing a binding.
+  // Each op's inputs' makers (kNoMaker: an input array), in input_makers[input_start[i]...).
   std::vector<char> local(n, 0);
+  std::vector<size_t> input_makers, input_start(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const OpSpec& op = manual.ops[i];
     const OpStream stream = Op(op.kind).stream;
     bool once = stream == OpStream::kCompute || stream == OpStream::kFree;
+    input_start[i] = input_makers.size();
     for (const std::string& in : op.in) {
-      once = once && t.names.Once(in);
-      const auto it = t.names.maker.find(in);
-      if (it == t.names.maker.end()) continue;  // An input array.
-      if (it->second < i) t.readers[it->second].push_back(i);
-      once = once && it->second < i;
+      const NameBindings::Binding* b = names.Find(in);
+      once = once && b && b->count == 1;
+      const size_t m = b ? b->maker : NameBindings::kNoMaker;
+      input_makers.push_back(m);
+      if (m == NameBindings::kNoMaker) continue;  // An input array.
+      if (m < i) t.readers[m].push_back(i);
+      once = once && m < i;
     }
-    for (const std::string& out : op.out) once = once && t.names.Once(out);
+    for (const std::string& out : op.out) once = once && names.Once(out);
     local[i] = once;
   }
+  input_start[n] = input_makers.size();
   // Those that only the outputs wait for and that read collectives' results, the results of
   // such ops and input arrays only: moving them keeps nothing else the step computes alive.
   const std::vector<size_t> latest = LatestPositions(t.readers, local);
@@ -69,10 +74,10 @@ TailOps FindTailOps(const ProgramSpec& manual) {
   for (size_t i = 0; i < n; ++i) {
     if (!local[i] || latest[i] != n) continue;
     bool only = true, some = false;
-    for (const std::string& in : manual.ops[i].in) {
-      const auto it = t.names.maker.find(in);
-      if (it == t.names.maker.end()) continue;
-      const bool tail = collective(it->second) || t.moves[it->second];
+    for (size_t k = input_start[i]; k < input_start[i + 1]; ++k) {
+      const size_t m = input_makers[k];
+      if (m == NameBindings::kNoMaker) continue;
+      const bool tail = collective(m) || t.moves[m];
       only = only && tail;
       some = some || tail;
     }
@@ -197,8 +202,10 @@ std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
     std::vector<char> seen(segments.size(), 0);
     for (size_t i = pass_starts[k]; i < pass_starts[k + 1] && i < ops.size(); ++i) {
       for (const std::string& in : ops[i].in) {
-        const std::string v = IsRecompute(in) ? in.substr(0, in.size() - suffix.size()) : in;
-        const auto it = segment_of.find(v);
+        auto it = segment_of.find(in);
+        if (it == segment_of.end() && IsRecompute(in)) {
+          it = segment_of.find(in.substr(0, in.size() - suffix.size()));
+        }
         if (it == segment_of.end() || seen[it->second]) continue;
         seen[it->second] = 1;
         starts.push_back(i);

@@ -68,8 +68,9 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   std::map<std::string, int> segment_of;
   for (size_t s = 0; s < offloaded.size(); ++s) {
     for (const std::string& v : offloaded[s]) {
-      const auto maker = bindings.maker.find(v);
-      if (bindings.Once(v) && maker != bindings.maker.end() && pass_of[maker->second] < 0) {
+      const NameBindings::Binding* binding = bindings.Find(v);
+      if (binding && binding->count == 1 && binding->maker != NameBindings::kNoMaker &&
+          pass_of[binding->maker] < 0) {
         segment_of[v] = static_cast<int>(s);
       }
     }
@@ -108,14 +109,14 @@ void ApplyOffload(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   std::set<std::string> taken;
   auto fresh = [&](const std::string& base) {
     std::string name = base;
-    for (int k = 2; bindings.count.count(name) || taken.count(name); ++k) {
+    for (int k = 2; bindings.Find(name) || taken.count(name); ++k) {
       name = base + "_" + std::to_string(k);
     }
     taken.insert(name);
     return name;
   };
   for (const auto& [v, at] : first_read) {
-    put_after[bindings.maker.at(v)].push_back(v);
+    put_after[bindings.Maker(v)].push_back(v);
     put_before[fetch_at(segment_of.at(v))].push_back(v);
     copies[v] = {fresh(v + "_host"), fresh(v + "_dev")};
   }

@@ -33,8 +33,8 @@ WeightOps FindWeightOps(const ProgramSpec& manual) {
     bool only = op.in.size() == 1 && w.names.Once(op.in[0]);
     for (const std::string& out : op.out) only = only && w.names.Once(out);
     if (only) {
-      if (const auto it = w.names.maker.find(op.in[0]); it != w.names.maker.end()) {
-        only = it->second < i && w.weight[it->second];
+      if (const size_t m = w.names.Maker(op.in[0]); m != NameBindings::kNoMaker) {
+        only = m < i && w.weight[m];
       }
     }
     w.weight[i] = only;
@@ -58,9 +58,9 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   std::vector<size_t> first_reader(n, n);
   for (size_t j = 0; j < n; ++j) {
     for (const std::string& in : manual.ops[j].in) {
-      const auto it = w.names.maker.find(in);
-      if (it != w.names.maker.end() && w.names.Once(in) && first_reader[it->second] == n) {
-        first_reader[it->second] = j;
+      const NameBindings::Binding* b = w.names.Find(in);
+      if (b && b->maker != NameBindings::kNoMaker && b->count == 1 && first_reader[b->maker] == n) {
+        first_reader[b->maker] = j;
       }
     }
   }
@@ -80,7 +80,7 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
     if (placed[i]) return;
     placed[i] = 1;
     for (const std::string& in : manual.ops[i].in) {
-      if (const auto it = w.names.maker.find(in); it != w.names.maker.end()) self(self, it->second);
+      if (const size_t m = w.names.Maker(in); m != NameBindings::kNoMaker) self(self, m);
     }
     order.push_back(i);
   };

@@ -58,13 +58,14 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   const size_t n = ops.size();
   const std::vector<int> pass_of = PassOfOps(n, pass_starts);  // -1: no pass.
   const NameBindings bindings = BindingsOf(expanded);
-  const auto& maker = bindings.maker;
+  auto maker = [&](const std::string& v) { return bindings.Maker(v); };
   // Each segment value's segment (forward values bound once only).
   std::map<std::string, int> segment_of;
   for (size_t s = 0; s < segments.size(); ++s) {
     for (const std::string& v : segments[s]) {
-      const auto it = maker.find(v);
-      if (bindings.Once(v) && it != maker.end() && pass_of[it->second] < 0) {
+      const NameBindings::Binding* binding = bindings.Find(v);
+      if (binding && binding->count == 1 && binding->maker != NameBindings::kNoMaker &&
+          pass_of[binding->maker] < 0) {
         segment_of[v] = static_cast<int>(s);
       }
     }
@@ -84,7 +85,7 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
   std::set<std::string> kept;
   for (const auto& [v, s] : segment_of) {
     if (saved.count(v)) kept.insert(v);
-    const OpKind kind = ops[maker.at(v)].kind;
+    const OpKind kind = ops[maker(v)].kind;
     if (policy == RematPolicy::kSelective && (kind == OpKind::kEinsum || kind == OpKind::kMatmul)) {
       kept.insert(v);
     }
@@ -113,13 +114,13 @@ void ApplyRemat(ProgramSpec& expanded, std::vector<size_t>& pass_starts,
         const int s = segment_of.at(in);
         first_read.emplace(s, i);
         // The maker, and the makers of what it reads that is recomputed too.
-        std::vector<size_t> to_visit = {maker.at(in)};
+        std::vector<size_t> to_visit = {maker(in)};
         while (!to_visit.empty()) {
           const size_t m = to_visit.back();
           to_visit.pop_back();
           if (!makers[s].insert(m).second) continue;
           for (const std::string& x : ops[m].in) {
-            if (recomputed(x)) to_visit.push_back(maker.at(x));
+            if (recomputed(x)) to_visit.push_back(maker(x));
           }
         }
       }

@@ -164,7 +164,9 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.end = Extrapolate(a.end, b.end, k);
   f.compute = Extrapolate(a.compute, b.compute, k);
   f.comm = Extrapolate(a.comm, b.comm, k);
-  f.exposed_comm = Extrapolate(a.exposed_comm, b.exposed_comm, k);
+  // Communication a layer hides can shorten what the short steps expose (their last layers'
+  // reduce-scatters overlap the layer added): never below none.
+  f.exposed_comm = std::max(Time(), Extrapolate(a.exposed_comm, b.exposed_comm, k));
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.exposed_by_collective = ExtrapolateEach(a.exposed_by_collective, b.exposed_by_collective, k);
   f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
