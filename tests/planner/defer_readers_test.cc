@@ -11,19 +11,19 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/runtime/run_program.h"
 #include "planner/grad.h"
+#include "tests/support/make_op.h"
 #include "topology/build.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
 namespace {
 
+// `kind` on `in` writing `out`: collectives over fsdp, casts to f32.
 OpSpec MakeOp(OpKind kind, std::vector<std::string> in, std::string out) {
-  OpSpec op;
-  op.kind = kind;
-  op.in = std::move(in);
-  op.out = {std::move(out)};
-  op.name = op.out[0];
-  if (kind == OpKind::kPsumScatter || kind == OpKind::kPsum) op.axis_name = {"fsdp"};
+  const bool collective = kind == OpKind::kPsumScatter || kind == OpKind::kPsum;
+  OpSpec op =
+      test::MakeOp(kind, std::move(in), std::move(out),
+                   collective ? std::vector<std::string>{"fsdp"} : std::vector<std::string>{});
   if (kind == OpKind::kConvert) op.dtype = "f32";
   return op;
 }
@@ -100,25 +100,6 @@ TEST(DeferReadersTest, ReadersOfComputedValuesAndReboundNamesStay) {
   r.ops.push_back(MakeOp(OpKind::kPsum, {"c0"}, "t"));  // A collective reads c0.
   r.outputs.push_back({"t", {}, ""});
   EXPECT_EQ(TailCollectivesOf(r), (std::vector<char>{0, 0, 0, 0, 1, 0, 0}));
-}
-
-// The reasons and types the partitioner keeps per op follow their ops.
-TEST(DeferReadersTest, ReasonsAndTypesFollow) {
-  PartitionResult r;
-  r.program = Grads(3);
-  for (size_t i = 0; i < r.program.ops.size(); ++i) {
-    r.reasons.push_back("reason " + std::to_string(i));
-    r.types.push_back("type " + std::to_string(i));
-  }
-  const std::vector<size_t> order = DeferOrder(r.program, {}, {0, 3, 6});
-  const ProgramSpec before = r.program;
-  DeferCollectiveReaders(r, {}, {0, 3, 6});
-  ASSERT_EQ(r.program.ops.size(), order.size());
-  for (size_t k = 0; k < order.size(); ++k) {
-    EXPECT_EQ(r.program.ops[k].out, before.ops[order[k]].out);
-    EXPECT_EQ(r.reasons[k], "reason " + std::to_string(order[k]));
-    EXPECT_EQ(r.types[k], "type " + std::to_string(order[k]));
-  }
 }
 
 // A layer's backward begins at the first op of the pass reading one of its forward values,
