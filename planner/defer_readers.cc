@@ -217,4 +217,24 @@ std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
   return starts;
 }
 
+std::vector<size_t> LayerForwardStarts(const ProgramSpec& expanded,
+                                       const std::vector<size_t>& pass_starts,
+                                       const std::vector<std::vector<std::string>>& segments) {
+  std::unordered_map<std::string, size_t> segment_of;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    for (const std::string& v : segments[s]) segment_of.emplace(v, s);
+  }
+  const std::vector<int> pass_of = PassOfOps(expanded.ops.size(), pass_starts);
+  std::vector<char> seen(segments.size(), 0);
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < expanded.ops.size(); ++i) {
+    if (pass_of[i] >= 0 || expanded.ops[i].out.empty()) continue;
+    const auto it = segment_of.find(expanded.ops[i].out[0]);
+    if (it == segment_of.end() || seen[it->second]) continue;
+    seen[it->second] = 1;
+    starts.push_back(i);
+  }
+  return starts;
+}
+
 }  // namespace shardsim::planner

@@ -55,4 +55,11 @@ std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
                                         const std::vector<size_t>& pass_starts,
                                         const std::vector<std::vector<std::string>>& segments);
 
+// Where each layer's forward begins in a global program after ExpandGrads: per segment (per
+// layer and microbatch, the names of the values its forward makes), the first op outside the
+// backward passes that makes one of them, ascending.
+std::vector<size_t> LayerForwardStarts(const ProgramSpec& expanded,
+                                       const std::vector<size_t>& pass_starts,
+                                       const std::vector<std::vector<std::string>>& segments);
+
 }  // namespace shardsim::planner

@@ -10,6 +10,7 @@
 #include "collectives/lowering.h"
 #include "collectives/runtime/run_program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/collective_shadow.h"
 #include "planner/defer_readers.h"
 #include "planner/grad.h"
 #include "planner/models/logical_rules.h"
@@ -318,10 +319,18 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
     return found;
   };
   // Scheduled as XLA's latency-hiding scheduler would: the gradients' collectives run while
-  // the backward goes on.
+  // the backward goes on, and independent compute runs while the collectives the next ops
+  // wait for are in flight.
   if (prefetch_groups > 0) {
     DeferCollectiveReaders(partitioned, located(boundaries),
                            located(LayerBackwardStarts(expanded, boundaries, layers)));
+    std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
+    const std::vector<size_t> backward = LayerBackwardStarts(expanded, boundaries, layers);
+    segments.insert(segments.end(), backward.begin(), backward.end());
+    segments.insert(segments.end(), boundaries.begin(), boundaries.end());
+    std::sort(segments.begin(), segments.end());
+    segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
+    FillCollectiveShadows(partitioned, located(segments));
   }
   if (phases) *phases = located(boundaries);
   return partitioned;

@@ -1,0 +1,121 @@
+#include "planner/collective_shadow.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "collectives/ir/op_registry.h"
+#include "planner/defer_readers.h"
+#include "planner/name_bindings.h"
+#include "planner/prefetch.h"
+
+namespace shardsim::planner {
+
+std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
+                                const std::vector<size_t>& segment_starts) {
+  const size_t n = manual.ops.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  const NameBindings names = BindingsOf(manual);
+  const std::vector<char> weight = WeightOpsOf(manual);
+  const std::vector<char> tail = TailCollectivesOf(manual);
+  auto stream = [&](size_t i) { return Op(manual.ops[i].kind).stream; };
+  // Per op: the ops making its inputs, the ops reading its results (ascending), and whether
+  // every name it reads or binds is bound once.
+  std::vector<std::vector<size_t>> makers(n), readers(n);
+  std::vector<char> once(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    for (const std::string& in : manual.ops[i].in) {
+      const NameBindings::Binding* b = names.Find(in);
+      once[i] = once[i] && b && b->count == 1;
+      if (!b || b->maker == NameBindings::kNoMaker) continue;
+      if (b->maker >= i) {
+        once[i] = 0;
+        continue;
+      }
+      makers[i].push_back(b->maker);
+      readers[b->maker].push_back(i);
+    }
+    for (const std::string& out : manual.ops[i].out) once[i] = once[i] && names.Once(out);
+  }
+  // Where each op goes: an op that stays keeps its index; one that moves goes just before the
+  // op `to[i]` (its collective's first reader).
+  std::vector<size_t> to(n, 0);
+  std::vector<char> moves(n, 0);
+  std::vector<size_t> mark(n, n);  // mark[i] == c: op i is in C's window and P needs it.
+  std::vector<char> candidate(n, 0);
+  size_t start = 0;  // The current window's first op.
+  for (size_t c = 0; c < n; ++c) {
+    if (stream(c) != OpStream::kCollective || weight[c] || tail[c] || makers[c].empty() ||
+        readers[c].empty()) {
+      continue;
+    }
+    const size_t p = *std::max_element(makers[c].begin(), makers[c].end());
+    const size_t r = readers[c].front();
+    // R's segment: [its start, ...).
+    const auto seg = std::upper_bound(segment_starts.begin(), segment_starts.end(), r);
+    const size_t seg_start = seg == segment_starts.begin() ? 0 : *(seg - 1);
+    if (p < seg_start) {
+      start = std::max(start, r);
+      continue;
+    }
+    start = std::max(start, seg_start);
+    if (r > start) {
+      // What P needs within the window.
+      std::vector<size_t> stack = {p};
+      while (!stack.empty()) {
+        const size_t op = stack.back();
+        stack.pop_back();
+        for (size_t m : makers[op]) {
+          if (m >= start && mark[m] != c) {
+            mark[m] = c;
+            stack.push_back(m);
+          }
+        }
+      }
+      for (size_t i = start; i < r; ++i) {
+        candidate[i] = 0;
+        if (i == p || mark[i] == c || moves[i] || weight[i] || !once[i]) continue;
+        // Before P: local ops, and collectives reading ops that move; after P, only what reads
+        // ops that move (a product's reduce-scatter placed after P).
+        const OpStream s = stream(i);
+        bool follows = false;
+        for (size_t m : makers[i]) follows = follows || (m >= start && candidate[m]);
+        if (s == OpStream::kCompute || s == OpStream::kFree) {
+          candidate[i] = i < p || follows;
+        } else if (s == OpStream::kCollective) {
+          candidate[i] = follows;
+        }
+      }
+      // An op stays if a reader of it stays before R (readers first: what a staying op reads
+      // stays too).
+      for (size_t i = r; i-- > start;) {
+        if (!candidate[i]) continue;
+        for (size_t x : readers[i]) {
+          if (x < r && !candidate[x]) {
+            candidate[i] = 0;
+            break;
+          }
+        }
+      }
+      for (size_t i = start; i < r; ++i) {
+        if (!candidate[i]) continue;
+        moves[i] = 1;
+        to[i] = r;
+      }
+    }
+    start = std::max(start, r);
+  }
+  // A moved op sorts just before its reader R (after every op that stays before R), moved ops
+  // in their program order.
+  auto key = [&](size_t i) { return moves[i] ? 2 * to[i] : 2 * i + 1; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  return order;
+}
+
+void FillCollectiveShadows(PartitionResult& partitioned,
+                           const std::vector<size_t>& segment_starts) {
+  Reorder(partitioned, ShadowOrder(partitioned.program, segment_starts));
+}
+
+}  // namespace shardsim::planner
