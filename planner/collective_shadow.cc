@@ -16,28 +16,28 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
   const size_t n = manual.ops.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
-  const NameBindings names = BindingsOf(manual);
-  const std::vector<char> weight = WeightOpsOf(manual);
-  const std::vector<char> tail = TailCollectivesOf(manual);
+  const OpGraph g = GraphOf(manual);
+  const std::vector<char> weight = WeightOpsOf(manual, g);
+  const std::vector<char> tail = TailCollectivesOf(manual, g);
   auto stream = [&](size_t i) { return Op(manual.ops[i].kind).stream; };
-  // Per op: the ops making its inputs, the ops reading its results (ascending), and whether
-  // every name it reads or binds is bound once.
-  std::vector<std::vector<size_t>> makers(n), readers(n);
+  // Per op: the ops making its inputs, and whether every name it reads or binds is bound once
+  // (what it reads before it).
+  std::vector<std::vector<size_t>> makers(n);
   std::vector<char> once(n, 1);
   for (size_t i = 0; i < n; ++i) {
-    for (const std::string& in : manual.ops[i].in) {
-      const NameBindings::Binding* b = names.Find(in);
-      once[i] = once[i] && b && b->count == 1;
-      if (!b || b->maker == NameBindings::kNoMaker) continue;
-      if (b->maker >= i) {
+    once[i] = g.output_once[i];
+    for (size_t k = g.input_start[i]; k < g.input_start[i + 1]; ++k) {
+      const size_t m = g.input_maker[k];
+      once[i] = once[i] && g.input_once[k];
+      if (m == NameBindings::kNoMaker) continue;
+      if (m >= i) {
         once[i] = 0;
         continue;
       }
-      makers[i].push_back(b->maker);
-      readers[b->maker].push_back(i);
+      makers[i].push_back(m);
     }
-    for (const std::string& out : manual.ops[i].out) once[i] = once[i] && names.Once(out);
   }
+  const std::vector<std::vector<size_t>>& readers = g.readers;
   // Where each op goes: an op that stays keeps its index; one that moves goes just before the
   // op `to[i]` (its collective's first reader).
   std::vector<size_t> to(n, 0);

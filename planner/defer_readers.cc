@@ -17,8 +17,9 @@ namespace {
 
 // What DeferOrder needs to know of each op.
 struct TailOps {
-  std::vector<char> moves;                   // Per op: it moves (see DeferOrder).
-  std::vector<std::vector<size_t>> readers;  // Per op: the ops reading its results.
+  std::vector<char> moves;  // Per op: it moves (see DeferOrder).
+  // Per op: the ops reading its results (the graph's, which outlives this).
+  const std::vector<std::vector<size_t>>* readers = nullptr;
   // Per op that moves: the position of the first op it must precede (one that does not move
   // and reads it, directly or through ops that move); ops.size() when only outputs read it.
   std::vector<size_t> latest;
@@ -37,45 +38,34 @@ std::vector<size_t> LatestPositions(const std::vector<std::vector<size_t>>& read
   return latest;
 }
 
-TailOps FindTailOps(const ProgramSpec& manual) {
+TailOps FindTailOps(const ProgramSpec& manual, const OpGraph& g) {
   const size_t n = manual.ops.size();
   TailOps t;
-  const NameBindings names = BindingsOf(manual);
-  t.readers.resize(n);
+  t.readers = &g.readers;
   auto collective = [&](size_t i) {
     return Op(manual.ops[i].kind).stream == OpStream::kCollective;
   };
-  // Local ops whose names are bound once: those that may move without changing a binding.
-  // Each op's inputs' makers (kNoMaker: an input array), in input_makers[input_start[i]...).
+  // Local ops whose names are bound once (what they read bound before them): those that may
+  // move without changing a binding.
   std::vector<char> local(n, 0);
-  std::vector<size_t> input_makers, input_start(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    const OpSpec& op = manual.ops[i];
-    const OpStream stream = Op(op.kind).stream;
-    bool once = stream == OpStream::kCompute || stream == OpStream::kFree;
-    input_start[i] = input_makers.size();
-    for (const std::string& in : op.in) {
-      const NameBindings::Binding* b = names.Find(in);
-      once = once && b && b->count == 1;
-      const size_t m = b ? b->maker : NameBindings::kNoMaker;
-      input_makers.push_back(m);
-      if (m == NameBindings::kNoMaker) continue;  // An input array.
-      if (m < i) t.readers[m].push_back(i);
-      once = once && m < i;
+    const OpStream stream = Op(manual.ops[i].kind).stream;
+    bool once = (stream == OpStream::kCompute || stream == OpStream::kFree) && g.output_once[i];
+    for (size_t k = g.input_start[i]; k < g.input_start[i + 1] && once; ++k) {
+      const size_t m = g.input_maker[k];
+      once = g.input_once[k] && (m == NameBindings::kNoMaker || m < i);
     }
-    for (const std::string& out : op.out) once = once && names.Once(out);
     local[i] = once;
   }
-  input_start[n] = input_makers.size();
   // Those that only the outputs wait for and that read collectives' results, the results of
   // such ops and input arrays only: moving them keeps nothing else the step computes alive.
-  const std::vector<size_t> latest = LatestPositions(t.readers, local);
+  const std::vector<size_t> latest = LatestPositions(*t.readers, local);
   t.moves.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (!local[i] || latest[i] != n) continue;
     bool only = true, some = false;
-    for (size_t k = input_start[i]; k < input_start[i + 1]; ++k) {
-      const size_t m = input_makers[k];
+    for (size_t k = g.input_start[i]; k < g.input_start[i + 1]; ++k) {
+      const size_t m = g.input_maker[k];
       if (m == NameBindings::kNoMaker) continue;
       const bool tail = collective(m) || t.moves[m];
       only = only && tail;
@@ -83,10 +73,10 @@ TailOps FindTailOps(const ProgramSpec& manual) {
     }
     t.moves[i] = only && some;
   }
-  t.latest = LatestPositions(t.readers, t.moves);
+  t.latest = LatestPositions(*t.readers, t.moves);
   for (size_t i = 0; i < n; ++i) {
     if (!collective(i)) continue;
-    for (size_t r : t.readers[i]) {
+    for (size_t r : (*t.readers)[i]) {
       if (t.moves[r]) {
         t.collectives.push_back(i);
         break;
@@ -98,10 +88,14 @@ TailOps FindTailOps(const ProgramSpec& manual) {
 
 }  // namespace
 
-std::vector<char> TailCollectivesOf(const ProgramSpec& manual) {
+std::vector<char> TailCollectivesOf(const ProgramSpec& manual, const OpGraph& graph) {
   std::vector<char> tail(manual.ops.size(), 0);
-  for (size_t i : FindTailOps(manual).collectives) tail[i] = 1;
+  for (size_t i : FindTailOps(manual, graph).collectives) tail[i] = 1;
   return tail;
+}
+
+std::vector<char> TailCollectivesOf(const ProgramSpec& manual) {
+  return TailCollectivesOf(manual, GraphOf(manual));
 }
 
 namespace {
@@ -142,7 +136,7 @@ std::vector<size_t> DeferOrderOf(const ProgramSpec& manual, const TailOps& t,
   for (size_t k = 0; k < t.collectives.size(); ++k) {
     size_t r = run_of[k];
     if (r + 1 < runs.size() && runs[r + 1].phase == runs[r].phase) ++r;
-    for (size_t reader : t.readers[t.collectives[k]])
+    for (size_t reader : (*t.readers)[t.collectives[k]])
       aim[reader] = std::max(aim[reader], runs[r].last + 1);
   }
   std::vector<size_t> place(n);
@@ -152,7 +146,7 @@ std::vector<size_t> DeferOrderOf(const ProgramSpec& manual, const TailOps& t,
       continue;
     }
     place[i] = std::max(i, std::min(t.latest[i], aim[i]));
-    for (size_t r : t.readers[i]) aim[r] = std::max(aim[r], place[i]);
+    for (size_t r : (*t.readers)[i]) aim[r] = std::max(aim[r], place[i]);
   }
   // An op placed before op q sorts after every op placed before an earlier one and before q
   // itself (q > i, and q's own key is (q, q)); ops placed alike keep their program order.
@@ -165,12 +159,14 @@ std::vector<size_t> DeferOrderOf(const ProgramSpec& manual, const TailOps& t,
 
 std::vector<size_t> DeferOrder(const ProgramSpec& manual, const std::vector<size_t>& phase_starts,
                                const std::vector<size_t>& segment_starts) {
-  return DeferOrderOf(manual, FindTailOps(manual), phase_starts, segment_starts);
+  const OpGraph g = GraphOf(manual);
+  return DeferOrderOf(manual, FindTailOps(manual, g), phase_starts, segment_starts);
 }
 
 void DeferCollectiveReaders(PartitionResult& partitioned, const std::vector<size_t>& phase_starts,
                             const std::vector<size_t>& segment_starts) {
-  const TailOps t = FindTailOps(partitioned.program);
+  const OpGraph g = GraphOf(partitioned.program);
+  const TailOps t = FindTailOps(partitioned.program, g);
   if (t.collectives.empty()) return;
   Reorder(partitioned, DeferOrderOf(partitioned.program, t, phase_starts, segment_starts));
 }

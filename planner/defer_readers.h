@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/program.h"
+#include "planner/name_bindings.h"
 #include "planner/partitioner.h"
 
 namespace shardsim::planner {
@@ -40,6 +41,8 @@ std::vector<size_t> DeferOrder(const ProgramSpec& manual, const std::vector<size
 
 // Per op of `manual`: whether it is a tail collective (see DeferOrder).
 std::vector<char> TailCollectivesOf(const ProgramSpec& manual);
+// TailCollectivesOf on `manual`'s data flow (GraphOf(manual)), made once by the caller.
+std::vector<char> TailCollectivesOf(const ProgramSpec& manual, const OpGraph& graph);
 
 // Applies DeferOrder to `partitioned` (its per-op reasons and types follow their ops).
 void DeferCollectiveReaders(PartitionResult& partitioned, const std::vector<size_t>& phase_starts,

@@ -31,4 +31,27 @@ NameBindings BindingsOf(const ProgramSpec& program) {
   return b;
 }
 
+OpGraph GraphOf(const ProgramSpec& program) {
+  OpGraph g;
+  g.names = BindingsOf(program);
+  const size_t n = program.ops.size();
+  g.input_start.assign(n + 1, 0);
+  g.output_once.assign(n, 1);
+  g.readers.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const OpSpec& op = program.ops[i];
+    g.input_start[i] = g.input_maker.size();
+    for (const std::string& in : op.in) {
+      const NameBindings::Binding* b = g.names.Find(in);
+      const size_t m = b ? b->maker : NameBindings::kNoMaker;
+      g.input_maker.push_back(m);
+      g.input_once.push_back(b && b->count == 1);
+      if (m != NameBindings::kNoMaker && m < i) g.readers[m].push_back(i);
+    }
+    for (const std::string& out : op.out) g.output_once[i] = g.output_once[i] && g.names.Once(out);
+  }
+  g.input_start[n] = g.input_maker.size();
+  return g;
+}
+
 }  // namespace shardsim::planner

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "collectives/program.h"
 
@@ -32,5 +33,22 @@ struct NameBindings {
 
 // The bindings of `program`'s arrays and ops.
 NameBindings BindingsOf(const ProgramSpec& program);
+
+// The data flow between a program's ops, by name: what the scheduling passes read of each op
+// (made once per program and shared, so each name is hashed once).
+struct OpGraph {
+  NameBindings names;
+  // Per input of each op, in order: the op binding it (NameBindings::kNoMaker for an input
+  // array or an unbound name), and whether its name is bound once; op i's inputs are the
+  // entries [input_start[i], input_start[i + 1]).
+  std::vector<size_t> input_maker, input_start;
+  std::vector<char> input_once;
+  std::vector<char> output_once;  // Per op: every name it binds is bound once.
+  // Per op: the ops after it reading its results, ascending (once per input that reads one).
+  std::vector<std::vector<size_t>> readers;
+};
+
+// The data flow of `program`.
+OpGraph GraphOf(const ProgramSpec& program);
 
 }  // namespace shardsim::planner

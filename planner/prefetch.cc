@@ -12,55 +12,63 @@ namespace shardsim::planner {
 
 namespace {
 
-// Who binds which name, and which ops are weight ops (see PrefetchOrder).
+// Which ops are weight ops (see PrefetchOrder).
 struct WeightOps {
-  NameBindings names;               // The program's bindings.
   std::vector<char> weight;         // Per op: a weight op.
   std::vector<size_t> collectives;  // The weight collectives, in program order.
 };
 
-WeightOps FindWeightOps(const ProgramSpec& manual) {
+WeightOps FindWeightOps(const ProgramSpec& manual, const OpGraph& g) {
   const size_t n = manual.ops.size();
   WeightOps w;
-  w.names = BindingsOf(manual);
   // Weight ops: one input, an input array never rebound or a weight op's result (a
   // parameter, its casts and gathers; not what the step computes from several values), and
   // results bound nowhere else. Only these move, so a name's readers still see the binding
   // they saw.
   w.weight.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
-    const OpSpec& op = manual.ops[i];
-    bool only = op.in.size() == 1 && w.names.Once(op.in[0]);
-    for (const std::string& out : op.out) only = only && w.names.Once(out);
+    const size_t k = g.input_start[i];
+    bool only = g.input_start[i + 1] == k + 1 && g.input_once[k] && g.output_once[i];
     if (only) {
-      if (const size_t m = w.names.Maker(op.in[0]); m != NameBindings::kNoMaker) {
+      if (const size_t m = g.input_maker[k]; m != NameBindings::kNoMaker) {
         only = m < i && w.weight[m];
       }
     }
     w.weight[i] = only;
-    if (only && Op(op.kind).stream == OpStream::kCollective) w.collectives.push_back(i);
+    if (only && Op(manual.ops[i].kind).stream == OpStream::kCollective) {
+      w.collectives.push_back(i);
+    }
   }
   return w;
 }
 
 }  // namespace
 
-std::vector<char> WeightOpsOf(const ProgramSpec& manual) { return FindWeightOps(manual).weight; }
+std::vector<char> WeightOpsOf(const ProgramSpec& manual) {
+  return FindWeightOps(manual, GraphOf(manual)).weight;
+}
 
-std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
+std::vector<char> WeightOpsOf(const ProgramSpec& manual, const OpGraph& graph) {
+  return FindWeightOps(manual, graph).weight;
+}
+
+namespace {
+
+// PrefetchOrder on `manual`'s data flow `g` and weight ops `w`.
+std::vector<size_t> PrefetchOrderOf(const ProgramSpec& manual, const OpGraph& g, const WeightOps& w,
+                                    int distance) {
   const size_t n = manual.ops.size();
   std::vector<size_t> unchanged(n);
   std::iota(unchanged.begin(), unchanged.end(), size_t{0});
   if (distance <= 0) return unchanged;
-  const WeightOps w = FindWeightOps(manual);
   const std::vector<size_t>& weights = w.collectives;
   // Each op's first reader.
   std::vector<size_t> first_reader(n, n);
   for (size_t j = 0; j < n; ++j) {
-    for (const std::string& in : manual.ops[j].in) {
-      const NameBindings::Binding* b = w.names.Find(in);
-      if (b && b->maker != NameBindings::kNoMaker && b->count == 1 && first_reader[b->maker] == n) {
-        first_reader[b->maker] = j;
+    for (size_t k = g.input_start[j]; k < g.input_start[j + 1]; ++k) {
+      const size_t m = g.input_maker[k];
+      if (m != NameBindings::kNoMaker && g.input_once[k] && first_reader[m] == n) {
+        first_reader[m] = j;
       }
     }
   }
@@ -79,8 +87,8 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   auto place = [&](auto&& self, size_t i) -> void {
     if (placed[i]) return;
     placed[i] = 1;
-    for (const std::string& in : manual.ops[i].in) {
-      if (const size_t m = w.names.Maker(in); m != NameBindings::kNoMaker) self(self, m);
+    for (size_t k = g.input_start[i]; k < g.input_start[i + 1]; ++k) {
+      if (const size_t m = g.input_maker[k]; m != NameBindings::kNoMaker) self(self, m);
     }
     order.push_back(i);
   };
@@ -94,10 +102,19 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   return order;
 }
 
+}  // namespace
+
+std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
+  const OpGraph g = GraphOf(manual);
+  return PrefetchOrderOf(manual, g, FindWeightOps(manual, g), distance);
+}
+
 void PrefetchWeightCollectives(PartitionResult& partitioned, int groups) {
   if (groups <= 0) return;
-  const int count = static_cast<int>(FindWeightOps(partitioned.program).collectives.size());
-  Reorder(partitioned, PrefetchOrder(partitioned.program, std::max(1, count / groups)));
+  const OpGraph g = GraphOf(partitioned.program);
+  const WeightOps w = FindWeightOps(partitioned.program, g);
+  const int count = static_cast<int>(w.collectives.size());
+  Reorder(partitioned, PrefetchOrderOf(partitioned.program, g, w, std::max(1, count / groups)));
 }
 
 }  // namespace shardsim::planner

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectives/program.h"
+#include "planner/name_bindings.h"
 #include "planner/partitioner.h"
 
 namespace shardsim::planner {
@@ -28,6 +29,8 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance);
 // weight op's result; as a parameter's block, its casts and gathers), the ops PrefetchOrder
 // may move.
 std::vector<char> WeightOpsOf(const ProgramSpec& manual);
+// WeightOpsOf on `manual`'s data flow (GraphOf(manual)), made once by the caller.
+std::vector<char> WeightOpsOf(const ProgramSpec& manual, const OpGraph& graph);
 
 // Issues `partitioned`'s weight collectives one group ahead, for a program whose weight
 // collectives fall into `groups` runs of equal length (a training step: a layer's forward or
