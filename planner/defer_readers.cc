@@ -148,8 +148,9 @@ std::vector<size_t> DeferOrderOf(const ProgramSpec& manual, const TailOps& t,
     place[i] = std::max(i, std::min(t.latest[i], aim[i]));
     for (size_t r : (*t.readers)[i]) aim[r] = std::max(aim[r], place[i]);
   }
-  // An op placed before op q sorts after every op placed before an earlier one and before q
-  // itself (q > i, and q's own key is (q, q)); ops placed alike keep their program order.
+  // Sorted stably by place: an op placed before op q comes after every op placed before an
+  // earlier one and before q itself (it was before q in program order: i < q), and ops placed
+  // alike keep their program order.
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return place[a] < place[b]; });
   return order;
