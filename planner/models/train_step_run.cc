@@ -322,10 +322,9 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   // the backward goes on, and independent compute runs while the collectives the next ops
   // wait for are in flight.
   if (prefetch_groups > 0) {
-    DeferCollectiveReaders(partitioned, located(boundaries),
-                           located(LayerBackwardStarts(expanded, boundaries, layers)));
-    std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
     const std::vector<size_t> backward = LayerBackwardStarts(expanded, boundaries, layers);
+    DeferCollectiveReaders(partitioned, located(boundaries), located(backward));
+    std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
     segments.insert(segments.end(), backward.begin(), backward.end());
     segments.insert(segments.end(), boundaries.begin(), boundaries.end());
     std::sort(segments.begin(), segments.end());
