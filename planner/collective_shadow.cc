@@ -20,23 +20,14 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
   const std::vector<char> weight = WeightOpsOf(manual, g);
   const std::vector<char> tail = TailCollectivesOf(manual, g);
   auto stream = [&](size_t i) { return Op(manual.ops[i].kind).stream; };
-  // Per op: the ops making its inputs, and whether every name it reads or binds is bound once
-  // (what it reads before it).
+  // Per op: the earlier ops making its inputs.
   std::vector<std::vector<size_t>> makers(n);
-  std::vector<char> once(n, 1);
   for (size_t i = 0; i < n; ++i) {
-    once[i] = g.output_once[i];
     for (size_t k = g.input_start[i]; k < g.input_start[i + 1]; ++k) {
-      const size_t m = g.input_maker[k];
-      once[i] = once[i] && g.input_once[k];
-      if (m == NameBindings::kNoMaker) continue;
-      if (m >= i) {
-        once[i] = 0;
-        continue;
-      }
-      makers[i].push_back(m);
+      if (g.input_maker[k] < i) makers[i].push_back(g.input_maker[k]);
     }
   }
+  const std::vector<char>& once = g.bound_once;
   const std::vector<std::vector<size_t>>& readers = g.readers;
   // Where each op goes: an op that stays keeps its index; one that moves goes just before the
   // op `to[i]` (its collective's first reader).

@@ -45,17 +45,11 @@ TailOps FindTailOps(const ProgramSpec& manual, const OpGraph& g) {
   auto collective = [&](size_t i) {
     return Op(manual.ops[i].kind).stream == OpStream::kCollective;
   };
-  // Local ops whose names are bound once (what they read bound before them): those that may
-  // move without changing a binding.
+  // Local ops that may move without changing a binding.
   std::vector<char> local(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const OpStream stream = Op(manual.ops[i].kind).stream;
-    bool once = (stream == OpStream::kCompute || stream == OpStream::kFree) && g.output_once[i];
-    for (size_t k = g.input_start[i]; k < g.input_start[i + 1] && once; ++k) {
-      const size_t m = g.input_maker[k];
-      once = g.input_once[k] && (m == NameBindings::kNoMaker || m < i);
-    }
-    local[i] = once;
+    local[i] = (stream == OpStream::kCompute || stream == OpStream::kFree) && g.bound_once[i];
   }
   // Those that only the outputs wait for and that read collectives' results, the results of
   // such ops and input arrays only: moving them keeps nothing else the step computes alive.
@@ -172,14 +166,25 @@ void DeferCollectiveReaders(PartitionResult& partitioned, const std::vector<size
   Reorder(partitioned, DeferOrderOf(partitioned.program, t, phase_starts, segment_starts));
 }
 
-std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
-                                        const std::vector<size_t>& pass_starts,
-                                        const std::vector<std::vector<std::string>>& segments) {
-  const std::vector<OpSpec>& ops = expanded.ops;
+namespace {
+
+// Each value of `segments` to its segment.
+std::unordered_map<std::string, size_t> SegmentOf(
+    const std::vector<std::vector<std::string>>& segments) {
   std::unordered_map<std::string, size_t> segment_of;
   for (size_t s = 0; s < segments.size(); ++s) {
     for (const std::string& v : segments[s]) segment_of.emplace(v, s);
   }
+  return segment_of;
+}
+
+}  // namespace
+
+std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
+                                        const std::vector<size_t>& pass_starts,
+                                        const std::vector<std::vector<std::string>>& segments) {
+  const std::vector<OpSpec>& ops = expanded.ops;
+  std::unordered_map<std::string, size_t> segment_of = SegmentOf(segments);
   // A value another segment's forward reads (a layer's output) is left out: the next layer's
   // backward reads it first.
   const std::vector<int> pass_of = PassOfOps(ops.size(), pass_starts);
@@ -217,10 +222,7 @@ std::vector<size_t> LayerBackwardStarts(const ProgramSpec& expanded,
 std::vector<size_t> LayerForwardStarts(const ProgramSpec& expanded,
                                        const std::vector<size_t>& pass_starts,
                                        const std::vector<std::vector<std::string>>& segments) {
-  std::unordered_map<std::string, size_t> segment_of;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    for (const std::string& v : segments[s]) segment_of.emplace(v, s);
-  }
+  const std::unordered_map<std::string, size_t> segment_of = SegmentOf(segments);
   const std::vector<int> pass_of = PassOfOps(expanded.ops.size(), pass_starts);
   std::vector<char> seen(segments.size(), 0);
   std::vector<size_t> starts;

@@ -37,6 +37,7 @@ OpGraph GraphOf(const ProgramSpec& program) {
   const size_t n = program.ops.size();
   g.input_start.assign(n + 1, 0);
   g.output_once.assign(n, 1);
+  g.bound_once.assign(n, 1);
   g.readers.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const OpSpec& op = program.ops[i];
@@ -44,11 +45,14 @@ OpGraph GraphOf(const ProgramSpec& program) {
     for (const std::string& in : op.in) {
       const NameBindings::Binding* b = g.names.Find(in);
       const size_t m = b ? b->maker : NameBindings::kNoMaker;
+      const bool once = b && b->count == 1;
       g.input_maker.push_back(m);
-      g.input_once.push_back(b && b->count == 1);
+      g.input_once.push_back(once);
+      g.bound_once[i] = g.bound_once[i] && once && (m == NameBindings::kNoMaker || m < i);
       if (m != NameBindings::kNoMaker && m < i) g.readers[m].push_back(i);
     }
     for (const std::string& out : op.out) g.output_once[i] = g.output_once[i] && g.names.Once(out);
+    g.bound_once[i] = g.bound_once[i] && g.output_once[i];
   }
   g.input_start[n] = g.input_maker.size();
   return g;

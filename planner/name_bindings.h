@@ -44,6 +44,10 @@ struct OpGraph {
   std::vector<size_t> input_maker, input_start;
   std::vector<char> input_once;
   std::vector<char> output_once;  // Per op: every name it binds is bound once.
+  // Per op: every name it reads or binds is bound once, and what it reads is bound before it
+  // (an input array or an earlier op's result): an op that may move without changing which
+  // binding any reader sees.
+  std::vector<char> bound_once;
   // Per op: the ops after it reading its results, ascending (once per input that reads one).
   std::vector<std::vector<size_t>> readers;
 };
