@@ -211,11 +211,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
         BuildTrainStep(mm, t, stage.mesh, rules, &values, &checkpoints, &head_tiles);
     return SimulateStepFigures(
         machine, stage_mesh, global, values, stage, *collectives,
-        options.prefetch ? PrefetchGroups(mm.layers, t) : 0,
+        options.overlap != StepOverlap::kNone ? PrefetchGroups(mm.layers, t) : 0,
         CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
                          "plan.offload"),
         head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"),
-        options.link_busy);
+        options.link_busy, options.overlap == StepOverlap::kFull);
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;

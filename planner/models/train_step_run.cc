@@ -195,14 +195,15 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 int prefetch_groups,
                                 const std::vector<std::vector<std::string>>& offloaded,
                                 const std::vector<std::vector<std::string>>& head_tiles,
-                                const std::vector<std::vector<std::string>>& saved,
-                                bool link_busy) {
+                                const std::vector<std::vector<std::string>>& saved, bool link_busy,
+                                bool prefetch_weights) {
   std::vector<size_t> phases;
-  const PartitionResult partitioned = PartitionTrainStep(
-      global, layers, plan.remat,
-      PartitionCosts{&mesh, &collectives, machine.compute_model(), DeviceInBytesPerSecond(machine),
-                     &machine},
-      prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles, saved);
+  const PartitionResult partitioned =
+      PartitionTrainStep(global, layers, plan.remat,
+                         PartitionCosts{&mesh, &collectives, machine.compute_model(),
+                                        DeviceInBytesPerSecond(machine), &machine},
+                         prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles,
+                         saved, prefetch_weights);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -251,7 +252,7 @@ namespace {
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
-                            CollectiveCostModel& collectives, bool prefetch, bool link_busy) {
+                            CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy) {
   std::vector<std::vector<std::string>> layers;
   std::vector<std::map<std::string, std::string>> checkpoints;
   std::vector<std::vector<std::string>> head_tiles;
@@ -259,9 +260,10 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
       BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints, &head_tiles);
   return SimulateStepFigures(
       machine, mesh, global, layers, plan, collectives,
-      prefetch ? PrefetchGroups(model.layers, train) : 0,
+      overlap != StepOverlap::kNone ? PrefetchGroups(model.layers, train) : 0,
       CheckpointValues(checkpoints, plan.offload, "plan.offload"), head_tiles,
-      CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"), link_busy);
+      CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"), link_busy,
+      overlap == StepOverlap::kFull);
 }
 
 }  // namespace
@@ -273,7 +275,8 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    CollectiveMatmulMode collective_matmul,
                                    const std::vector<std::vector<std::string>>& offloaded,
                                    const std::vector<std::vector<std::string>>& head_tiles,
-                                   const std::vector<std::vector<std::string>>& saved) {
+                                   const std::vector<std::vector<std::string>>& saved,
+                                   bool prefetch_weights) {
   std::vector<size_t> passes;
   ProgramSpec expanded = ExpandGrads(global, &passes);
   std::set<std::string> kept;
@@ -298,9 +301,9 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   if (collective_matmul != CollectiveMatmulMode::kOff) {
     if (!costs.mesh) throw std::logic_error("internal error: collective matmuls need the mesh");
     FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
-                          costs.collectives, prefetch_groups > 0);
+                          costs.collectives, prefetch_weights && prefetch_groups > 0);
   }
-  PrefetchWeightCollectives(partitioned, prefetch_groups);
+  if (prefetch_weights) PrefetchWeightCollectives(partitioned, prefetch_groups);
   // Ops of `expanded` (ascending indices) found in the partitioned program by name (the
   // partitioner keeps the global ops' names; the reshards it inserts for an op go just before
   // it), up to the first not found.
@@ -504,6 +507,40 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
   return r;
 }
 
+namespace {
+
+// The report `simulate` gives for options.overlap or, with options.within_memory where that
+// schedule peaks over options.memory_limit of HBM, for the first schedule overlapping less
+// that peaks within it (the one asked for when none does). XLA's latency-hiding scheduler
+// likewise starts no asynchronous collective early that would take the program over its
+// memory limit (a tier per schedule here, where XLA decides collective by collective).
+TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options,
+                                     const std::function<TrainStepReport(StepOverlap)>& simulate) {
+  auto within = [&](const TrainStepReport& r) {
+    return static_cast<double>(r.memory.peak.count()) <=
+           options.memory_limit * static_cast<double>(r.memory.capacity.count());
+  };
+  TrainStepReport asked = simulate(options.overlap);
+  asked.overlap = options.overlap;
+  if (!options.within_memory || within(asked)) return asked;
+  uint64_t events = asked.events;
+  for (StepOverlap less : {StepOverlap::kNoPrefetch, StepOverlap::kNone}) {
+    if (less <= options.overlap) continue;
+    TrainStepReport r = simulate(less);
+    events += r.events;
+    if (within(r)) {
+      r.overlap = less;
+      r.overlapped_peak = asked.memory.peak;
+      r.events = events;
+      return r;
+    }
+  }
+  asked.events = events;
+  return asked;
+}
+
+}  // namespace
+
 TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp,
                                      const TrainConfig& train, const StepPlan& plan,
                                      const TrainStepOptions& options) {
@@ -514,23 +551,40 @@ TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp
   const int64_t layers = static_cast<int64_t>(mlp.layer_sizes.size()) - 1;
   StepPlan no_remat = plan;
   no_remat.remat = RematPolicy::kNone;
-  const StepFigures f = SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
-                                            options.prefetch ? PrefetchGroups(layers, train) : 0);
-  TrainStepReport r = MakeStepReport(machine, mesh, MlpTrainStepModelFlops(mlp, train),
-                                     static_cast<double>(train.batch), train.dtype, f, {layers});
-  r.model_flops_rule = kMlpFlopsRule;
-  return r;
+  return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
+    const StepFigures f =
+        SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
+                            overlap != StepOverlap::kNone ? PrefetchGroups(layers, train) : 0, {},
+                            {}, {}, options.link_busy, overlap == StepOverlap::kFull);
+    TrainStepReport r = MakeStepReport(machine, mesh, MlpTrainStepModelFlops(mlp, train),
+                                       static_cast<double>(train.batch), train.dtype, f, {layers});
+    r.model_flops_rule = kMlpFlopsRule;
+    return r;
+  });
 }
 
 int64_t ComposedFrom(const TransformerConfig& model) {
   return (model.experts > 0 ? model.dense_layers : 0) + 2;
 }
 
-TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
-                                  const TrainConfig& train, const StepPlan& plan,
-                                  const TrainStepOptions& options) {
-  CheckOffload(machine, plan);
-  if (plan.pipeline) return SimulatePipelinedTrainStep(machine, model, train, plan, options);
+const char* StepOverlapName(StepOverlap overlap) {
+  switch (overlap) {
+    case StepOverlap::kFull:
+      return "prefetch";
+    case StepOverlap::kNoPrefetch:
+      return "no_prefetch";
+    case StepOverlap::kNone:
+      return "program_order";
+  }
+  return "";
+}
+
+namespace {
+
+// The step of SimulateTrainStep without a pipeline, scheduled as options.overlap says.
+TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
+                                             const TrainConfig& train, const StepPlan& plan,
+                                             const TrainStepOptions& options) {
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   StepCollectives owned(machine, options.collective_model);
@@ -538,7 +592,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   const int64_t short_layers = ComposedFrom(model);  // Composed from it and one more.
   if (!options.compose || model.layers <= short_layers + 1) {
     const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives,
-                                          options.prefetch, options.link_busy);
+                                          options.overlap, options.link_busy);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
     r.remat = plan.remat;
     r.remat_save = plan.remat_save;
@@ -551,13 +605,27 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
       [&](int64_t layers) {
         shorter.layers = layers;
         return SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives,
-                               options.prefetch, options.link_busy);
+                               options.overlap, options.link_busy);
       },
       &simulated, options.settle);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, simulated);
   r.remat = plan.remat;
   r.remat_save = plan.remat_save;
   return r;
+}
+
+}  // namespace
+
+TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfig& model,
+                                  const TrainConfig& train, const StepPlan& plan,
+                                  const TrainStepOptions& options) {
+  CheckOffload(machine, plan);
+  return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
+    TrainStepOptions scheduled = options;
+    scheduled.overlap = overlap;
+    return plan.pipeline ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
+                         : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled);
+  });
 }
 
 }  // namespace shardsim::planner

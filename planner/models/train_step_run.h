@@ -86,6 +86,26 @@ struct StepFigures {
   uint64_t events = 0;                  // Events the engine dispatched.
 };
 
+// How much of a training step's communication its schedule runs beside its compute, as XLA's
+// latency-hiding scheduler overlaps it within the memory limit it keeps to. Each level overlaps
+// less and holds fewer buffers early than the one before.
+enum class StepOverlap {
+  // Each layer's weight collectives issued while the layer before it computes
+  // (PrefetchWeightCollectives); the gradients' collectives run beside the next layer's
+  // backward (DeferCollectiveReaders); independent compute fills collectives' shadows
+  // (FillCollectiveShadows).
+  kFull,
+  // As kFull, but each weight collective issued where the partitioner put it, just before
+  // its first reader: no layer's gathered weights are live while the layer before it runs.
+  kNoPrefetch,
+  // Program order: every collective where the partitioner put it.
+  kNone,
+};
+
+// The name of `overlap` as `run --json` writes it (`schedule`): "prefetch", "no_prefetch",
+// "program_order".
+const char* StepOverlapName(StepOverlap overlap);
+
 // Memory per device (SPEC `memory:`).
 struct StepMemory {
   Bytes params;
@@ -129,6 +149,10 @@ struct TrainStepReport {
   RematPolicy remat = RematPolicy::kNone;  // The plan's remat.
   std::vector<std::string> remat_save;     // Its saved checkpoint names, with kCustom.
   StepMemory memory;
+  // The schedule the step ran (TrainStepOptions::within_memory may take one overlapping less
+  // than asked for), and, when it did, the peak of the schedule asked for, over the limit.
+  StepOverlap overlap = StepOverlap::kFull;
+  Bytes overlapped_peak;
   uint64_t events = 0;  // Events dispatched (summed over the simulations made).
   // Layers simulated: {L} for the whole step, {a, b} when composed from two shorter ones.
   std::vector<int64_t> simulated_layers;
@@ -148,9 +172,14 @@ struct TrainStepOptions {
   // probes a few more layers); off: the first pair whose peaks extrapolate, as a search's
   // screening does (faster, up to several percent off where the first layers settle slowly).
   bool settle = true;
-  // Issue each layer's weight collectives while the layer before it computes
-  // (PrefetchWeightCollectives); off: where the partitioner put them, just before their use.
-  bool prefetch = true;
+  // How much communication the step's schedule overlaps (the most it may).
+  StepOverlap overlap = StepOverlap::kFull;
+  // Keep the schedule within `memory_limit` of HBM, as XLA's latency-hiding scheduler keeps
+  // to its memory limit: where the schedule `overlap` asks for peaks over it, the step runs
+  // the first schedule overlapping less (StepOverlap's order) that stays within it; when none
+  // does, the one asked for (which then does not fit). Off: the schedule asked for.
+  bool within_memory = true;
+  double memory_limit = 1.0;  // Fraction of each device's HBM the schedule keeps within.
   // Prices collectives (not owned; null: a cache over the network model, private to the call).
   CollectiveCostModel* collective_model = nullptr;
   // Pipelines: receives the composed step as a trace (not owned; null: none): a process per
@@ -245,7 +274,8 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
 // `offloaded` lists per layer the values plan.offload names and `saved` those a custom remat
 // keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles. Without
-// `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy).
+// `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy). `prefetch_groups`
+// and `prefetch_weights` schedule it as PartitionTrainStep says.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
@@ -253,7 +283,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded = {},
                                 const std::vector<std::vector<std::string>>& head_tiles = {},
                                 const std::vector<std::vector<std::string>>& saved = {},
-                                bool link_busy = true);
+                                bool link_busy = true, bool prefetch_weights = true);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE
@@ -278,9 +308,11 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
 // grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
 // recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
-// its weight collectives prefetched a layer ahead (PrefetchWeightCollectives over
-// `prefetch_groups`; 0: not), after the all-gathers `collective_matmul` asks for became
-// collective matmuls with their products (FuseCollectiveMatmuls on costs.mesh). `phases`,
+// scheduled, after the all-gathers `collective_matmul` asks for became collective matmuls with
+// their products (FuseCollectiveMatmuls on costs.mesh): with `prefetch_groups` > 0 as
+// StepOverlap::kFull (its weight collectives prefetched a layer ahead over `prefetch_groups`,
+// PrefetchWeightCollectives) or, without `prefetch_weights`, kNoPrefetch; with 0, in program
+// order (kNone). `phases`,
 // when given, receives the partitioned program's op indices where each backward pass starts
 // and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
 // `remat` recomputes and live in host memory between their forward and backward uses
@@ -294,7 +326,7 @@ PartitionResult PartitionTrainStep(
     CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff,
     const std::vector<std::vector<std::string>>& offloaded = {},
     const std::vector<std::vector<std::string>>& head_tiles = {},
-    const std::vector<std::vector<std::string>>& saved = {});
+    const std::vector<std::vector<std::string>>& saved = {}, bool prefetch_weights = true);
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

@@ -81,6 +81,9 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   options.collective_model = &collectives;
   options.settle = settle;
   options.link_busy = link_busy && report != nullptr;
+  // The schedule keeps to the limit `fits` checks; screening's peaks, which confirmation
+  // settles, keep the full schedule up to the margin it confirms over the limit.
+  options.memory_limit = settle ? memory_limit : memory_limit * (1 + kScreenedPeakMargin);
   PlanOutcome o;
   TrainStepReport r;
   o.refused = RefusalOf([&] { r = SimulateTrainStep(machine, model, t, candidate.plan, options); });
@@ -95,7 +98,11 @@ PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
   o.peak = r.memory.peak;
   o.capacity = r.memory.capacity;
   o.fits = WithinLimit(o.peak, o.capacity, memory_limit);
+  o.overlap = r.overlap;
   o.dominant = DominantPart(r);
+  if (r.overlap != StepOverlap::kFull) {
+    o.dominant += std::string(" (schedule ") + StepOverlapName(r.overlap) + ")";
+  }
   o.settled = settle;
   if (report) *report = std::move(r);
   return o;
@@ -452,6 +459,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     if (custom_f || custom_c) return false;
     return RematRank(f.remat) <= RematRank(c.remat);
   };
+  // Whether `o` may dominate: it fits with the schedule every plan asks for (a plan that fits
+  // only overlapping less may be slower than one recomputing more that fits overlapping all).
+  auto may_dominate = [](const PlanOutcome& o) {
+    return o.refused.empty() && o.fits && o.overlap == StepOverlap::kFull;
+  };
   auto dominated = [&](const PlanCandidate& c, const std::vector<const PlanCandidate*>& fits) {
     for (const PlanCandidate* f : fits) {
       // More pipeline microbatches shrink the bubble: only gradient accumulation's are pure
@@ -526,7 +538,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
         ++item.unknown;
         continue;
       }
-      if (pr->outcome.refused.empty() && pr->outcome.fits) fits.push_back(&c);
+      if (may_dominate(pr->outcome)) fits.push_back(&c);
       if (v == 0) first_outcome[item.family] = pr->outcome;
       item.results.push_back(std::move(*pr));
     }
@@ -755,7 +767,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       std::vector<PlanCandidate> fit_now;
       for (size_t i = 0; i < result.results.size(); ++i) {
         const PlanOutcome& o = result.results[i].outcome;
-        if (result_family[i] == f && o.refused.empty() && o.fits) {
+        if (result_family[i] == f && may_dominate(o)) {
           fit_now.push_back(result.results[i].candidate);
         }
       }
@@ -772,7 +784,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
           continue;
         }
         --result.dominated;
-        if (pr->outcome.refused.empty() && pr->outcome.fits) fit_now.push_back(c);
+        if (may_dominate(pr->outcome)) fit_now.push_back(c);
         pr->index = result.results.size();
         if (options.on_result) options.on_result(*pr);
         result.results.push_back(std::move(*pr));

@@ -34,6 +34,9 @@ struct PlanOutcome {
   Bytes peak;                          // Liveness peak per device.
   Bytes capacity;                      // HBM per device.
   bool fits = false;                   // peak <= memory_limit x capacity.
+  // The schedule the step ran: one overlapping less than asked for where that kept it
+  // within the memory limit (TrainStepOptions::within_memory).
+  StepOverlap overlap = StepOverlap::kFull;
   std::string dominant;  // What the step spends most on ("compute", "all_gather over fsdp", ...).
   // Composed from layer counts where the step (a pipeline: each stage step) has settled
   // (TrainStepOptions::settle), as the search confirms its best plans; false: the screening

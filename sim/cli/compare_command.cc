@@ -216,6 +216,8 @@ int RunCompareCommand(const CompareCommandOptions& options) {
     return FormatBytes(c.report.memory.peak) + " / " + FormatBytes(c.report.memory.capacity);
   });
   row("fits", [](const Compared& c) { return std::string(c.report.memory.fits ? "yes" : "no"); });
+  row("schedule",
+      [](const Compared& c) { return std::string(planner::StepOverlapName(c.report.overlap)); });
   std::vector<size_t> width(runs.size() + 1, 0);
   for (const auto& r : rows) {
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size() + 2);

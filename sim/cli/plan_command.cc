@@ -99,6 +99,7 @@ Json ResultJson(const PlanResult& r) {
   j["peak_bytes"] = o.peak.count();
   j["capacity_bytes"] = o.capacity.count();
   j["fits"] = o.fits;
+  j["schedule"] = planner::StepOverlapName(o.overlap);
   j["dominant"] = o.dominant;
   j["compute_s"] = o.compute.seconds();
   j["exposed_comm_s"] = o.exposed_comm.seconds();
@@ -135,6 +136,17 @@ PlanOutcome OutcomeOfJson(const Json& j, const std::string& where) {
     o.peak = Bytes(j.at("peak_bytes").get<int64_t>());
     o.capacity = Bytes(j.at("capacity_bytes").get<int64_t>());
     o.fits = j.at("fits").get<bool>();
+    const std::string schedule = j.value("schedule", std::string("prefetch"));
+    bool named = false;
+    for (planner::StepOverlap overlap :
+         {planner::StepOverlap::kFull, planner::StepOverlap::kNoPrefetch,
+          planner::StepOverlap::kNone}) {
+      if (schedule == planner::StepOverlapName(overlap)) {
+        o.overlap = overlap;
+        named = true;
+      }
+    }
+    if (!named) throw InputError(where + ": unknown schedule \"" + schedule + "\"");
     o.dominant = j.at("dominant").get<std::string>();
   } catch (const Json::exception& e) {
     throw InputError(where + ": not a result line of shardsim plan: " + e.what());

@@ -416,8 +416,7 @@ std::map<std::string, Array> SimulateModel(const RunFile& file, const RunCommand
                   static_cast<long long>(run.model.d_model));
   }
   report.model = line;
-  report.plan =
-      "mesh " + DescribePlanMesh(run.plan) + "; rules " + DescribeRules(run.plan.rules);
+  report.plan = "mesh " + DescribePlanMesh(run.plan) + "; rules " + DescribeRules(run.plan.rules);
   const std::string mode = options.numerics.empty() ? file.options.numerics : options.numerics;
   // A pipeline's trace is its composed schedule (TrainStepOptions::observer).
   const bool whole = mode == "on" || (tracer && (!run.plan.pipeline || run.serve)) ||
@@ -604,6 +603,18 @@ std::string ModelSummary(const RunReport& r) {
       << ", optimizer " << FormatBytes(m.optimizer) << ", activations and temporaries "
       << FormatBytes(m.activations) << "; peak " << FormatBytes(m.peak) << " of "
       << FormatBytes(m.capacity) << " HBM: " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  if (s.overlap != planner::StepOverlap::kFull) {
+    // The scheduler kept the step within HBM by overlapping less (TrainStepOptions::within_memory).
+    out << "schedule:       " << planner::StepOverlapName(s.overlap)
+        << (s.overlap == planner::StepOverlap::kNoPrefetch
+                ? ": each weight's collective issued where its layer reads it"
+                : ": every collective where the partitioner put it");
+    if (s.overlapped_peak > Bytes(0)) {
+      out << " (prefetching them a layer ahead peaks at " << FormatBytes(s.overlapped_peak)
+          << ", over the HBM)";
+    }
+    out << "\n";
+  }
   if (!s.pipeline_peaks.empty()) {
     // Each stage's peak: the first holds the embedding, the last the head, the others neither.
     out << "stage peaks:    ";
@@ -773,6 +784,11 @@ void AppendStepJson(std::string& j, const RunReport& r) {
   if (m.host > Bytes(0)) number("host_transfer_s", s.host_transfer.seconds());
   j += ",\n  \"fits\": ";
   j += m.fits ? "true" : "false";
+  j += ",\n  \"schedule\": ";
+  AppendJsonString(j, planner::StepOverlapName(s.overlap));
+  if (s.overlapped_peak > Bytes(0)) {
+    j += ",\n  \"prefetching_peak\": " + std::to_string(s.overlapped_peak.count());
+  }
   ints("simulated_layers", s.simulated_layers, true);
   ints("simulated_dense_first", s.simulated_dense_first, false);
 }

@@ -88,6 +88,27 @@ TEST_F(ModelRunTest, ReportsTheStepAndItsJson) {
   EXPECT_EQ(m["grads"], m["params"]);
   EXPECT_EQ(m["optimizer"].get<int64_t>(), 2 * m["params"].get<int64_t>());
   EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["schedule"], "prefetch");
+  EXPECT_FALSE(j.contains("prefetching_peak"));
+}
+
+// GPT-3 175B with FSDP 256 on 256 v6e (a validation case) peaks over the 29.8 GiB of HBM when
+// each layer's weight gathers are prefetched and within it when they are not: the step runs
+// without prefetching them, fits, and says so in the text and the JSON.
+TEST_F(ModelRunTest, ScheduleKeepsWithinHbm) {
+  const std::string file =
+      SourceDir() + "/configs/validation/tpu_recipes_v6e_gpt3_175b_256chips.yaml";
+  const Result r = RunOk({"run", file});
+  EXPECT_NE(r.out.find("schedule:       no_prefetch: each weight's collective issued where its "
+                       "layer reads it (prefetching them a layer ahead peaks at 30.72 GiB"),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json j = RunJson({"run", file});
+  EXPECT_EQ(j["schedule"], "no_prefetch");
+  EXPECT_TRUE(j["fits"].get<bool>());
+  const int64_t capacity = j["step_memory"]["capacity"].get<int64_t>();
+  EXPECT_LE(j["step_memory"]["peak"].get<int64_t>(), capacity);
+  EXPECT_GT(j["prefetching_peak"].get<int64_t>(), capacity);
 }
 
 // A mixture-of-experts model (4 experts, top 2, capacity factor 1) runs with expert

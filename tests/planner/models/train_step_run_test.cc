@@ -184,12 +184,76 @@ TEST(TrainStepRunTest, PrefetchHidesWeightGathers) {
   plan.mesh = {{"fsdp", 8}};
   plan.rules = {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}};
   TrainStepOptions late;
-  late.prefetch = false;
+  late.overlap = StepOverlap::kNone;
   const TrainStepReport ahead = SimulateTrainStep(machine, Small(), SmallTrain(), plan);
   const TrainStepReport at_use = SimulateTrainStep(machine, Small(), SmallTrain(), plan, late);
   EXPECT_EQ(ahead.compute, at_use.compute);
   EXPECT_LT(ahead.exposed_comm.seconds(), 0.75 * at_use.exposed_comm.seconds());
   EXPECT_LT(ahead.step_time, at_use.step_time);
+}
+
+// The schedule keeps to the memory limit as XLA's latency-hiding scheduler does: where
+// prefetching the next layer's weight gathers peaks over it, the step runs with each gather
+// issued where its layer reads it (the same step as asking for that schedule, to the
+// picosecond and the byte); where that peaks over it too, in program order; where nothing
+// does, as asked (and over the limit). Every simulation made counts in the events. Two
+// microbatches: program order also sums each microbatch's gradients before the next
+// microbatch's forward holds its activations (peaks 33.66, 32.40 and 26.82 MB).
+TEST(TrainStepRunTest, SchedulesLessOverlapToStayWithinTheMemoryLimit) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan plan;
+  plan.mesh = {{"fsdp", 8}};
+  plan.rules = {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}};
+  TrainConfig train = SmallTrain();
+  train.batch = 32;
+  train.microbatches = 2;
+  auto with = [&](StepOverlap overlap, bool within, double limit) {
+    TrainStepOptions o;
+    o.overlap = overlap;
+    o.within_memory = within;
+    o.memory_limit = limit;
+    return SimulateTrainStep(machine, Small(), train, plan, o);
+  };
+  const TrainStepReport full = with(StepOverlap::kFull, false, 1);
+  const TrainStepReport unprefetched = with(StepOverlap::kNoPrefetch, false, 1);
+  const TrainStepReport ordered = with(StepOverlap::kNone, false, 1);
+  ASSERT_GT(full.memory.peak, unprefetched.memory.peak);
+  ASSERT_GT(unprefetched.memory.peak, ordered.memory.peak);
+  ASSERT_LT(full.step_time, unprefetched.step_time);
+  const double capacity = static_cast<double>(full.memory.capacity.count());
+  auto between = [&](const TrainStepReport& low, const TrainStepReport& high) {
+    return (static_cast<double>(low.memory.peak.count()) +
+            static_cast<double>(high.memory.peak.count())) /
+           2 / capacity;
+  };
+  const TrainStepReport kept = with(StepOverlap::kFull, true, between(unprefetched, full));
+  EXPECT_EQ(kept.overlap, StepOverlap::kNoPrefetch);
+  EXPECT_EQ(kept.step_time, unprefetched.step_time);
+  EXPECT_EQ(kept.memory.peak, unprefetched.memory.peak);
+  EXPECT_EQ(kept.overlapped_peak, full.memory.peak);
+  EXPECT_EQ(kept.events, full.events + unprefetched.events);
+  const TrainStepReport in_order = with(StepOverlap::kFull, true, between(ordered, unprefetched));
+  EXPECT_EQ(in_order.overlap, StepOverlap::kNone);
+  EXPECT_EQ(in_order.step_time, ordered.step_time);
+  EXPECT_EQ(in_order.overlapped_peak, full.memory.peak);
+  EXPECT_EQ(in_order.events, full.events + unprefetched.events + ordered.events);
+  // Asked for no prefetching, the step never prefetches.
+  const TrainStepReport asked =
+      with(StepOverlap::kNoPrefetch, true, between(ordered, unprefetched));
+  EXPECT_EQ(asked.overlap, StepOverlap::kNone);
+  EXPECT_EQ(asked.overlapped_peak, unprefetched.memory.peak);
+  const double below = 0.5 * static_cast<double>(ordered.memory.peak.count()) / capacity;
+  const TrainStepReport none_fits = with(StepOverlap::kFull, true, below);
+  EXPECT_EQ(none_fits.overlap, StepOverlap::kFull);
+  EXPECT_EQ(none_fits.step_time, full.step_time);
+  EXPECT_EQ(none_fits.memory.peak, full.memory.peak);
+  EXPECT_EQ(none_fits.overlapped_peak, Bytes(0));
+  EXPECT_EQ(none_fits.events, full.events + unprefetched.events + ordered.events);
+  // Within the limit, the schedule asked for.
+  const TrainStepReport roomy = with(StepOverlap::kFull, true, 1);
+  EXPECT_EQ(roomy.overlap, StepOverlap::kFull);
+  EXPECT_EQ(roomy.step_time, full.step_time);
+  EXPECT_EQ(roomy.events, full.events);
 }
 
 // A custom remat (MaxText's `custom` policy: the checkpoint names kept, the rest of each layer
