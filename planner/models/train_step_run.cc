@@ -166,10 +166,15 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.compute = Extrapolate(a.compute, b.compute, k);
   f.comm = Extrapolate(a.comm, b.comm, k);
   // Communication a layer hides can shorten what the short steps expose (their last layers'
-  // reduce-scatters overlap the layer added): never below none.
-  f.exposed_comm = std::max(Time(), Extrapolate(a.exposed_comm, b.exposed_comm, k));
-  f.recompute = Extrapolate(a.recompute, b.recompute, k);
+  // reduce-scatters overlap the layer added): never below none, for the whole and for each
+  // collective class. A class whose exposure shrinks with the layers reaches none and stays
+  // there, so the composed whole is at least the sum of the classes' (which the short steps'
+  // exposure splits into exactly): never less than the parts it lists.
   f.exposed_by_collective = ExtrapolateEach(a.exposed_by_collective, b.exposed_by_collective, k);
+  Time parts;
+  for (const auto& [name, t] : f.exposed_by_collective) parts += t;
+  f.exposed_comm = std::max(parts, Extrapolate(a.exposed_comm, b.exposed_comm, k));
+  f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
   f.link_busy = ExtrapolateSorted(a.link_busy, b.link_busy, k);
   f.peak = Extrapolate(a.peak, b.peak, k);

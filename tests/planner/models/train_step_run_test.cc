@@ -580,6 +580,30 @@ TEST(ComposedPeakTest, SettledCompositionWaitsForTheSlopeToRepeat) {
   EXPECT_EQ(simulated, (std::vector<int64_t>{2 + kSettleProbes, 3 + kSettleProbes}));
 }
 
+// Exposed communication composes per collective class, each at least none: a class whose
+// exposure shrinks with the layers (all_gather: 6 us, then 5 us) stops at none, and the
+// composed whole is the sum of what the classes keep (the psum_scatter's 4 + 2k us, k layers
+// past the first pair's shorter step), not the whole's own extrapolation (10 + k us), which
+// the shrinking class pulls below its parts.
+TEST(ComposeFiguresTest, ExposedCommunicationIsTheSumOfItsClasses) {
+  auto us = [](int64_t n) { return Time::Microseconds(n); };
+  StepFigures a, b;
+  a.exposed_comm = us(10);
+  a.exposed_by_collective = {{"psum_scatter over fsdp", us(4)}, {"all_gather over fsdp", us(6)}};
+  b.exposed_comm = us(11);
+  b.exposed_by_collective = {{"psum_scatter over fsdp", us(6)}, {"all_gather over fsdp", us(5)}};
+  const StepFigures f = ComposeFigures(a, b, 10);
+  EXPECT_EQ(f.exposed_by_collective,
+            (std::map<std::string, Time>{{"psum_scatter over fsdp", us(24)}}));
+  EXPECT_EQ(f.exposed_comm, us(24));
+  // Classes that all grow compose to the whole's own extrapolation.
+  b.exposed_by_collective["all_gather over fsdp"] = us(7);
+  b.exposed_comm = us(13);
+  const StepFigures g = ComposeFigures(a, b, 10);
+  EXPECT_EQ(g.exposed_comm, us(40));
+  EXPECT_EQ(g.exposed_by_collective.at("all_gather over fsdp"), us(16));
+}
+
 // Mixtral 8x7B's dropless step with full remat (FSDP 8 x EP 8 on H100): its memory phases peak
 // at 10.08, 18.51, 23.29, 23.33, 1.63 GiB with 2 layers and 10.44, 23.41, 23.59, 23.84, 2.13
 // with 3. Extrapolated to 32 layers the second phase (the first backward pass, still settling
