@@ -53,6 +53,7 @@ RooflineConfig RooflineConfig::FromDevice(const DeviceSpec& device) {
   }
   c.hbm_bandwidth = device.hbm_bandwidth;
   c.matmul_efficiency = device.matmul_efficiency;
+  c.attention_efficiency = device.attention_efficiency.value_or(device.matmul_efficiency);
   c.memory_efficiency = device.memory_efficiency;
   c.op_overhead = device.op_overhead;
   return c;
@@ -68,8 +69,9 @@ RooflineModel::RooflineModel(RooflineConfig config) : config_(std::move(config))
 //   already gives each op its FLOPs and bytes (elementwise ops have 1 FLOP per element
 //   and several bytes, so they land on the memory roof by themselves). An op with 0 FLOPs
 //   and 0 bytes (an empty array) still pays op_overhead: a kernel is still launched.
-// - FLOPs run at peak(dtype) * matmul_efficiency, bytes at HBM bandwidth *
-//   memory_efficiency; a zero count contributes no time whatever the rate.
+// - FLOPs run at peak(dtype) * matmul_efficiency (a fused attention kernel's at
+//   attention_efficiency), bytes at HBM bandwidth * memory_efficiency; a zero count
+//   contributes no time whatever the rate.
 // The roofline term is computed in double seconds and rounded up to a whole picosecond.
 Time RooflineModel::OpTime(OpKind kind, const OpCost& cost, DType dtype) const {
   if (kind == OpKind::kReshape) return Time();
@@ -93,7 +95,9 @@ Time RooflineModel::OpTime(OpKind kind, const OpCost& cost, DType dtype) const {
       break;
   }
   double compute_s = 0;
-  if (cost.flops > 0) compute_s = cost.flops / (peak.per_second() * config_.matmul_efficiency);
+  const double efficiency =
+      cost.fused_attention ? config_.attention_efficiency : config_.matmul_efficiency;
+  if (cost.flops > 0) compute_s = cost.flops / (peak.per_second() * efficiency);
   double memory_s = 0;
   if (cost.bytes > 0) {
     memory_s = cost.bytes / (config_.hbm_bandwidth.bytes_per_second() * config_.memory_efficiency);

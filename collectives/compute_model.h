@@ -27,6 +27,8 @@ struct RooflineConfig {
   FlopRate peak_flops_f8;          // Peak for f8e4m3 / f8e5m2 work (FP8 tensor cores).
   Bandwidth hbm_bandwidth;         // HBM bandwidth.
   double matmul_efficiency = 1.0;  // Fraction of peak FLOP/s reached.
+  // Fraction of peak FLOP/s a fused attention kernel reaches (OpCost::fused_attention).
+  double attention_efficiency = 1.0;
   double memory_efficiency = 1.0;  // Fraction of HBM bandwidth reached.
   Time op_overhead;                // Fixed launch cost per op.
 
@@ -35,7 +37,8 @@ struct RooflineConfig {
 };
 
 // time = max(FLOPs / (peak(dtype) * matmul_efficiency),
-//            bytes / (HBM bandwidth * memory_efficiency)) + op_overhead.
+//            bytes / (HBM bandwidth * memory_efficiency)) + op_overhead,
+// with attention_efficiency for the FLOPs of a fused attention kernel.
 // An op is compute-bound when its arithmetic intensity (FLOPs per byte) exceeds the
 // device's ridge point peak / bandwidth, memory-bound otherwise.
 class RooflineModel : public ComputeModel {

@@ -713,7 +713,8 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
           10.0 * static_cast<double>(qs.at(0)) * static_cast<double>(qs.at(2)) *
               static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s_len, op.causal),
           in_bytes + out_bytes + UnfusedAttentionBytes(op, *inputs.at(1), s_len, /*backward=*/true),
-          UnfusedAttentionWorkspace(op, *inputs.at(1), s_len, /*backward=*/true)};
+          UnfusedAttentionWorkspace(op, *inputs.at(1), s_len, /*backward=*/true),
+          op.kernel != "unfused"};
     }
     case OpKind::kRaggedDotRhsGrad:
       return RaggedDotCost(op, inputs, outputs);

@@ -93,6 +93,9 @@ struct OpCost {
   // Bytes of temporaries the op holds in HBM while it runs, beyond its inputs and outputs
   // (an unfused attention's scores); they count toward the peak while it runs.
   double workspace = 0;
+  // Its FLOPs run in a fused attention kernel (FlashAttention's): priced at the device's
+  // attention efficiency rather than its matmul efficiency.
+  bool fused_attention = false;
 };
 
 // The cost of a local op: matmul/einsum 2*M*N*K per batch element (einsum: 2 * product of

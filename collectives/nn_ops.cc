@@ -710,6 +710,7 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
       cost.bytes += UnfusedAttentionBytes(op, x, s, /*backward=*/false);
       cost.workspace = UnfusedAttentionWorkspace(op, x, s, /*backward=*/false);
+      cost.fused_attention = op.kernel != "unfused";
       if (op.kernel == "mmha") {
         // Each of the N query heads reads its kv head's keys and values (no sharing within a
         // group of N / K): k and v cross HBM N / K times, once counted above.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "sim/time.h"
@@ -18,6 +19,9 @@ struct DeviceSpec {
   Bytes hbm_capacity;                     // HBM capacity.
   // Fraction of the peak FLOP/s a large matmul reaches (roofline compute roof).
   double matmul_efficiency = 1.0;
+  // Fraction of the peak FLOP/s a fused attention kernel (FlashAttention's) reaches; unset:
+  // matmul_efficiency.
+  std::optional<double> attention_efficiency;
   // Fraction of the HBM bandwidth a streaming op reaches (roofline memory roof).
   double memory_efficiency = 1.0;
   // Fixed cost of launching one op (kernel launch, or a TPU program step).

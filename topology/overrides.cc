@@ -81,6 +81,10 @@ DeviceSpec ApplyDeviceOverride(DeviceSpec device, const DeviceOverride& override
     device.matmul_efficiency =
         CheckedFraction("hardware.device.matmul_efficiency", *override_spec.matmul_efficiency);
   }
+  if (override_spec.attention_efficiency) {
+    device.attention_efficiency = CheckedFraction("hardware.device.attention_efficiency",
+                                                  *override_spec.attention_efficiency);
+  }
   if (override_spec.memory_efficiency) {
     device.memory_efficiency =
         CheckedFraction("hardware.device.memory_efficiency", *override_spec.memory_efficiency);

@@ -24,6 +24,7 @@ struct DeviceOverride {
   std::optional<Bandwidth> hbm_bandwidth;       // hardware.device.hbm_bandwidth
   std::optional<Bytes> hbm_capacity;            // hardware.device.hbm_capacity
   std::optional<double> matmul_efficiency;      // hardware.device.matmul_efficiency, in (0, 1]
+  std::optional<double> attention_efficiency;   // hardware.device.attention_efficiency, (0, 1]
   std::optional<double> memory_efficiency;      // hardware.device.memory_efficiency, in (0, 1]
   std::optional<Time> op_overhead;              // hardware.device.op_overhead, >= 0
   std::optional<double> comm_compute_slowdown;  // hardware.device.comm_compute_slowdown, >= 0

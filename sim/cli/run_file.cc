@@ -255,9 +255,9 @@ HardwareSpec ReadHardware(const YamlValue& value) {
     if (auto l = link.Find("latency")) hw.link.latency = l->ToTime();
   }
   if (auto v = map.Find("device")) {
-    YamlMap device =
-        v->Map({"flops", "hbm_bandwidth", "hbm_capacity", "matmul_efficiency", "memory_efficiency",
-                "op_overhead", "comm_compute_slowdown", "host_bandwidth"});
+    YamlMap device = v->Map({"flops", "hbm_bandwidth", "hbm_capacity", "matmul_efficiency",
+                             "attention_efficiency", "memory_efficiency", "op_overhead",
+                             "comm_compute_slowdown", "host_bandwidth"});
     if (auto flops = device.Find("flops")) {
       YamlMap rates = flops->Map(DtypeNames());
       std::map<std::string, std::string> written;  // Canonical dtype -> the key as written.
@@ -278,6 +278,9 @@ HardwareSpec ReadHardware(const YamlValue& value) {
       if (hw.device.hbm_capacity->count() <= 0) c->Fail("must be positive, got " + c->Describe());
     }
     if (auto e = device.Find("matmul_efficiency")) hw.device.matmul_efficiency = Fraction(*e);
+    if (auto e = device.Find("attention_efficiency")) {
+      hw.device.attention_efficiency = Fraction(*e);
+    }
     if (auto e = device.Find("memory_efficiency")) hw.device.memory_efficiency = Fraction(*e);
     if (auto o = device.Find("op_overhead")) hw.device.op_overhead = o->ToTime();
     if (auto s = device.Find("comm_compute_slowdown")) {

@@ -173,7 +173,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"UnknownKeyListsAllowed", "bad_unknown_far_key.yaml", "4:5",
                     "hardware.device.ram",
                     "unknown key 'ram'; expected one of flops, hbm_bandwidth, hbm_capacity, "
-                    "matmul_efficiency, memory_efficiency, op_overhead, comm_compute_slowdown"},
+                    "matmul_efficiency, attention_efficiency, memory_efficiency, op_overhead, "
+                    "comm_compute_slowdown"},
         BadFileCase{"EfficiencyAboveOne", "bad_device_efficiency.yaml", "4:24",
                     "hardware.device.matmul_efficiency",
                     "expected a fraction of the peak in (0, 1] like 0.85, got \"1.5\""},
@@ -732,6 +733,7 @@ TEST(RunFileTest, ReadsDeviceRooflineFigures) {
   EXPECT_EQ(d.memory_efficiency, 1.0);
   EXPECT_EQ(d.op_overhead, Time::Nanoseconds(3500));
   EXPECT_EQ(d.comm_compute_slowdown, 0.2);
+  EXPECT_EQ(d.attention_efficiency, 0.6);
   const KeyLocation& loc = f.locations.at("hardware.device.op_overhead");
   EXPECT_EQ(loc.line, 9);
   EXPECT_EQ(loc.column, 5);
@@ -739,7 +741,7 @@ TEST(RunFileTest, ReadsDeviceRooflineFigures) {
   // A file that leaves them out overrides nothing.
   const DeviceOverride& none = LoadRunFile(Data("valid_run.yaml")).hardware.device;
   EXPECT_FALSE(none.matmul_efficiency || none.memory_efficiency || none.op_overhead ||
-               none.comm_compute_slowdown);
+               none.comm_compute_slowdown || none.attention_efficiency);
 }
 
 // One bad hardware.device value given by --set, with the exact message.
@@ -771,6 +773,10 @@ INSTANTIATE_TEST_SUITE_P(
                         "expected a fraction of the peak in (0, 1] like 0.85, got \"0\"")},
         BadDeviceValueCase{"MatmulEfficiencyPercent", "hardware.device.matmul_efficiency=85%",
                            DeviceError("matmul_efficiency", "expected a number, got \"85%\"")},
+        BadDeviceValueCase{
+            "AttentionEfficiencyAboveOne", "hardware.device.attention_efficiency=1.2",
+            DeviceError("attention_efficiency",
+                        "expected a fraction of the peak in (0, 1] like 0.85, got \"1.2\"")},
         BadDeviceValueCase{
             "MemoryEfficiencyAboveOne", "hardware.device.memory_efficiency=1.01",
             DeviceError("memory_efficiency",

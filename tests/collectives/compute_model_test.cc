@@ -10,6 +10,7 @@
 
 #include "collectives/array.h"
 #include "collectives/local_ops.h"
+#include "sim/spec_error.h"
 #include "topology/build.h"
 #include "topology/presets.h"
 
@@ -264,6 +265,37 @@ TEST(RooflineTest, FromDeviceCopiesFiguresAndFallsBack) {
   DeviceSpec no_bandwidth = d;
   no_bandwidth.hbm_bandwidth = Bandwidth();
   EXPECT_THROW(RooflineConfig::FromDevice(no_bandwidth), std::invalid_argument);
+}
+
+// A fused attention kernel's FLOPs run at the attention efficiency: the A100 preset's 0.6
+// (FlashAttention-2's 50-73% of its peak), against its GEMMs' 0.8; presets without a figure
+// of their own (H100) run it at the matmul efficiency, and a run file may set it.
+TEST(RooflineTest, FusedAttentionRunsAtTheAttentionEfficiency) {
+  OpCost attention;
+  attention.flops = 4.0 * 32 * 128 * 8192 * 8193 / 2;  // One causal layer: 4 N H pairs.
+  attention.bytes = 4 * 8192 * 32 * 128 * 2.0;         // q, k, v, out in bf16.
+  attention.fused_attention = true;
+  OpCost products = attention;
+  products.fused_attention = false;
+  const RooflineModel a100 = PresetModel("a100-dgx");
+  const double fused_us = attention.flops / (3.1e14 * 0.6) * 1e6 + kGpuOverheadUs;
+  const double gemm_us = attention.flops / (3.1e14 * kGpuMatmulEff) * 1e6 + kGpuOverheadUs;
+  EXPECT_NEAR(a100.OpTime(OpKind::kAttention, attention, DType::kBF16).microseconds(), fused_us,
+              0.01 * fused_us);
+  EXPECT_NEAR(a100.OpTime(OpKind::kAttention, products, DType::kBF16).microseconds(), gemm_us,
+              0.01 * gemm_us);
+  const RooflineModel h100 = PresetModel("h100-dgx");
+  EXPECT_EQ(h100.OpTime(OpKind::kAttention, attention, DType::kBF16),
+            h100.OpTime(OpKind::kAttention, products, DType::kBF16));
+  HardwareSpec spec;
+  spec.preset = "h100-dgx";
+  spec.device.attention_efficiency = 0.4;
+  const RooflineModel set(RooflineConfig::FromDevice(BuildHardware(spec).device_spec()));
+  const double set_us = attention.flops / (9.9e14 * 0.4) * 1e6 + kGpuOverheadUs;
+  EXPECT_NEAR(set.OpTime(OpKind::kAttention, attention, DType::kBF16).microseconds(), set_us,
+              0.01 * set_us);
+  spec.device.attention_efficiency = 1.5;
+  EXPECT_THROW(BuildHardware(spec), SpecError);
 }
 
 TEST(RooflineTest, RunFileOverridesChangeTheResult) {

@@ -784,6 +784,12 @@ TEST(NnOpsCostTest, UnfusedAttentionPaysForItsScores) {
   EXPECT_DOUBLE_EQ(LocalOpCost(grad, grad_ins, grad_outs).bytes -
                        LocalOpCost(grad_flash, grad_ins, grad_outs).bytes,
                    scores * 19);
+  // The fused kernel's FLOPs run at the attention efficiency, the unfused ones' at the
+  // matmul efficiency (cuBLAS's batched products).
+  EXPECT_TRUE(flash.fused_attention);
+  EXPECT_FALSE(with.fused_attention);
+  EXPECT_TRUE(LocalOpCost(grad_flash, grad_ins, grad_outs).fused_attention);
+  EXPECT_FALSE(LocalOpCost(grad, grad_ins, grad_outs).fused_attention);
 }
 
 // kernel: mmha reads a kv head's keys and values once per query head: with 8 query heads over

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct DefaultsCase {
   double memory_efficiency;
   Time op_overhead;
   double comm_compute_slowdown;
+  std::optional<double> attention_efficiency;  // Unset: the matmul efficiency.
 };
 
 void PrintTo(const DefaultsCase& c, std::ostream* os) { *os << c.preset; }
@@ -40,17 +42,19 @@ TEST_P(PresetDefaultsTest, CarriesDocumentedDefaults) {
     EXPECT_EQ(d.memory_efficiency, c.memory_efficiency);
     EXPECT_EQ(d.op_overhead, c.op_overhead);
     EXPECT_EQ(d.comm_compute_slowdown, c.comm_compute_slowdown);
+    EXPECT_EQ(d.attention_efficiency, c.attention_efficiency);
   }
 }
 
 // TPUs: 0.85 / 0.9 / 1 us / 0 (the issue fixes TPU slowdown at 0: DMA engines move data).
-// GPUs: 0.8 / 0.9 / 2 us / 0.1 (NCCL channels occupy SMs).
+// GPUs: 0.8 / 0.9 / 2 us / 0.1 (NCCL channels occupy SMs); the A100's fused attention 0.6
+// (FlashAttention-2's 50-73% of its peak).
 std::vector<DefaultsCase> DefaultsTable() {
   return {DefaultsCase{"tpu-v4", 0.85, 0.9, Time::Microseconds(1), 0.0},
           DefaultsCase{"tpu-v5e", 0.85, 0.9, Time::Microseconds(1), 0.0},
           DefaultsCase{"tpu-v5p", 0.85, 0.9, Time::Microseconds(1), 0.0},
           DefaultsCase{"tpu-v6e", 0.85, 0.9, Time::Microseconds(1), 0.0},
-          DefaultsCase{"a100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
+          DefaultsCase{"a100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1, 0.6},
           DefaultsCase{"h100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
           DefaultsCase{"h200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
           DefaultsCase{"b200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
