@@ -201,14 +201,16 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded,
                                 const std::vector<std::vector<std::string>>& head_tiles,
                                 const std::vector<std::vector<std::string>>& saved, bool link_busy,
-                                bool prefetch_weights) {
+                                bool prefetch_weights, const PartitionedStep* step) {
   std::vector<size_t> phases;
+  const PartitionCosts costs{&mesh, &collectives, machine.compute_model(),
+                             DeviceInBytesPerSecond(machine), &machine};
   const PartitionResult partitioned =
-      PartitionTrainStep(global, layers, plan.remat,
-                         PartitionCosts{&mesh, &collectives, machine.compute_model(),
-                                        DeviceInBytesPerSecond(machine), &machine},
-                         prefetch_groups, &phases, plan.collective_matmul, offloaded, head_tiles,
-                         saved, prefetch_weights);
+      step ? ScheduleStep(step->expanded, step->boundaries, step->partitioned, layers, costs,
+                          prefetch_groups, &phases, plan.collective_matmul, prefetch_weights)
+           : PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
+                                plan.collective_matmul, offloaded, head_tiles, saved,
+                                prefetch_weights);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -253,37 +255,58 @@ std::vector<std::vector<std::string>> CheckpointValues(
 
 namespace {
 
-// Simulates the training step of `model` (whatever its layer count) and reads its figures.
+// What SimulateFigures builds and partitions for one layer count: the same for every
+// StepOverlap, so the schedules a step tries (ScheduleWithinMemory) share it.
+struct BuiltStep {
+  ProgramSpec global;
+  std::vector<std::vector<std::string>> layers, head_tiles, offloaded, saved;
+  PartitionedStep partitioned;
+};
+using BuiltSteps = std::map<int64_t, BuiltStep>;
+
+// Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
+// says and reads its figures; what it builds and partitions is kept in `built` by layer count
+// (null: not kept).
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
-                            CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy) {
-  std::vector<std::vector<std::string>> layers;
-  std::vector<std::map<std::string, std::string>> checkpoints;
-  std::vector<std::vector<std::string>> head_tiles;
-  const ProgramSpec global =
-      BuildTrainStep(model, train, plan.mesh, rules, &layers, &checkpoints, &head_tiles);
+                            CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy,
+                            BuiltSteps* built) {
+  BuiltSteps own;
+  BuiltSteps& steps = built ? *built : own;
+  auto it = steps.find(model.layers);
+  if (it == steps.end()) {
+    BuiltStep b;
+    std::vector<std::map<std::string, std::string>> checkpoints;
+    b.global =
+        BuildTrainStep(model, train, plan.mesh, rules, &b.layers, &checkpoints, &b.head_tiles);
+    b.offloaded = CheckpointValues(checkpoints, plan.offload, "plan.offload");
+    b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
+    b.partitioned = PartitionStep(b.global, b.layers, plan.remat,
+                                  PartitionCosts{&mesh, &collectives, machine.compute_model(),
+                                                 DeviceInBytesPerSecond(machine), &machine},
+                                  b.offloaded, b.head_tiles, b.saved);
+    it = steps.emplace(model.layers, std::move(b)).first;
+  }
+  const BuiltStep& b = it->second;
   return SimulateStepFigures(
-      machine, mesh, global, layers, plan, collectives,
-      overlap != StepOverlap::kNone ? PrefetchGroups(model.layers, train) : 0,
-      CheckpointValues(checkpoints, plan.offload, "plan.offload"), head_tiles,
-      CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"), link_busy,
-      overlap == StepOverlap::kFull);
+      machine, mesh, b.global, b.layers, plan, collectives,
+      overlap != StepOverlap::kNone ? PrefetchGroups(model.layers, train) : 0, b.offloaded,
+      b.head_tiles, b.saved, link_busy, overlap == StepOverlap::kFull, &b.partitioned);
 }
 
 }  // namespace
 
-PartitionResult PartitionTrainStep(const ProgramSpec& global,
-                                   const std::vector<std::vector<std::string>>& layers,
-                                   RematPolicy remat, const PartitionCosts& costs,
-                                   int prefetch_groups, std::vector<size_t>* phases,
-                                   CollectiveMatmulMode collective_matmul,
-                                   const std::vector<std::vector<std::string>>& offloaded,
-                                   const std::vector<std::vector<std::string>>& head_tiles,
-                                   const std::vector<std::vector<std::string>>& saved,
-                                   bool prefetch_weights) {
+PartitionedStep PartitionStep(const ProgramSpec& global,
+                              const std::vector<std::vector<std::string>>& layers,
+                              RematPolicy remat, const PartitionCosts& costs,
+                              const std::vector<std::vector<std::string>>& offloaded,
+                              const std::vector<std::vector<std::string>>& head_tiles,
+                              const std::vector<std::vector<std::string>>& saved) {
+  PartitionedStep step;
   std::vector<size_t> passes;
-  ProgramSpec expanded = ExpandGrads(global, &passes);
+  step.expanded = ExpandGrads(global, &passes);
+  ProgramSpec& expanded = step.expanded;
   std::set<std::string> kept;
   for (const std::vector<std::string>& values : offloaded)
     kept.insert(values.begin(), values.end());
@@ -294,15 +317,23 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   ApplyRemat(expanded, passes, layers, remat, kept);
   ApplyRemat(expanded, passes, head_tiles, RematPolicy::kFull);
   if (offloads) ApplyOffload(expanded, passes, offloaded);
-  const std::vector<size_t> boundaries = passes;
-  PartitionResult partitioned;
+  step.boundaries = passes;
   try {
-    partitioned = PartitionExpanded(expanded, std::move(passes), costs);
+    step.partitioned = PartitionExpanded(expanded, std::move(passes), costs);
   } catch (const SpecError& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   } catch (const std::invalid_argument& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   }
+  return step;
+}
+
+PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size_t>& boundaries,
+                             PartitionResult partitioned,
+                             const std::vector<std::vector<std::string>>& layers,
+                             const PartitionCosts& costs, int prefetch_groups,
+                             std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
+                             bool prefetch_weights) {
   if (collective_matmul != CollectiveMatmulMode::kOff) {
     if (!costs.mesh) throw std::logic_error("internal error: collective matmuls need the mesh");
     FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
@@ -341,6 +372,20 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
   }
   if (phases) *phases = located(boundaries);
   return partitioned;
+}
+
+PartitionResult PartitionTrainStep(const ProgramSpec& global,
+                                   const std::vector<std::vector<std::string>>& layers,
+                                   RematPolicy remat, const PartitionCosts& costs,
+                                   int prefetch_groups, std::vector<size_t>* phases,
+                                   CollectiveMatmulMode collective_matmul,
+                                   const std::vector<std::vector<std::string>>& offloaded,
+                                   const std::vector<std::vector<std::string>>& head_tiles,
+                                   const std::vector<std::vector<std::string>>& saved,
+                                   bool prefetch_weights) {
+  PartitionedStep step = PartitionStep(global, layers, remat, costs, offloaded, head_tiles, saved);
+  return ScheduleStep(step.expanded, step.boundaries, std::move(step.partitioned), layers, costs,
+                      prefetch_groups, phases, collective_matmul, prefetch_weights);
 }
 
 std::set<std::string> UpdatedInputs(const ProgramSpec& global) {
@@ -589,7 +634,7 @@ namespace {
 // The step of SimulateTrainStep without a pipeline, scheduled as options.overlap says.
 TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                              const TrainConfig& train, const StepPlan& plan,
-                                             const TrainStepOptions& options) {
+                                             const TrainStepOptions& options, BuiltSteps* built) {
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   StepCollectives owned(machine, options.collective_model);
@@ -597,7 +642,7 @@ TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const Trans
   const int64_t short_layers = ComposedFrom(model);  // Composed from it and one more.
   if (!options.compose || model.layers <= short_layers + 1) {
     const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives,
-                                          options.overlap, options.link_busy);
+                                          options.overlap, options.link_busy, built);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
     r.remat = plan.remat;
     r.remat_save = plan.remat_save;
@@ -610,7 +655,7 @@ TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const Trans
       [&](int64_t layers) {
         shorter.layers = layers;
         return SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives,
-                               options.overlap, options.link_busy);
+                               options.overlap, options.link_busy, built);
       },
       &simulated, options.settle);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, simulated);
@@ -625,11 +670,16 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
   CheckOffload(machine, plan);
+  // The schedules tried share the collectives' prices and each layer count's partition.
+  StepCollectives owned(machine, options.collective_model);
+  BuiltSteps built;
   return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
     TrainStepOptions scheduled = options;
     scheduled.overlap = overlap;
-    return plan.pipeline ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
-                         : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled);
+    scheduled.collective_model = &owned.model();
+    return plan.pipeline
+               ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
+               : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled, &built);
   });
 }
 

@@ -270,12 +270,22 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
                               const std::function<StepFigures(int64_t)>& run,
                               std::vector<int64_t>* simulated, bool settle = true);
 
+// A training step partitioned but not yet scheduled (PartitionTrainStep's first half: grads
+// expanded, remat and offload applied, auto-partitioned): what every StepOverlap of the step
+// shares.
+struct PartitionedStep {
+  ProgramSpec expanded;            // The global step, grads expanded, remat and offload applied.
+  std::vector<size_t> boundaries;  // Its backward passes' first and last ops (ExpandGrads').
+  PartitionResult partitioned;     // It partitioned.
+};
+
 // Partitions `global` (its `layers` as BuildTrainStep or BuildServeStep list them) with
 // PartitionTrainStep, simulates it on the cached timing path and reads its figures.
 // `offloaded` lists per layer the values plan.offload names and `saved` those a custom remat
 // keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles. Without
 // `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy). `prefetch_groups`
-// and `prefetch_weights` schedule it as PartitionTrainStep says.
+// and `prefetch_weights` schedule it as PartitionTrainStep says; `partitioned`, when given, is
+// `global`'s PartitionStep (on these layers, remat, offload and costs), not made again.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
@@ -283,7 +293,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded = {},
                                 const std::vector<std::vector<std::string>>& head_tiles = {},
                                 const std::vector<std::vector<std::string>>& saved = {},
-                                bool link_busy = true, bool prefetch_weights = true);
+                                bool link_busy = true, bool prefetch_weights = true,
+                                const PartitionedStep* partitioned = nullptr);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE
@@ -319,6 +330,23 @@ Time RecomputeTime(const std::vector<OpTiming>& ops);
 // (ApplyOffload, after remat); with a custom `remat`, those of `saved` (per layer) are kept in
 // device memory; each of `head_tiles` (vocabulary tiles) is recomputed fully in the backward
 // whatever `remat` says (MaxText's tiled loss is checkpointed so).
+// PartitionTrainStep's first half, on the same arguments.
+PartitionedStep PartitionStep(const ProgramSpec& global,
+                              const std::vector<std::vector<std::string>>& layers,
+                              RematPolicy remat, const PartitionCosts& costs,
+                              const std::vector<std::vector<std::string>>& offloaded = {},
+                              const std::vector<std::vector<std::string>>& head_tiles = {},
+                              const std::vector<std::vector<std::string>>& saved = {});
+
+// PartitionTrainStep's second half: `partitioned` (a PartitionStep's, of `expanded` with its
+// pass `boundaries`, on the same `layers`) scheduled.
+PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size_t>& boundaries,
+                             PartitionResult partitioned,
+                             const std::vector<std::vector<std::string>>& layers,
+                             const PartitionCosts& costs, int prefetch_groups,
+                             std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
+                             bool prefetch_weights);
+
 PartitionResult PartitionTrainStep(
     const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
     RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
