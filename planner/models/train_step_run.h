@@ -88,7 +88,8 @@ struct StepFigures {
 
 // How much of a training step's communication its schedule runs beside its compute, as XLA's
 // latency-hiding scheduler overlaps it within the memory limit it keeps to. Each level overlaps
-// less and holds fewer buffers early than the one before.
+// less than the one before, and mostly holds fewer buffers early (not always: program order
+// can peak a little higher than kNoPrefetch, so TrainStepOptions::within_memory tries both).
 enum class StepOverlap {
   // Each layer's weight collectives issued while the layer before it computes
   // (PrefetchWeightCollectives); the gradients' collectives run beside the next layer's
