@@ -212,7 +212,7 @@ def report(shardsim):
         "  1.6 to 14.8 points closer by an error of the schedule. Compute that a",
         "  collective's readers do not need runs beside it (XLA's latency-hiding scheduler,",
         "  Megatron-LM's bulk overlap), which took the v5p TP rows to -2.9% to -0.9% and",
-        "  Megatron's TP rows from -13.2% .. -0.1% to -16.1% .. -1.7% (its 2021 runs may not",
+        "  Megatron's TP rows from -13.2% .. -0.1% to -15.6% .. -1.7% (its 2021 runs may not",
         "  have overlapped their tensor all-reduces with the weight gradients). What else",
         "  the measured runs lose beside their compute is not modelled; among the candidates,",
         "  the HBM bandwidth the collectives' copies take from the kernels beside them, the",

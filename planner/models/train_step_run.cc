@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "collectives/dtype.h"
@@ -340,17 +341,29 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                           costs.collectives, prefetch_weights && prefetch_groups > 0);
   }
   if (prefetch_weights) PrefetchWeightCollectives(partitioned, prefetch_groups);
-  // Ops of `expanded` (ascending indices) found in the partitioned program by name (the
-  // partitioner keeps the global ops' names; the reshards it inserts for an op go just before
-  // it), up to the first not found.
+  // Ops of `expanded` (ascending indices) located in the partitioned program as it is now, in
+  // order: each at the first op, from it on in `expanded`, that the partitioned program has
+  // by name at or after the previous one located (the partitioner keeps the global ops'
+  // names and puts the reshards it inserts for an op just before it; an op it emits nothing
+  // for, such as a sharding constraint the value already meets, is located at the next op it
+  // does emit). Before, an op emitted under no name of its own ended the list there: a layer's
+  // first op is its residual stream's constraint, so no layer boundary was found at all and
+  // collectives' shadows spanned layers and microbatches (Mixtral 8x7B with FSDP 64 and 4
+  // microbatches: 200.7 GB and 4.36 s a step, against 73.5 GB and 2.92 s without shadows).
   auto located = [&](const std::vector<size_t>& at_expanded) {
-    std::vector<size_t> found;
     const std::vector<OpSpec>& ops = partitioned.program.ops;
+    std::unordered_map<std::string, std::vector<size_t>> positions;
+    for (size_t i = 0; i < ops.size(); ++i) positions[ops[i].name].push_back(i);
+    std::vector<size_t> found;
     size_t from = 0;
     for (size_t at : at_expanded) {
-      if (at >= expanded.ops.size()) break;
-      size_t i = from;
-      while (i < ops.size() && ops[i].name != expanded.ops[at].name) ++i;
+      size_t i = ops.size();
+      for (size_t e = at; e < expanded.ops.size() && i == ops.size(); ++e) {
+        const auto it = positions.find(expanded.ops[e].name);
+        if (it == positions.end()) continue;
+        const auto p = std::lower_bound(it->second.begin(), it->second.end(), from);
+        if (p != it->second.end()) i = *p;
+      }
       if (i == ops.size()) break;
       found.push_back(i);
       from = i;
