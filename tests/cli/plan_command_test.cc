@@ -118,6 +118,33 @@ TEST_F(PlanCommandTest, ResumesACutFileWithoutReevaluating) {
   EXPECT_EQ(ReadFile(cut), ReadFile(whole));
 }
 
+// Each --out line records the schedule its step ran (TrainStepOptions::within_memory); a
+// line naming no schedule this version knows is refused with the file's line, not guessed.
+TEST_F(PlanCommandTest, ResumeLinesNameTheirSchedule) {
+  const std::string file = Tiny();
+  const std::string results = (out() / "r.jsonl").string();
+  RunOk({"plan", file, "--out", results});
+  std::vector<std::string> lines = Lines(ReadFile(results));
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& line : lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("refused")) continue;
+    const std::string schedule = j.at("schedule").get<std::string>();
+    EXPECT_TRUE(schedule == "prefetch" || schedule == "no_prefetch" || schedule == "program_order")
+        << line;
+  }
+  nlohmann::json first = nlohmann::json::parse(lines[0]);
+  ASSERT_FALSE(first.contains("refused"));
+  first["schedule"] = "sideways";
+  lines[0] = first.dump();
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  WriteFile(results, text);
+  const Result r = Run({"plan", file, "--out", results});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.err.find("unknown schedule \"sideways\""), std::string::npos) << r;
+}
+
 TEST_F(PlanCommandTest, ResumesAKilledSearch) {
   // A larger space (more layers, a 4 x 4 slice), killed once two results are written.
   const std::string file = WriteInput(
