@@ -317,20 +317,6 @@ std::map<std::string, Bytes> CollectiveBytes(const std::vector<OpTiming>& ops);
 // IsRecompute names, from a run's per-op rows.
 Time RecomputeTime(const std::vector<OpTiming>& ops);
 
-// The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
-// grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
-// recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
-// scheduled, after the all-gathers `collective_matmul` asks for became collective matmuls with
-// their products (FuseCollectiveMatmuls on costs.mesh): with `prefetch_groups` > 0 as
-// StepOverlap::kFull (its weight collectives prefetched a layer ahead over `prefetch_groups`,
-// PrefetchWeightCollectives) or, without `prefetch_weights`, kNoPrefetch; with 0, in program
-// order (kNone). `phases`,
-// when given, receives the partitioned program's op indices where each backward pass starts
-// and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
-// `remat` recomputes and live in host memory between their forward and backward uses
-// (ApplyOffload, after remat); with a custom `remat`, those of `saved` (per layer) are kept in
-// device memory; each of `head_tiles` (vocabulary tiles) is recomputed fully in the backward
-// whatever `remat` says (MaxText's tiled loss is checkpointed so).
 // PartitionTrainStep's first half, on the same arguments.
 PartitionedStep PartitionStep(const ProgramSpec& global,
                               const std::vector<std::vector<std::string>>& layers,
@@ -348,6 +334,20 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                              std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
                              bool prefetch_weights);
 
+// The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
+// grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
+// recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
+// scheduled, after the all-gathers `collective_matmul` asks for became collective matmuls with
+// their products (FuseCollectiveMatmuls on costs.mesh): with `prefetch_groups` > 0 as
+// StepOverlap::kFull (its weight collectives prefetched a layer ahead over `prefetch_groups`,
+// PrefetchWeightCollectives) or, without `prefetch_weights`, kNoPrefetch; with 0, in program
+// order (kNone). `phases`,
+// when given, receives the partitioned program's op indices where each backward pass starts
+// and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
+// `remat` recomputes and live in host memory between their forward and backward uses
+// (ApplyOffload, after remat); with a custom `remat`, those of `saved` (per layer) are kept in
+// device memory; each of `head_tiles` (vocabulary tiles) is recomputed fully in the backward
+// whatever `remat` says (MaxText's tiled loss is checkpointed so).
 PartitionResult PartitionTrainStep(
     const ProgramSpec& global, const std::vector<std::vector<std::string>>& layers,
     RematPolicy remat, const PartitionCosts& costs, int prefetch_groups,
