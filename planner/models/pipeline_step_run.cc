@@ -210,12 +210,11 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     const ProgramSpec global =
         BuildTrainStep(mm, t, stage.mesh, rules, &values, &checkpoints, &head_tiles);
     return SimulateStepFigures(
-        machine, stage_mesh, global, values, stage, *collectives,
-        options.overlap != StepOverlap::kNone ? PrefetchGroups(mm.layers, t) : 0,
+        machine, stage_mesh, global, values, stage, *collectives, PrefetchGroups(mm.layers, t),
         CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
                          "plan.offload"),
         head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"),
-        options.link_busy, options.overlap == StepOverlap::kFull);
+        options.link_busy, options.overlap);
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;

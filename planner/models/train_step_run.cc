@@ -202,16 +202,15 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded,
                                 const std::vector<std::vector<std::string>>& head_tiles,
                                 const std::vector<std::vector<std::string>>& saved, bool link_busy,
-                                bool prefetch_weights, const PartitionedStep* step) {
+                                StepOverlap overlap, const PartitionedStep* step) {
   std::vector<size_t> phases;
   const PartitionCosts costs{&mesh, &collectives, machine.compute_model(),
                              DeviceInBytesPerSecond(machine), &machine};
   const PartitionResult partitioned =
       step ? ScheduleStep(step->expanded, step->boundaries, step->partitioned, layers, costs,
-                          prefetch_groups, &phases, plan.collective_matmul, prefetch_weights)
+                          prefetch_groups, &phases, plan.collective_matmul, overlap)
            : PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
-                                plan.collective_matmul, offloaded, head_tiles, saved,
-                                prefetch_weights);
+                                plan.collective_matmul, offloaded, head_tiles, saved, overlap);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
@@ -266,17 +265,14 @@ struct BuiltStep {
 using BuiltSteps = std::map<int64_t, BuiltStep>;
 
 // Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
-// says and reads its figures; what it builds and partitions is kept in `built` by layer count
-// (null: not kept).
+// says and reads its figures; what it builds and partitions is kept in `built` by layer count.
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
                             CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy,
-                            BuiltSteps* built) {
-  BuiltSteps own;
-  BuiltSteps& steps = built ? *built : own;
-  auto it = steps.find(model.layers);
-  if (it == steps.end()) {
+                            BuiltSteps& built) {
+  auto it = built.find(model.layers);
+  if (it == built.end()) {
     BuiltStep b;
     std::vector<std::map<std::string, std::string>> checkpoints;
     b.global =
@@ -287,13 +283,12 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                                   PartitionCosts{&mesh, &collectives, machine.compute_model(),
                                                  DeviceInBytesPerSecond(machine), &machine},
                                   b.offloaded, b.head_tiles, b.saved);
-    it = steps.emplace(model.layers, std::move(b)).first;
+    it = built.emplace(model.layers, std::move(b)).first;
   }
   const BuiltStep& b = it->second;
-  return SimulateStepFigures(
-      machine, mesh, b.global, b.layers, plan, collectives,
-      overlap != StepOverlap::kNone ? PrefetchGroups(model.layers, train) : 0, b.offloaded,
-      b.head_tiles, b.saved, link_busy, overlap == StepOverlap::kFull, &b.partitioned);
+  return SimulateStepFigures(machine, mesh, b.global, b.layers, plan, collectives,
+                             PrefetchGroups(model.layers, train), b.offloaded, b.head_tiles,
+                             b.saved, link_busy, overlap, &b.partitioned);
 }
 
 }  // namespace
@@ -334,22 +329,21 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                              const std::vector<std::vector<std::string>>& layers,
                              const PartitionCosts& costs, int prefetch_groups,
                              std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
-                             bool prefetch_weights) {
+                             StepOverlap overlap) {
+  const int groups = overlap == StepOverlap::kNone ? 0 : prefetch_groups;
+  const bool prefetch = overlap == StepOverlap::kFull && groups > 0;
   if (collective_matmul != CollectiveMatmulMode::kOff) {
     if (!costs.mesh) throw std::logic_error("internal error: collective matmuls need the mesh");
     FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
-                          costs.collectives, prefetch_weights && prefetch_groups > 0);
+                          costs.collectives, prefetch);
   }
-  if (prefetch_weights) PrefetchWeightCollectives(partitioned, prefetch_groups);
+  if (prefetch) PrefetchWeightCollectives(partitioned, groups);
   // Ops of `expanded` (ascending indices) located in the partitioned program as it is now, in
   // order: each at the first op, from it on in `expanded`, that the partitioned program has
   // by name at or after the previous one located (the partitioner keeps the global ops'
   // names and puts the reshards it inserts for an op just before it; an op it emits nothing
-  // for, such as a sharding constraint the value already meets, is located at the next op it
-  // does emit). Before, an op emitted under no name of its own ended the list there: a layer's
-  // first op is its residual stream's constraint, so no layer boundary was found at all and
-  // collectives' shadows spanned layers and microbatches (Mixtral 8x7B with FSDP 64 and 4
-  // microbatches: 200.7 GB and 4.36 s a step, against 73.5 GB and 2.92 s without shadows).
+  // for, such as a layer's first op, its residual stream's sharding constraint, where the
+  // stream already meets it, is located at the next op it does emit).
   auto located = [&](const std::vector<size_t>& at_expanded) {
     const std::vector<OpSpec>& ops = partitioned.program.ops;
     std::unordered_map<std::string, std::vector<size_t>> positions;
@@ -373,7 +367,7 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
   // Scheduled as XLA's latency-hiding scheduler would: the gradients' collectives run while
   // the backward goes on, and independent compute runs while the collectives the next ops
   // wait for are in flight.
-  if (prefetch_groups > 0) {
+  if (groups > 0) {
     const std::vector<size_t> backward = LayerBackwardStarts(expanded, boundaries, layers);
     DeferCollectiveReaders(partitioned, located(boundaries), located(backward));
     std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
@@ -395,10 +389,10 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    const std::vector<std::vector<std::string>>& offloaded,
                                    const std::vector<std::vector<std::string>>& head_tiles,
                                    const std::vector<std::vector<std::string>>& saved,
-                                   bool prefetch_weights) {
+                                   StepOverlap overlap) {
   PartitionedStep step = PartitionStep(global, layers, remat, costs, offloaded, head_tiles, saved);
   return ScheduleStep(step.expanded, step.boundaries, std::move(step.partitioned), layers, costs,
-                      prefetch_groups, phases, collective_matmul, prefetch_weights);
+                      prefetch_groups, phases, collective_matmul, overlap);
 }
 
 std::set<std::string> UpdatedInputs(const ProgramSpec& global) {
@@ -572,6 +566,12 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
 
 namespace {
 
+// Every schedule with its name, each overlapping less than the one before.
+constexpr std::pair<StepOverlap, const char*> kStepOverlaps[] = {
+    {StepOverlap::kFull, "prefetch"},
+    {StepOverlap::kNoPrefetch, "no_prefetch"},
+    {StepOverlap::kNone, "program_order"}};
+
 // The report `simulate` gives for options.overlap or, with options.within_memory where that
 // schedule peaks over options.memory_limit of HBM, for the first schedule overlapping less
 // that peaks within it (the one asked for when none does). XLA's latency-hiding scheduler
@@ -587,7 +587,7 @@ TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options,
   asked.overlap = options.overlap;
   if (!options.within_memory || within(asked)) return asked;
   uint64_t events = asked.events;
-  for (StepOverlap less : {StepOverlap::kNoPrefetch, StepOverlap::kNone}) {
+  for (const auto& [less, name] : kStepOverlaps) {
     if (less <= options.overlap) continue;
     TrainStepReport r = simulate(less);
     events += r.events;
@@ -617,8 +617,7 @@ TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp
   return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
     const StepFigures f =
         SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
-                            overlap != StepOverlap::kNone ? PrefetchGroups(layers, train) : 0, {},
-                            {}, {}, options.link_busy, overlap == StepOverlap::kFull);
+                            PrefetchGroups(layers, train), {}, {}, {}, options.link_busy, overlap);
     TrainStepReport r = MakeStepReport(machine, mesh, MlpTrainStepModelFlops(mlp, train),
                                        static_cast<double>(train.batch), train.dtype, f, {layers});
     r.model_flops_rule = kMlpFlopsRule;
@@ -631,15 +630,17 @@ int64_t ComposedFrom(const TransformerConfig& model) {
 }
 
 const char* StepOverlapName(StepOverlap overlap) {
-  switch (overlap) {
-    case StepOverlap::kFull:
-      return "prefetch";
-    case StepOverlap::kNoPrefetch:
-      return "no_prefetch";
-    case StepOverlap::kNone:
-      return "program_order";
+  for (const auto& [each, name] : kStepOverlaps) {
+    if (each == overlap) return name;
   }
   return "";
+}
+
+std::optional<StepOverlap> StepOverlapNamed(std::string_view name) {
+  for (const auto& [each, each_name] : kStepOverlaps) {
+    if (name == each_name) return each;
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -647,7 +648,7 @@ namespace {
 // The step of SimulateTrainStep without a pipeline, scheduled as options.overlap says.
 TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                              const TrainConfig& train, const StepPlan& plan,
-                                             const TrainStepOptions& options, BuiltSteps* built) {
+                                             const TrainStepOptions& options, BuiltSteps& built) {
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   StepCollectives owned(machine, options.collective_model);
@@ -692,7 +693,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
     scheduled.collective_model = &owned.model();
     return plan.pipeline
                ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
-               : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled, &built);
+               : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled, built);
   });
 }
 

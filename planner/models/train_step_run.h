@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/executor.h"
@@ -106,6 +107,9 @@ enum class StepOverlap {
 // The name of `overlap` as `run --json` writes it (`schedule`): "prefetch", "no_prefetch",
 // "program_order".
 const char* StepOverlapName(StepOverlap overlap);
+
+// The schedule StepOverlapName calls `name`; none for any other name.
+std::optional<StepOverlap> StepOverlapNamed(std::string_view name);
 
 // Memory per device (SPEC `memory:`).
 struct StepMemory {
@@ -285,7 +289,7 @@ struct PartitionedStep {
 // `offloaded` lists per layer the values plan.offload names and `saved` those a custom remat
 // keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles. Without
 // `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy). `prefetch_groups`
-// and `prefetch_weights` schedule it as PartitionTrainStep says; `partitioned`, when given, is
+// and `overlap` schedule it as PartitionTrainStep says; `partitioned`, when given, is
 // `global`'s PartitionStep (on these layers, remat, offload and costs), not made again.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
@@ -294,7 +298,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded = {},
                                 const std::vector<std::vector<std::string>>& head_tiles = {},
                                 const std::vector<std::vector<std::string>>& saved = {},
-                                bool link_busy = true, bool prefetch_weights = true,
+                                bool link_busy = true, StepOverlap overlap = StepOverlap::kFull,
                                 const PartitionedStep* partitioned = nullptr);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
@@ -332,16 +336,15 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                              const std::vector<std::vector<std::string>>& layers,
                              const PartitionCosts& costs, int prefetch_groups,
                              std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
-                             bool prefetch_weights);
+                             StepOverlap overlap);
 
 // The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
 // grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)
 // recomputed in each backward pass (ApplyRemat), partitioned (auto, priced by `costs`), and
 // scheduled, after the all-gathers `collective_matmul` asks for became collective matmuls with
-// their products (FuseCollectiveMatmuls on costs.mesh): with `prefetch_groups` > 0 as
-// StepOverlap::kFull (its weight collectives prefetched a layer ahead over `prefetch_groups`,
-// PrefetchWeightCollectives) or, without `prefetch_weights`, kNoPrefetch; with 0, in program
-// order (kNone). `phases`,
+// their products (FuseCollectiveMatmuls on costs.mesh): as `overlap` says, its weight
+// collectives prefetched a layer ahead over `prefetch_groups` (PrefetchWeightCollectives)
+// with kFull; `prefetch_groups` 0 is program order whatever `overlap` asks. `phases`,
 // when given, receives the partitioned program's op indices where each backward pass starts
 // and ends (RunConfig::memory_phases). The values of `offloaded` (per layer) are kept whatever
 // `remat` recomputes and live in host memory between their forward and backward uses
@@ -355,7 +358,8 @@ PartitionResult PartitionTrainStep(
     CollectiveMatmulMode collective_matmul = CollectiveMatmulMode::kOff,
     const std::vector<std::vector<std::string>>& offloaded = {},
     const std::vector<std::vector<std::string>>& head_tiles = {},
-    const std::vector<std::vector<std::string>>& saved = {}, bool prefetch_weights = true);
+    const std::vector<std::vector<std::string>>& saved = {},
+    StepOverlap overlap = StepOverlap::kFull);
 
 // The report of `figures` (of the whole step, or composed) for `model` on `train`'s batch on
 // `mesh` of `machine`.

@@ -137,16 +137,9 @@ PlanOutcome OutcomeOfJson(const Json& j, const std::string& where) {
     o.capacity = Bytes(j.at("capacity_bytes").get<int64_t>());
     o.fits = j.at("fits").get<bool>();
     const std::string schedule = j.value("schedule", std::string("prefetch"));
-    bool named = false;
-    for (planner::StepOverlap overlap :
-         {planner::StepOverlap::kFull, planner::StepOverlap::kNoPrefetch,
-          planner::StepOverlap::kNone}) {
-      if (schedule == planner::StepOverlapName(overlap)) {
-        o.overlap = overlap;
-        named = true;
-      }
-    }
-    if (!named) throw InputError(where + ": unknown schedule \"" + schedule + "\"");
+    const std::optional<planner::StepOverlap> overlap = planner::StepOverlapNamed(schedule);
+    if (!overlap) throw InputError(where + ": unknown schedule \"" + schedule + "\"");
+    o.overlap = *overlap;
     o.dominant = j.at("dominant").get<std::string>();
   } catch (const Json::exception& e) {
     throw InputError(where + ": not a result line of shardsim plan: " + e.what());
