@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -392,6 +393,12 @@ void Executor::Start() {
           }
         }
         it->second.groups = {members};
+      } else if (config_.collective_model && agent_position_.size() == 1 && mesh_.parts().empty()) {
+        // One class: one group of agents standing for every group of positions.
+        it->second.groups = {{0}};
+        it->second.position_groups.emplace_back(
+            static_cast<size_t>(mesh_.size() / mesh_.GroupSize(op.axes)));
+        std::iota(it->second.position_groups[0].begin(), it->second.position_groups[0].end(), 0);
       } else if (config_.collective_model) {
         // Agents' groups: the classes met in each group of positions (the same set for every
         // member of a class, by the refinement).
@@ -529,6 +536,19 @@ void Executor::BuildClasses() {
     for (const LoweredOp& op : lp.ops) {
       for (const auto& [axis, index] : op.where) used[axis] = 1;
     }
+  }
+  // One mesh, no `where`, and every collective ending at one instant for all its members (a
+  // slowest-member model's timings): every position's signature below is the same from the
+  // first round (colour 0, each timing's one duration, each group's colour set {0}), so all
+  // positions are one class, found without the round's pass over groups and signatures.
+  bool uniform = mesh_.parts().empty() && !lp.has_where;
+  for (size_t k = 0; uniform && k < distinct.size(); ++k) {
+    const std::vector<Time>& times = distinct[k].second->member_time;
+    uniform = std::all_of(times.begin(), times.end(), [&](Time t) { return t == times.front(); });
+  }
+  if (uniform) {
+    SetClasses(std::vector<int>(static_cast<size_t>(positions), 0));
+    return;
   }
   // Across runs (a search's), the same collectives on the same mesh give the same classes.
   TimelineCache* kept = config_.collective_model->timeline_cache();
@@ -1144,7 +1164,12 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   // the entries on the links both use (found by merging their sorted link lists), at most
   // once per entry, in the order of `others`.
   const GroupUseByLink& on_link = t.profile->by_link();
-  link_load_.assign(on_link.entries, 0.0);
+  // With one other op every entry takes at most one cost (it lies on one link, met once), so
+  // each group's costliest entry is its largest single cost: kept per group as found, without
+  // the per-entry sums.
+  const bool single = others.size() == 1;
+  std::vector<double> worst(t.profile->group_use.size(), 0.0);
+  if (!single) link_load_.assign(on_link.entries, 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
@@ -1168,7 +1193,13 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
             if (rate <= level) continue;
             const double duty = on_link.duty[n];
             const double overlap = aligned ? std::min(duty, b.duty) : duty * b.duty;
-            link_load_[on_link.entry[n]] += overlap * (rate / level - 1.0);
+            const double cost = overlap * (rate / level - 1.0);
+            if (single) {
+              double& w = worst[static_cast<size_t>(on_link.group[n])];
+              w = std::max(w, cost);
+            } else {
+              link_load_[on_link.entry[n]] += cost;
+            }
           }
         }
         ++i;
@@ -1179,10 +1210,11 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   std::vector<double> group_rate(t.profile->group_use.size(), 1.0);
   size_t e = 0;
   for (size_t g = 0; g < t.profile->group_use.size(); ++g) {
-    double worst = 0;
-    for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
-      worst = std::max(worst, link_load_[e++]);
-    group_rate[g] = 1.0 / (1.0 + worst);
+    if (!single) {
+      for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
+        worst[g] = std::max(worst[g], link_load_[e++]);
+    }
+    group_rate[g] = 1.0 / (1.0 + worst[g]);
   }
   SpreadGroupRates(layout, group_rate, it->second);
   if (shared_rates) {

@@ -136,12 +136,13 @@ const GroupUseByLink& LinkProfile::by_link() const {
     // Counting sort of the entries by their link's position in `links` (ascending: found by
     // binary search); entries on links outside the list (none, as recorded) are left out, as
     // no other op could meet them there.
-    std::vector<int32_t> position;
+    std::vector<int32_t> position, group;
     std::vector<const LinkUse*> use;
     by_link_.start.assign(links.size() + 1, 0);
-    for (const std::vector<LinkUse>& mine : group_use) {
-      for (const LinkUse& a : mine) {
+    for (size_t g = 0; g < group_use.size(); ++g) {
+      for (const LinkUse& a : group_use[g]) {
         use.push_back(&a);
+        group.push_back(static_cast<int32_t>(g));
         const auto it = std::lower_bound(links.begin(), links.end(), a.link);
         const bool listed = it != links.end() && *it == a.link;
         position.push_back(listed ? static_cast<int32_t>(it - links.begin()) : -1);
@@ -152,6 +153,7 @@ const GroupUseByLink& LinkProfile::by_link() const {
     by_link_.entry.resize(by_link_.start.back());
     by_link_.rate.resize(by_link_.start.back());
     by_link_.duty.resize(by_link_.start.back());
+    by_link_.group.resize(by_link_.start.back());
     by_link_.entries = use.size();
     std::vector<int32_t> next(by_link_.start.begin(), by_link_.start.end() - 1);
     for (size_t e = 0; e < position.size(); ++e) {
@@ -160,6 +162,7 @@ const GroupUseByLink& LinkProfile::by_link() const {
       by_link_.entry[n] = static_cast<int32_t>(e);
       by_link_.rate[n] = use[e]->flow_rate;
       by_link_.duty[n] = use[e]->duty;
+      by_link_.group[n] = group[e];
     }
   });
   return by_link_;

@@ -49,12 +49,13 @@ struct LinkUse {
 };
 
 // A profile's group_use entries (numbered group after group) listed by the link they are on:
-// those on its links[k] are entry[start[k] .. start[k + 1]), with their flow rates and duties
-// beside them (rate[n], duty[n]: read in that order, not through the entry); `entries` counts
-// them all.
+// those on its links[k] are entry[start[k] .. start[k + 1]), with their flow rates, duties and
+// groups beside them (rate[n], duty[n], group[n]: read in that order, not through the entry);
+// `entries` counts them all.
 struct GroupUseByLink {
   std::vector<int32_t> start, entry;
   std::vector<double> rate, duty;
+  std::vector<int32_t> group;
   size_t entries = 0;
 };
 
