@@ -960,12 +960,7 @@ PartitionResult PartitionOnMachine(const ProgramSpec& global, const Machine& mac
 }
 
 double DeviceInBytesPerSecond(const Machine& machine) {
-  const Topology& topo = machine.topology();
-  std::vector<double> in(topo.num_vertices(), 0.0);
-  for (const Link& link : topo.links()) in[link.dst] += link.bandwidth.bytes_per_second();
-  double most = 0;
-  for (int d = 0; d < topo.num_devices(); ++d) most = std::max(most, in[topo.device_vertex(d)]);
-  return most;
+  return machine.device_in_bandwidth().bytes_per_second();
 }
 
 }  // namespace shardsim::planner

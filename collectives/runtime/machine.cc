@@ -1,5 +1,6 @@
 #include "collectives/runtime/machine.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -10,19 +11,36 @@
 
 namespace shardsim {
 
+namespace {
+
+// The most bandwidth the links into any one device of `topology` carry together.
+Bandwidth DeviceInBandwidth(const Topology& topology) {
+  std::vector<double> in(topology.num_vertices(), 0.0);
+  for (const Link& link : topology.links()) in[link.dst] += link.bandwidth.bytes_per_second();
+  double most = 0;
+  for (int d = 0; d < topology.num_devices(); ++d) {
+    most = std::max(most, in[topology.device_vertex(d)]);
+  }
+  return Bandwidth::BytesPerSecond(most);
+}
+
+}  // namespace
+
 Machine::Machine(Topology topology)
     : topology_(std::move(topology)),
       router_(MakeRouter(topology_)),
       compute_(
           std::make_unique<RooflineModel>(RooflineConfig::FromDevice(topology_.device_spec()))),
-      comm_compute_slowdown_(topology_.device_spec().comm_compute_slowdown) {}
+      comm_compute_slowdown_(topology_.device_spec().comm_compute_slowdown),
+      device_in_(DeviceInBandwidth(topology_)) {}
 
 Machine::Machine(Topology topology, std::unique_ptr<ComputeModel> compute,
                  double comm_compute_slowdown)
     : topology_(std::move(topology)),
       router_(MakeRouter(topology_)),
       compute_(std::move(compute)),
-      comm_compute_slowdown_(comm_compute_slowdown) {}
+      comm_compute_slowdown_(comm_compute_slowdown),
+      device_in_(DeviceInBandwidth(topology_)) {}
 
 const std::vector<int>& Machine::Placement(const std::vector<MeshAxis>& axes,
                                            const std::vector<int>& torus_order) const {

@@ -38,6 +38,9 @@ class Machine {
   double comm_compute_slowdown() const { return comm_compute_slowdown_; }
   // HBM per device.
   Bytes hbm_capacity() const { return topology_.device_spec().hbm_capacity; }
+  // The most bandwidth the links into any one device carry together (found once: a plan
+  // search asks for it on every plan, and a pod has tens of thousands of links).
+  Bandwidth device_in_bandwidth() const { return device_in_; }
   // The devices of a mesh of `axes` in the default placement (DefaultPlacement), or with
   // `torus_order` TorusPlacement's, found once per axis sizes and order (a plan search places
   // the same meshes again and again). Throws as those do.
@@ -49,6 +52,7 @@ class Machine {
   std::unique_ptr<Router> router_;
   std::unique_ptr<ComputeModel> compute_;
   double comm_compute_slowdown_ = 0;
+  Bandwidth device_in_;
   // Placement's answers by the axis sizes, -1, then the torus order.
   mutable std::map<std::vector<int>, std::vector<int>> placements_;
 };

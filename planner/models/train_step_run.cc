@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -646,10 +647,10 @@ std::optional<StepOverlap> StepOverlapNamed(std::string_view name) {
 namespace {
 
 // The step of SimulateTrainStep without a pipeline, scheduled as options.overlap says.
-TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
+TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const Mesh& mesh,
+                                             const TransformerConfig& model,
                                              const TrainConfig& train, const StepPlan& plan,
                                              const TrainStepOptions& options, BuiltSteps& built) {
-  const Mesh mesh = PlacePlanMesh(machine, plan);
   const LogicalRules rules = PlanRules(plan);
   StepCollectives owned(machine, options.collective_model);
   CollectiveCostModel* collectives = &owned.model();
@@ -684,16 +685,19 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
                                   const TrainConfig& train, const StepPlan& plan,
                                   const TrainStepOptions& options) {
   CheckOffload(machine, plan);
-  // The schedules tried share the collectives' prices and each layer count's partition.
+  // The schedules tried share the collectives' prices, the mesh and each layer count's
+  // partition.
   StepCollectives owned(machine, options.collective_model);
   BuiltSteps built;
+  std::optional<Mesh> mesh;
+  if (!plan.pipeline) mesh.emplace(PlacePlanMesh(machine, plan));
   return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
     TrainStepOptions scheduled = options;
     scheduled.overlap = overlap;
     scheduled.collective_model = &owned.model();
     return plan.pipeline
                ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
-               : SimulateUnpipelinedTrainStep(machine, model, train, plan, scheduled, built);
+               : SimulateUnpipelinedTrainStep(machine, *mesh, model, train, plan, scheduled, built);
   });
 }
 
