@@ -1173,14 +1173,17 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use: the fair rate the other op leaves this one's transfers there.
-    for (size_t i = 0, j = 0; i < t.profile->link_use.size() && j < u.profile->link_use.size();) {
-      const LinkUse& whole = t.profile->link_use[i];
-      const LinkUse& b = u.profile->link_use[j];
-      if (whole.link < b.link) {
+    // (Merged through the link ids alone, each use read where both have the link.)
+    const std::vector<LinkId>& mine = t.profile->links;
+    const std::vector<LinkId>& theirs = u.profile->links;
+    for (size_t i = 0, j = 0; i < mine.size() && j < theirs.size();) {
+      if (mine[i] < theirs[j]) {
         ++i;
-      } else if (b.link < whole.link) {
+      } else if (theirs[j] < mine[i]) {
         ++j;
       } else {
+        const LinkUse& whole = t.profile->link_use[i];
+        const LinkUse& b = u.profile->link_use[j];
         double capacity = links[b.link].bandwidth.bytes_per_second();
         const double level =
             FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);

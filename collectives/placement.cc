@@ -84,26 +84,32 @@ std::vector<int> SnakeCoords(int t, const std::vector<int>& sizes) {
 // The devices of a torus plan, by mesh position.
 std::vector<int> PlaceOnTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape,
                               const TorusPlan& plan) {
+  // A device's index (TorusIndex: row-major) is linear in its coordinates, and each coordinate
+  // a sum of the pieces' terms, so each mesh axis adds a term of its own coordinate alone:
+  // tabulated per axis, then summed per position (a pod's mesh has 8,960).
+  std::vector<int> row_stride(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) row_stride[d - 1] = row_stride[d] * shape[d];
+  std::vector<std::vector<int>> term(axes.size());
+  for (size_t a = 0; a < axes.size(); ++a) {
+    std::vector<int> sizes;
+    for (const Piece& piece : plan[a]) sizes.push_back(piece.size);
+    term[a].resize(static_cast<size_t>(axes[a].size));
+    for (int c = 0; c < axes[a].size; ++c) {
+      const std::vector<int> coords = SnakeCoords(c, sizes);
+      for (size_t j = 0; j < plan[a].size(); ++j) {
+        term[a][c] += coords[j] * plan[a][j].stride * row_stride[plan[a][j].dim];
+      }
+    }
+  }
   int total = 1;
   for (const MeshAxis& axis : axes) total *= axis.size;
   std::vector<int> devices(total);
-  std::vector<int> mesh_coords(axes.size());
   for (int p = 0; p < total; ++p) {
     int rest = p;
-    for (int a = static_cast<int>(axes.size()) - 1; a >= 0; --a) {
-      mesh_coords[a] = rest % axes[a].size;
+    for (size_t a = axes.size(); a-- > 0;) {
+      devices[p] += term[a][rest % axes[a].size];
       rest /= axes[a].size;
     }
-    std::vector<int> phys(shape.size(), 0);
-    for (size_t a = 0; a < axes.size(); ++a) {
-      std::vector<int> sizes;
-      for (const Piece& piece : plan[a]) sizes.push_back(piece.size);
-      const std::vector<int> coords = SnakeCoords(mesh_coords[a], sizes);
-      for (size_t j = 0; j < plan[a].size(); ++j) {
-        phys[plan[a][j].dim] += coords[j] * plan[a][j].stride;
-      }
-    }
-    devices[p] = TorusIndex(shape, phys);
   }
   return devices;
 }
