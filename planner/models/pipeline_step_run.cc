@@ -17,6 +17,7 @@
 #include "collectives/lowering.h"
 #include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/partitioner.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -114,7 +115,10 @@ std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const Pipel
 
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
-                                           const TrainStepOptions& options) {
+                                           const TrainStepOptions& options,
+                                           PipelineBuilds* builds) {
+  PipelineBuilds own_builds;
+  PipelineBuilds& built = builds ? *builds : own_builds;
   const PipelinePlan& pp = *plan.pipeline;
   const Mesh mesh = PlacePlanMesh(machine, plan);
   const int stage_axis = [&] {
@@ -205,16 +209,27 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
     t.unreduced_gradients = run == Run::kMicrobatch;
     t.layers_only = layers_only;
     if (layers_only) t.vocab_tiling = 1;  // No logits.
-    std::vector<std::vector<std::string>> values, head_tiles;
-    std::vector<std::map<std::string, std::string>> checkpoints;
-    const ProgramSpec global =
-        BuildTrainStep(mm, t, stage.mesh, rules, &values, &checkpoints, &head_tiles);
-    return SimulateStepFigures(
-        machine, stage_mesh, global, values, stage, *collectives, PrefetchGroups(mm.layers, t),
-        CheckpointValues(checkpoints, offload ? plan.offload : std::vector<std::string>{},
-                         "plan.offload"),
-        head_tiles, CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save"),
-        options.link_busy, options.overlap);
+    const auto key = std::make_tuple(kind.dense_layers, kind.experts, layers, static_cast<int>(run),
+                                     offload, layers_only);
+    auto it = built.steps.find(key);
+    if (it == built.steps.end()) {
+      PipelineBuilds::Built b;
+      std::vector<std::map<std::string, std::string>> checkpoints;
+      b.global = BuildTrainStep(mm, t, stage.mesh, rules, &b.values, &checkpoints, &b.head_tiles);
+      b.offloaded = CheckpointValues(
+          checkpoints, offload ? plan.offload : std::vector<std::string>{}, "plan.offload");
+      b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
+      b.partitioned =
+          PartitionStep(b.global, b.values, stage.remat,
+                        PartitionCosts{&stage_mesh, collectives, machine.compute_model(),
+                                       DeviceInBytesPerSecond(machine), &machine},
+                        b.offloaded, b.head_tiles, b.saved);
+      it = built.steps.emplace(key, std::move(b)).first;
+    }
+    const PipelineBuilds::Built& b = it->second;
+    return SimulateStepFigures(machine, stage_mesh, b.global, b.values, stage, *collectives,
+                               PrefetchGroups(mm.layers, t), b.offloaded, b.head_tiles, b.saved,
+                               options.link_busy, options.overlap, &b.partitioned);
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.
   std::map<std::tuple<const TransformerConfig*, int64_t, Run, bool, bool>, StepFigures> made;

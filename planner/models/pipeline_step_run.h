@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/runtime/machine.h"
@@ -44,8 +47,24 @@ std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const Pipel
 // peak with the schedule's in-flight microbatch chunks holding their activations; the report
 // gives the stage with the highest peak. Throws SpecError at "plan.pipeline" or
 // "plan.rules.layers" for a plan that does not fit together.
+// What the schedules one pipelined step tries (SimulateTrainStep's, to stay within memory)
+// share: each stage step's built program and its partition, which no schedule changes, by the
+// kind of layers (dense layers, experts), the layer count, the run (forward, microbatch, step),
+// offload and whether it is the layers alone.
+struct PipelineBuilds {
+  struct Built {
+    ProgramSpec global;
+    std::vector<std::vector<std::string>> values, head_tiles, offloaded, saved;
+    PartitionedStep partitioned;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, Built> steps;
+};
+
+// `builds`: kept for the next call with the same machine, model, train, plan and collective
+// model (null: made for this call alone).
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
                                            const TrainConfig& train, const StepPlan& plan,
-                                           const TrainStepOptions& options);
+                                           const TrainStepOptions& options,
+                                           PipelineBuilds* builds = nullptr);
 
 }  // namespace shardsim::planner

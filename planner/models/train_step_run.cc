@@ -689,6 +689,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   // partition.
   StepCollectives owned(machine, options.collective_model);
   BuiltSteps built;
+  PipelineBuilds pipeline_built;
   std::optional<Mesh> mesh;
   if (!plan.pipeline) mesh.emplace(PlacePlanMesh(machine, plan));
   return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
@@ -696,7 +697,7 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
     scheduled.overlap = overlap;
     scheduled.collective_model = &owned.model();
     return plan.pipeline
-               ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled)
+               ? SimulatePipelinedTrainStep(machine, model, train, plan, scheduled, &pipeline_built)
                : SimulateUnpipelinedTrainStep(machine, *mesh, model, train, plan, scheduled, built);
   });
 }

@@ -1,7 +1,8 @@
 // Pipelined training steps: the schedule's bubble shrinks with microbatches and with
 // interleaving, GPipe holds more activations than 1F1B, each stage holds its share of the
 // parameters, layers that do not divide among the stages and leading dense layers make
-// unequal stages, and plans that do not fit together are located errors.
+// unequal stages, plans that do not fit together are located errors, and the schedules tried to
+// stay within memory equal those asked for.
 #include "planner/models/pipeline_step_run.h"
 
 #include <gtest/gtest.h>
@@ -522,6 +523,46 @@ TEST(PipelineStepTest, StageStepsComposeFromWhereTheyHaveSettled) {
   EXPECT_EQ(b.simulated_layers, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(b.step_time, a.step_time);
   EXPECT_EQ(b.memory.peak, a.memory.peak);
+}
+
+// The schedules a pipelined step tries to stay within its memory limit (prefetching weight
+// gathers inside the stages, then not, then program order) share each stage step's built and
+// partitioned program: the schedule a limit leaves is, to the picosecond and the byte, the step
+// asked for with that schedule alone (fresh builds).
+TEST(PipelineStepTest, SchedulesTriedWithinMemoryEqualThoseAskedFor) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  StepPlan fsdp;
+  fsdp.mesh = {{"stage", 2}, {"fsdp", 4}};
+  fsdp.rules = {{"batch", {"fsdp"}}, {"embed", {"fsdp"}}, {"layers", {"stage"}}};
+  fsdp.pipeline = PipelinePlan{"stage", PipelineSchedule::kOneFOneB, 1};
+  auto with = [&](StepOverlap overlap, bool within, double limit) {
+    TrainStepOptions o;
+    o.overlap = overlap;
+    o.within_memory = within;
+    o.memory_limit = limit;
+    return SimulateTrainStep(machine, Model(), Train(4), fsdp, o);
+  };
+  const TrainStepReport full = with(StepOverlap::kFull, false, 1);
+  const TrainStepReport unprefetched = with(StepOverlap::kNoPrefetch, false, 1);
+  const TrainStepReport ordered = with(StepOverlap::kNone, false, 1);
+  const Bytes least = std::min(unprefetched.memory.peak, ordered.memory.peak);
+  ASSERT_GT(full.memory.peak, least);
+  const double limit =
+      (static_cast<double>(full.memory.peak.count()) + static_cast<double>(least.count())) / 2 /
+      static_cast<double>(full.memory.capacity.count());
+  const TrainStepReport kept = with(StepOverlap::kFull, true, limit);
+  const TrainStepReport& want =
+      unprefetched.memory.peak < full.memory.peak &&
+              static_cast<double>(unprefetched.memory.peak.count()) <=
+                  limit * static_cast<double>(full.memory.capacity.count())
+          ? unprefetched
+          : ordered;
+  EXPECT_EQ(kept.overlap, &want == &unprefetched ? StepOverlap::kNoPrefetch : StepOverlap::kNone);
+  EXPECT_EQ(kept.step_time, want.step_time);
+  EXPECT_EQ(kept.memory.peak, want.memory.peak);
+  EXPECT_EQ(kept.exposed_comm, want.exposed_comm);
+  EXPECT_EQ(kept.bubble, want.bubble);
+  EXPECT_EQ(kept.overlapped_peak, full.memory.peak);
 }
 
 }  // namespace
