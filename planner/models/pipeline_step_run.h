@@ -29,6 +29,19 @@ std::vector<int64_t> ChunkLayers(int64_t layers, int chunks);
 // SpecError at "plan.pipeline" when they do not split so, or some chunk would have no layer.
 std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const PipelinePlan& pipeline);
 
+// What the schedules one pipelined step tries (SimulateTrainStep's, to stay within memory)
+// share: each stage step's built program and its partition, which no schedule changes, by the
+// kind of layers (dense layers, experts), the layer count, the run (forward, microbatch, step),
+// offload and whether it is the layers alone.
+struct PipelineBuilds {
+  struct Built {
+    ProgramSpec global;
+    std::vector<std::vector<std::string>> values, head_tiles, offloaded, saved;
+    PartitionedStep partitioned;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, Built> steps;
+};
+
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers
 // into stages over its mesh axis (the rules give `layers: <that axis>`), stages x
 // virtual_stages chunks of consecutive layers (ChunkLayers). The data axes (axes only the
@@ -47,19 +60,6 @@ std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const Pipel
 // peak with the schedule's in-flight microbatch chunks holding their activations; the report
 // gives the stage with the highest peak. Throws SpecError at "plan.pipeline" or
 // "plan.rules.layers" for a plan that does not fit together.
-// What the schedules one pipelined step tries (SimulateTrainStep's, to stay within memory)
-// share: each stage step's built program and its partition, which no schedule changes, by the
-// kind of layers (dense layers, experts), the layer count, the run (forward, microbatch, step),
-// offload and whether it is the layers alone.
-struct PipelineBuilds {
-  struct Built {
-    ProgramSpec global;
-    std::vector<std::vector<std::string>> values, head_tiles, offloaded, saved;
-    PartitionedStep partitioned;
-  };
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, Built> steps;
-};
-
 // `builds`: kept for the next call with the same machine, model, train, plan and collective
 // model (null: made for this call alone).
 TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const TransformerConfig& model,
