@@ -50,15 +50,15 @@ TEST_P(PresetDefaultsTest, CarriesDocumentedDefaults) {
 // GPUs: 0.8 / 0.9 / 2 us / 0.1 (NCCL channels occupy SMs); the A100's fused attention 0.6
 // (FlashAttention-2's 50-73% of its peak).
 std::vector<DefaultsCase> DefaultsTable() {
-  return {DefaultsCase{"tpu-v4", 0.85, 0.9, Time::Microseconds(1), 0.0},
-          DefaultsCase{"tpu-v5e", 0.85, 0.9, Time::Microseconds(1), 0.0},
-          DefaultsCase{"tpu-v5p", 0.85, 0.9, Time::Microseconds(1), 0.0},
-          DefaultsCase{"tpu-v6e", 0.85, 0.9, Time::Microseconds(1), 0.0},
+  return {DefaultsCase{"tpu-v4", 0.85, 0.9, Time::Microseconds(1), 0.0, std::nullopt},
+          DefaultsCase{"tpu-v5e", 0.85, 0.9, Time::Microseconds(1), 0.0, std::nullopt},
+          DefaultsCase{"tpu-v5p", 0.85, 0.9, Time::Microseconds(1), 0.0, std::nullopt},
+          DefaultsCase{"tpu-v6e", 0.85, 0.9, Time::Microseconds(1), 0.0, std::nullopt},
           DefaultsCase{"a100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1, 0.6},
-          DefaultsCase{"h100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
-          DefaultsCase{"h200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
-          DefaultsCase{"b200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1},
-          DefaultsCase{"gb200-nvl72", 0.8, 0.9, Time::Microseconds(2), 0.1}};
+          DefaultsCase{"h100-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1, std::nullopt},
+          DefaultsCase{"h200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1, std::nullopt},
+          DefaultsCase{"b200-dgx", 0.8, 0.9, Time::Microseconds(2), 0.1, std::nullopt},
+          DefaultsCase{"gb200-nvl72", 0.8, 0.9, Time::Microseconds(2), 0.1, std::nullopt}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, PresetDefaultsTest, testing::ValuesIn(DefaultsTable()),
