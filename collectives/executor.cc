@@ -1210,9 +1210,10 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       }
     }
   }
-  std::vector<double> group_rate(t.profile->group_use.size(), 1.0);
+  // Each group's rate, in place of its worst cost.
+  std::vector<double>& group_rate = worst;
   size_t e = 0;
-  for (size_t g = 0; g < t.profile->group_use.size(); ++g) {
+  for (size_t g = 0; g < group_rate.size(); ++g) {
     if (!single) {
       for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
         worst[g] = std::max(worst[g], link_load_[e++]);

@@ -714,7 +714,7 @@ OpCost GradOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
               static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s_len, op.causal),
           in_bytes + out_bytes + UnfusedAttentionBytes(op, *inputs.at(1), s_len, /*backward=*/true),
           UnfusedAttentionWorkspace(op, *inputs.at(1), s_len, /*backward=*/true),
-          op.kernel != "unfused"};
+          !UnfusedAttention(op)};
     }
     case OpKind::kRaggedDotRhsGrad:
       return RaggedDotCost(op, inputs, outputs);

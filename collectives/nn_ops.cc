@@ -514,8 +514,10 @@ double Scores(const Array& q, int64_t s) {
 
 }  // namespace
 
+bool UnfusedAttention(const OpSpec& op) { return op.kernel == "unfused"; }
+
 double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool backward) {
-  if (op.kernel != "unfused") return 0;
+  if (!UnfusedAttention(op)) return 0;
   // Megatron-LM's attention before FlashAttention, per element of the B N T S scores (all of
   // them: the mask is applied to the full square), e the dtype's bytes: forward, the scores
   // written by the batched q k^T, read and the probabilities written by the fused
@@ -527,7 +529,7 @@ double UnfusedAttentionBytes(const OpSpec& op, const Array& q, int64_t s, bool b
 }
 
 double UnfusedAttentionWorkspace(const OpSpec& op, const Array& q, int64_t s, bool backward) {
-  if (op.kernel != "unfused") return 0;
+  if (!UnfusedAttention(op)) return 0;
   // Per score, e the dtype's bytes: the forward holds the scores and the probabilities the
   // softmax writes from them at once, with dropout's one-byte mask (2e + 1; the dropped
   // probabilities overwrite the scores); the backward, which recomputes the probabilities,
@@ -710,7 +712,7 @@ OpCost NnOpCost(const OpSpec& op, const std::vector<const Array*>& inputs,
                    static_cast<double>(qs.at(3)) * AttentionPairs(qs.at(1), s, op.causal);
       cost.bytes += UnfusedAttentionBytes(op, x, s, /*backward=*/false);
       cost.workspace = UnfusedAttentionWorkspace(op, x, s, /*backward=*/false);
-      cost.fused_attention = op.kernel != "unfused";
+      cost.fused_attention = !UnfusedAttention(op);
       if (op.kernel == "mmha") {
         // Each of the N query heads reads its kv head's keys and values (no sharing within a
         // group of N / K): k and v cross HBM N / K times, once counted above.

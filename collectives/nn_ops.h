@@ -87,6 +87,9 @@ Array OneHot(const Array& x, int64_t num_classes, DType dtype);
 // double, the probabilities rounded to the dtype before weighting v. causal: query t sees keys
 // j <= t + S - T (the last query aligned with the last key; needs T <= S).
 Array Attention(const Array& q, const Array& k, const Array& v, bool causal);
+// Whether an attention or attention_grad runs unfused (kernel: unfused: its B N T S scores
+// materialized in HBM) rather than in a fused kernel (flash, mmha).
+bool UnfusedAttention(const OpSpec& op);
 // The HBM bytes an `unfused` attention (kernel: unfused) or attention_grad (`backward`) adds for
 // its materialized B N T S scores of q's dtype (q [B, T, N, H], S keys; see nn_ops.cc); 0 for
 // flash.

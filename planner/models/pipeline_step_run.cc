@@ -17,7 +17,6 @@
 #include "collectives/lowering.h"
 #include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
-#include "planner/partitioner.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
@@ -213,21 +212,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                      offload, layers_only);
     auto it = built.steps.find(key);
     if (it == built.steps.end()) {
-      PipelineBuilds::Built b;
-      std::vector<std::map<std::string, std::string>> checkpoints;
-      b.global = BuildTrainStep(mm, t, stage.mesh, rules, &b.values, &checkpoints, &b.head_tiles);
-      b.offloaded = CheckpointValues(
-          checkpoints, offload ? plan.offload : std::vector<std::string>{}, "plan.offload");
-      b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
-      b.partitioned =
-          PartitionStep(b.global, b.values, stage.remat,
-                        PartitionCosts{&stage_mesh, collectives, machine.compute_model(),
-                                       DeviceInBytesPerSecond(machine), &machine},
-                        b.offloaded, b.head_tiles, b.saved);
-      it = built.steps.emplace(key, std::move(b)).first;
+      it = built.steps
+               .emplace(key,
+                        BuildPartitionedStep(machine, stage_mesh, mm, t, stage, rules, *collectives,
+                                             offload ? plan.offload : std::vector<std::string>{}))
+               .first;
     }
-    const PipelineBuilds::Built& b = it->second;
-    return SimulateStepFigures(machine, stage_mesh, b.global, b.values, stage, *collectives,
+    const BuiltTrainStep& b = it->second;
+    return SimulateStepFigures(machine, stage_mesh, b.global, b.layers, stage, *collectives,
                                PrefetchGroups(mm.layers, t), b.offloaded, b.head_tiles, b.saved,
                                options.link_busy, options.overlap, &b.partitioned);
   };

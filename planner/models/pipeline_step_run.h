@@ -34,12 +34,7 @@ std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const Pipel
 // kind of layers (dense layers, experts), the layer count, the run (forward, microbatch, step),
 // offload and whether it is the layers alone.
 struct PipelineBuilds {
-  struct Built {
-    ProgramSpec global;
-    std::vector<std::vector<std::string>> values, head_tiles, offloaded, saved;
-    PartitionedStep partitioned;
-  };
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, Built> steps;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, BuiltTrainStep> steps;
 };
 
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers

@@ -233,6 +233,23 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   return f;
 }
 
+BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
+                                    const TransformerConfig& model, const TrainConfig& train,
+                                    const StepPlan& plan, const LogicalRules& rules,
+                                    CollectiveCostModel& collectives,
+                                    const std::vector<std::string>& offload) {
+  BuiltTrainStep b;
+  std::vector<std::map<std::string, std::string>> checkpoints;
+  b.global = BuildTrainStep(model, train, plan.mesh, rules, &b.layers, &checkpoints, &b.head_tiles);
+  b.offloaded = CheckpointValues(checkpoints, offload, "plan.offload");
+  b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
+  b.partitioned = PartitionStep(b.global, b.layers, plan.remat,
+                                PartitionCosts{&mesh, &collectives, machine.compute_model(),
+                                               DeviceInBytesPerSecond(machine), &machine},
+                                b.offloaded, b.head_tiles, b.saved);
+  return b;
+}
+
 std::vector<std::vector<std::string>> CheckpointValues(
     const std::vector<std::map<std::string, std::string>>& checkpoints,
     const std::vector<std::string>& names, const std::string& key) {
@@ -256,14 +273,9 @@ std::vector<std::vector<std::string>> CheckpointValues(
 
 namespace {
 
-// What SimulateFigures builds and partitions for one layer count: the same for every
-// StepOverlap, so the schedules a step tries (ScheduleWithinMemory) share it.
-struct BuiltStep {
-  ProgramSpec global;
-  std::vector<std::vector<std::string>> layers, head_tiles, offloaded, saved;
-  PartitionedStep partitioned;
-};
-using BuiltSteps = std::map<int64_t, BuiltStep>;
+// Each layer count's built and partitioned step, shared by the schedules a step tries
+// (ScheduleWithinMemory).
+using BuiltSteps = std::map<int64_t, BuiltTrainStep>;
 
 // Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
 // says and reads its figures; what it builds and partitions is kept in `built` by layer count.
@@ -274,19 +286,12 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             BuiltSteps& built) {
   auto it = built.find(model.layers);
   if (it == built.end()) {
-    BuiltStep b;
-    std::vector<std::map<std::string, std::string>> checkpoints;
-    b.global =
-        BuildTrainStep(model, train, plan.mesh, rules, &b.layers, &checkpoints, &b.head_tiles);
-    b.offloaded = CheckpointValues(checkpoints, plan.offload, "plan.offload");
-    b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
-    b.partitioned = PartitionStep(b.global, b.layers, plan.remat,
-                                  PartitionCosts{&mesh, &collectives, machine.compute_model(),
-                                                 DeviceInBytesPerSecond(machine), &machine},
-                                  b.offloaded, b.head_tiles, b.saved);
-    it = built.emplace(model.layers, std::move(b)).first;
+    it = built
+             .emplace(model.layers, BuildPartitionedStep(machine, mesh, model, train, plan, rules,
+                                                         collectives, plan.offload))
+             .first;
   }
-  const BuiltStep& b = it->second;
+  const BuiltTrainStep& b = it->second;
   return SimulateStepFigures(machine, mesh, b.global, b.layers, plan, collectives,
                              PrefetchGroups(model.layers, train), b.offloaded, b.head_tiles,
                              b.saved, link_busy, overlap, &b.partitioned);

@@ -301,6 +301,24 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 bool link_busy = true, StepOverlap overlap = StepOverlap::kFull,
                                 const PartitionedStep* partitioned = nullptr);
 
+// A training step built (BuildTrainStep, with its layers' values, vocabulary tiles, and the
+// checkpoint values offload and a custom remat name) and partitioned (PartitionStep): what
+// every StepOverlap of it shares.
+struct BuiltTrainStep {
+  ProgramSpec global;
+  std::vector<std::vector<std::string>> layers, head_tiles, offloaded, saved;
+  PartitionedStep partitioned;
+};
+
+// Builds `model`'s step on `train` for `plan`'s mesh axes and `rules`, its `offload` checkpoint
+// names (plan.offload, or none) held in host memory and plan.remat_save's kept, and partitions
+// it on `mesh` with plan.remat, collectives priced by `collectives`.
+BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
+                                    const TransformerConfig& model, const TrainConfig& train,
+                                    const StepPlan& plan, const LogicalRules& rules,
+                                    CollectiveCostModel& collectives,
+                                    const std::vector<std::string>& offload);
+
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE
 // layer's MLP, a GELU's mlpwi_1).
