@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import test from 'node:test';
+import test, { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { loadTrace, summarize } from './perfetto_check.mjs';
@@ -16,6 +16,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
 const binary = process.env.SHARDSIM_BINARY || path.join(root, 'build', 'shardsim');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardsim-trace-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 function simulate(config, name) {
   const trace = path.join(tmp, `${name}.json`);
