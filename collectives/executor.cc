@@ -1159,7 +1159,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       return it->second;
     }
   }
-  const std::vector<Link>& links = network_.topology().links();
+  const std::vector<double>& capacities = network_.topology().link_bytes_per_second();
   // Per link of the op's groups, one after another: the summed costs. Each other op adds to
   // the entries on the links both use (found by merging their sorted link lists), at most
   // once per entry, in the order of `others`.
@@ -1184,9 +1184,8 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       } else {
         const LinkUse& whole = t.profile->link_use[i];
         const LinkUse& b = u.profile->link_use[j];
-        double capacity = links[b.link].bandwidth.bytes_per_second();
-        const double level =
-            FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
+        const double level = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate,
+                                       capacities[static_cast<size_t>(b.link)]);
         // Below an infinite level (both sets fit) nothing is slowed.
         if (level >= 0 && level < std::numeric_limits<double>::infinity()) {
           // An entry whose transfers want no more than the level keeps its rate and adds 0

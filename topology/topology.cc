@@ -72,6 +72,7 @@ LinkId TopologyBuilder::AddDirected(VertexId a, VertexId b, Bandwidth bw, Time l
   if (!(bw.bytes_per_second() > 0)) throw std::logic_error("a link needs a positive bandwidth");
   LinkId id = static_cast<LinkId>(topo_.links_.size());
   topo_.links_.push_back(Link{a, b, bw, latency, kind, physical, dimension, direction});
+  topo_.link_bytes_per_second_.push_back(bw.bytes_per_second());
   boost::add_edge(a, b, id, topo_.graph_);
   topo_.out_links_[a].push_back(id);
   return id;

@@ -90,6 +90,9 @@ class Topology {
   const std::vector<Link>& links() const { return links_; }
   // One directed link.
   const Link& link(LinkId id) const { return links_[id]; }
+  // Each directed link's bandwidth in bytes per second, indexed by LinkId: links()' figures
+  // packed densely, for loops that read only them over tens of thousands of links.
+  const std::vector<double>& link_bytes_per_second() const { return link_bytes_per_second_; }
   // The vertex of device `d`.
   VertexId device_vertex(int d) const { return device_vertices_[d]; }
   // A vertex's properties.
@@ -118,6 +121,7 @@ class Topology {
   TopologyGraph graph_;
   std::string name_;
   std::vector<Link> links_;
+  std::vector<double> link_bytes_per_second_;
   std::vector<VertexId> device_vertices_;
   std::vector<std::vector<LinkId>> out_links_;
   int num_physical_ = 0;

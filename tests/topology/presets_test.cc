@@ -57,6 +57,11 @@ TEST(PresetsTest, EveryPresetBuilds) {
     EXPECT_GT(t.device_spec().hbm_bandwidth.bytes_per_second(), 0) << name;
     EXPECT_GT(t.device_spec().hbm_capacity.count(), 0) << name;
     for (const Link& l : t.links()) EXPECT_GT(l.bandwidth.bytes_per_second(), 0) << name;
+    // The packed bandwidths are the links' own, link by link.
+    ASSERT_EQ(t.link_bytes_per_second().size(), t.links().size()) << name;
+    for (size_t id = 0; id < t.links().size(); ++id) {
+      EXPECT_EQ(t.link_bytes_per_second()[id], t.links()[id].bandwidth.bytes_per_second()) << name;
+    }
   }
 }
 
