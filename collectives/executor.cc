@@ -154,11 +154,12 @@ struct Executor::Device {
   int64_t host_peak = 0;               // Most bytes in host memory at once.
   std::vector<std::pair<Time, Time>> host_spans;  // Copies, in order of their end.
   bool finished = false;
-  int64_t live = 0;                  // Bytes of live buffers.
-  int64_t peak = 0;                  // Most bytes live at once.
-  const char* peak_op = "";          // Op started or issued when the peak was reached.
-  std::vector<int64_t> phase_peak;   // Per memory phase: its peak.
-  std::vector<int64_t> phase_entry;  // Per memory phase: live bytes as its first compute began.
+  int64_t live = 0;                    // Bytes of live buffers.
+  int64_t peak = 0;                    // Most bytes live at once.
+  const char* peak_op = "";            // Op started or issued when the peak was reached.
+  std::vector<int64_t> phase_peak;     // Per memory phase: its peak.
+  std::vector<int32_t> phase_peak_op;  // Per memory phase: the op allocating at its peak, or -1.
+  std::vector<int64_t> phase_entry;    // Per memory phase: live bytes as its first compute began.
   std::vector<std::pair<Time, Time>> compute_spans;
   std::vector<std::pair<Time, Time>> comm_spans;
   std::vector<int> comm_span_class;  // Per comm span: its collective's class id.
@@ -276,6 +277,7 @@ void Executor::Start() {
     }
     d.live = d.peak = input_bytes;
     d.phase_peak.assign(config_.memory_phases.size() + 1, input_bytes);
+    d.phase_peak_op.assign(config_.memory_phases.size() + 1, -1);
     d.phase_entry.assign(config_.memory_phases.size() + 1, -1);
     // Ops that do not run here do not read here.
     if (!lp.has_where) continue;
@@ -709,7 +711,87 @@ void Executor::Allocate(int position, size_t op_index) {
     d.peak_op = name;
   }
   const size_t phase = phase_of_op_[op_index];
-  d.phase_peak[phase] = std::max(d.phase_peak[phase], running);
+  if (running > d.phase_peak[phase]) {
+    d.phase_peak[phase] = running;
+    d.phase_peak_op[phase] = static_cast<int32_t>(op_index);
+  }
+}
+
+std::vector<Bytes> Executor::PhaseForcedPeaks() const {
+  const LoweredProgram& lp = *lowered_;
+  if (lp.has_where) return {};
+  for (int part : lp.value_part) {
+    if (part >= 0) return {};  // Several meshes: values absent from some devices.
+  }
+  for (const LoweredOp& op : lp.ops) {
+    if (op.to_part >= 0) return {};
+  }
+  const size_t num_values = lp.values.size();
+  std::vector<int32_t> producer(num_values, -1);
+  std::vector<std::vector<int32_t>> readers(num_values);
+  for (size_t i = 0; i < lp.ops.size(); ++i) {
+    for (int v : lp.ops[i].out_values) producer[v] = static_cast<int32_t>(i);
+    for (int v : lp.ops[i].in_values) readers[v].push_back(static_cast<int32_t>(i));
+  }
+  int64_t input_bytes = 0;
+  for (const auto& [name, v] : lp.inputs) input_bytes += value_bytes_[v];
+  // The bytes live as op `x` allocates in every order of the ops: the values made before it
+  // (by its ancestors: an order runs them first) or by it, or the inputs, that it or one of
+  // its descendants (run after it) reads, or that are held to the end; its workspace; less the
+  // most that writing over a dying input can save (Allocate).
+  std::map<int32_t, int64_t> forced;
+  auto forced_at = [&](int32_t x) {
+    if (x < 0) return input_bytes;  // The phase peaked at the start: the inputs alone.
+    if (auto it = forced.find(x); it != forced.end()) return it->second;
+    const size_t n = lp.ops.size();
+    std::vector<char> before(n, 0), after(n, 0);
+    std::vector<int32_t> stack = {x};
+    while (!stack.empty()) {
+      const int32_t o = stack.back();
+      stack.pop_back();
+      for (int v : lp.ops[static_cast<size_t>(o)].in_values) {
+        const int32_t p = producer[static_cast<size_t>(v)];
+        if (p >= 0 && !before[static_cast<size_t>(p)]) {
+          before[static_cast<size_t>(p)] = 1;
+          stack.push_back(p);
+        }
+      }
+    }
+    stack = {x};
+    while (!stack.empty()) {
+      const int32_t o = stack.back();
+      stack.pop_back();
+      for (int v : lp.ops[static_cast<size_t>(o)].out_values) {
+        for (int32_t r : readers[static_cast<size_t>(v)]) {
+          if (!after[static_cast<size_t>(r)]) {
+            after[static_cast<size_t>(r)] = 1;
+            stack.push_back(r);
+          }
+        }
+      }
+    }
+    before[static_cast<size_t>(x)] = after[static_cast<size_t>(x)] = 1;
+    int64_t live = op_workspace_[static_cast<size_t>(x)];
+    for (size_t v = 0; v < num_values; ++v) {
+      const int32_t p = producer[v];
+      if (p >= 0 && !before[static_cast<size_t>(p)]) continue;
+      bool needed = held_[v] || p == x;  // An op's outputs are allocated as it starts.
+      for (int32_t r : readers[v]) needed = needed || after[static_cast<size_t>(r)];
+      if (needed) live += value_bytes_[v];
+    }
+    int64_t reused = 0;
+    for (int r : lp.ops[static_cast<size_t>(x)].reusable_inputs) {
+      if (!held_[r] && viewed_[r].empty()) reused = std::max(reused, value_bytes_[r]);
+    }
+    return forced[x] = live - reused;
+  };
+  std::vector<Bytes> peaks(config_.memory_phases.size() + 1);
+  for (const Device& d : devices_) {
+    for (size_t phase = 0; phase < peaks.size(); ++phase) {
+      peaks[phase] = std::max(peaks[phase], Bytes(forced_at(d.phase_peak_op[phase])));
+    }
+  }
+  return peaks;
 }
 
 void Executor::FreeValue(int position, int value) {

@@ -177,6 +177,14 @@ class Executor {
   // collectives take at the link's full bandwidth (each op's share of the link times its
   // longest member time: bytes / bandwidth), ascending by link; empty otherwise.
   std::vector<std::pair<LinkId, Time>> LinkBusy() const;
+  // Per memory phase (ExecutorConfig::memory_phases), over the simulated devices (call after
+  // the run), the bytes that every order of the program's ops holds live at the op where a
+  // device's phase peaked: the inputs and the values made by that op or before it (by its
+  // ancestors), that it or an op after it (a descendant) reads, or that are held to the end,
+  // with its workspace, less the most that writing over a dying input saves. So no schedule of
+  // the same ops peaks lower (the scheduling passes only reorder). Empty with `where` or
+  // several meshes.
+  std::vector<Bytes> PhaseForcedPeaks() const;
   // The global input arrays Start() made (with data when numerics are on).
   const std::map<std::string, Array>& inputs() const { return inputs_; }
 

@@ -89,6 +89,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
       result.peak_op = d.peak_op;
     }
   }
+  result.phase_forced_peaks = executor.PhaseForcedPeaks();
   result.fits = result.hbm_capacity.count() == 0 || result.peak_memory <= result.hbm_capacity;
   return result;
 }

@@ -70,8 +70,11 @@ struct RunResult {
   std::string peak_op;             // The op being started there when it did.
   std::vector<Bytes> phase_peaks;  // Per memory phase, the largest per-device peak.
   std::vector<Bytes> phase_entry_live;  // Per memory phase, the most live at its start.
-  Bytes hbm_capacity;                   // Per device, from the machine.
-  bool fits = true;                     // peak_memory <= hbm_capacity.
+  // Per memory phase, what no order of the program's ops can peak below
+  // (Executor::PhaseForcedPeaks); empty where not known (`where`, several meshes).
+  std::vector<Bytes> phase_forced_peaks;
+  Bytes hbm_capacity;  // Per device, from the machine.
+  bool fits = true;    // peak_memory <= hbm_capacity.
   // kCached: per directed link, its collectives' bytes / its bandwidth (Executor::LinkBusy).
   std::vector<std::pair<LinkId, Time>> link_busy;
 };

@@ -187,6 +187,15 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
       f.peak = std::max(f.peak, f.phase_peaks.back());
     }
   }
+  f.forced_peak = Extrapolate(a.forced_peak, b.forced_peak, k);
+  if (!a.phase_forced_peaks.empty() && a.phase_forced_peaks.size() == b.phase_forced_peaks.size()) {
+    f.forced_peak = Bytes(0);
+    for (size_t p = 0; p < a.phase_forced_peaks.size(); ++p) {
+      f.phase_forced_peaks.push_back(
+          Extrapolate(a.phase_forced_peaks[p], b.phase_forced_peaks[p], k));
+      f.forced_peak = std::max(f.forced_peak, f.phase_forced_peaks.back());
+    }
+  }
   f.state.params = Extrapolate(a.state.params, b.state.params, k);
   f.state.grads = Extrapolate(a.state.grads, b.state.grads, k);
   f.state.optimizer = Extrapolate(a.state.optimizer, b.state.optimizer, k);
@@ -228,6 +237,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   f.link_busy = run.link_busy;
   f.phase_peaks = run.phase_peaks;
   f.phase_entry_live = run.phase_entry_live;
+  f.phase_forced_peaks = run.phase_forced_peaks;
+  for (Bytes p : f.phase_forced_peaks) f.forced_peak = std::max(f.forced_peak, p);
   f.host_peak = run.host_peak;
   f.host_transfer = run.host_transfer;
   return f;
@@ -559,6 +570,7 @@ TrainStepReport MakeStepReport(const Machine& machine, const Mesh& mesh, double 
   m.grads = figures.state.grads;
   m.optimizer = figures.state.optimizer;
   m.peak = figures.peak;
+  m.forced_peak = figures.forced_peak;
   const Bytes state = m.params + m.grads + m.optimizer;
   m.activations = m.peak > state ? m.peak - state : Bytes(0);
   m.capacity = machine.hbm_capacity();
@@ -583,7 +595,11 @@ constexpr std::pair<StepOverlap, const char*> kStepOverlaps[] = {
 // that peaks within it (the one asked for when none does). XLA's latency-hiding scheduler
 // likewise starts no asynchronous collective early that would take the program over its
 // memory limit (a tier per schedule here, where XLA decides collective by collective).
-TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options,
+// `reorders`: the schedules run the same ops in other orders (no collective matmuls, whose
+// fusion depends on the schedule, and no pipeline). Then where even the schedule asked for
+// peaks over the limit in what every order of its ops holds (StepMemory::forced_peak), no
+// other schedule is tried: none could keep within it.
+TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options, bool reorders,
                                      const std::function<TrainStepReport(StepOverlap)>& simulate) {
   auto within = [&](const TrainStepReport& r) {
     return static_cast<double>(r.memory.peak.count()) <=
@@ -592,6 +608,8 @@ TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options,
   TrainStepReport asked = simulate(options.overlap);
   asked.overlap = options.overlap;
   if (!options.within_memory || within(asked)) return asked;
+  const double limit = options.memory_limit * static_cast<double>(asked.memory.capacity.count());
+  if (reorders && static_cast<double>(asked.memory.forced_peak.count()) > limit) return asked;
   uint64_t events = asked.events;
   for (const auto& [less, name] : kStepOverlaps) {
     if (less <= options.overlap) continue;
@@ -620,7 +638,8 @@ TrainStepReport SimulateMlpTrainStep(const Machine& machine, const MlpModel& mlp
   const int64_t layers = static_cast<int64_t>(mlp.layer_sizes.size()) - 1;
   StepPlan no_remat = plan;
   no_remat.remat = RematPolicy::kNone;
-  return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
+  const bool reorders = plan.collective_matmul == CollectiveMatmulMode::kOff;
+  return ScheduleWithinMemory(options, reorders, [&](StepOverlap overlap) {
     const StepFigures f =
         SimulateStepFigures(machine, mesh, global, {}, no_remat, owned.model(),
                             PrefetchGroups(layers, train), {}, {}, {}, options.link_busy, overlap);
@@ -697,7 +716,8 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   PipelineBuilds pipeline_built;
   std::optional<Mesh> mesh;
   if (!plan.pipeline) mesh.emplace(PlacePlanMesh(machine, plan));
-  return ScheduleWithinMemory(options, [&](StepOverlap overlap) {
+  const bool reorders = !plan.pipeline && plan.collective_matmul == CollectiveMatmulMode::kOff;
+  return ScheduleWithinMemory(options, reorders, [&](StepOverlap overlap) {
     TrainStepOptions scheduled = options;
     scheduled.overlap = overlap;
     scheduled.collective_model = &owned.model();

@@ -81,10 +81,14 @@ struct StepFigures {
   // change with the layer count (activations at the backward's start, gradients at its end).
   std::vector<Bytes> phase_peaks;
   std::vector<Bytes> phase_entry_live;  // RunResult's: live bytes as each phase began.
-  StateBytes state;                     // Parameters, gradients and optimizer state.
-  Bytes host_peak;                      // Most bytes one device offloaded to host memory.
-  Time host_transfer;                   // Most time one device copied to or from its host.
-  uint64_t events = 0;                  // Events the engine dispatched.
+  // RunResult::phase_forced_peaks, and the largest of them (composed as the peaks are): what
+  // no order of the same ops would peak below.
+  std::vector<Bytes> phase_forced_peaks;
+  Bytes forced_peak;
+  StateBytes state;     // Parameters, gradients and optimizer state.
+  Bytes host_peak;      // Most bytes one device offloaded to host memory.
+  Time host_transfer;   // Most time one device copied to or from its host.
+  uint64_t events = 0;  // Events the engine dispatched.
 };
 
 // How much of a training step's communication its schedule runs beside its compute, as XLA's
@@ -119,7 +123,10 @@ struct StepMemory {
   // The rest of the peak: activations saved for the backward pass and temporaries live at
   // the peak (peak - params - grads - optimizer, at least 0).
   Bytes activations;
-  Bytes peak;        // Liveness peak of the simulated step (program inputs included).
+  Bytes peak;  // Liveness peak of the simulated step (program inputs included).
+  // What no other order of the step's ops peaks below (StepFigures::forced_peak; 0 where not
+  // known, as for pipelines).
+  Bytes forced_peak;
   Bytes capacity;    // HBM per device.
   bool fits = true;  // peak <= capacity.
   Bytes host;        // Most bytes held in host memory at once (plan.offload's values).

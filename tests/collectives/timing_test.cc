@@ -111,6 +111,49 @@ TEST(PeakMemoryTest, DonatedInputsDieWithTheirLastReader) {
   }
 }
 
+// Two independent branches over held x (131072 B a device) and w (65536 B), joined:
+//   a = relu(x), c = exp(x) (131072 B each), y = a @ w, z = c @ w (32768 B each), o = y + z.
+// In program order a, c, y, z, o the peak is at y: x, w, a, c and y, 491520 B. What every
+// order of these ops holds as y allocates: x and w (held), a (made before y, read by it) and
+// y itself, 360448 B; c need not exist yet. Run a, y, c, z, o, the peak is 393216 B at z
+// (x, w, y, c, z), where every order holds x, w, c and z: 360448 B again. Both bounds are
+// below both peaks, as a bound of every order must be.
+ProgramSpec BranchesProgram(bool interleaved) {
+  ProgramBuilder b({{"dp", 2}});
+  b.Input("x", {256, 256}, DType::kF32, P({{"dp"}}), Arange());
+  b.Input("w", {256, 64}, DType::kF32, P({}), Arange());
+  b.Unary(OpKind::kRelu, "x", "a");
+  if (interleaved) {
+    b.Unary(OpKind::kExp, "x", "c");
+    b.Matmul("a", "w", "y");
+  } else {
+    b.Matmul("a", "w", "y");
+    b.Unary(OpKind::kExp, "x", "c");
+  }
+  b.Matmul("c", "w", "z");
+  b.Binary(OpKind::kAdd, "y", "z", "o");
+  b.Output("o", P({{"dp"}}));
+  return std::move(b).Build();
+}
+
+TEST(PeakMemoryTest, ForcedPeakIsWhatEveryOrderHolds) {
+  Machine machine(BuildPreset("tpu-v5e", {2, 1}));
+  for (auto [interleaved, peak, op] :
+       {std::tuple{true, 491520, "y"}, std::tuple{false, 393216, "z"}}) {
+    ProgramSpec program = BranchesProgram(interleaved);
+    Mesh mesh = PlaceMesh(machine, program.mesh_axes);
+    for (TimingPath timing : {TimingPath::kNetwork, TimingPath::kCached}) {
+      RunConfig config;
+      config.timing = timing;
+      RunResult r = RunProgram(machine, mesh, program, config);
+      EXPECT_EQ(r.peak_memory.count(), peak) << interleaved;
+      EXPECT_EQ(r.peak_op, op);
+      ASSERT_EQ(r.phase_forced_peaks.size(), 1u);
+      EXPECT_EQ(r.phase_forced_peaks[0].count(), 360448) << interleaved;
+    }
+  }
+}
+
 // A collective's output is allocated when it is issued: all_gather of f32[32,1024] over 4
 // (local 8x1024 = 32768 B in, 131072 B out) peaks at 163840 B when it is issued; the relu
 // then writes over the gathered buffer (its last reader) and allocates nothing.

@@ -241,13 +241,33 @@ TEST(TrainStepRunTest, SchedulesLessOverlapToStayWithinTheMemoryLimit) {
       with(StepOverlap::kNoPrefetch, true, between(ordered, unprefetched));
   EXPECT_EQ(asked.overlap, StepOverlap::kNone);
   EXPECT_EQ(asked.overlapped_peak, unprefetched.memory.peak);
-  const double below = 0.5 * static_cast<double>(ordered.memory.peak.count()) / capacity;
-  const TrainStepReport none_fits = with(StepOverlap::kFull, true, below);
+  // What every order of the step's ops holds (forced_peak, whichever schedule measured it)
+  // is no more than any schedule's peak.
+  for (const TrainStepReport* a : {&full, &unprefetched, &ordered}) {
+    EXPECT_GT(a->memory.forced_peak, Bytes(0));
+    for (const TrainStepReport* b : {&full, &unprefetched, &ordered}) {
+      EXPECT_LE(a->memory.forced_peak, b->memory.peak);
+    }
+  }
+  // Under every schedule's peak but over the forced one: each schedule is tried, none fits.
+  ASSERT_LT(full.memory.forced_peak, ordered.memory.peak);
+  const double under = (static_cast<double>(full.memory.forced_peak.count()) +
+                        static_cast<double>(ordered.memory.peak.count())) /
+                       2 / capacity;
+  const TrainStepReport none_fits = with(StepOverlap::kFull, true, under);
   EXPECT_EQ(none_fits.overlap, StepOverlap::kFull);
   EXPECT_EQ(none_fits.step_time, full.step_time);
   EXPECT_EQ(none_fits.memory.peak, full.memory.peak);
   EXPECT_EQ(none_fits.overlapped_peak, Bytes(0));
   EXPECT_EQ(none_fits.events, full.events + unprefetched.events + ordered.events);
+  // Under the forced peak no order of the ops fits: the other schedules are not simulated.
+  const double below = 0.9 * static_cast<double>(full.memory.forced_peak.count()) / capacity;
+  const TrainStepReport hopeless = with(StepOverlap::kFull, true, below);
+  EXPECT_EQ(hopeless.overlap, StepOverlap::kFull);
+  EXPECT_EQ(hopeless.step_time, full.step_time);
+  EXPECT_EQ(hopeless.memory.peak, full.memory.peak);
+  EXPECT_EQ(hopeless.overlapped_peak, Bytes(0));
+  EXPECT_EQ(hopeless.events, full.events);
   // Within the limit, the schedule asked for.
   const TrainStepReport roomy = with(StepOverlap::kFull, true, 1);
   EXPECT_EQ(roomy.overlap, StepOverlap::kFull);
