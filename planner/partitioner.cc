@@ -56,14 +56,14 @@ struct Value {
 
 class Partitioner {
  public:
-  Partitioner(const ProgramSpec& global, const PartitionCosts& costs,
-              std::vector<size_t> pass_starts)
+  Partitioner(const ProgramSpec& global, const std::vector<MeshAxis>& axes,
+              const PartitionCosts& costs, std::vector<size_t> pass_starts)
       : global_(global),
         pass_starts_(std::move(pass_starts)),
         costs_(costs),
-        axes_(global.mesh_axes),
+        axes_(axes),
         explicit_(global.mode == ProgramMode::kExplicit),
-        shape_mesh_(MakeShapeMesh(global.mesh_axes)) {
+        shape_mesh_(MakeShapeMesh(axes)) {
     // Room for every name up front (with a fifth more for the reshards' fresh names): no
     // rehashing of tables of tens of thousands of names as they fill.
     const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
@@ -90,7 +90,7 @@ class Partitioner {
 
   PartitionResult Run() {
     result_.program.mode = ProgramMode::kManual;
-    result_.program.mesh_axes = global_.mesh_axes;
+    result_.program.mesh_axes = axes_;
     result_.program.mesh_devices = global_.mesh_devices;
     result_.program.arrays = global_.arrays;
     for (const ArraySpec& a : global_.arrays) {
@@ -941,11 +941,19 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 }
 
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
-                                  const PartitionCosts& costs) {
+                                  const PartitionCosts& costs, const std::vector<MeshAxis>* sizes) {
   if (expanded.mode == ProgramMode::kManual) {
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
   }
-  PartitionResult result = Partitioner(expanded, costs, std::move(pass_starts)).Run();
+  const std::vector<MeshAxis>& axes = sizes ? *sizes : expanded.mesh_axes;
+  bool same_names = axes.size() == expanded.mesh_axes.size();
+  for (size_t a = 0; same_names && a < axes.size(); ++a) {
+    same_names = axes[a].name == expanded.mesh_axes[a].name;
+  }
+  if (!same_names) {
+    throw std::logic_error("internal error: a program is partitioned over other mesh axes");
+  }
+  PartitionResult result = Partitioner(expanded, axes, costs, std::move(pass_starts)).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = expanded.outputs;
   return result;

@@ -56,8 +56,12 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 // Partitions a global program whose grad ops ExpandGrads expanded already (and that a pass
 // like ApplyRemat may have rewritten since), each backward pass's [start, end) op indices in
 // `pass_starts` as ExpandGrads reports them: reshards are reused only within a pass.
+// `sizes`, when given, are the mesh's axes (the same names, in the same order) at the sizes
+// to partition for, where `expanded` was built for other sizes (a search's plans share one
+// expanded step); null: expanded.mesh_axes.
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
-                                  const PartitionCosts& costs = {});
+                                  const PartitionCosts& costs = {},
+                                  const std::vector<MeshAxis>* sizes = nullptr);
 
 // Partitions `global` for `mesh` on `machine`, pricing collectives by the network simulation
 // (cached across the candidates) and local ops by the machine's compute model.

@@ -35,6 +35,8 @@ class LogicalRules {
   // The logical dimension names SPEC defines, in its order.
   static const std::vector<std::string>& Names();
 
+  bool operator==(const LogicalRules&) const = default;
+
  private:
   std::map<std::string, std::vector<std::string>> rules_;
 };

@@ -215,12 +215,14 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
       it = built.steps
                .emplace(key,
                         BuildPartitionedStep(machine, stage_mesh, mm, t, stage, rules, *collectives,
-                                             offload ? plan.offload : std::vector<std::string>{}))
+                                             offload ? plan.offload : std::vector<std::string>{},
+                                             options.build_cache))
                .first;
     }
     const BuiltTrainStep& b = it->second;
-    return SimulateStepFigures(machine, stage_mesh, b.global, b.layers, stage, *collectives,
-                               PrefetchGroups(mm.layers, t), b.offloaded, b.head_tiles, b.saved,
+    const ExpandedTrainStep& e = *b.built;
+    return SimulateStepFigures(machine, stage_mesh, e.global, e.layers, stage, *collectives,
+                               PrefetchGroups(mm.layers, t), e.offloaded, e.head_tiles, e.saved,
                                options.link_busy, options.overlap, &b.partitioned);
   };
   // Each run simulated once (the settling probes ask again), all counted in the events.

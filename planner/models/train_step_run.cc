@@ -217,7 +217,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   const PartitionCosts costs{&mesh, &collectives, machine.compute_model(),
                              DeviceInBytesPerSecond(machine), &machine};
   const PartitionResult partitioned =
-      step ? ScheduleStep(step->expanded, step->boundaries, step->partitioned, layers, costs,
+      step ? ScheduleStep(*step->expanded, step->boundaries, step->partitioned, layers, costs,
                           prefetch_groups, &phases, plan.collective_matmul, overlap)
            : PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
                                 plan.collective_matmul, offloaded, head_tiles, saved, overlap);
@@ -244,20 +244,81 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   return f;
 }
 
+namespace {
+
+// `global` with its grads expanded, what `remat` does not keep of `layers` recomputed (the
+// `saved` values kept with kCustom), the head's vocabulary tiles fully recomputed and the
+// `offloaded` values held in host memory; its backward passes' boundaries into `boundaries`.
+ProgramSpec ExpandStep(const ProgramSpec& global,
+                       const std::vector<std::vector<std::string>>& layers, RematPolicy remat,
+                       const std::vector<std::vector<std::string>>& offloaded,
+                       const std::vector<std::vector<std::string>>& head_tiles,
+                       const std::vector<std::vector<std::string>>& saved,
+                       std::vector<size_t>* boundaries) {
+  ProgramSpec expanded = ExpandGrads(global, boundaries);
+  std::set<std::string> kept;
+  for (const std::vector<std::string>& values : offloaded)
+    kept.insert(values.begin(), values.end());
+  const bool offloads = !kept.empty();
+  if (remat == RematPolicy::kCustom) {
+    for (const std::vector<std::string>& values : saved) kept.insert(values.begin(), values.end());
+  }
+  ApplyRemat(expanded, *boundaries, layers, remat, kept);
+  ApplyRemat(expanded, *boundaries, head_tiles, RematPolicy::kFull);
+  if (offloads) ApplyOffload(expanded, *boundaries, offloaded);
+  return expanded;
+}
+
+// `expanded` (ExpandStep's, with its `boundaries`) partitioned, over `sizes` where given
+// (PartitionExpanded); what keeps it from partitioning is the plan's fault.
+PartitionResult PartitionExpandedStep(const ProgramSpec& expanded,
+                                      const std::vector<size_t>& boundaries,
+                                      const PartitionCosts& costs,
+                                      const std::vector<MeshAxis>* sizes = nullptr) {
+  try {
+    return PartitionExpanded(expanded, boundaries, costs, sizes);
+  } catch (const SpecError& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
+  }
+}
+
+}  // namespace
+
 BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepPlan& plan, const LogicalRules& rules,
                                     CollectiveCostModel& collectives,
-                                    const std::vector<std::string>& offload) {
+                                    const std::vector<std::string>& offload,
+                                    StepBuildCache* cache) {
   BuiltTrainStep b;
-  std::vector<std::map<std::string, std::string>> checkpoints;
-  b.global = BuildTrainStep(model, train, plan.mesh, rules, &b.layers, &checkpoints, &b.head_tiles);
-  b.offloaded = CheckpointValues(checkpoints, offload, "plan.offload");
-  b.saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
-  b.partitioned = PartitionStep(b.global, b.layers, plan.remat,
-                                PartitionCosts{&mesh, &collectives, machine.compute_model(),
-                                               DeviceInBytesPerSecond(machine), &machine},
-                                b.offloaded, b.head_tiles, b.saved);
+  std::optional<StepBuildCache::Key> key;
+  if (cache) {
+    key =
+        StepBuildCache::KeyOf(model, train, rules, plan.mesh, plan.remat, plan.remat_save, offload);
+    b.built = cache->Find(*key, plan.mesh);
+  }
+  if (!b.built) {
+    auto made = std::make_shared<ExpandedTrainStep>();
+    std::vector<std::map<std::string, std::string>> checkpoints;
+    made->global = BuildTrainStep(model, train, plan.mesh, rules, &made->layers, &checkpoints,
+                                  &made->head_tiles);
+    made->offloaded = CheckpointValues(checkpoints, offload, "plan.offload");
+    made->saved = CheckpointValues(checkpoints, plan.remat_save, "plan.remat.save");
+    made->expanded = std::make_shared<const ProgramSpec>(
+        ExpandStep(made->global, made->layers, plan.remat, made->offloaded, made->head_tiles,
+                   made->saved, &made->boundaries));
+    b.built = std::move(made);
+    if (cache) cache->Insert(std::move(*key), b.built);
+  }
+  b.partitioned.expanded = b.built->expanded;
+  b.partitioned.boundaries = b.built->boundaries;
+  b.partitioned.partitioned =
+      PartitionExpandedStep(*b.built->expanded, b.built->boundaries,
+                            PartitionCosts{&mesh, &collectives, machine.compute_model(),
+                                           DeviceInBytesPerSecond(machine), &machine},
+                            &plan.mesh);
   return b;
 }
 
@@ -289,23 +350,25 @@ namespace {
 using BuiltSteps = std::map<int64_t, BuiltTrainStep>;
 
 // Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
-// says and reads its figures; what it builds and partitions is kept in `built` by layer count.
+// says and reads its figures; what it builds and partitions is kept in `built` by layer count
+// (its expanded step taken from and added to `build_cache` where given).
 StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const TransformerConfig& model, const TrainConfig& train,
                             const StepPlan& plan, const LogicalRules& rules,
                             CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy,
-                            BuiltSteps& built) {
+                            BuiltSteps& built, StepBuildCache* build_cache) {
   auto it = built.find(model.layers);
   if (it == built.end()) {
     it = built
              .emplace(model.layers, BuildPartitionedStep(machine, mesh, model, train, plan, rules,
-                                                         collectives, plan.offload))
+                                                         collectives, plan.offload, build_cache))
              .first;
   }
   const BuiltTrainStep& b = it->second;
-  return SimulateStepFigures(machine, mesh, b.global, b.layers, plan, collectives,
-                             PrefetchGroups(model.layers, train), b.offloaded, b.head_tiles,
-                             b.saved, link_busy, overlap, &b.partitioned);
+  const ExpandedTrainStep& e = *b.built;
+  return SimulateStepFigures(machine, mesh, e.global, e.layers, plan, collectives,
+                             PrefetchGroups(model.layers, train), e.offloaded, e.head_tiles,
+                             e.saved, link_busy, overlap, &b.partitioned);
 }
 
 }  // namespace
@@ -317,27 +380,9 @@ PartitionedStep PartitionStep(const ProgramSpec& global,
                               const std::vector<std::vector<std::string>>& head_tiles,
                               const std::vector<std::vector<std::string>>& saved) {
   PartitionedStep step;
-  std::vector<size_t> passes;
-  step.expanded = ExpandGrads(global, &passes);
-  ProgramSpec& expanded = step.expanded;
-  std::set<std::string> kept;
-  for (const std::vector<std::string>& values : offloaded)
-    kept.insert(values.begin(), values.end());
-  const bool offloads = !kept.empty();
-  if (remat == RematPolicy::kCustom) {
-    for (const std::vector<std::string>& values : saved) kept.insert(values.begin(), values.end());
-  }
-  ApplyRemat(expanded, passes, layers, remat, kept);
-  ApplyRemat(expanded, passes, head_tiles, RematPolicy::kFull);
-  if (offloads) ApplyOffload(expanded, passes, offloaded);
-  step.boundaries = passes;
-  try {
-    step.partitioned = PartitionExpanded(expanded, std::move(passes), costs);
-  } catch (const SpecError& e) {
-    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
-  }
+  step.expanded = std::make_shared<const ProgramSpec>(
+      ExpandStep(global, layers, remat, offloaded, head_tiles, saved, &step.boundaries));
+  step.partitioned = PartitionExpandedStep(*step.expanded, step.boundaries, costs);
   return step;
 }
 
@@ -408,7 +453,7 @@ PartitionResult PartitionTrainStep(const ProgramSpec& global,
                                    const std::vector<std::vector<std::string>>& saved,
                                    StepOverlap overlap) {
   PartitionedStep step = PartitionStep(global, layers, remat, costs, offloaded, head_tiles, saved);
-  return ScheduleStep(step.expanded, step.boundaries, std::move(step.partitioned), layers, costs,
+  return ScheduleStep(*step.expanded, step.boundaries, std::move(step.partitioned), layers, costs,
                       prefetch_groups, phases, collective_matmul, overlap);
 }
 
@@ -680,8 +725,9 @@ TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const Mesh&
   CollectiveCostModel* collectives = &owned.model();
   const int64_t short_layers = ComposedFrom(model);  // Composed from it and one more.
   if (!options.compose || model.layers <= short_layers + 1) {
-    const StepFigures f = SimulateFigures(machine, mesh, model, train, plan, rules, *collectives,
-                                          options.overlap, options.link_busy, built);
+    const StepFigures f =
+        SimulateFigures(machine, mesh, model, train, plan, rules, *collectives, options.overlap,
+                        options.link_busy, built, options.build_cache);
     TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, {model.layers});
     r.remat = plan.remat;
     r.remat_save = plan.remat_save;
@@ -694,7 +740,7 @@ TrainStepReport SimulateUnpipelinedTrainStep(const Machine& machine, const Mesh&
       [&](int64_t layers) {
         shorter.layers = layers;
         return SimulateFigures(machine, mesh, shorter, train, plan, rules, *collectives,
-                               options.overlap, options.link_busy, built);
+                               options.overlap, options.link_busy, built, options.build_cache);
       },
       &simulated, options.settle);
   TrainStepReport r = MakeTrainStepReport(machine, mesh, model, train, f, simulated);

@@ -20,6 +20,7 @@
 #include "planner/collective_matmul.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/pipeline_schedule.h"
+#include "planner/models/step_build_cache.h"
 #include "planner/models/transformer.h"
 #include "planner/partitioner.h"
 #include "planner/remat.h"
@@ -200,6 +201,9 @@ struct TrainStepOptions {
   Observer* observer = nullptr;
   // Per-link busy times (TrainStepReport::link_busy); off: left empty (a search keeps none).
   bool link_busy = true;
+  // Steps built and expanded for earlier plans, taken where they serve and added to (not
+  // owned; null: each step built afresh): a search worker's.
+  StepBuildCache* build_cache = nullptr;
 };
 
 // Per device, the bytes of parameters, gradients and optimizer state `global` (a
@@ -286,7 +290,8 @@ StepFigures ComposeShortSteps(int64_t from, int64_t layers,
 // expanded, remat and offload applied, auto-partitioned): what every StepOverlap of the step
 // shares.
 struct PartitionedStep {
-  ProgramSpec expanded;            // The global step, grads expanded, remat and offload applied.
+  // The global step, grads expanded, remat and offload applied (shared: ExpandedTrainStep).
+  std::shared_ptr<const ProgramSpec> expanded;
   std::vector<size_t> boundaries;  // Its backward passes' first and last ops (ExpandGrads').
   PartitionResult partitioned;     // It partitioned.
 };
@@ -308,23 +313,24 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 bool link_busy = true, StepOverlap overlap = StepOverlap::kFull,
                                 const PartitionedStep* partitioned = nullptr);
 
-// A training step built (BuildTrainStep, with its layers' values, vocabulary tiles, and the
-// checkpoint values offload and a custom remat name) and partitioned (PartitionStep): what
-// every StepOverlap of it shares.
+// A training step built and expanded (ExpandedTrainStep) and partitioned (PartitionStep):
+// what every StepOverlap of it shares.
 struct BuiltTrainStep {
-  ProgramSpec global;
-  std::vector<std::vector<std::string>> layers, head_tiles, offloaded, saved;
-  PartitionedStep partitioned;
+  std::shared_ptr<const ExpandedTrainStep> built;
+  PartitionedStep partitioned;  // Its `expanded` is built's.
 };
 
 // Builds `model`'s step on `train` for `plan`'s mesh axes and `rules`, its `offload` checkpoint
 // names (plan.offload, or none) held in host memory and plan.remat_save's kept, and partitions
-// it on `mesh` with plan.remat, collectives priced by `collectives`.
+// it on `mesh` with plan.remat, collectives priced by `collectives`. With `cache`, a step built
+// for another plan of the same axis names serves where it can (StepBuildCache), and one built
+// here is kept there.
 BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepPlan& plan, const LogicalRules& rules,
                                     CollectiveCostModel& collectives,
-                                    const std::vector<std::string>& offload);
+                                    const std::vector<std::string>& offload,
+                                    StepBuildCache* cache = nullptr);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE

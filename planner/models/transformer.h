@@ -67,6 +67,8 @@ struct TransformerConfig {
   // tokens of how many of a token's top_k choices are e, P_e the mean router probability of e
   // (the form of Hugging Face's Mixtral, `router_aux_loss_coef`).
   double router_aux_loss = 0;
+
+  bool operator==(const TransformerConfig&) const = default;
 };
 
 // Whether decoder layer `layer` of `model` is a mixture of experts.
@@ -119,6 +121,8 @@ struct TrainConfig {
   // dot product, so its gradient is the backward that cotangent starts, and the activation's
   // cotangent `d_x_in` (what the stage sends back) is an output. Transformers only.
   bool layers_only = false;
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 // An MLP classifier (SPEC's `kind: mlp` map): layer_sizes [inputs, hidden..., classes], the

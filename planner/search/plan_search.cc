@@ -74,11 +74,13 @@ constexpr double kScreenedPeakMargin = 0.05;
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
-                         TrainStepReport* report, bool settle, bool link_busy) {
+                         TrainStepReport* report, bool settle, bool link_busy,
+                         StepBuildCache* build_cache) {
   TrainConfig t = train;
   t.microbatches = candidate.microbatches;
   TrainStepOptions options;
   options.collective_model = &collectives;
+  options.build_cache = build_cache;
   options.settle = settle;
   options.link_busy = link_busy && report != nullptr;
   // The schedule keeps to the limit `fits` checks; screening's peaks, which confirmation
@@ -422,6 +424,10 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     worker_machines.push_back(options.make_machine());
     worker_networks.push_back(std::make_unique<NetworkCollectiveModel>(*worker_machines.back()));
   }
+  // Per machine (one thread uses each at a time): the steps built for its earlier plans.
+  std::map<const Machine*, std::unique_ptr<StepBuildCache>> build_caches;
+  build_caches[main_machine.get()] = std::make_unique<StepBuildCache>();
+  for (const auto& m : worker_machines) build_caches[m.get()] = std::make_unique<StepBuildCache>();
   const int processes = std::max(1, options.process_count);
   auto mine = [&](size_t f) {
     return static_cast<int>(f % static_cast<size_t>(processes)) == options.process_rank;
@@ -493,8 +499,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       return;
     }
     TrainStepReport report;
-    pr.outcome = EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives,
-                              &report, settle, /*link_busy=*/false);
+    pr.outcome =
+        EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives, &report,
+                     settle, /*link_busy=*/false, build_caches.at(&machine).get());
     if (pr.outcome.refused.empty()) {
       pr.report = std::make_shared<const TrainStepReport>(std::move(report));
     }

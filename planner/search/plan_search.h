@@ -154,12 +154,14 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
 // Evaluates one candidate as SearchPlans does, on `machine`, pricing collectives with
 // `collectives` (which SearchPlans wraps as described there).
 // `report`, when given, receives the step's report (unset when refused), with its per-link
-// figures unless not `link_busy`. Serving candidates (space.serve) go through EvaluateServePlan.
+// figures unless not `link_busy`. `build_cache`, when given, holds steps built for earlier
+// candidates (TrainStepOptions::build_cache). Serving candidates (space.serve) go through
+// EvaluateServePlan.
 PlanOutcome EvaluatePlan(const Machine& machine, const TransformerConfig& model,
                          const TrainConfig& train, const PlanCandidate& candidate,
                          double memory_limit, CollectiveCostModel& collectives,
                          TrainStepReport* report = nullptr, bool settle = false,
-                         bool link_busy = true);
+                         bool link_busy = true, StepBuildCache* build_cache = nullptr);
 
 // Evaluates one serving candidate (SimulateServe) as SearchPlans does.
 PlanOutcome EvaluateServePlan(const Machine& machine, const TransformerConfig& model,
