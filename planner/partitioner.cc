@@ -481,18 +481,18 @@ class Partitioner {
     }
   }
 
-  // The time of moving `v` from `from` to `to` (0 when equal, or when value `id`'s reshard to
-  // `to` was emitted already and will be reused).
+  // The time of moving a value of `shape` and `dtype` from `from` to `to` (0 when equal, or
+  // when value `id`'s reshard to `to` was emitted already and will be reused).
   // With `bound`, a lower bound of it: each communicating step's bytes a device must receive
   // over the most bytes per second its links bring in.
-  double ReshardCost(const Value& v, const ValueSharding& from, const ValueSharding& to,
-                     int id = -1, bool bound = false) {
+  double ReshardCost(const Shape& shape, DType dtype, const ValueSharding& from,
+                     const ValueSharding& to, int id = -1, bool bound = false) {
     if (from == to) return 0;
     if (id >= 0 && reshards_.count(ReshardKey(id, to))) return 0;
-    std::vector<ReshardStep> steps = PlanReshard(v.shape, from, to, axes_);
+    std::vector<ReshardStep> steps = PlanReshard(shape, from, to, axes_);
     double total = 0;
     for (const ReshardStep& step : steps) {
-      total += bound ? StepLowerBound(step, v.dtype) : StepTime(step, v.dtype);
+      total += bound ? StepLowerBound(step, dtype) : StepTime(step, dtype);
     }
     return total;
   }
@@ -764,19 +764,19 @@ class Partitioner {
         if (!compute[c]) compute[c] = ComputeCost(op, in, outs[0].shape(), valid[c]);
         double cost = *compute[c];
         for (size_t i = 0; i < in.size(); ++i) {
-          cost += ReshardCost(*in[i], in[i]->sharding, valid[c].operands[i], ids[i], bound);
+          cost += ReshardCost(in[i]->shape, in[i]->dtype, in[i]->sharding, valid[c].operands[i],
+                              ids[i], bound);
         }
         // The result's later reshard: to the layout wanted later, or else out of partial
         // sums (what any nonlinear consumer needs first).
         const ValueSharding& result = valid[c].results[0];
-        Value r{outs[0].shape(), outs[0].dtype(), result, ""};
         ValueSharding later = ctx.preferred ? *ctx.preferred : Reduced(result);
         if (!ctx.preferred) {
           for (int d : info.whole) {
             if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
           }
         }
-        return cost + ReshardCost(r, result, later, -1, bound);
+        return cost + ReshardCost(outs[0].shape(), outs[0].dtype(), result, later, -1, bound);
       };
       std::vector<std::pair<double, size_t>> bounds;
       for (size_t c = 0; c < valid.size(); ++c) {
