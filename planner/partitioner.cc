@@ -918,16 +918,36 @@ class Partitioner {
 }  // namespace
 
 void Reorder(PartitionResult& result, const std::vector<size_t>& order) {
-  std::vector<OpSpec> ops(order.size());
-  std::vector<std::string> reasons(order.size()), types(order.size());
-  for (size_t k = 0; k < order.size(); ++k) {
-    ops[k] = std::move(result.program.ops[order[k]]);
-    if (order[k] < result.reasons.size()) reasons[k] = std::move(result.reasons[order[k]]);
-    if (order[k] < result.types.size()) types[k] = std::move(result.types[order[k]]);
+  const size_t n = result.program.ops.size();
+  if (order.size() != n) throw std::logic_error("internal error: a reordering drops or adds ops");
+  result.reasons.resize(n);
+  result.types.resize(n);
+  // In place, cycle by cycle: each op moves once (an op that keeps its place not at all), and
+  // no second list of ops is made.
+  std::vector<char> placed(n, 0);
+  for (size_t k = 0; k < n; ++k) placed[k] = order[k] == k;
+  for (size_t start = 0; start < n; ++start) {
+    if (placed[start]) continue;
+    OpSpec op = std::move(result.program.ops[start]);
+    std::string reason = std::move(result.reasons[start]);
+    std::string type = std::move(result.types[start]);
+    size_t k = start;
+    for (;;) {
+      placed[k] = 1;
+      const size_t from = order[k];
+      if (from >= n || placed[from] != (from == start)) {
+        throw std::logic_error("internal error: a reordering is not a permutation of the ops");
+      }
+      if (from == start) break;
+      result.program.ops[k] = std::move(result.program.ops[from]);
+      result.reasons[k] = std::move(result.reasons[from]);
+      result.types[k] = std::move(result.types[from]);
+      k = from;
+    }
+    result.program.ops[k] = std::move(op);
+    result.reasons[k] = std::move(reason);
+    result.types[k] = std::move(type);
   }
-  result.program.ops = std::move(ops);
-  result.reasons = std::move(reasons);
-  result.types = std::move(types);
 }
 
 PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs) {

@@ -43,7 +43,9 @@ struct PartitionResult {
 };
 
 // Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons and
-// types with them: what the scheduling passes (prefetch, deferred readers) apply.
+// types with them (both made as long as the ops): what the scheduling passes (prefetch,
+// deferred readers) apply. Throws std::logic_error ("internal error: ...") unless `order` is
+// a permutation of the ops.
 void Reorder(PartitionResult& result, const std::vector<size_t>& order);
 
 // Partitions `global`. Explicit mode follows each op's rule and refuses (SpecError at the op's

@@ -342,5 +342,34 @@ INSTANTIATE_TEST_SUITE_P(
                 "program.0", "in explicit mode change a sharding with reshard"}),
     [](const auto& info) { return info.param.name; });
 
+// Reorder puts each op, its reason and its type at the place `order` gives (in place, cycle
+// by cycle: a 3-cycle, a swap and a fixed point here), and refuses an order that is not a
+// permutation of the ops.
+TEST(ReorderTest, PermutesOpsWithTheirReasonsAndTypes) {
+  PartitionResult r;
+  for (int k = 0; k < 6; ++k) {
+    OpSpec op;
+    op.name = "op" + std::to_string(k);
+    r.program.ops.push_back(op);
+    r.reasons.push_back("why" + std::to_string(k));
+  }
+  r.types = {"t0", "t1", "t2"};  // Shorter than the ops: the rest have none.
+  const std::vector<size_t> order = {2, 0, 1, 4, 3, 5};
+  Reorder(r, order);
+  ASSERT_EQ(r.program.ops.size(), 6u);
+  ASSERT_EQ(r.types.size(), 6u);
+  for (size_t k = 0; k < order.size(); ++k) {
+    EXPECT_EQ(r.program.ops[k].name, "op" + std::to_string(order[k]));
+    EXPECT_EQ(r.reasons[k], "why" + std::to_string(order[k]));
+    EXPECT_EQ(r.types[k], order[k] < 3 ? "t" + std::to_string(order[k]) : "");
+  }
+  for (const std::vector<size_t>& bad :
+       {std::vector<size_t>{1, 0, 0, 3, 4, 5}, std::vector<size_t>{0, 1, 2, 3, 4},
+        std::vector<size_t>{1, 0, 2, 3, 4, 9}, std::vector<size_t>{3, 1, 2, 3, 4, 5}}) {
+    PartitionResult copy = r;
+    EXPECT_THROW(Reorder(copy, bad), std::logic_error);
+  }
+}
+
 }  // namespace
 }  // namespace shardsim::planner
