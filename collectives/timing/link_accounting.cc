@@ -52,7 +52,9 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
     timing.profile->link_use.push_back(Finish(sums.whole, l, longest));
     by_group.clear();
     if (sums.first_group >= 0) by_group.push_back({sums.first_group, &sums.first});
-    for (const auto& [g, use] : sums.more) by_group.push_back({g, &use});
+    for (size_t k = 0; k < sums.more.size(); ++k) {
+      by_group.push_back({sums.more_groups[k], &sums.more[k]});
+    }
     std::sort(by_group.begin(), by_group.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [g, use] : by_group) {
@@ -161,11 +163,11 @@ LinkAccounting::Use& LinkAccounting::LinkSums::Of(int g) {
     first_group = g;
     return first;
   }
-  for (auto& [group, use] : more) {
-    if (group == g) return use;
+  for (size_t k = 0; k < more_groups.size(); ++k) {
+    if (more_groups[k] == g) return more[k];
   }
-  more.push_back({g, Use()});
-  return more.back().second;
+  more_groups.push_back(g);
+  return more.emplace_back();
 }
 
 }  // namespace shardsim

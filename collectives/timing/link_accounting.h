@@ -86,7 +86,10 @@ class LinkAccounting : public FlowRecorder {
     Use whole;
     int first_group = -1;  // The first group seen (-1: none), summed in `first`.
     Use first;
-    std::vector<std::pair<int, Use>> more;  // Any other groups.
+    // Any other groups, and their sums beside (the ids alone are scanned: a link of a
+    // data-axis all-reduce on the pod carries transfers of up to 32 rings).
+    std::vector<int> more_groups;
+    std::vector<Use> more;
     // The sums of group `g` (>= 0).
     Use& Of(int g);
   };
