@@ -7,24 +7,14 @@
 #include <utility>
 
 #include "planner/models/model_presets.h"
+#include "tests/planner/models/small_model.h"
 #include "tests/planner/partition_test_support.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
 namespace {
 
-// 6 layers, d 256, 8 heads of 32 with 2 kv heads, SwiGLU ff 512, vocabulary 512.
-TransformerConfig Small() {
-  TransformerConfig m;
-  m.layers = 6;
-  m.d_model = 256;
-  m.heads = 8;
-  m.kv_heads = 2;
-  m.head_dim = 32;
-  m.d_ff = 512;
-  m.vocab = 512;
-  return m;
-}
+TransformerConfig Small() { return test::SmallTransformer(6); }
 
 StepPlan TensorParallel() {
   StepPlan plan;

@@ -10,38 +10,20 @@
 
 #include "planner/models/train_step_run.h"
 #include "sim/spec_error.h"
+#include "tests/planner/models/small_model.h"
 #include "topology/presets.h"
 
 namespace shardsim::planner {
 namespace {
 
-TransformerConfig Small() {
-  TransformerConfig m;
-  m.layers = 8;
-  m.d_model = 256;
-  m.heads = 8;
-  m.kv_heads = 2;
-  m.head_dim = 32;
-  m.d_ff = 512;
-  m.vocab = 512;
-  return m;
-}
+TransformerConfig Small() { return test::SmallTransformer(8); }
 
-TrainConfig SmallTrain() {
-  TrainConfig t;
-  t.batch = 16;
-  t.seq_len = 128;
-  t.dtype = DType::kBF16;
-  t.param_dtype = DType::kF32;
-  t.optimizer = Optimizer::kAdam;
-  return t;
-}
+using test::SmallTrain;
 
 StepPlan PlanOf(int fsdp, int tensor) {
   StepPlan p;
   p.mesh = {{"fsdp", fsdp}, {"tensor", tensor}};
-  p.rules = {{"batch", {"fsdp"}},      {"embed", {"fsdp"}}, {"heads", {"tensor"}},
-             {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}}, {"vocab", {"tensor"}}};
+  p.rules = test::FsdpTensorRules();
   p.remat = RematPolicy::kSelective;
   return p;
 }

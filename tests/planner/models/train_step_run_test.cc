@@ -10,6 +10,7 @@
 
 #include "planner/models/model_flops.h"
 #include "planner/models/model_presets.h"
+#include "tests/planner/models/small_model.h"
 #include "topology/build.h"
 #include "topology/presets.h"
 
@@ -112,33 +113,10 @@ TEST(ModelPresetsTest, EveryPresetIsWholeAndCited) {
 // A model small enough to simulate whole, big enough that its layers cost more than fixed
 // latencies: 8 layers, d 256, 8 heads of 32 (2 kv heads), SwiGLU ff 512, vocabulary 512;
 // batch 16 x 128, bf16 compute on f32 parameters, Adam.
-TransformerConfig Small() {
-  TransformerConfig m;
-  m.layers = 8;
-  m.d_model = 256;
-  m.heads = 8;
-  m.kv_heads = 2;
-  m.head_dim = 32;
-  m.d_ff = 512;
-  m.vocab = 512;
-  return m;
-}
+TransformerConfig Small() { return test::SmallTransformer(8); }
 
-// MaxText's FSDP x TP rules over mesh axes fsdp and tensor.
-std::map<std::string, std::vector<std::string>> FsdpTensorRules() {
-  return {{"batch", {"fsdp"}},      {"embed", {"fsdp"}}, {"heads", {"tensor"}},
-          {"kv_heads", {"tensor"}}, {"mlp", {"tensor"}}, {"vocab", {"tensor"}}};
-}
-
-TrainConfig SmallTrain() {
-  TrainConfig t;
-  t.batch = 16;
-  t.seq_len = 128;
-  t.dtype = DType::kBF16;
-  t.param_dtype = DType::kF32;
-  t.optimizer = Optimizer::kAdam;
-  return t;
-}
+using test::FsdpTensorRules;
+using test::SmallTrain;
 
 // Under FSDP over all 8 chips with every parameter's d_model dimension split (norms and
 // embedding included: all divide by 8), a device holds an eighth of the parameters in f32,
