@@ -719,13 +719,8 @@ void Executor::Allocate(int position, size_t op_index) {
 
 std::vector<Bytes> Executor::PhaseForcedPeaks() const {
   const LoweredProgram& lp = *lowered_;
-  if (lp.has_where) return {};
-  for (int part : lp.value_part) {
-    if (part >= 0) return {};  // Several meshes: values absent from some devices.
-  }
-  for (const LoweredOp& op : lp.ops) {
-    if (op.to_part >= 0) return {};
-  }
+  // With `where` or several meshes, values are absent from some devices.
+  if (lp.has_where || !mesh_.parts().empty()) return {};
   const size_t num_values = lp.values.size();
   std::vector<int32_t> producer(num_values, -1);
   std::vector<std::vector<int32_t>> readers(num_values);
@@ -743,34 +738,33 @@ std::vector<Bytes> Executor::PhaseForcedPeaks() const {
   auto forced_at = [&](int32_t x) {
     if (x < 0) return input_bytes;  // The phase peaked at the start: the inputs alone.
     if (auto it = forced.find(x); it != forced.end()) return it->second;
-    const size_t n = lp.ops.size();
-    std::vector<char> before(n, 0), after(n, 0);
-    std::vector<int32_t> stack = {x};
-    while (!stack.empty()) {
-      const int32_t o = stack.back();
-      stack.pop_back();
-      for (int v : lp.ops[static_cast<size_t>(o)].in_values) {
-        const int32_t p = producer[static_cast<size_t>(v)];
-        if (p >= 0 && !before[static_cast<size_t>(p)]) {
-          before[static_cast<size_t>(p)] = 1;
-          stack.push_back(p);
-        }
-      }
-    }
-    stack = {x};
-    while (!stack.empty()) {
-      const int32_t o = stack.back();
-      stack.pop_back();
-      for (int v : lp.ops[static_cast<size_t>(o)].out_values) {
-        for (int32_t r : readers[static_cast<size_t>(v)]) {
-          if (!after[static_cast<size_t>(r)]) {
-            after[static_cast<size_t>(r)] = 1;
-            stack.push_back(r);
+    // The ops `x` reaches (itself included) through each op's `next` ops: its ancestors
+    // through the makers of what it reads, its descendants through the readers of what it
+    // makes.
+    auto reached = [&](const auto& next) {
+      std::vector<char> seen(lp.ops.size(), 0);
+      seen[static_cast<size_t>(x)] = 1;
+      std::vector<int32_t> stack = {x};
+      while (!stack.empty()) {
+        const LoweredOp& op = lp.ops[static_cast<size_t>(stack.back())];
+        stack.pop_back();
+        next(op, [&](int32_t o) {
+          if (o >= 0 && !seen[static_cast<size_t>(o)]) {
+            seen[static_cast<size_t>(o)] = 1;
+            stack.push_back(o);
           }
-        }
+        });
       }
-    }
-    before[static_cast<size_t>(x)] = after[static_cast<size_t>(x)] = 1;
+      return seen;
+    };
+    const std::vector<char> before = reached([&](const LoweredOp& op, const auto& visit) {
+      for (int v : op.in_values) visit(producer[static_cast<size_t>(v)]);
+    });
+    const std::vector<char> after = reached([&](const LoweredOp& op, const auto& visit) {
+      for (int v : op.out_values) {
+        for (int32_t r : readers[static_cast<size_t>(v)]) visit(r);
+      }
+    });
     int64_t live = op_workspace_[static_cast<size_t>(x)];
     for (size_t v = 0; v < num_values; ++v) {
       const int32_t p = producer[v];

@@ -84,21 +84,22 @@ std::vector<int> SnakeCoords(int t, const std::vector<int>& sizes) {
 // The devices of a torus plan, by mesh position.
 std::vector<int> PlaceOnTorus(const std::vector<MeshAxis>& axes, const std::vector<int>& shape,
                               const TorusPlan& plan) {
-  // A device's index (TorusIndex: row-major) is linear in its coordinates, and each coordinate
-  // a sum of the pieces' terms, so each mesh axis adds a term of its own coordinate alone:
+  // A device's index (TorusIndex) is linear in its coordinates, and each coordinate a sum of
+  // the pieces' terms, so each mesh axis adds the index of its own part of the coordinates:
   // tabulated per axis, then summed per position (a pod's mesh has 8,960).
-  std::vector<int> row_stride(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) row_stride[d - 1] = row_stride[d] * shape[d];
   std::vector<std::vector<int>> term(axes.size());
+  std::vector<int> phys(shape.size());
   for (size_t a = 0; a < axes.size(); ++a) {
     std::vector<int> sizes;
     for (const Piece& piece : plan[a]) sizes.push_back(piece.size);
     term[a].resize(static_cast<size_t>(axes[a].size));
     for (int c = 0; c < axes[a].size; ++c) {
       const std::vector<int> coords = SnakeCoords(c, sizes);
+      std::fill(phys.begin(), phys.end(), 0);
       for (size_t j = 0; j < plan[a].size(); ++j) {
-        term[a][c] += coords[j] * plan[a][j].stride * row_stride[plan[a][j].dim];
+        phys[plan[a][j].dim] += coords[j] * plan[a][j].stride;
       }
+      term[a][c] = TorusIndex(shape, phys);
     }
   }
   int total = 1;

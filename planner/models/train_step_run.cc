@@ -32,6 +32,19 @@ namespace {
 Time Extrapolate(Time a, Time b, int64_t k) { return a + (b - a) * k; }
 Bytes Extrapolate(Bytes a, Bytes b, int64_t k) { return a + (b - a) * k; }
 
+// A peak composed from the peaks `a` and `b` and, where both runs have the same memory phases,
+// from each phase's (extrapolated into `phases`): the largest of them.
+Bytes ExtrapolatePhases(Bytes a, Bytes b, const std::vector<Bytes>& a_phases,
+                        const std::vector<Bytes>& b_phases, int64_t k, std::vector<Bytes>* phases) {
+  if (a_phases.empty() || a_phases.size() != b_phases.size()) return Extrapolate(a, b, k);
+  Bytes peak;
+  for (size_t p = 0; p < a_phases.size(); ++p) {
+    phases->push_back(Extrapolate(a_phases[p], b_phases[p], k));
+    peak = std::max(peak, phases->back());
+  }
+  return peak;
+}
+
 // Extrapolate per key (a key missing from one side counts zero there); zeros left out.
 template <typename K, typename T>
 std::map<K, T> ExtrapolateEach(const std::map<K, T>& a, const std::map<K, T>& b, int64_t k) {
@@ -179,23 +192,9 @@ StepFigures ComposeFigures(const StepFigures& a, const StepFigures& b, int64_t k
   f.recompute = Extrapolate(a.recompute, b.recompute, k);
   f.bytes_by_collective = ExtrapolateEach(a.bytes_by_collective, b.bytes_by_collective, k);
   f.link_busy = ExtrapolateSorted(a.link_busy, b.link_busy, k);
-  f.peak = Extrapolate(a.peak, b.peak, k);
-  if (!a.phase_peaks.empty() && a.phase_peaks.size() == b.phase_peaks.size()) {
-    f.peak = Bytes(0);
-    for (size_t p = 0; p < a.phase_peaks.size(); ++p) {
-      f.phase_peaks.push_back(Extrapolate(a.phase_peaks[p], b.phase_peaks[p], k));
-      f.peak = std::max(f.peak, f.phase_peaks.back());
-    }
-  }
-  f.forced_peak = Extrapolate(a.forced_peak, b.forced_peak, k);
-  if (!a.phase_forced_peaks.empty() && a.phase_forced_peaks.size() == b.phase_forced_peaks.size()) {
-    f.forced_peak = Bytes(0);
-    for (size_t p = 0; p < a.phase_forced_peaks.size(); ++p) {
-      f.phase_forced_peaks.push_back(
-          Extrapolate(a.phase_forced_peaks[p], b.phase_forced_peaks[p], k));
-      f.forced_peak = std::max(f.forced_peak, f.phase_forced_peaks.back());
-    }
-  }
+  f.peak = ExtrapolatePhases(a.peak, b.peak, a.phase_peaks, b.phase_peaks, k, &f.phase_peaks);
+  f.forced_peak = ExtrapolatePhases(a.forced_peak, b.forced_peak, a.phase_forced_peaks,
+                                    b.phase_forced_peaks, k, &f.phase_forced_peaks);
   f.state.params = Extrapolate(a.state.params, b.state.params, k);
   f.state.grads = Extrapolate(a.state.grads, b.state.grads, k);
   f.state.optimizer = Extrapolate(a.state.optimizer, b.state.optimizer, k);
@@ -646,21 +645,20 @@ constexpr std::pair<StepOverlap, const char*> kStepOverlaps[] = {
 // other schedule is tried: none could keep within it.
 TrainStepReport ScheduleWithinMemory(const TrainStepOptions& options, bool reorders,
                                      const std::function<TrainStepReport(StepOverlap)>& simulate) {
-  auto within = [&](const TrainStepReport& r) {
-    return static_cast<double>(r.memory.peak.count()) <=
+  auto within = [&](Bytes bytes, const TrainStepReport& r) {
+    return static_cast<double>(bytes.count()) <=
            options.memory_limit * static_cast<double>(r.memory.capacity.count());
   };
   TrainStepReport asked = simulate(options.overlap);
   asked.overlap = options.overlap;
-  if (!options.within_memory || within(asked)) return asked;
-  const double limit = options.memory_limit * static_cast<double>(asked.memory.capacity.count());
-  if (reorders && static_cast<double>(asked.memory.forced_peak.count()) > limit) return asked;
+  if (!options.within_memory || within(asked.memory.peak, asked)) return asked;
+  if (reorders && !within(asked.memory.forced_peak, asked)) return asked;
   uint64_t events = asked.events;
   for (const auto& [less, name] : kStepOverlaps) {
     if (less <= options.overlap) continue;
     TrainStepReport r = simulate(less);
     events += r.events;
-    if (within(r)) {
+    if (within(r.memory.peak, r)) {
       r.overlap = less;
       r.overlapped_peak = asked.memory.peak;
       r.events = events;
