@@ -1,6 +1,7 @@
 #include "collectives/executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -1237,7 +1238,7 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   }
   const std::vector<double>& capacities = network_.topology().link_bytes_per_second();
   // Per link of the op's groups, one after another: the summed costs. Each other op adds to
-  // the entries on the links both use (found by merging their sorted link lists), at most
+  // the entries on the links both use (found through their link sets, ascending), at most
   // once per entry, in the order of `others`.
   const GroupUseByLink& on_link = t.profile->by_link();
   // With one other op every entry takes at most one cost (it lies on one link, met once), so
@@ -1248,40 +1249,40 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   if (!single) link_load_.assign(on_link.entries, 0.0);
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
-    // The links both ops use: the fair rate the other op leaves this one's transfers there.
-    // (Merged through the link ids alone, each use read where both have the link.)
-    const std::vector<LinkId>& mine = t.profile->links;
-    const std::vector<LinkId>& theirs = u.profile->links;
-    for (size_t i = 0, j = 0; i < mine.size() && j < theirs.size();) {
-      if (mine[i] < theirs[j]) {
-        ++i;
-      } else if (theirs[j] < mine[i]) {
-        ++j;
-      } else {
+    // The links both ops use, ascending (the set bits of their link sets' intersection), each
+    // at its position in both lists: the fair rate the other op leaves this one's transfers
+    // there.
+    const GroupUseByLink& other_on_link = u.profile->by_link();
+    const size_t words = std::min(on_link.link_bits.size(), other_on_link.link_bits.size());
+    for (size_t w = 0; w < words; ++w) {
+      const uint64_t mine = on_link.link_bits[w];
+      const uint64_t theirs = other_on_link.link_bits[w];
+      for (uint64_t both = mine & theirs; both != 0; both &= both - 1) {
+        const uint64_t below = (both & -both) - 1;
+        const size_t i = static_cast<size_t>(on_link.link_rank[w] + std::popcount(mine & below));
+        const size_t j =
+            static_cast<size_t>(other_on_link.link_rank[w] + std::popcount(theirs & below));
         const LinkUse& whole = t.profile->link_use[i];
         const LinkUse& b = u.profile->link_use[j];
         const double level = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate,
                                        capacities[static_cast<size_t>(b.link)]);
         // Below an infinite level (both sets fit) nothing is slowed.
-        if (level >= 0 && level < std::numeric_limits<double>::infinity()) {
-          // An entry whose transfers want no more than the level keeps its rate and adds 0
-          // (skipped: the sums are the same to the bit, none being -0).
-          for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
-            const double rate = on_link.rate[n];
-            if (rate <= level) continue;
-            const double duty = on_link.duty[n];
-            const double overlap = aligned ? std::min(duty, b.duty) : duty * b.duty;
-            const double cost = overlap * (rate / level - 1.0);
-            if (single) {
-              double& w = worst[static_cast<size_t>(on_link.group[n])];
-              w = std::max(w, cost);
-            } else {
-              link_load_[on_link.entry[n]] += cost;
-            }
+        if (!(level >= 0 && level < std::numeric_limits<double>::infinity())) continue;
+        // An entry whose transfers want no more than the level keeps its rate and adds 0
+        // (skipped: the sums are the same to the bit, none being -0).
+        for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
+          const double rate = on_link.rate[n];
+          if (rate <= level) continue;
+          const double duty = on_link.duty[n];
+          const double overlap = aligned ? std::min(duty, b.duty) : duty * b.duty;
+          const double cost = overlap * (rate / level - 1.0);
+          if (single) {
+            double& worst_cost = worst[static_cast<size_t>(on_link.group[n])];
+            worst_cost = std::max(worst_cost, cost);
+          } else {
+            link_load_[on_link.entry[n]] += cost;
           }
         }
-        ++i;
-        ++j;
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <functional>
 #include <optional>
 #include <set>
@@ -163,6 +164,16 @@ const GroupUseByLink& LinkProfile::by_link() const {
       by_link_.rate[n] = use[e]->flow_rate;
       by_link_.duty[n] = use[e]->duty;
       by_link_.group[n] = group[e];
+    }
+    if (!links.empty()) {
+      const size_t words = static_cast<size_t>(links.back()) / 64 + 1;
+      by_link_.link_bits.assign(words, 0);
+      by_link_.link_rank.assign(words, 0);
+      for (LinkId l : links) by_link_.link_bits[l / 64] |= uint64_t{1} << (l % 64);
+      for (size_t w = 1; w < words; ++w) {
+        by_link_.link_rank[w] =
+            by_link_.link_rank[w - 1] + std::popcount(by_link_.link_bits[w - 1]);
+      }
     }
   });
   return by_link_;

@@ -51,12 +51,17 @@ struct LinkUse {
 // A profile's group_use entries (numbered group after group) listed by the link they are on:
 // those on its links[k] are entry[start[k] .. start[k + 1]), with their flow rates, duties and
 // groups beside them (rate[n], duty[n], group[n]: read in that order, not through the entry);
-// `entries` counts them all.
+// `entries` counts them all. The links themselves as a bit set (bit l % 64 of link_bits[l / 64]
+// for link l) with, per word, how many links the words before it hold (link_rank): the links
+// two profiles share are the set bits of the words' intersection, and a link's position in
+// `links` its word's rank plus the bits below it.
 struct GroupUseByLink {
   std::vector<int32_t> start, entry;
   std::vector<double> rate, duty;
   std::vector<int32_t> group;
   size_t entries = 0;
+  std::vector<uint64_t> link_bits;
+  std::vector<int32_t> link_rank;
 };
 
 // How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
