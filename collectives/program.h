@@ -281,6 +281,9 @@ struct OpSpec {
   // shard_map: the body, a mode: manual program on the global program's mesh axes (shared,
   // never changed once built: copies of the op share it).
   std::shared_ptr<const ProgramSpec> body;
+
+  // Every field equal (a shard_map's body by identity).
+  bool operator==(const OpSpec&) const = default;
 };
 
 // One output (`outputs:`): an out_spec.

@@ -16,9 +16,97 @@
 #include "planner/grad.h"
 #include "planner/reshard.h"
 #include "planner/rules/sharding_rule.h"
+#include "sim/fnv_hash.h"
 #include "sim/spec_error.h"
 
 namespace shardsim::planner {
+
+// One operand of an op as its choice of layout sees it.
+struct ChoiceOperand {
+  Shape shape;  // Global.
+  DType dtype = DType::kF32;
+  ValueSharding sharding;
+  bool host = false;
+  // The layouts it was resharded to already in this pass (their reshards cost nothing more),
+  // ascending.
+  std::vector<ValueSharding> resharded;
+  bool operator==(const ChoiceOperand&) const = default;
+};
+
+struct PartitionChoices::Impl {
+  // One choice: what it was made for, and the strategy chosen.
+  struct Entry {
+    OpSpec op;  // Its names cleared (ClearNames).
+    std::vector<ChoiceOperand> operands;
+    std::optional<PartitionSpec> hint;
+    std::set<int> whole;
+    Strategy chosen;
+  };
+
+  // Binds the choices to `costs` over `axes`: kept if they are what the choices were made
+  // for, else forgotten.
+  void Bind(const PartitionCosts& costs, const std::vector<MeshAxis>& mesh_axes) {
+    std::vector<std::pair<std::string, int>> named;
+    for (const MeshAxis& a : mesh_axes) named.emplace_back(a.name, a.size);
+    const std::vector<int> placed = costs.mesh ? costs.mesh->devices() : std::vector<int>{};
+    const bool same = bound && named == axes && placed == devices &&
+                      costs.collectives == collectives && costs.compute == compute &&
+                      costs.device_in_bytes_per_second == in_rate && costs.machine == machine;
+    if (same) return;
+    bound = true;
+    axes = std::move(named);
+    devices = placed;
+    collectives = costs.collectives;
+    compute = costs.compute;
+    in_rate = costs.device_in_bytes_per_second;
+    machine = costs.machine;
+    entries.clear();
+    step_times.clear();
+    size = 0;
+  }
+
+  // Gives `op` the fields of `from` that name values or locate it (a repeated op's differ).
+  static void SetNames(OpSpec& op, const OpSpec& from) {
+    op.name = from.name;
+    op.key = from.key;
+    op.in = from.in;
+    op.out = from.out;
+    op.like = from.like;
+    op.of = from.of;
+    op.wrt = from.wrt;
+  }
+  // `op` without the fields SetNames sets.
+  static void ClearNames(OpSpec& op) {
+    op.name.clear();
+    op.key.clear();
+    op.in.clear();
+    op.out.clear();
+    op.like.clear();
+    op.of.clear();
+    op.wrt.clear();
+  }
+
+  // What the choices were made for.
+  bool bound = false;
+  std::vector<std::pair<std::string, int>> axes;  // Names and sizes.
+  std::vector<int> devices;                       // The mesh's placement (empty: no mesh).
+  const CollectiveCostModel* collectives = nullptr;
+  const ComputeModel* compute = nullptr;
+  double in_rate = 0;
+  const Machine* machine = nullptr;
+
+  std::unordered_map<uint64_t, std::vector<Entry>> entries;  // By ChoiceHash.
+  size_t size = 0;
+  int64_t reused = 0;
+  // Reshard steps' times by (kind, dtype, elements, axes): a function of the mesh and model.
+  std::map<std::vector<int64_t>, double> step_times;
+};
+
+PartitionChoices::PartitionChoices() : impl_(std::make_unique<Impl>()) {}
+PartitionChoices::~PartitionChoices() = default;
+size_t PartitionChoices::size() const { return impl_->size; }
+int64_t PartitionChoices::reused() const { return impl_->reused; }
+
 namespace {
 
 // The layout a partial value laid out as `v` is summed into beside an operand of its shape
@@ -55,15 +143,36 @@ struct Value {
 };
 
 class Partitioner {
+  // What is known of each global op, by its position in the program.
+  struct OpInfo {
+    std::vector<int> in_ids, out_ids;  // The name ids of its operands and results.
+    std::vector<int> uses;             // Readers of each operand's value.
+    // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
+    // later reader wants whole.
+    std::optional<PartitionSpec> hint;
+    std::set<int> whole;
+    // Auto mode: its operands' global shapes and its results' (shape-only arrays), when known.
+    bool shapes_known = false;
+    std::vector<Shape> in_shapes;
+    bool outs_known = false;
+    std::vector<Array> out_shapes;
+  };
+
  public:
   Partitioner(const ProgramSpec& global, const std::vector<MeshAxis>& axes,
-              const PartitionCosts& costs, std::vector<size_t> pass_starts)
+              const PartitionCosts& costs, std::vector<size_t> pass_starts,
+              PartitionChoices* choices)
       : global_(global),
         pass_starts_(std::move(pass_starts)),
         costs_(costs),
         axes_(axes),
         explicit_(global.mode == ProgramMode::kExplicit),
         shape_mesh_(MakeShapeMesh(axes)) {
+    if (choices && !explicit_) {
+      choices_ = &choices->impl();
+      choices_->Bind(costs, axes);
+      step_times_ = &choices_->step_times;
+    }
     // Room for every name up front (with a fifth more for the reshards' fresh names): no
     // rehashing of tables of tens of thousands of names as they fill.
     const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
@@ -536,14 +645,14 @@ class Partitioner {
     std::vector<int64_t> key = {static_cast<int64_t>(step.kind), static_cast<int64_t>(dtype),
                                 elements};
     key.insert(key.end(), step.axes.begin(), step.axes.end());
-    if (auto it = step_times_.find(key); it != step_times_.end()) return it->second;
+    if (auto it = step_times_->find(key); it != step_times_->end()) return it->second;
     CollectiveRequest request;
     request.kind = Op(ReshardOp(step, "", "", axes_).kind).collective;
     request.dtype = dtype;
     request.elements = elements;
     request.axes = step.axes;
     const Time longest = costs_.collectives->Estimate(*costs_.mesh, request)->longest();
-    return step_times_[key] = static_cast<double>(longest.picoseconds());
+    return (*step_times_)[key] = static_cast<double>(longest.picoseconds());
   }
 
   // The time of running `op` locally under `s` (0 without a compute model).
@@ -715,6 +824,10 @@ class Partitioner {
     // Each op is emitted once: its shapes inferred up front are moved, not copied.
     std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
     info.outs_known = false;
+    if (const Strategy* kept = FindChoice(op, info, in, ids)) {
+      EmitStrategy(op, info, in, ids, outs, *kept);
+      return;
+    }
     RuleContext ctx{op, {}, {}, {}, {}, axes_, std::nullopt};
     for (const Value* v : in) {
       ctx.in_shapes.push_back(v->shape);
@@ -794,7 +907,96 @@ class Partitioner {
         }
       }
     }
-    const Strategy& s = valid[best];
+    if (choices_) KeepChoice(info, in, ids, valid[best]);
+    EmitStrategy(op, info, in, ids, outs, valid[best]);
+  }
+
+  // The choice kept for `op` (its operands `in`, value ids `ids`) as it stands now, or null.
+  const Strategy* FindChoice(const OpSpec& op, const OpInfo& info,
+                             const std::vector<const Value*>& in, const std::vector<int>& ids) {
+    if (!choices_) return nullptr;
+    FnvHash hash;
+    hash.Mix(static_cast<uint64_t>(op.kind));
+    for (size_t i = 0; i < in.size(); ++i) {
+      for (int64_t d : in[i]->shape) hash.Mix(static_cast<uint64_t>(d));
+      for (const std::vector<int>& dim : in[i]->sharding.dims) {
+        hash.Mix(dim.size());
+        for (int a : dim) hash.Mix(static_cast<uint64_t>(a));
+      }
+      hash.Mix(in[i]->sharding.partial.size());
+    }
+    hash.Mix(info.hint.has_value() + 2 * info.whole.size());
+    choice_hash_ = hash.value();
+    const auto bucket = choices_->entries.find(choice_hash_);
+    if (bucket == choices_->entries.end()) return nullptr;
+    for (PartitionChoices::Impl::Entry& e : bucket->second) {
+      if (e.hint != info.hint || e.whole != info.whole || !SameOperands(e.operands, in, ids)) {
+        continue;
+      }
+      // The op's attributes: the entry's op with this op's names is this op.
+      PartitionChoices::Impl::SetNames(e.op, op);
+      const bool same = e.op == op;
+      PartitionChoices::Impl::ClearNames(e.op);
+      if (same) {
+        ++choices_->reused;
+        return &e.chosen;
+      }
+    }
+    return nullptr;
+  }
+
+  // Whether `operands` are the values `in` (ids `ids`) as they stand now.
+  bool SameOperands(const std::vector<ChoiceOperand>& operands, const std::vector<const Value*>& in,
+                    const std::vector<int>& ids) const {
+    if (operands.size() != in.size()) return false;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const ChoiceOperand& o = operands[i];
+      const Value& v = *in[i];
+      if (o.shape != v.shape || o.dtype != v.dtype || o.host != v.host ||
+          !(o.sharding == v.sharding)) {
+        return false;
+      }
+      auto it = reshards_.lower_bound({ids[i], {}, {}});
+      for (const ValueSharding& r : o.resharded) {
+        if (it == reshards_.end() || std::get<0>(it->first) != ids[i] ||
+            std::get<1>(it->first) != r.dims || std::get<2>(it->first) != r.partial) {
+          return false;
+        }
+        ++it;
+      }
+      if (it != reshards_.end() && std::get<0>(it->first) == ids[i]) return false;
+    }
+    return true;
+  }
+
+  // Keeps `chosen` for the op FindChoice last looked up (its operands `in`, value ids `ids`).
+  void KeepChoice(const OpInfo& info, const std::vector<const Value*>& in,
+                  const std::vector<int>& ids, const Strategy& chosen) {
+    PartitionChoices::Impl::Entry e;
+    e.op = global_.ops[static_cast<size_t>(&info - info_.data())];
+    PartitionChoices::Impl::ClearNames(e.op);
+    for (size_t i = 0; i < in.size(); ++i) {
+      ChoiceOperand& o = e.operands.emplace_back();
+      o.shape = in[i]->shape;
+      o.dtype = in[i]->dtype;
+      o.sharding = in[i]->sharding;
+      o.host = in[i]->host;
+      for (auto it = reshards_.lower_bound({ids[i], {}, {}});
+           it != reshards_.end() && std::get<0>(it->first) == ids[i]; ++it) {
+        o.resharded.push_back(ValueSharding{std::get<1>(it->first), std::get<2>(it->first)});
+      }
+    }
+    e.hint = info.hint;
+    e.whole = info.whole;
+    e.chosen = chosen;
+    choices_->entries[choice_hash_].push_back(std::move(e));
+    ++choices_->size;
+  }
+
+  // Emits `op` (its operands `in`, value ids `ids`, global results `outs`) under strategy `s`.
+  void EmitStrategy(const OpSpec& op, const OpInfo& info, const std::vector<const Value*>& in,
+                    const std::vector<int>& ids, const std::vector<Array>& outs,
+                    const Strategy& s) {
     // Operands resharded as the strategy needs.
     OpSpec local = LocalOp(op, outs[0].shape(), s);
     for (size_t i = 0; i < in.size(); ++i) {
@@ -895,23 +1097,15 @@ class Partitioner {
 
   // Dimensions a later reader wants whole, per name id.
   std::vector<std::set<int>> whole_dims_;
-  // What is known of each global op, by its position in the program.
-  struct OpInfo {
-    std::vector<int> in_ids, out_ids;  // The name ids of its operands and results.
-    std::vector<int> uses;             // Readers of each operand's value.
-    // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
-    // later reader wants whole.
-    std::optional<PartitionSpec> hint;
-    std::set<int> whole;
-    // Auto mode: its operands' global shapes and its results' (shape-only arrays), when known.
-    bool shapes_known = false;
-    std::vector<Shape> in_shapes;
-    bool outs_known = false;
-    std::vector<Array> out_shapes;
-  };
+
   std::vector<OpInfo> info_;
   OpInfo& Info(const OpSpec& op) { return info_[static_cast<size_t>(&op - global_.ops.data())]; }
-  std::map<std::vector<int64_t>, double> step_times_;  // StepTime by (kind, dtype, size, axes).
+  // StepTime by (kind, dtype, size, axes): own_step_times_, or the choices' (shared by the
+  // partitions they serve).
+  std::map<std::vector<int64_t>, double> own_step_times_;
+  std::map<std::vector<int64_t>, double>* step_times_ = &own_step_times_;
+  PartitionChoices::Impl* choices_ = nullptr;  // Auto mode's kept choices, or null.
+  uint64_t choice_hash_ = 0;                   // FindChoice's hash of the op looked up.
   PartitionResult result_;
 };
 
@@ -961,7 +1155,8 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 }
 
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
-                                  const PartitionCosts& costs, const std::vector<MeshAxis>* sizes) {
+                                  const PartitionCosts& costs, const std::vector<MeshAxis>* sizes,
+                                  PartitionChoices* choices) {
   if (expanded.mode == ProgramMode::kManual) {
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
   }
@@ -973,7 +1168,8 @@ PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_
   if (!same_names) {
     throw std::logic_error("internal error: a program is partitioned over other mesh axes");
   }
-  PartitionResult result = Partitioner(expanded, axes, costs, std::move(pass_starts)).Run();
+  PartitionResult result =
+      Partitioner(expanded, axes, costs, std::move(pass_starts), choices).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = expanded.outputs;
   return result;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,35 @@ struct PartitionResult {
   std::vector<std::string> types;
 };
 
+// Auto mode's choices of layout, kept across the partitions of programs that repeat ops on
+// one mesh with one cost model: a training step's layers repeat their ops, and its partitions
+// at several layer counts (the short steps a step is composed from) or of several stage steps
+// repeat each other. An op whose attributes (all but its names), operands (global shape,
+// dtype, layout, whether in host memory, the layouts they were already resharded to in this
+// pass), layout hint and dimensions wanted whole are those of an op chosen for before takes
+// the strategy chosen then, without asking its rule or pricing candidates again: the choice is
+// a function of exactly these, so partitions with and without it are equal (tested). Given
+// for another mesh or cost model, it starts afresh. Not thread-safe.
+class PartitionChoices {
+ public:
+  PartitionChoices();
+  ~PartitionChoices();
+  PartitionChoices(const PartitionChoices&) = delete;
+  PartitionChoices& operator=(const PartitionChoices&) = delete;
+
+  // Choices kept.
+  size_t size() const;
+  // Ops given a kept choice.
+  int64_t reused() const;
+
+  // What the partitioner keeps (its own, in partitioner.cc).
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons and
 // types with them (both made as long as the ops): what the scheduling passes (prefetch,
 // deferred readers) apply. Throws std::logic_error ("internal error: ...") unless `order` is
@@ -60,10 +91,12 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 // `pass_starts` as ExpandGrads reports them: reshards are reused only within a pass.
 // `sizes`, when given, are the mesh's axes (the same names, in the same order) at the sizes
 // to partition for, where `expanded` was built for other sizes (a search's plans share one
-// expanded step); null: expanded.mesh_axes.
+// expanded step); null: expanded.mesh_axes. `choices`, when given (auto mode), are reused and
+// added to.
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
                                   const PartitionCosts& costs = {},
-                                  const std::vector<MeshAxis>* sizes = nullptr);
+                                  const std::vector<MeshAxis>* sizes = nullptr,
+                                  PartitionChoices* choices = nullptr);
 
 // Partitions `global` for `mesh` on `machine`, pricing collectives by the network simulation
 // (cached across the candidates) and local ops by the machine's compute model.

@@ -216,7 +216,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                .emplace(key,
                         BuildPartitionedStep(machine, stage_mesh, mm, t, stage, rules, *collectives,
                                              offload ? plan.offload : std::vector<std::string>{},
-                                             options.build_cache))
+                                             options.build_cache, &built.choices))
                .first;
     }
     const BuiltTrainStep& b = it->second;

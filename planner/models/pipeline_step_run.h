@@ -35,6 +35,7 @@ std::vector<int64_t> PipelineChunkLayers(int64_t layers, int stages, const Pipel
 // offload and whether it is the layers alone.
 struct PipelineBuilds {
   std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, bool>, BuiltTrainStep> steps;
+  PartitionChoices choices;  // Shared by the stage steps' partitions (one stage mesh).
 };
 
 // Simulates one training step of `model` under `plan`, whose `pipeline` splits the layers

@@ -273,9 +273,10 @@ ProgramSpec ExpandStep(const ProgramSpec& global,
 PartitionResult PartitionExpandedStep(const ProgramSpec& expanded,
                                       const std::vector<size_t>& boundaries,
                                       const PartitionCosts& costs,
-                                      const std::vector<MeshAxis>* sizes = nullptr) {
+                                      const std::vector<MeshAxis>* sizes = nullptr,
+                                      PartitionChoices* choices = nullptr) {
   try {
-    return PartitionExpanded(expanded, boundaries, costs, sizes);
+    return PartitionExpanded(expanded, boundaries, costs, sizes, choices);
   } catch (const SpecError& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   } catch (const std::invalid_argument& e) {
@@ -289,8 +290,8 @@ BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepPlan& plan, const LogicalRules& rules,
                                     CollectiveCostModel& collectives,
-                                    const std::vector<std::string>& offload,
-                                    StepBuildCache* cache) {
+                                    const std::vector<std::string>& offload, StepBuildCache* cache,
+                                    PartitionChoices* choices) {
   BuiltTrainStep b;
   std::optional<StepBuildCache::Key> key;
   if (cache) {
@@ -317,7 +318,7 @@ BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
       PartitionExpandedStep(*b.built->expanded, b.built->boundaries,
                             PartitionCosts{&mesh, &collectives, machine.compute_model(),
                                            DeviceInBytesPerSecond(machine), &machine},
-                            &plan.mesh);
+                            &plan.mesh, choices);
   return b;
 }
 
@@ -345,8 +346,11 @@ std::vector<std::vector<std::string>> CheckpointValues(
 namespace {
 
 // Each layer count's built and partitioned step, shared by the schedules a step tries
-// (ScheduleWithinMemory).
-using BuiltSteps = std::map<int64_t, BuiltTrainStep>;
+// (ScheduleWithinMemory), and the partitioner's choices of layout, shared by those partitions.
+struct BuiltSteps {
+  std::map<int64_t, BuiltTrainStep> by_layers;
+  PartitionChoices choices;
+};
 
 // Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
 // says and reads its figures; what it builds and partitions is kept in `built` by layer count
@@ -356,11 +360,12 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                             const StepPlan& plan, const LogicalRules& rules,
                             CollectiveCostModel& collectives, StepOverlap overlap, bool link_busy,
                             BuiltSteps& built, StepBuildCache* build_cache) {
-  auto it = built.find(model.layers);
-  if (it == built.end()) {
-    it = built
-             .emplace(model.layers, BuildPartitionedStep(machine, mesh, model, train, plan, rules,
-                                                         collectives, plan.offload, build_cache))
+  auto it = built.by_layers.find(model.layers);
+  if (it == built.by_layers.end()) {
+    it = built.by_layers
+             .emplace(model.layers,
+                      BuildPartitionedStep(machine, mesh, model, train, plan, rules, collectives,
+                                           plan.offload, build_cache, &built.choices))
              .first;
   }
   const BuiltTrainStep& b = it->second;

@@ -324,13 +324,15 @@ struct BuiltTrainStep {
 // names (plan.offload, or none) held in host memory and plan.remat_save's kept, and partitions
 // it on `mesh` with plan.remat, collectives priced by `collectives`. With `cache`, a step built
 // for another plan of the same axis names serves where it can (StepBuildCache), and one built
-// here is kept there.
+// here is kept there. `choices`, when given, are the partitioner's kept choices of layout on
+// `mesh` (PartitionChoices), shared by the steps a plan partitions.
 BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
                                     const TransformerConfig& model, const TrainConfig& train,
                                     const StepPlan& plan, const LogicalRules& rules,
                                     CollectiveCostModel& collectives,
                                     const std::vector<std::string>& offload,
-                                    StepBuildCache* cache = nullptr);
+                                    StepBuildCache* cache = nullptr,
+                                    PartitionChoices* choices = nullptr);
 
 // Per layer of `checkpoints` (BuildTrainStep's), the values of the checkpoint `names`; throws
 // SpecError at `key` (plan.offload, plan.remat.save) for a name some layer lacks (an MoE
