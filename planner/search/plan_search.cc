@@ -417,17 +417,21 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   NetworkCollectiveModel main_network(*main_machine);
   std::unique_ptr<SearchCaches> own_caches;
   if (!options.caches) own_caches = std::make_unique<SearchCaches>(*main_machine);
-  CachedCollectiveModel& shared = (options.caches ? *options.caches : *own_caches).cache();
+  SearchCaches& caches = options.caches ? *options.caches : *own_caches;
+  CachedCollectiveModel& shared = caches.cache();
   std::vector<std::unique_ptr<Machine>> worker_machines;
   std::vector<std::unique_ptr<NetworkCollectiveModel>> worker_networks;
   for (int j = 1; j < std::max(1, options.jobs); ++j) {
     worker_machines.push_back(options.make_machine());
     worker_networks.push_back(std::make_unique<NetworkCollectiveModel>(*worker_machines.back()));
   }
-  // Per machine (one thread uses each at a time): the steps built for its earlier plans.
-  std::map<const Machine*, std::unique_ptr<StepBuildCache>> build_caches;
-  build_caches[main_machine.get()] = std::make_unique<StepBuildCache>();
-  for (const auto& m : worker_machines) build_caches[m.get()] = std::make_unique<StepBuildCache>();
+  // Per machine (one thread uses each at a time): the steps built for its earlier plans (and
+  // for an earlier search's, with options.caches).
+  std::map<const Machine*, StepBuildCache*> build_caches;
+  build_caches[main_machine.get()] = &caches.build_cache(0);
+  for (size_t j = 0; j < worker_machines.size(); ++j) {
+    build_caches[worker_machines[j].get()] = &caches.build_cache(j + 1);
+  }
   const int processes = std::max(1, options.process_count);
   auto mine = [&](size_t f) {
     return static_cast<int>(f % static_cast<size_t>(processes)) == options.process_rank;
@@ -499,9 +503,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       return;
     }
     TrainStepReport report;
-    pr.outcome =
-        EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives, &report,
-                     settle, /*link_busy=*/false, build_caches.at(&machine).get());
+    pr.outcome = EvaluatePlan(machine, model, train, pr.candidate, space.memory_limit, collectives,
+                              &report, settle, /*link_busy=*/false, build_caches.at(&machine));
     if (pr.outcome.refused.empty()) {
       pr.report = std::make_shared<const TrainStepReport>(std::move(report));
     }

@@ -12,6 +12,7 @@
 
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/models/step_build_cache.h"
 #include "planner/search/search_space.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -64,8 +65,10 @@ struct SearchProgress {
   std::optional<Time> best;  // Best step time among fitting plans evaluated so far.
 };
 
-// The collective timings a search has priced, kept to price the next search's (a benchmark's
-// warm runs, a session exploring one machine): the network simulations of one machine.
+// What a search has priced and built, kept to serve the next search (a benchmark's warm runs,
+// a session exploring one machine): the network simulations of one machine's collectives, and
+// each search worker's built and expanded steps (StepBuildCache). Searches using it run one at
+// a time.
 class SearchCaches {
  public:
   // `machine` is the searches' hardware (its own instance: the caches' misses run on it when
@@ -73,10 +76,18 @@ class SearchCaches {
   explicit SearchCaches(const Machine& machine) : network_(machine), cache_(network_) {}
   // The shared, thread-safe cache of collective timings.
   CachedCollectiveModel& cache() { return cache_; }
+  // The steps search worker `worker` built (0: the searching thread; one thread uses each).
+  StepBuildCache& build_cache(size_t worker) {
+    while (build_caches_.size() <= worker) {
+      build_caches_.push_back(std::make_unique<StepBuildCache>());
+    }
+    return *build_caches_[worker];
+  }
 
  private:
   NetworkCollectiveModel network_;
   CachedCollectiveModel cache_;
+  std::vector<std::unique_ptr<StepBuildCache>> build_caches_;
 };
 
 // How to search.

@@ -2,9 +2,10 @@
 // (counter plans_per_s) with --jobs 2 on this 2-core machine:
 // - cold: a fresh search, every collective's network simulation made (what `shardsim plan`
 //   does): GPT-3 175B on 1024 A100 GPUs (configs/plans/gpt3_175b_a100.yaml's space);
-// - warm: the same search again with the collective timings the first one priced
-//   (SearchCaches), so the figure is the evaluation of plans alone (build, grad, remat,
-//   partition, lower, one timeline per class): Llama-3-70B on 2048 v5p chips
+// - warm: the same search again with the collective timings the first one priced and the
+//   steps its workers built and expanded (SearchCaches), so the figure is the evaluation of
+//   plans alone (partition, schedule, lower, one timeline per class), as in a long search
+//   where a worker's builds serve thousands of plans: Llama-3-70B on 2048 v5p chips
 //   (configs/plans/llama3_70b_v5p.yaml's space) and, with SHARDSIM_BENCH_SLOW=1 (its cold
 //   search takes minutes), on the 8960-chip pod.
 #include <benchmark/benchmark.h>

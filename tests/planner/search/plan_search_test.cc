@@ -646,6 +646,8 @@ TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
   EXPECT_EQ(again.ranked, first.ranked);
 }
 
+// A search keeping its caches (collective timings, built steps) serves the next from them, and
+// both give the fresh search's outcomes.
 TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
   std::unique_ptr<Machine> machine = V5e8();
   SearchCaches caches(*machine);
@@ -654,8 +656,15 @@ TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
   const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
   const int64_t misses = caches.cache().misses();
   EXPECT_GT(misses, 0);
+  auto builds = [&caches] {
+    return caches.build_cache(0).misses() + caches.build_cache(1).misses();
+  };
+  const int64_t built = builds();
+  EXPECT_GT(built, 0);
   const SearchResult second = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
   EXPECT_EQ(caches.cache().misses(), misses);  // Nothing simulated again.
+  // Each worker builds only what it did not build for the first (which plans it takes varies).
+  EXPECT_LT(builds() - built, built);
   const SearchResult fresh = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
   ASSERT_EQ(second.results.size(), fresh.results.size());
   for (size_t i = 0; i < fresh.results.size(); ++i) {
