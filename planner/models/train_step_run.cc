@@ -215,9 +215,16 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   std::vector<size_t> phases;
   const PartitionCosts costs{&mesh, &collectives, machine.compute_model(),
                              DeviceInBytesPerSecond(machine), &machine};
+  // The scheduling passes reorder and rewrite a copy of the step's partition: its program
+  // alone (its ops' reasons and types, for tables, no run reads).
+  auto program_only = [](const PartitionResult& whole) {
+    PartitionResult copy;
+    copy.program = whole.program;
+    return copy;
+  };
   const PartitionResult partitioned =
-      step ? ScheduleStep(*step->expanded, step->boundaries, step->partitioned, layers, costs,
-                          prefetch_groups, &phases, plan.collective_matmul, overlap)
+      step ? ScheduleStep(*step->expanded, step->boundaries, program_only(step->partitioned),
+                          layers, costs, prefetch_groups, &phases, plan.collective_matmul, overlap)
            : PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
                                 plan.collective_matmul, offloaded, head_tiles, saved, overlap);
   const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
