@@ -3,8 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +11,7 @@
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/partition_choices.h"
 
 namespace shardsim::planner {
 
@@ -42,35 +41,6 @@ struct PartitionResult {
   std::vector<std::string> reasons;  // Per op of `program`: why it was inserted ("" if not).
   // Per op of `program`: its first result's global type ("f32[1024@dp,4096]").
   std::vector<std::string> types;
-};
-
-// Auto mode's choices of layout, kept across the partitions of programs that repeat ops on
-// one mesh with one cost model: a training step's layers repeat their ops, and its partitions
-// at several layer counts (the short steps a step is composed from) or of several stage steps
-// repeat each other. An op whose attributes (all but its names), operands (global shape,
-// dtype, layout, whether in host memory, the layouts they were already resharded to in this
-// pass), layout hint and dimensions wanted whole are those of an op chosen for before takes
-// the strategy chosen then, without asking its rule or pricing candidates again: the choice is
-// a function of exactly these, so partitions with and without it are equal (tested). Given
-// for another mesh or cost model, it starts afresh. Not thread-safe.
-class PartitionChoices {
- public:
-  PartitionChoices();
-  ~PartitionChoices();
-  PartitionChoices(const PartitionChoices&) = delete;
-  PartitionChoices& operator=(const PartitionChoices&) = delete;
-
-  // Choices kept.
-  size_t size() const;
-  // Ops given a kept choice.
-  int64_t reused() const;
-
-  // What the partitioner keeps (its own, in partitioner.cc).
-  struct Impl;
-  Impl& impl() { return *impl_; }
-
- private:
-  std::unique_ptr<Impl> impl_;
 };
 
 // Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons and

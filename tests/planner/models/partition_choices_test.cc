@@ -1,6 +1,8 @@
 // The partitioner's kept choices of layout (PartitionChoices): partitions made with them are the
 // partitions made without, op for op; they serve the ops that repeat (a step's layers, its
 // partitions at several layer counts) and only those; given another mesh they start afresh.
+#include "planner/partition_choices.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
