@@ -65,25 +65,16 @@ struct PartitionChoices::Impl {
     size = 0;
   }
 
-  // Gives `op` the fields of `from` that name values or locate it (a repeated op's differ).
-  static void SetNames(OpSpec& op, const OpSpec& from) {
-    op.name = from.name;
-    op.key = from.key;
-    op.in = from.in;
-    op.out = from.out;
-    op.like = from.like;
-    op.of = from.of;
-    op.wrt = from.wrt;
+  // The fields of `op` that name values or locate it (a repeated op's differ).
+  template <typename Op>
+  static auto NameFields(Op& op) {
+    return std::tie(op.name, op.key, op.in, op.out, op.like, op.of, op.wrt);
   }
-  // `op` without the fields SetNames sets.
+  // Gives `op` the names of `from`.
+  static void SetNames(OpSpec& op, const OpSpec& from) { NameFields(op) = NameFields(from); }
+  // `op` without names.
   static void ClearNames(OpSpec& op) {
-    op.name.clear();
-    op.key.clear();
-    op.in.clear();
-    op.out.clear();
-    op.like.clear();
-    op.of.clear();
-    op.wrt.clear();
+    std::apply([](auto&... field) { (field.clear(), ...); }, NameFields(op));
   }
 
   // What the choices were made for.
@@ -95,7 +86,7 @@ struct PartitionChoices::Impl {
   double in_rate = 0;
   const Machine* machine = nullptr;
 
-  std::unordered_map<uint64_t, std::vector<Entry>> entries;  // By ChoiceHash.
+  std::unordered_map<uint64_t, std::vector<Entry>> entries;  // By FindChoice's hash.
   size_t size = 0;
   int64_t reused = 0;
   // Reshard steps' times by (kind, dtype, elements, axes): a function of the mesh and model.
