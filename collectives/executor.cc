@@ -1236,6 +1236,13 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       return it->second;
     }
   }
+  // With one other op, its worst costs may have been found beside this op's (below).
+  const bool single = others.size() == 1;
+  if (single && partner_worst_ && partner_worst_->first == key) {
+    std::vector<double> group_rate = std::move(partner_worst_->second);
+    partner_worst_.reset();
+    return KeepRates(layout, key, others, std::move(group_rate), std::move(shared_key), it->second);
+  }
   const std::vector<double>& capacities = network_.topology().link_bytes_per_second();
   // Per link of the op's groups, one after another: the summed costs. Each other op adds to
   // the entries on the links both use (found through their link sets, ascending), at most
@@ -1244,9 +1251,24 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   // With one other op every entry takes at most one cost (it lies on one link, met once), so
   // each group's costliest entry is its largest single cost: kept per group as found, without
   // the per-entry sums.
-  const bool single = others.size() == 1;
   std::vector<double> worst(t.profile->group_use.size(), 0.0);
   if (!single) link_load_.assign(on_link.entries, 0.0);
+  // With one other op whose rates beside this one are not known either, its worst costs are
+  // found in the same pass over the links both use (kept for its own call, partner_worst_):
+  // each link's fair level is the same both ways (FairLevel orders the two sets by rate; only
+  // at equal rates does it depend on the order, and then it is found again the other way).
+  std::vector<int64_t> partner_key;
+  std::vector<double> partner_worst;
+  if (single) {
+    partner_key = {others[0].first, key[0], others[0].second};
+    const CollectiveTiming* partner = timing_by_index_[static_cast<size_t>(others[0].first)];
+    const bool known =
+        rates_.count(partner_key) > 0 ||
+        (shared_rates &&
+         shared_rates->FindRates({{partner, false}, {run.timing, others[0].second != 0}}));
+    if (!known) partner_worst.assign(partner->profile->group_use.size(), 0.0);
+  }
+  const bool with_partner = !partner_worst.empty();
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
     // The links both ops use, ascending (the set bits of their link sets' intersection), each
@@ -1264,8 +1286,26 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
             static_cast<size_t>(other_on_link.link_rank[w] + std::popcount(theirs & below));
         const LinkUse& whole = t.profile->link_use[i];
         const LinkUse& b = u.profile->link_use[j];
-        const double level = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate,
-                                       capacities[static_cast<size_t>(b.link)]);
+        const double capacity = capacities[static_cast<size_t>(b.link)];
+        const double level =
+            FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
+        if (with_partner) {
+          const double partner_level =
+              whole.flow_rate == b.flow_rate
+                  ? FairLevel(b.flows, b.flow_rate, whole.flows, whole.flow_rate, capacity)
+                  : level;
+          if (partner_level >= 0 && partner_level < std::numeric_limits<double>::infinity()) {
+            for (int32_t n = other_on_link.start[j]; n < other_on_link.start[j + 1]; ++n) {
+              const double rate = other_on_link.rate[n];
+              if (rate <= partner_level) continue;
+              const double duty = other_on_link.duty[n];
+              const double overlap = aligned ? std::min(duty, whole.duty) : duty * whole.duty;
+              const double cost = overlap * (rate / partner_level - 1.0);
+              double& worst_cost = partner_worst[static_cast<size_t>(other_on_link.group[n])];
+              worst_cost = std::max(worst_cost, cost);
+            }
+          }
+        }
         // Below an infinite level (both sets fit) nothing is slowed.
         if (!(level >= 0 && level < std::numeric_limits<double>::infinity())) continue;
         // An entry whose transfers want no more than the level keeps its rate and adds 0
@@ -1286,25 +1326,33 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
       }
     }
   }
-  // Each group's rate, in place of its worst cost.
-  std::vector<double>& group_rate = worst;
-  size_t e = 0;
-  for (size_t g = 0; g < group_rate.size(); ++g) {
-    if (!single) {
+  if (!single) {
+    size_t e = 0;
+    for (size_t g = 0; g < worst.size(); ++g) {
       for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
         worst[g] = std::max(worst[g], link_load_[e++]);
     }
-    group_rate[g] = 1.0 / (1.0 + worst[g]);
   }
-  SpreadGroupRates(layout, group_rate, it->second);
-  if (shared_rates) {
+  if (with_partner) partner_worst_.emplace(std::move(partner_key), std::move(partner_worst));
+  return KeepRates(layout, key, others, std::move(worst), std::move(shared_key), it->second);
+}
+
+const std::vector<double>& Executor::KeepRates(
+    const GroupLayout& layout, const std::vector<int64_t>& key,
+    const std::vector<std::pair<int64_t, int64_t>>& others, std::vector<double> worst,
+    TimelineCache::RatesKey shared_key, std::vector<double>& rates) {
+  // Each group's rate, in place of its worst cost.
+  std::vector<double>& group_rate = worst;
+  for (double& w : group_rate) w = 1.0 / (1.0 + w);
+  SpreadGroupRates(layout, group_rate, rates);
+  if (TimelineCache* shared_rates = config_.collective_model->timeline_cache()) {
     std::vector<std::shared_ptr<const CollectiveTiming>> owners = {
         timing_owner_[static_cast<size_t>(key[0])]};
     for (auto [index, aligned] : others)
       owners.push_back(timing_owner_[static_cast<size_t>(index)]);
     shared_rates->InsertRates(std::move(shared_key), std::move(group_rate), owners);
   }
-  return it->second;
+  return rates;
 }
 
 void Executor::SpreadGroupRates(const GroupLayout& layout, const std::vector<double>& group_rate,
@@ -1332,6 +1380,7 @@ void Executor::Reshare(bool ops_changed) {
     }
     op_rates_.clear();
     for (const SharedRun* op : ops) op_rates_[op->op_index] = &SharedRates(*op, ops);
+    partner_worst_.reset();  // Found for an op whose own call found its rates known after all.
     for (auto& run : shared_) {
       double rate = (*op_rates_[run->op_index])[run->group];
       if (run->scheduled && rate != run->rate) {

@@ -4,8 +4,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/array.h"
@@ -15,6 +17,7 @@
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/timeline_cache.h"
 #include "sim/simulator.h"
 #include "sim/time.h"
 #include "topology/network.h"
@@ -222,6 +225,14 @@ class Executor {
                                          const std::vector<const SharedRun*>& ops);
   void FinishShared(SharedRun* run);
   struct GroupLayout;
+  // SharedRates' end: `rates` (of `layout`'s groups, keyed `key` beside `others`) from each
+  // simulated group's worst cost, kept under `shared_key` in the model's timeline cache if
+  // it has one.
+  const std::vector<double>& KeepRates(const GroupLayout& layout, const std::vector<int64_t>& key,
+                                       const std::vector<std::pair<int64_t, int64_t>>& others,
+                                       std::vector<double> worst,
+                                       TimelineCache::RatesKey shared_key,
+                                       std::vector<double>& rates);
   // Each entry of `rates` (one per group of `layout`) lowered to the slowest of the simulated
   // groups (`group_rate`) it stands for.
   static void SpreadGroupRates(const GroupLayout& layout, const std::vector<double>& group_rate,
@@ -296,6 +307,9 @@ class Executor {
   // Scratch of SharedRates: per link of each group, the summed costs; per directed link, the
   // fair rate another op leaves (-1: not shared) and that op's duty there.
   std::vector<double> link_load_;
+  // SharedRates beside one other op: that op's worst costs per simulated group, found in the
+  // same pass, with its own key (the other op's call takes them).
+  std::optional<std::pair<std::vector<int64_t>, std::vector<double>>> partner_worst_;
   // SharedRates' answers (per group of the op's layout) by (own timing, other ops' timings and
   // alignment), timings named by their index in program order.
   std::map<std::vector<int64_t>, std::vector<double>> rates_;
