@@ -1271,6 +1271,23 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
   const bool with_partner = !partner_worst.empty();
   for (auto [index, aligned] : others) {
     const CollectiveTiming& u = *timing_by_index_[index];
+    // The cost each entry of `uses` on its links[k] adds beside a set of transfers holding that
+    // link `other_duty` of their time, the fair level there `level`, passed to add(entry,
+    // cost). Below an infinite level (both sets fit) nothing is slowed; an entry whose
+    // transfers want no more than the level keeps its rate and adds 0 (skipped: the sums are
+    // the same to the bit, none being -0).
+    const bool together = aligned != 0;
+    auto each_cost = [together](const GroupUseByLink& uses, size_t k, double level,
+                                double other_duty, const auto& add) {
+      if (!(level >= 0 && level < std::numeric_limits<double>::infinity())) return;
+      for (int32_t n = uses.start[k]; n < uses.start[k + 1]; ++n) {
+        const double rate = uses.rate[n];
+        if (rate <= level) continue;
+        const double duty = uses.duty[n];
+        const double overlap = together ? std::min(duty, other_duty) : duty * other_duty;
+        add(n, overlap * (rate / level - 1.0));
+      }
+    };
     // The links both ops use, ascending (the set bits of their link sets' intersection), each
     // at its position in both lists: the fair rate the other op leaves this one's transfers
     // there.
@@ -1294,35 +1311,19 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
               whole.flow_rate == b.flow_rate
                   ? FairLevel(b.flows, b.flow_rate, whole.flows, whole.flow_rate, capacity)
                   : level;
-          if (partner_level >= 0 && partner_level < std::numeric_limits<double>::infinity()) {
-            for (int32_t n = other_on_link.start[j]; n < other_on_link.start[j + 1]; ++n) {
-              const double rate = other_on_link.rate[n];
-              if (rate <= partner_level) continue;
-              const double duty = other_on_link.duty[n];
-              const double overlap = aligned ? std::min(duty, whole.duty) : duty * whole.duty;
-              const double cost = overlap * (rate / partner_level - 1.0);
-              double& worst_cost = partner_worst[static_cast<size_t>(other_on_link.group[n])];
-              worst_cost = std::max(worst_cost, cost);
-            }
-          }
+          each_cost(other_on_link, j, partner_level, whole.duty, [&](int32_t n, double cost) {
+            double& worst_cost = partner_worst[static_cast<size_t>(other_on_link.group[n])];
+            worst_cost = std::max(worst_cost, cost);
+          });
         }
-        // Below an infinite level (both sets fit) nothing is slowed.
-        if (!(level >= 0 && level < std::numeric_limits<double>::infinity())) continue;
-        // An entry whose transfers want no more than the level keeps its rate and adds 0
-        // (skipped: the sums are the same to the bit, none being -0).
-        for (int32_t n = on_link.start[i]; n < on_link.start[i + 1]; ++n) {
-          const double rate = on_link.rate[n];
-          if (rate <= level) continue;
-          const double duty = on_link.duty[n];
-          const double overlap = aligned ? std::min(duty, b.duty) : duty * b.duty;
-          const double cost = overlap * (rate / level - 1.0);
+        each_cost(on_link, i, level, b.duty, [&](int32_t n, double cost) {
           if (single) {
             double& worst_cost = worst[static_cast<size_t>(on_link.group[n])];
             worst_cost = std::max(worst_cost, cost);
           } else {
             link_load_[on_link.entry[n]] += cost;
           }
-        }
+        });
       }
     }
   }
