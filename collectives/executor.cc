@@ -1177,36 +1177,9 @@ void Executor::LaunchGroup(size_t op_index, int group) {
   run.in.shrink_to_fit();
 }
 
-namespace {
-
-// Max-min fair sharing of one link of `capacity` (bytes per second) by two sets of transfers,
-// `n1` at once each wanting at most `r1` and `n2` each wanting at most `r2` (what they got
-// alone): the rate each transfer not held below it gets, or infinity when both sets fit.
-double FairLevel(double n1, double r1, double n2, double r2, double capacity) {
-  if (n1 * r1 + n2 * r2 <= capacity) return std::numeric_limits<double>::infinity();
-  if (r2 < r1) {
-    std::swap(n1, n2);
-    std::swap(r1, r2);
-  }
-  // The slower set keeps its rate if the faster set's transfers still get more.
-  if ((n1 + n2) * r1 < capacity) return (capacity - n1 * r1) / n2;
-  return capacity / (n1 + n2);
-}
-
-}  // namespace
-
-// The rates of an op's groups in flight beside other ops. Each group is slowed by its most
-// contended link: there, every other op J in flight costs it
-//   overlap * (r / r' - 1)
-// of its time, where r is the rate its transfers had on the link alone (standalone run) and r'
-// the max-min fair rate they keep when J's transfers share it too (each set holding the link
-// as many at once, and wanting as much, as alone: FairLevel), and `overlap` the fraction of
-// its time both hold the link: min(d_I, d_J) of the duties if they were launched at the same
-// instant (ring steps in lockstep), d_I * d_J otherwise (independent phases). Transfers held
-// below their share elsewhere (a bottleneck of their own op) leave the rest of the link to
-// others, so an op is slowed only where the others take bandwidth it used. A group's rate is
-// 1 / (1 + its costliest link's sum); a group of agents takes the slowest of the groups of
-// positions it stands for.
+// The rates of an op's groups in flight beside other ops: 1 / (1 + the group's worst cost,
+// WorstSharingCosts); a group of agents takes the slowest of the groups of positions it stands
+// for.
 const std::vector<double>& Executor::SharedRates(const SharedRun& run,
                                                  const std::vector<const SharedRun*>& ops) {
   // Timings are named by their index in program order (not their address), and the other ops
@@ -1237,104 +1210,34 @@ const std::vector<double>& Executor::SharedRates(const SharedRun& run,
     }
   }
   // With one other op, its worst costs may have been found beside this op's (below).
-  const bool single = others.size() == 1;
-  if (single && partner_worst_ && partner_worst_->first == key) {
+  if (others.size() == 1 && partner_worst_ && partner_worst_->first == key) {
     std::vector<double> group_rate = std::move(partner_worst_->second);
     partner_worst_.reset();
     return KeepRates(layout, key, others, std::move(group_rate), std::move(shared_key), it->second);
   }
-  const std::vector<double>& capacities = network_.topology().link_bytes_per_second();
-  // Per link of the op's groups, one after another: the summed costs. Each other op adds to
-  // the entries on the links both use (found through their link sets, ascending), at most
-  // once per entry, in the order of `others`.
-  const GroupUseByLink& on_link = t.profile->by_link();
-  // With one other op every entry takes at most one cost (it lies on one link, met once), so
-  // each group's costliest entry is its largest single cost: kept per group as found, without
-  // the per-entry sums.
-  std::vector<double> worst(t.profile->group_use.size(), 0.0);
-  if (!single) link_load_.assign(on_link.entries, 0.0);
-  // With one other op whose rates beside this one are not known either, its worst costs are
-  // found in the same pass over the links both use (kept for its own call, partner_worst_):
-  // each link's fair level is the same both ways (FairLevel orders the two sets by rate; only
-  // at equal rates does it depend on the order, and then it is found again the other way).
+  // With one other op whose rates beside this one are not known either, its worst costs may
+  // be found in the same pass (kept for its own call, partner_worst_).
+  std::vector<SharingOther> sharing;
+  for (auto [index, aligned] : others) {
+    sharing.push_back({timing_by_index_[static_cast<size_t>(index)]->profile.get(), aligned != 0});
+  }
   std::vector<int64_t> partner_key;
-  std::vector<double> partner_worst;
-  if (single) {
+  bool partner_wanted = false;
+  if (others.size() == 1) {
     partner_key = {others[0].first, key[0], others[0].second};
     const CollectiveTiming* partner = timing_by_index_[static_cast<size_t>(others[0].first)];
-    const bool known =
-        rates_.count(partner_key) > 0 ||
-        (shared_rates &&
-         shared_rates->FindRates({{partner, false}, {run.timing, others[0].second != 0}}));
-    if (!known) partner_worst.assign(partner->profile->group_use.size(), 0.0);
+    partner_wanted =
+        rates_.count(partner_key) == 0 &&
+        !(shared_rates &&
+          shared_rates->FindRates({{partner, false}, {run.timing, others[0].second != 0}}));
   }
-  const bool with_partner = !partner_worst.empty();
-  for (auto [index, aligned] : others) {
-    const CollectiveTiming& u = *timing_by_index_[index];
-    // The cost each entry of `uses` on its links[k] adds beside a set of transfers holding that
-    // link `other_duty` of their time, the fair level there `level`, passed to add(entry,
-    // cost). Below an infinite level (both sets fit) nothing is slowed; an entry whose
-    // transfers want no more than the level keeps its rate and adds 0 (skipped: the sums are
-    // the same to the bit, none being -0).
-    const bool together = aligned != 0;
-    auto each_cost = [together](const GroupUseByLink& uses, size_t k, double level,
-                                double other_duty, const auto& add) {
-      if (!(level >= 0 && level < std::numeric_limits<double>::infinity())) return;
-      for (int32_t n = uses.start[k]; n < uses.start[k + 1]; ++n) {
-        const double rate = uses.rate[n];
-        if (rate <= level) continue;
-        const double duty = uses.duty[n];
-        const double overlap = together ? std::min(duty, other_duty) : duty * other_duty;
-        add(n, overlap * (rate / level - 1.0));
-      }
-    };
-    // The links both ops use, ascending (the set bits of their link sets' intersection), each
-    // at its position in both lists: the fair rate the other op leaves this one's transfers
-    // there.
-    const GroupUseByLink& other_on_link = u.profile->by_link();
-    const size_t words = std::min(on_link.link_bits.size(), other_on_link.link_bits.size());
-    for (size_t w = 0; w < words; ++w) {
-      const uint64_t mine = on_link.link_bits[w];
-      const uint64_t theirs = other_on_link.link_bits[w];
-      for (uint64_t both = mine & theirs; both != 0; both &= both - 1) {
-        const uint64_t below = (both & -both) - 1;
-        const size_t i = static_cast<size_t>(on_link.link_rank[w] + std::popcount(mine & below));
-        const size_t j =
-            static_cast<size_t>(other_on_link.link_rank[w] + std::popcount(theirs & below));
-        const LinkUse& whole = t.profile->link_use[i];
-        const LinkUse& b = u.profile->link_use[j];
-        const double capacity = capacities[static_cast<size_t>(b.link)];
-        const double level =
-            FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate, capacity);
-        if (with_partner) {
-          const double partner_level =
-              whole.flow_rate == b.flow_rate
-                  ? FairLevel(b.flows, b.flow_rate, whole.flows, whole.flow_rate, capacity)
-                  : level;
-          each_cost(other_on_link, j, partner_level, whole.duty, [&](int32_t n, double cost) {
-            double& worst_cost = partner_worst[static_cast<size_t>(other_on_link.group[n])];
-            worst_cost = std::max(worst_cost, cost);
-          });
-        }
-        each_cost(on_link, i, level, b.duty, [&](int32_t n, double cost) {
-          if (single) {
-            double& worst_cost = worst[static_cast<size_t>(on_link.group[n])];
-            worst_cost = std::max(worst_cost, cost);
-          } else {
-            link_load_[on_link.entry[n]] += cost;
-          }
-        });
-      }
-    }
+  std::vector<double> partner_worst;
+  std::vector<double> worst =
+      WorstSharingCosts(network_.topology(), *t.profile, sharing, config_.sharing_pass,
+                        partner_wanted ? &partner_worst : nullptr);
+  if (!partner_worst.empty()) {
+    partner_worst_.emplace(std::move(partner_key), std::move(partner_worst));
   }
-  if (!single) {
-    size_t e = 0;
-    for (size_t g = 0; g < worst.size(); ++g) {
-      for (size_t k = 0; k < t.profile->group_use[g].size(); ++k)
-        worst[g] = std::max(worst[g], link_load_[e++]);
-    }
-  }
-  if (with_partner) partner_worst_.emplace(std::move(partner_key), std::move(partner_worst));
   return KeepRates(layout, key, others, std::move(worst), std::move(shared_key), it->second);
 }
 

@@ -17,6 +17,7 @@
 #include "collectives/mesh.h"
 #include "collectives/program.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/sharing_costs.h"
 #include "collectives/timing/timeline_cache.h"
 #include "sim/simulator.h"
 #include "sim/time.h"
@@ -61,6 +62,7 @@ struct ExecutorConfig {
   // Each device's link to its host's memory, one way (move_to_host and move_to_device copy
   // at this rate; zero: the hardware gives none, and a program moving data refuses to run).
   Bandwidth host_bandwidth;
+  SharingPass sharing_pass = SharingPass::kCheaper;  // With a collective model: for tests.
 };
 
 // When one op of the program ran, over all devices.
@@ -304,9 +306,6 @@ class Executor {
   // Lowered op in flight -> the rate of each of its groups (entries of rates_).
   std::map<size_t, const std::vector<double>*> op_rates_;
   std::vector<SharedRun*> unscheduled_;  // Runs waiting for their next event.
-  // Scratch of SharedRates: per link of each group, the summed costs; per directed link, the
-  // fair rate another op leaves (-1: not shared) and that op's duty there.
-  std::vector<double> link_load_;
   // SharedRates beside one other op: that op's worst costs per simulated group, found in the
   // same pass, with its own key (the other op's call takes them).
   std::optional<std::pair<std::vector<int64_t>, std::vector<double>>> partner_worst_;

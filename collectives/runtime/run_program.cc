@@ -25,6 +25,7 @@ RunResult RunProgram(const Machine& machine, const Mesh& mesh, const ProgramSpec
   exec.memory_phases = config.memory_phases;
   exec.donated_inputs = config.donated_inputs;
   exec.host_bandwidth = machine.topology().device_spec().host_bandwidth;
+  exec.sharing_pass = config.sharing_pass;
   std::unique_ptr<NetworkCollectiveModel> network_model;
   std::unique_ptr<CachedCollectiveModel> cache;
   std::vector<std::unique_ptr<NetworkCollectiveModel>> helpers;

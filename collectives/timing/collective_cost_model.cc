@@ -179,6 +179,25 @@ const GroupUseByLink& LinkProfile::by_link() const {
   return by_link_;
 }
 
+const ProfileSymmetry& LinkProfile::symmetry(const Topology& topo) const {
+  std::call_once(symmetric_, [this, &topo] { symmetry_ = FindProfileSymmetry(topo, *this); });
+  return symmetry_;
+}
+
+const LinkProfile::Orbits& LinkProfile::orbits(const Topology& topo,
+                                               const std::vector<int>& steps) const {
+  std::lock_guard<std::mutex> lock(orbits_mutex_);
+  std::unique_ptr<Orbits>& found = orbits_[steps];
+  if (!found) {
+    found = std::make_unique<Orbits>();
+    found->least = GroupOrbits(topo, symmetry(topo), steps);
+    for (size_t g = 0; g < found->least.size(); ++g) {
+      if (found->least[g] == static_cast<int32_t>(g)) found->entries += group_use[g].size();
+    }
+  }
+  return *found;
+}
+
 std::vector<int> CanonicalGroupOrder(const Mesh& mesh,
                                      const std::vector<std::vector<int>>& groups) {
   std::vector<int> order(groups.size());

@@ -2,6 +2,7 @@
 // network simulation behind it and a memoizing cache in front (XLA's LatencyEstimator style).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include "collectives/collective.h"
 #include "collectives/dtype.h"
 #include "collectives/mesh.h"
+#include "collectives/timing/profile_symmetry.h"
 #include "sim/time.h"
 #include "sim/units.h"
 #include "topology/routing.h"
@@ -62,6 +64,18 @@ struct GroupUseByLink {
   size_t entries = 0;
   std::vector<uint64_t> link_bits;
   std::vector<int32_t> link_rank;
+
+  // Whether link `l` is one of the profile's.
+  bool has(LinkId l) const {
+    const size_t w = static_cast<size_t>(l) / 64;
+    return w < link_bits.size() && (link_bits[w] >> (l % 64) & 1) != 0;
+  }
+  // The position in the profile's links of link `l`, one of them (has(l)).
+  size_t position(LinkId l) const {
+    const size_t w = static_cast<size_t>(l) / 64;
+    const uint64_t below = link_bits[w] & ((uint64_t{1} << (l % 64)) - 1);
+    return static_cast<size_t>(link_rank[w] + std::popcount(below));
+  }
 };
 
 // How an op's transfers used the links. Shared by a timing and its copies: a copy that changes
@@ -90,10 +104,27 @@ class LinkProfile {
   // then, as they are once a model has answered): every run of the cached timing path that
   // prices the op's sharing of links reads it.
   const GroupUseByLink& by_link() const;
+  // The translations of `topo` (the topology it was recorded on) that map it onto itself,
+  // found on first use and kept (thread-safe, as by_link): every run that prices two ops
+  // sharing links prices one group per orbit of their common ones.
+  const ProfileSymmetry& symmetry(const Topology& topo) const;
+  // Its groups' orbits under the translations of `topo` by multiples of `steps` (CommonSteps of
+  // symmetries, one of them this profile's): per group the least of its orbit (GroupOrbits),
+  // and how many entries of group_use those least groups hold. Found on first use per `steps`
+  // and kept (thread-safe).
+  struct Orbits {
+    std::vector<int32_t> least;
+    size_t entries = 0;
+  };
+  const Orbits& orbits(const Topology& topo, const std::vector<int>& steps) const;
 
  private:
   mutable std::once_flag indexed_;
   mutable GroupUseByLink by_link_;
+  mutable std::once_flag symmetric_;
+  mutable ProfileSymmetry symmetry_;
+  mutable std::mutex orbits_mutex_;
+  mutable std::map<std::vector<int>, std::unique_ptr<Orbits>> orbits_;
 };
 
 // The answer: per mesh position, the time from the launch until that member's output is
