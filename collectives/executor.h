@@ -62,7 +62,7 @@ struct ExecutorConfig {
   // Each device's link to its host's memory, one way (move_to_host and move_to_device copy
   // at this rate; zero: the hardware gives none, and a program moving data refuses to run).
   Bandwidth host_bandwidth;
-  SharingPass sharing_pass = SharingPass::kCheaper;  // With a collective model: for tests.
+  SharingPass sharing_pass = SharingPass::kByOrbit;  // With a collective model: for tests.
 };
 
 // When one op of the program ran, over all devices.

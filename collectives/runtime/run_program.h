@@ -50,7 +50,7 @@ struct RunConfig {
   // Fill RunResult::link_busy (kCached): a pass over every distinct collective's links, which a
   // search's screening, keeping no per-link figures, skips.
   bool link_busy = true;
-  SharingPass sharing_pass = SharingPass::kCheaper;  // ExecutorConfig::sharing_pass.
+  SharingPass sharing_pass = SharingPass::kByOrbit;  // ExecutorConfig::sharing_pass.
 };
 
 // What a run gives.

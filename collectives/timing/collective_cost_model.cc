@@ -191,8 +191,14 @@ const LinkProfile::Orbits& LinkProfile::orbits(const Topology& topo,
   if (!found) {
     found = std::make_unique<Orbits>();
     found->least = GroupOrbits(topo, symmetry(topo), steps);
-    for (size_t g = 0; g < found->least.size(); ++g) {
-      if (found->least[g] == static_cast<int32_t>(g)) found->entries += group_use[g].size();
+    // Each orbit of links has one member whose source lies in the box below the steps: the
+    // translation by minus its source's coordinates rounded down to multiples of the steps.
+    found->representative.assign(by_link().link_bits.size(), 0);
+    for (LinkId l : links) {
+      const std::vector<int>& from = topo.node(topo.link(l).src).coords;
+      bool in_box = from.size() == steps.size();
+      for (size_t d = 0; d < steps.size() && in_box; ++d) in_box = from[d] < steps[d];
+      if (in_box) found->representative[static_cast<size_t>(l) / 64] |= uint64_t{1} << (l % 64);
     }
   }
   return *found;

@@ -109,12 +109,13 @@ class LinkProfile {
   // sharing links prices one group per orbit of their common ones.
   const ProfileSymmetry& symmetry(const Topology& topo) const;
   // Its groups' orbits under the translations of `topo` by multiples of `steps` (CommonSteps of
-  // symmetries, one of them this profile's): per group the least of its orbit (GroupOrbits),
-  // and how many entries of group_use those least groups hold. Found on first use per `steps`
+  // symmetries, one of them this profile's): per group the least of its orbit (GroupOrbits);
+  // and one of its links per orbit of links, the one leaving a device whose every coordinate
+  // is below its step, as a bit set laid out as by_link()'s. Found on first use per `steps`
   // and kept (thread-safe).
   struct Orbits {
     std::vector<int32_t> least;
-    size_t entries = 0;
+    std::vector<uint64_t> representative;
   };
   const Orbits& orbits(const Topology& topo, const std::vector<int>& steps) const;
 

@@ -48,68 +48,42 @@ std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& o
   const std::vector<double>& capacities = topo.link_bytes_per_second();
   const GroupUseByLink& on_link = op.by_link();
   const bool single = others.size() == 1;
-  // Where translations of the torus map this op and every other onto themselves, one group
-  // per orbit of them may be priced: its worst cost is every group's of its orbit, to the bit
-  // (profile_symmetry.h). That reads every entry of those groups, shared or not; the pass
-  // below reads the entries on shared links, of every group. The one with fewer is taken (an
-  // estimate: the shared links times the entries a link holds on average).
-  std::vector<int> steps = op.symmetry(topo).step;
-  for (const SharingOther& other : others) {
-    steps = CommonSteps(steps, other.profile->symmetry(topo).step);
-  }
-  if (pass != SharingPass::kByLink && AnyTranslation(topo, steps)) {
-    const LinkProfile::Orbits& orbits = op.orbits(topo, steps);
-    size_t shared_links = 0;
-    for (const SharingOther& other : others) {
-      const std::vector<uint64_t>& theirs = other.profile->by_link().link_bits;
-      const size_t words = std::min(on_link.link_bits.size(), theirs.size());
-      for (size_t w = 0; w < words; ++w) {
-        shared_links += static_cast<size_t>(std::popcount(on_link.link_bits[w] & theirs[w]));
-      }
-    }
-    if (pass == SharingPass::kByOrbit ||
-        orbits.entries * op.links.size() < shared_links * on_link.entries) {
-      // Per group, each entry's cost summed over the other ops in the order of `others` (with
-      // one other op, its single cost); the group's worst the largest.
-      std::vector<double> worst(op.group_use.size(), 0.0);
-      for (size_t g = 0; g < worst.size(); ++g) {
-        const size_t least = static_cast<size_t>(orbits.least[g]);
-        if (least != g) {
-          worst[g] = worst[least];  // Found before: the least group of its orbit.
-          continue;
-        }
-        for (const LinkUse& use : op.group_use[g]) {
-          if (!on_link.has(use.link)) continue;
-          const LinkUse& whole = op.link_use[on_link.position(use.link)];
-          double load = 0.0;
-          for (const SharingOther& other : others) {
-            const GroupUseByLink& other_on_link = other.profile->by_link();
-            if (!other_on_link.has(use.link)) continue;
-            const LinkUse& b = other.profile->link_use[other_on_link.position(use.link)];
-            const double level = FairLevel(whole.flows, whole.flow_rate, b.flows, b.flow_rate,
-                                           capacities[static_cast<size_t>(use.link)]);
-            load += SharingCost(use.flow_rate, use.duty, level, b.duty, other.together);
-          }
-          worst[g] = std::max(worst[g], load);
-        }
-      }
-      return worst;
-    }
-  }
-  // Otherwise per link of the op's groups, one after another: the summed costs. Each other op
-  // adds to the entries on the links both use (found through their link sets, ascending), at
-  // most once per entry, in the order of `others`.
-  // With one other op every entry takes at most one cost (it lies on one link, met once), so
-  // each group's costliest entry is its largest single cost: kept per group as found, without
-  // the per-entry sums.
-  std::vector<double> worst(op.group_use.size(), 0.0);
-  std::vector<double> link_load;
-  if (!single) link_load.assign(on_link.entries, 0.0);
   // With one other op, its worst costs (when asked for) are found in the same pass over the
   // links both use: each link's fair level is the same both ways (FairLevel orders the two sets
   // by rate; only at equal rates does it depend on the order, and then it is found again the
   // other way).
   const bool with_partner = single && partner != nullptr;
+  // Where translations of the torus map this op and every other onto themselves, the pass
+  // reads one link per orbit of the translations they share, and keeps each group's worst
+  // cost per orbit of groups (at its least group): every entry of a group on a link is, moved
+  // by some translation, an entry of a group of its orbit on the orbit's representative link,
+  // with the same figures on both ops' sides, so the same cost (profile_symmetry.h); a group's
+  // worst, the largest over its entries, is the largest over its orbit's entries on
+  // representative links, to the bit.
+  const LinkProfile::Orbits* orbits = nullptr;
+  const LinkProfile::Orbits* partner_orbits = nullptr;
+  if (pass == SharingPass::kByOrbit) {
+    std::vector<int> steps = op.symmetry(topo).step;
+    for (const SharingOther& other : others) {
+      steps = CommonSteps(steps, other.profile->symmetry(topo).step);
+    }
+    if (AnyTranslation(topo, steps)) {
+      orbits = &op.orbits(topo, steps);
+      if (with_partner) partner_orbits = &others[0].profile->orbits(topo, steps);
+    }
+  }
+  // Where a group's worst cost is kept: at its orbit's least group, or its own.
+  auto slot = [](const LinkProfile::Orbits* o, int32_t g) {
+    return static_cast<size_t>(o != nullptr ? o->least[static_cast<size_t>(g)] : g);
+  };
+  // Per link of the op's groups, one after another: the summed costs. Each other op adds to
+  // the entries on the links both use (found through their link sets, ascending), at most
+  // once per entry, in the order of `others`. With one other op every entry takes at most one
+  // cost (it lies on one link, met once), so each group's costliest entry is its largest
+  // single cost: kept per group as found, without the per-entry sums.
+  std::vector<double> worst(op.group_use.size(), 0.0);
+  std::vector<double> link_load;
+  if (!single) link_load.assign(on_link.entries, 0.0);
   std::vector<double> partner_worst;
   if (with_partner) partner_worst.assign(others[0].profile->group_use.size(), 0.0);
   for (const SharingOther& other : others) {
@@ -126,15 +100,17 @@ std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& o
         add(n, SharingCost(uses.rate[n], uses.duty[n], level, other_duty, together));
       }
     };
-    // The links both ops use, ascending (the set bits of their link sets' intersection), each
-    // at its position in both lists: the fair rate the other op leaves this one's transfers
-    // there.
+    // The links both ops use (with orbits, their orbits' representatives), ascending: the set
+    // bits of their link sets' intersection, each at its position in both lists; there the
+    // fair rate the other op leaves this one's transfers.
     const GroupUseByLink& other_on_link = u.by_link();
     const size_t words = std::min(on_link.link_bits.size(), other_on_link.link_bits.size());
     for (size_t w = 0; w < words; ++w) {
       const uint64_t mine = on_link.link_bits[w];
       const uint64_t theirs = other_on_link.link_bits[w];
-      for (uint64_t both = mine & theirs; both != 0; both &= both - 1) {
+      uint64_t both = mine & theirs;
+      if (orbits != nullptr) both &= orbits->representative[w];
+      for (; both != 0; both &= both - 1) {
         const uint64_t below = (both & -both) - 1;
         const size_t i = static_cast<size_t>(on_link.link_rank[w] + std::popcount(mine & below));
         const size_t j =
@@ -150,13 +126,13 @@ std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& o
                   ? FairLevel(b.flows, b.flow_rate, whole.flows, whole.flow_rate, capacity)
                   : level;
           each_cost(other_on_link, j, partner_level, whole.duty, [&](int32_t n, double cost) {
-            double& worst_cost = partner_worst[static_cast<size_t>(other_on_link.group[n])];
+            double& worst_cost = partner_worst[slot(partner_orbits, other_on_link.group[n])];
             worst_cost = std::max(worst_cost, cost);
           });
         }
         each_cost(on_link, i, level, b.duty, [&](int32_t n, double cost) {
           if (single) {
-            double& worst_cost = worst[static_cast<size_t>(on_link.group[n])];
+            double& worst_cost = worst[slot(orbits, on_link.group[n])];
             worst_cost = std::max(worst_cost, cost);
           } else {
             link_load[on_link.entry[n]] += cost;
@@ -168,11 +144,22 @@ std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& o
   if (!single) {
     size_t e = 0;
     for (size_t g = 0; g < worst.size(); ++g) {
+      double& worst_cost = worst[slot(orbits, static_cast<int32_t>(g))];
       for (size_t k = 0; k < op.group_use[g].size(); ++k)
-        worst[g] = std::max(worst[g], link_load[e++]);
+        worst_cost = std::max(worst_cost, link_load[e++]);
     }
   }
-  if (with_partner) *partner = std::move(partner_worst);
+  // Each group takes its orbit's: its least group's, kept there (and not moved, as the least
+  // group's least is itself).
+  auto spread = [](const LinkProfile::Orbits* o, std::vector<double>& costs) {
+    if (o == nullptr) return;
+    for (size_t g = 0; g < costs.size(); ++g) costs[g] = costs[static_cast<size_t>(o->least[g])];
+  };
+  spread(orbits, worst);
+  if (with_partner) {
+    spread(partner_orbits, partner_worst);
+    *partner = std::move(partner_worst);
+  }
   return worst;
 }
 

@@ -20,11 +20,10 @@
 
 namespace shardsim {
 
-// Which pass finds the worst costs: the same figures, to the bit, by either.
+// Which links the pass reads: the same figures, to the bit, either way.
 enum class SharingPass {
-  kCheaper,  // The pass that reads fewer entries (estimated).
-  kByOrbit,  // One group per orbit of the ops' common translations, where they have some.
-  kByLink,   // Every group, over the links the ops share.
+  kByOrbit,  // One per orbit of the ops' common translations where they have some, else all.
+  kByLink,   // Every link the ops share.
 };
 
 // Another op in flight: how it used the links alone, and whether it was launched at the same
@@ -37,8 +36,7 @@ struct SharingOther {
 // Per group of `op` (its group_use order): its worst cost beside `others` (the sums over them
 // taken in this order), found by `pass`. Profiles recorded on `topo`. With one other op and
 // `partner` not null, the pass by link also finds the other op's worst costs beside `op` (into
-// *partner, one per group of it: the same figures its own call gives); *partner is left empty
-// when the pass by orbit is taken.
+// *partner, one per group of it: the same figures its own call gives).
 std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& op,
                                       const std::vector<SharingOther>& others, SharingPass pass,
                                       std::vector<double>* partner = nullptr);

@@ -1,10 +1,11 @@
-// The translations of a torus that map a collective's link use onto itself, its groups' orbits
-// under them, and contention rates priced one group per orbit: the same figures, to the bit,
-// as pricing every group.
+// The translations of a torus that map a collective's link use onto itself, its groups' and
+// links' orbits under them, and contention rates priced on one link per orbit: the same
+// figures, to the bit, as pricing every link.
 #include "collectives/timing/profile_symmetry.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -112,6 +113,12 @@ TEST(ProfileSymmetryTest, RingsAlongOneDimensionMoveAcrossIt) {
     if (want == g) ++orbits;
   }
   EXPECT_EQ(orbits, 4);
+  // One representative link per orbit of links (each of 4 links): a quarter of its links.
+  const LinkProfile::Orbits& kept = timing->profile->orbits(topo, steps);
+  EXPECT_EQ(kept.least, least);
+  size_t representatives = 0;
+  for (uint64_t word : kept.representative) representatives += std::popcount(word);
+  EXPECT_EQ(4 * representatives, timing->profile->links.size());
   EXPECT_EQ(CommonSteps(symmetry.step, steps), steps);
   EXPECT_TRUE(AnyTranslation(topo, steps));
   EXPECT_FALSE(AnyTranslation(topo, topo.torus()->shape));
@@ -150,11 +157,11 @@ TEST(ProfileSymmetryTest, NoneOffATorus) {
 
 // Three collectives issued together on TPU v5p 4x4x4 (fsdp 16 x tp 4): a ring reduce-scatter
 // and an all-gather over fsdp and a psum over tp, every group of each sharing links with the
-// others' groups. Their contention rates priced one group per orbit of their common
-// translations give the run every group priced gives, to the picosecond, with three ops in
+// others' groups. Their contention rates priced on one link per orbit of their common
+// translations give the run every link priced gives, to the picosecond, with three ops in
 // flight (sums of costs) and then two (single costs); the orbits are real: the ops have
 // common translations.
-TEST(ProfileSymmetryTest, PricingByOrbitEqualsEveryGroup) {
+TEST(ProfileSymmetryTest, PricingByOrbitEqualsByLink) {
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
   const Topology& topo = machine.topology();
   ProgramBuilder b({{"fsdp", 16}, {"tp", 4}});
@@ -192,8 +199,8 @@ TEST(ProfileSymmetryTest, PricingByOrbitEqualsEveryGroup) {
   config.max_collectives_in_flight = 0;
   config.sharing_pass = SharingPass::kByLink;
   const RunResult by_link = RunProgram(machine, mesh, program, config);
-  for (SharingPass pass : {SharingPass::kByOrbit, SharingPass::kCheaper}) {
-    config.sharing_pass = pass;
+  {
+    config.sharing_pass = SharingPass::kByOrbit;
     const RunResult r = RunProgram(machine, mesh, program, config);
     EXPECT_EQ(r.end, by_link.end);
     ASSERT_EQ(r.ops.size(), by_link.ops.size());
@@ -251,7 +258,6 @@ TEST(WorstSharingCostsTest, ByOrbitEqualsByLink) {
     if (AnyTranslation(topo, steps)) ++by_orbit;
     const std::vector<double> want = WorstSharingCosts(topo, op, others, SharingPass::kByLink);
     EXPECT_EQ(WorstSharingCosts(topo, op, others, SharingPass::kByOrbit), want) << i;
-    EXPECT_EQ(WorstSharingCosts(topo, op, others, SharingPass::kCheaper), want) << i;
     for (double w : want) uneven = uneven || w != want[0];
   };
   for (bool together : {false, true}) {
@@ -261,13 +267,15 @@ TEST(WorstSharingCostsTest, ByOrbitEqualsByLink) {
         if (j == i) continue;
         all.push_back({timings[j]->profile.get(), together});
         check(i, {{timings[j]->profile.get(), together}});
-        std::vector<double> partner;
-        WorstSharingCosts(topo, *timings[i]->profile, {{timings[j]->profile.get(), together}},
-                          SharingPass::kByLink, &partner);
-        EXPECT_EQ(partner, WorstSharingCosts(topo, *timings[j]->profile,
-                                             {{timings[i]->profile.get(), together}},
-                                             SharingPass::kByLink))
-            << i << " beside " << j;
+        const std::vector<double> own =
+            WorstSharingCosts(topo, *timings[j]->profile, {{timings[i]->profile.get(), together}},
+                              SharingPass::kByLink);
+        for (SharingPass pass : {SharingPass::kByLink, SharingPass::kByOrbit}) {
+          std::vector<double> partner;
+          WorstSharingCosts(topo, *timings[i]->profile, {{timings[j]->profile.get(), together}},
+                            pass, &partner);
+          EXPECT_EQ(partner, own) << i << " beside " << j;
+        }
       }
       check(i, all);
     }
