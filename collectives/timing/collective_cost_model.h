@@ -105,8 +105,8 @@ class LinkProfile {
   // prices the op's sharing of links reads it.
   const GroupUseByLink& by_link() const;
   // The translations of `topo` (the topology it was recorded on) that map it onto itself,
-  // found on first use and kept (thread-safe, as by_link): every run that prices two ops
-  // sharing links prices one group per orbit of their common ones.
+  // found on first use and kept (thread-safe, as by_link): a run pricing ops that share links
+  // reads one link per orbit of the translations they have in common (WorstSharingCosts).
   const ProfileSymmetry& symmetry(const Topology& topo) const;
   // Its groups' orbits under the translations of `topo` by multiples of `steps` (CommonSteps of
   // symmetries, one of them this profile's): per group the least of its orbit (GroupOrbits);

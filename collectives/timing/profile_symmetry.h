@@ -1,9 +1,9 @@
 // The translations of a torus that map a collective's recorded use of the links onto itself
-// (ProfileSymmetry), and the orbits of its groups under a subgroup of them: the cached timing
-// path prices one group per orbit where ops in flight together share links
-// (Executor::SharedRates).
+// (ProfileSymmetry), and the orbits of its groups under a subgroup of them: where ops in flight
+// together share links, the cached timing path reads one link per orbit of the translations
+// they have in common and keeps one worst cost per orbit of groups (WorstSharingCosts).
 //
-// Why one group per orbit is exact. Let t be a translation such that, for two ops A and B,
+// Why that is exact. Let t be a translation such that, for two ops A and B,
 // every link l each uses maps to a link t(l) of the same bandwidth that the op uses alike
 // (the duty, flows and flow rate of its whole use there equal, to the bit), and each group g
 // of A maps to a group t(g) whose uses are g's moved by t, entry by entry (link, rate, duty).
@@ -11,7 +11,10 @@
 // at l and the link's bandwidth: for t(g) at t(l) it reads equal numbers, so it computes the
 // same costs, and a group's worst cost (a maximum over its entries, of sums taken in the
 // fixed order of the other ops) is the same bits for g and t(g). Translations compose, so
-// this holds over the subgroup they generate.
+// this holds over the subgroup they generate. Each entry of a group on a link is then, moved by
+// the translation that takes the link to its orbit's representative, an entry of a group of
+// the same orbit there with the same cost: a group's worst is the largest cost of its orbit's
+// entries on representative links.
 #pragma once
 
 #include <cstdint>

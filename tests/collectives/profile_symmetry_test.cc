@@ -25,14 +25,22 @@ namespace {
 
 using test::P;
 
-// An all-reduce of `elements` bf16 elements per member over `axes` of `mesh`.
-CollectiveRequest AllReduce(std::vector<int> axes, int64_t elements) {
+// Collective `kind` of `elements` bf16 elements per member over mesh axes `axes`, run by
+// `algorithm`.
+CollectiveRequest Bf16(CollectiveKind kind, std::vector<int> axes, int64_t elements,
+                       std::string algorithm = "auto") {
   CollectiveRequest request;
-  request.kind = CollectiveKind::kAllReduce;
+  request.kind = kind;
   request.dtype = DType::kBF16;
   request.elements = elements;
   request.axes = std::move(axes);
+  request.algorithm = std::move(algorithm);
   return request;
+}
+
+// An all-reduce of `elements` bf16 elements per member over `axes`.
+CollectiveRequest AllReduce(std::vector<int> axes, int64_t elements) {
+  return Bf16(CollectiveKind::kAllReduce, std::move(axes), elements);
 }
 
 // The coordinates of group `g`'s first member.
@@ -178,16 +186,8 @@ TEST(ProfileSymmetryTest, PricingByOrbitEqualsByLink) {
   const Mesh mesh = PlaceMesh(machine, program.mesh_axes);
   // The ops' timings, as the run's own cache finds them (the model is deterministic).
   NetworkCollectiveModel model(machine);
-  CollectiveRequest scatter;
-  scatter.kind = CollectiveKind::kReduceScatter;
-  scatter.dtype = DType::kBF16;
-  scatter.elements = 1408 * 2048;
-  scatter.axes = {0};
-  scatter.algorithm = "ring";
-  CollectiveRequest gather = scatter;
-  gather.kind = CollectiveKind::kAllGather;
-  gather.elements = 256 * 1024;
-  gather.algorithm = "auto";
+  const CollectiveRequest scatter = Bf16(CollectiveKind::kReduceScatter, {0}, 1408 * 2048, "ring");
+  const CollectiveRequest gather = Bf16(CollectiveKind::kAllGather, {0}, 256 * 1024);
   std::vector<int> steps = model.Estimate(mesh, scatter)->profile->symmetry(topo).step;
   for (const CollectiveRequest& r : {AllReduce({1}, 1024 * 1024), gather}) {
     steps = CommonSteps(steps, model.Estimate(mesh, r)->profile->symmetry(topo).step);
@@ -234,19 +234,10 @@ TEST(WorstSharingCostsTest, ByOrbitEqualsByLink) {
   const Topology& topo = machine.topology();
   const Mesh mesh = PlaceMesh(machine, {{"dp", 4}, {"fsdp", 4}, {"tp", 4}});
   NetworkCollectiveModel model(machine);
-  CollectiveRequest scatter;
-  scatter.kind = CollectiveKind::kReduceScatter;
-  scatter.dtype = DType::kBF16;
-  scatter.elements = 1408 * 2048;
-  scatter.axes = {1};
-  scatter.algorithm = "ring";
-  CollectiveRequest gather = scatter;
-  gather.kind = CollectiveKind::kAllGather;
-  gather.elements = 256 * 1024;
-  gather.axes = {1, 2};
-  gather.algorithm = "ring";
   std::vector<std::shared_ptr<const CollectiveTiming>> timings;
-  for (const CollectiveRequest& r : {scatter, AllReduce({2}, 1024 * 1024), gather}) {
+  for (const CollectiveRequest& r :
+       {Bf16(CollectiveKind::kReduceScatter, {1}, 1408 * 2048, "ring"), AllReduce({2}, 1024 * 1024),
+        Bf16(CollectiveKind::kAllGather, {1, 2}, 256 * 1024, "ring")}) {
     timings.push_back(model.Estimate(mesh, r));
   }
   int by_orbit = 0;
