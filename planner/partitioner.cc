@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -1109,6 +1110,10 @@ void Reorder(PartitionResult& result, const std::vector<size_t>& order) {
   result.types.resize(n);
   // In place, cycle by cycle: each op moves once (an op that keeps its place not at all), and
   // no second list of ops is made.
+  const bool origins = !result.origin.empty();
+  if (origins && result.origin.size() != n) {
+    throw std::logic_error("internal error: ops numbered for another program");
+  }
   std::vector<char> placed(n, 0);
   for (size_t k = 0; k < n; ++k) placed[k] = order[k] == k;
   for (size_t start = 0; start < n; ++start) {
@@ -1116,6 +1121,7 @@ void Reorder(PartitionResult& result, const std::vector<size_t>& order) {
     OpSpec op = std::move(result.program.ops[start]);
     std::string reason = std::move(result.reasons[start]);
     std::string type = std::move(result.types[start]);
+    const size_t origin = origins ? result.origin[start] : 0;
     size_t k = start;
     for (;;) {
       placed[k] = 1;
@@ -1127,12 +1133,27 @@ void Reorder(PartitionResult& result, const std::vector<size_t>& order) {
       result.program.ops[k] = std::move(result.program.ops[from]);
       result.reasons[k] = std::move(result.reasons[from]);
       result.types[k] = std::move(result.types[from]);
+      if (origins) result.origin[k] = result.origin[from];
       k = from;
     }
     result.program.ops[k] = std::move(op);
     result.reasons[k] = std::move(reason);
     result.types[k] = std::move(type);
+    if (origins) result.origin[k] = origin;
   }
+}
+
+void KeepOrigin(PartitionResult& result) {
+  result.origin.resize(result.program.ops.size());
+  std::iota(result.origin.begin(), result.origin.end(), size_t{0});
+}
+
+void RestoreOrder(PartitionResult& result) {
+  // The op now at k was op origin[k]: back there, op j is the one now at the k with origin j.
+  std::vector<size_t> order(result.origin.size());
+  for (size_t k = 0; k < order.size(); ++k) order[result.origin[k]] = k;
+  Reorder(result, order);
+  result.origin.clear();
 }
 
 PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs) {

@@ -41,13 +41,23 @@ struct PartitionResult {
   std::vector<std::string> reasons;  // Per op of `program`: why it was inserted ("" if not).
   // Per op of `program`: its first result's global type ("f32[1024@dp,4096]").
   std::vector<std::string> types;
+  // Per op of `program`, when not empty: its index when the list was made (KeepOrigin), moved
+  // with it by Reorder, so that RestoreOrder can put the ops back.
+  std::vector<size_t> origin;
 };
 
-// Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons and
-// types with them (both made as long as the ops): what the scheduling passes (prefetch,
-// deferred readers) apply. Throws std::logic_error ("internal error: ...") unless `order` is
-// a permutation of the ops.
+// Puts `result`'s ops in `order` (its new op k is the old op order[k]), their reasons, types
+// and origins with them (reasons and types made as long as the ops): what the scheduling
+// passes (prefetch, deferred readers) apply. Throws std::logic_error ("internal error: ...")
+// unless `order` is a permutation of the ops.
 void Reorder(PartitionResult& result, const std::vector<size_t>& order);
+
+// Numbers `result`'s ops in their present order (PartitionResult::origin).
+void KeepOrigin(PartitionResult& result);
+
+// Puts `result`'s ops back in the order KeepOrigin numbered (Reorder by the inverse of the
+// order their origins now list) and drops the numbers.
+void RestoreOrder(PartitionResult& result);
 
 // Partitions `global`. Explicit mode follows each op's rule and refuses (SpecError at the op's
 // key, naming the operands' types and the fix) what JAX refuses; auto mode propagates the

@@ -219,7 +219,7 @@ TrainStepReport SimulatePipelinedTrainStep(const Machine& machine, const Transfo
                                              options.build_cache, &built.choices))
                .first;
     }
-    const BuiltTrainStep& b = it->second;
+    BuiltTrainStep& b = it->second;
     const ExpandedTrainStep& e = *b.built;
     return SimulateStepFigures(machine, stage_mesh, e.global, e.layers, stage, *collectives,
                                PrefetchGroups(mm.layers, t), e.offloaded, e.head_tiles, e.saved,

@@ -211,23 +211,47 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& offloaded,
                                 const std::vector<std::vector<std::string>>& head_tiles,
                                 const std::vector<std::vector<std::string>>& saved, bool link_busy,
-                                StepOverlap overlap, const PartitionedStep* step) {
+                                StepOverlap overlap, PartitionedStep* step) {
   std::vector<size_t> phases;
   const PartitionCosts costs{&mesh, &collectives, machine.compute_model(),
                              DeviceInBytesPerSecond(machine), &machine};
-  // The scheduling passes reorder and rewrite a copy of the step's partition: its program
-  // alone (its ops' reasons and types, for tables, no run reads).
-  auto program_only = [](const PartitionResult& whole) {
+  // Without collective matmuls the scheduling passes only reorder ops: they reorder the step's
+  // own partition, put back in its order once the run is done, for the other schedules a plan
+  // may try (and, if the run throws, as the exception leaves). Otherwise they rewrite a copy:
+  // its program alone (its ops' reasons and types, for tables, no run reads).
+  struct PutBack {
+    PartitionResult* reordered = nullptr;
+    void Now() {
+      if (reordered) RestoreOrder(*reordered);
+      reordered = nullptr;
+    }
+    ~PutBack() {
+      try {
+        Now();
+      } catch (...) {  // Already leaving with an exception; the step is dropped with it.
+      }
+    }
+  } put_back;
+  std::optional<PartitionResult> apart;
+  const ProgramSpec* program = nullptr;
+  if (step && plan.collective_matmul == CollectiveMatmulMode::kOff) {
+    KeepOrigin(step->partitioned);
+    put_back.reordered = &step->partitioned;
+    ScheduleStepInPlace(*step->expanded, step->boundaries, step->partitioned, layers, costs,
+                        prefetch_groups, &phases, plan.collective_matmul, overlap);
+    program = &step->partitioned.program;
+  } else if (step) {
     PartitionResult copy;
-    copy.program = whole.program;
-    return copy;
-  };
-  const PartitionResult partitioned =
-      step ? ScheduleStep(*step->expanded, step->boundaries, program_only(step->partitioned),
-                          layers, costs, prefetch_groups, &phases, plan.collective_matmul, overlap)
-           : PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
-                                plan.collective_matmul, offloaded, head_tiles, saved, overlap);
-  const LoweredProgram lowered = LowerProgram(mesh, partitioned.program, plan.algorithms);
+    copy.program = step->partitioned.program;
+    apart = ScheduleStep(*step->expanded, step->boundaries, std::move(copy), layers, costs,
+                         prefetch_groups, &phases, plan.collective_matmul, overlap);
+    program = &apart->program;
+  } else {
+    apart = PartitionTrainStep(global, layers, plan.remat, costs, prefetch_groups, &phases,
+                               plan.collective_matmul, offloaded, head_tiles, saved, overlap);
+    program = &apart->program;
+  }
+  const LoweredProgram lowered = LowerProgram(mesh, *program, plan.algorithms);
   RunConfig config;
   config.algorithms = plan.algorithms;
   config.timing = TimingPath::kCached;
@@ -236,7 +260,8 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
   config.donated_inputs = UpdatedInputs(global);
   config.device_rows = false;
   config.link_busy = link_busy;
-  const RunResult run = RunProgram(machine, mesh, partitioned.program, config, &lowered);
+  const RunResult run = RunProgram(machine, mesh, *program, config, &lowered);
+  put_back.Now();
   StepFigures f = FiguresOfRun(run.end, run.per_simulated_device, RecomputeTime(run.ops),
                                run.peak_memory, run.events, global, mesh);
   f.bytes_by_collective = CollectiveBytes(run.ops);
@@ -375,7 +400,7 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
                                            plan.offload, build_cache, &built.choices))
              .first;
   }
-  const BuiltTrainStep& b = it->second;
+  BuiltTrainStep& b = it->second;
   const ExpandedTrainStep& e = *b.built;
   return SimulateStepFigures(machine, mesh, e.global, e.layers, plan, collectives,
                              PrefetchGroups(model.layers, train), e.offloaded, e.head_tiles,
@@ -403,6 +428,17 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                              const PartitionCosts& costs, int prefetch_groups,
                              std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
                              StepOverlap overlap) {
+  ScheduleStepInPlace(expanded, boundaries, partitioned, layers, costs, prefetch_groups, phases,
+                      collective_matmul, overlap);
+  return partitioned;
+}
+
+void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>& boundaries,
+                         PartitionResult& partitioned,
+                         const std::vector<std::vector<std::string>>& layers,
+                         const PartitionCosts& costs, int prefetch_groups,
+                         std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
+                         StepOverlap overlap) {
   const int groups = overlap == StepOverlap::kNone ? 0 : prefetch_groups;
   const bool prefetch = overlap == StepOverlap::kFull && groups > 0;
   if (collective_matmul != CollectiveMatmulMode::kOff) {
@@ -451,7 +487,6 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
     FillCollectiveShadows(partitioned, located(segments));
   }
   if (phases) *phases = located(boundaries);
-  return partitioned;
 }
 
 PartitionResult PartitionTrainStep(const ProgramSpec& global,

@@ -302,7 +302,8 @@ struct PartitionedStep {
 // keeps (CheckpointValues); `head_tiles` BuildTrainStep's vocabulary tiles. Without
 // `link_busy`, StepFigures::link_busy stays empty (RunConfig::link_busy). `prefetch_groups`
 // and `overlap` schedule it as PartitionTrainStep says; `partitioned`, when given, is
-// `global`'s PartitionStep (on these layers, remat, offload and costs), not made again.
+// `global`'s PartitionStep (on these layers, remat, offload and costs), not made again: its
+// ops are reordered during the call and put back in their order before it returns.
 StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const ProgramSpec& global,
                                 const std::vector<std::vector<std::string>>& layers,
                                 const StepPlan& plan, CollectiveCostModel& collectives,
@@ -311,7 +312,7 @@ StepFigures SimulateStepFigures(const Machine& machine, const Mesh& mesh, const 
                                 const std::vector<std::vector<std::string>>& head_tiles = {},
                                 const std::vector<std::vector<std::string>>& saved = {},
                                 bool link_busy = true, StepOverlap overlap = StepOverlap::kFull,
-                                const PartitionedStep* partitioned = nullptr);
+                                PartitionedStep* partitioned = nullptr);
 
 // A training step built and expanded (ExpandedTrainStep) and partitioned (PartitionStep):
 // what every StepOverlap of it shares.
@@ -370,6 +371,14 @@ PartitionResult ScheduleStep(const ProgramSpec& expanded, const std::vector<size
                              const PartitionCosts& costs, int prefetch_groups,
                              std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
                              StepOverlap overlap);
+
+// ScheduleStep on `partitioned` itself.
+void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>& boundaries,
+                         PartitionResult& partitioned,
+                         const std::vector<std::vector<std::string>>& layers,
+                         const PartitionCosts& costs, int prefetch_groups,
+                         std::vector<size_t>* phases, CollectiveMatmulMode collective_matmul,
+                         StepOverlap overlap);
 
 // The partitioned step as model runs simulate it: `global` (a BuildTrainStep program) with its
 // grads expanded, what `remat` does not keep of `layers` (BuildTrainStep's layer values)

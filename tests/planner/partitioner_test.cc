@@ -371,5 +371,32 @@ TEST(ReorderTest, PermutesOpsWithTheirReasonsAndTypes) {
   }
 }
 
+// Ops numbered by KeepOrigin and reordered twice (two scheduling passes) go back to their
+// first order, reasons and types with them, and their numbers are dropped.
+TEST(ReorderTest, RestoreOrderUndoesReorders) {
+  PartitionResult r;
+  for (int k = 0; k < 7; ++k) {
+    OpSpec op;
+    op.name = "op" + std::to_string(k);
+    r.program.ops.push_back(op);
+    r.reasons.push_back("why" + std::to_string(k));
+    r.types.push_back("t" + std::to_string(k));
+  }
+  const PartitionResult before = r;
+  KeepOrigin(r);
+  Reorder(r, {3, 0, 1, 2, 6, 5, 4});
+  Reorder(r, {1, 2, 0, 4, 3, 6, 5});
+  EXPECT_EQ(r.program.ops[2].name, "op3");
+  EXPECT_EQ(r.origin, std::vector<size_t>({0, 1, 3, 6, 2, 4, 5}));
+  RestoreOrder(r);
+  EXPECT_TRUE(r.origin.empty());
+  ASSERT_EQ(r.program.ops.size(), before.program.ops.size());
+  for (size_t k = 0; k < before.program.ops.size(); ++k) {
+    EXPECT_EQ(r.program.ops[k].name, before.program.ops[k].name) << k;
+    EXPECT_EQ(r.reasons[k], before.reasons[k]) << k;
+    EXPECT_EQ(r.types[k], before.types[k]) << k;
+  }
+}
+
 }  // namespace
 }  // namespace shardsim::planner
