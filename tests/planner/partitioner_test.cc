@@ -345,15 +345,22 @@ INSTANTIATE_TEST_SUITE_P(
 // Reorder puts each op, its reason and its type at the place `order` gives (in place, cycle
 // by cycle: a 3-cycle, a swap and a fixed point here), and refuses an order that is not a
 // permutation of the ops.
-TEST(ReorderTest, PermutesOpsWithTheirReasonsAndTypes) {
+// `n` ops named op0, op1, ..., each with its reason (why0, ...) and, for the first `types`,
+// its type (t0, ...).
+PartitionResult NamedOps(int n, int types) {
   PartitionResult r;
-  for (int k = 0; k < 6; ++k) {
+  for (int k = 0; k < n; ++k) {
     OpSpec op;
     op.name = "op" + std::to_string(k);
     r.program.ops.push_back(op);
     r.reasons.push_back("why" + std::to_string(k));
+    if (k < types) r.types.push_back("t" + std::to_string(k));
   }
-  r.types = {"t0", "t1", "t2"};  // Shorter than the ops: the rest have none.
+  return r;
+}
+
+TEST(ReorderTest, PermutesOpsWithTheirReasonsAndTypes) {
+  PartitionResult r = NamedOps(6, 3);  // Types shorter than the ops: the rest have none.
   const std::vector<size_t> order = {2, 0, 1, 4, 3, 5};
   Reorder(r, order);
   ASSERT_EQ(r.program.ops.size(), 6u);
@@ -374,14 +381,7 @@ TEST(ReorderTest, PermutesOpsWithTheirReasonsAndTypes) {
 // Ops numbered by KeepOrigin and reordered twice (two scheduling passes) go back to their
 // first order, reasons and types with them, and their numbers are dropped.
 TEST(ReorderTest, RestoreOrderUndoesReorders) {
-  PartitionResult r;
-  for (int k = 0; k < 7; ++k) {
-    OpSpec op;
-    op.name = "op" + std::to_string(k);
-    r.program.ops.push_back(op);
-    r.reasons.push_back("why" + std::to_string(k));
-    r.types.push_back("t" + std::to_string(k));
-  }
+  PartitionResult r = NamedOps(7, 7);
   const PartitionResult before = r;
   KeepOrigin(r);
   Reorder(r, {3, 0, 1, 2, 6, 5, 4});
