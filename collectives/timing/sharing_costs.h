@@ -35,7 +35,7 @@ struct SharingOther {
 
 // Per group of `op` (its group_use order): its worst cost beside `others` (the sums over them
 // taken in this order), found by `pass`. Profiles recorded on `topo`. With one other op and
-// `partner` not null, the pass by link also finds the other op's worst costs beside `op` (into
+// `partner` not null, the same pass also finds the other op's worst costs beside `op` (into
 // *partner, one per group of it: the same figures its own call gives).
 std::vector<double> WorstSharingCosts(const Topology& topo, const LinkProfile& op,
                                       const std::vector<SharingOther>& others, SharingPass pass,
