@@ -2,64 +2,22 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/translation_quotient.h"
 
 namespace shardsim {
 
 namespace {
 
-// Moves links of a torus along one dimension.
-class LinkShifter {
- public:
-  explicit LinkShifter(const Topology& topo)
-      : topo_(topo), shape_(topo.torus()->shape), stride_(shape_.size(), 1) {
-    for (int d = static_cast<int>(shape_.size()) - 2; d >= 0; --d) {
-      stride_[d] = stride_[d + 1] * shape_[d + 1];
-    }
-  }
-
-  // The link `l` becomes when moved by `k` (in [0, length)) along `d`, which wraps: the one
-  // leaving the moved source along the same dimension and direction, reaching the moved
-  // destination, with the same bandwidth; -1 when there is none or more than one.
-  LinkId Shifted(LinkId l, int d, int k) {
-    const Link& link = topo_.link(l);
-    if (link.dimension < 0 || link.direction == 0) return -1;
-    const VertexId from = Moved(link.src, d, k);
-    const VertexId to = Moved(link.dst, d, k);
-    if (from < 0 || to < 0) return -1;
-    LinkId found = -1;
-    for (LinkId m : topo_.out_links(from)) {
-      const Link& candidate = topo_.link(m);
-      if (candidate.dst != to || candidate.dimension != link.dimension ||
-          candidate.direction != link.direction) {
-        continue;
-      }
-      if (found >= 0) return -1;  // Parallel links: which one is meant is unclear.
-      found = m;
-    }
-    if (found < 0) return -1;
-    const std::vector<double>& bandwidth = topo_.link_bytes_per_second();
-    return bandwidth[static_cast<size_t>(found)] == bandwidth[static_cast<size_t>(l)] ? found : -1;
-  }
-
- private:
-  // The device vertex `v` becomes moved by `k` along `d`, or -1 (not a device of the torus).
-  VertexId Moved(VertexId v, int d, int k) const {
-    const std::vector<int>& coords = topo_.node(v).coords;
-    if (coords.size() != shape_.size()) return -1;
-    int index = 0;
-    for (size_t e = 0; e < shape_.size(); ++e) {
-      const int c = static_cast<int>(e) == d ? (coords[e] + k) % shape_[e] : coords[e];
-      index += c * stride_[e];
-    }
-    return topo_.device_vertex(index);
-  }
-
-  const Topology& topo_;
-  const std::vector<int>& shape_;
-  std::vector<int> stride_;
-};
+// The link `l` becomes moved by `by` (TranslatedLink), with the same bandwidth, or -1.
+LinkId Moved(const Topology& topo, LinkId l, const std::vector<int>& by) {
+  const std::optional<LinkId> moved = TranslatedLink(topo, l, by);
+  if (!moved) return -1;
+  const std::vector<double>& bandwidth = topo.link_bytes_per_second();
+  return bandwidth[static_cast<size_t>(*moved)] == bandwidth[static_cast<size_t>(l)] ? *moved : -1;
+}
 
 // Whether two uses are the same but for their link.
 bool SameUse(const LinkUse& a, const LinkUse& b) {
@@ -68,11 +26,13 @@ bool SameUse(const LinkUse& a, const LinkUse& b) {
 
 // Whether the translation by `k` along `d` maps `profile` onto itself; if so, each group's
 // image in `image`.
-bool Symmetric(LinkShifter& shifter, const LinkProfile& profile, int d, int k,
+bool Symmetric(const Topology& topo, const LinkProfile& profile, int d, int k,
                std::vector<int32_t>& image) {
+  std::vector<int> by(topo.torus()->shape.size(), 0);
+  by[static_cast<size_t>(d)] = k;
   const GroupUseByLink& by_link = profile.by_link();
   for (size_t i = 0; i < profile.links.size(); ++i) {
-    const LinkId moved = shifter.Shifted(profile.links[i], d, k);
+    const LinkId moved = Moved(topo, profile.links[i], by);
     if (moved < 0 || !by_link.has(moved) ||
         !SameUse(profile.link_use[by_link.position(moved)], profile.link_use[i])) {
       return false;
@@ -98,7 +58,7 @@ bool Symmetric(LinkShifter& shifter, const LinkProfile& profile, int d, int k,
     }
     moved = uses;
     for (LinkUse& u : moved) {
-      u.link = shifter.Shifted(u.link, d, k);
+      u.link = Moved(topo, u.link, by);
       if (u.link < 0) return false;
     }
     std::sort(moved.begin(), moved.end(),
@@ -132,14 +92,13 @@ ProfileSymmetry FindProfileSymmetry(const Topology& topo, const LinkProfile& pro
   const std::vector<bool>& wrap = topo.torus()->wraparound;
   symmetry.step = shape;
   symmetry.image.resize(shape.size());
-  LinkShifter shifter(topo);
   for (size_t d = 0; d < shape.size(); ++d) {
     if (!wrap[d]) continue;  // Also false for lengths 1 and 2 (HasWraparoundLink).
     // The symmetries along d form a subgroup of Z_length: multiples of its least step, a
     // divisor of the length.
     for (int k = 1; k < shape[d]; ++k) {
       if (shape[d] % k != 0) continue;
-      if (Symmetric(shifter, profile, static_cast<int>(d), k, symmetry.image[d])) {
+      if (Symmetric(topo, profile, static_cast<int>(d), k, symmetry.image[d])) {
         symmetry.step[d] = k;
         break;
       }

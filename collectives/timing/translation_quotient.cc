@@ -11,20 +11,24 @@ std::optional<LinkId> TranslatedLink(const Topology& topo, LinkId link,
   const std::vector<int>& shape = topo.torus()->shape;
   const std::vector<bool>& wrap = topo.torus()->wraparound;
   const Link& l = topo.link(link);
-  std::vector<int> src = topo.node(l.src).coords, dst = topo.node(l.dst).coords;
+  const std::vector<int>& src = topo.node(l.src).coords;
+  const std::vector<int>& dst = topo.node(l.dst).coords;
   if (src.size() != shape.size() || dst.size() != shape.size()) return std::nullopt;
+  // The moved ends' device indices (TorusIndex: row-major), without copying coordinates.
+  int from_index = 0, to_index = 0;
   for (size_t d = 0; d < shape.size(); ++d) {
-    src[d] += by[d];
-    dst[d] += by[d];
+    int from = src[d] + by[d], to = dst[d] + by[d];
     if (wrap[d]) {
-      src[d] = ((src[d] % shape[d]) + shape[d]) % shape[d];
-      dst[d] = ((dst[d] % shape[d]) + shape[d]) % shape[d];
-    } else if (src[d] < 0 || src[d] >= shape[d] || dst[d] < 0 || dst[d] >= shape[d]) {
+      from = ((from % shape[d]) + shape[d]) % shape[d];
+      to = ((to % shape[d]) + shape[d]) % shape[d];
+    } else if (from < 0 || from >= shape[d] || to < 0 || to >= shape[d]) {
       return std::nullopt;
     }
+    from_index = from_index * shape[d] + from;
+    to_index = to_index * shape[d] + to;
   }
-  const VertexId from = topo.device_vertex(TorusIndex(shape, src));
-  const VertexId to = topo.device_vertex(TorusIndex(shape, dst));
+  const VertexId from = topo.device_vertex(from_index);
+  const VertexId to = topo.device_vertex(to_index);
   std::optional<LinkId> moved;
   for (LinkId m : topo.out_links(from)) {
     const Link& candidate = topo.link(m);
