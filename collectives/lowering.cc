@@ -215,7 +215,7 @@ class Lowerer {
         throw SpecError("arrays." + spec.name + ".sharding",
                         "array " + spec.name + ": " + e.what());
       }
-      Shape local = Sharding(home, spec.sharding, spec.shape).LocalShape();
+      Shape local = Sharding::LocalShapeOf(home, spec.sharding, spec.shape);
       std::vector<std::pair<int, int>> where;
       if (part >= 0) where.push_back({part_axis_, part});
       out_.inputs.push_back(
@@ -354,7 +354,7 @@ class Lowerer {
   LoweredProgram& out_;
   const std::map<std::string, std::string>& algorithms_;
   int part_axis_ = -1;  // With several meshes: the index of kMeshPartAxis.
-  std::unordered_map<std::string, int> current_;
+  std::unordered_map<std::string_view, int> current_;          // Views of the program's names.
   std::vector<std::vector<std::pair<int, int>>> value_where_;  // Per value: its op's where.
 };
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -53,10 +54,11 @@ struct LoweredOp {
 struct LoweredProgram {
   std::vector<LoweredOp> ops;  // In program order.
   std::vector<Array> values;   // Per value id: local shape and dtype (no data).
-  std::vector<std::pair<std::string, int>> inputs;    // `arrays:` name -> value id.
-  std::unordered_map<std::string, int> final_values;  // Name -> its last value id.
-  std::vector<int> output_values;                     // Value ids of `outputs:`, in order.
-  bool has_where = false;                             // Some op runs on a subset of the positions.
+  std::vector<std::pair<std::string, int>> inputs;  // `arrays:` name -> value id.
+  // Name -> its last value id (views of the program's names: the program outlives this).
+  std::unordered_map<std::string_view, int> final_values;
+  std::vector<int> output_values;  // Value ids of `outputs:`, in order.
+  bool has_where = false;          // Some op runs on a subset of the positions.
   // Per value id: the mesh (part of the union Mesh) it lives on; -1 on a single mesh.
   std::vector<int> value_part;
   // Per value id: whether it lives in host memory (made by move_to_host), taking no HBM.

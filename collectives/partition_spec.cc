@@ -157,39 +157,41 @@ std::string FormatPartitionSpec(const PartitionSpec& spec) {
 }
 
 void ValidatePartitionSpec(const PartitionSpec& spec, const Shape& shape, const Mesh& mesh) {
-  const std::string spec_text = FormatPartitionSpec(spec);
+  // The messages are made only when one is thrown (every lowered array is checked).
+  auto spec_text = [&] { return FormatPartitionSpec(spec); };
   if (spec.dims.size() > shape.size()) {
-    throw std::invalid_argument("sharding " + spec_text + " has " +
+    throw std::invalid_argument("sharding " + spec_text() + " has " +
                                 std::to_string(spec.dims.size()) +
                                 " entries but the array has rank " + std::to_string(shape.size()));
   }
-  std::string mesh_names;
-  for (const MeshAxis& axis : mesh.axes()) {
-    mesh_names += (mesh_names.empty() ? "" : ", ") + axis.name;
-  }
-  std::map<std::string, size_t> used;  // Axis -> the dimension that uses it.
+  std::vector<std::pair<int, size_t>> used;  // Axis index -> the dimension that uses it.
   for (size_t d = 0; d < spec.dims.size(); ++d) {
     int64_t product = 1;
-    std::string names;
     for (const std::string& name : spec.dims[d]) {
       const int a = mesh.AxisIndex(name);
       if (a < 0) {
+        std::string mesh_names;
+        for (const MeshAxis& axis : mesh.axes()) {
+          mesh_names += (mesh_names.empty() ? "" : ", ") + axis.name;
+        }
         throw std::invalid_argument(
-            "sharding " + spec_text + " names mesh axis '" + name + "', which the mesh lacks" +
+            "sharding " + spec_text() + " names mesh axis '" + name + "', which the mesh lacks" +
             (mesh_names.empty() ? " (the mesh has no axes)" : " (mesh axes: " + mesh_names + ")"));
       }
-      const auto [it, inserted] = used.emplace(name, d);
-      if (!inserted) {
-        throw std::invalid_argument("sharding " + spec_text + " uses mesh axis '" + name +
-                                    "' twice (dimensions " + std::to_string(it->second) + " and " +
+      for (const auto& [axis, dim] : used) {
+        if (axis != a) continue;
+        throw std::invalid_argument("sharding " + spec_text() + " uses mesh axis '" + name +
+                                    "' twice (dimensions " + std::to_string(dim) + " and " +
                                     std::to_string(d) + ")");
       }
+      used.emplace_back(a, d);
       product *= mesh.axes()[a].size;
-      names += (names.empty() ? "" : ", ") + name;
     }
     if (shape[d] % product != 0) {
+      std::string names;
+      for (const std::string& name : spec.dims[d]) names += (names.empty() ? "" : ", ") + name;
       throw std::invalid_argument(
-          "sharding " + spec_text + ": dimension " + std::to_string(d) + " of size " +
+          "sharding " + spec_text() + ": dimension " + std::to_string(d) + " of size " +
           std::to_string(shape[d]) + " is not divisible by " + std::to_string(product) +
           (spec.dims[d].size() == 1 ? " (the size of mesh axis " : " (the product of mesh axes ") +
           names + ")");

@@ -125,9 +125,16 @@ Sharding::Sharding(Mesh mesh, PartitionSpec spec, Shape global_shape)
 
 int64_t Sharding::NumBlocks(int dim) const { return mesh_.GroupSize(dim_axes_.at(dim)); }
 
-Shape Sharding::LocalShape() const {
-  Shape local = global_shape_;
-  for (size_t d = 0; d < local.size(); ++d) local[d] /= NumBlocks(static_cast<int>(d));
+Shape Sharding::LocalShape() const { return LocalShapeOf(mesh_, spec_, global_shape_); }
+
+Shape Sharding::LocalShapeOf(const Mesh& mesh, const PartitionSpec& spec,
+                             const Shape& global_shape) {
+  Shape local = global_shape;
+  for (size_t d = 0; d < spec.dims.size() && d < local.size(); ++d) {
+    for (const std::string& name : spec.dims[d]) {
+      local[d] /= mesh.axes()[static_cast<size_t>(mesh.AxisIndex(name))].size;
+    }
+  }
   return local;
 }
 

@@ -20,6 +20,11 @@ namespace shardsim {
 // (replicas).
 class Sharding {
  public:
+  // The block shape of an array of `global_shape` laid out on `mesh` by `spec`, which must be
+  // valid for them (ValidatePartitionSpec): each dimension over the product of its axes'
+  // sizes. What LocalShape() gives, without a Sharding (and its copy of the mesh).
+  static Shape LocalShapeOf(const Mesh& mesh, const PartitionSpec& spec, const Shape& global_shape);
+
   // Validates `spec` against `global_shape` and `mesh` (ValidatePartitionSpec; throws
   // std::invalid_argument).
   Sharding(Mesh mesh, PartitionSpec spec, Shape global_shape);

@@ -20,13 +20,27 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
   const std::vector<char> weight = WeightOpsOf(manual, g);
   const std::vector<char> tail = TailCollectivesOf(manual, g);
   auto stream = [&](size_t i) { return Op(manual.ops[i].kind).stream; };
-  // Per op: the earlier ops making its inputs.
-  std::vector<std::vector<size_t>> makers(n);
+  // Per op: the earlier ops making its inputs (op i's: [maker_start[i], maker_start[i + 1])
+  // of maker_list).
+  std::vector<size_t> maker_start(n + 1, 0), maker_list;
+  maker_list.reserve(g.input_maker.size());
   for (size_t i = 0; i < n; ++i) {
+    maker_start[i] = maker_list.size();
     for (size_t k = g.input_start[i]; k < g.input_start[i + 1]; ++k) {
-      if (g.input_maker[k] < i) makers[i].push_back(g.input_maker[k]);
+      if (g.input_maker[k] < i) maker_list.push_back(g.input_maker[k]);
     }
   }
+  maker_start[n] = maker_list.size();
+  struct Makers {
+    const size_t* first;
+    const size_t* last;
+    const size_t* begin() const { return first; }
+    const size_t* end() const { return last; }
+    bool empty() const { return first == last; }
+  };
+  auto makers = [&](size_t i) {
+    return Makers{maker_list.data() + maker_start[i], maker_list.data() + maker_start[i + 1]};
+  };
   const std::vector<char>& once = g.bound_once;
   const std::vector<std::vector<size_t>>& readers = g.readers;
   // Where each op goes: an op that stays keeps its index; one that moves goes just before the
@@ -37,11 +51,12 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
   std::vector<char> candidate(n, 0);
   size_t start = 0;  // The current window's first op.
   for (size_t c = 0; c < n; ++c) {
-    if (stream(c) != OpStream::kCollective || weight[c] || tail[c] || makers[c].empty() ||
+    if (stream(c) != OpStream::kCollective || weight[c] || tail[c] || makers(c).empty() ||
         readers[c].empty()) {
       continue;
     }
-    const size_t p = *std::max_element(makers[c].begin(), makers[c].end());
+    const Makers of_c = makers(c);
+    const size_t p = *std::max_element(of_c.begin(), of_c.end());
     const size_t r = readers[c].front();
     // R's segment: [its start, ...).
     const auto seg = std::upper_bound(segment_starts.begin(), segment_starts.end(), r);
@@ -57,7 +72,7 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
       while (!stack.empty()) {
         const size_t op = stack.back();
         stack.pop_back();
-        for (size_t m : makers[op]) {
+        for (size_t m : makers(op)) {
           if (m >= start && mark[m] != c) {
             mark[m] = c;
             stack.push_back(m);
@@ -71,7 +86,7 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
         // ops that move (a product's reduce-scatter placed after P).
         const OpStream s = stream(i);
         bool follows = false;
-        for (size_t m : makers[i]) follows = follows || (m >= start && candidate[m]);
+        for (size_t m : makers(i)) follows = follows || (m >= start && candidate[m]);
         if (s == OpStream::kCompute || s == OpStream::kFree) {
           candidate[i] = i < p || follows;
         } else if (s == OpStream::kCollective) {

@@ -17,7 +17,11 @@ size_t NameBindings::Maker(const std::string& name) const {
   return b ? b->maker : kNoMaker;
 }
 
-NameBindings BindingsOf(const ProgramSpec& program) {
+namespace {
+
+// BindingsOf, and (where `outs` is given) each op's results' entries in order: entries of an
+// unordered map stay put as it grows and moves.
+NameBindings Bind(const ProgramSpec& program, std::vector<const NameBindings::Binding*>* outs) {
   NameBindings b;
   b.names.reserve(program.arrays.size() + program.ops.size() * 2);
   for (const ArraySpec& a : program.arrays) ++b.names[a.name].count;
@@ -26,15 +30,26 @@ NameBindings BindingsOf(const ProgramSpec& program) {
       NameBindings::Binding& binding = b.names[out];
       ++binding.count;
       binding.maker = i;
+      if (outs) outs->push_back(&binding);
     }
   }
   return b;
 }
 
+}  // namespace
+
+NameBindings BindingsOf(const ProgramSpec& program) { return Bind(program, nullptr); }
+
 OpGraph GraphOf(const ProgramSpec& program) {
   OpGraph g;
-  g.names = BindingsOf(program);
+  std::vector<const NameBindings::Binding*> out_bindings;  // Each op's results', in order.
+  g.names = Bind(program, &out_bindings);
   const size_t n = program.ops.size();
+  size_t next_out = 0;
+  size_t inputs = 0;
+  for (const OpSpec& op : program.ops) inputs += op.in.size();
+  g.input_maker.reserve(inputs);
+  g.input_once.reserve(inputs);
   g.input_start.assign(n + 1, 0);
   g.output_once.assign(n, 1);
   g.bound_once.assign(n, 1);
@@ -51,7 +66,9 @@ OpGraph GraphOf(const ProgramSpec& program) {
       g.bound_once[i] = g.bound_once[i] && once && (m == NameBindings::kNoMaker || m < i);
       if (m != NameBindings::kNoMaker && m < i) g.readers[m].push_back(i);
     }
-    for (const std::string& out : op.out) g.output_once[i] = g.output_once[i] && g.names.Once(out);
+    for (size_t k = 0; k < op.out.size(); ++k) {
+      g.output_once[i] = g.output_once[i] && out_bindings[next_out++]->count == 1;
+    }
     g.bound_once[i] = g.bound_once[i] && g.output_once[i];
   }
   g.input_start[n] = g.input_maker.size();

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -21,7 +22,9 @@ struct NameBindings {
     int count = 0;            // Times it is bound (an array once).
     size_t maker = kNoMaker;  // The (last) op binding it; kNoMaker for an array.
   };
-  std::unordered_map<std::string, Binding> names;  // Every bound name.
+  // Every bound name: views of the program's own names, valid while its arrays and ops stay
+  // as they are (no copy of each name).
+  std::unordered_map<std::string_view, Binding> names;
 
   // Whether `name` is bound exactly once.
   bool Once(const std::string& name) const;
@@ -31,7 +34,8 @@ struct NameBindings {
   size_t Maker(const std::string& name) const;
 };
 
-// The bindings of `program`'s arrays and ops.
+// The bindings of `program`'s arrays and ops (viewing its names: `program` must outlive them
+// unchanged).
 NameBindings BindingsOf(const ProgramSpec& program);
 
 // The data flow between a program's ops, by name: what the scheduling passes read of each op
@@ -52,7 +56,7 @@ struct OpGraph {
   std::vector<std::vector<size_t>> readers;
 };
 
-// The data flow of `program`.
+// The data flow of `program` (its `names` view the program's names, as BindingsOf's).
 OpGraph GraphOf(const ProgramSpec& program);
 
 }  // namespace shardsim::planner

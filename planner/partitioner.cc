@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -273,7 +274,8 @@ class Partitioner {
 
   // Rebinds name id `name` to its value with its partial sums summed (one reshard, `why`), laid
   // out as `to` when given (no partial axes), else as it is.
-  void SumPartials(int name, const std::string& why,
+  template <typename Why>
+  void SumPartials(int name, const Why& why,
                    const std::optional<ValueSharding>& to = std::nullopt) {
     const int id = Current(name);
     Value reduced = values_[static_cast<size_t>(id)];
@@ -288,7 +290,7 @@ class Partitioner {
     if (!values_[static_cast<size_t>(Current(op.in[0]))].sharding.partial.empty()) {
       const size_t first = result_.program.ops.size();
       SumPartials(name_ids_.at(op.in[0]),
-                  op.in[0] + " holds partial sums: summed before device_put");
+                  [&] { return op.in[0] + " holds partial sums: summed before device_put"; });
       Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
     }
     const Value& v = values_[static_cast<size_t>(Current(op.in[0]))];
@@ -306,8 +308,7 @@ class Partitioner {
       put.like.clear();
     }
     result_.program.ops.push_back(std::move(put));
-    result_.reasons.push_back("");
-    result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+    Describe("", [&] { return FormatType(v.dtype, v.shape, to, axes_); });
     Value out = v;
     out.sharding = to;
     out.local = op.out[0];
@@ -339,10 +340,13 @@ class Partitioner {
           if (to) like = ", split as " + op.in[j] + " is";
         }
       }
-      SumPartials(in_ids[i],
-                  op.in[i] + " is read by " + std::to_string(uses[i]) +
-                      " ops: its partial sums are summed once" + like,
-                  to);
+      SumPartials(
+          in_ids[i],
+          [&] {
+            return op.in[i] + " is read by " + std::to_string(uses[i]) +
+                   " ops: its partial sums are summed once" + like;
+          },
+          to);
     }
   }
 
@@ -374,10 +378,10 @@ class Partitioner {
       const int id = Current(info.in_ids[i]);
       const Value& v = values_[static_cast<size_t>(id)];
       const ValueSharding to = Layout(body.arrays[i].sharding, v.shape, op.key + ".in");
-      local[body.arrays[i].name] =
-          EmitReshard(id, to,
-                      "shard_map " + op.name + " takes " + op.in[i] + " as " +
-                          FormatType(v.dtype, v.shape, to, axes_) + " (its in_spec)");
+      local[body.arrays[i].name] = EmitReshard(id, to, [&] {
+        return "shard_map " + op.name + " takes " + op.in[i] + " as " +
+               FormatType(v.dtype, v.shape, to, axes_) + " (its in_spec)";
+      });
     }
     for (size_t k = 0; k < body.ops.size(); ++k) {
       const OpSpec& b = body.ops[k];
@@ -400,8 +404,7 @@ class Partitioner {
       }
       inlined.name = inlined.out[0];
       result_.program.ops.push_back(std::move(inlined));
-      result_.reasons.push_back("");
-      result_.types.push_back("per device (shard_map " + op.name + ")");
+      Describe("", [&] { return "per device (shard_map " + op.name + ")"; });
     }
     for (size_t r = 0; r < op.out.size(); ++r) {
       const OutputSpec& o = body.outputs[r];
@@ -702,16 +705,33 @@ class Partitioner {
 
   // Emits `op` (kind and attributes set) on value `v`'s local block, into a fresh name it
   // returns; `reason` is the table's (empty for a local op).
-  std::string EmitLocal(OpSpec op, const Value& v, const std::string& reason) {
+  template <typename Why>
+  std::string EmitLocal(OpSpec op, const Value& v, const Why& reason) {
     const std::string out = Fresh(v.local);
     op.in = {v.local};
     op.out = {out};
     op.name = out;
     op.key = "program";
     result_.program.ops.push_back(std::move(op));
-    result_.reasons.push_back(reason);
-    result_.types.push_back(FormatType(v.dtype, v.shape, v.sharding, axes_));
+    Describe(reason, [&] { return FormatType(v.dtype, v.shape, v.sharding, axes_); });
     return out;
+  }
+
+  // Appends the last emitted op's reason and type: `why()` and `type()`, or empty strings
+  // when the result describes nothing (PartitionCosts::describe). `why` may be a string.
+  template <typename Why, typename Type>
+  void Describe(const Why& why, const Type& type) {
+    if (!costs_.describe) {
+      result_.reasons.emplace_back();
+      result_.types.emplace_back();
+      return;
+    }
+    if constexpr (std::is_invocable_v<const Why&>) {
+      result_.reasons.push_back(why());
+    } else {
+      result_.reasons.push_back(why);
+    }
+    result_.types.push_back(type());
   }
 
   static std::string Joined(const std::vector<std::string>& names) {
@@ -723,9 +743,11 @@ class Partitioner {
   // Emits the steps taking value `v` to `to`; returns the local name holding it. A value
   // resharded once to a layout is reused by later ops of the same pass that want the same
   // layout (a backward pass makes its own).
-  std::string EmitReshard(int id, const ValueSharding& to, const std::string& reason,
+  // `reason()` gives the reason (made only where a step is emitted and described).
+  template <typename Why>
+  std::string EmitReshard(int id, const ValueSharding& to, const Why& reason,
                           const std::string& final_name = "") {
-    Value v = values_[static_cast<size_t>(id)];
+    const Value& v = values_[static_cast<size_t>(id)];
     if (v.sharding == to && final_name.empty()) return v.local;
     const ReshardKeyType key = ReshardKey(id, to);
     if (final_name.empty()) {
@@ -735,7 +757,7 @@ class Partitioner {
     if (v.host && !steps.empty()) {
       throw SpecError(key_, "'" + v.local + "' is in host memory as " +
                                 FormatType(v.dtype, v.shape, v.sharding, axes_) +
-                                ", and host memory is not resharded (" + reason +
+                                ", and host memory is not resharded (" + reason() +
                                 "): move_to_device it first, or reshard it before move_to_host");
     }
     std::string name = v.local;
@@ -747,8 +769,8 @@ class Partitioner {
       op.name = out;
       op.key = "program";
       result_.program.ops.push_back(std::move(op));
-      result_.reasons.push_back(reason + ": " + DescribeStep(steps[k], axes_));
-      result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+      Describe([&] { return reason() + ": " + DescribeStep(steps[k], axes_); },
+               [&] { return FormatType(v.dtype, v.shape, to, axes_); });
       name = out;
     }
     if (final_name.empty()) reshards_[key] = name;
@@ -780,10 +802,11 @@ class Partitioner {
                                     FormatPartitionSpec(op.sharding) +
                                     "; in explicit mode change a sharding with reshard");
       }
-      const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " to " +
-                                 FormatPartitionSpec(op.sharding);
       Value out = v;
-      out.local = EmitReshard(id, to, reason);
+      out.local = EmitReshard(id, to, [&] {
+        return std::string(OpKindName(op.kind)) + " " + op.name + " to " +
+               FormatPartitionSpec(op.sharding);
+      });
       out.sharding = to;
       Define(info.out_ids[0], std::move(out));
       return;
@@ -996,14 +1019,13 @@ class Partitioner {
         local.in[i] = in[i]->local;  // As it is: no reshard (and no reason to format).
         continue;
       }
-      local.in[i] = EmitReshard(ids[i], s.operands[i],
-                                std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
-                                    ") needs " + op.in[i] + " as " +
-                                    FormatType(in[i]->dtype, in[i]->shape, s.operands[i], axes_));
+      local.in[i] = EmitReshard(ids[i], s.operands[i], [&] {
+        return std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why + ") needs " +
+               op.in[i] + " as " + FormatType(in[i]->dtype, in[i]->shape, s.operands[i], axes_);
+      });
     }
     result_.program.ops.push_back(std::move(local));
-    result_.reasons.push_back("");
-    result_.types.push_back(FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_));
+    Describe("", [&] { return FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_); });
     for (size_t r = 0; r < op.out.size(); ++r) {
       Value v{outs[r].shape(), outs[r].dtype(), s.results[r], op.out[r]};
       v.host = op.kind == OpKind::kMoveToHost;
@@ -1011,9 +1033,11 @@ class Partitioner {
         OpSpec pmax;
         pmax.kind = OpKind::kPmax;
         pmax.axis_name = AxisNames(s.result_max_over, axes_);
-        const std::string reason = std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
-                                   ") takes the maximum over " + Joined(pmax.axis_name);
-        v.local = EmitLocal(std::move(pmax), v, reason);
+        const std::vector<std::string> over = pmax.axis_name;
+        v.local = EmitLocal(std::move(pmax), v, [&] {
+          return std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why +
+                 ") takes the maximum over " + Joined(over);
+        });
       }
       if (s.result_scale != 1) {
         OpSpec scale;
@@ -1032,7 +1056,11 @@ class Partitioner {
         if (v.sharding.partial.empty()) continue;
         const ValueSharding to = Reduced(v.sharding);
         const std::string reduced = EmitReshard(
-            id, to, std::string(OpKindName(op.kind)) + " " + op.name + " sums its partial products",
+            id, to,
+            [&] {
+              return std::string(OpKindName(op.kind)) + " " + op.name +
+                     " sums its partial products";
+            },
             v.local);
         v.sharding = to;
         v.local = reduced;
@@ -1065,10 +1093,12 @@ class Partitioner {
       op.key = "program";
       op.shape = LocalShape(v.shape, to, axes_);
       result_.program.ops.push_back(std::move(op));
-      result_.reasons.push_back("output " + o.name + " named");
-      result_.types.push_back(FormatType(v.dtype, v.shape, to, axes_));
+      Describe([&] { return "output " + o.name + " named"; },
+               [&] { return FormatType(v.dtype, v.shape, to, axes_); });
     } else {
-      EmitReshard(id, to, "output " + o.name + " as " + FormatPartitionSpec(o.spec), o.name);
+      EmitReshard(
+          id, to, [&] { return "output " + o.name + " as " + FormatPartitionSpec(o.spec); },
+          o.name);
     }
   }
 

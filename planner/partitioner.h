@@ -15,8 +15,9 @@
 
 namespace shardsim::planner {
 
-// What auto mode prices candidate layouts with. Without a collective model it counts the
-// bytes each device sends at 1 byte per picosecond (a stand-in for tests of the rules alone).
+// What auto mode prices candidate layouts with (and whether the result describes its ops).
+// Without a collective model it counts the bytes each device sends at 1 byte per picosecond
+// (a stand-in for tests of the rules alone).
 struct PartitionCosts {
   const Mesh* mesh = nullptr;                  // The placed mesh (with the model).
   CollectiveCostModel* collectives = nullptr;  // Prices inserted collectives.
@@ -29,6 +30,9 @@ struct PartitionCosts {
   double device_in_bytes_per_second = 0;
   // The machine (null: unknown): collective matmuls' auto mode times both ways on it.
   const Machine* machine = nullptr;
+  // Whether the result says why each op was inserted and what type it makes (reasons and
+  // types, for tables); false leaves both empty strings (a plan search reads neither).
+  bool describe = true;
 };
 
 // The most bytes per second the links into any one device carry together (for

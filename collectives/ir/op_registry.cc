@@ -444,11 +444,8 @@ const std::vector<OpDef>& OpRegistry() {
   return registry;
 }
 
-const OpDef& Op(OpKind kind) {
-  const std::vector<OpDef>& r = OpRegistry();
-  size_t i = static_cast<size_t>(kind);
-  if (i >= r.size()) throw std::logic_error("internal error: OpKind without a registry entry");
-  return r[i];
+void ThrowUnregisteredOpKind() {
+  throw std::logic_error("internal error: OpKind without a registry entry");
 }
 
 const OpDef* FindOp(std::string_view name) {

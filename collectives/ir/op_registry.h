@@ -126,8 +126,15 @@ struct OpDef {
 
 // Every op, internal ones included, in SPEC order.
 const std::vector<OpDef>& OpRegistry();
-// The entry of `kind` (every OpKind has one).
-const OpDef& Op(OpKind kind);
+// Throws the internal error of an OpKind without a registry entry.
+[[noreturn]] void ThrowUnregisteredOpKind();
+// The entry of `kind` (every OpKind has one). Inline: passes ask it for every op they visit.
+inline const OpDef& Op(OpKind kind) {
+  static const std::vector<OpDef>& registry = OpRegistry();
+  const auto i = static_cast<size_t>(kind);
+  if (i >= registry.size()) ThrowUnregisteredOpKind();
+  return registry[i];
+}
 // The op a run file names, or nullptr (internal ops are not found).
 const OpDef* FindOp(std::string_view name);
 // The op a run-file entry `{op: name, ...}` means, given how many inputs it names and the keys

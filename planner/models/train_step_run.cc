@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -349,7 +350,8 @@ BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
   b.partitioned.partitioned =
       PartitionExpandedStep(*b.built->expanded, b.built->boundaries,
                             PartitionCosts{&mesh, &collectives, machine.compute_model(),
-                                           DeviceInBytesPerSecond(machine), &machine},
+                                           DeviceInBytesPerSecond(machine), &machine,
+                                           /*describe=*/false},
                             &plan.mesh, choices);
   return b;
 }
@@ -453,21 +455,37 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
   // names and puts the reshards it inserts for an op just before it; an op it emits nothing
   // for, such as a layer's first op, its residual stream's sharding constraint, where the
   // stream already meets it, is located at the next op it does emit).
-  auto located = [&](const std::vector<size_t>& at_expanded) {
+  // Each name's first position in the partitioned program as it is now, and each op's next
+  // position under the same name (ops.size(): none), made afresh once the ops move.
+  std::unordered_map<std::string_view, size_t> first;
+  std::vector<size_t> next_same;
+  auto index = [&] {
     const std::vector<OpSpec>& ops = partitioned.program.ops;
-    std::unordered_map<std::string, std::vector<size_t>> positions;
-    for (size_t i = 0; i < ops.size(); ++i) positions[ops[i].name].push_back(i);
+    first.clear();
+    first.reserve(ops.size());
+    next_same.assign(ops.size(), ops.size());
+    for (size_t i = ops.size(); i-- > 0;) {
+      const auto [it, added] = first.try_emplace(ops[i].name, i);
+      if (!added) {
+        next_same[i] = it->second;
+        it->second = i;
+      }
+    }
+  };
+  auto located = [&](const std::vector<size_t>& at_expanded) {
+    const size_t n = partitioned.program.ops.size();
     std::vector<size_t> found;
     size_t from = 0;
     for (size_t at : at_expanded) {
-      size_t i = ops.size();
-      for (size_t e = at; e < expanded.ops.size() && i == ops.size(); ++e) {
-        const auto it = positions.find(expanded.ops[e].name);
-        if (it == positions.end()) continue;
-        const auto p = std::lower_bound(it->second.begin(), it->second.end(), from);
-        if (p != it->second.end()) i = *p;
+      size_t i = n;
+      for (size_t e = at; e < expanded.ops.size() && i == n; ++e) {
+        const auto it = first.find(expanded.ops[e].name);
+        if (it == first.end()) continue;
+        size_t p = it->second;
+        while (p < from) p = next_same[p];  // The first at or after `from` (n: none).
+        i = p;
       }
-      if (i == ops.size()) break;
+      if (i == n) break;
       found.push_back(i);
       from = i;
     }
@@ -478,7 +496,9 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
   // wait for are in flight.
   if (groups > 0) {
     const std::vector<size_t> backward = LayerBackwardStarts(expanded, boundaries, layers);
+    index();
     DeferCollectiveReaders(partitioned, located(boundaries), located(backward));
+    index();
     std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
     segments.insert(segments.end(), backward.begin(), backward.end());
     segments.insert(segments.end(), boundaries.begin(), boundaries.end());
@@ -486,7 +506,10 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
     segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
     FillCollectiveShadows(partitioned, located(segments));
   }
-  if (phases) *phases = located(boundaries);
+  if (phases) {
+    index();
+    *phases = located(boundaries);
+  }
 }
 
 PartitionResult PartitionTrainStep(const ProgramSpec& global,

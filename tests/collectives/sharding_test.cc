@@ -50,6 +50,18 @@ TEST(ShardingTest, RowBlocks) {
   EXPECT_EQ(block.values(), Range(16, 24));  // Rows 4..5.
 }
 
+// Each dimension over the product of its axes' sizes, computed by hand; the same as a
+// Sharding's LocalShape.
+TEST(ShardingTest, LocalShapeOfDividesByTheAxesSizes) {
+  const Mesh mesh = Iota({{"dp", 2}, {"tp", 3}, {"pp", 5}});
+  const PartitionSpec spec = ParsePartitionSpec("P(('dp', 'pp'), None, 'tp')");
+  const Shape global = {40, 7, 9};
+  EXPECT_EQ(Sharding::LocalShapeOf(mesh, spec, global), (Shape{40 / 10, 7, 9 / 3}));
+  EXPECT_EQ(Sharding(mesh, spec, global).LocalShape(), (Shape{4, 7, 3}));
+  // Fewer entries than dimensions: the rest whole.
+  EXPECT_EQ(Sharding::LocalShapeOf(mesh, ParsePartitionSpec("P('tp')"), {6, 4}), (Shape{2, 4}));
+}
+
 TEST(ShardingTest, TwoDimensionalBlocks) {
   const Sharding sharding(Iota({{"dp", 2}, {"tp", 2}}), ParsePartitionSpec("P('dp', 'tp')"),
                           {4, 4});

@@ -129,6 +129,28 @@ TEST(PartitionerTest, DataParallelForwardIsLocal) {
 
 // FSDP: w's rows split over fsdp with x's batch split over fsdp too: the contraction would
 // need fsdp twice, so auto gathers w (8 devices x 4 x 16 x 4 B) before the matmul.
+// Without descriptions the partition is the same, op for op, and every reason and type is
+// empty; with them, the inserted gather says why and both ops their types.
+TEST(PartitionerTest, UndescribedPartitionIsTheSameProgram) {
+  ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
+  b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
+  b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), Normal(1));
+  b.Matmul("x", "w", "y");
+  b.Output("y", P({{"fsdp"}}));
+  const ProgramSpec global = std::move(b).Build();
+  const PartitionResult described = Partition(global);
+  PartitionCosts costs;
+  costs.describe = false;
+  const PartitionResult bare = Partition(global, costs);
+  EXPECT_EQ(bare.program.ops, described.program.ops);
+  ASSERT_EQ(described.program.ops.size(), 2u);
+  EXPECT_EQ(described.types, (std::vector<std::string>{"f32[32,16]", "f32[64@fsdp,16]"}));
+  EXPECT_NE(described.reasons[0].find("needs w as f32[32,16]"), std::string::npos)
+      << described.reasons[0];
+  EXPECT_EQ(bare.reasons, (std::vector<std::string>(2)));
+  EXPECT_EQ(bare.types, (std::vector<std::string>(2)));
+}
+
 TEST(PartitionerTest, FsdpGathersTheWeight) {
   ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
   b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
