@@ -306,14 +306,16 @@ void Executor::Start() {
     for (const auto& [name, value] : lp.inputs) {
       if (name == spec.name) id = value;
     }
-    // With several meshes, the array's blocks are its mesh's positions'.
-    const int part = lp.value_part[id];
-    const Mesh& home = part >= 0 ? mesh_.parts()[part] : mesh_;
-    Sharding sharding(home, spec.sharding, spec.shape);
-    for (int p = 0; p < n; ++p) {
-      devices_[p].ready[id] = 1;
-      if (!config_.numerics || (part >= 0 && mesh_.PartOf(p) != part)) continue;
-      devices_[p].values[id] = sharding.Shard(global, p - mesh_.PartOffset(std::max(part, 0)));
+    for (int p = 0; p < n; ++p) devices_[p].ready[id] = 1;
+    if (config_.numerics) {
+      // With several meshes, the array's blocks are its mesh's positions'.
+      const int part = lp.value_part[id];
+      const Mesh& home = part >= 0 ? mesh_.parts()[part] : mesh_;
+      Sharding sharding(home, spec.sharding, spec.shape);
+      for (int p = 0; p < n; ++p) {
+        if (part >= 0 && mesh_.PartOf(p) != part) continue;
+        devices_[p].values[id] = sharding.Shard(global, p - mesh_.PartOffset(std::max(part, 0)));
+      }
     }
     inputs_[spec.name] = std::move(global);
   }

@@ -11,12 +11,14 @@
 
 namespace shardsim::planner {
 
-std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
-                                const std::vector<size_t>& segment_starts) {
+namespace {
+
+// ShadowOrder on `manual`'s data flow `g`.
+std::vector<size_t> ShadowOrderOf(const ProgramSpec& manual, const OpGraph& g,
+                                  const std::vector<size_t>& segment_starts) {
   const size_t n = manual.ops.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
-  const OpGraph g = GraphOf(manual);
   const std::vector<char> weight = WeightOpsOf(manual, g);
   const std::vector<char> tail = TailCollectivesOf(manual, g);
   auto stream = [&](size_t i) { return Op(manual.ops[i].kind).stream; };
@@ -119,9 +121,17 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
   return order;
 }
 
-void FillCollectiveShadows(PartitionResult& partitioned,
-                           const std::vector<size_t>& segment_starts) {
-  Reorder(partitioned, ShadowOrder(partitioned.program, segment_starts));
+}  // namespace
+
+std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
+                                const std::vector<size_t>& segment_starts) {
+  return ShadowOrderOf(manual, GraphOf(manual), segment_starts);
+}
+
+void FillCollectiveShadows(PartitionResult& partitioned, const std::vector<size_t>& segment_starts,
+                           const OpNameIds* ids) {
+  const OpGraph g = ids ? GraphOf(*ids, partitioned.origin) : GraphOf(partitioned.program);
+  Reorder(partitioned, ShadowOrderOf(partitioned.program, g, segment_starts));
 }
 
 }  // namespace shardsim::planner

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/program.h"
+#include "planner/name_bindings.h"
 #include "planner/partitioner.h"
 
 namespace shardsim::planner {
@@ -34,7 +35,10 @@ namespace shardsim::planner {
 std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
                                 const std::vector<size_t>& segment_starts);
 
-// Applies ShadowOrder to `partitioned` (its per-op reasons and types follow their ops).
-void FillCollectiveShadows(PartitionResult& partitioned, const std::vector<size_t>& segment_starts);
+// Applies ShadowOrder to `partitioned` (its per-op reasons and types follow their ops). With
+// `ids`, its data flow is made from them (each op's index when they were made:
+// partitioned.origin).
+void FillCollectiveShadows(PartitionResult& partitioned, const std::vector<size_t>& segment_starts,
+                           const OpNameIds* ids = nullptr);
 
 }  // namespace shardsim::planner

@@ -44,9 +44,12 @@ std::vector<char> TailCollectivesOf(const ProgramSpec& manual);
 // TailCollectivesOf on `manual`'s data flow (GraphOf(manual)), made once by the caller.
 std::vector<char> TailCollectivesOf(const ProgramSpec& manual, const OpGraph& graph);
 
-// Applies DeferOrder to `partitioned` (its per-op reasons and types follow their ops).
+// Applies DeferOrder to `partitioned` (its per-op reasons and types follow their ops). With
+// `ids`, its data flow is made from them (each op's index when they were made:
+// partitioned.origin).
 void DeferCollectiveReaders(PartitionResult& partitioned, const std::vector<size_t>& phase_starts,
-                            const std::vector<size_t>& segment_starts);
+                            const std::vector<size_t>& segment_starts,
+                            const OpNameIds* ids = nullptr);
 
 // Where each layer's backward begins in a global program after ExpandGrads (and ApplyRemat):
 // per backward pass (`pass_starts`, [start, end) per pass) and segment (per layer and

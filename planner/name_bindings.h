@@ -41,7 +41,6 @@ NameBindings BindingsOf(const ProgramSpec& program);
 // The data flow between a program's ops, by name: what the scheduling passes read of each op
 // (made once per program and shared, so each name is hashed once).
 struct OpGraph {
-  NameBindings names;
   // Per input of each op, in order: the op binding it (NameBindings::kNoMaker for an input
   // array or an unbound name), and whether its name is bound once; op i's inputs are the
   // entries [input_start[i], input_start[i + 1]).
@@ -54,9 +53,28 @@ struct OpGraph {
   std::vector<char> bound_once;
   // Per op: the ops after it reading its results, ascending (once per input that reads one).
   std::vector<std::vector<size_t>> readers;
+
+  bool operator==(const OpGraph&) const = default;
 };
 
-// The data flow of `program` (its `names` view the program's names, as BindingsOf's).
+// A program's names as ids, each distinct name hashed once, listed per op in the order the ops
+// had when it was made: GraphOf makes the graph of the same ops in any later order from them
+// without hashing a name again (the scheduling passes reorder a step's ops three times).
+struct OpNameIds {
+  int names = 0;                  // Distinct names (ids 0 .. names - 1).
+  std::vector<int> arrays;        // Per input array, its name's id.
+  std::vector<size_t> in_start;   // Per op (+ 1 at the end): its first entry of `in`.
+  std::vector<size_t> out_start;  // Per op (+ 1 at the end): its first entry of `out`.
+  std::vector<int> in, out;       // The ops' input and result names' ids.
+};
+
+// The name ids of `program`'s arrays and ops, in its present order.
+OpNameIds NameIdsOf(const ProgramSpec& program);
+
+// The data flow of `program`.
 OpGraph GraphOf(const ProgramSpec& program);
+// The data flow of a program whose op k was op `made_at[k]` when `ids` were made (its ops are
+// those ops reordered, with their names): equal to GraphOf of the program as it is now.
+OpGraph GraphOf(const OpNameIds& ids, const std::vector<size_t>& made_at);
 
 }  // namespace shardsim::planner

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -50,14 +51,15 @@ struct PartitionChoices::Impl {
   void Bind(const PartitionCosts& costs, const std::vector<MeshAxis>& mesh_axes) {
     std::vector<std::pair<std::string, int>> named;
     for (const MeshAxis& a : mesh_axes) named.emplace_back(a.name, a.size);
-    const std::vector<int> placed = costs.mesh ? costs.mesh->devices() : std::vector<int>{};
-    const bool same = bound && named == axes && placed == devices &&
-                      costs.collectives == collectives && costs.compute == compute &&
-                      costs.device_in_bytes_per_second == in_rate && costs.machine == machine;
+    const bool same_devices = costs.mesh ? costs.mesh->devices() == devices : devices.empty();
+    const bool same = bound && named == axes && same_devices && costs.collectives == collectives &&
+                      costs.compute == compute && costs.device_in_bytes_per_second == in_rate &&
+                      costs.machine == machine;
     if (same) return;
     bound = true;
     axes = std::move(named);
-    devices = placed;
+    devices = costs.mesh ? costs.mesh->devices() : std::vector<int>{};
+    shape_mesh = ShapeMesh(mesh_axes);
     collectives = costs.collectives;
     compute = costs.compute;
     in_rate = costs.device_in_bytes_per_second;
@@ -79,6 +81,15 @@ struct PartitionChoices::Impl {
     std::apply([](auto&... field) { (field.clear(), ...); }, NameFields(op));
   }
 
+  // A mesh of `axes` whose position p is device p: the partitioner infers shapes on it.
+  static Mesh ShapeMesh(const std::vector<MeshAxis>& axes) {
+    int n = 1;
+    for (const MeshAxis& a : axes) n *= a.size;
+    std::vector<int> devices(static_cast<size_t>(n));
+    std::iota(devices.begin(), devices.end(), 0);
+    return Mesh(axes, std::move(devices));
+  }
+
   // What the choices were made for.
   bool bound = false;
   std::vector<std::pair<std::string, int>> axes;  // Names and sizes.
@@ -93,6 +104,8 @@ struct PartitionChoices::Impl {
   int64_t reused = 0;
   // Reshard steps' times by (kind, dtype, elements, axes): a function of the mesh and model.
   std::map<std::vector<int64_t>, double> step_times;
+  // ShapeMesh of the axes bound (shared by the partitions of the plan).
+  std::optional<Mesh> shape_mesh;
 };
 
 PartitionChoices::PartitionChoices() : impl_(std::make_unique<Impl>()) {}
@@ -159,12 +172,15 @@ class Partitioner {
         pass_starts_(std::move(pass_starts)),
         costs_(costs),
         axes_(axes),
-        explicit_(global.mode == ProgramMode::kExplicit),
-        shape_mesh_(MakeShapeMesh(axes)) {
+        explicit_(global.mode == ProgramMode::kExplicit) {
     if (choices && !explicit_) {
       choices_ = &choices->impl();
       choices_->Bind(costs, axes);
       step_times_ = &choices_->step_times;
+      shape_mesh_ = &*choices_->shape_mesh;
+    } else {
+      own_shape_mesh_ = PartitionChoices::Impl::ShapeMesh(axes);
+      shape_mesh_ = &*own_shape_mesh_;
     }
     // Room for every name up front (with a fifth more for the reshards' fresh names): no
     // rehashing of tables of tens of thousands of names as they fill.
@@ -415,14 +431,6 @@ class Partitioner {
     }
   }
 
-  static Mesh MakeShapeMesh(const std::vector<MeshAxis>& axes) {
-    int n = 1;
-    for (const MeshAxis& a : axes) n *= a.size;
-    std::vector<int> devices(static_cast<size_t>(n));
-    for (int p = 0; p < n; ++p) devices[static_cast<size_t>(p)] = p;
-    return Mesh(axes, devices);
-  }
-
   // How many ops (and outputs) read the value each operand of each op names: one count per
   // definition, names being rebindable.
   void CountUses() {
@@ -491,7 +499,7 @@ class Partitioner {
     std::vector<const Array*> ptrs;
     for (const Array& a : arrays) ptrs.push_back(&a);
     try {
-      return ApplyLocalOp(op, ptrs, shape_mesh_, 0);
+      return ApplyLocalOp(op, ptrs, *shape_mesh_, 0);
     } catch (const std::invalid_argument& e) {
       throw SpecError(op.key, NamedOnce(op, e.what()));
     }
@@ -665,7 +673,7 @@ class Partitioner {
     std::optional<OpSpec> made;
     if (LocalDiffers(op, s)) made = LocalOp(op, result_shape, s);
     const OpSpec& local = made ? *made : op;
-    std::vector<Array> outs = ApplyLocalOp(local, ptrs, shape_mesh_, 0);
+    std::vector<Array> outs = ApplyLocalOp(local, ptrs, *shape_mesh_, 0);
     std::vector<const Array*> out_ptrs;
     for (const Array& a : outs) out_ptrs.push_back(&a);
     const OpCost cost = LocalOpCost(local, ptrs, out_ptrs);
@@ -1107,9 +1115,11 @@ class Partitioner {
   PartitionCosts costs_;
   std::vector<MeshAxis> axes_;
   bool explicit_;
-  Mesh shape_mesh_;
+  std::optional<Mesh> own_shape_mesh_;  // Without kept choices: the shape mesh made here.
+  const Mesh* shape_mesh_ = nullptr;    // The mesh shapes are inferred on (Impl::ShapeMesh).
   std::vector<Value> values_;
-  std::unordered_map<std::string, int> name_ids_;  // Every name of the program -> its id.
+  // Every name of the program (viewing the global program's) -> its id.
+  std::unordered_map<std::string_view, int> name_ids_;
   std::vector<int> current_;               // Per name id: the value it is bound to now, or -1.
   std::unordered_set<std::string> fresh_;  // The names Fresh gave (the program's: name_ids_).
   std::map<ReshardKeyType, std::string> reshards_;

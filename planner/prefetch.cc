@@ -109,9 +109,9 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
   return PrefetchOrderOf(manual, g, FindWeightOps(manual, g), distance);
 }
 
-void PrefetchWeightCollectives(PartitionResult& partitioned, int groups) {
+void PrefetchWeightCollectives(PartitionResult& partitioned, int groups, const OpNameIds* ids) {
   if (groups <= 0) return;
-  const OpGraph g = GraphOf(partitioned.program);
+  const OpGraph g = ids ? GraphOf(*ids, partitioned.origin) : GraphOf(partitioned.program);
   const WeightOps w = FindWeightOps(partitioned.program, g);
   const int count = static_cast<int>(w.collectives.size());
   Reorder(partitioned, PrefetchOrderOf(partitioned.program, g, w, std::max(1, count / groups)));

@@ -38,7 +38,9 @@ std::vector<char> WeightOpsOf(const ProgramSpec& manual, const OpGraph& graph);
 // PrefetchOrder with distance = max(1, weight collectives / groups), so each layer's weights
 // are gathered while the layer before it computes, as XLA's latency-hiding scheduler and
 // collective pipeliner overlap FSDP gathers. Its per-op reasons and types follow. groups <= 0
-// keeps the program's order.
-void PrefetchWeightCollectives(PartitionResult& partitioned, int groups);
+// keeps the program's order. With `ids`, its data flow is made from them (each op's index
+// when they were made: partitioned.origin).
+void PrefetchWeightCollectives(PartitionResult& partitioned, int groups,
+                               const OpNameIds* ids = nullptr);
 
 }  // namespace shardsim::planner

@@ -448,7 +448,12 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
     FuseCollectiveMatmuls(partitioned, *costs.mesh, collective_matmul, costs.machine,
                           costs.collectives, prefetch);
   }
-  if (prefetch) PrefetchWeightCollectives(partitioned, groups);
+  // The passes find the ops' data flow from their names' ids, hashed once here: each op is
+  // numbered by its place now (the caller's numbers, if any, are composed back at the end).
+  std::vector<size_t> caller_origin = std::move(partitioned.origin);
+  KeepOrigin(partitioned);
+  const OpNameIds ids = NameIdsOf(partitioned.program);
+  if (prefetch) PrefetchWeightCollectives(partitioned, groups, &ids);
   // Ops of `expanded` (ascending indices) located in the partitioned program as it is now, in
   // order: each at the first op, from it on in `expanded`, that the partitioned program has
   // by name at or after the previous one located (the partitioner keeps the global ops'
@@ -497,14 +502,19 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
   if (groups > 0) {
     const std::vector<size_t> backward = LayerBackwardStarts(expanded, boundaries, layers);
     index();
-    DeferCollectiveReaders(partitioned, located(boundaries), located(backward));
+    DeferCollectiveReaders(partitioned, located(boundaries), located(backward), &ids);
     index();
     std::vector<size_t> segments = LayerForwardStarts(expanded, boundaries, layers);
     segments.insert(segments.end(), backward.begin(), backward.end());
     segments.insert(segments.end(), boundaries.begin(), boundaries.end());
     std::sort(segments.begin(), segments.end());
     segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
-    FillCollectiveShadows(partitioned, located(segments));
+    FillCollectiveShadows(partitioned, located(segments), &ids);
+  }
+  if (caller_origin.empty()) {
+    partitioned.origin.clear();
+  } else {
+    for (size_t& o : partitioned.origin) o = caller_origin[o];
   }
   if (phases) {
     index();

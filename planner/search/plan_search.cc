@@ -146,9 +146,12 @@ struct Family {
 
 // Per device, the parameters and optimizer state of `model` under `plan` (mesh and rules):
 // affine in the layer count, so read from 1- and 2-layer steps (after a mixture of experts'
-// leading dense layers: affine in the expert layers; all dense, a dense model's).
+// leading dense layers: affine in the expert layers; all dense, a dense model's). Those steps
+// are taken from `steps` where built for another plan with the same axis names (the state
+// reads each array's shape and sharding by axis names, at this mesh's sizes), else built and
+// kept there.
 Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
-                      const StepPlan& plan) {
+                      const StepPlan& plan, StepBuildCache& steps) {
   std::vector<int> devices(static_cast<size_t>(std::accumulate(
       plan.mesh.begin(), plan.mesh.end(), 1, [](int n, const MeshAxis& a) { return n * a.size; })));
   std::iota(devices.begin(), devices.end(), 0);
@@ -166,7 +169,16 @@ Bytes StateLowerBound(const TransformerConfig& model, const TrainConfig& train,
   int64_t s[2];
   for (int64_t layers : {1, 2}) {
     shorter.layers = dense + layers;
-    const StateBytes b = StepStateBytes(BuildTrainStep(shorter, one, plan.mesh, rules), mesh);
+    const StepBuildCache::Key key =
+        StepBuildCache::KeyOf(shorter, one, rules, plan.mesh, RematPolicy::kNone, {}, {});
+    std::shared_ptr<const ExpandedTrainStep> built = steps.Find(key, plan.mesh);
+    if (!built) {
+      auto made = std::make_shared<ExpandedTrainStep>();
+      made->global = BuildTrainStep(shorter, one, plan.mesh, rules);
+      built = std::move(made);
+      steps.Insert(key, built);
+    }
+    const StateBytes b = StepStateBytes(built->global, mesh);
     s[layers - 1] = (b.params + b.optimizer).count();
   }
   return Bytes(s[0] + (s[1] - s[0]) * (model.layers - dense - 1));
@@ -272,6 +284,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   if (algorithm_sets.empty()) algorithm_sets = {{}};
   std::vector<Family> families;
   int64_t kept = 0;
+  StepBuildCache state_steps;  // The 1- and 2-layer steps StateLowerBound reads.
   // The family of `plan` (its mesh, rules and schedule): every microbatch count and remat
   // policy, less what is pruned or beyond the budget.
   auto add_family = [&](const StepPlan& plan) {
@@ -291,8 +304,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
             continue;
           }
           if (!state_fits && !plan.pipeline && !space.serve) {
-            state_fits =
-                WithinLimit(StateLowerBound(model, train, plan), capacity, space.memory_limit);
+            state_fits = WithinLimit(StateLowerBound(model, train, plan, state_steps), capacity,
+                                     space.memory_limit);
           }
           if (state_fits && !*state_fits) {
             ++result.pruned["parameters and optimizer state alone over the memory limit"];
