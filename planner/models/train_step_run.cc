@@ -453,6 +453,25 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
   std::vector<size_t> caller_origin = std::move(partitioned.origin);
   KeepOrigin(partitioned);
   const OpNameIds ids = NameIdsOf(partitioned.program);
+  // Each op's name as an id (by the op's place when `ids` were made: partitioned.origin
+  // follows it), and each op of `expanded`'s (-1: no op of the partition has it); made
+  // before any op moves (the table views the names).
+  std::vector<int> op_name, expanded_name;
+  size_t op_names = 0;
+  {
+    std::unordered_map<std::string_view, int> name_id;
+    op_name.reserve(partitioned.program.ops.size());
+    for (const OpSpec& op : partitioned.program.ops) {
+      op_name.push_back(
+          name_id.try_emplace(op.name, static_cast<int>(name_id.size())).first->second);
+    }
+    expanded_name.reserve(expanded.ops.size());
+    for (const OpSpec& op : expanded.ops) {
+      const auto it = name_id.find(op.name);
+      expanded_name.push_back(it == name_id.end() ? -1 : it->second);
+    }
+    op_names = name_id.size();
+  }
   if (prefetch) PrefetchWeightCollectives(partitioned, groups, &ids);
   // Ops of `expanded` (ascending indices) located in the partitioned program as it is now, in
   // order: each at the first op, from it on in `expanded`, that the partitioned program has
@@ -460,21 +479,17 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
   // names and puts the reshards it inserts for an op just before it; an op it emits nothing
   // for, such as a layer's first op, its residual stream's sharding constraint, where the
   // stream already meets it, is located at the next op it does emit).
-  // Each name's first position in the partitioned program as it is now, and each op's next
-  // position under the same name (ops.size(): none), made afresh once the ops move.
-  std::unordered_map<std::string_view, size_t> first;
-  std::vector<size_t> next_same;
+  // Per name id, its first position in the partitioned program as it is now, and per op its
+  // next position under the same name (ops.size(): none), made afresh once the ops move.
+  std::vector<size_t> first, next_same;
   auto index = [&] {
-    const std::vector<OpSpec>& ops = partitioned.program.ops;
-    first.clear();
-    first.reserve(ops.size());
-    next_same.assign(ops.size(), ops.size());
-    for (size_t i = ops.size(); i-- > 0;) {
-      const auto [it, added] = first.try_emplace(ops[i].name, i);
-      if (!added) {
-        next_same[i] = it->second;
-        it->second = i;
-      }
+    const size_t n = partitioned.program.ops.size();
+    first.assign(op_names, n);
+    next_same.assign(n, n);
+    for (size_t i = n; i-- > 0;) {
+      const auto id = static_cast<size_t>(op_name[partitioned.origin[i]]);
+      next_same[i] = first[id];
+      first[id] = i;
     }
   };
   auto located = [&](const std::vector<size_t>& at_expanded) {
@@ -484,9 +499,8 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
     for (size_t at : at_expanded) {
       size_t i = n;
       for (size_t e = at; e < expanded.ops.size() && i == n; ++e) {
-        const auto it = first.find(expanded.ops[e].name);
-        if (it == first.end()) continue;
-        size_t p = it->second;
+        if (expanded_name[e] < 0) continue;
+        size_t p = first[static_cast<size_t>(expanded_name[e])];
         while (p < from) p = next_same[p];  // The first at or after `from` (n: none).
         i = p;
       }
@@ -511,14 +525,14 @@ void ScheduleStepInPlace(const ProgramSpec& expanded, const std::vector<size_t>&
     segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
     FillCollectiveShadows(partitioned, located(segments), &ids);
   }
+  if (phases) {
+    index();
+    *phases = located(boundaries);
+  }
   if (caller_origin.empty()) {
     partitioned.origin.clear();
   } else {
     for (size_t& o : partitioned.origin) o = caller_origin[o];
-  }
-  if (phases) {
-    index();
-    *phases = located(boundaries);
   }
 }
 

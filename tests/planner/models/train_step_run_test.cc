@@ -8,6 +8,8 @@
 #include <cmath>
 #include <string>
 
+#include "collectives/runtime/machine.h"
+#include "collectives/timing/collective_cost_model.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/model_presets.h"
 #include "tests/planner/models/small_model.h"
@@ -168,6 +170,53 @@ TEST(TrainStepRunTest, PrefetchHidesWeightGathers) {
   EXPECT_EQ(ahead.compute, at_use.compute);
   EXPECT_LT(ahead.exposed_comm.seconds(), 0.75 * at_use.exposed_comm.seconds());
   EXPECT_LT(ahead.step_time, at_use.step_time);
+}
+
+// After the three scheduling passes move ops, the memory phases a step reports start at its
+// pass boundaries: each at the first op of the partition, at or after the previous phase's,
+// named as the first op of the expanded step from the boundary on that the partition has.
+// Found here by scanning names; the scheduler finds them by name ids it made before the ops
+// moved. FSDP 8 over 8 layers, prefetching: the passes move ops across the boundaries' ops.
+TEST(TrainStepRunTest, PhasesStartAtTheBoundariesAfterTheOpsMove) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const std::vector<MeshAxis> axes = {{"fsdp", 8}};
+  const LogicalRules rules({{"batch", {"fsdp"}}, {"embed", {"fsdp"}}}, axes);
+  std::vector<std::vector<std::string>> layers;
+  const ProgramSpec global = BuildTrainStep(Small(), SmallTrain(), axes, rules, &layers);
+  const Mesh mesh = PlaceMesh(machine, axes);
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  const PartitionCosts costs{&mesh, &cache, machine.compute_model(), 0, &machine};
+  const PartitionedStep step = PartitionStep(global, layers, RematPolicy::kNone, costs);
+  std::vector<size_t> phases;
+  const PartitionResult scheduled =
+      ScheduleStep(*step.expanded, step.boundaries, step.partitioned, layers, costs,
+                   PrefetchGroups(Small().layers, SmallTrain()), &phases,
+                   CollectiveMatmulMode::kOff, StepOverlap::kFull);
+  std::vector<std::string> before, after;
+  for (const OpSpec& op : step.partitioned.program.ops) before.push_back(op.name);
+  for (const OpSpec& op : scheduled.program.ops) after.push_back(op.name);
+  ASSERT_NE(before, after);  // The passes moved ops.
+  const std::vector<OpSpec>& ops = scheduled.program.ops;
+  const std::vector<OpSpec>& expanded = step.expanded->ops;
+  std::vector<size_t> expected;
+  size_t from = 0;
+  for (size_t at : step.boundaries) {
+    size_t found = ops.size();
+    for (size_t e = at; e < expanded.size() && found == ops.size(); ++e) {
+      for (size_t i = from; i < ops.size(); ++i) {
+        if (ops[i].name == expanded[e].name) {
+          found = i;
+          break;
+        }
+      }
+    }
+    if (found == ops.size()) break;
+    expected.push_back(found);
+    from = found;
+  }
+  ASSERT_EQ(expected.size(), step.boundaries.size());
+  EXPECT_EQ(phases, expected);
 }
 
 // The schedule keeps to the memory limit as XLA's latency-hiding scheduler does: where
