@@ -62,10 +62,10 @@ class Lowerer {
     std::sort(lowered.where.begin(), lowered.where.end());
     if (!lowered.where.empty()) out_.has_where = true;
     if (Op(op.kind).stream == OpStream::kCollective) return;
-    for (const std::string& name : op.in) {
-      auto it = current_.find(name);
-      if (it == current_.end()) continue;
-      for (const auto& need : value_where_[it->second]) {
+    for (size_t k = 0; k < op.in.size(); ++k) {
+      const std::string& name = op.in[k];
+      // Append found every input already (lowered.in_values, in op.in's order).
+      for (const auto& need : value_where_[lowered.in_values[k]]) {
         if (std::find(lowered.where.begin(), lowered.where.end(), need) == lowered.where.end()) {
           throw SpecError(op.key + ".in", "'" + name + "' is made only where " +
                                               mesh_.axes()[need.first].name + "=" +
