@@ -1,5 +1,7 @@
 #include "planner/name_bindings.h"
 
+#include <numeric>
+
 namespace shardsim::planner {
 
 bool NameBindings::Once(const std::string& name) const {
@@ -17,11 +19,7 @@ size_t NameBindings::Maker(const std::string& name) const {
   return b ? b->maker : kNoMaker;
 }
 
-namespace {
-
-// BindingsOf, and (where `outs` is given) each op's results' entries in order: entries of an
-// unordered map stay put as it grows and moves.
-NameBindings Bind(const ProgramSpec& program, std::vector<const NameBindings::Binding*>* outs) {
+NameBindings BindingsOf(const ProgramSpec& program) {
   NameBindings b;
   b.names.reserve(program.arrays.size() + program.ops.size() * 2);
   for (const ArraySpec& a : program.arrays) ++b.names[a.name].count;
@@ -30,50 +28,15 @@ NameBindings Bind(const ProgramSpec& program, std::vector<const NameBindings::Bi
       NameBindings::Binding& binding = b.names[out];
       ++binding.count;
       binding.maker = i;
-      if (outs) outs->push_back(&binding);
     }
   }
   return b;
 }
 
-}  // namespace
-
-NameBindings BindingsOf(const ProgramSpec& program) { return Bind(program, nullptr); }
-
 OpGraph GraphOf(const ProgramSpec& program) {
-  OpGraph g;
-  std::vector<const NameBindings::Binding*> out_bindings;  // Each op's results', in order.
-  const NameBindings names = Bind(program, &out_bindings);
-  const size_t n = program.ops.size();
-  size_t next_out = 0;
-  size_t inputs = 0;
-  for (const OpSpec& op : program.ops) inputs += op.in.size();
-  g.input_maker.reserve(inputs);
-  g.input_once.reserve(inputs);
-  g.input_start.assign(n + 1, 0);
-  g.output_once.assign(n, 1);
-  g.bound_once.assign(n, 1);
-  g.readers.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const OpSpec& op = program.ops[i];
-    g.input_start[i] = g.input_maker.size();
-    for (const std::string& in : op.in) {
-      const NameBindings::Binding* b = names.Find(in);
-      const size_t m = b ? b->maker : NameBindings::kNoMaker;
-      const bool once = b && b->count == 1;
-      g.input_maker.push_back(m);
-      g.input_once.push_back(once);
-      g.bound_once[i] = g.bound_once[i] && once && (m == NameBindings::kNoMaker || m < i);
-      if (m != NameBindings::kNoMaker && m < i) g.readers[m].push_back(i);
-    }
-    for (size_t k = 0; k < op.out.size(); ++k) {
-      const bool once = out_bindings[next_out++]->count == 1;  // Each result's entry in turn.
-      g.output_once[i] = g.output_once[i] && once;
-    }
-    g.bound_once[i] = g.bound_once[i] && g.output_once[i];
-  }
-  g.input_start[n] = g.input_maker.size();
-  return g;
+  std::vector<size_t> made_at(program.ops.size());
+  std::iota(made_at.begin(), made_at.end(), size_t{0});
+  return GraphOf(NameIdsOf(program), made_at);
 }
 
 OpNameIds NameIdsOf(const ProgramSpec& program) {

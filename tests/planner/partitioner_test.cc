@@ -129,15 +129,26 @@ TEST(PartitionerTest, DataParallelForwardIsLocal) {
 
 // FSDP: w's rows split over fsdp with x's batch split over fsdp too: the contraction would
 // need fsdp twice, so auto gathers w (8 devices x 4 x 16 x 4 B) before the matmul.
-// Without descriptions the partition is the same, op for op, and every reason and type is
-// empty; with them, the inserted gather says why and both ops their types.
-TEST(PartitionerTest, UndescribedPartitionIsTheSameProgram) {
+ProgramSpec FsdpMatmul() {
   ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
   b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
   b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), Normal(1));
   b.Matmul("x", "w", "y");
   b.Output("y", P({{"fsdp"}}));
-  const ProgramSpec global = std::move(b).Build();
+  return std::move(b).Build();
+}
+
+TEST(PartitionerTest, FsdpGathersTheWeight) {
+  const ProgramSpec global = FsdpMatmul();
+  EXPECT_EQ(Collectives(global, Partition(global)),
+            (std::vector<Inserted>{{OpKind::kAllGather, {"fsdp"}, 4 * 16 * 4}}));
+  ExpectNumericsPass(global);
+}
+
+// Without descriptions the partition is the same, op for op, and every reason and type is
+// empty; with them, the inserted gather says why and both ops their types.
+TEST(PartitionerTest, UndescribedPartitionIsTheSameProgram) {
+  const ProgramSpec global = FsdpMatmul();
   const PartitionResult described = Partition(global);
   PartitionCosts costs;
   costs.describe = false;
@@ -149,18 +160,6 @@ TEST(PartitionerTest, UndescribedPartitionIsTheSameProgram) {
       << described.reasons[0];
   EXPECT_EQ(bare.reasons, (std::vector<std::string>(2)));
   EXPECT_EQ(bare.types, (std::vector<std::string>(2)));
-}
-
-TEST(PartitionerTest, FsdpGathersTheWeight) {
-  ProgramBuilder b({{"fsdp", 8}}, {}, ProgramMode::kAuto);
-  b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
-  b.Input("w", {32, 16}, DType::kF32, P({{"fsdp"}}), Normal(1));
-  b.Matmul("x", "w", "y");
-  b.Output("y", P({{"fsdp"}}));
-  ProgramSpec global = std::move(b).Build();
-  EXPECT_EQ(Collectives(global, Partition(global)),
-            (std::vector<Inserted>{{OpKind::kAllGather, {"fsdp"}, 4 * 16 * 4}}));
-  ExpectNumericsPass(global);
 }
 
 // The backward's activation gradient under FSDP x TP with the residual stream's d_model split
