@@ -288,8 +288,8 @@ class Partitioner {
     }
   }
 
-  // Rebinds name id `name` to its value with its partial sums summed (one reshard, `why`), laid
-  // out as `to` when given (no partial axes), else as it is.
+  // Rebinds name id `name` to its value with its partial sums summed (one reshard, whose
+  // reason `why()` gives), laid out as `to` when given (no partial axes), else as it is.
   template <typename Why>
   void SumPartials(int name, const Why& why,
                    const std::optional<ValueSharding>& to = std::nullopt) {
@@ -712,7 +712,7 @@ class Partitioner {
   }
 
   // Emits `op` (kind and attributes set) on value `v`'s local block, into a fresh name it
-  // returns; `reason` is the table's (empty for a local op).
+  // returns; `reason` is the table's (empty for a local op), a string or a callable giving it.
   template <typename Why>
   std::string EmitLocal(OpSpec op, const Value& v, const Why& reason) {
     const std::string out = Fresh(v.local);
