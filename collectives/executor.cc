@@ -20,6 +20,7 @@
 #include "collectives/semantics.h"
 #include "collectives/sharding.h"
 #include "collectives/timing/timeline_cache.h"
+#include "sim/fnv_hash.h"
 #include "sim/intervals.h"
 #include "sim/spec_error.h"
 
@@ -518,12 +519,40 @@ void Executor::BuildClasses() {
     requests.push_back(std::move(request));
     asked_by.push_back(i);
   }
-  config_.collective_model->Prepare(mesh_, requests);
+  // A model answers equal requests alike (a layer's collectives repeat in every layer): each
+  // distinct request is asked once, by the first op that makes it.
+  std::vector<size_t> same_as(requests.size());
+  std::vector<CollectiveRequest> distinct_requests;
+  {
+    std::unordered_map<uint64_t, std::vector<size_t>> by_hash;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const CollectiveRequest& q = requests[r];
+      FnvHash h;
+      for (int64_t v : {static_cast<int64_t>(q.kind), static_cast<int64_t>(q.reduce),
+                        static_cast<int64_t>(q.dtype), q.elements, q.chunk_size.count()}) {
+        h.Mix(static_cast<uint64_t>(v));
+      }
+      for (int a : q.axes) h.Mix(static_cast<uint64_t>(a));
+      h.Mix(q.destination.size());
+      for (char c : q.algorithm) h.Mix(static_cast<uint64_t>(c));
+      std::vector<size_t>& same = by_hash[h.value()];
+      same_as[r] = r;
+      for (size_t earlier : same) {
+        if (requests[earlier] == q) same_as[r] = earlier;
+      }
+      if (same_as[r] == r) {
+        same.push_back(r);
+        distinct_requests.push_back(q);
+      }
+    }
+  }
+  config_.collective_model->Prepare(mesh_, distinct_requests);
   for (size_t r = 0; r < requests.size(); ++r) {
     const size_t i = asked_by[r];
     const LoweredOp& op = lp.ops[i];
     try {
-      timings_[i] = config_.collective_model->Estimate(mesh_, requests[r]);
+      timings_[i] = same_as[r] != r ? timings_[asked_by[same_as[r]]]
+                                    : config_.collective_model->Estimate(mesh_, requests[r]);
     } catch (const std::invalid_argument& e) {
       throw SpecError(op.spec->algorithm.empty() ? op.spec->key : op.spec->key + ".algorithm",
                       std::string(op.def->name) + ": " + e.what());

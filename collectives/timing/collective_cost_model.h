@@ -36,6 +36,9 @@ struct CollectiveRequest {
   std::vector<int> axes;                             // Mesh axis indices, in the op's order.
   std::vector<int> destination;      // kPermute: receiving group index per member, or -1.
   Bytes chunk_size = Bytes::MiB(1);  // The tree algorithm's pipelining unit.
+
+  // Every field equal.
+  bool operator==(const CollectiveRequest&) const = default;
 };
 
 // How a collective (or one group of it) used one directed link in its standalone run: the
