@@ -218,6 +218,23 @@ bool Better(SearchObjective objective, const PlanOutcome& o, const PlanOutcome& 
 
 }  // namespace
 
+SearchCaches::Worker& SearchCaches::Slot(size_t worker) {
+  while (workers_.size() <= worker) workers_.push_back(std::make_unique<Worker>());
+  return *workers_[worker];
+}
+
+SearchCaches::Worker& SearchCaches::worker(
+    size_t worker, const std::function<std::unique_ptr<Machine>()>& make_machine) {
+  Worker& w = Slot(worker);
+  if (!w.machine) {
+    w.machine = make_machine();
+    w.network = std::make_unique<NetworkCollectiveModel>(*w.machine);
+  }
+  return w;
+}
+
+StepBuildCache& SearchCaches::build_cache(size_t worker) { return Slot(worker).build_cache; }
+
 SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& train,
                          const SearchSpace& space, const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -225,7 +242,20 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   SearchResult result;
-  std::unique_ptr<Machine> main_machine = options.make_machine();
+  // The caches given, or this search's own (their misses priced on a machine of their own).
+  std::unique_ptr<Machine> own_machine;
+  std::unique_ptr<SearchCaches> own_caches;
+  if (!options.caches) {
+    own_machine = options.make_machine();
+    own_caches = std::make_unique<SearchCaches>(*own_machine);
+  }
+  SearchCaches& caches = options.caches ? *options.caches : *own_caches;
+  // Each worker's machine and network model (0: this thread's), kept in the caches.
+  std::vector<SearchCaches::Worker*> workers;
+  for (int j = 0; j < std::max(1, options.jobs); ++j) {
+    workers.push_back(&caches.worker(static_cast<size_t>(j), options.make_machine));
+  }
+  Machine* main_machine = workers[0]->machine.get();
   const int devices = main_machine->topology().num_devices();
   const Bytes capacity = main_machine->hbm_capacity();
 
@@ -427,24 +457,11 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   // same outcomes whatever the threads do; each phase commits its items in its order, so
   // on_result sees one sequence for any number of jobs. Families whose index modulo
   // process_count is not process_rank belong to other processes.
-  NetworkCollectiveModel main_network(*main_machine);
-  std::unique_ptr<SearchCaches> own_caches;
-  if (!options.caches) own_caches = std::make_unique<SearchCaches>(*main_machine);
-  SearchCaches& caches = options.caches ? *options.caches : *own_caches;
   CachedCollectiveModel& shared = caches.cache();
-  std::vector<std::unique_ptr<Machine>> worker_machines;
-  std::vector<std::unique_ptr<NetworkCollectiveModel>> worker_networks;
-  for (int j = 1; j < std::max(1, options.jobs); ++j) {
-    worker_machines.push_back(options.make_machine());
-    worker_networks.push_back(std::make_unique<NetworkCollectiveModel>(*worker_machines.back()));
-  }
   // Per machine (one thread uses each at a time): the steps built for its earlier plans (and
   // for an earlier search's, with options.caches).
   std::map<const Machine*, StepBuildCache*> build_caches;
-  build_caches[main_machine.get()] = &caches.build_cache(0);
-  for (size_t j = 0; j < worker_machines.size(); ++j) {
-    build_caches[worker_machines[j].get()] = &caches.build_cache(j + 1);
-  }
+  for (SearchCaches::Worker* w : workers) build_caches[w->machine.get()] = &w->build_cache;
   const int processes = std::max(1, options.process_count);
   auto mine = [&](size_t f) {
     return static_cast<int>(f % static_cast<size_t>(processes)) == options.process_rank;
@@ -574,7 +591,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     auto guarded = [&](Machine& machine, CollectiveCostModel& network) {
       try {
         SharedCacheView view(shared, network);
-        SlowestMemberCollectiveModel collectives(view);
+        SlowestMemberCollectiveModel collectives(view, /*keep_rates=*/true, &caches.evened());
         work(machine, collectives);
       } catch (...) {
         std::lock_guard<std::mutex> lock(commit_mutex);
@@ -583,10 +600,10 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       }
     };
     std::vector<std::thread> threads;
-    for (size_t j = 0; j < worker_machines.size(); ++j) {
-      threads.emplace_back(guarded, std::ref(*worker_machines[j]), std::ref(*worker_networks[j]));
+    for (size_t j = 1; j < workers.size(); ++j) {
+      threads.emplace_back(guarded, std::ref(*workers[j]->machine), std::ref(*workers[j]->network));
     }
-    guarded(*main_machine, main_network);
+    guarded(*workers[0]->machine, *workers[0]->network);
     for (std::thread& t : threads) t.join();
     if (failure) std::rethrow_exception(failure);
   };
@@ -782,8 +799,8 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       rank_results();
     }
     if (reopen.empty() || out_of_time_now()) break;
-    SharedCacheView view(shared, main_network);
-    SlowestMemberCollectiveModel collectives(view);
+    SharedCacheView view(shared, *workers[0]->network);
+    SlowestMemberCollectiveModel collectives(view, /*keep_rates=*/true, &caches.evened());
     bool added = false;
     for (size_t f : reopen) {
       // The family's fitting plans now, and its skipped variants no longer dominated.

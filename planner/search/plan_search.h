@@ -12,6 +12,7 @@
 
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/slowest_member_model.h"
 #include "planner/models/step_build_cache.h"
 #include "planner/search/search_space.h"
 #include "sim/time.h"
@@ -66,28 +67,39 @@ struct SearchProgress {
 };
 
 // What a search has priced and built, kept to serve the next search (a benchmark's warm runs,
-// a session exploring one machine): the network simulations of one machine's collectives, and
-// each search worker's built and expanded steps (StepBuildCache). Searches using it run one at
-// a time.
+// a session exploring one machine): the network simulations of one machine's collectives and
+// their slowest-member copies, and each search worker's machine, network model and built and
+// expanded steps (StepBuildCache). Searches using it run one at a time, on that hardware.
 class SearchCaches {
  public:
+  // One search worker's own state (one thread uses it at a time; a Machine's router is not
+  // thread-safe).
+  struct Worker {
+    std::unique_ptr<Machine> machine;                 // Its copy of the hardware.
+    std::unique_ptr<NetworkCollectiveModel> network;  // Its network simulation, on `machine`.
+    StepBuildCache build_cache;                       // The steps it built.
+  };
+
   // `machine` is the searches' hardware (its own instance: the caches' misses run on it when
   // no worker's model is at hand); it must outlive this object.
   explicit SearchCaches(const Machine& machine) : network_(machine), cache_(network_) {}
   // The shared, thread-safe cache of collective timings.
   CachedCollectiveModel& cache() { return cache_; }
-  // The steps search worker `worker` built (0: the searching thread; one thread uses each).
-  StepBuildCache& build_cache(size_t worker) {
-    while (build_caches_.size() <= worker) {
-      build_caches_.push_back(std::make_unique<StepBuildCache>());
-    }
-    return *build_caches_[worker];
-  }
+  // The slowest-member copies of the cache's timings, shared by the workers' models.
+  EvenedTimings& evened() { return evened_; }
+  // Search worker `worker` (0: the searching thread), its machine made by `make_machine` when
+  // first asked for: a search builds no machine its workers already have.
+  Worker& worker(size_t worker, const std::function<std::unique_ptr<Machine>()>& make_machine);
+  // The steps search worker `worker` built (made with no machine when not asked for yet).
+  StepBuildCache& build_cache(size_t worker);
 
  private:
+  Worker& Slot(size_t worker);
+
   NetworkCollectiveModel network_;
   CachedCollectiveModel cache_;
-  std::vector<std::unique_ptr<StepBuildCache>> build_caches_;
+  EvenedTimings evened_;
+  std::vector<std::unique_ptr<Worker>> workers_;
 };
 
 // How to search.

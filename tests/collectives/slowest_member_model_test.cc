@@ -41,5 +41,32 @@ TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
   for (Time t : slowest.Estimate(single, request)->member_time) EXPECT_EQ(t, Time());
 }
 
+// Models sharing an EvenedTimings (a search's workers) copy each inner answer once and give
+// one object for it; a model with its own copies gives an equal one of its own.
+TEST(SlowestMemberCollectiveModelTest, SharedCopiesAreMadeOnce) {
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 8}));
+  const Mesh mesh = PlaceMesh(machine, {{"fsdp", 32}, {"tp", 4}});
+  NetworkCollectiveModel network(machine);
+  CachedCollectiveModel cache(network);
+  EvenedTimings shared;
+  SlowestMemberCollectiveModel a(cache, /*keep_rates=*/true, &shared);
+  SlowestMemberCollectiveModel b(cache, /*keep_rates=*/true, &shared);
+  SlowestMemberCollectiveModel own(cache);
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllGather;
+  request.dtype = DType::kBF16;
+  request.elements = 1 << 16;
+  request.axes = {0};
+  request.algorithm = "ring";
+  const auto from_a = a.Estimate(mesh, request);
+  EXPECT_EQ(b.Estimate(mesh, request), from_a);
+  EXPECT_EQ(shared.Of(cache.Estimate(mesh, request)), from_a);
+  const auto from_own = own.Estimate(mesh, request);
+  EXPECT_NE(from_own, from_a);
+  EXPECT_EQ(from_own->member_time, from_a->member_time);
+  const Time longest = cache.Estimate(mesh, request)->longest();
+  for (Time t : from_a->member_time) EXPECT_EQ(t, longest);
+}
+
 }  // namespace
 }  // namespace shardsim

@@ -646,16 +646,24 @@ TEST(PlanSearchTest, ResumesKnownOutcomesWithoutSimulating) {
   EXPECT_EQ(again.ranked, first.ranked);
 }
 
-// A search keeping its caches (collective timings, built steps) serves the next from them, and
-// both give the fresh search's outcomes.
+// A search keeping its caches (collective timings, their slowest-member copies, the workers'
+// machines and built steps) serves the next from them, and both give the fresh search's
+// outcomes.
 TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
   std::unique_ptr<Machine> machine = V5e8();
   SearchCaches caches(*machine);
   SearchOptions o = Options(2);
+  int machines = 0;
+  o.make_machine = [&machines] {
+    ++machines;
+    return V5e8();
+  };
   o.caches = &caches;
   const SearchResult first = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  EXPECT_EQ(machines, 2);  // One per worker, this thread's included.
   const int64_t misses = caches.cache().misses();
   EXPECT_GT(misses, 0);
+  const Machine* worker_machine = caches.worker(1, o.make_machine).machine.get();
   auto builds = [&caches] {
     return caches.build_cache(0).misses() + caches.build_cache(1).misses();
   };
@@ -663,6 +671,8 @@ TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
   EXPECT_GT(built, 0);
   const SearchResult second = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
   EXPECT_EQ(caches.cache().misses(), misses);  // Nothing simulated again.
+  EXPECT_EQ(machines, 2);                      // Nor any machine built again.
+  EXPECT_EQ(caches.worker(1, o.make_machine).machine.get(), worker_machine);
   // Each worker builds only what it did not build for the first (which plans it takes varies).
   EXPECT_LT(builds() - built, built);
   const SearchResult fresh = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
