@@ -42,7 +42,7 @@ struct PartitionChoices::Impl {
     OpSpec op;  // Its names cleared (ClearNames).
     std::vector<ChoiceOperand> operands;
     std::optional<PartitionSpec> hint;
-    std::set<int> whole;
+    uint64_t whole = 0;  // A DimSet.
     Strategy chosen;
   };
 
@@ -115,6 +115,15 @@ int64_t PartitionChoices::reused() const { return impl_->reused; }
 
 namespace {
 
+// Dimension `d` of an array in a set of dimensions held as bits (a DimSet: dimension d is bit
+// d). Arrays have far fewer than 64 dimensions: another is a broken invariant.
+uint64_t DimBit(int d) {
+  if (d < 0 || d >= 64) {
+    throw std::logic_error("internal error: dimension " + std::to_string(d) + " in a DimSet");
+  }
+  return uint64_t{1} << d;
+}
+
 // The layout a partial value laid out as `v` is summed into beside an operand of its shape
 // laid out as `w`: each of v's splits kept, extended on that dimension by w's next axes that v
 // is partial over (a reduce-scatter over them), so the sum never gathers what v holds split
@@ -155,8 +164,9 @@ class Partitioner {
     std::vector<int> uses;             // Readers of each operand's value.
     // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
     // later reader wants whole.
-    std::optional<PartitionSpec> hint;
-    std::set<int> whole;
+    // (The hint points into the global program; whole is a DimSet.)
+    const PartitionSpec* hint = nullptr;
+    uint64_t whole = 0;
     // Auto mode: its operands' global shapes and its results' (shape-only arrays), when known.
     bool shapes_known = false;
     std::vector<Shape> in_shapes;
@@ -553,41 +563,41 @@ class Partitioner {
   void Hints() {
     InferAllShapes();
     for (const OutputSpec& o : global_.outputs) {
-      hint_specs_[static_cast<size_t>(name_ids_.at(o.name))] = o.spec;
+      hint_specs_[static_cast<size_t>(name_ids_.at(o.name))] = &o.spec;
     }
     for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
       const OpSpec& op = *it;
-      std::optional<PartitionSpec> want;
+      const PartitionSpec* want = nullptr;
       if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
-        want = op.sharding;
+        want = &op.sharding;
       }
       OpInfo& info = Info(op);
       if (!want) want = hint_specs_[static_cast<size_t>(info.out_ids[0])];
       // A shard_map's in_specs are the layouts its inputs are wanted in (a constraint each).
       if (op.kind == OpKind::kShardMap) {
         for (size_t i = 0; i < info.in_ids.size() && i < op.body->arrays.size(); ++i) {
-          std::optional<PartitionSpec>& hint = hint_specs_[static_cast<size_t>(info.in_ids[i])];
-          if (!hint) hint = op.body->arrays[i].sharding;
+          const PartitionSpec*& hint = hint_specs_[static_cast<size_t>(info.in_ids[i])];
+          if (!hint) hint = &op.body->arrays[i].sharding;
         }
       }
       info.hint = want;
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
       if (want && passes) {
         for (int in : info.in_ids) {
-          std::optional<PartitionSpec>& hint = hint_specs_[static_cast<size_t>(in)];
-          if (!hint) hint = *want;  // The last reader's hint wins (the first found, backwards).
+          const PartitionSpec*& hint = hint_specs_[static_cast<size_t>(in)];
+          if (!hint) hint = want;  // The last reader's hint wins (the first found, backwards).
         }
       }
       if (!info.shapes_known) continue;
-      const std::set<int> whole = whole_dims_[static_cast<size_t>(info.out_ids[0])];
+      const uint64_t whole = whole_dims_[static_cast<size_t>(info.out_ids[0])];
       info.whole = whole;
       const std::vector<std::vector<int>> reads = WholeOperandDims(op, info.in_shapes);
       for (size_t i = 0; i < op.in.size(); ++i) {
-        std::set<int>& dims = whole_dims_[static_cast<size_t>(info.in_ids[i])];
-        dims.insert(reads[i].begin(), reads[i].end());
+        uint64_t& dims = whole_dims_[static_cast<size_t>(info.in_ids[i])];
+        for (int d : reads[i]) dims |= DimBit(d);
         if (Op(op.kind).elementwise && info.outs_known &&
             info.in_shapes[i].size() == info.out_shapes[0].shape().size()) {
-          dims.insert(whole.begin(), whole.end());
+          dims |= whole;
         }
       }
     }
@@ -690,18 +700,23 @@ class Partitioner {
   // `op` (first result of global `result_shape`) with the attributes that depend on global
   // shapes made local under `s`.
   OpSpec LocalOp(const OpSpec& op, const Shape& result_shape, const Strategy& s) const {
+    OpSpec local = s.local_op ? *s.local_op : op;
+    MakeLocal(local, op, result_shape, s);
+    return local;
+  }
+
+  // Makes `local`, a copy of `s.local_op` if it has one and else of `op`, LocalOp's op.
+  void MakeLocal(OpSpec& local, const OpSpec& op, const Shape& result_shape,
+                 const Strategy& s) const {
     if (s.local_op) {  // Another kind on the blocks: the op's values and names, its attributes.
-      OpSpec local = *s.local_op;
       local.name = op.name;
       local.key = op.key;
       local.in = op.in;
       local.out = op.out;
       local.where = op.where;
-      return local;
+      return;
     }
-    OpSpec local = op;
     if (LocalDiffers(op, s)) local.shape = LocalShape(result_shape, s.results[0], axes_);
-    return local;
   }
 
   // The key of value `id`'s reshard to `to` among those emitted (a value's shape and dtype are
@@ -908,8 +923,8 @@ class Partitioner {
         const ValueSharding& result = valid[c].results[0];
         ValueSharding later = ctx.preferred ? *ctx.preferred : Reduced(result);
         if (!ctx.preferred) {
-          for (int d : info.whole) {
-            if (d < static_cast<int>(later.dims.size())) later = Unsplit(later, d);
+          for (int d = 0; d < static_cast<int>(later.dims.size()); ++d) {
+            if (info.whole & DimBit(d)) later = Unsplit(later, d);
           }
         }
         return cost + ReshardCost(outs[0].shape(), outs[0].dtype(), result, later, -1, bound);
@@ -948,12 +963,13 @@ class Partitioner {
       }
       hash.Mix(in[i]->sharding.partial.size());
     }
-    hash.Mix(info.hint.has_value() + 2 * info.whole.size());
+    hash.Mix((info.hint != nullptr) + 2 * info.whole);
     choice_hash_ = hash.value();
     const auto bucket = choices_->entries.find(choice_hash_);
     if (bucket == choices_->entries.end()) return nullptr;
     for (PartitionChoices::Impl::Entry& e : bucket->second) {
-      if (e.hint != info.hint || e.whole != info.whole || !SameOperands(e.operands, in, ids)) {
+      if (e.hint.has_value() != (info.hint != nullptr) || (e.hint && !(*e.hint == *info.hint)) ||
+          e.whole != info.whole || !SameOperands(e.operands, in, ids)) {
         continue;
       }
       // The op's attributes: the entry's op with this op's names is this op.
@@ -1009,7 +1025,7 @@ class Partitioner {
         o.resharded.push_back(ValueSharding{std::get<1>(it->first), std::get<2>(it->first)});
       }
     }
-    e.hint = info.hint;
+    if (info.hint) e.hint = *info.hint;
     e.whole = info.whole;
     e.chosen = chosen;
     choices_->entries[choice_hash_].push_back(std::move(e));
@@ -1020,19 +1036,22 @@ class Partitioner {
   void EmitStrategy(const OpSpec& op, const OpInfo& info, const std::vector<const Value*>& in,
                     const std::vector<int>& ids, const std::vector<Array>& outs,
                     const Strategy& s) {
-    // Operands resharded as the strategy needs.
-    OpSpec local = LocalOp(op, outs[0].shape(), s);
+    // Operands resharded as the strategy needs (emitted first, before the op).
+    std::vector<std::string> local_in(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i]->sharding == s.operands[i]) {
-        local.in[i] = in[i]->local;  // As it is: no reshard (and no reason to format).
+        local_in[i] = in[i]->local;  // As it is: no reshard (and no reason to format).
         continue;
       }
-      local.in[i] = EmitReshard(ids[i], s.operands[i], [&] {
+      local_in[i] = EmitReshard(ids[i], s.operands[i], [&] {
         return std::string(OpKindName(op.kind)) + " " + op.name + " (" + s.why + ") needs " +
                op.in[i] + " as " + FormatType(in[i]->dtype, in[i]->shape, s.operands[i], axes_);
       });
     }
-    result_.program.ops.push_back(std::move(local));
+    // The op made in place, at the program's end: no copy of it moved there.
+    OpSpec& local = result_.program.ops.emplace_back(s.local_op ? *s.local_op : op);
+    MakeLocal(local, op, outs[0].shape(), s);
+    for (size_t i = 0; i < in.size(); ++i) local.in[i] = std::move(local_in[i]);
     Describe("", [&] { return FormatType(outs[0].dtype(), outs[0].shape(), s.results[0], axes_); });
     for (size_t r = 0; r < op.out.size(); ++r) {
       Value v{outs[r].shape(), outs[r].dtype(), s.results[r], op.out[r]};
@@ -1123,12 +1142,13 @@ class Partitioner {
   std::vector<int> current_;               // Per name id: the value it is bound to now, or -1.
   std::unordered_set<std::string> fresh_;  // The names Fresh gave (the program's: name_ids_).
   std::map<ReshardKeyType, std::string> reshards_;
-  std::vector<std::optional<PartitionSpec>> hint_specs_;  // Per name id: auto mode's hint.
+  // Per name id: auto mode's hint (a spec of the global program), or null.
+  std::vector<const PartitionSpec*> hint_specs_;
   std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
   std::string key_;  // The run-file key of the op or output being emitted (errors locate there).
 
   // Dimensions a later reader wants whole, per name id.
-  std::vector<std::set<int>> whole_dims_;
+  std::vector<uint64_t> whole_dims_;  // DimSets.
 
   std::vector<OpInfo> info_;
   OpInfo& Info(const OpSpec& op) { return info_[static_cast<size_t>(&op - global_.ops.data())]; }
