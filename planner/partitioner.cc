@@ -157,14 +157,15 @@ struct Value {
   bool host = false;       // In host memory (move_to_host made it): never resharded.
 };
 
-class Partitioner {
+}  // namespace
+
+struct PartitionAnalysis::Impl {
   // What is known of each global op, by its position in the program.
   struct OpInfo {
     std::vector<int> in_ids, out_ids;  // The name ids of its operands and results.
     std::vector<int> uses;             // Readers of each operand's value.
-    // Auto mode: the layout wanted of its first result (a hint), and the dimensions of it a
-    // later reader wants whole.
-    // (The hint points into the global program; whole is a DimSet.)
+    // Auto mode: the layout wanted of its first result (a hint: a spec of the program), and
+    // the dimensions of it a later reader wants whole (a DimSet).
     const PartitionSpec* hint = nullptr;
     uint64_t whole = 0;
     // Auto mode: its operands' global shapes and its results' (shape-only arrays), when known.
@@ -174,10 +175,44 @@ class Partitioner {
     std::vector<Array> out_shapes;
   };
 
+  // Whether this is what partitioning `program` (in mode `explicit_mode`) over `axes` reads.
+  bool Serves(const ProgramSpec& program, bool explicit_mode,
+              const std::vector<MeshAxis>& axes) const {
+    if (this->program != &program || info.size() != program.ops.size() ||
+        this->explicit_mode != explicit_mode) {
+      return false;
+    }
+    if (mesh_free) return true;
+    return std::equal(axes.begin(), axes.end(), this->axes.begin(), this->axes.end(),
+                      [](const MeshAxis& a, const MeshAxis& b) { return a.size == b.size; });
+  }
+
+  const ProgramSpec* program = nullptr;  // What it was made for (null: nothing yet).
+  bool explicit_mode = false;
+  std::vector<MeshAxis> axes;  // The sizes its shapes were inferred over.
+  // No op names mesh axes (takes_axis_name): a global shape reads the mesh only through the
+  // axes its op names (take_shard, axis_index, the dynamic ops), so these shapes hold at any
+  // sizes. (No op that names axes has a sharding rule: such a program does not partition.)
+  bool mesh_free = false;
+  // Every name the program binds or reads, by id (views of the program's names).
+  std::unordered_map<std::string_view, int> name_ids;
+  std::vector<OpInfo> info;  // Per op.
+  int made = 0;
+};
+
+PartitionAnalysis::PartitionAnalysis() : impl_(std::make_unique<Impl>()) {}
+PartitionAnalysis::~PartitionAnalysis() = default;
+int PartitionAnalysis::made() const { return impl_->made; }
+
+namespace {
+
+class Partitioner {
+  using OpInfo = PartitionAnalysis::Impl::OpInfo;
+
  public:
   Partitioner(const ProgramSpec& global, const std::vector<MeshAxis>& axes,
               const PartitionCosts& costs, std::vector<size_t> pass_starts,
-              PartitionChoices* choices)
+              PartitionChoices* choices, PartitionAnalysis* analysis)
       : global_(global),
         pass_starts_(std::move(pass_starts)),
         costs_(costs),
@@ -196,24 +231,19 @@ class Partitioner {
     // rehashing of tables of tens of thousands of names as they fill.
     const size_t names = (global.arrays.size() + global.ops.size()) * 6 / 5;
     fresh_.reserve(names / 5);
-    name_ids_.reserve(names);
     values_.reserve(names);
     result_.program.ops.reserve(names);
     result_.reasons.reserve(names);
     result_.types.reserve(names);
-    info_.resize(global.ops.size());
-    // Every name the program binds or reads gets an id once: the passes below index tables by
-    // it rather than hashing the name again at each use.
-    for (const ArraySpec& a : global.arrays) NameId(a.name);
-    for (size_t k = 0; k < global.ops.size(); ++k) {
-      for (const std::string& name : global.ops[k].in) info_[k].in_ids.push_back(NameId(name));
-      for (const std::string& name : global.ops[k].out) info_[k].out_ids.push_back(NameId(name));
+    if (!analysis) {
+      own_analysis_ = std::make_unique<PartitionAnalysis>();
+      analysis = own_analysis_.get();
     }
-    for (const OutputSpec& o : global.outputs) NameId(o.name);
-    current_.assign(name_ids_.size(), -1);
-    whole_dims_.resize(name_ids_.size());
-    hint_specs_.resize(name_ids_.size());
-    CountUses();
+    PartitionAnalysis::Impl& a = analysis->impl();
+    if (!a.Serves(global, explicit_, axes)) Analyze(a, names);
+    name_ids_ = &a.name_ids;
+    info_ = &a.info;
+    current_.assign(name_ids_->size(), -1);
   }
 
   PartitionResult Run() {
@@ -229,7 +259,6 @@ class Partitioner {
       v.local = a.name;
       Define(a.name, std::move(v));
     }
-    if (!explicit_) Hints();
     result_.program.meshes = global_.meshes;
     for (const ArraySpec& a : global_.arrays) mesh_of_[a.name] = a.mesh;
     size_t next_pass = 0;
@@ -315,7 +344,7 @@ class Partitioner {
   void EmitDevicePut(const OpSpec& op) {
     if (!values_[static_cast<size_t>(Current(op.in[0]))].sharding.partial.empty()) {
       const size_t first = result_.program.ops.size();
-      SumPartials(name_ids_.at(op.in[0]),
+      SumPartials(name_ids_->at(op.in[0]),
                   [&] { return op.in[0] + " holds partial sums: summed before device_put"; });
       Tag(first, mesh_of_[op.in[0]]);  // On the value's own mesh.
     }
@@ -380,13 +409,14 @@ class Partitioner {
   // around a shard_map; then the body's ops as they are, on those blocks, its temporaries
   // under fresh names; each result is the body output it stands for, laid out by its out spec.
   void EmitShardMap(const OpSpec& op) {
-    auto& info = Info(op);
+    const OpInfo& info = Info(op);
     SumSharedPartials(op, info.in_ids, info.uses);
     const ProgramSpec& body = *op.body;
     std::vector<const Value*> in;
     for (int name : info.in_ids) in.push_back(&values_[static_cast<size_t>(Current(name))]);
-    std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
-    info.outs_known = false;
+    std::vector<Array> inferred;
+    const std::vector<Array>& outs =
+        info.outs_known ? info.out_shapes : (inferred = InferShapes(op, in));
     std::unordered_map<std::string, std::string> local;  // Body name -> the program's name.
     std::unordered_set<std::string> in_host;             // Body names bound by move_to_host.
     // The body op binding each result last writes it under the result's own name, as any
@@ -444,38 +474,65 @@ class Partitioner {
   // How many ops (and outputs) read the value each operand of each op names: one count per
   // definition, names being rebindable.
   void CountUses() {
-    std::vector<int> def(name_ids_.size(), -1);  // Name id -> its current definition.
+    std::vector<int> def(name_ids_->size(), -1);  // Name id -> its current definition.
     std::vector<int> uses;
     auto define = [&](int name) {
       def[static_cast<size_t>(name)] = static_cast<int>(uses.size());
       uses.push_back(0);
     };
-    for (const ArraySpec& a : global_.arrays) define(name_ids_.at(a.name));
+    for (const ArraySpec& a : global_.arrays) define(name_ids_->at(a.name));
     std::vector<std::vector<int>> read(global_.ops.size());
     for (size_t k = 0; k < global_.ops.size(); ++k) {
-      for (int name : info_[k].in_ids) {
+      for (int name : (*info_)[k].in_ids) {
         const int d = def[static_cast<size_t>(name)];
         read[k].push_back(d);
         // full_like reads only the shape: it needs no sum.
         const bool reads = global_.ops[k].kind != OpKind::kFullLike;
         if (d >= 0 && reads) ++uses[static_cast<size_t>(d)];
       }
-      for (int name : info_[k].out_ids) define(name);
+      for (int name : (*info_)[k].out_ids) define(name);
     }
     for (const OutputSpec& o : global_.outputs) {
-      const int d = def[static_cast<size_t>(name_ids_.at(o.name))];
+      const int d = def[static_cast<size_t>(name_ids_->at(o.name))];
       if (d >= 0) ++uses[static_cast<size_t>(d)];
     }
     for (size_t k = 0; k < read.size(); ++k) {
       std::vector<int> counts;
       for (int d : read[k]) counts.push_back(d < 0 ? 0 : uses[static_cast<size_t>(d)]);
-      info_[k].uses = std::move(counts);
+      (*info_)[k].uses = std::move(counts);
     }
+  }
+
+  // Makes `a` what partitioning the program over axes_ reads (room for `names` names).
+  void Analyze(PartitionAnalysis::Impl& a, size_t names) {
+    a.program = nullptr;  // Set last: made whole or not at all.
+    a.name_ids.clear();
+    a.name_ids.reserve(names);
+    a.info.assign(global_.ops.size(), {});
+    name_ids_ = &a.name_ids;
+    info_ = &a.info;
+    // Every name the program binds or reads gets an id once: the passes below index tables by
+    // it rather than hashing the name again at each use.
+    for (const ArraySpec& array : global_.arrays) NameId(array.name);
+    for (size_t k = 0; k < global_.ops.size(); ++k) {
+      for (const std::string& name : global_.ops[k].in) a.info[k].in_ids.push_back(NameId(name));
+      for (const std::string& name : global_.ops[k].out) a.info[k].out_ids.push_back(NameId(name));
+    }
+    for (const OutputSpec& o : global_.outputs) NameId(o.name);
+    CountUses();
+    if (!explicit_) Hints();
+    // An op's global shape reads the mesh only through the axes it names (ApplyLocalOp).
+    a.mesh_free = std::none_of(global_.ops.begin(), global_.ops.end(),
+                               [](const OpSpec& op) { return Op(op.kind).takes_axis_name; });
+    a.explicit_mode = explicit_;
+    a.axes = axes_;
+    ++a.made;
+    a.program = &global_;
   }
 
   // The id of `name`, a new one if it has none.
   int NameId(const std::string& name) {
-    return name_ids_.emplace(name, static_cast<int>(name_ids_.size())).first->second;
+    return name_ids_->emplace(name, static_cast<int>(name_ids_->size())).first->second;
   }
 
   // The value name id `name` is bound to now; an internal error if none (the builder and the
@@ -485,20 +542,20 @@ class Partitioner {
     if (id < 0) throw std::logic_error("internal error: a name is read before it is bound");
     return id;
   }
-  int Current(const std::string& name) const { return Current(name_ids_.at(name)); }
+  int Current(const std::string& name) const { return Current(name_ids_->at(name)); }
 
   // Binds name id `name` to value `v`.
   void Define(int name, Value v) {
     current_[static_cast<size_t>(name)] = static_cast<int>(values_.size());
     values_.push_back(std::move(v));
   }
-  void Define(const std::string& name, Value v) { Define(name_ids_.at(name), std::move(v)); }
+  void Define(const std::string& name, Value v) { Define(name_ids_->at(name), std::move(v)); }
 
   // A name no value of the program has, from `base`.
   std::string Fresh(const std::string& base) {
     for (int k = 1;; ++k) {
       std::string name = base + "_" + std::to_string(k);
-      if (!name_ids_.count(name) && fresh_.insert(name).second) return name;
+      if (!name_ids_->count(name) && fresh_.insert(name).second) return name;
     }
   }
 
@@ -519,9 +576,9 @@ class Partitioner {
   // shapes of values not partitioned yet, and Emit reuses them. Stops quietly at an op whose
   // shapes do not infer (Emit reports it, in program order).
   void InferAllShapes() {
-    std::vector<std::optional<Value>> defined(name_ids_.size());  // Per name id.
+    std::vector<std::optional<Value>> defined(name_ids_->size());  // Per name id.
     for (const ArraySpec& a : global_.arrays) {
-      defined[static_cast<size_t>(name_ids_.at(a.name))] = Value{a.shape, a.dtype, {}, ""};
+      defined[static_cast<size_t>(name_ids_->at(a.name))] = Value{a.shape, a.dtype, {}, ""};
     }
     for (const OpSpec& op : global_.ops) {
       OpInfo& info = Info(op);
@@ -562,8 +619,11 @@ class Partitioner {
   //   split what its reader would gather at once (sequence parallelism's q, k and v).
   void Hints() {
     InferAllShapes();
+    // Per name id: the hint (a spec of the program) and the dimensions wanted whole (DimSets).
+    std::vector<const PartitionSpec*> hint_specs(name_ids_->size());
+    std::vector<uint64_t> whole_dims(name_ids_->size());
     for (const OutputSpec& o : global_.outputs) {
-      hint_specs_[static_cast<size_t>(name_ids_.at(o.name))] = &o.spec;
+      hint_specs[static_cast<size_t>(name_ids_->at(o.name))] = &o.spec;
     }
     for (auto it = global_.ops.rbegin(); it != global_.ops.rend(); ++it) {
       const OpSpec& op = *it;
@@ -572,11 +632,11 @@ class Partitioner {
         want = &op.sharding;
       }
       OpInfo& info = Info(op);
-      if (!want) want = hint_specs_[static_cast<size_t>(info.out_ids[0])];
+      if (!want) want = hint_specs[static_cast<size_t>(info.out_ids[0])];
       // A shard_map's in_specs are the layouts its inputs are wanted in (a constraint each).
       if (op.kind == OpKind::kShardMap) {
         for (size_t i = 0; i < info.in_ids.size() && i < op.body->arrays.size(); ++i) {
-          const PartitionSpec*& hint = hint_specs_[static_cast<size_t>(info.in_ids[i])];
+          const PartitionSpec*& hint = hint_specs[static_cast<size_t>(info.in_ids[i])];
           if (!hint) hint = &op.body->arrays[i].sharding;
         }
       }
@@ -584,16 +644,16 @@ class Partitioner {
       const bool passes = Op(op.kind).elementwise || op.kind == OpKind::kShardingConstraint;
       if (want && passes) {
         for (int in : info.in_ids) {
-          const PartitionSpec*& hint = hint_specs_[static_cast<size_t>(in)];
+          const PartitionSpec*& hint = hint_specs[static_cast<size_t>(in)];
           if (!hint) hint = want;  // The last reader's hint wins (the first found, backwards).
         }
       }
       if (!info.shapes_known) continue;
-      const uint64_t whole = whole_dims_[static_cast<size_t>(info.out_ids[0])];
+      const uint64_t whole = whole_dims[static_cast<size_t>(info.out_ids[0])];
       info.whole = whole;
       const std::vector<std::vector<int>> reads = WholeOperandDims(op, info.in_shapes);
       for (size_t i = 0; i < op.in.size(); ++i) {
-        uint64_t& dims = whole_dims_[static_cast<size_t>(info.in_ids[i])];
+        uint64_t& dims = whole_dims[static_cast<size_t>(info.in_ids[i])];
         for (int d : reads[i]) dims |= DimBit(d);
         if (Op(op.kind).elementwise && info.outs_known &&
             info.in_shapes[i].size() == info.out_shapes[0].shape().size()) {
@@ -813,7 +873,7 @@ class Partitioner {
 
   void Emit(const OpSpec& op) {
     key_ = op.key;
-    OpInfo& info = Info(op);
+    const OpInfo& info = Info(op);
     CheckMemoryKinds(op, info.in_ids);
     if (op.kind == OpKind::kShardingConstraint || op.kind == OpKind::kReshard) {
       const int id = Current(info.in_ids[0]);
@@ -859,9 +919,10 @@ class Partitioner {
       ids.push_back(Current(name));
       in.push_back(&values_[static_cast<size_t>(ids.back())]);
     }
-    // Each op is emitted once: its shapes inferred up front are moved, not copied.
-    std::vector<Array> outs = info.outs_known ? std::move(info.out_shapes) : InferShapes(op, in);
-    info.outs_known = false;
+    // The shapes the analysis inferred up front where it could, else inferred now.
+    std::vector<Array> inferred;
+    const std::vector<Array>& outs =
+        info.outs_known ? info.out_shapes : (inferred = InferShapes(op, in));
     if (const Strategy* kept = FindChoice(op, info, in, ids)) {
       EmitStrategy(op, info, in, ids, outs, *kept);
       return;
@@ -1012,7 +1073,7 @@ class Partitioner {
   void KeepChoice(const OpInfo& info, const std::vector<const Value*>& in,
                   const std::vector<int>& ids, const Strategy& chosen) {
     PartitionChoices::Impl::Entry e;
-    e.op = global_.ops[static_cast<size_t>(&info - info_.data())];
+    e.op = global_.ops[static_cast<size_t>(&info - info_->data())];
     PartitionChoices::Impl::ClearNames(e.op);
     for (size_t i = 0; i < in.size(); ++i) {
       ChoiceOperand& o = e.operands.emplace_back();
@@ -1138,20 +1199,17 @@ class Partitioner {
   const Mesh* shape_mesh_ = nullptr;    // The mesh shapes are inferred on (Impl::ShapeMesh).
   std::vector<Value> values_;
   // Every name of the program (viewing the global program's) -> its id.
-  std::unordered_map<std::string_view, int> name_ids_;
+  // The analysis's tables (PartitionAnalysis::Impl): name ids, and per op what is known of it.
+  std::unordered_map<std::string_view, int>* name_ids_ = nullptr;
+  std::vector<OpInfo>* info_ = nullptr;
+  std::unique_ptr<PartitionAnalysis> own_analysis_;  // Without one given: this partition's.
   std::vector<int> current_;               // Per name id: the value it is bound to now, or -1.
   std::unordered_set<std::string> fresh_;  // The names Fresh gave (the program's: name_ids_).
   std::map<ReshardKeyType, std::string> reshards_;
-  // Per name id: auto mode's hint (a spec of the global program), or null.
-  std::vector<const PartitionSpec*> hint_specs_;
   std::unordered_map<std::string, std::string> mesh_of_;  // With several meshes: each name's mesh.
   std::string key_;  // The run-file key of the op or output being emitted (errors locate there).
 
-  // Dimensions a later reader wants whole, per name id.
-  std::vector<uint64_t> whole_dims_;  // DimSets.
-
-  std::vector<OpInfo> info_;
-  OpInfo& Info(const OpSpec& op) { return info_[static_cast<size_t>(&op - global_.ops.data())]; }
+  OpInfo& Info(const OpSpec& op) { return (*info_)[static_cast<size_t>(&op - global_.ops.data())]; }
   // StepTime by (kind, dtype, size, axes): own_step_times_, or the choices' (shared by the
   // partitions they serve).
   std::map<std::vector<int64_t>, double> own_step_times_;
@@ -1228,7 +1286,7 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
                                   const PartitionCosts& costs, const std::vector<MeshAxis>* sizes,
-                                  PartitionChoices* choices) {
+                                  PartitionChoices* choices, PartitionAnalysis* analysis) {
   if (expanded.mode == ProgramMode::kManual) {
     throw SpecError("mode", "the program is already a shard_map body (mode: manual)");
   }
@@ -1241,7 +1299,7 @@ PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_
     throw std::logic_error("internal error: a program is partitioned over other mesh axes");
   }
   PartitionResult result =
-      Partitioner(expanded, axes, costs, std::move(pass_starts), choices).Run();
+      Partitioner(expanded, axes, costs, std::move(pass_starts), choices, analysis).Run();
   // Outputs keep the global program's out specs.
   result.program.outputs = expanded.outputs;
   return result;

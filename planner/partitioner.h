@@ -11,6 +11,7 @@
 #include "collectives/program.h"
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "planner/partition_analysis.h"
 #include "planner/partition_choices.h"
 
 namespace shardsim::planner {
@@ -76,11 +77,12 @@ PartitionResult Partition(const ProgramSpec& global, const PartitionCosts& costs
 // `sizes`, when given, are the mesh's axes (the same names, in the same order) at the sizes
 // to partition for, where `expanded` was built for other sizes (a search's plans share one
 // expanded step); null: expanded.mesh_axes. `choices`, when given (auto mode), are reused and
-// added to.
+// added to. `analysis`, when given, is read if it serves `expanded` and else made anew.
 PartitionResult PartitionExpanded(const ProgramSpec& expanded, std::vector<size_t> pass_starts,
                                   const PartitionCosts& costs = {},
                                   const std::vector<MeshAxis>* sizes = nullptr,
-                                  PartitionChoices* choices = nullptr);
+                                  PartitionChoices* choices = nullptr,
+                                  PartitionAnalysis* analysis = nullptr);
 
 // Partitions `global` for `mesh` on `machine`, pricing collectives by the network simulation
 // (cached across the candidates) and local ops by the machine's compute model.

@@ -12,6 +12,7 @@
 #include "collectives/program.h"
 #include "planner/models/logical_rules.h"
 #include "planner/models/transformer.h"
+#include "planner/partition_analysis.h"
 #include "planner/remat.h"
 
 namespace shardsim::planner {
@@ -26,6 +27,10 @@ struct ExpandedTrainStep {
   // `global`, grads expanded, remat and offload applied; shared with its partitions.
   std::shared_ptr<const ProgramSpec> expanded;
   std::vector<size_t> boundaries;  // Its backward passes' first and last ops (ExpandGrads').
+  // What partitioning reads of `expanded` alone, made by its first partition and read by the
+  // rest (on other meshes of the same axis names). Used by one thread at a time, as the step
+  // is (StepBuildCache is one worker's).
+  std::shared_ptr<PartitionAnalysis> analysis = std::make_shared<PartitionAnalysis>();
 };
 
 // Training steps built and expanded for a search's earlier plans, found by all that decides

@@ -307,9 +307,10 @@ PartitionResult PartitionExpandedStep(const ProgramSpec& expanded,
                                       const std::vector<size_t>& boundaries,
                                       const PartitionCosts& costs,
                                       const std::vector<MeshAxis>* sizes = nullptr,
-                                      PartitionChoices* choices = nullptr) {
+                                      PartitionChoices* choices = nullptr,
+                                      PartitionAnalysis* analysis = nullptr) {
   try {
-    return PartitionExpanded(expanded, boundaries, costs, sizes, choices);
+    return PartitionExpanded(expanded, boundaries, costs, sizes, choices, analysis);
   } catch (const SpecError& e) {
     throw SpecError("plan", std::string("the plan cannot partition the step: ") + e.what());
   } catch (const std::invalid_argument& e) {
@@ -352,7 +353,7 @@ BuiltTrainStep BuildPartitionedStep(const Machine& machine, const Mesh& mesh,
                             PartitionCosts{&mesh, &collectives, machine.compute_model(),
                                            DeviceInBytesPerSecond(machine), &machine,
                                            /*describe=*/false},
-                            &plan.mesh, choices);
+                            &plan.mesh, choices, b.built->analysis.get());
   return b;
 }
 
