@@ -1,5 +1,6 @@
 #include "planner/models/step_build_cache.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "planner/value_sharding.h"
@@ -41,6 +42,18 @@ std::shared_ptr<const ExpandedTrainStep> StepBuildCache::Find(
 void StepBuildCache::Insert(Key key, std::shared_ptr<const ExpandedTrainStep> step) {
   steps_.emplace_back(std::move(key), std::move(step));
   if (steps_.size() > kCapacity) steps_.pop_front();
+}
+
+PartitionChoices& StepBuildCache::Choices(const Mesh& mesh) {
+  for (MeshChoices& m : choices_) {
+    const bool same_axes = std::equal(
+        m.axes.begin(), m.axes.end(), mesh.axes().begin(), mesh.axes().end(),
+        [](const MeshAxis& a, const MeshAxis& b) { return a.name == b.name && a.size == b.size; });
+    if (same_axes && m.devices == mesh.devices()) return *m.choices;
+  }
+  choices_.push_back({mesh.axes(), mesh.devices(), std::make_unique<PartitionChoices>()});
+  if (choices_.size() > kChoiceMeshes) choices_.pop_front();
+  return *choices_.back().choices;
 }
 
 }  // namespace shardsim::planner

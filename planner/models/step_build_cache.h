@@ -13,6 +13,7 @@
 #include "planner/models/logical_rules.h"
 #include "planner/models/transformer.h"
 #include "planner/partition_analysis.h"
+#include "planner/partition_choices.h"
 #include "planner/remat.h"
 
 namespace shardsim::planner {
@@ -40,7 +41,8 @@ struct ExpandedTrainStep {
 // parameters divide). A plan whose mesh differs only in sizes takes the step built for
 // another where every input array of it divides over its own sizes; where one does not, it
 // finds nothing and builds its own, failing as BuildTrainStep does. Not thread-safe: one per
-// search worker. Keeps the kCapacity most recently made steps.
+// search worker. Keeps the kCapacity most recently made steps, and the choices of layout made
+// on the meshes partitioned on (Choices).
 class StepBuildCache {
  public:
   // What decides an expanded step.
@@ -72,8 +74,23 @@ class StepBuildCache {
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
 
+  // Auto mode's choices of layout for partitions on `mesh` (its axes, sizes and placement):
+  // the plans on one mesh share them, whatever their rules, as a choice is a function of the
+  // op and its operands there (PartitionChoices). Kept for the kChoiceMeshes meshes most
+  // recently made.
+  PartitionChoices& Choices(const Mesh& mesh);
+  static constexpr size_t kChoiceMeshes = 16;
+
  private:
+  // One mesh's choices.
+  struct MeshChoices {
+    std::vector<MeshAxis> axes;
+    std::vector<int> devices;
+    std::unique_ptr<PartitionChoices> choices;
+  };
+
   std::deque<std::pair<Key, std::shared_ptr<const ExpandedTrainStep>>> steps_;
+  std::deque<MeshChoices> choices_;
   mutable int64_t hits_ = 0;
   mutable int64_t misses_ = 0;
 };

@@ -384,7 +384,8 @@ namespace {
 // (ScheduleWithinMemory), and the partitioner's choices of layout, shared by those partitions.
 struct BuiltSteps {
   std::map<int64_t, BuiltTrainStep> by_layers;
-  PartitionChoices choices;
+  PartitionChoices own_choices;
+  PartitionChoices* choices = &own_choices;  // Its own, or those kept for its mesh.
 };
 
 // Simulates the training step of `model` (whatever its layer count) scheduled as `overlap`
@@ -400,7 +401,7 @@ StepFigures SimulateFigures(const Machine& machine, const Mesh& mesh,
     it = built.by_layers
              .emplace(model.layers,
                       BuildPartitionedStep(machine, mesh, model, train, plan, rules, collectives,
-                                           plan.offload, build_cache, &built.choices))
+                                           plan.offload, build_cache, built.choices))
              .first;
   }
   BuiltTrainStep& b = it->second;
@@ -855,6 +856,8 @@ TrainStepReport SimulateTrainStep(const Machine& machine, const TransformerConfi
   PipelineBuilds pipeline_built;
   std::optional<Mesh> mesh;
   if (!plan.pipeline) mesh.emplace(PlacePlanMesh(machine, plan));
+  // A search worker's plans on one mesh share their choices of layout.
+  if (mesh && options.build_cache) built.choices = &options.build_cache->Choices(*mesh);
   const bool reorders = !plan.pipeline && plan.collective_matmul == CollectiveMatmulMode::kOff;
   return ScheduleWithinMemory(options, reorders, [&](StepOverlap overlap) {
     TrainStepOptions scheduled = options;

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "collectives/ir/program_builder.h"
+#include "planner/models/step_build_cache.h"
 #include "planner/models/train_step_run.h"
 #include "planner/partitioner.h"
 #include "tests/planner/models/small_model.h"
@@ -94,6 +96,54 @@ TEST(PartitionChoicesTest, AnotherMeshStartsAfresh) {
     alone_size = fresh.size();
   }
   EXPECT_GT(alone_size, 0u);
+}
+
+// Plans on one mesh share a search worker's choices (StepBuildCache::Choices), whatever their
+// rules: a plan under other rules partitions as it does alone and takes some of its choices
+// from the first plan's; another placement of the mesh gets choices of its own.
+TEST(PartitionChoicesTest, PlansOnOneMeshShareThem) {
+  Machine machine(BuildPreset("tpu-v5e", {4, 2}));
+  const TransformerConfig model = test::SmallTransformer(2);
+  StepCollectives collectives(machine, nullptr);
+  StepBuildCache cache;
+  const StepPlan fsdp_tensor = PlanOf(4, 2, RematPolicy::kSelective);
+  const StepPlan sequence = [&fsdp_tensor] {  // Activations' length over tensor, not heads.
+    StepPlan p = fsdp_tensor;
+    p.rules = {{"batch", {"fsdp"}},
+               {"embed", {"fsdp"}},
+               {"length", {"tensor"}},
+               {"mlp", {"tensor"}},
+               {"vocab", {"tensor"}}};
+    return p;
+  }();
+  const Mesh mesh = PlacePlanMesh(machine, fsdp_tensor);
+  PartitionChoices& shared = cache.Choices(mesh);
+  int64_t reused = 0;
+  for (const StepPlan* plan : {&fsdp_tensor, &sequence}) {
+    SCOPED_TRACE(plan == &sequence ? "sequence" : "fsdp x tensor");
+    EXPECT_EQ(&cache.Choices(PlacePlanMesh(machine, *plan)), &shared);
+    const BuiltTrainStep alone = BuildPartitionedStep(
+        machine, mesh, model, test::SmallTrain(), *plan, PlanRules(*plan), collectives.model(), {});
+    PartitionChoices fresh;
+    BuildPartitionedStep(machine, mesh, model, test::SmallTrain(), *plan, PlanRules(*plan),
+                         collectives.model(), {}, nullptr, &fresh);
+    const BuiltTrainStep kept =
+        BuildPartitionedStep(machine, mesh, model, test::SmallTrain(), *plan, PlanRules(*plan),
+                             collectives.model(), {}, &cache, &shared);
+    ExpectSamePartition(kept.partitioned.partitioned, alone.partitioned.partitioned);
+    // The second plan reuses more than it would alone: some of its ops' choices are the
+    // first plan's.
+    if (plan == &sequence) {
+      EXPECT_GT(shared.reused() - reused, fresh.reused());
+    }
+    reused = shared.reused();
+  }
+  // Another placement of the same axes: its own choices.
+  std::vector<int> devices = mesh.devices();
+  std::reverse(devices.begin(), devices.end());
+  const Mesh reversed(mesh.axes(), devices);
+  EXPECT_NE(&cache.Choices(reversed), &shared);
+  EXPECT_EQ(cache.Choices(reversed).size(), 0u);
 }
 
 // Two sums of one operand, wanted in the same layout, differ only in the axis they reduce:
