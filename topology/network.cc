@@ -23,12 +23,6 @@ Network::Network(Simulator& sim, const Topology& topo, Router& router)
   net_latency_ = comm.net_latency;
   multipath_ = comm.multipath;
   multipath_min_bytes_ = comm.multipath_min_bytes;
-  vertex_pid_.assign(topo.num_vertices(), 0);
-  int32_t next_switch = topo.num_devices();
-  for (VertexId v = 0; v < topo.num_vertices(); ++v) {
-    const Node& n = topo.node(v);
-    vertex_pid_[v] = n.kind == NodeKind::kDevice ? n.device : next_switch++;
-  }
   if (sim_.tracing()) DeclareTraceProcesses();
 }
 
@@ -59,7 +53,7 @@ void Network::DeclareTraceProcesses() {
     std::string name = n.kind == NodeKind::kDevice
                            ? "/device:" + platform + ":" + std::to_string(n.device)
                            : "/switch:" + n.name;
-    sim_.DeclareProcess(vertex_pid_[v], name, vertex_pid_[v]);
+    sim_.DeclareProcess(topo_.process_ids()[v], name, topo_.process_ids()[v]);
   }
 }
 
@@ -74,7 +68,7 @@ int32_t Network::TrackOf(LinkId link, bool receive_side) {
         receive_side
             ? std::string(LinkKindName(l.kind)) + " recv \xE2\x86\x90 " + topo_.node(l.src).name
             : std::string(LinkKindName(l.kind)) + " \xE2\x86\x92 " + topo_.node(l.dst).name;
-    sim_.DeclareThread(vertex_pid_[receive_side ? l.dst : l.src], tid, name, tid);
+    sim_.DeclareThread(topo_.process_ids()[receive_side ? l.dst : l.src], tid, name, tid);
     declared = tid;
   }
   return tid;
@@ -444,7 +438,7 @@ void Network::Drain(int32_t f) {
     for (int32_t i = 0; i < flow.path.size(); ++i) {
       LinkId l = flow.path[i];
       SliceRecord s;
-      s.pid = vertex_pid_[topo_.link(l).src];
+      s.pid = topo_.process_ids()[topo_.link(l).src];
       s.tid = TrackOf(l, /*receive_side=*/false);
       s.name = ends.label;
       s.category = "transfer";
@@ -459,7 +453,7 @@ void Network::Drain(int32_t f) {
     }
     LinkId last = flow.path.back();
     SliceRecord r;
-    r.pid = vertex_pid_[topo_.link(last).dst];
+    r.pid = topo_.process_ids()[topo_.link(last).dst];
     r.tid = TrackOf(last, /*receive_side=*/true);
     r.name = ends.label;
     r.category = "receive";
@@ -648,7 +642,7 @@ void Network::TraceUtilization(LinkId link) {
   scratch_[link].traced_util = util;
   const Link& l = topo_.link(link);
   CounterRecord c;
-  c.pid = vertex_pid_[l.src];
+  c.pid = topo_.process_ids()[l.src];
   c.name =
       FormatUtilName(std::string(LinkKindName(l.kind)) + " \xE2\x86\x92 " + topo_.node(l.dst).name);
   c.time = sim_.Now();

@@ -101,7 +101,7 @@ class Network {
   void set_flow_recorder(FlowRecorder* recorder) { recorder_ = recorder; }
 
   // Trace process id of a vertex: devices first (pid = device index), then switches.
-  int32_t ProcessOf(VertexId v) const { return vertex_pid_[v]; }
+  int32_t ProcessOf(VertexId v) const { return topo_.process_ids()[v]; }
 
  private:
   // The last route asked for from each source (Router::Route is a function of its ends), with
@@ -245,7 +245,6 @@ class Network {
   bool multipath_ = false;             // CommSpec::multipath.
   Bytes multipath_min_bytes_;          // CommSpec::multipath_min_bytes.
   std::vector<RouteMemo> route_memo_;  // By source vertex.
-  std::vector<int32_t> vertex_pid_;
   std::vector<int32_t> declared_tracks_;  // Per link and side: declared tid, or 0.
   int64_t active_ = 0;
   int64_t busy_links_ = 0;  // Links with at least one active flow.

@@ -94,6 +94,14 @@ void TopologyBuilder::SetDeviceSpec(DeviceSpec spec) { topo_.device_spec_ = std:
 
 void TopologyBuilder::SetTorus(TorusShape torus) { topo_.torus_ = std::move(torus); }
 
-Topology TopologyBuilder::Build() { return std::exchange(topo_, Topology()); }
+Topology TopologyBuilder::Build() {
+  topo_.process_ids_.assign(topo_.num_vertices(), 0);
+  int32_t next_switch = topo_.num_devices();
+  for (VertexId v = 0; v < topo_.num_vertices(); ++v) {
+    const Node& n = topo_.node(v);
+    topo_.process_ids_[v] = n.kind == NodeKind::kDevice ? n.device : next_switch++;
+  }
+  return std::exchange(topo_, Topology());
+}
 
 }  // namespace shardsim

@@ -95,6 +95,9 @@ class Topology {
   const std::vector<double>& link_bytes_per_second() const { return link_bytes_per_second_; }
   // The vertex of device `d`.
   VertexId device_vertex(int d) const { return device_vertices_[d]; }
+  // Each vertex's trace process id, indexed by VertexId: a device's number, and for switches
+  // the numbers after the devices', in vertex order.
+  const std::vector<int32_t>& process_ids() const { return process_ids_; }
   // A vertex's properties.
   const Node& node(VertexId v) const { return graph_[v]; }
   // Outgoing links of a vertex, in insertion order.
@@ -123,6 +126,7 @@ class Topology {
   std::vector<Link> links_;
   std::vector<double> link_bytes_per_second_;
   std::vector<VertexId> device_vertices_;
+  std::vector<int32_t> process_ids_;  // Made by TopologyBuilder::Build.
   std::vector<std::vector<LinkId>> out_links_;
   int num_physical_ = 0;
   DeviceSpec device_spec_;

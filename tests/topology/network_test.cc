@@ -64,6 +64,25 @@ const Time kLat = Time::Microseconds(1);
 const Bytes kSize = Bytes::MiB(64);
 const double kS = static_cast<double>(kSize.count());
 
+// Trace process ids: a device's number, then the switches in vertex order after the devices,
+// wherever the builder added them; the network reads the topology's.
+TEST(NetworkTest, ProcessIdsNumberSwitchesAfterTheDevices) {
+  TopologyBuilder b("star");
+  const VertexId first = b.AddSwitch("first");
+  std::vector<VertexId> devices;
+  for (int i = 0; i < 3; ++i) devices.push_back(b.AddDevice("d" + std::to_string(i)));
+  const VertexId second = b.AddSwitch("second");
+  for (VertexId d : devices) {
+    b.AddDuplexLink(first, d, Bandwidth::GBps(1), Time(), LinkKind::kGeneric);
+    b.AddDuplexLink(second, d, Bandwidth::GBps(1), Time(), LinkKind::kGeneric);
+  }
+  Harness h(b.Build());
+  EXPECT_EQ(h.topo.process_ids(), (std::vector<int32_t>{3, 0, 1, 2, 4}));
+  for (VertexId v = 0; v < h.topo.num_vertices(); ++v) {
+    EXPECT_EQ(h.net.ProcessOf(v), h.topo.process_ids()[v]);
+  }
+}
+
 TEST(NetworkTest, OneTransferOneHopTakesLatencyPlusSizeOverBandwidth) {
   Harness h(Line(2, kBw, kLat));
   h.Start(0, 1, kSize);
