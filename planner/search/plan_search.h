@@ -77,7 +77,7 @@ class SearchCaches {
   struct Worker {
     std::unique_ptr<Machine> machine;                 // Its copy of the hardware.
     std::unique_ptr<NetworkCollectiveModel> network;  // Its network simulation, on `machine`.
-    StepBuildCache build_cache;                       // The steps it built.
+    StepBuildCache build_cache;  // The steps it built, and its choices of layout per mesh.
   };
 
   // `machine` is the searches' hardware (its own instance: the caches' misses run on it when

@@ -12,6 +12,17 @@
 namespace shardsim {
 namespace {
 
+// A bf16 all-gather of 64 Ki elements a member, as one ring over each group of mesh axis 0.
+CollectiveRequest FsdpRingGather() {
+  CollectiveRequest request;
+  request.kind = CollectiveKind::kAllGather;
+  request.dtype = DType::kBF16;
+  request.elements = 1 << 16;
+  request.axes = {0};
+  request.algorithm = "ring";
+  return request;
+}
+
 TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
   // FSDP 32 x TP 4 on a 4x4x8 v5p slice, one ring over each fsdp group in mesh (snake)
   // order: the groups share links, so their member times differ (the case the model exists
@@ -21,12 +32,7 @@ TEST(SlowestMemberCollectiveModelTest, EveryMemberEndsWithTheSlowest) {
   NetworkCollectiveModel network(machine);
   CachedCollectiveModel cache(network);
   SlowestMemberCollectiveModel slowest(cache);
-  CollectiveRequest request;
-  request.kind = CollectiveKind::kAllGather;
-  request.dtype = DType::kBF16;
-  request.elements = 1 << 16;
-  request.axes = {0};
-  request.algorithm = "ring";
+  CollectiveRequest request = FsdpRingGather();
   const auto exact = cache.Estimate(mesh, request);
   const auto evened = slowest.Estimate(mesh, request);
   std::set<Time> distinct(exact->member_time.begin(), exact->member_time.end());
@@ -52,12 +58,7 @@ TEST(SlowestMemberCollectiveModelTest, SharedCopiesAreMadeOnce) {
   SlowestMemberCollectiveModel a(cache, /*keep_rates=*/true, &shared);
   SlowestMemberCollectiveModel b(cache, /*keep_rates=*/true, &shared);
   SlowestMemberCollectiveModel own(cache);
-  CollectiveRequest request;
-  request.kind = CollectiveKind::kAllGather;
-  request.dtype = DType::kBF16;
-  request.elements = 1 << 16;
-  request.axes = {0};
-  request.algorithm = "ring";
+  const CollectiveRequest request = FsdpRingGather();
   const auto from_a = a.Estimate(mesh, request);
   EXPECT_EQ(b.Estimate(mesh, request), from_a);
   EXPECT_EQ(shared.Of(cache.Estimate(mesh, request)), from_a);

@@ -15,6 +15,7 @@
 #include "planner/models/train_step_run.h"
 #include "planner/partitioner.h"
 #include "sim/spec_error.h"
+#include "tests/planner/models/same_partition.h"
 #include "tests/planner/models/small_model.h"
 #include "tests/support/specs.h"
 #include "topology/presets.h"
@@ -22,26 +23,10 @@
 namespace shardsim::planner {
 namespace {
 
+using test::ExpectSamePartition;
+using test::FsdpTensorPlan;
 using test::Normal;
 using test::P;
-
-StepPlan PlanOf(int fsdp, int tensor, RematPolicy remat) {
-  StepPlan p;
-  p.mesh = {{"fsdp", fsdp}, {"tensor", tensor}};
-  p.rules = test::FsdpTensorRules();
-  p.remat = remat;
-  return p;
-}
-
-// Every op of `a` is `b`'s, with the same reason and type.
-void ExpectSamePartition(const PartitionResult& a, const PartitionResult& b) {
-  ASSERT_EQ(a.program.ops.size(), b.program.ops.size());
-  for (size_t i = 0; i < a.program.ops.size(); ++i) {
-    EXPECT_TRUE(a.program.ops[i] == b.program.ops[i]) << "op " << i << " " << a.program.ops[i].name;
-  }
-  EXPECT_EQ(a.reasons, b.reasons);
-  EXPECT_EQ(a.types, b.types);
-}
 
 // The small transformer's step, built once for 4 x 2 and found again (StepBuildCache) for
 // 8 x 1 and then 4 x 2 as a search's plans find it, is analysed once and partitioned on each
@@ -55,7 +40,7 @@ TEST(PartitionAnalysisTest, OneStepOnMeshesOfOtherSizes) {
     std::shared_ptr<const ExpandedTrainStep> first;
     for (auto [fsdp, tensor] : {std::pair{4, 2}, std::pair{8, 1}, std::pair{4, 2}}) {
       SCOPED_TRACE(fsdp);
-      const StepPlan plan = PlanOf(fsdp, tensor, remat);
+      const StepPlan plan = FsdpTensorPlan(fsdp, tensor, remat);
       const Mesh mesh = PlacePlanMesh(machine, plan);
       StepCollectives collectives(machine, nullptr);
       const BuiltTrainStep alone = BuildPartitionedStep(
@@ -76,8 +61,8 @@ TEST(PartitionAnalysisTest, OneStepOnMeshesOfOtherSizes) {
 ProgramSpec FsdpMatmul(ProgramMode mode) {
   ProgramBuilder b({{"fsdp", 8}}, {}, mode);
   b.Input("x", {64, 32}, DType::kF32, P({{"fsdp"}}), Normal(0));
-  b.Input("w", {32, 16}, DType::kF32,
-          mode == ProgramMode::kExplicit ? P({}) : P({{"fsdp"}}), Normal(1));
+  b.Input("w", {32, 16}, DType::kF32, mode == ProgramMode::kExplicit ? P({}) : P({{"fsdp"}}),
+          Normal(1));
   b.Matmul("x", "w", "y");
   b.Output("y", P({{"fsdp"}}));
   return std::move(b).Build();

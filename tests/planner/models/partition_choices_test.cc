@@ -14,6 +14,7 @@
 #include "planner/models/step_build_cache.h"
 #include "planner/models/train_step_run.h"
 #include "planner/partitioner.h"
+#include "tests/planner/models/same_partition.h"
 #include "tests/planner/models/small_model.h"
 #include "tests/support/specs.h"
 #include "topology/presets.h"
@@ -21,27 +22,10 @@
 namespace shardsim::planner {
 namespace {
 
+using test::ExpectSamePartition;
+using test::FsdpTensorPlan;
 using test::Normal;
 using test::P;
-
-StepPlan PlanOf(int fsdp, int tensor, RematPolicy remat) {
-  StepPlan p;
-  p.mesh = {{"fsdp", fsdp}, {"tensor", tensor}};
-  p.rules = test::FsdpTensorRules();
-  p.remat = remat;
-  return p;
-}
-
-// Every op of `a` is `b`'s, with the same reason and type.
-void ExpectSamePartition(const PartitionResult& a, const PartitionResult& b) {
-  ASSERT_EQ(a.program.ops.size(), b.program.ops.size());
-  for (size_t i = 0; i < a.program.ops.size(); ++i) {
-    EXPECT_TRUE(a.program.ops[i] == b.program.ops[i]) << "op " << i << " " << a.program.ops[i].name;
-  }
-  EXPECT_EQ(a.reasons, b.reasons);
-  EXPECT_EQ(a.types, b.types);
-  EXPECT_EQ(a.program.arrays.size(), b.program.arrays.size());
-}
 
 // The small transformer's steps at 2, 3 and 4 layers (as a step is composed), partitioned one
 // after another with one set of choices, are the steps partitioned alone; the second and later
@@ -50,7 +34,7 @@ TEST(PartitionChoicesTest, StepsPartitionedWithChoicesAreTheStepsWithout) {
   Machine machine(BuildPreset("tpu-v5e", {4, 2}));
   for (RematPolicy remat : {RematPolicy::kNone, RematPolicy::kSelective, RematPolicy::kFull}) {
     SCOPED_TRACE(static_cast<int>(remat));
-    const StepPlan plan = PlanOf(4, 2, remat);
+    const StepPlan plan = FsdpTensorPlan(4, 2, remat);
     const Mesh mesh = PlacePlanMesh(machine, plan);
     StepCollectives collectives(machine, nullptr);
     PartitionChoices choices;
@@ -82,7 +66,7 @@ TEST(PartitionChoicesTest, AnotherMeshStartsAfresh) {
   PartitionChoices choices;
   size_t alone_size = 0;
   for (auto [fsdp, tensor] : {std::pair{4, 2}, std::pair{8, 1}}) {
-    const StepPlan plan = PlanOf(fsdp, tensor, RematPolicy::kSelective);
+    const StepPlan plan = FsdpTensorPlan(fsdp, tensor, RematPolicy::kSelective);
     const Mesh mesh = PlacePlanMesh(machine, plan);
     PartitionChoices fresh;
     const BuiltTrainStep alone =
@@ -106,7 +90,7 @@ TEST(PartitionChoicesTest, PlansOnOneMeshShareThem) {
   const TransformerConfig model = test::SmallTransformer(2);
   StepCollectives collectives(machine, nullptr);
   StepBuildCache cache;
-  const StepPlan fsdp_tensor = PlanOf(4, 2, RematPolicy::kSelective);
+  const StepPlan fsdp_tensor = FsdpTensorPlan(4, 2, RematPolicy::kSelective);
   const StepPlan sequence = [&fsdp_tensor] {  // Activations' length over tensor, not heads.
     StepPlan p = fsdp_tensor;
     p.rules = {{"batch", {"fsdp"}},
