@@ -527,14 +527,11 @@ void Executor::BuildClasses() {
     std::unordered_map<uint64_t, std::vector<size_t>> by_hash;
     for (size_t r = 0; r < requests.size(); ++r) {
       const CollectiveRequest& q = requests[r];
+      // Hashed by what tells a step's collectives apart; equality decides.
       FnvHash h;
-      for (int64_t v : {static_cast<int64_t>(q.kind), static_cast<int64_t>(q.reduce),
-                        static_cast<int64_t>(q.dtype), q.elements, q.chunk_size.count()}) {
-        h.Mix(static_cast<uint64_t>(v));
-      }
+      h.Mix(static_cast<uint64_t>(q.kind));
+      h.Mix(static_cast<uint64_t>(q.elements));
       for (int a : q.axes) h.Mix(static_cast<uint64_t>(a));
-      h.Mix(q.destination.size());
-      for (char c : q.algorithm) h.Mix(static_cast<uint64_t>(c));
       std::vector<size_t>& same = by_hash[h.value()];
       same_as[r] = r;
       for (size_t earlier : same) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 #include <string>
 
 #include "collectives/ir/op_registry.h"
@@ -33,15 +34,9 @@ std::vector<size_t> ShadowOrderOf(const ProgramSpec& manual, const OpGraph& g,
     }
   }
   maker_start[n] = maker_list.size();
-  struct Makers {
-    const size_t* first;
-    const size_t* last;
-    const size_t* begin() const { return first; }
-    const size_t* end() const { return last; }
-    bool empty() const { return first == last; }
-  };
   auto makers = [&](size_t i) {
-    return Makers{maker_list.data() + maker_start[i], maker_list.data() + maker_start[i + 1]};
+    return std::span<const size_t>(maker_list.data() + maker_start[i],
+                                   maker_list.data() + maker_start[i + 1]);
   };
   const std::vector<char>& once = g.bound_once;
   const std::vector<std::vector<size_t>>& readers = g.readers;
@@ -57,7 +52,7 @@ std::vector<size_t> ShadowOrderOf(const ProgramSpec& manual, const OpGraph& g,
         readers[c].empty()) {
       continue;
     }
-    const Makers of_c = makers(c);
+    const std::span<const size_t> of_c = makers(c);
     const size_t p = *std::max_element(of_c.begin(), of_c.end());
     const size_t r = readers[c].front();
     // R's segment: [its start, ...).
@@ -130,7 +125,7 @@ std::vector<size_t> ShadowOrder(const ProgramSpec& manual,
 
 void FillCollectiveShadows(PartitionResult& partitioned, const std::vector<size_t>& segment_starts,
                            const OpNameIds* ids) {
-  const OpGraph g = ids ? GraphOf(*ids, partitioned.origin) : GraphOf(partitioned.program);
+  const OpGraph g = GraphOf(partitioned.program, ids, partitioned.origin);
   Reorder(partitioned, ShadowOrderOf(partitioned.program, g, segment_starts));
 }
 

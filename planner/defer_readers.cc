@@ -160,7 +160,7 @@ std::vector<size_t> DeferOrder(const ProgramSpec& manual, const std::vector<size
 
 void DeferCollectiveReaders(PartitionResult& partitioned, const std::vector<size_t>& phase_starts,
                             const std::vector<size_t>& segment_starts, const OpNameIds* ids) {
-  const OpGraph g = ids ? GraphOf(*ids, partitioned.origin) : GraphOf(partitioned.program);
+  const OpGraph g = GraphOf(partitioned.program, ids, partitioned.origin);
   const TailOps t = FindTailOps(partitioned.program, g);
   if (t.collectives.empty()) return;
   Reorder(partitioned, DeferOrderOf(partitioned.program, t, phase_starts, segment_starts));

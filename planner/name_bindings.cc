@@ -39,6 +39,11 @@ OpGraph GraphOf(const ProgramSpec& program) {
   return GraphOf(NameIdsOf(program), made_at);
 }
 
+OpGraph GraphOf(const ProgramSpec& program, const OpNameIds* ids,
+                const std::vector<size_t>& made_at) {
+  return ids ? GraphOf(*ids, made_at) : GraphOf(program);
+}
+
 OpNameIds NameIdsOf(const ProgramSpec& program) {
   OpNameIds ids;
   std::unordered_map<std::string_view, int> id_of;

@@ -76,5 +76,8 @@ OpGraph GraphOf(const ProgramSpec& program);
 // The data flow of a program whose op k was op `made_at[k]` when `ids` were made (its ops are
 // those ops reordered, with their names): equal to GraphOf of the program as it is now.
 OpGraph GraphOf(const OpNameIds& ids, const std::vector<size_t>& made_at);
+// The data flow of `program`: from `ids` through `made_at` when given, else from its names.
+OpGraph GraphOf(const ProgramSpec& program, const OpNameIds* ids,
+                const std::vector<size_t>& made_at);
 
 }  // namespace shardsim::planner

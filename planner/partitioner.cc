@@ -1029,8 +1029,8 @@ class Partitioner {
     const auto bucket = choices_->entries.find(choice_hash_);
     if (bucket == choices_->entries.end()) return nullptr;
     for (PartitionChoices::Impl::Entry& e : bucket->second) {
-      if (e.hint.has_value() != (info.hint != nullptr) || (e.hint && !(*e.hint == *info.hint)) ||
-          e.whole != info.whole || !SameOperands(e.operands, in, ids)) {
+      const bool same_hint = info.hint ? e.hint == *info.hint : !e.hint;
+      if (!same_hint || e.whole != info.whole || !SameOperands(e.operands, in, ids)) {
         continue;
       }
       // The op's attributes: the entry's op with this op's names is this op.

@@ -111,7 +111,7 @@ std::vector<size_t> PrefetchOrder(const ProgramSpec& manual, int distance) {
 
 void PrefetchWeightCollectives(PartitionResult& partitioned, int groups, const OpNameIds* ids) {
   if (groups <= 0) return;
-  const OpGraph g = ids ? GraphOf(*ids, partitioned.origin) : GraphOf(partitioned.program);
+  const OpGraph g = GraphOf(partitioned.program, ids, partitioned.origin);
   const WeightOps w = FindWeightOps(partitioned.program, g);
   const int count = static_cast<int>(w.collectives.size());
   Reorder(partitioned, PrefetchOrderOf(partitioned.program, g, w, std::max(1, count / groups)));

@@ -697,33 +697,30 @@ std::string CheckArity(const OpSpec& op) {
   const OpDef& def = Op(op.kind);
   const size_t n = op.in.size();
   const std::string_view name = def.name;  // Made into a string only for a message.
+  // "NAME takes WHAT, got N".
+  auto takes = [&](const char* what) {
+    return std::string(name) + " takes " + what + ", got " + std::to_string(n);
+  };
   switch (def.arity) {
     case OpArity::kNone:
-      return n == 0 ? "" : std::string(name) + " takes no input, got " + std::to_string(n);
+      return n == 0 ? "" : takes("no input");
     case OpArity::kOne:
-      return n == 1 ? "" : std::string(name) + " takes one input, got " + std::to_string(n);
+      return n == 1 ? "" : takes("one input");
     case OpArity::kTwo:
-      return n == 2 ? ""
-                    : std::string(name) + " takes 2 inputs (in: [a, b]), got " + std::to_string(n);
+      return n == 2 ? "" : takes("2 inputs (in: [a, b])");
     case OpArity::kThree:
-      return n == 3
-                 ? ""
-                 : std::string(name) + " takes 3 inputs (in: [a, b, c]), got " + std::to_string(n);
+      return n == 3 ? "" : takes("3 inputs (in: [a, b, c])");
     case OpArity::kFour:
-      return n == 4 ? ""
-                    : std::string(name) + " takes 4 inputs (in: [a, b, c, d]), got " +
-                          std::to_string(n);
+      return n == 4 ? "" : takes("4 inputs (in: [a, b, c, d])");
     case OpArity::kSix:
       return n == 6 ? ""
-                    : std::string(name) +
-                          " takes 6 inputs (in: [operand, output, input_offsets, send_sizes, "
-                          "output_offsets, recv_sizes]), got " +
-                          std::to_string(n);
+                    : takes(
+                          "6 inputs (in: [operand, output, input_offsets, send_sizes, "
+                          "output_offsets, recv_sizes])");
     case OpArity::kBinary:
       if (n == 2 && op.scalar) return "scalar applies only with one input (in: a, scalar: 1.0)";
       if (n == 2 || (n == 1 && op.scalar)) return "";
-      return std::string(name) + " takes in: [a, b], or in: a with scalar:, got " +
-             std::to_string(n) + " input" + (n == 1 ? "" : "s") +
+      return takes("in: [a, b], or in: a with scalar:") + " input" + (n == 1 ? "" : "s") +
              (op.scalar ? "" : " and no scalar") +
              (OpWrittenAs(name) && n == 1 && !op.scalar
                   ? " (the reduction " + std::string(name) +
@@ -731,7 +728,7 @@ std::string CheckArity(const OpSpec& op) {
                         ")"
                   : "");
     case OpArity::kAtLeastTwo:
-      return n >= 2 ? "" : std::string(name) + " takes at least 2 inputs, got " + std::to_string(n);
+      return n >= 2 ? "" : takes("at least 2 inputs");
     case OpArity::kOneOrMore:
       return n >= 1 ? "" : std::string(name) + " takes at least one input, got none";
   }
