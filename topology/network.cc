@@ -514,22 +514,26 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   // through that link can get more without another getting less). Freeze them and charge
   // their share to every link they cross.
   //
-  // The next bottleneck comes from a min-heap rather than a scan of every link of the
-  // component per round (rounds x links was most of the run time on large collectives). It
-  // picks exactly the link such a scan picks, so rates and times are bit-identical to it:
-  // - The scan takes the link with the smallest residual / unfrozen, computed in doubles, and
-  //   among equal shares the first in comp_links order. The heap orders entries by the same
-  //   double quotient, then by that position (`order`): a strict total order, so its top is
-  //   exactly the link the scan would pick, whatever the heap's internal arrangement.
+  // The next bottleneck is the link with the smallest residual / unfrozen, computed in doubles,
+  // and among equal shares the first in comp_links order. A small component finds it by a scan
+  // of its links that still have unfrozen flows; a large one from a min-heap (rounds x links
+  // was most of the run time on large collectives), which picks exactly the link the scan
+  // picks, so rates and times are bit-identical either way:
+  // - The heap orders entries by the same double quotient, then by that position (`order`): a
+  //   strict total order, so its top is exactly the link the scan would pick, whatever the
+  //   heap's internal arrangement.
   // - Every link with unfrozen flows has one entry whose share is up to date: a round only
   //   changes the residual and unfrozen count of links crossed by the flows it freezes; those
   //   are collected in fill_touched_ and re-keyed (sifted up or down: rounding can make a
   //   share smaller even though in exact arithmetic it only grows) or removed once they have
   //   no unfrozen flow, after the round, before the next bottleneck is taken.
   // - Flows are frozen, residuals charged (in the same order, so the same roundings) and
-  //   rates set (so drain events are scheduled in the same sequence) as the scan did.
-  // A round costs O(t log L) for t touched links of L instead of O(L).
+  //   rates set (so drain events are scheduled in the same sequence) either way.
+  // A heap round costs O(t log L) for t touched links of L, a scan round O(L) without the
+  // heap's upkeep: cheaper for small components (scan_links_).
+  const bool scan = comp_links.size() <= scan_links_;
   fill_heap_.clear();
+  fill_scan_.clear();
   for (size_t i = 0; i < comp_links.size(); ++i) {
     LinkId l = comp_links[i];
     LinkScratch& s = scratch_[l];
@@ -538,33 +542,70 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     s.order = static_cast<int32_t>(i);
     s.heap_pos = -1;
     if (s.unfrozen == 0) continue;
-    s.heap_pos = static_cast<int32_t>(fill_heap_.size());
-    fill_heap_.push_back(FillEntry{s.residual / s.unfrozen, s.order, l});
+    std::vector<FillEntry>& entries = scan ? fill_scan_ : fill_heap_;
+    s.heap_pos = static_cast<int32_t>(entries.size());
+    entries.push_back(FillEntry{s.residual / s.unfrozen, s.order, l});
   }
   for (size_t i = fill_heap_.size() / 2; i-- > 0;) FillSiftDown(i);
   size_t left = comp_flows;
-  while (!fill_heap_.empty()) {
-    const LinkId best = fill_heap_[0].link;
-    const double best_share = fill_heap_[0].share;
-    if (!(best_share < std::numeric_limits<double>::infinity())) {
+  // Freezes the unfrozen flows of `best` at `share`, charging every link they cross, and
+  // collects the links charged in fill_touched_.
+  auto freeze = [&](LinkId best, double share) {
+    if (!(share < std::numeric_limits<double>::infinity())) {
       throw std::logic_error("progressive filling found no finite fair share");
     }
-    fill_touched_.clear();
     for (int32_t f : links_[best].flows) {
       if (flow_stamp_[f] == frozen) continue;
       flow_stamp_[f] = frozen;
       --left;
       for (LinkId m : flows_[f].path) {
         LinkScratch& s = scratch_[m];
-        s.residual = std::max(0.0, s.residual - best_share);
+        s.residual = std::max(0.0, s.residual - share);
         --s.unfrozen;
         if (!s.touched) {
           s.touched = true;
           fill_touched_.push_back(m);
         }
       }
-      SetRate(f, best_share);
+      SetRate(f, share);
     }
+  };
+  while (scan) {
+    // The first link of the smallest share among those with unfrozen flows (entries of links
+    // whose flows are all frozen hold link -1). Each entry's share is up to date: only the
+    // links a round charges change theirs, and those are re-keyed after it, as in the heap.
+    LinkId best = -1;
+    double best_share = std::numeric_limits<double>::infinity();
+    for (const FillEntry& e : fill_scan_) {
+      if (e.link >= 0 && (best < 0 || e.share < best_share)) {
+        best = e.link;
+        best_share = e.share;
+      }
+    }
+    if (best < 0) break;
+    fill_touched_.clear();
+    freeze(best, best_share);
+    for (LinkId m : fill_touched_) {
+      LinkScratch& s = scratch_[m];
+      s.touched = false;
+      if (s.heap_pos < 0) {
+        throw std::logic_error("progressive filling charged a link outside its component");
+      }
+      FillEntry& e = fill_scan_[static_cast<size_t>(s.heap_pos)];
+      if (s.unfrozen == 0) {
+        e.link = -1;
+      } else {
+        e.share = s.residual / s.unfrozen;
+      }
+    }
+    if (scratch_[best].unfrozen != 0) {
+      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
+    }
+  }
+  while (!fill_heap_.empty()) {
+    const LinkId best = fill_heap_[0].link;
+    fill_touched_.clear();
+    freeze(best, fill_heap_[0].share);
     for (LinkId m : fill_touched_) {
       scratch_[m].touched = false;
       FillUpdate(m);

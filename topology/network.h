@@ -100,6 +100,12 @@ class Network {
   // links. Recording changes no timing.
   void set_flow_recorder(FlowRecorder* recorder) { recorder_ = recorder; }
 
+  // Components of at most this many links find their bottlenecks by a scan, larger ones from a
+  // heap (Rebalance): ring steps on a pod rebalance tens of links at a time.
+  static constexpr size_t kScanLinks = 128;
+  // Sets that bound (0: always the heap). Rates and times are the same either way (tested).
+  void set_scan_links(size_t links) { scan_links_ = links; }
+
   // Trace process id of a vertex: devices first (pid = device index), then switches.
   int32_t ProcessOf(VertexId v) const { return topo_.process_ids()[v]; }
 
@@ -175,7 +181,7 @@ class Network {
     uint32_t mark = 0;        // Component search epoch.
     double traced_util = -1;  // Last utilization reported to the trace.
     int32_t order = 0;        // Progressive filling: position in the component's link list.
-    int32_t heap_pos = -1;    // Progressive filling: index in fill_heap_, or -1 if not there.
+    int32_t heap_pos = -1;    // Progressive filling: index in fill_heap_ (or fill_scan_), or -1.
     bool touched = false;     // Progressive filling: in fill_touched_ this round.
   };
   // Progressive filling's candidate bottleneck: a link with unfrozen flows and its fair share.
@@ -254,6 +260,10 @@ class Network {
   bool rebalance_pending_ = false;
   std::vector<LinkId> comp_links_;    // Rebalance: the component's links.
   std::vector<FillEntry> fill_heap_;  // Rebalance: candidate bottlenecks.
+  // Rebalance, small components: one entry per link that had unfrozen flows, in component
+  // order (LinkScratch::heap_pos its index; link -1 once its flows are all frozen), scanned.
+  std::vector<FillEntry> fill_scan_;
+  size_t scan_links_ = kScanLinks;    // Rebalance: the largest component scanned.
   std::vector<LinkId> fill_touched_;  // Rebalance: links whose share changed this round.
   FlowRecorder* recorder_ = nullptr;
 };

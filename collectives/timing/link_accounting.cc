@@ -14,6 +14,9 @@ void LinkAccounting::OnFlow(VertexId src, const LinkId* path, int hops, Time sta
                             double bytes) {
   const int group = group_of_vertex_[src];
   const int64_t from = start.picoseconds(), to = drain.picoseconds();
+  // Every hop adds the same interval to its link's sums (the whole op's and the group's); one
+  // that a sum cannot add exactly (Use::Add) marks the run to be recorded again.
+  bool exact = true;
   for (int h = 0; h < hops; ++h) {
     int32_t& index = index_[path[h]];
     if (index < 0) {
@@ -21,9 +24,15 @@ void LinkAccounting::OnFlow(VertexId src, const LinkId* path, int hops, Time sta
       sums_.emplace_back();
     }
     LinkSums& sums = sums_[index];
-    Add(sums.whole, from, to, bytes);
-    if (group >= 0) Add(sums.Of(group), from, to, bytes);
+    if (every_stretch_) {
+      AddEvery(sums.whole, from, to, bytes);
+      if (group >= 0) AddEvery(sums.Of(group), from, to, bytes);
+      continue;
+    }
+    exact &= sums.whole.Add(from, to, bytes);
+    if (group >= 0) exact &= sums.Of(group).Add(from, to, bytes);
   }
+  if (!exact) overflowed_ = true;
 }
 
 std::vector<LinkId> LinkAccounting::HeldLinks() const {
@@ -65,15 +74,11 @@ void LinkAccounting::Summarize(const std::vector<std::vector<int>>& groups,
   }
 }
 
-void LinkAccounting::Add(Use& use, int64_t start, int64_t end, double bytes) {
-  if (every_stretch_) {
-    if (use.every < 0) use.every = every_uses_++;
-    every_.push_back({use.every, start, end});
-    use.bytes += bytes;
-    use.transfer_ps += end - start;
-    return;
-  }
-  if (!use.Add(start, end, bytes)) overflowed_ = true;
+void LinkAccounting::AddEvery(Use& use, int64_t start, int64_t end, double bytes) {
+  if (use.every < 0) use.every = every_uses_++;
+  every_.push_back({use.every, start, end});
+  use.bytes += bytes;
+  use.transfer_ps += end - start;
 }
 
 void LinkAccounting::SumEvery() {

@@ -79,8 +79,8 @@ class LinkAccounting : public FlowRecorder {
   void SumEvery();
   // The use of link `l` by `use` over a run whose longest member took `longest`.
   LinkUse Finish(const Use& use, LinkId l, Time longest) const;
-  // Adds [start, end] carrying `bytes` to `use`.
-  void Add(Use& use, int64_t start, int64_t end, double bytes);
+  // With every_stretch: records [start, end] carrying `bytes` for `use`.
+  void AddEvery(Use& use, int64_t start, int64_t end, double bytes);
   // One link's sums: over every interval, and per group.
   struct LinkSums {
     Use whole;
