@@ -11,6 +11,9 @@ namespace shardsim {
 struct MeshAxis {
   std::string name;  // "dp", "tp", ...
   int size = 1;      // Devices along it.
+
+  // The same name and size.
+  bool operator==(const MeshAxis&) const = default;
 };
 
 // "dp=4, tp=2": axes as written on the command line, for messages.

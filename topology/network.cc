@@ -549,7 +549,7 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
   for (size_t i = fill_heap_.size() / 2; i-- > 0;) FillSiftDown(i);
   size_t left = comp_flows;
   // Freezes the unfrozen flows of `best` at `share`, charging every link they cross, and
-  // collects the links charged in fill_touched_.
+  // collects the links charged in fill_touched_; `best` is then left without unfrozen flows.
   auto freeze = [&](LinkId best, double share) {
     if (!(share < std::numeric_limits<double>::infinity())) {
       throw std::logic_error("progressive filling found no finite fair share");
@@ -568,6 +568,9 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
         }
       }
       SetRate(f, share);
+    }
+    if (scratch_[best].unfrozen != 0) {
+      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
     }
   };
   while (scan) {
@@ -598,9 +601,6 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
         e.share = s.residual / s.unfrozen;
       }
     }
-    if (scratch_[best].unfrozen != 0) {
-      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
-    }
   }
   while (!fill_heap_.empty()) {
     const LinkId best = fill_heap_[0].link;
@@ -609,9 +609,6 @@ void Network::Rebalance(const std::vector<LinkId>& seed_links) {
     for (LinkId m : fill_touched_) {
       scratch_[m].touched = false;
       FillUpdate(m);
-    }
-    if (scratch_[best].heap_pos >= 0) {
-      throw std::logic_error("progressive filling left flows of a bottleneck link unfrozen");
     }
   }
   if (left != 0) throw std::logic_error("progressive filling left flows without a rate");

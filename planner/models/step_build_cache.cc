@@ -1,6 +1,5 @@
 #include "planner/models/step_build_cache.h"
 
-#include <algorithm>
 #include <stdexcept>
 
 #include "planner/value_sharding.h"
@@ -46,10 +45,7 @@ void StepBuildCache::Insert(Key key, std::shared_ptr<const ExpandedTrainStep> st
 
 PartitionChoices& StepBuildCache::Choices(const Mesh& mesh) {
   for (MeshChoices& m : choices_) {
-    const bool same_axes = std::equal(
-        m.axes.begin(), m.axes.end(), mesh.axes().begin(), mesh.axes().end(),
-        [](const MeshAxis& a, const MeshAxis& b) { return a.name == b.name && a.size == b.size; });
-    if (same_axes && m.devices == mesh.devices()) return *m.choices;
+    if (m.axes == mesh.axes() && m.devices == mesh.devices()) return *m.choices;
   }
   choices_.push_back({mesh.axes(), mesh.devices(), std::make_unique<PartitionChoices>()});
   if (choices_.size() > kChoiceMeshes) choices_.pop_front();
