@@ -229,6 +229,7 @@ SearchCaches::Worker& SearchCaches::worker(
   if (!w.machine) {
     w.machine = make_machine();
     w.network = std::make_unique<NetworkCollectiveModel>(*w.machine);
+    if (store_) w.stored = std::make_unique<StoredCollectiveModel>(*w.network, *store_);
   }
   return w;
 }
@@ -247,7 +248,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
   std::unique_ptr<SearchCaches> own_caches;
   if (!options.caches) {
     own_machine = options.make_machine();
-    own_caches = std::make_unique<SearchCaches>(*own_machine);
+    own_caches = std::make_unique<SearchCaches>(*own_machine, options.store);
   }
   SearchCaches& caches = options.caches ? *options.caches : *own_caches;
   // Each worker's machine and network model (0: this thread's), kept in the caches.
@@ -601,9 +602,9 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
     };
     std::vector<std::thread> threads;
     for (size_t j = 1; j < workers.size(); ++j) {
-      threads.emplace_back(guarded, std::ref(*workers[j]->machine), std::ref(*workers[j]->network));
+      threads.emplace_back(guarded, std::ref(*workers[j]->machine), std::ref(workers[j]->model()));
     }
-    guarded(*workers[0]->machine, *workers[0]->network);
+    guarded(*workers[0]->machine, workers[0]->model());
     for (std::thread& t : threads) t.join();
     if (failure) std::rethrow_exception(failure);
   };
@@ -799,7 +800,7 @@ SearchResult SearchPlans(const TransformerConfig& model, const TrainConfig& trai
       rank_results();
     }
     if (reopen.empty() || out_of_time_now()) break;
-    SharedCacheView view(shared, *workers[0]->network);
+    SharedCacheView view(shared, workers[0]->model());
     SlowestMemberCollectiveModel collectives(view, /*keep_rates=*/true, &caches.evened());
     bool added = false;
     for (size_t f : reopen) {

@@ -13,6 +13,8 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "collectives/timing/stored_collective_model.h"
+#include "collectives/timing/timing_store.h"
 #include "planner/models/step_build_cache.h"
 #include "planner/search/search_space.h"
 #include "sim/time.h"
@@ -77,12 +79,25 @@ class SearchCaches {
   struct Worker {
     std::unique_ptr<Machine> machine;                 // Its copy of the hardware.
     std::unique_ptr<NetworkCollectiveModel> network;  // Its network simulation, on `machine`.
+    // `network` behind the caches' store, when they have one.
+    std::unique_ptr<StoredCollectiveModel> stored;
     StepBuildCache build_cache;  // The steps it built, and its choices of layout per mesh.
+
+    // Where its misses are priced: the store, else the network simulation.
+    CollectiveCostModel& model() {
+      return stored ? static_cast<CollectiveCostModel&>(*stored) : *network;
+    }
   };
 
   // `machine` is the searches' hardware (its own instance: the caches' misses run on it when
-  // no worker's model is at hand); it must outlive this object.
-  explicit SearchCaches(const Machine& machine) : network_(machine), cache_(network_) {}
+  // no worker's model is at hand); it must outlive this object. With `store` (of `machine`'s
+  // hardware; it must outlive this object too), every miss is looked up there first and what
+  // is simulated is kept there.
+  explicit SearchCaches(const Machine& machine, const TimingStore* store = nullptr)
+      : network_(machine),
+        store_(store),
+        stored_(store ? std::make_unique<StoredCollectiveModel>(network_, *store) : nullptr),
+        cache_(stored_ ? static_cast<CollectiveCostModel&>(*stored_) : network_) {}
   // The shared, thread-safe cache of collective timings.
   CachedCollectiveModel& cache() { return cache_; }
   // The slowest-member copies of the cache's timings, shared by the workers' models.
@@ -97,6 +112,8 @@ class SearchCaches {
   Worker& Slot(size_t worker);
 
   NetworkCollectiveModel network_;
+  const TimingStore* store_;
+  std::unique_ptr<StoredCollectiveModel> stored_;
   CachedCollectiveModel cache_;
   EvenedTimings evened_;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -129,6 +146,10 @@ struct SearchOptions {
   // Collective timings to start from and add to (not owned; null: the search's own). Every
   // answer is what the network model gives, so results do not depend on it, only speed.
   SearchCaches* caches = nullptr;
+  // Collective timings kept across searches (not owned; of the machine make_machine builds):
+  // the search's own caches look up their misses there and keep what they simulate. Ignored
+  // when `caches` is given (theirs is used).
+  const TimingStore* store = nullptr;
   // Plans are screened with the fast composition (the first pair of layer counts whose peaks
   // extrapolate); then the best `confirm` fitting plans are simulated again with the settled
   // one (TrainStepOptions::settle), until the best `confirm` of the ranking are all settled

@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
                        "Write a self-contained HTML report (charts as inline SVG)");
   plan_cmd->add_flag("--mpi", plan.mpi,
                      "Spread evaluations over the processes of mpirun -n P (Open MPI)");
+  plan_cmd->add_option("--cache", plan.cache_dir,
+                       "Keep the collectives' network simulations in this directory and reuse "
+                       "them in later runs of this build on the same hardware");
   plan_cmd->add_option("--set", plan.overrides, "Override a file key: KEY=VALUE (repeatable)");
 
   shardsim::CompareCommandOptions compare;

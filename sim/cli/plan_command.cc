@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "collectives/timing/timing_store.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/train_step_run.h"
 #include "planner/search/plan_search.h"
@@ -24,6 +26,7 @@
 #include "sim/cli/html_report.h"
 #include "sim/cli/mpi_world.h"
 #include "sim/cli/run_file.h"
+#include "sim/fnv_hash.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
 #include "sim/units.h"
@@ -31,6 +34,31 @@
 
 namespace shardsim {
 namespace {
+
+// Names this build for --cache: a hash of the running executable's bytes, so a store never
+// answers for code that changed since its entries were simulated.
+std::string ExecutableDigest() {
+  std::ifstream in("/proc/self/exe", std::ios::binary);
+  if (!in) throw InputError("--cache: cannot read this program's executable to name its build");
+  FnvHash h;
+  char buffer[1 << 16];
+  uint64_t total = 0;
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    const std::streamsize n = in.gcount();
+    total += static_cast<uint64_t>(n);
+    std::streamsize i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t v;
+      std::memcpy(&v, buffer + i, 8);
+      h.Mix(v);
+    }
+    for (; i < n; ++i) h.Mix(static_cast<unsigned char>(buffer[i]));
+  }
+  h.Mix(total);
+  char name[24];
+  std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(h.value()));
+  return name;
+}
 
 using Json = nlohmann::ordered_json;
 using planner::PlanOutcome;
@@ -369,6 +397,17 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   const bool root = !world || world->rank() == 0;
   const bool spread = world && world->size() > 1;
   planner::SearchOptions search;
+  std::unique_ptr<TimingStore> store;
+  if (!options.cache_dir.empty()) {
+    const std::string version = ExecutableDigest();
+    try {
+      store =
+          std::make_unique<TimingStore>(options.cache_dir, version, BuildHardware(file.hardware));
+    } catch (const std::runtime_error& e) {
+      throw InputError(std::string("--cache: ") + e.what());
+    }
+    search.store = store.get();
+  }
   search.jobs = options.jobs;
   search.budget = options.budget;
   search.time_limit_s = time_limit_s;

@@ -17,6 +17,7 @@ struct PlanCommandOptions {
   std::string json_path;               // --json: the ranked list.
   std::string report_path;             // --report: an HTML page.
   bool mpi = false;                    // --mpi: spread evaluations over the MPI processes.
+  std::string cache_dir;               // --cache: collective timings kept across runs.
   std::vector<std::string> overrides;  // --set KEY=VALUE.
 };
 

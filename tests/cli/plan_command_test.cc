@@ -101,6 +101,32 @@ TEST_F(PlanCommandTest, ResultsDoNotDependOnJobs) {
   EXPECT_EQ(ReadFile(oa), ReadFile(ob));
 }
 
+TEST_F(PlanCommandTest, CacheKeepsSimulationsForLaterRuns) {
+  const std::string file = Tiny();
+  const std::string cache = (out() / "cache").string();
+  const std::string a = (out() / "a.json").string(), b = (out() / "b.json").string();
+  const std::string c = (out() / "c.json").string();
+  RunOk({"plan", file, "--json", a});
+  RunOk({"plan", file, "--json", b, "--cache", cache});
+  // The first run with the cache wrote its collectives' timings; the second reads them.
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    EXPECT_EQ(e.path().extension(), ".timing") << e.path();
+    ++entries;
+  }
+  EXPECT_GT(entries, 0u);
+  RunOk({"plan", file, "--json", c, "--cache", cache, "--jobs", "2"});
+  EXPECT_EQ(ReadFile(a), ReadFile(b));
+  EXPECT_EQ(ReadFile(a), ReadFile(c));
+  // A cache that is a file, not a directory.
+  const std::string not_dir = WriteInput("not_a_dir", "x");
+  const Result r = Run({"plan", file, "--cache", not_dir});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(IsOneErrorLine(r.err)) << r;
+  EXPECT_NE(r.err.find("--cache: cannot use " + not_dir), std::string::npos) << r;
+  EXPECT_EQ(r.out, "") << r;
+}
+
 TEST_F(PlanCommandTest, ResumesACutFileWithoutReevaluating) {
   const std::string file = Tiny();
   const std::string whole = (out() / "whole.jsonl").string();

@@ -5,16 +5,22 @@
 #include "planner/search/plan_search.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "collectives/placement.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "collectives/timing/timing_store.h"
 #include "planner/models/serve_step_run.h"
 #include "planner/offload.h"
 #include "topology/presets.h"
@@ -681,6 +687,43 @@ TEST(PlanSearchTest, KeptCachesPriceTheNextSearchAlike) {
     EXPECT_EQ(second.results[i].outcome.step_time, fresh.results[i].outcome.step_time);
     EXPECT_EQ(first.results[i].outcome.step_time, fresh.results[i].outcome.step_time);
   }
+}
+
+// A search with a store of timings ranks as one without, twice: the first fills the store, the
+// second, with caches of its own, reads every collective the first simulated and simulates none.
+TEST(PlanSearchTest, AStoreOfTimingsPricesTheNextSearchAlike) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("shardsim_search_store_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<Machine> machine = V5e8();
+  const TimingStore store(dir.string(), "test", machine->topology());
+  auto times = [](const SearchResult& r) {
+    std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+    for (const PlanResult& p : r.results) {
+      out.emplace_back(p.key, p.outcome.step_time.picoseconds(), p.outcome.peak.count());
+    }
+    return out;
+  };
+  const SearchResult plain = SearchPlans(Tiny(), TinyTrain(), TinySpace(), Options(1));
+  ASSERT_GT(plain.results.size(), 2u);
+  SearchOptions o = Options(1);
+  SearchCaches filling_caches(*machine, &store);
+  o.caches = &filling_caches;
+  const SearchResult filling = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  SearchCaches::Worker& filler = filling_caches.worker(0, o.make_machine);
+  EXPECT_GT(filler.network->simulations(), 0);
+  EXPECT_EQ(filler.stored->loaded(), 0);
+  SearchCaches reading_caches(*machine, &store);
+  o.caches = &reading_caches;
+  const SearchResult reading = SearchPlans(Tiny(), TinyTrain(), TinySpace(), o);
+  SearchCaches::Worker& reader = reading_caches.worker(0, o.make_machine);
+  EXPECT_EQ(reader.network->simulations(), 0);
+  EXPECT_EQ(reader.stored->loaded(), filler.network->simulations());
+  EXPECT_EQ(times(filling), times(plain));
+  EXPECT_EQ(times(reading), times(plain));
+  EXPECT_EQ(filling.ranked, plain.ranked);
+  EXPECT_EQ(reading.ranked, plain.ranked);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PlanSearchTest, ResumedOutcomesAreJudgedByThisSearchsMemoryLimit) {

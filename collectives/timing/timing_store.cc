@@ -1,0 +1,308 @@
+#include "collectives/timing/timing_store.h"
+
+#include <unistd.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <type_traits>
+
+#include "sim/fnv_hash.h"
+
+namespace shardsim {
+
+namespace {
+
+// The entries' layout; a file of another layout reads as a miss.
+constexpr uint64_t kMagic = 0x31544d4953445253ull;  // "SRDSIMT1", lowest byte first.
+constexpr uint64_t kFormat = 1;
+
+// Two FNV-1a hashes of one sequence of values, the second started from another state: 128 bits
+// that name an entry (the inputs are not adversarial, so FNV's spread is enough).
+class Digester {
+ public:
+  Digester() { b_.Mix(0x9e3779b97f4a7c15ull); }
+  void Mix(uint64_t v) {
+    a_.Mix(v);
+    b_.Mix(v);
+  }
+  void MixDouble(double v) { Mix(std::bit_cast<uint64_t>(v)); }
+  void MixString(const std::string& s) {
+    Mix(s.size());
+    for (char c : s) Mix(static_cast<unsigned char>(c));
+  }
+  uint64_t a() const { return a_.value(); }
+  uint64_t b() const { return b_.value(); }
+
+ private:
+  FnvHash a_, b_;
+};
+
+// Appends values to an entry's bytes (this machine's byte order: a store is local to it).
+class Writer {
+ public:
+  template <typename T>
+  void Put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const char* p = reinterpret_cast<const char*>(&v);
+    bytes_.append(p, sizeof(T));
+  }
+  void PutString(const std::string& s) {
+    Put<uint64_t>(s.size());
+    bytes_.append(s);
+  }
+  void PutUse(const LinkUse& u) {
+    Put(u.link);
+    Put(u.duty);
+    Put(u.flows);
+    Put(u.flow_rate);
+  }
+  std::string& bytes() { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// Reads an entry's bytes back; every read past the end fails (ok() false) and reads zeros.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  template <typename T>
+  T Get() {
+    T v{};
+    if (!ok_ || bytes_.size() - at_ < sizeof(T)) {
+      ok_ = false;
+      return v;
+    }
+    std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  // A count of items of `size` bytes each that the rest of the entry can hold, else 0 and a
+  // failed read (a corrupt count must not allocate).
+  uint64_t GetCount(size_t size) {
+    const uint64_t n = Get<uint64_t>();
+    if (!ok_ || n > (bytes_.size() - at_) / size) {
+      ok_ = false;
+      return 0;
+    }
+    return n;
+  }
+  std::string GetString() {
+    const uint64_t n = GetCount(1);
+    std::string s(bytes_.substr(at_, n));
+    at_ += n;
+    return s;
+  }
+  LinkUse GetUse() {
+    LinkUse u;
+    u.link = Get<LinkId>();
+    u.duty = Get<double>();
+    u.flows = Get<double>();
+    u.flow_rate = Get<double>();
+    return u;
+  }
+  bool ok() const { return ok_; }
+  bool at_end() const { return at_ == bytes_.size(); }
+
+ private:
+  std::string_view bytes_;
+  size_t at_ = 0;
+  bool ok_ = true;
+};
+
+// Bytes of one LinkUse as written.
+constexpr size_t kUseBytes = sizeof(LinkId) + 3 * sizeof(double);
+
+// The checksum of an entry's contents.
+uint64_t Checksum(std::string_view bytes) {
+  FnvHash h;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, bytes.data() + i, 8);
+    h.Mix(v);
+  }
+  for (; i < bytes.size(); ++i) h.Mix(static_cast<unsigned char>(bytes[i]));
+  return h.value();
+}
+
+}  // namespace
+
+TimingStore::TimingStore(std::string dir, std::string version, const Topology& topo)
+    : dir_(std::move(dir)) {
+  std::error_code error;
+  std::filesystem::create_directories(dir_, error);
+  if (error || !std::filesystem::is_directory(dir_)) {
+    throw std::runtime_error("cannot use " + dir_ + ": " +
+                             (error ? error.message() : std::string("not a directory")));
+  }
+  Digester d;
+  d.Mix(kFormat);
+  d.MixString(version);
+  d.Mix(static_cast<uint64_t>(topo.num_vertices()));
+  for (int v = 0; v < topo.num_vertices(); ++v) {
+    const Node& node = topo.node(v);
+    d.Mix(static_cast<uint64_t>(node.kind));
+    d.Mix(static_cast<uint64_t>(static_cast<int64_t>(node.device)));
+    d.Mix(node.coords.size());
+    for (int c : node.coords) d.Mix(static_cast<uint64_t>(static_cast<int64_t>(c)));
+  }
+  d.Mix(topo.links().size());
+  for (const Link& l : topo.links()) {
+    d.Mix(static_cast<uint64_t>(l.src));
+    d.Mix(static_cast<uint64_t>(l.dst));
+    d.MixDouble(l.bandwidth.bytes_per_second());
+    d.Mix(static_cast<uint64_t>(l.latency.picoseconds()));
+    d.Mix(static_cast<uint64_t>(l.kind));
+    d.Mix(static_cast<uint64_t>(static_cast<int64_t>(l.physical)));
+    d.Mix(static_cast<uint64_t>(static_cast<int64_t>(l.dimension)));
+    d.Mix(static_cast<uint64_t>(static_cast<int64_t>(l.direction)));
+  }
+  d.Mix(topo.torus().has_value());
+  if (topo.torus()) {
+    d.Mix(topo.torus()->shape.size());
+    for (int n : topo.torus()->shape) d.Mix(static_cast<uint64_t>(n));
+    for (bool w : topo.torus()->wraparound) d.Mix(w);
+    d.Mix(topo.torus()->dcn_slices);
+  }
+  const CommSpec& comm = topo.comm();
+  d.Mix(comm.nccl);
+  d.Mix(static_cast<uint64_t>(comm.launch_latency.picoseconds()));
+  d.Mix(static_cast<uint64_t>(comm.net_latency.picoseconds()));
+  for (const ProtocolSpec& p : comm.protocols) {
+    d.Mix(static_cast<uint64_t>(p.step_latency.picoseconds()));
+    d.MixDouble(p.efficiency);
+  }
+  d.MixDouble(comm.nvlink_efficiency);
+  d.MixDouble(comm.nic_efficiency);
+  d.Mix(static_cast<uint64_t>(comm.channels));
+  d.Mix(comm.nvls);
+  d.Mix(comm.sharp);
+  d.Mix(static_cast<uint64_t>(comm.chunk_size.count()));
+  d.Mix(comm.multipath);
+  d.Mix(static_cast<uint64_t>(comm.multipath_min_bytes.count()));
+  machine_ = {d.a(), d.b()};
+}
+
+TimingStore::Digest TimingStore::KeyOf(const Mesh& mesh, const CollectiveRequest& request) const {
+  Digester d;
+  d.Mix(machine_.a);
+  d.Mix(machine_.b);
+  d.Mix(mesh.axes().size());
+  for (const MeshAxis& axis : mesh.axes()) d.Mix(static_cast<uint64_t>(axis.size));
+  d.Mix(mesh.devices().size());
+  for (int device : mesh.devices()) d.Mix(static_cast<uint64_t>(device));
+  d.Mix(static_cast<uint64_t>(request.kind));
+  d.Mix(static_cast<uint64_t>(request.reduce));
+  d.Mix(static_cast<uint64_t>(request.dtype));
+  d.Mix(static_cast<uint64_t>(request.elements));
+  d.MixString(request.algorithm);
+  d.Mix(request.axes.size());
+  for (int a : request.axes) d.Mix(static_cast<uint64_t>(a));
+  d.Mix(request.destination.size());
+  for (int to : request.destination) d.Mix(static_cast<uint64_t>(static_cast<int64_t>(to)));
+  d.Mix(static_cast<uint64_t>(request.chunk_size.count()));
+  return {d.a(), d.b()};
+}
+
+std::string TimingStore::PathOf(const Mesh& mesh, const CollectiveRequest& request) const {
+  const Digest key = KeyOf(mesh, request);
+  char name[40];
+  std::snprintf(name, sizeof(name), "%016llx%016llx", static_cast<unsigned long long>(key.a),
+                static_cast<unsigned long long>(key.b));
+  return dir_ + "/" + name + ".timing";
+}
+
+std::shared_ptr<CollectiveTiming> TimingStore::Load(const Mesh& mesh,
+                                                    const CollectiveRequest& request) const {
+  std::ifstream in(PathOf(mesh, request), std::ios::binary);
+  if (!in) return nullptr;
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Magic, format, key, contents, checksum of the contents.
+  constexpr size_t kHead = 4 * sizeof(uint64_t);
+  if (bytes.size() < kHead + sizeof(uint64_t)) return nullptr;
+  const std::string_view body(bytes.data() + kHead, bytes.size() - kHead - sizeof(uint64_t));
+  Reader head(std::string_view(bytes.data(), kHead));
+  Reader tail(std::string_view(bytes.data() + bytes.size() - sizeof(uint64_t), sizeof(uint64_t)));
+  const Digest key = KeyOf(mesh, request);
+  if (head.Get<uint64_t>() != kMagic || head.Get<uint64_t>() != kFormat ||
+      head.Get<uint64_t>() != key.a || head.Get<uint64_t>() != key.b ||
+      tail.Get<uint64_t>() != Checksum(body)) {
+    return nullptr;
+  }
+  Reader r(body);
+  auto timing = std::make_shared<CollectiveTiming>();
+  timing->member_time.resize(r.GetCount(sizeof(int64_t)));
+  for (Time& t : timing->member_time) t = Time::Picoseconds(r.Get<int64_t>());
+  timing->slowest = Time::Picoseconds(r.Get<int64_t>());
+  timing->algorithm = r.GetString();
+  LinkProfile& profile = *timing->profile;
+  profile.links.resize(r.GetCount(sizeof(LinkId)));
+  for (LinkId& l : profile.links) l = r.Get<LinkId>();
+  profile.link_share.resize(r.GetCount(sizeof(double)));
+  for (double& s : profile.link_share) s = r.Get<double>();
+  profile.link_use.resize(r.GetCount(kUseBytes));
+  for (LinkUse& u : profile.link_use) u = r.GetUse();
+  profile.group_use.resize(r.GetCount(sizeof(uint64_t)));
+  for (std::vector<LinkUse>& uses : profile.group_use) {
+    uses.resize(r.GetCount(kUseBytes));
+    for (LinkUse& u : uses) u = r.GetUse();
+  }
+  if (!r.ok() || !r.at_end() || timing->member_time.size() != static_cast<size_t>(mesh.size())) {
+    return nullptr;
+  }
+  return timing;
+}
+
+void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
+                       const CollectiveTiming& timing) const {
+  Writer w;
+  const Digest key = KeyOf(mesh, request);
+  w.Put(kMagic);
+  w.Put(kFormat);
+  w.Put(key.a);
+  w.Put(key.b);
+  const size_t body = w.bytes().size();
+  w.Put<uint64_t>(timing.member_time.size());
+  for (Time t : timing.member_time) w.Put<int64_t>(t.picoseconds());
+  w.Put<int64_t>(timing.slowest.picoseconds());
+  w.PutString(timing.algorithm);
+  const LinkProfile& profile = *timing.profile;
+  w.Put<uint64_t>(profile.links.size());
+  for (LinkId l : profile.links) w.Put(l);
+  w.Put<uint64_t>(profile.link_share.size());
+  for (double s : profile.link_share) w.Put(s);
+  w.Put<uint64_t>(profile.link_use.size());
+  for (const LinkUse& u : profile.link_use) w.PutUse(u);
+  w.Put<uint64_t>(profile.group_use.size());
+  for (const std::vector<LinkUse>& uses : profile.group_use) {
+    w.Put<uint64_t>(uses.size());
+    for (const LinkUse& u : uses) w.PutUse(u);
+  }
+  const uint64_t sum = Checksum(std::string_view(w.bytes()).substr(body));
+  w.Put(sum);
+  // A name of this process and thread: writers of one entry never share a temporary file.
+  const std::string path = PathOf(mesh, request);
+  const std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(w.bytes().data(), static_cast<std::streamsize>(w.bytes().size()));
+    if (!out.flush()) {
+      out.close();
+      std::remove(temp.c_str());
+      return;
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) std::remove(temp.c_str());
+}
+
+}  // namespace shardsim
