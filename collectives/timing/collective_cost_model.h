@@ -316,6 +316,12 @@ class CachedCollectiveModel : public CollectiveCostModel {
   };
   // The layout of the groups over `axes` (axis indices, in the op's order) of `mesh`.
   static GroupLayout Layout(const Mesh& mesh, const std::vector<int>& axes);
+  // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
+  // out as `to` (the same timing when the layouts agree position for position; its link
+  // profile shared when each group keeps its number).
+  static std::shared_ptr<const CollectiveTiming> Moved(
+      const std::shared_ptr<const CollectiveTiming>& timing, const GroupLayout& from,
+      const GroupLayout& to, int positions);
 
  private:
   // The id of `mesh`'s placement (axis sizes and devices), found by its fingerprint and
@@ -328,12 +334,6 @@ class CachedCollectiveModel : public CollectiveCostModel {
   static std::pair<std::vector<int64_t>, std::vector<int64_t>> Keys(
       int64_t mesh_id, const Mesh& mesh, const CollectiveRequest& request, bool with_axes = true);
 
-  // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
-  // out as `to` (the same timing when the layouts agree position for position; its link
-  // profile shared when each group keeps its number).
-  static std::shared_ptr<const CollectiveTiming> Moved(
-      const std::shared_ptr<const CollectiveTiming>& timing, const GroupLayout& from,
-      const GroupLayout& to, int positions);
   // The id of a group layout's placement, found by its hash and compared whole; a new one gets
   // the next id. Needs mutex_.
   int64_t PlacementId(const std::vector<int64_t>& placement);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <numeric>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -70,7 +71,8 @@ class Writer {
   std::string bytes_;
 };
 
-// Reads an entry's bytes back; every read past the end fails (ok() false) and reads zeros.
+// Reads an entry's bytes back; every checked read past the end fails (ok() false) and reads
+// zeros.
 class Reader {
  public:
   explicit Reader(std::string_view bytes) : bytes_(bytes) {}
@@ -81,6 +83,14 @@ class Reader {
       ok_ = false;
       return v;
     }
+    std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  // The next value, unchecked: only after GetCount said the entry holds it.
+  template <typename T>
+  T Raw() {
+    T v;
     std::memcpy(&v, bytes_.data() + at_, sizeof(T));
     at_ += sizeof(T);
     return v;
@@ -101,12 +111,13 @@ class Reader {
     at_ += n;
     return s;
   }
-  LinkUse GetUse() {
+  // A LinkUse, unchecked (after GetCount, as Raw).
+  LinkUse RawUse() {
     LinkUse u;
-    u.link = Get<LinkId>();
-    u.duty = Get<double>();
-    u.flows = Get<double>();
-    u.flow_rate = Get<double>();
+    u.link = Raw<LinkId>();
+    u.duty = Raw<double>();
+    u.flows = Raw<double>();
+    u.flow_rate = Raw<double>();
     return u;
   }
   bool ok() const { return ok_; }
@@ -121,17 +132,33 @@ class Reader {
 // Bytes of one LinkUse as written.
 constexpr size_t kUseBytes = sizeof(LinkId) + 3 * sizeof(double);
 
-// The checksum of an entry's contents.
+// The checksum of an entry's contents: FNV-1a's step over 64-bit words (eight times fewer
+// steps than bytewise; a pod search's store holds hundreds of megabytes), then the leftover
+// bytes, then a final mix so every input bit reaches the high bits.
 uint64_t Checksum(std::string_view bytes) {
-  FnvHash h;
+  constexpr uint64_t kPrime = 1099511628211ull;
+  uint64_t h = 1469598103934665603ull;
   size_t i = 0;
   for (; i + 8 <= bytes.size(); i += 8) {
     uint64_t v;
     std::memcpy(&v, bytes.data() + i, 8);
-    h.Mix(v);
+    h = (h ^ v) * kPrime;
   }
-  for (; i < bytes.size(); ++i) h.Mix(static_cast<unsigned char>(bytes[i]));
-  return h.value();
+  for (; i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * kPrime;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+// The layout an entry is kept in: the members and groups of `layout` numbered in its order.
+CachedCollectiveModel::GroupLayout Canonical(const CachedCollectiveModel::GroupLayout& layout) {
+  CachedCollectiveModel::GroupLayout canonical;
+  canonical.positions.resize(layout.positions.size());
+  std::iota(canonical.positions.begin(), canonical.positions.end(), 0);
+  canonical.order.resize(layout.order.size());
+  std::iota(canonical.order.begin(), canonical.order.end(), 0);
+  return canonical;
 }
 
 }  // namespace
@@ -192,38 +219,41 @@ TimingStore::TimingStore(std::string dir, std::string version, const Topology& t
   machine_ = {d.a(), d.b()};
 }
 
-TimingStore::Digest TimingStore::KeyOf(const Mesh& mesh, const CollectiveRequest& request) const {
+TimingStore::Digest TimingStore::KeyOf(const std::vector<int64_t>& placement,
+                                       const CollectiveRequest& request) const {
   Digester d;
   d.Mix(machine_.a);
   d.Mix(machine_.b);
-  d.Mix(mesh.axes().size());
-  for (const MeshAxis& axis : mesh.axes()) d.Mix(static_cast<uint64_t>(axis.size));
-  d.Mix(mesh.devices().size());
-  for (int device : mesh.devices()) d.Mix(static_cast<uint64_t>(device));
+  d.Mix(placement.size());
+  for (int64_t v : placement) d.Mix(static_cast<uint64_t>(v));
   d.Mix(static_cast<uint64_t>(request.kind));
   d.Mix(static_cast<uint64_t>(request.reduce));
   d.Mix(static_cast<uint64_t>(request.dtype));
   d.Mix(static_cast<uint64_t>(request.elements));
   d.MixString(request.algorithm);
-  d.Mix(request.axes.size());
-  for (int a : request.axes) d.Mix(static_cast<uint64_t>(a));
   d.Mix(request.destination.size());
   for (int to : request.destination) d.Mix(static_cast<uint64_t>(static_cast<int64_t>(to)));
   d.Mix(static_cast<uint64_t>(request.chunk_size.count()));
   return {d.a(), d.b()};
 }
 
-std::string TimingStore::PathOf(const Mesh& mesh, const CollectiveRequest& request) const {
-  const Digest key = KeyOf(mesh, request);
+std::string TimingStore::PathOf(const Digest& key) const {
   char name[40];
   std::snprintf(name, sizeof(name), "%016llx%016llx", static_cast<unsigned long long>(key.a),
                 static_cast<unsigned long long>(key.b));
   return dir_ + "/" + name + ".timing";
 }
 
-std::shared_ptr<CollectiveTiming> TimingStore::Load(const Mesh& mesh,
-                                                    const CollectiveRequest& request) const {
-  std::ifstream in(PathOf(mesh, request), std::ios::binary);
+std::string TimingStore::PathOf(const Mesh& mesh, const CollectiveRequest& request) const {
+  return PathOf(KeyOf(CachedCollectiveModel::Layout(mesh, request.axes).placement, request));
+}
+
+std::shared_ptr<const CollectiveTiming> TimingStore::Load(const Mesh& mesh,
+                                                          const CollectiveRequest& request) const {
+  const CachedCollectiveModel::GroupLayout layout =
+      CachedCollectiveModel::Layout(mesh, request.axes);
+  const Digest key = KeyOf(layout.placement, request);
+  std::ifstream in(PathOf(key), std::ios::binary);
   if (!in) return nullptr;
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // Magic, format, key, contents, checksum of the contents.
@@ -232,7 +262,6 @@ std::shared_ptr<CollectiveTiming> TimingStore::Load(const Mesh& mesh,
   const std::string_view body(bytes.data() + kHead, bytes.size() - kHead - sizeof(uint64_t));
   Reader head(std::string_view(bytes.data(), kHead));
   Reader tail(std::string_view(bytes.data() + bytes.size() - sizeof(uint64_t), sizeof(uint64_t)));
-  const Digest key = KeyOf(mesh, request);
   if (head.Get<uint64_t>() != kMagic || head.Get<uint64_t>() != kFormat ||
       head.Get<uint64_t>() != key.a || head.Get<uint64_t>() != key.b ||
       tail.Get<uint64_t>() != Checksum(body)) {
@@ -240,42 +269,52 @@ std::shared_ptr<CollectiveTiming> TimingStore::Load(const Mesh& mesh,
   }
   Reader r(body);
   auto timing = std::make_shared<CollectiveTiming>();
+  // Each list's count is checked against the bytes left before its items are read.
   timing->member_time.resize(r.GetCount(sizeof(int64_t)));
-  for (Time& t : timing->member_time) t = Time::Picoseconds(r.Get<int64_t>());
+  for (Time& t : timing->member_time) t = Time::Picoseconds(r.Raw<int64_t>());
   timing->slowest = Time::Picoseconds(r.Get<int64_t>());
   timing->algorithm = r.GetString();
   LinkProfile& profile = *timing->profile;
   profile.links.resize(r.GetCount(sizeof(LinkId)));
-  for (LinkId& l : profile.links) l = r.Get<LinkId>();
+  for (LinkId& l : profile.links) l = r.Raw<LinkId>();
   profile.link_share.resize(r.GetCount(sizeof(double)));
-  for (double& s : profile.link_share) s = r.Get<double>();
+  for (double& s : profile.link_share) s = r.Raw<double>();
   profile.link_use.resize(r.GetCount(kUseBytes));
-  for (LinkUse& u : profile.link_use) u = r.GetUse();
+  for (LinkUse& u : profile.link_use) u = r.RawUse();
   profile.group_use.resize(r.GetCount(sizeof(uint64_t)));
   for (std::vector<LinkUse>& uses : profile.group_use) {
     uses.resize(r.GetCount(kUseBytes));
-    for (LinkUse& u : uses) u = r.GetUse();
+    for (LinkUse& u : uses) u = r.RawUse();
   }
-  if (!r.ok() || !r.at_end() || timing->member_time.size() != static_cast<size_t>(mesh.size())) {
+  if (!r.ok() || !r.at_end() || timing->member_time.size() != layout.positions.size() ||
+      layout.positions.size() != static_cast<size_t>(mesh.size())) {
     return nullptr;
   }
-  return timing;
+  // From the canonical layout onto the mesh's.
+  return CachedCollectiveModel::Moved(timing, Canonical(layout), layout, mesh.size());
 }
 
 void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
                        const CollectiveTiming& timing) const {
+  const CachedCollectiveModel::GroupLayout layout =
+      CachedCollectiveModel::Layout(mesh, request.axes);
+  if (layout.positions.size() != timing.member_time.size()) return;  // Not a timing of `mesh`.
+  const Digest key = KeyOf(layout.placement, request);
+  // Laid out canonically: members and groups in the layout's order.
+  const std::shared_ptr<const CollectiveTiming> canonical = CachedCollectiveModel::Moved(
+      std::shared_ptr<const CollectiveTiming>(&timing, [](const CollectiveTiming*) {}), layout,
+      Canonical(layout), mesh.size());
   Writer w;
-  const Digest key = KeyOf(mesh, request);
   w.Put(kMagic);
   w.Put(kFormat);
   w.Put(key.a);
   w.Put(key.b);
   const size_t body = w.bytes().size();
-  w.Put<uint64_t>(timing.member_time.size());
-  for (Time t : timing.member_time) w.Put<int64_t>(t.picoseconds());
-  w.Put<int64_t>(timing.slowest.picoseconds());
-  w.PutString(timing.algorithm);
-  const LinkProfile& profile = *timing.profile;
+  w.Put<uint64_t>(canonical->member_time.size());
+  for (Time t : canonical->member_time) w.Put<int64_t>(t.picoseconds());
+  w.Put<int64_t>(canonical->slowest.picoseconds());
+  w.PutString(canonical->algorithm);
+  const LinkProfile& profile = *canonical->profile;
   w.Put<uint64_t>(profile.links.size());
   for (LinkId l : profile.links) w.Put(l);
   w.Put<uint64_t>(profile.link_share.size());
@@ -290,7 +329,7 @@ void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
   const uint64_t sum = Checksum(std::string_view(w.bytes()).substr(body));
   w.Put(sum);
   // A name of this process and thread: writers of one entry never share a temporary file.
-  const std::string path = PathOf(mesh, request);
+  const std::string path = PathOf(key);
   const std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." +
                            std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
