@@ -17,6 +17,7 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
+#include "collectives/timing/stored_collective_model.h"
 #include "collectives/timing/timing_store.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/train_step_run.h"
@@ -325,13 +326,16 @@ std::string PlanLine(const planner::PlanCandidate& c) {
 }
 
 // The --report page: the best `top` plans' reports (resumed ones simulated again), the best
-// one simulated again for its per-link figures (the search keeps none).
+// one simulated again for its per-link figures (the search keeps none); the collectives read
+// from `store` (null: none) where it has them.
 std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
                        const std::vector<std::string>& summary, const planner::SearchResult& result,
-                       int top) {
+                       int top, const TimingStore* store) {
   Machine machine(BuildHardware(file.hardware));
   NetworkCollectiveModel network(machine);
-  CachedCollectiveModel cache(network);
+  std::unique_ptr<StoredCollectiveModel> stored;
+  if (store) stored = std::make_unique<StoredCollectiveModel>(network, *store);
+  CachedCollectiveModel cache(stored ? static_cast<CollectiveCostModel&>(*stored) : network);
   SlowestMemberCollectiveModel collectives(cache);
   const std::string title = "shardsim plan: " + spec.name + " on " + machine.topology().name();
   if (spec.space.serve) {
@@ -656,7 +660,8 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   }
   std::vector<std::pair<std::string, std::string>> files;
   if (!options.report_path.empty()) {
-    files.emplace_back(options.report_path, PlanReport(file, spec, summary, result, options.top));
+    files.emplace_back(options.report_path,
+                       PlanReport(file, spec, summary, result, options.top, store.get()));
   }
   if (!options.json_path.empty()) {
     Json ranked = Json::array();
