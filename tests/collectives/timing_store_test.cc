@@ -7,20 +7,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
+#include <utility>
 #include <fstream>
 #include <iterator>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/stored_collective_model.h"
+#include "tests/support/same_timing.h"
+#include "tests/support/shuffled_groups.h"
 #include "topology/build.h"
 #include "topology/presets.h"
 
@@ -28,6 +27,7 @@ namespace shardsim {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ExpectSameTiming;
 
 // A fresh directory for one test, removed after it.
 class TempDir {
@@ -43,28 +43,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<LinkUse>& uses) {
-  std::vector<std::tuple<LinkId, double, double, double>> out;
-  for (const LinkUse& u : uses) out.emplace_back(u.link, u.duty, u.flows, u.flow_rate);
-  return out;
-}
-
-// Expects `a` and `b` equal to the bit (doubles compare equal and none is NaN here).
-void ExpectSameTiming(const CollectiveTiming& a, const CollectiveTiming& b,
-                      const std::string& what) {
-  EXPECT_EQ(a.member_time, b.member_time) << what;
-  EXPECT_EQ(a.longest(), b.longest()) << what;
-  EXPECT_EQ(a.algorithm, b.algorithm) << what;
-  EXPECT_EQ(a.profile->links, b.profile->links) << what;
-  EXPECT_EQ(a.profile->link_share, b.profile->link_share) << what;
-  EXPECT_EQ(Uses(a.profile->link_use), Uses(b.profile->link_use)) << what;
-  ASSERT_EQ(a.profile->group_use.size(), b.profile->group_use.size()) << what;
-  for (size_t g = 0; g < a.profile->group_use.size(); ++g) {
-    EXPECT_EQ(Uses(a.profile->group_use[g]), Uses(b.profile->group_use[g]))
-        << what << " group " << g;
-  }
-}
 
 CollectiveRequest Request(CollectiveKind kind, std::vector<int> axes, const std::string& algorithm,
                           int64_t elements = 3 << 14) {
@@ -203,19 +181,8 @@ TEST(TimingStoreTest, DamagedEntriesAreMisses) {
 TEST(TimingStoreTest, AnswersMeshesWithTheSameGroups) {
   TempDir dir("same_groups");
   Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
-  const int data = 4, rest = 16;
-  std::vector<int> placed_a(64);
-  std::iota(placed_a.begin(), placed_a.end(), 0);
-  std::mt19937 rng(7);
-  std::shuffle(placed_a.begin(), placed_a.end(), rng);
-  // Position k * rest + j is member k of group j: b's group j is a's group shuffle[j].
-  std::vector<int> shuffle(rest);
-  std::iota(shuffle.begin(), shuffle.end(), 0);
-  std::shuffle(shuffle.begin(), shuffle.end(), rng);
-  std::vector<int> placed_b(64);
-  for (int k = 0; k < data; ++k) {
-    for (int j = 0; j < rest; ++j) placed_b[k * rest + j] = placed_a[k * rest + shuffle[j]];
-  }
+  const int data = 4;
+  const auto [placed_a, placed_b] = test::ShuffledGroupPlacements(64, data, 7);
   const Mesh a = PlaceMesh(machine, {{"data", data}, {"fsdp", 4}, {"tensor", 4}}, placed_a);
   const Mesh b = PlaceMesh(machine, {{"data", data}, {"fsdp", 2}, {"tensor", 8}}, placed_b);
   const CollectiveRequest request = Request(CollectiveKind::kAllReduce, {0}, "ring", 1 << 16);
@@ -247,7 +214,7 @@ TEST(StoredCollectiveModelTest, ARingPassAnswersItsPartner) {
   scatter.elements = gather.elements * 32;
   NetworkCollectiveModel first_network(machine);
   StoredCollectiveModel first(first_network, store);
-  std::shared_ptr<const CollectiveTiming> simulated = first.Estimate(mesh, scatter);
+  first.Estimate(mesh, scatter);
   NetworkCollectiveModel second_network(machine);
   StoredCollectiveModel second(second_network, store);
   std::shared_ptr<const CollectiveTiming> loaded = second.Estimate(mesh, gather);
@@ -255,7 +222,7 @@ TEST(StoredCollectiveModelTest, ARingPassAnswersItsPartner) {
   EXPECT_EQ(second.loaded(), 1);
   NetworkCollectiveModel fresh(machine);
   ExpectSameTiming(*loaded, *fresh.Estimate(mesh, gather), "gather from the scatter");
-  // Not across algorithms that are no ring pass: a tree all-reduce answers nothing else.
+  // Not across algorithms that run no ring pass: a direct reduce-scatter answers no all-gather.
   CollectiveRequest other = gather;
   other.algorithm = "direct";
   other.elements += 8;

@@ -22,6 +22,8 @@
 #include "collectives/timing/slowest_member_model.h"
 #include "collectives/timing/translation_quotient.h"
 #include "sim/spec_error.h"
+#include "tests/support/same_timing.h"
+#include "tests/support/shuffled_groups.h"
 #include "tests/support/specs.h"
 #include "tests/support/transformer_step.h"
 #include "topology/build.h"
@@ -33,7 +35,9 @@ namespace shardsim {
 namespace {
 
 using test::Arange;
+using test::ExpectSameTiming;
 using test::P;
+using test::Uses;
 
 // x: f32[256,256] over dp=2 (local 128x256 = 131072 B), w: f32[256,64] replicated (65536 B).
 //   a = relu(x)    x is an input (held): a is new        live 196608 + 131072 = 327680
@@ -787,29 +791,6 @@ testing::TransformerShape SmallStep(int layers, int64_t seq, int64_t d_model, in
   return shape;
 }
 
-// LinkUse entries as comparable tuples.
-std::vector<std::tuple<LinkId, double, double, double>> Uses(const std::vector<LinkUse>& uses) {
-  std::vector<std::tuple<LinkId, double, double, double>> out;
-  for (const LinkUse& u : uses) out.emplace_back(u.link, u.duty, u.flows, u.flow_rate);
-  return out;
-}
-
-// Expects `a` and `b` equal to the bit: member times, algorithm, links, shares, link use and
-// each group's use.
-void ExpectSameTiming(const CollectiveTiming& a, const CollectiveTiming& b,
-                      const std::string& what) {
-  EXPECT_EQ(a.member_time, b.member_time) << what;
-  EXPECT_EQ(a.algorithm, b.algorithm) << what;
-  EXPECT_EQ(a.profile->links, b.profile->links) << what;
-  EXPECT_EQ(a.profile->link_share, b.profile->link_share) << what;
-  EXPECT_EQ(Uses(a.profile->link_use), Uses(b.profile->link_use)) << what;
-  ASSERT_EQ(a.profile->group_use.size(), b.profile->group_use.size()) << what;
-  for (size_t g = 0; g < a.profile->group_use.size(); ++g) {
-    EXPECT_EQ(Uses(a.profile->group_use[g]), Uses(b.profile->group_use[g]))
-        << what << " group " << g;
-  }
-}
-
 // torus_2d runs its rings along the torus dimensions its group spans, whatever the mesh: one
 // mesh axis of 16 snaking over two dimensions of a v5p 4x4x4 gives every chip the times it has
 // when two mesh axes are those dimensions (all-reduce and reduce-scatter: every block is the
@@ -1178,18 +1159,7 @@ TEST(CachedCollectiveModelTest, MovesTimingsBetweenMeshesWithTheSameGroups) {
     const int rest = devices_count / c.data;
     std::vector<int> placed_a, placed_b;
     if (c.way == "random groups") {
-      placed_a.resize(devices_count);
-      std::iota(placed_a.begin(), placed_a.end(), 0);
-      std::mt19937 rng(7);
-      std::shuffle(placed_a.begin(), placed_a.end(), rng);
-      // Position k * rest + j is member k of group j: b's group j is a's group shuffle[j].
-      std::vector<int> shuffle(rest);
-      std::iota(shuffle.begin(), shuffle.end(), 0);
-      std::shuffle(shuffle.begin(), shuffle.end(), rng);
-      placed_b.resize(devices_count);
-      for (int k = 0; k < c.data; ++k) {
-        for (int j = 0; j < rest; ++j) placed_b[k * rest + j] = placed_a[k * rest + shuffle[j]];
-      }
+      std::tie(placed_a, placed_b) = test::ShuffledGroupPlacements(devices_count, c.data, 7);
     }
     const Mesh a = PlaceMesh(
         machine, {{"data", c.data}, {"fsdp", c.fsdp_a}, {"tensor", rest / c.fsdp_a}}, placed_a);
