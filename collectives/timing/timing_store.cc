@@ -165,12 +165,18 @@ CachedCollectiveModel::GroupLayout Canonical(const CachedCollectiveModel::GroupL
 
 }  // namespace
 
-TimingStore::TimingStore(std::string dir, std::string version, const Topology& topo)
-    : dir_(std::move(dir)) {
+TimingStore::TimingStore(std::string dir, std::string version, const Topology& topo) {
+  // Each version's entries in a folder of their own, named by a hash of it: an earlier build's
+  // entries (which this one never reads) are removed by removing their folder.
+  FnvHash named;
+  for (char c : version) named.Mix(static_cast<unsigned char>(c));
+  char folder[24];
+  std::snprintf(folder, sizeof(folder), "%016llx", static_cast<unsigned long long>(named.value()));
+  dir_ = dir + "/" + folder;
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error || !std::filesystem::is_directory(dir_)) {
-    throw std::runtime_error("cannot use " + dir_ + ": " +
+    throw std::runtime_error("cannot use " + dir + ": " +
                              (error ? error.message() : std::string("not a directory")));
   }
   Digester d;

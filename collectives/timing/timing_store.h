@@ -34,8 +34,9 @@ namespace shardsim {
 // Timings of collectives on one machine, one file each in a directory.
 class TimingStore {
  public:
-  // The store of `topo`'s timings in `dir` (made when missing), for code named by `version`.
-  // Throws std::runtime_error "cannot use DIR: reason" when the directory cannot be made.
+  // The store of `topo`'s timings in `dir` (made when missing), for code named by `version`:
+  // its entries go to a folder of `dir` named by a hash of `version`. Throws
+  // std::runtime_error "cannot use DIR: reason" when the directories cannot be made.
   TimingStore(std::string dir, std::string version, const Topology& topo);
 
   // The timing kept for `request` on `mesh`, or null when there is none (or it is unreadable).
@@ -49,7 +50,7 @@ class TimingStore {
 
   // The entry's path for `request` on `mesh` (present or not).
   std::string PathOf(const Mesh& mesh, const CollectiveRequest& request) const;
-  // The directory.
+  // The folder of this version's entries.
   const std::string& dir() const { return dir_; }
 
  private:

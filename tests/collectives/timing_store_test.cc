@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <utility>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/runtime/machine.h"
@@ -100,7 +100,11 @@ TEST(TimingStoreTest, AnswersOnlyItsOwnKey) {
   store.Save(mesh, request, *model.Estimate(mesh, request));
   ASSERT_NE(store.Load(mesh, request), nullptr);
 
-  EXPECT_EQ(TimingStore(dir.str(), "build-2", machine.topology()).Load(mesh, request), nullptr);
+  const TimingStore other_build(dir.str(), "build-2", machine.topology());
+  EXPECT_EQ(other_build.Load(mesh, request), nullptr);
+  // Each build's entries in a folder of its own inside the directory.
+  EXPECT_NE(other_build.dir(), store.dir());
+  EXPECT_EQ(fs::path(store.dir()).parent_path(), fs::path(dir.str()));
   const Topology slower = V5p(Bandwidth::BytesPerSecond(8.9e10));
   EXPECT_EQ(TimingStore(dir.str(), "build-1", slower).Load(mesh, request), nullptr);
   Topology other_comm = V5p();
@@ -170,7 +174,7 @@ TEST(TimingStoreTest, DamagedEntriesAreMisses) {
   ASSERT_NE(store.Load(mesh, request), nullptr);
   ExpectSameTiming(*store.Load(mesh, request), *timing, "restored");
   // Every write went through a temporary file renamed into place: none is left.
-  for (const auto& e : fs::directory_iterator(dir.str())) {
+  for (const auto& e : fs::directory_iterator(store.dir())) {
     EXPECT_EQ(e.path().extension(), ".timing") << e.path();
   }
 }
