@@ -27,6 +27,7 @@
 #include "sim/cli/html_report.h"
 #include "sim/cli/mpi_world.h"
 #include "sim/cli/run_file.h"
+#include "sim/cli/timing_cache.h"
 #include "sim/fnv_hash.h"
 #include "sim/spec_error.h"
 #include "sim/time.h"
@@ -35,31 +36,6 @@
 
 namespace shardsim {
 namespace {
-
-// Names this build for --cache: a hash of the running executable's bytes, so a store never
-// answers for code that changed since its entries were simulated.
-std::string ExecutableDigest() {
-  std::ifstream in("/proc/self/exe", std::ios::binary);
-  if (!in) throw InputError("--cache: cannot read this program's executable to name its build");
-  FnvHash h;
-  char buffer[1 << 16];
-  uint64_t total = 0;
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    const std::streamsize n = in.gcount();
-    total += static_cast<uint64_t>(n);
-    std::streamsize i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t v;
-      std::memcpy(&v, buffer + i, 8);
-      h.Mix(v);
-    }
-    for (; i < n; ++i) h.Mix(static_cast<unsigned char>(buffer[i]));
-  }
-  h.Mix(total);
-  char name[24];
-  std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(h.value()));
-  return name;
-}
 
 using Json = nlohmann::ordered_json;
 using planner::PlanOutcome;
@@ -332,10 +308,8 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
                        const std::vector<std::string>& summary, const planner::SearchResult& result,
                        int top, const TimingStore* store) {
   Machine machine(BuildHardware(file.hardware));
-  NetworkCollectiveModel network(machine);
-  std::unique_ptr<StoredCollectiveModel> stored;
-  if (store) stored = std::make_unique<StoredCollectiveModel>(network, *store);
-  CachedCollectiveModel cache(stored ? static_cast<CollectiveCostModel&>(*stored) : network);
+  StoredCollectives stored(machine, store);
+  CollectiveCostModel& cache = stored.model();
   SlowestMemberCollectiveModel collectives(cache);
   const std::string title = "shardsim plan: " + spec.name + " on " + machine.topology().name();
   if (spec.space.serve) {
@@ -403,13 +377,7 @@ int RunPlanCommand(const PlanCommandOptions& options) {
   planner::SearchOptions search;
   std::unique_ptr<TimingStore> store;
   if (!options.cache_dir.empty()) {
-    const std::string version = ExecutableDigest();
-    try {
-      store =
-          std::make_unique<TimingStore>(options.cache_dir, version, BuildHardware(file.hardware));
-    } catch (const std::runtime_error& e) {
-      throw InputError(std::string("--cache: ") + e.what());
-    }
+    store = OpenTimingStore(options.cache_dir, BuildHardware(file.hardware));
     search.store = store.get();
   }
   search.jobs = options.jobs;
