@@ -7,10 +7,16 @@
 //   plans alone (partition, schedule, lower, one timeline per class), as in a long search
 //   where a worker's builds serve thousands of plans: Llama-3-70B on 2048 v5p chips
 //   (configs/plans/llama3_70b_v5p.yaml's space) and, with SHARDSIM_BENCH_SLOW=1 (its cold
-//   search takes minutes), on the 8960-chip pod.
+//   search takes minutes), on the 8960-chip pod;
+// - stored: a fresh search (its own caches and machines, as a new `shardsim plan --cache DIR`
+//   process) reading every collective's timing from a store an earlier search filled: the same
+//   two spaces.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "planner/models/model_presets.h"
 #include "planner/search/plan_search.h"
@@ -96,6 +102,32 @@ void BM_PlanSearchWarm(benchmark::State& state, Workload w, bool slow) {
   Report(state, plans);
 }
 
+void BM_PlanSearchStored(benchmark::State& state, Workload w, bool slow) {
+  if (slow && std::getenv("SHARDSIM_BENCH_SLOW") == nullptr) {
+    state.SkipWithError(
+        "set SHARDSIM_BENCH_SLOW=1 (the search that fills the store takes minutes)");
+    return;
+  }
+  const TransformerConfig model = FindModelPreset(w.model)->config;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("shardsim_bench_store_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  {
+    const Machine machine(BuildPreset(w.preset, w.shape, w.nodes));
+    const TimingStore store(dir.string(), "bench", machine.topology());
+    SearchOptions options = Options(w);
+    options.store = &store;
+    SearchPlans(model, w.train, w.space, options);  // Fills the store.
+    int64_t plans = 0;
+    for (auto _ : state) {
+      const SearchResult r = SearchPlans(model, w.train, w.space, options);
+      plans += r.simulated;
+    }
+    Report(state, plans);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 BENCHMARK_CAPTURE(BM_PlanSearchCold, gpt3_175b_a100_1024, Gpt3A100())
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
@@ -115,6 +147,17 @@ BENCHMARK_CAPTURE(BM_PlanSearchWarm, llama3_70b_v5p_pod_8960, Llama70bV5p({16, 2
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->Iterations(20);
+
+BENCHMARK_CAPTURE(BM_PlanSearchStored, llama3_70b_v5p_2048, Llama70bV5p({8, 16, 16}, 512, 8192),
+                  false)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_PlanSearchStored, llama3_70b_v5p_pod_8960,
+                  Llama70bV5p({16, 20, 28}, 2240, 8192), true)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace shardsim::planner
