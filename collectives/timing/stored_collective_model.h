@@ -9,7 +9,8 @@
 
 namespace shardsim {
 
-// `inner` behind `store`: a request found in the store is answered from it, else by `inner`,
+// `inner` behind `store`: a request found in the store is answered from it (or, for a
+// reduce-scatter or all-gather, by its ring pass's partner kept as a ring), else by `inner`,
 // whose answer is then kept. The answers are `inner`'s (TimingStore's round trip is exact).
 class StoredCollectiveModel : public CollectiveCostModel {
  public:

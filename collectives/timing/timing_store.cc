@@ -12,6 +12,7 @@
 #include <iterator>
 #include <numeric>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -135,7 +136,7 @@ struct FiguresHash {
 constexpr size_t kUseBytes = sizeof(LinkId) + sizeof(uint32_t);
 
 // The checksum of an entry's contents: FNV-1a's step over 64-bit words (eight times fewer
-// steps than bytewise; a pod search's store holds hundreds of megabytes), then the leftover
+// steps than bytewise; a pod search's store holds over a hundred megabytes), then the leftover
 // bytes, then a final mix so every input bit reaches the high bits.
 uint64_t Checksum(std::string_view bytes) {
   constexpr uint64_t kPrime = 1099511628211ull;
