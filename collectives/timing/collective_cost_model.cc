@@ -184,6 +184,10 @@ const ProfileSymmetry& LinkProfile::symmetry(const Topology& topo) const {
   return symmetry_;
 }
 
+void LinkProfile::PresetSymmetry(ProfileSymmetry symmetry) const {
+  std::call_once(symmetric_, [this, &symmetry] { symmetry_ = std::move(symmetry); });
+}
+
 const LinkProfile::Orbits& LinkProfile::orbits(const Topology& topo,
                                                const std::vector<int>& steps) const {
   std::lock_guard<std::mutex> lock(orbits_mutex_);

@@ -111,6 +111,9 @@ class LinkProfile {
   // found on first use and kept (thread-safe, as by_link): a run pricing ops that share links
   // reads one link per orbit of the translations they have in common (WorstSharingCosts).
   const ProfileSymmetry& symmetry(const Topology& topo) const;
+  // Sets what symmetry() answers to `symmetry`, found on this profile's figures before (a
+  // timing store's entry read back); no effect once symmetry() has answered.
+  void PresetSymmetry(ProfileSymmetry symmetry) const;
   // Its groups' orbits under the translations of `topo` by multiples of `steps` (CommonSteps of
   // symmetries, one of them this profile's): per group the least of its orbit (GroupOrbits);
   // and one of its links per orbit of links, the one leaving a device whose every coordinate

@@ -51,7 +51,8 @@ std::shared_ptr<const CollectiveTiming> StoredCollectiveModel::Estimate(
     }
   }
   std::shared_ptr<const CollectiveTiming> timing = inner_.Estimate(mesh, request);
-  store_.Save(mesh, request, *timing);
+  // Kept with its translations, which a run reading it would otherwise find again.
+  store_.Save(mesh, request, *timing, &timing->profile->symmetry(topo_));
   return timing;
 }
 

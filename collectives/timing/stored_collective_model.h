@@ -14,9 +14,10 @@ namespace shardsim {
 // whose answer is then kept. The answers are `inner`'s (TimingStore's round trip is exact).
 class StoredCollectiveModel : public CollectiveCostModel {
  public:
-  // Both must outlive the model; `store` must be of `inner`'s machine.
-  StoredCollectiveModel(CollectiveCostModel& inner, const TimingStore& store)
-      : inner_(inner), store_(store) {}
+  // All must outlive the model; `store` and `topo` must be of `inner`'s machine (each timing
+  // kept with its translations on `topo`, LinkProfile::symmetry).
+  StoredCollectiveModel(CollectiveCostModel& inner, const TimingStore& store, const Topology& topo)
+      : inner_(inner), store_(store), topo_(topo) {}
   std::shared_ptr<const CollectiveTiming> Estimate(const Mesh& mesh,
                                                    const CollectiveRequest& request) override;
   // Requests answered from the store.
@@ -25,6 +26,7 @@ class StoredCollectiveModel : public CollectiveCostModel {
  private:
   CollectiveCostModel& inner_;
   const TimingStore& store_;
+  const Topology& topo_;
   int64_t loaded_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
@@ -26,7 +27,7 @@ namespace {
 
 // The entries' layout; a file of another layout reads as a miss.
 constexpr uint64_t kMagic = 0x31544d4953445253ull;  // "SRDSIMT1", lowest byte first.
-constexpr uint64_t kFormat = 2;
+constexpr uint64_t kFormat = 3;
 
 // Two FNV-1a hashes of one sequence of values, the second started from another state: 128 bits
 // that name an entry (the inputs are not adversarial, so FNV's spread is enough).
@@ -314,16 +315,46 @@ std::shared_ptr<const CollectiveTiming> TimingStore::Load(const Mesh& mesh,
     if (indices_ok) read_uses(uses);
   }
   if (!indices_ok) return nullptr;
+  // The translations, if kept: each image a group number (canonical) per group.
+  const size_t groups = layout.order.size();
+  std::optional<ProfileSymmetry> symmetry;
+  if (r.Get<uint64_t>() != 0) {
+    symmetry.emplace();
+    symmetry->step.resize(r.GetCount(sizeof(int32_t)));
+    for (int& step : symmetry->step) step = r.Raw<int32_t>();
+    symmetry->image.resize(symmetry->step.size());
+    for (std::vector<int32_t>& image : symmetry->image) {
+      image.resize(r.GetCount(sizeof(int32_t)));
+      if (!image.empty() && image.size() != groups) return nullptr;
+      for (int32_t& g : image) {
+        g = r.Raw<int32_t>();
+        if (g < 0 || static_cast<size_t>(g) >= groups) return nullptr;
+      }
+    }
+  }
   if (!r.ok() || !r.at_end() || timing->member_time.size() != layout.positions.size() ||
-      layout.positions.size() != static_cast<size_t>(mesh.size())) {
+      layout.positions.size() != static_cast<size_t>(mesh.size()) ||
+      (symmetry && profile.group_use.size() != groups)) {
     return nullptr;
   }
-  // From the canonical layout onto the mesh's.
-  return CachedCollectiveModel::Moved(timing, Canonical(layout), layout, mesh.size());
+  // From the canonical layout onto the mesh's, the images renumbered by the mesh's groups.
+  std::shared_ptr<const CollectiveTiming> moved =
+      CachedCollectiveModel::Moved(timing, Canonical(layout), layout, mesh.size());
+  if (symmetry) {
+    for (std::vector<int32_t>& image : symmetry->image) {
+      std::vector<int32_t> by_mesh(image.size());
+      for (size_t c = 0; c < image.size(); ++c) {
+        by_mesh[layout.order[c]] = layout.order[static_cast<size_t>(image[c])];
+      }
+      image = std::move(by_mesh);
+    }
+    moved->profile->PresetSymmetry(std::move(*symmetry));
+  }
+  return moved;
 }
 
 void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
-                       const CollectiveTiming& timing) const {
+                       const CollectiveTiming& timing, const ProfileSymmetry* symmetry) const {
   const CachedCollectiveModel::GroupLayout layout =
       CachedCollectiveModel::Layout(mesh, request.axes);
   if (layout.positions.size() != timing.member_time.size()) return;  // Not a timing of `mesh`.
@@ -375,6 +406,27 @@ void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
   write_uses(profile.link_use);
   w.Put<uint64_t>(profile.group_use.size());
   for (const std::vector<LinkUse>& uses : profile.group_use) write_uses(uses);
+  // The translations, each group's image renumbered canonically (group order[c] is c), when
+  // given and laid out per group.
+  const size_t groups = layout.order.size();
+  bool keep = symmetry != nullptr && profile.group_use.size() == groups &&
+              symmetry->image.size() == symmetry->step.size();
+  for (size_t d = 0; keep && d < symmetry->image.size(); ++d) {
+    keep = symmetry->image[d].empty() || symmetry->image[d].size() == groups;
+  }
+  w.Put<uint64_t>(keep);
+  if (keep) {
+    std::vector<int32_t> canonical_of(groups);
+    for (size_t c = 0; c < groups; ++c) canonical_of[layout.order[c]] = static_cast<int32_t>(c);
+    w.Put<uint64_t>(symmetry->step.size());
+    for (int step : symmetry->step) w.Put<int32_t>(step);
+    for (const std::vector<int32_t>& image : symmetry->image) {
+      w.Put<uint64_t>(image.size());
+      for (size_t c = 0; c < image.size(); ++c) {
+        w.Put<int32_t>(canonical_of[static_cast<size_t>(image[layout.order[c]])]);
+      }
+    }
+  }
   const uint64_t sum = Checksum(std::string_view(w.bytes()).substr(body));
   w.Put(sum);
   // A name of this process and thread: writers of one entry never share a temporary file.

@@ -27,6 +27,7 @@
 
 #include "collectives/mesh.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/profile_symmetry.h"
 #include "topology/topology.h"
 
 namespace shardsim {
@@ -42,11 +43,13 @@ class TimingStore {
   // The timing kept for `request` on `mesh`, or null when there is none (or it is unreadable).
   std::shared_ptr<const CollectiveTiming> Load(const Mesh& mesh,
                                                const CollectiveRequest& request) const;
-  // Keeps `timing` as the answer for `request` on `mesh`: written to a file of its own beside
-  // the entry and renamed into place, so readers (other threads, other processes) see a whole
-  // entry or none. A failed write is ignored: the store only saves work.
-  void Save(const Mesh& mesh, const CollectiveRequest& request,
-            const CollectiveTiming& timing) const;
+  // Keeps `timing` as the answer for `request` on `mesh`, with its profile's translations
+  // `symmetry` when given (LinkProfile::symmetry on the store's topology; a timing read back then
+  // answers them without finding them again): written to a file of its own beside the entry and
+  // renamed into place, so readers (other threads, other processes) see a whole entry or none. A
+  // failed write is ignored: the store only saves work.
+  void Save(const Mesh& mesh, const CollectiveRequest& request, const CollectiveTiming& timing,
+            const ProfileSymmetry* symmetry = nullptr) const;
 
   // The entry's path for `request` on `mesh` (present or not).
   std::string PathOf(const Mesh& mesh, const CollectiveRequest& request) const;

@@ -229,7 +229,9 @@ SearchCaches::Worker& SearchCaches::worker(
   if (!w.machine) {
     w.machine = make_machine();
     w.network = std::make_unique<NetworkCollectiveModel>(*w.machine);
-    if (store_) w.stored = std::make_unique<StoredCollectiveModel>(*w.network, *store_);
+    if (store_)
+      w.stored =
+          std::make_unique<StoredCollectiveModel>(*w.network, *store_, w.machine->topology());
   }
   return w;
 }

@@ -96,7 +96,9 @@ class SearchCaches {
   explicit SearchCaches(const Machine& machine, const TimingStore* store = nullptr)
       : network_(machine),
         store_(store),
-        stored_(store ? std::make_unique<StoredCollectiveModel>(network_, *store) : nullptr),
+        stored_(store
+                    ? std::make_unique<StoredCollectiveModel>(network_, *store, machine.topology())
+                    : nullptr),
         cache_(stored_ ? static_cast<CollectiveCostModel&>(*stored_) : network_) {}
   // The shared, thread-safe cache of collective timings.
   CachedCollectiveModel& cache() { return cache_; }

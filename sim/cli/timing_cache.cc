@@ -49,7 +49,8 @@ std::unique_ptr<TimingStore> OpenTimingStore(const std::string& dir, const Topol
 
 StoredCollectives::StoredCollectives(const Machine& machine, const TimingStore* store)
     : network_(machine),
-      stored_(store ? std::make_unique<StoredCollectiveModel>(network_, *store) : nullptr),
+      stored_(store ? std::make_unique<StoredCollectiveModel>(network_, *store, machine.topology())
+                    : nullptr),
       cache_(stored_ ? static_cast<CollectiveCostModel&>(*stored_) : network_) {}
 
 }  // namespace shardsim

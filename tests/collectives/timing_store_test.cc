@@ -17,6 +17,7 @@
 
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
+#include "collectives/timing/profile_symmetry.h"
 #include "collectives/timing/stored_collective_model.h"
 #include "tests/support/same_timing.h"
 #include "tests/support/shuffled_groups.h"
@@ -204,6 +205,41 @@ TEST(TimingStoreTest, AnswersMeshesWithTheSameGroups) {
   ExpectSameTiming(*loaded, *on_b, "moved to b");
 }
 
+// An entry keeps its profile's translations (LinkProfile::symmetry), each group's image
+// renumbered for the mesh that reads it: read back on another mesh with the same groups in
+// another order, they equal the translations found afresh on the timing read.
+TEST(TimingStoreTest, KeepsTranslationsForEveryMesh) {
+  TempDir dir("translations");
+  Machine machine(BuildPreset("tpu-v5p", {4, 4, 4}));
+  const Mesh a = PlaceMesh(machine, {{"data", 8}, {"fsdp", 2}, {"tensor", 4}});
+  const Mesh b = PlaceMesh(machine, {{"data", 8}, {"fsdp", 4}, {"tensor", 2}});
+  const CollectiveRequest request = Request(CollectiveKind::kAllReduce, {0}, "ring", 1 << 16);
+  // The premise: the same groups, numbered otherwise by the two meshes.
+  ASSERT_EQ(CachedCollectiveModel::Layout(a, {0}).placement,
+            CachedCollectiveModel::Layout(b, {0}).placement);
+  ASSERT_NE(CachedCollectiveModel::Layout(a, {0}).order,
+            CachedCollectiveModel::Layout(b, {0}).order);
+  const TimingStore store(dir.str(), "test", machine.topology());
+  NetworkCollectiveModel model(machine);
+  std::shared_ptr<const CollectiveTiming> on_a = model.Estimate(a, request);
+  const ProfileSymmetry found = FindProfileSymmetry(machine.topology(), *on_a->profile);
+  // The premise: some translation moves groups onto others.
+  bool moves = false;
+  for (const std::vector<int32_t>& image : found.image) {
+    for (size_t g = 0; g < image.size(); ++g) moves = moves || image[g] != static_cast<int32_t>(g);
+  }
+  ASSERT_TRUE(moves);
+  store.Save(a, request, *on_a, &found);
+  for (const Mesh* mesh : {&a, &b}) {
+    std::shared_ptr<const CollectiveTiming> loaded = store.Load(*mesh, request);
+    ASSERT_NE(loaded, nullptr);
+    const ProfileSymmetry afresh = FindProfileSymmetry(machine.topology(), *loaded->profile);
+    const ProfileSymmetry& kept = loaded->profile->symmetry(machine.topology());
+    EXPECT_EQ(kept.step, afresh.step);
+    EXPECT_EQ(kept.image, afresh.image);
+  }
+}
+
 // A reduce-scatter and the all-gather that runs as its ring pass answer each other from the
 // store, as the CachedCollectiveModel answers them: whichever a run simulated, the next run
 // simulates neither.
@@ -217,10 +253,10 @@ TEST(StoredCollectiveModelTest, ARingPassAnswersItsPartner) {
   scatter.kind = CollectiveKind::kReduceScatter;
   scatter.elements = gather.elements * 32;
   NetworkCollectiveModel first_network(machine);
-  StoredCollectiveModel first(first_network, store);
+  StoredCollectiveModel first(first_network, store, machine.topology());
   first.Estimate(mesh, scatter);
   NetworkCollectiveModel second_network(machine);
-  StoredCollectiveModel second(second_network, store);
+  StoredCollectiveModel second(second_network, store, machine.topology());
   std::shared_ptr<const CollectiveTiming> loaded = second.Estimate(mesh, gather);
   EXPECT_EQ(second_network.simulations(), 0);
   EXPECT_EQ(second.loaded(), 1);
@@ -231,7 +267,7 @@ TEST(StoredCollectiveModelTest, ARingPassAnswersItsPartner) {
   other.algorithm = "direct";
   other.elements += 8;
   NetworkCollectiveModel third_network(machine);
-  StoredCollectiveModel third(third_network, store);
+  StoredCollectiveModel third(third_network, store, machine.topology());
   CollectiveRequest direct_scatter = other;
   direct_scatter.kind = CollectiveKind::kReduceScatter;
   direct_scatter.elements = other.elements * 32;
@@ -250,12 +286,12 @@ TEST(StoredCollectiveModelTest, SimulatesOnlyWhatTheStoreLacks) {
   const TimingStore store(dir.str(), "test", machine.topology());
   const CollectiveRequest request = Request(CollectiveKind::kAllReduce, {0}, "auto", 1 << 20);
   NetworkCollectiveModel first_network(machine);
-  StoredCollectiveModel first(first_network, store);
+  StoredCollectiveModel first(first_network, store, machine.topology());
   std::shared_ptr<const CollectiveTiming> simulated = first.Estimate(mesh, request);
   EXPECT_EQ(first_network.simulations(), 1);
   EXPECT_EQ(first.loaded(), 0);
   NetworkCollectiveModel second_network(machine);
-  StoredCollectiveModel second(second_network, store);
+  StoredCollectiveModel second(second_network, store, machine.topology());
   std::shared_ptr<const CollectiveTiming> loaded = second.Estimate(mesh, request);
   EXPECT_EQ(second_network.simulations(), 0);
   EXPECT_EQ(second.loaded(), 1);
