@@ -588,6 +588,31 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> CachedCollectiveModel::Key
   return {std::move(key), std::move(pass)};
 }
 
+std::optional<CollectiveRequest> CachedCollectiveModel::RingPassPartner(
+    const Mesh& mesh, const CollectiveRequest& request) {
+  int64_t g = 1;
+  for (int a : request.axes) g *= mesh.axes()[static_cast<size_t>(a)].size;
+  CollectiveRequest partner = request;
+  if (request.kind == CollectiveKind::kAllGather) {
+    partner.kind = CollectiveKind::kReduceScatter;
+    partner.reduce = ReduceOp::kSum;
+    partner.elements = request.elements * g;
+    return partner;
+  }
+  if (request.kind == CollectiveKind::kReduceScatter && request.elements % g == 0) {
+    partner.kind = CollectiveKind::kAllGather;
+    partner.reduce = CollectiveRequest().reduce;
+    partner.elements = request.elements / g;
+    return partner;
+  }
+  return std::nullopt;
+}
+
+bool CachedCollectiveModel::RanAsRingPass(const CollectiveTiming& timing) {
+  const std::string family = timing.algorithm.substr(0, timing.algorithm.find('/'));
+  return family == "ring" || family == "bidirectional_ring";
+}
+
 CachedCollectiveModel::GroupLayout CachedCollectiveModel::Layout(const Mesh& mesh,
                                                                  const std::vector<int>& axes) {
   GroupLayout layout;
@@ -697,10 +722,8 @@ std::shared_ptr<const CollectiveTiming> CachedCollectiveModel::EstimateWith(
   }
   if (!timing) timing = inner.Estimate(mesh, request);
   std::lock_guard<std::mutex> lock(mutex_);
-  // NCCL machines name the protocol after the algorithm ("ring/Simple"); the tuner gives a
-  // reduce-scatter and an all-gather of the same array the same one.
-  const std::string family = timing->algorithm.substr(0, timing->algorithm.find('/'));
-  if (!pass.empty() && (family == "ring" || family == "bidirectional_ring")) {
+  // The tuner gives a reduce-scatter and an all-gather of the same array the same protocol.
+  if (!pass.empty() && RanAsRingPass(*timing)) {
     ring_passes_.emplace(std::move(pass), LaidOut{timing, layout});
   }
   // Another thread may have stored these keys meanwhile: keep its (equal) answer.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -319,6 +320,14 @@ class CachedCollectiveModel : public CollectiveCostModel {
   };
   // The layout of the groups over `axes` (axis indices, in the op's order) of `mesh`.
   static GroupLayout Layout(const Mesh& mesh, const std::vector<int>& axes);
+  // The request that runs as the same ring pass as `request` on `mesh` (the ring-pass hits
+  // above): the reduce-scatter (a sum) of G blocks for the all-gather of one, and back; nullopt
+  // for other kinds. A timing answers both only when it ran as one (RanAsRingPass).
+  static std::optional<CollectiveRequest> RingPassPartner(const Mesh& mesh,
+                                                          const CollectiveRequest& request);
+  // Whether `timing` ran as a ring pass that its reduce-scatter and all-gather share: one ring
+  // or two opposite ones (NCCL machines name the protocol after the algorithm, "ring/Simple").
+  static bool RanAsRingPass(const CollectiveTiming& timing);
   // A timing made on a mesh laid out as `from`, moved to a mesh of `positions` positions laid
   // out as `to` (the same timing when the layouts agree position for position; its link
   // profile shared when each group keeps its number).

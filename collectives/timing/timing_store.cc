@@ -136,25 +136,6 @@ struct FiguresHash {
 // Bytes of one use as written: its link and its figures' index.
 constexpr size_t kUseBytes = sizeof(LinkId) + sizeof(uint32_t);
 
-// The checksum of an entry's contents: FNV-1a's step over 64-bit words (eight times fewer
-// steps than bytewise; a pod search's store holds over a hundred megabytes), then the leftover
-// bytes, then a final mix so every input bit reaches the high bits.
-uint64_t Checksum(std::string_view bytes) {
-  constexpr uint64_t kPrime = 1099511628211ull;
-  uint64_t h = 1469598103934665603ull;
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    uint64_t v;
-    std::memcpy(&v, bytes.data() + i, 8);
-    h = (h ^ v) * kPrime;
-  }
-  for (; i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * kPrime;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
-
 // The layout an entry is kept in: the members and groups of `layout` numbered in its order.
 CachedCollectiveModel::GroupLayout Canonical(const CachedCollectiveModel::GroupLayout& layout) {
   CachedCollectiveModel::GroupLayout canonical;
@@ -170,10 +151,9 @@ CachedCollectiveModel::GroupLayout Canonical(const CachedCollectiveModel::GroupL
 TimingStore::TimingStore(std::string dir, std::string version, const Topology& topo) {
   // Each version's entries in a folder of their own, named by a hash of it: an earlier build's
   // entries (which this one never reads) are removed by removing their folder.
-  FnvHash named;
-  for (char c : version) named.Mix(static_cast<unsigned char>(c));
   char folder[24];
-  std::snprintf(folder, sizeof(folder), "%016llx", static_cast<unsigned long long>(named.value()));
+  std::snprintf(folder, sizeof(folder), "%016llx",
+                static_cast<unsigned long long>(HashBytes(version)));
   dir_ = dir + "/" + folder;
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
@@ -274,7 +254,7 @@ std::shared_ptr<const CollectiveTiming> TimingStore::Load(const Mesh& mesh,
   Reader tail(std::string_view(bytes.data() + bytes.size() - sizeof(uint64_t), sizeof(uint64_t)));
   if (head.Get<uint64_t>() != kMagic || head.Get<uint64_t>() != kFormat ||
       head.Get<uint64_t>() != key.a || head.Get<uint64_t>() != key.b ||
-      tail.Get<uint64_t>() != Checksum(body)) {
+      tail.Get<uint64_t>() != HashBytes(body)) {
     return nullptr;
   }
   Reader r(body);
@@ -427,7 +407,7 @@ void TimingStore::Save(const Mesh& mesh, const CollectiveRequest& request,
       }
     }
   }
-  const uint64_t sum = Checksum(std::string_view(w.bytes()).substr(body));
+  const uint64_t sum = HashBytes(std::string_view(w.bytes()).substr(body));
   w.Put(sum);
   // A name of this process and thread: writers of one entry never share a temporary file.
   const std::string path = PathOf(key);

@@ -17,7 +17,6 @@
 #include "collectives/runtime/machine.h"
 #include "collectives/timing/collective_cost_model.h"
 #include "collectives/timing/slowest_member_model.h"
-#include "collectives/timing/stored_collective_model.h"
 #include "collectives/timing/timing_store.h"
 #include "planner/models/model_flops.h"
 #include "planner/models/train_step_run.h"
@@ -308,9 +307,9 @@ std::string PlanReport(const RunFile& file, const PlanSearchSpec& spec,
                        const std::vector<std::string>& summary, const planner::SearchResult& result,
                        int top, const TimingStore* store) {
   Machine machine(BuildHardware(file.hardware));
-  StoredCollectives stored(machine, store);
-  CollectiveCostModel& cache = stored.model();
-  SlowestMemberCollectiveModel collectives(cache);
+  // A search's caches, of which only the collective timings (behind the store) serve here.
+  planner::SearchCaches caches(machine, store);
+  SlowestMemberCollectiveModel collectives(caches.cache());
   const std::string title = "shardsim plan: " + spec.name + " on " + machine.topology().name();
   if (spec.space.serve) {
     // Serving steps are cheap to simulate again: each top plan's whole report.

@@ -1,14 +1,11 @@
-// `plan --cache DIR`: the store of collective timings kept across runs, and the models that
-// read through it. (Model runs and compare gain little from it: on the pod's model run the
-// network simulations are 2 of its 20 s, measured, so only plan takes the flag.)
+// `plan --cache DIR`: the store of collective timings the command keeps across runs. (Model runs
+// and compare gain little from it: on the pod's model run the network simulations are 2 of its
+// 20 s, measured, so only plan takes the flag.)
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "collectives/runtime/machine.h"
-#include "collectives/timing/collective_cost_model.h"
-#include "collectives/timing/stored_collective_model.h"
 #include "collectives/timing/timing_store.h"
 #include "topology/topology.h"
 
@@ -18,20 +15,5 @@ namespace shardsim {
 // executable's bytes, so a store never answers for code that changed since). Throws InputError
 // "--cache: ..." when the executable cannot be read or the directory cannot be used.
 std::unique_ptr<TimingStore> OpenTimingStore(const std::string& dir, const Topology& topo);
-
-// A memoizing cache over the network simulation of `machine`, behind `store` when it is given
-// (null: none).
-class StoredCollectives {
- public:
-  // Both must outlive this object.
-  StoredCollectives(const Machine& machine, const TimingStore* store);
-  // The cache.
-  CollectiveCostModel& model() { return cache_; }
-
- private:
-  NetworkCollectiveModel network_;
-  std::unique_ptr<StoredCollectiveModel> stored_;
-  CachedCollectiveModel cache_;
-};
 
 }  // namespace shardsim
